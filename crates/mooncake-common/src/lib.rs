@@ -1,0 +1,10 @@
+//! Pieces every mooncake-rs layer shares: the reference's numeric error codes
+//! ([`ErrorCode`], [`Error`]), human-readable size and duration parsing
+//! ([`size`], [`duration`]) and gflags-style argument handling ([`gflags`]).
+
+pub mod duration;
+pub mod error;
+pub mod gflags;
+pub mod size;
+
+pub use error::{Error, ErrorCode, Result};

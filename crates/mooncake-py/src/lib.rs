@@ -1,0 +1,1 @@
+//! The `mooncake._mooncake` extension module.

@@ -1,0 +1,2 @@
+//! Mooncake Store: a metadata-only master and clients that move object bytes
+//! directly between their buffers and segments with the transfer engine.

@@ -1,0 +1,2 @@
+//! Transfer Engine: moves bytes between registered memory in different
+//! processes and hosts.

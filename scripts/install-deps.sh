@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the system packages the build and the tests need on a fresh
+# Debian machine: protoc (etcd-client's build), etcd and redis servers (real
+# metadata backends in tests), and Python build tooling for the wheel.
+set -euo pipefail
+need=()
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+if [ "${1:-}" = "--test" ]; then
+    command -v etcd >/dev/null || need+=(etcd-server)
+    command -v redis-server >/dev/null || need+=(redis-server)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need[@]}" >/dev/null
+fi

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Every check and test, as CI runs them: format, lints, Rust tests (with real
+# etcd and redis servers started here), then the Python suite against the wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh --test
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+
+# Real etcd and redis on loopback for the metadata-backend tests.
+. ./scripts/services.sh
+start_services
+
+cargo test --workspace -- --test-threads=2
