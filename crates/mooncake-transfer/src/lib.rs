@@ -1,2 +1,4 @@
 //! Transfer Engine: moves bytes between registered memory in different
 //! processes and hosts.
+
+pub mod metadata;
