@@ -1,7 +1,18 @@
 //! The `mooncake._mooncake` extension module. The public Python modules
 //! (`mooncake.engine`, `mooncake.store`) re-export what is defined here.
+//!
+//! - `engine`: `TransferEngine`, `TransferOpcode`, `TransferNotify`;
+//! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
+//! - `args`, `buffer`, `mem`: argument conversions, borrowed Python buffers
+//!   and the checks that keep raw addresses from crashing the process.
 
 use pyo3::prelude::*;
+
+mod args;
+mod buffer;
+mod config;
+mod enums;
+mod mem;
 
 /// Runs the command-line program `name` (e.g. `mooncake_master`) with `argv`
 /// in this process, GIL released, and returns its exit code.
@@ -14,5 +25,7 @@ fn _run_cli(py: Python<'_>, name: String, argv: Vec<String>) -> i32 {
 fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(_run_cli, m)?)?;
+    m.add_class::<config::ReplicateConfig>()?;
+    enums::register(m)?;
     Ok(())
 }
