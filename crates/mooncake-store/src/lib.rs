@@ -6,6 +6,7 @@
 //! - [`proto`]: the master RPC messages, their binary encoding and framing;
 //! - [`master_client`]: the blocking, pooled client of the master.
 
+pub mod ha;
 pub mod master_client;
 pub mod proto;
 pub mod types;
