@@ -47,7 +47,12 @@ pub enum MetadataUri {
 impl MetadataUri {
     pub fn parse(conn: &str) -> Result<MetadataUri> {
         let conn = conn.trim();
-        let bad = || Error::new(ErrorCode::ERR_METADATA, format!("invalid metadata server {conn:?}"));
+        let bad = || {
+            Error::new(
+                ErrorCode::ERR_METADATA,
+                format!("invalid metadata server {conn:?}"),
+            )
+        };
         if conn.eq_ignore_ascii_case("P2PHANDSHAKE") {
             return Ok(MetadataUri::P2p);
         }
@@ -81,7 +86,10 @@ impl MetadataUri {
 /// here; the engine handles it itself.
 pub fn connect(uri: &MetadataUri) -> Result<Arc<dyn MetadataStore>> {
     let _ = uri;
-    Err(Error::new(ErrorCode::ERR_METADATA, "metadata backends not built yet"))
+    Err(Error::new(
+        ErrorCode::ERR_METADATA,
+        "metadata backends not built yet",
+    ))
 }
 
 #[cfg(test)]
@@ -90,7 +98,10 @@ mod tests {
 
     #[test]
     fn parses_connection_strings() {
-        assert_eq!(MetadataUri::parse("P2PHANDSHAKE").unwrap(), MetadataUri::P2p);
+        assert_eq!(
+            MetadataUri::parse("P2PHANDSHAKE").unwrap(),
+            MetadataUri::P2p
+        );
         assert_eq!(
             MetadataUri::parse("http://127.0.0.1:8080/metadata").unwrap(),
             MetadataUri::Http("http://127.0.0.1:8080/metadata".into())
@@ -103,9 +114,16 @@ mod tests {
             MetadataUri::parse("10.0.0.1:2379;10.0.0.2:2379").unwrap(),
             MetadataUri::Etcd(vec!["10.0.0.1:2379".into(), "10.0.0.2:2379".into()])
         );
-        assert_eq!(MetadataUri::parse("redis://h:6379").unwrap(), MetadataUri::Redis("h:6379".into()));
+        assert_eq!(
+            MetadataUri::parse("redis://h:6379").unwrap(),
+            MetadataUri::Redis("h:6379".into())
+        );
         for bad in ["", "redis://", "ftp://x:1", "justahost"] {
-            assert_eq!(MetadataUri::parse(bad).unwrap_err().code, ErrorCode::ERR_METADATA, "{bad:?}");
+            assert_eq!(
+                MetadataUri::parse(bad).unwrap_err().code,
+                ErrorCode::ERR_METADATA,
+                "{bad:?}"
+            );
         }
     }
 
