@@ -123,11 +123,13 @@ impl Task {
             }
         }
         if self.slices_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // No longer busy before settling, so a waiter woken by the
+            // settlement already sees it.
+            let last_busy = self.shared.busy.fetch_sub(1, Ordering::AcqRel) == 1;
             let failed = self.error.load(Ordering::Acquire) != 0;
             let settled_now = self.settle(if failed { FAILED } else { COMPLETED });
-            let last_busy = self.shared.busy.fetch_sub(1, Ordering::AcqRel) == 1;
             if !settled_now && last_busy {
-                // A timed-out task drained: wake `Batch::free` waiters.
+                // A timed-out task drained: wake `Batch::prepare_free` waiters.
                 self.shared.wake();
             }
         }
