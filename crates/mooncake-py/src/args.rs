@@ -57,7 +57,10 @@ impl<'py> FromPyObject<'py> for Flag {
         }
         Err(PyTypeError::new_err(format!(
             "incompatible function arguments: expected a bool, got {}",
-            ob.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ob.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         )))
     }
 }

@@ -26,9 +26,11 @@ impl Exported {
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `ob` is a live object; on success the view must be
         // released exactly once, which Drop does.
-        let rc: c_int = unsafe { ffi::PyObject_GetBuffer(ob.as_ptr(), &mut *view, ffi::PyBUF_C_CONTIGUOUS) };
+        let rc: c_int =
+            unsafe { ffi::PyObject_GetBuffer(ob.as_ptr(), &mut *view, ffi::PyBUF_C_CONTIGUOUS) };
         if rc != 0 {
-            return Err(PyErr::take(ob.py()).unwrap_or_else(|| PyBufferError::new_err("cannot export buffer")));
+            return Err(PyErr::take(ob.py())
+                .unwrap_or_else(|| PyBufferError::new_err("cannot export buffer")));
         }
         Ok(Exported { view })
     }
@@ -68,7 +70,10 @@ impl Bytes {
         Exported::get(ob).map(Bytes::Buf).map_err(|_| {
             PyTypeError::new_err(format!(
                 "expected bytes, bytearray, str or another contiguous buffer, got {}",
-                ob.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ob.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })
     }

@@ -71,7 +71,9 @@ impl ReplicateConfig {
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let Some(kwargs) = kwargs else { return Ok(ReplicateConfig::default()) };
+        let Some(kwargs) = kwargs else {
+            return Ok(ReplicateConfig::default());
+        };
         let obj = Bound::new(py, ReplicateConfig::default())?;
         for (k, v) in kwargs.iter() {
             let name: String = k.extract()?;
@@ -147,7 +149,11 @@ impl ReplicateConfig {
 
     #[setter]
     fn set_with_soft_pin(&mut self, v: Flag) {
-        self.soft_pin_action = if v.0 { SoftPinAction::ENABLE } else { SoftPinAction::PRESERVE };
+        self.soft_pin_action = if v.0 {
+            SoftPinAction::ENABLE
+        } else {
+            SoftPinAction::PRESERVE
+        };
     }
 
     fn __str__(&self) -> String {
@@ -178,7 +184,9 @@ const FIELDS: &[&str] = &[
 impl std::fmt::Display for ReplicateConfig {
     /// The reference's layout, field for field.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ttl = self.soft_pin_ttl_ms.map_or_else(|| "default".to_owned(), |t| t.to_string());
+        let ttl = self
+            .soft_pin_ttl_ms
+            .map_or_else(|| "default".to_owned(), |t| t.to_string());
         write!(
             f,
             "ReplicateConfig: {{ replica_num: {}, nof_replica_num: {}, dfs_replica_num: {}, \
@@ -191,7 +199,11 @@ impl std::fmt::Display for ReplicateConfig {
             self.preferred_segments.join(", "),
         )?;
         if !self.preferred_segment.is_empty() {
-            write!(f, "preferred_segment (deprecated): {}, ", self.preferred_segment)?;
+            write!(
+                f,
+                "preferred_segment (deprecated): {}, ",
+                self.preferred_segment
+            )?;
         }
         write!(
             f,

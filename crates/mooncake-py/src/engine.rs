@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
 use mooncake_transfer::{
-    BatchId, EngineConfig, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransferState,
+    BatchId, EngineConfig, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest,
+    TransferState,
 };
 use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::args::{usizes, Unsigned};
 use crate::buffer::Bytes;
@@ -59,7 +60,9 @@ impl PyOpcode {
         match value {
             0 => Ok(PyOpcode::Read),
             1 => Ok(PyOpcode::Write),
-            _ => Err(PyValueError::new_err(format!("{value} is not a valid TransferOpcode"))),
+            _ => Err(PyValueError::new_err(format!(
+                "{value} is not a valid TransferOpcode"
+            ))),
         }
     }
 
@@ -87,6 +90,23 @@ impl PyOpcode {
     #[getter]
     fn value(&self) -> i64 {
         *self as i64
+    }
+
+    fn __str__(&self) -> String {
+        format!("TransferOpcode.{}", self.name())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<TransferOpcode.{}: {}>", self.name(), *self as i64)
+    }
+
+    #[classattr]
+    fn __members__(py: Python<'_>) -> PyResult<Py<PyDict>> {
+        let d = PyDict::new(py);
+        for m in [PyOpcode::Read, PyOpcode::Write] {
+            d.set_item(m.name(), Py::new(py, m)?)?;
+        }
+        Ok(d.unbind())
     }
 }
 
@@ -135,8 +155,12 @@ struct Ready {
     /// Memory known to be valid: registered by the script (after a mapping
     /// check) or allocated by the engine. addr -> length.
     regions: Mutex<BTreeMap<usize, usize>>,
-    /// Async batches by the id returned to Python (never 0, which means failure).
-    batches: Mutex<HashMap<u64, BatchId>>,
+    /// Async batches by the id returned to Python (never 0, which means
+    /// failure), with the local ranges adopted for them.
+    batches: Mutex<HashMap<u64, (BatchId, Vec<usize>)>>,
+    /// Unregistered local ranges adopted for running transfers: addr ->
+    /// (length, users). See [`Ready::adopt`].
+    adopted: Mutex<HashMap<usize, (usize, usize)>>,
     next_batch: AtomicU64,
 }
 
@@ -159,7 +183,9 @@ impl Ready {
 
     /// True when `addr..addr+len` lies inside one known region.
     fn known(&self, addr: usize, len: usize) -> bool {
-        let Some(end) = addr.checked_add(len) else { return false };
+        let Some(end) = addr.checked_add(len) else {
+            return false;
+        };
         let regions = self.regions.lock();
         regions
             .range(..=addr)
@@ -197,11 +223,90 @@ impl Ready {
             .collect())
     }
 
-    fn transfer_sync(&self, target: &str, requests: &[TransferRequest], notify: Option<Notify>) -> Result<(), Error> {
+    /// Registers, for the duration of a transfer, local ranges the script never
+    /// registered: the reference's tcp transport reads and writes any valid
+    /// local address, so scripts pass plain numpy or ctypes buffers. Ranges
+    /// that are not valid memory are left alone (the engine rejects them).
+    /// Returns the adopted addresses, to hand back to [`Ready::release`].
+    fn adopt(&self, requests: &[TransferRequest]) -> Vec<usize> {
+        let mut taken = Vec::new();
+        for r in requests {
+            if r.length == 0 || self.known(r.source, r.length) {
+                continue;
+            }
+            {
+                let mut adopted = self.adopted.lock();
+                if let Some((len, users)) = adopted.get_mut(&r.source) {
+                    if *len == r.length {
+                        *users += 1;
+                        taken.push(r.source);
+                    }
+                    continue;
+                }
+            }
+            // Reading local memory for a write, filling it for a read.
+            let need = match r.opcode {
+                Opcode::Write => Access::Read,
+                Opcode::Read => Access::Write,
+            };
+            if !mem::accessible(r.source, r.length, need) {
+                continue;
+            }
+            if self
+                .engine
+                .register_local_memory(r.source, r.length, "*", false)
+                .is_ok()
+            {
+                self.adopted.lock().insert(r.source, (r.length, 1));
+                taken.push(r.source);
+            }
+        }
+        taken
+    }
+
+    fn release(&self, taken: Vec<usize>) {
+        let mut done = Vec::new();
+        {
+            let mut adopted = self.adopted.lock();
+            for a in taken {
+                if let Some((_, users)) = adopted.get_mut(&a) {
+                    *users -= 1;
+                    if *users == 0 {
+                        adopted.remove(&a);
+                        done.push(a);
+                    }
+                }
+            }
+        }
+        if !done.is_empty() {
+            let _ = self.engine.unregister_local_memory_batch(&done);
+        }
+    }
+
+    fn transfer_sync(
+        &self,
+        target: &str,
+        requests: &[TransferRequest],
+        notify: Option<Notify>,
+    ) -> Result<(), Error> {
         if requests.is_empty() {
             return Ok(());
         }
-        let res = match notify {
+        let taken = self.adopt(requests);
+        let res = self.transfer_registered(requests, notify);
+        self.release(taken);
+        if res.is_err() {
+            self.forget(target);
+        }
+        res
+    }
+
+    fn transfer_registered(
+        &self,
+        requests: &[TransferRequest],
+        notify: Option<Notify>,
+    ) -> Result<(), Error> {
+        match notify {
             None => self.engine.transfer_sync(requests),
             Some(n) => {
                 let batch = self.engine.allocate_batch(requests.len())?;
@@ -219,28 +324,28 @@ impl Ready {
                 let _ = self.engine.free_batch(batch);
                 res
             }
-        };
-        if res.is_err() {
-            self.forget(target);
         }
-        res
     }
 
     fn submit(&self, requests: &[TransferRequest]) -> Result<u64, Error> {
         let batch = self.engine.allocate_batch(requests.len().max(1))?;
+        let taken = self.adopt(requests);
         if let Err(e) = self.engine.submit(batch, requests) {
             let _ = self.engine.free_batch(batch);
+            self.release(taken);
             return Err(e);
         }
         let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
-        self.batches.lock().insert(id, batch);
+        self.batches.lock().insert(id, (batch, taken));
         Ok(id)
     }
 
     /// 1 done, 0 running, -1 failed (or unknown id), -2 timed out. A finished
     /// batch is freed, as in the reference.
     fn check(&self, id: u64) -> i32 {
-        let Some(batch) = self.batches.lock().get(&id).copied() else { return -1 };
+        let Some(batch) = self.batches.lock().get(&id).map(|b| b.0) else {
+            return -1;
+        };
         let code = match self.engine.batch_status(batch) {
             Ok(s) => match s.state {
                 TransferState::Waiting | TransferState::Pending => return 0,
@@ -256,20 +361,29 @@ impl Ready {
 
     /// Blocks until batch `id` finishes; true when every request completed.
     fn wait(&self, id: u64) -> bool {
-        let Some(batch) = self.batches.lock().get(&id).copied() else { return false };
-        let ok = matches!(self.engine.wait_batch(batch), Ok(s) if s.state == TransferState::Completed);
+        let Some(batch) = self.batches.lock().get(&id).map(|b| b.0) else {
+            return false;
+        };
+        let ok =
+            matches!(self.engine.wait_batch(batch), Ok(s) if s.state == TransferState::Completed);
         self.finish(id, batch);
         ok
     }
 
     fn finish(&self, id: u64, batch: BatchId) {
-        self.batches.lock().remove(&id);
+        let entry = self.batches.lock().remove(&id);
         let _ = self.engine.free_batch(batch);
+        if let Some((_, taken)) = entry {
+            self.release(taken);
+        }
     }
 
     fn register(&self, addr: usize, len: usize, location: &str) -> Result<(), Error> {
         if len == 0 {
-            return Err(Error::new(ErrorCode::ERR_INVALID_ARGUMENT, "zero-length memory region"));
+            return Err(Error::new(
+                ErrorCode::ERR_INVALID_ARGUMENT,
+                "zero-length memory region",
+            ));
         }
         if !mem::accessible(addr, len, Access::Write) {
             return Err(Error::new(
@@ -277,7 +391,8 @@ impl Ready {
                 format!("{addr:#x}+{len} is not writable memory of this process"),
             ));
         }
-        self.engine.register_local_memory(addr, len, location, true)?;
+        self.engine
+            .register_local_memory(addr, len, location, true)?;
         self.regions.lock().insert(addr, len);
         Ok(())
     }
@@ -299,7 +414,14 @@ impl PyEngine {
         self.ready().map(|r| r.engine.clone())
     }
 
-    fn start(&self, py: Python<'_>, local_hostname: &str, metadata_server: &str, protocol: &str, device_name: &str) -> i32 {
+    fn start(
+        &self,
+        py: Python<'_>,
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+    ) -> i32 {
         let mut config = EngineConfig::new(metadata_server, local_hostname);
         config.protocol = protocol.to_owned();
         config.device_name = device_name.to_owned();
@@ -310,6 +432,7 @@ impl PyEngine {
                     segments: Mutex::new(HashMap::new()),
                     regions: Mutex::new(BTreeMap::new()),
                     batches: Mutex::new(HashMap::new()),
+                    adopted: Mutex::new(HashMap::new()),
                     next_batch: AtomicU64::new(1),
                 };
                 let old = self.state.write().replace(Arc::new(ready));
@@ -324,6 +447,7 @@ impl PyEngine {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn sync(
         &self,
         py: Python<'_>,
@@ -350,10 +474,21 @@ impl PyEngine {
     }
 
     /// Submits without waiting; the batch id, or 0 on failure.
-    fn submit(&self, py: Python<'_>, target: &str, op: Opcode, locals: &[usize], remotes: &[u64], lens: &[usize]) -> u64 {
+    fn submit(
+        &self,
+        py: Python<'_>,
+        target: &str,
+        op: Opcode,
+        locals: &[usize],
+        remotes: &[u64],
+        lens: &[usize],
+    ) -> u64 {
         let Some(r) = self.ready() else { return 0 };
         py.allow_threads(|| {
-            match r.requests(target, op, locals, remotes, lens).and_then(|reqs| r.submit(&reqs)) {
+            match r
+                .requests(target, op, locals, remotes, lens)
+                .and_then(|reqs| r.submit(&reqs))
+            {
                 Ok(id) => id,
                 Err(e) => {
                     tracing::warn!("submit to {target} failed: {e}");
@@ -370,19 +505,32 @@ fn remotes(v: &[Unsigned]) -> Vec<u64> {
 }
 
 fn notify_of(n: Option<PyRef<'_, PyNotify>>) -> Option<Notify> {
-    n.map(|n| Notify { name: n.name.clone(), msg: n.msg.clone() })
+    n.map(|n| Notify {
+        name: n.name.clone(),
+        msg: n.msg.clone(),
+    })
 }
 
 #[pymethods]
 impl PyEngine {
     #[new]
     fn new() -> Self {
-        PyEngine { state: RwLock::new(None) }
+        crate::init_logging();
+        PyEngine {
+            state: RwLock::new(None),
+        }
     }
 
     /// Starts the engine; 0 on success, -1 on failure. Calling it again
     /// replaces the running engine.
-    fn initialize(&self, py: Python<'_>, local_hostname: &str, metadata_server: &str, protocol: &str, device_name: &str) -> i32 {
+    fn initialize(
+        &self,
+        py: Python<'_>,
+        local_hostname: &str,
+        metadata_server: &str,
+        protocol: &str,
+        device_name: &str,
+    ) -> i32 {
         self.start(py, local_hostname, metadata_server, protocol, device_name)
     }
 
@@ -447,7 +595,9 @@ impl PyEngine {
     fn free_managed_buffer(&self, py: Python<'_>, buffer_addr: Unsigned, length: Unsigned) -> i32 {
         let Some(r) = self.ready() else { return 0 };
         let addr = buffer_addr.usize();
-        let Some(len) = r.regions.lock().remove(&addr) else { return 0 };
+        let Some(len) = r.regions.lock().remove(&addr) else {
+            return 0;
+        };
         let _ = length;
         if let Err(e) = py.allow_threads(|| r.engine.free_managed_buffer(addr, len)) {
             tracing::warn!("free_managed_buffer({addr:#x}) failed: {e}");
@@ -458,7 +608,13 @@ impl PyEngine {
     /// Copies `length` bytes of `src` (bytes, bytearray, str or buffer) to
     /// `dest_address`; 0 on success, -1 when the destination is not writable
     /// memory. Only `min(length, len(src))` bytes exist to copy.
-    fn write_bytes_to_buffer(&self, py: Python<'_>, dest_address: Unsigned, src: &Bound<'_, PyAny>, length: Unsigned) -> PyResult<i32> {
+    fn write_bytes_to_buffer(
+        &self,
+        py: Python<'_>,
+        dest_address: Unsigned,
+        src: &Bound<'_, PyAny>,
+        length: Unsigned,
+    ) -> PyResult<i32> {
         let data = Bytes::get(src)?;
         let bytes = data.as_slice();
         let bytes = &bytes[..bytes.len().min(length.usize())];
@@ -476,7 +632,12 @@ impl PyEngine {
     }
 
     /// Reads `length` bytes at `source_address` into a new `bytes`.
-    fn read_bytes_from_buffer<'py>(&self, py: Python<'py>, source_address: Unsigned, length: Unsigned) -> PyResult<Bound<'py, PyBytes>> {
+    fn read_bytes_from_buffer<'py>(
+        &self,
+        py: Python<'py>,
+        source_address: Unsigned,
+        length: Unsigned,
+    ) -> PyResult<Bound<'py, PyBytes>> {
         let (src, len) = (source_address.usize(), length.usize());
         if len == 0 {
             return Ok(PyBytes::new(py, b""));
@@ -486,7 +647,9 @@ impl PyEngine {
             None => mem::accessible(src, len, Access::Read),
         };
         if !ok {
-            return Err(PyValueError::new_err(format!("{src:#x}+{len} is not readable memory of this process")));
+            return Err(PyValueError::new_err(format!(
+                "{src:#x}+{len} is not readable memory of this process"
+            )));
         }
         PyBytes::new_with(py, len, |out| {
             // SAFETY: the source range was checked readable just above.
@@ -496,7 +659,13 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (buffer_addr, capacity, location = "*"))]
-    fn register_memory(&self, py: Python<'_>, buffer_addr: Unsigned, capacity: Unsigned, location: &str) -> i32 {
+    fn register_memory(
+        &self,
+        py: Python<'_>,
+        buffer_addr: Unsigned,
+        capacity: Unsigned,
+        location: &str,
+    ) -> i32 {
         let Some(r) = self.ready() else { return -1 };
         py.allow_threads(|| status(r.register(buffer_addr.usize(), capacity.usize(), location)))
     }
@@ -514,7 +683,13 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (buffer_addresses, capacities, location = "*"))]
-    fn batch_register_memory(&self, py: Python<'_>, buffer_addresses: Vec<Unsigned>, capacities: Vec<Unsigned>, location: &str) -> i32 {
+    fn batch_register_memory(
+        &self,
+        py: Python<'_>,
+        buffer_addresses: Vec<Unsigned>,
+        capacities: Vec<Unsigned>,
+        location: &str,
+    ) -> i32 {
         let Some(r) = self.ready() else { return -1 };
         if buffer_addresses.len() != capacities.len() {
             return -1;
@@ -526,7 +701,8 @@ impl PyEngine {
                     return -1;
                 }
             }
-            let pairs: Vec<(usize, usize)> = addrs.iter().copied().zip(lens.iter().copied()).collect();
+            let pairs: Vec<(usize, usize)> =
+                addrs.iter().copied().zip(lens.iter().copied()).collect();
             let res = r.engine.register_local_memory_batch(&pairs, location);
             if res.is_ok() {
                 r.regions.lock().extend(pairs);
@@ -558,15 +734,47 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_sync_write(&self, py: Python<'_>, target_hostname: &str, buffer: Unsigned, peer_buffer_address: Unsigned, length: Unsigned, transport_hint: &str) -> i32 {
+    fn transfer_sync_write(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffer: Unsigned,
+        peer_buffer_address: Unsigned,
+        length: Unsigned,
+        transport_hint: &str,
+    ) -> i32 {
         let _ = transport_hint;
-        self.sync(py, target_hostname, Opcode::Write, &[buffer.usize()], &[peer_buffer_address.0], &[length.usize()], None)
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &[buffer.usize()],
+            &[peer_buffer_address.0],
+            &[length.usize()],
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_sync_read(&self, py: Python<'_>, target_hostname: &str, buffer: Unsigned, peer_buffer_address: Unsigned, length: Unsigned, transport_hint: &str) -> i32 {
+    fn transfer_sync_read(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffer: Unsigned,
+        peer_buffer_address: Unsigned,
+        length: Unsigned,
+        transport_hint: &str,
+    ) -> i32 {
         let _ = transport_hint;
-        self.sync(py, target_hostname, Opcode::Read, &[buffer.usize()], &[peer_buffer_address.0], &[length.usize()], None)
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Read,
+            &[buffer.usize()],
+            &[peer_buffer_address.0],
+            &[length.usize()],
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify = None, transport_hint = ""))]
@@ -584,15 +792,38 @@ impl PyEngine {
     ) -> i32 {
         let _ = transport_hint;
         let notify = notify_of(notify);
-        self.sync(py, target_hostname, opcode.into(), &[buffer.usize()], &[peer_buffer_address.0], &[length.usize()], notify)
+        self.sync(
+            py,
+            target_hostname,
+            opcode.into(),
+            &[buffer.usize()],
+            &[peer_buffer_address.0],
+            &[length.usize()],
+            notify,
+        )
     }
 
     /// Starts one write and returns its batch id (0 on failure); poll it with
     /// `transfer_check_status`.
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_submit_write(&self, py: Python<'_>, target_hostname: &str, buffer: Unsigned, peer_buffer_address: Unsigned, length: Unsigned, transport_hint: &str) -> u64 {
+    fn transfer_submit_write(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffer: Unsigned,
+        peer_buffer_address: Unsigned,
+        length: Unsigned,
+        transport_hint: &str,
+    ) -> u64 {
         let _ = transport_hint;
-        self.submit(py, target_hostname, Opcode::Write, &[buffer.usize()], &[peer_buffer_address.0], &[length.usize()])
+        self.submit(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &[buffer.usize()],
+            &[peer_buffer_address.0],
+            &[length.usize()],
+        )
     }
 
     /// 1 completed, 0 still running, -1 failed, -2 timed out.
@@ -602,15 +833,47 @@ impl PyEngine {
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_sync_write(&self, py: Python<'_>, target_hostname: &str, buffers: Vec<Unsigned>, peer_buffer_addresses: Vec<Unsigned>, lengths: Vec<Unsigned>, transport_hint: &str) -> i32 {
+    fn batch_transfer_sync_write(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<Unsigned>,
+        peer_buffer_addresses: Vec<Unsigned>,
+        lengths: Vec<Unsigned>,
+        transport_hint: &str,
+    ) -> i32 {
         let _ = transport_hint;
-        self.sync(py, target_hostname, Opcode::Write, &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths), None)
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_sync_read(&self, py: Python<'_>, target_hostname: &str, buffers: Vec<Unsigned>, peer_buffer_addresses: Vec<Unsigned>, lengths: Vec<Unsigned>, transport_hint: &str) -> i32 {
+    fn batch_transfer_sync_read(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<Unsigned>,
+        peer_buffer_addresses: Vec<Unsigned>,
+        lengths: Vec<Unsigned>,
+        transport_hint: &str,
+    ) -> i32 {
         let _ = transport_hint;
-        self.sync(py, target_hostname, Opcode::Read, &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths), None)
+        self.sync(
+            py,
+            target_hostname,
+            Opcode::Read,
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+            None,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify = None, transport_hint = ""))]
@@ -628,19 +891,57 @@ impl PyEngine {
     ) -> i32 {
         let _ = transport_hint;
         let notify = notify_of(notify);
-        self.sync(py, target_hostname, opcode.into(), &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths), notify)
+        self.sync(
+            py,
+            target_hostname,
+            opcode.into(),
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+            notify,
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_async_write(&self, py: Python<'_>, target_hostname: &str, buffers: Vec<Unsigned>, peer_buffer_addresses: Vec<Unsigned>, lengths: Vec<Unsigned>, transport_hint: &str) -> u64 {
+    fn batch_transfer_async_write(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<Unsigned>,
+        peer_buffer_addresses: Vec<Unsigned>,
+        lengths: Vec<Unsigned>,
+        transport_hint: &str,
+    ) -> u64 {
         let _ = transport_hint;
-        self.submit(py, target_hostname, Opcode::Write, &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths))
+        self.submit(
+            py,
+            target_hostname,
+            Opcode::Write,
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_async_read(&self, py: Python<'_>, target_hostname: &str, buffers: Vec<Unsigned>, peer_buffer_addresses: Vec<Unsigned>, lengths: Vec<Unsigned>, transport_hint: &str) -> u64 {
+    fn batch_transfer_async_read(
+        &self,
+        py: Python<'_>,
+        target_hostname: &str,
+        buffers: Vec<Unsigned>,
+        peer_buffer_addresses: Vec<Unsigned>,
+        lengths: Vec<Unsigned>,
+        transport_hint: &str,
+    ) -> u64 {
         let _ = transport_hint;
-        self.submit(py, target_hostname, Opcode::Read, &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths))
+        self.submit(
+            py,
+            target_hostname,
+            Opcode::Read,
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint = ""))]
@@ -656,7 +957,14 @@ impl PyEngine {
         transport_hint: &str,
     ) -> u64 {
         let _ = transport_hint;
-        self.submit(py, target_hostname, opcode.into(), &usizes(&buffers), &remotes(&peer_buffer_addresses), &usizes(&lengths))
+        self.submit(
+            py,
+            target_hostname,
+            opcode.into(),
+            &usizes(&buffers),
+            &remotes(&peer_buffer_addresses),
+            &usizes(&lengths),
+        )
     }
 
     /// Waits for every batch in `batch_ids`; 0 when all completed, -1 when any
@@ -665,7 +973,10 @@ impl PyEngine {
         let Some(r) = self.ready() else { return -1 };
         py.allow_threads(|| {
             // Wait for all of them even after a failure, so none is left behind.
-            let ok = batch_ids.iter().fold(true, |ok, id| r.wait(id.0) && ok);
+            let mut ok = true;
+            for id in &batch_ids {
+                ok &= r.wait(id.0);
+            }
             if ok {
                 0
             } else {
@@ -693,10 +1004,15 @@ impl PyEngine {
 
     /// Drains the notifications other engines sent to this one.
     fn get_notifies(&self, py: Python<'_>) -> Vec<PyNotify> {
-        let Some(r) = self.ready() else { return Vec::new() };
+        let Some(r) = self.ready() else {
+            return Vec::new();
+        };
         py.allow_threads(|| r.engine.get_notifies())
             .into_iter()
-            .map(|n| PyNotify { name: n.name, msg: n.msg })
+            .map(|n| PyNotify {
+                name: n.name,
+                msg: n.msg,
+            })
             .collect()
     }
 }
@@ -704,8 +1020,15 @@ impl PyEngine {
 fn numa_nodes() -> Vec<u32> {
     let mut nodes: Vec<u32> = std::fs::read_dir("/sys/devices/system/node")
         .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("node")?.parse().ok())
-                .collect()
+            dir.filter_map(|e| {
+                e.ok()?
+                    .file_name()
+                    .to_str()?
+                    .strip_prefix("node")?
+                    .parse()
+                    .ok()
+            })
+            .collect()
         })
         .unwrap_or_default();
     nodes.sort_unstable();
@@ -739,20 +1062,27 @@ mod tests {
 
     #[test]
     fn topology_matches_the_reference_layout() {
-        assert_eq!(topology_json(vec![0]), "{\n\t\"cpu:0\" : \n\t[\n\t\t[],\n\t\t[]\n\t]\n}\n");
+        assert_eq!(
+            topology_json(vec![0]),
+            "{\n\t\"cpu:0\" : \n\t[\n\t\t[],\n\t\t[]\n\t]\n}\n"
+        );
         let two = topology_json(vec![0, 1]);
         assert!(two.contains("\t],\n\t\"cpu:1\""));
         assert!(serde_json_like_balanced(&two));
     }
 
     fn serde_json_like_balanced(s: &str) -> bool {
-        s.matches('[').count() == s.matches(']').count() && s.matches('{').count() == s.matches('}').count()
+        s.matches('[').count() == s.matches(']').count()
+            && s.matches('{').count() == s.matches('}').count()
     }
 
     #[test]
     fn reference_codes_for_engine_errors() {
         assert_eq!(te_code(&Error::from(ErrorCode::ERR_ADDRESS_OVERLAPPED)), -7);
-        assert_eq!(te_code(&Error::from(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)), -3);
+        assert_eq!(
+            te_code(&Error::from(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)),
+            -3
+        );
         assert_eq!(te_code(&Error::from(ErrorCode::ERR_INVALID_ARGUMENT)), -1);
         assert_eq!(te_code(&Error::from(ErrorCode::ERR_METADATA)), -1);
     }

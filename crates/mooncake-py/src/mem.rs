@@ -65,7 +65,9 @@ fn covered(maps: &str, range: &Range<usize>, access: Access) -> bool {
 /// True when `len` bytes at `addr` are mapped in this process with `access`.
 /// A zero-length range at a non-null address is trivially accessible.
 pub fn accessible(addr: usize, len: usize, access: Access) -> bool {
-    let Some(range) = span(addr, len) else { return false };
+    let Some(range) = span(addr, len) else {
+        return false;
+    };
     if range.is_empty() {
         return true;
     }
@@ -115,7 +117,14 @@ mod tests {
     #[test]
     fn parses_lines() {
         let m = parse_maps_line("7f00-7f10 rw-p 0 0:0 0 [stack]").unwrap();
-        assert_eq!(m, Mapping { range: 0x7f00..0x7f10, read: true, write: true });
+        assert_eq!(
+            m,
+            Mapping {
+                range: 0x7f00..0x7f10,
+                read: true,
+                write: true
+            }
+        );
         assert!(parse_maps_line("garbage").is_none());
     }
 
@@ -128,11 +137,26 @@ mod tests {
 
     #[test]
     fn coverage_rejects_holes_and_missing_permissions() {
-        assert!(!covered(MAPS, &(0x400000..0x401000), Access::Write), "read-only code");
-        assert!(!covered(MAPS, &(0x403000..0x405000), Access::Read), "hole after heap");
-        assert!(!covered(MAPS, &(0x500000..0x500010), Access::Write), "read-only data");
-        assert!(!covered(MAPS, &(0x600000..0x600010), Access::Read), "no access");
-        assert!(!covered(MAPS, &(0x100..0x200), Access::Read), "below every mapping");
+        assert!(
+            !covered(MAPS, &(0x400000..0x401000), Access::Write),
+            "read-only code"
+        );
+        assert!(
+            !covered(MAPS, &(0x403000..0x405000), Access::Read),
+            "hole after heap"
+        );
+        assert!(
+            !covered(MAPS, &(0x500000..0x500010), Access::Write),
+            "read-only data"
+        );
+        assert!(
+            !covered(MAPS, &(0x600000..0x600010), Access::Read),
+            "no access"
+        );
+        assert!(
+            !covered(MAPS, &(0x100..0x200), Access::Read),
+            "below every mapping"
+        );
     }
 
     #[test]
