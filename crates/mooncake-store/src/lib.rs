@@ -4,10 +4,15 @@
 //! Layout:
 //! - [`types`]: replicas, segments and configs shared by everyone;
 //! - [`proto`]: the master RPC messages, their binary encoding and framing;
-//! - [`master_client`]: the blocking, pooled client of the master.
+//! - [`master_client`]: the blocking, pooled client of the master;
+//! - [`client`]: the store client (put/get over the transfer engine), dummy
+//!   clients and the standalone store service.
 
+pub mod client;
 pub mod master_client;
 pub mod proto;
 pub mod types;
 
+pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
 pub use master_client::MasterClient;
+pub use types::ReplicateConfig;
