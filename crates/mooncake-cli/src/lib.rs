@@ -10,5 +10,6 @@
 //! [`signals::shutdown_signal`]): inside the Python console scripts the same
 //! function runs in the interpreter's process with default signal dispositions.
 
+pub mod client;
 pub mod entry;
 pub mod signals;
