@@ -12,4 +12,5 @@
 
 pub mod client;
 pub mod entry;
+pub mod http_metadata_server;
 pub mod signals;
