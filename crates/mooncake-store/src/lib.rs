@@ -4,8 +4,10 @@
 //! Layout:
 //! - [`types`]: replicas, segments and configs shared by everyone;
 //! - [`proto`]: the master RPC messages, their binary encoding and framing;
+//! - [`master`]: the master's state machine, config and server;
 //! - [`master_client`]: the blocking, pooled client of the master.
 
+pub mod master;
 pub mod master_client;
 pub mod proto;
 pub mod types;
