@@ -11,4 +11,5 @@
 //! function runs in the interpreter's process with default signal dispositions.
 
 pub mod entry;
+pub mod http_metadata_server;
 pub mod signals;

@@ -7,6 +7,7 @@
 //! - [`master`]: the master's state machine, config and server;
 //! - [`master_client`]: the blocking, pooled client of the master.
 
+pub mod ha;
 pub mod master;
 pub mod master_client;
 pub mod proto;
