@@ -8,7 +8,12 @@ use crate::{Error, ErrorCode};
 
 /// Parses `input`; a bare number is read in `default_unit`.
 pub fn parse_duration(input: &str, default_unit: Duration) -> Result<Duration, Error> {
-    let bad = |why: &str| Error::new(ErrorCode::INVALID_PARAMS, format!("invalid duration {input:?}: {why}"));
+    let bad = |why: &str| {
+        Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("invalid duration {input:?}: {why}"),
+        )
+    };
     let s = input.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
@@ -37,16 +42,29 @@ mod tests {
     fn parses_units() {
         assert_eq!(parse_duration("5000", MS).unwrap(), Duration::from_secs(5));
         assert_eq!(parse_duration("5s", MS).unwrap(), Duration::from_secs(5));
-        assert_eq!(parse_duration("30m", MS).unwrap(), Duration::from_secs(1800));
+        assert_eq!(
+            parse_duration("30m", MS).unwrap(),
+            Duration::from_secs(1800)
+        );
         assert_eq!(parse_duration("1h", MS).unwrap(), Duration::from_secs(3600));
-        assert_eq!(parse_duration("100ms", MS).unwrap(), Duration::from_millis(100));
-        assert_eq!(parse_duration("10", Duration::from_secs(1)).unwrap(), Duration::from_secs(10));
+        assert_eq!(
+            parse_duration("100ms", MS).unwrap(),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            parse_duration("10", Duration::from_secs(1)).unwrap(),
+            Duration::from_secs(10)
+        );
     }
 
     #[test]
     fn rejects_garbage() {
         for s in ["", "s", "-5", "5 parsecs", "1.5s"] {
-            assert_eq!(parse_duration(s, MS).unwrap_err().code, ErrorCode::INVALID_PARAMS, "{s:?}");
+            assert_eq!(
+                parse_duration(s, MS).unwrap_err().code,
+                ErrorCode::INVALID_PARAMS,
+                "{s:?}"
+            );
         }
     }
 }

@@ -128,7 +128,10 @@ pub struct Error {
 
 impl Error {
     pub fn new(code: ErrorCode, context: impl Into<String>) -> Self {
-        Error { code, context: context.into() }
+        Error {
+            code,
+            context: context.into(),
+        }
     }
 
     /// Prepends more context, keeping the code.
@@ -140,7 +143,10 @@ impl Error {
 
 impl From<ErrorCode> for Error {
     fn from(code: ErrorCode) -> Self {
-        Error { code, context: String::new() }
+        Error {
+            code,
+            context: String::new(),
+        }
     }
 }
 

@@ -6,7 +6,12 @@ use crate::{Error, ErrorCode};
 
 /// Parses a human-readable byte size.
 pub fn parse_size(input: &str) -> Result<u64, Error> {
-    let bad = |why: &str| Error::new(ErrorCode::INVALID_PARAMS, format!("invalid size {input:?}: {why}"));
+    let bad = |why: &str| {
+        Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("invalid size {input:?}: {why}"),
+        )
+    };
     let s = input.trim();
     if s.is_empty() {
         return Err(bad("empty"));
@@ -14,7 +19,9 @@ pub fn parse_size(input: &str) -> Result<u64, Error> {
     if s.contains('%') {
         return Err(bad("percentages are not supported"));
     }
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     if num.is_empty() {
         return Err(bad("no number"));
@@ -74,7 +81,16 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for s in ["", "  ", "50%", "GB", "12XB", "-1", "1e3", "99999999999999999999999"] {
+        for s in [
+            "",
+            "  ",
+            "50%",
+            "GB",
+            "12XB",
+            "-1",
+            "1e3",
+            "99999999999999999999999",
+        ] {
             let e = parse_size(s).unwrap_err();
             assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{s:?}");
         }

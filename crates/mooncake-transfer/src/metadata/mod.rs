@@ -3,11 +3,35 @@
 //! `host:port`), `redis://host:port`, or `P2PHANDSHAKE` (no central store:
 //! peers ask each other over the engine's RPC port, see the engine).
 //!
-//! Every KV backend implements [`MetadataStore`]; one file per backend.
+//! Every KV backend implements [`MetadataStore`]; one file per backend:
+//! [`http`] (client), [`http_server`] (the server, as a library), [`etcd`],
+//! [`redis`]. [`connect`] opens the one a [`MetadataUri`] names;
+//! [`MetadataStoreExt`] adds JSON get/put on top of any of them.
+
+pub mod etcd;
+pub mod http;
+pub mod http_server;
+pub mod redis;
+
+mod driver;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Bound on reaching a metadata server: past it the server counts as
+/// unreachable (`ERR_METADATA`).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Bound on one metadata request, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest value the HTTP client and server accept (segment descriptors
+/// are kilobytes; this only stops a runaway peer).
+pub const MAX_VALUE_LEN: usize = 64 << 20;
 
 /// Key under which a server publishes `{ip_or_host_name, rpc_port}`.
 pub fn rpc_meta_key(server_name: &str) -> String {
@@ -31,6 +55,34 @@ pub trait MetadataStore: Send + Sync + 'static {
     fn delete(&self, key: &str) -> Result<()>;
 }
 
+/// JSON on top of any [`MetadataStore`]: descriptors are JSON documents.
+/// A value that does not parse is `ERR_MALFORMED_JSON`.
+pub trait MetadataStoreExt: MetadataStore {
+    fn get_json<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        match self.get(key)? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Error::new(
+                    ErrorCode::ERR_MALFORMED_JSON,
+                    format!("metadata key {key:?}: {e}"),
+                )
+            }),
+        }
+    }
+
+    fn put_json<T: Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec(value).map_err(|e| {
+            Error::new(
+                ErrorCode::ERR_MALFORMED_JSON,
+                format!("metadata key {key:?}: {e}"),
+            )
+        })?;
+        self.put(key, &bytes)
+    }
+}
+
+impl<S: MetadataStore + ?Sized> MetadataStoreExt for S {}
+
 /// A parsed `metadata_server` connection string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetadataUri {
@@ -47,7 +99,12 @@ pub enum MetadataUri {
 impl MetadataUri {
     pub fn parse(conn: &str) -> Result<MetadataUri> {
         let conn = conn.trim();
-        let bad = || Error::new(ErrorCode::ERR_METADATA, format!("invalid metadata server {conn:?}"));
+        let bad = || {
+            Error::new(
+                ErrorCode::ERR_METADATA,
+                format!("invalid metadata server {conn:?}"),
+            )
+        };
         if conn.eq_ignore_ascii_case("P2PHANDSHAKE") {
             return Ok(MetadataUri::P2p);
         }
@@ -77,11 +134,23 @@ impl MetadataUri {
     }
 }
 
-/// Opens the KV backend named by `uri`. `P2p` has no KV store and is an error
-/// here; the engine handles it itself.
+/// Opens the KV backend named by `uri` and checks that its server answers,
+/// so a wrong or dead address fails here with `ERR_METADATA` (within
+/// [`CONNECT_TIMEOUT`] or so) rather than at first use. `P2p` has no KV store
+/// and is an error here; the engine handles it itself.
+///
+/// Redis reads `MC_REDIS_PASSWORD` and `MC_REDIS_DB_INDEX` from the
+/// environment.
 pub fn connect(uri: &MetadataUri) -> Result<Arc<dyn MetadataStore>> {
-    let _ = uri;
-    Err(Error::new(ErrorCode::ERR_METADATA, "metadata backends not built yet"))
+    match uri {
+        MetadataUri::Http(url) => Ok(Arc::new(http::HttpStore::connect(url)?)),
+        MetadataUri::Etcd(endpoints) => Ok(Arc::new(etcd::EtcdStore::connect(endpoints)?)),
+        MetadataUri::Redis(addr) => Ok(Arc::new(redis::RedisStore::connect(addr)?)),
+        MetadataUri::P2p => Err(Error::new(
+            ErrorCode::ERR_METADATA,
+            "P2PHANDSHAKE has no metadata store to connect to",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -90,7 +159,10 @@ mod tests {
 
     #[test]
     fn parses_connection_strings() {
-        assert_eq!(MetadataUri::parse("P2PHANDSHAKE").unwrap(), MetadataUri::P2p);
+        assert_eq!(
+            MetadataUri::parse("P2PHANDSHAKE").unwrap(),
+            MetadataUri::P2p
+        );
         assert_eq!(
             MetadataUri::parse("http://127.0.0.1:8080/metadata").unwrap(),
             MetadataUri::Http("http://127.0.0.1:8080/metadata".into())
@@ -103,9 +175,16 @@ mod tests {
             MetadataUri::parse("10.0.0.1:2379;10.0.0.2:2379").unwrap(),
             MetadataUri::Etcd(vec!["10.0.0.1:2379".into(), "10.0.0.2:2379".into()])
         );
-        assert_eq!(MetadataUri::parse("redis://h:6379").unwrap(), MetadataUri::Redis("h:6379".into()));
+        assert_eq!(
+            MetadataUri::parse("redis://h:6379").unwrap(),
+            MetadataUri::Redis("h:6379".into())
+        );
         for bad in ["", "redis://", "ftp://x:1", "justahost"] {
-            assert_eq!(MetadataUri::parse(bad).unwrap_err().code, ErrorCode::ERR_METADATA, "{bad:?}");
+            assert_eq!(
+                MetadataUri::parse(bad).unwrap_err().code,
+                ErrorCode::ERR_METADATA,
+                "{bad:?}"
+            );
         }
     }
 

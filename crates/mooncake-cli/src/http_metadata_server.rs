@@ -1,0 +1,121 @@
+//! `mooncake_http_metadata_server`: the HTTP metadata server
+//! ([`mooncake_transfer::metadata::http_server`]) as a process.
+//!
+//! Prints `listening on HOST:PORT` once bound (with `--port=0`, the port
+//! picked), serves until SIGINT/SIGTERM, then stops cleanly (exit 0).
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Parser;
+use mooncake_common::gflags;
+use mooncake_transfer::metadata::http_server::MetadataServer;
+
+use crate::signals::shutdown_signal;
+
+#[derive(Parser, Debug, Clone, PartialEq, Eq)]
+#[command(
+    name = "mooncake_http_metadata_server",
+    about = "Metadata KV over HTTP: GET|PUT|DELETE /metadata?key=KEY"
+)]
+pub struct Args {
+    /// Port to listen on; 0 picks a free one.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Address to bind.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+}
+
+/// Entry point (see [`crate::entry`]): argv in, exit code out.
+pub fn main(argv: Vec<String>) -> i32 {
+    let args = match Args::try_parse_from(gflags::normalize(argv, &[])) {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mooncake_http_metadata_server: cannot start runtime: {e}");
+            return 1;
+        }
+    };
+    let served = rt.block_on(async {
+        // Poll the signal future once so its handlers are installed before
+        // "listening" is announced: a stop sent right after it is not lost.
+        let mut stop = Box::pin(shutdown_signal());
+        let _ = tokio::time::timeout(Duration::ZERO, &mut stop).await;
+        let server = MetadataServer::bind(&args.host, args.port).await?;
+        println!(
+            "mooncake_http_metadata_server listening on {}",
+            server.local_addr()
+        );
+        let _ = std::io::stdout().flush();
+        stop.await;
+        server.shutdown().await
+    });
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("mooncake_http_metadata_server: {e}");
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Args, clap::Error> {
+        Args::try_parse_from(gflags::normalize(args.iter().copied(), &[]))
+    }
+
+    #[test]
+    fn flags_in_gflags_spellings() {
+        assert_eq!(
+            parse(&["prog"]).unwrap(),
+            Args {
+                port: 8080,
+                host: "0.0.0.0".into()
+            }
+        );
+        let want = Args {
+            port: 9000,
+            host: "127.0.0.1".into(),
+        };
+        assert_eq!(
+            parse(&["prog", "--port=9000", "--host=127.0.0.1"]).unwrap(),
+            want
+        );
+        assert_eq!(
+            parse(&["prog", "-port=9000", "-host", "127.0.0.1"]).unwrap(),
+            want
+        );
+        assert_eq!(
+            parse(&["prog", "--port", "9000", "--host", "127.0.0.1"]).unwrap(),
+            want
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors() {
+        for bad in [
+            &["prog", "--port=http"][..],
+            &["prog", "--port=70000"],
+            &["prog", "--nosuchflag=1"],
+        ] {
+            assert_eq!(
+                main(bad.iter().map(|s| s.to_string()).collect()),
+                2,
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,428 @@
+//! Blocking client for the master's RPC service.
+//!
+//! Calls run on the caller's thread over pooled long-lived TCP connections
+//! (TCP_NODELAY): one request frame out, one response frame back, no thread
+//! hops. A batch call is one round trip. Transport failures are `RPC_FAIL`.
+
+use std::io::{self, ErrorKind};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::Mutex;
+
+use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
+use crate::proto::{Request, Response};
+use crate::types::{ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo};
+
+/// Connections kept idle per client; more can be open while calls run.
+const MAX_IDLE_CONNECTIONS: usize = 32;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A handle to the master; cheap to clone, usable from any thread.
+#[derive(Clone)]
+pub struct MasterClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: String,
+    resolved: Vec<SocketAddr>,
+    idle: Mutex<Vec<Connection>>,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+}
+
+struct Connection {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+fn rpc_fail(what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorCode::RPC_FAIL, what.to_string())
+}
+
+impl MasterClient {
+    /// Connects to the master at `"host:port"` (one connection is opened now,
+    /// so an unreachable master fails here with `RPC_FAIL`).
+    pub fn connect(master_addr: &str) -> Result<MasterClient> {
+        Self::connect_with_timeouts(master_addr, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CALL_TIMEOUT)
+    }
+
+    /// Like [`connect`](Self::connect), with explicit connect and per-call timeouts.
+    pub fn connect_with_timeouts(
+        master_addr: &str,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<MasterClient> {
+        if master_addr.starts_with("etcd://") || master_addr.starts_with("redis://") {
+            return Err(Error::new(
+                ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
+                format!("HA master address {master_addr:?} is not supported yet"),
+            ));
+        }
+        let resolved: Vec<SocketAddr> = master_addr
+            .to_socket_addrs()
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!("bad master address {master_addr:?}: {e}"),
+                )
+            })?
+            .collect();
+        if resolved.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("master address {master_addr:?} resolves to nothing"),
+            ));
+        }
+        let inner = Inner {
+            addr: master_addr.to_string(),
+            resolved,
+            idle: Mutex::new(Vec::new()),
+            connect_timeout,
+            call_timeout,
+        };
+        let conn = inner.open()?;
+        inner.idle.lock().push(conn);
+        Ok(MasterClient {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The address this client talks to.
+    pub fn address(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// Heartbeat: the master marks the client alive. `CLIENT_NOT_FOUND` means
+    /// the master did not know this client (first contact, or it expired or
+    /// the master restarted): it is registered now, and the caller should
+    /// mount its segments again.
+    pub fn ping(&self, client_id: ClientId) -> Result<()> {
+        unit(self.call(&Request::Ping { client_id })?)
+    }
+
+    pub fn mount_segment(&self, client_id: ClientId, seg: &SegmentInfo) -> Result<()> {
+        unit(self.call(&Request::MountSegment {
+            client_id,
+            segment: seg.clone(),
+        })?)
+    }
+
+    pub fn unmount_segment(&self, client_id: ClientId, segment_name: &str) -> Result<()> {
+        unit(self.call(&Request::UnmountSegment {
+            client_id,
+            name: segment_name,
+        })?)
+    }
+
+    /// Allocates space for a new object; write every replica, then `put_end`.
+    pub fn put_start(
+        &self,
+        client_id: ClientId,
+        key: &str,
+        value_len: u64,
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<ReplicaDesc>> {
+        self.start(client_id, key, value_len, cfg, false)
+    }
+
+    /// Like `put_start`, but replaces an existing object.
+    pub fn upsert_start(
+        &self,
+        client_id: ClientId,
+        key: &str,
+        value_len: u64,
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<ReplicaDesc>> {
+        self.start(client_id, key, value_len, cfg, true)
+    }
+
+    fn start(
+        &self,
+        client_id: ClientId,
+        key: &str,
+        value_len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<Vec<ReplicaDesc>> {
+        let req = Request::PutStart {
+            client_id,
+            key,
+            value_len,
+            config: cfg.clone(),
+            upsert,
+        };
+        match self.call(&req)? {
+            Response::Replicas { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn put_end(&self, client_id: ClientId, key: &str) -> Result<()> {
+        unit(self.call(&Request::PutEnd { client_id, key })?)
+    }
+
+    pub fn put_revoke(&self, client_id: ClientId, key: &str) -> Result<()> {
+        unit(self.call(&Request::PutRevoke { client_id, key })?)
+    }
+
+    pub fn batch_put_start(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        value_lens: &[u64],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
+        self.batch_start(client_id, keys, value_lens, cfg, false)
+    }
+
+    pub fn batch_upsert_start(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        value_lens: &[u64],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
+        self.batch_start(client_id, keys, value_lens, cfg, true)
+    }
+
+    fn batch_start(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        value_lens: &[u64],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
+        if keys.len() != value_lens.len() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("{} keys but {} value lengths", keys.len(), value_lens.len()),
+            ));
+        }
+        let req = Request::BatchPutStart {
+            client_id,
+            keys: strs(keys),
+            value_lens: value_lens.to_vec(),
+            config: cfg.clone(),
+            upsert,
+        };
+        match self.call(&req)? {
+            Response::BatchReplicas { results } => same_len(results, keys.len()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn batch_put_end(&self, client_id: ClientId, keys: &[String]) -> Result<Vec<Result<()>>> {
+        units(
+            self.call(&Request::BatchPutEnd {
+                client_id,
+                keys: strs(keys),
+            })?,
+            keys.len(),
+        )
+    }
+
+    pub fn batch_put_revoke(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+    ) -> Result<Vec<Result<()>>> {
+        units(
+            self.call(&Request::BatchPutRevoke {
+                client_id,
+                keys: strs(keys),
+            })?,
+            keys.len(),
+        )
+    }
+
+    /// Where the object's complete replicas are; grants the read lease.
+    pub fn get_replica_list(&self, key: &str) -> Result<GetReplicaListResponse> {
+        match self.call(&Request::GetReplicaList { key })? {
+            Response::ReplicaList { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn batch_get_replica_list(
+        &self,
+        keys: &[String],
+    ) -> Result<Vec<Result<GetReplicaListResponse>>> {
+        match self.call(&Request::BatchGetReplicaList { keys: strs(keys) })? {
+            Response::BatchReplicaList { results } => same_len(results, keys.len()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Whether a complete object exists under `key` (a put in flight does not count).
+    pub fn exist_key(&self, key: &str) -> Result<bool> {
+        match self.call(&Request::ExistKey { key })? {
+            Response::Bool { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn batch_exist_key(&self, keys: &[String]) -> Result<Vec<Result<bool>>> {
+        match self.call(&Request::BatchExistKey { keys: strs(keys) })? {
+            Response::Bools { results } => same_len(results, keys.len()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Size in bytes of a complete object (no lease is granted).
+    pub fn get_size(&self, key: &str) -> Result<u64> {
+        count(self.call(&Request::GetSize { key })?)
+    }
+
+    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
+        unit(self.call(&Request::Remove { key, force })?)
+    }
+
+    pub fn batch_remove(&self, keys: &[String], force: bool) -> Result<Vec<Result<()>>> {
+        units(
+            self.call(&Request::BatchRemove {
+                keys: strs(keys),
+                force,
+            })?,
+            keys.len(),
+        )
+    }
+
+    /// Removes every complete object whose key matches `pattern`; returns the count removed.
+    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
+        count(self.call(&Request::RemoveByRegex { pattern, force })?)
+    }
+
+    /// Removes every complete object (leased ones only with `force`); returns the count removed.
+    pub fn remove_all(&self, force: bool) -> Result<u64> {
+        count(self.call(&Request::RemoveAll { force })?)
+    }
+
+    /// Sends one request and waits for its answer. A stale pooled connection
+    /// (the master restarted or dropped it) is detected by an immediate close
+    /// before any answer byte, and the call is retried once on a new one.
+    fn call(&self, req: &Request<'_>) -> Result<Response> {
+        let inner = &*self.inner;
+        let mut frame = Vec::with_capacity(64);
+        encode_frame(req, &mut frame)
+            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+        let pooled = inner.idle.lock().pop();
+        let (mut conn, reused) = match pooled {
+            Some(c) => (c, true),
+            None => (inner.open()?, false),
+        };
+        let mut result = conn.round_trip(&frame);
+        if reused && matches!(&result, Err(e) if is_stale(e)) {
+            conn = inner.open()?;
+            result = conn.round_trip(&frame);
+        }
+        match result {
+            Ok(()) => {
+                let resp: Response = decode_payload(&conn.buf)
+                    .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))?;
+                let mut idle = inner.idle.lock();
+                if idle.len() < MAX_IDLE_CONNECTIONS {
+                    idle.push(conn);
+                }
+                drop(idle);
+                match resp {
+                    Response::Failed { error } => Err(error),
+                    resp => Ok(resp),
+                }
+            }
+            Err(e) => Err(rpc_fail(format!("master {}: {e}", inner.addr))),
+        }
+    }
+}
+
+impl Inner {
+    fn open(&self) -> Result<Connection> {
+        let mut last = None;
+        for addr in &self.resolved {
+            match TcpStream::connect_timeout(addr, self.connect_timeout) {
+                Ok(stream) => {
+                    let setup = stream
+                        .set_nodelay(true)
+                        .and_then(|_| stream.set_read_timeout(Some(self.call_timeout)))
+                        .and_then(|_| stream.set_write_timeout(Some(self.call_timeout)));
+                    if let Err(e) = setup {
+                        last = Some(e);
+                        continue;
+                    }
+                    return Ok(Connection {
+                        stream,
+                        buf: Vec::new(),
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let e = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
+        Err(rpc_fail(format!(
+            "cannot connect to master {}: {e}",
+            self.addr
+        )))
+    }
+}
+
+impl Connection {
+    fn round_trip(&mut self, frame: &[u8]) -> io::Result<()> {
+        write_frames(&mut self.stream, frame)?;
+        read_frame(&mut self.stream, &mut self.buf)
+    }
+}
+
+/// Errors meaning the peer had closed the connection before our request.
+fn is_stale(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::BrokenPipe
+            | ErrorKind::ConnectionAborted
+    )
+}
+
+fn strs(keys: &[String]) -> Vec<&str> {
+    keys.iter().map(String::as_str).collect()
+}
+
+fn unexpected(resp: &Response) -> Error {
+    rpc_fail(format!("unexpected answer {} from master", resp.name()))
+}
+
+fn unit(resp: Response) -> Result<()> {
+    match resp {
+        Response::Unit { result } => result,
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn units(resp: Response, n: usize) -> Result<Vec<Result<()>>> {
+    match resp {
+        Response::Units { results } => same_len(results, n),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn count(resp: Response) -> Result<u64> {
+    match resp {
+        Response::Count { result } => result,
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn same_len<T>(results: Vec<T>, n: usize) -> Result<Vec<T>> {
+    if results.len() != n {
+        return Err(rpc_fail(format!(
+            "master answered {} results for {n} keys",
+            results.len()
+        )));
+    }
+    Ok(results)
+}

@@ -1,0 +1,221 @@
+//! The master RPC calls and their answers.
+//!
+//! Requests borrow their keys from the frame they were decoded from, so the
+//! master serves a call without copying keys it does not keep.
+
+use mooncake_common::{Error, Result};
+
+use super::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
+use crate::types::{
+    ClientId, DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
+    ReplicaStatus, ReplicateConfig, SegmentInfo,
+};
+
+wire_struct!(ReplicateConfig {
+    replica_num,
+    with_soft_pin,
+    with_hard_pin,
+    preferred_segment,
+    preferred_segments,
+    prefer_alloc_in_same_node,
+});
+wire_struct!(SegmentInfo {
+    name,
+    base,
+    size,
+    transport_endpoint
+});
+wire_struct!(MemoryDescriptor {
+    segment_name,
+    transport_endpoint,
+    buffer_address,
+    size
+});
+wire_struct!(DiskDescriptor {
+    file_path,
+    object_size
+});
+wire_struct!(ReplicaDesc { kind, status });
+wire_struct!(GetReplicaListResponse {
+    replicas,
+    lease_ttl_ms
+});
+
+impl Encode for ReplicaStatus {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(match self {
+            ReplicaStatus::Undefined => 0,
+            ReplicaStatus::Initialized => 1,
+            ReplicaStatus::Processing => 2,
+            ReplicaStatus::Complete => 3,
+            ReplicaStatus::Removed => 4,
+            ReplicaStatus::Failed => 5,
+        });
+    }
+}
+
+impl<'de> Decode<'de> for ReplicaStatus {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            0 => ReplicaStatus::Undefined,
+            1 => ReplicaStatus::Initialized,
+            2 => ReplicaStatus::Processing,
+            3 => ReplicaStatus::Complete,
+            4 => ReplicaStatus::Removed,
+            5 => ReplicaStatus::Failed,
+            t => {
+                return Err(DecodeError::BadTag {
+                    what: "replica status",
+                    tag: t.into(),
+                })
+            }
+        })
+    }
+}
+
+impl Encode for ReplicaKind {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            ReplicaKind::Memory(m) => {
+                out.push(0);
+                m.encode(out);
+            }
+            ReplicaKind::Disk(d) => {
+                out.push(1);
+                d.encode(out);
+            }
+        }
+    }
+}
+
+impl<'de> Decode<'de> for ReplicaKind {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            0 => Ok(ReplicaKind::Memory(Decode::decode(r)?)),
+            1 => Ok(ReplicaKind::Disk(Decode::decode(r)?)),
+            t => Err(DecodeError::BadTag {
+                what: "replica kind",
+                tag: t.into(),
+            }),
+        }
+    }
+}
+
+/// Defines an enum whose variants have named fields, tagged by a byte on the wire.
+/// With a lifetime parameter, decoding borrows from the input.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident $(<$lt:lifetime>)? {
+            $( $(#[$vmeta:meta])* $tag:literal => $var:ident { $($field:ident : $fty:ty),* $(,)? } ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        pub enum $name $(<$lt>)? {
+            $( $(#[$vmeta])* $var { $($field: $fty),* } ),*
+        }
+
+        impl $(<$lt>)? $name $(<$lt>)? {
+            /// The wire tag of this variant.
+            pub fn tag(&self) -> u8 {
+                match self { $( $name::$var { .. } => $tag ),* }
+            }
+
+            /// The variant's name, as metrics and logs show it.
+            pub fn name(&self) -> &'static str {
+                Self::name_of(self.tag())
+            }
+
+            pub fn name_of(tag: u8) -> &'static str {
+                match tag { $( $tag => stringify!($var), )* _ => "Unknown" }
+            }
+
+            /// Every tag in use.
+            pub const TAGS: &'static [u8] = &[$($tag),*];
+        }
+
+        impl $(<$lt>)? Encode for $name $(<$lt>)? {
+            fn encode(&self, out: &mut Vec<u8>) {
+                match self {
+                    $( $name::$var { $($field),* } => {
+                        out.push($tag);
+                        $( Encode::encode($field, out); )*
+                    } )*
+                }
+            }
+        }
+
+        wire_enum!(@decode $name [$($lt)?] { $( $tag => $var { $($field),* } ),* });
+    };
+    (@decode $name:ident [$lt:lifetime] { $( $tag:literal => $var:ident { $($field:ident),* } ),* }) => {
+        impl<$lt> Decode<$lt> for $name<$lt> {
+            fn decode(r: &mut Reader<$lt>) -> Result<Self, DecodeError> {
+                match r.u8()? {
+                    $( $tag => Ok($name::$var { $($field: Decode::decode(r)?),* }), )*
+                    t => Err(DecodeError::BadTag { what: stringify!($name), tag: t.into() }),
+                }
+            }
+        }
+    };
+    (@decode $name:ident [] { $( $tag:literal => $var:ident { $($field:ident),* } ),* }) => {
+        impl<'de> Decode<'de> for $name {
+            fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+                match r.u8()? {
+                    $( $tag => Ok($name::$var { $($field: Decode::decode(r)?),* }), )*
+                    t => Err(DecodeError::BadTag { what: stringify!($name), tag: t.into() }),
+                }
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// A call to the master.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Request<'a> {
+        /// Heartbeat.
+        1 => Ping { client_id: ClientId },
+        2 => MountSegment { client_id: ClientId, segment: SegmentInfo },
+        3 => UnmountSegment { client_id: ClientId, name: &'a str },
+        /// `upsert` = insert or replace.
+        4 => PutStart { client_id: ClientId, key: &'a str, value_len: u64, config: ReplicateConfig, upsert: bool },
+        5 => BatchPutStart {
+            client_id: ClientId,
+            keys: Vec<&'a str>,
+            value_lens: Vec<u64>,
+            config: ReplicateConfig,
+            upsert: bool,
+        },
+        6 => PutEnd { client_id: ClientId, key: &'a str },
+        7 => BatchPutEnd { client_id: ClientId, keys: Vec<&'a str> },
+        8 => PutRevoke { client_id: ClientId, key: &'a str },
+        9 => BatchPutRevoke { client_id: ClientId, keys: Vec<&'a str> },
+        10 => GetReplicaList { key: &'a str },
+        11 => BatchGetReplicaList { keys: Vec<&'a str> },
+        12 => ExistKey { key: &'a str },
+        13 => BatchExistKey { keys: Vec<&'a str> },
+        14 => GetSize { key: &'a str },
+        15 => Remove { key: &'a str, force: bool },
+        16 => BatchRemove { keys: Vec<&'a str>, force: bool },
+        17 => RemoveByRegex { pattern: &'a str, force: bool },
+        18 => RemoveAll { force: bool },
+    }
+}
+
+wire_enum! {
+    /// The master's answer. A call gets the variant of its kind, or `Failed`
+    /// when the call itself was rejected (malformed frame, mismatched batch).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum Response {
+        1 => Unit { result: Result<()> },
+        2 => Units { results: Vec<Result<()>> },
+        3 => Replicas { result: Result<Vec<ReplicaDesc>> },
+        4 => BatchReplicas { results: Vec<Result<Vec<ReplicaDesc>>> },
+        5 => ReplicaList { result: Result<GetReplicaListResponse> },
+        6 => BatchReplicaList { results: Vec<Result<GetReplicaListResponse>> },
+        7 => Bool { result: Result<bool> },
+        8 => Bools { results: Vec<Result<bool>> },
+        9 => Count { result: Result<u64> },
+        10 => Failed { error: Error },
+    }
+}

@@ -1,0 +1,123 @@
+//! Types shared by the master, its clients and the wire protocol.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest key the master accepts, in bytes (longer keys are `INVALID_KEY`).
+pub const MAX_KEY_LEN: usize = 4096;
+/// Largest single value the master accepts (larger values are `INVALID_PARAMS`;
+/// values that fit this limit but no segment are `NO_AVAILABLE_HANDLE`).
+pub const MAX_VALUE_LEN: u64 = 1 << 40;
+/// Most replicas one object may ask for (more is `INVALID_PARAMS`).
+pub const MAX_REPLICA_NUM: usize = 64;
+
+/// How many copies of an object to keep and where to put them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicateConfig {
+    /// Total number of replicas, each on a distinct segment, best effort (at least one).
+    pub replica_num: usize,
+    /// Keep the object out of eviction while it is accessed within the soft-pin TTL.
+    pub with_soft_pin: bool,
+    /// Never evict the object; only an explicit remove drops it.
+    pub with_hard_pin: bool,
+    /// Segment to try first (`""` = none).
+    pub preferred_segment: String,
+    /// Segments to try first, in order (after `preferred_segment`).
+    pub preferred_segments: Vec<String>,
+    /// Read-side hint for clients (prefer replicas on this host); the master ignores it.
+    pub prefer_alloc_in_same_node: bool,
+}
+
+impl Default for ReplicateConfig {
+    fn default() -> Self {
+        ReplicateConfig {
+            replica_num: 1,
+            with_soft_pin: false,
+            with_hard_pin: false,
+            preferred_segment: String::new(),
+            preferred_segments: Vec::new(),
+            prefer_alloc_in_same_node: false,
+        }
+    }
+}
+
+/// Identifies a client process: random per process (uuid-like).
+pub type ClientId = u128;
+
+/// A memory segment a client contributes to the pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    /// Segment name, unique in the cluster.
+    pub name: String,
+    /// Virtual address of the segment buffer in its owner process.
+    pub base: u64,
+    pub size: u64,
+    /// Transfer-engine segment name to open (the engine's local server name), e.g. `"host:port"`.
+    pub transport_endpoint: String,
+}
+
+/// Life cycle of a replica, as the reference names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaStatus {
+    Undefined,
+    Initialized,
+    Processing,
+    Complete,
+    Removed,
+    Failed,
+}
+
+/// Where a memory replica's bytes live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryDescriptor {
+    pub segment_name: String,
+    pub transport_endpoint: String,
+    /// Address inside the owner's segment buffer (`SegmentInfo::base` + offset).
+    pub buffer_address: u64,
+    pub size: u64,
+}
+
+/// Where a disk replica's bytes live.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiskDescriptor {
+    pub file_path: String,
+    pub object_size: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplicaKind {
+    Memory(MemoryDescriptor),
+    Disk(DiskDescriptor),
+}
+
+/// One replica of an object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaDesc {
+    pub kind: ReplicaKind,
+    pub status: ReplicaStatus,
+}
+
+impl ReplicaDesc {
+    /// The memory descriptor, if this is a memory replica.
+    pub fn memory(&self) -> Option<&MemoryDescriptor> {
+        match &self.kind {
+            ReplicaKind::Memory(m) => Some(m),
+            ReplicaKind::Disk(_) => None,
+        }
+    }
+
+    /// Size of the object this replica holds.
+    pub fn size(&self) -> u64 {
+        match &self.kind {
+            ReplicaKind::Memory(m) => m.size,
+            ReplicaKind::Disk(d) => d.object_size,
+        }
+    }
+}
+
+/// Answer to GetReplicaList: replicas (all complete) and the lease granted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetReplicaListResponse {
+    pub replicas: Vec<ReplicaDesc>,
+    /// How long (from the master's answer) the object is protected from removal and eviction.
+    pub lease_ttl_ms: u64,
+}

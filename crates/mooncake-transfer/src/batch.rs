@@ -1,0 +1,486 @@
+//! Batches and per-request status.
+//!
+//! A submitted request is a [`Task`], cut into one or more slices by its
+//! transport. Each slice reports back exactly once through
+//! [`Task::slice_done`]; the last one settles the task. A task settles once
+//! (`Completed`, `Failed` or, past its deadline, `Timeout`), and the batch
+//! counts settled tasks so [`Batch::wait`] sleeps on a condvar instead of
+//! polling.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+/// State of one request, as the reference reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferState {
+    Waiting,
+    Pending,
+    Invalid,
+    Canceled,
+    Completed,
+    Timeout,
+    Failed,
+}
+
+/// Status of one request, or the aggregate of a batch.
+#[derive(Clone, Debug)]
+pub struct TransferStatus {
+    pub state: TransferState,
+    /// Bytes moved so far (a lower bound while running).
+    pub transferred_bytes: u64,
+    /// Why it failed (or timed out).
+    pub error: Option<ErrorCode>,
+}
+
+const WAITING: u8 = 0;
+const COMPLETED: u8 = 1;
+const FAILED: u8 = 2;
+const TIMEOUT: u8 = 3;
+
+/// Stops whatever carries a task's slices, so that a task past its deadline
+/// stops touching local memory promptly (e.g. shuts a peer's connections).
+pub(crate) trait Abort: Send + Sync {
+    fn abort(&self);
+}
+
+/// Runs once when a batch's submitted tasks have all settled; the argument
+/// says whether all of them completed.
+pub(crate) type IdleHook = Box<dyn FnOnce(bool) + Send>;
+
+/// Counters shared by a batch's tasks.
+struct Shared {
+    /// Submitted tasks not yet settled.
+    unsettled: AtomicUsize,
+    /// Tasks that still have slices in flight (settled or not).
+    busy: AtomicUsize,
+    lock: Mutex<()>,
+    changed: Condvar,
+    /// Runs once when every submitted task has settled (notify after transfer).
+    on_idle: Mutex<Option<IdleHook>>,
+    all_ok: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn wake(&self) {
+        let _g = self.lock.lock();
+        self.changed.notify_all();
+    }
+}
+
+/// One request of a batch.
+pub(crate) struct Task {
+    state: AtomicU8,
+    error: AtomicI32,
+    slices_left: AtomicUsize,
+    transferred: AtomicU64,
+    deadline: Instant,
+    abort: Mutex<Option<Arc<dyn Abort>>>,
+    shared: Arc<Shared>,
+}
+
+impl Task {
+    /// Sets how many slices will report; called once by the transport before
+    /// any slice can finish. Zero settles the task as completed.
+    pub(crate) fn expect_slices(&self, n: usize) {
+        if n == 0 {
+            self.settle(COMPLETED);
+            return;
+        }
+        self.slices_left.store(n, Ordering::Release);
+        self.shared.busy.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(crate) fn set_abort(&self, abort: Arc<dyn Abort>) {
+        *self.abort.lock() = Some(abort);
+    }
+
+    /// Fails the whole task before any slice was issued.
+    pub(crate) fn fail(&self, code: ErrorCode) {
+        let _ = self
+            .error
+            .compare_exchange(0, code.code(), Ordering::AcqRel, Ordering::Acquire);
+        self.settle(FAILED);
+    }
+
+    /// Reports one slice: `Ok(bytes)` or the error code.
+    pub(crate) fn slice_done(&self, result: Result<usize, ErrorCode>) {
+        match result {
+            Ok(n) => {
+                self.transferred.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(code) => {
+                let _ = self.error.compare_exchange(
+                    0,
+                    code.code(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
+            }
+        }
+        if self.slices_left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // No longer busy before settling, so a waiter woken by the
+            // settlement already sees it.
+            let last_busy = self.shared.busy.fetch_sub(1, Ordering::AcqRel) == 1;
+            let failed = self.error.load(Ordering::Acquire) != 0;
+            let settled_now = self.settle(if failed { FAILED } else { COMPLETED });
+            if !settled_now && last_busy {
+                // A timed-out task drained: wake `Batch::prepare_free` waiters.
+                self.shared.wake();
+            }
+        }
+    }
+
+    /// True while the task's result still matters (not settled).
+    pub(crate) fn is_live(&self) -> bool {
+        self.state.load(Ordering::Acquire) == WAITING
+    }
+
+    fn settle(&self, to: u8) -> bool {
+        if self
+            .state
+            .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return false;
+        }
+        if to != COMPLETED {
+            self.shared.all_ok.store(false, Ordering::Release);
+        }
+        if self.shared.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let hook = self.shared.on_idle.lock().take();
+            if let Some(hook) = hook {
+                hook(self.shared.all_ok.load(Ordering::Acquire));
+            }
+        }
+        self.shared.wake();
+        true
+    }
+
+    fn expire_if_due(&self, now: Instant) {
+        if now >= self.deadline && self.settle(TIMEOUT) {
+            let _ = self.error.compare_exchange(
+                0,
+                ErrorCode::TRANSFER_FAIL.code(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            let abort = self.abort.lock().take();
+            if let Some(a) = abort {
+                a.abort();
+            }
+        }
+    }
+
+    fn status(&self) -> TransferStatus {
+        let state = match self.state.load(Ordering::Acquire) {
+            WAITING => TransferState::Waiting,
+            COMPLETED => TransferState::Completed,
+            FAILED => TransferState::Failed,
+            _ => TransferState::Timeout,
+        };
+        let code = self.error.load(Ordering::Acquire);
+        TransferStatus {
+            state,
+            transferred_bytes: self.transferred.load(Ordering::Relaxed),
+            error: (code != 0 && state != TransferState::Completed)
+                .then(|| ErrorCode::from_i32(code)),
+        }
+    }
+}
+
+/// A group of requests submitted and waited on together.
+pub(crate) struct Batch {
+    capacity: usize,
+    timeout: Duration,
+    tasks: Mutex<Vec<Arc<Task>>>,
+    shared: Arc<Shared>,
+}
+
+impl Batch {
+    pub(crate) fn new(capacity: usize, timeout: Duration) -> Batch {
+        Batch {
+            capacity,
+            timeout,
+            tasks: Mutex::new(Vec::new()),
+            shared: Arc::new(Shared {
+                unsettled: AtomicUsize::new(0),
+                busy: AtomicUsize::new(0),
+                lock: Mutex::new(()),
+                changed: Condvar::new(),
+                on_idle: Mutex::new(None),
+                all_ok: std::sync::atomic::AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// Creates `n` new waiting tasks (refused past the batch's capacity) and
+    /// installs `on_idle` to run once all of the batch's tasks have settled.
+    pub(crate) fn add_tasks(
+        &self,
+        n: usize,
+        now: Instant,
+        on_idle: Option<IdleHook>,
+    ) -> Result<Vec<Arc<Task>>> {
+        let mut tasks = self.tasks.lock();
+        if tasks.len() + n > self.capacity {
+            return Err(Error::new(
+                ErrorCode::ERR_TOO_MANY_REQUESTS,
+                format!(
+                    "batch of {} already holds {}; cannot add {n}",
+                    self.capacity,
+                    tasks.len()
+                ),
+            ));
+        }
+        let deadline = now + self.timeout;
+        let new: Vec<Arc<Task>> = (0..n)
+            .map(|_| {
+                Arc::new(Task {
+                    state: AtomicU8::new(WAITING),
+                    error: AtomicI32::new(0),
+                    slices_left: AtomicUsize::new(0),
+                    transferred: AtomicU64::new(0),
+                    deadline,
+                    abort: Mutex::new(None),
+                    shared: self.shared.clone(),
+                })
+            })
+            .collect();
+        self.shared.unsettled.fetch_add(n, Ordering::AcqRel);
+        if let Some(hook) = on_idle {
+            if n == 0 && self.shared.unsettled.load(Ordering::Acquire) == 0 {
+                drop(tasks);
+                hook(true);
+                return Ok(new);
+            }
+            *self.shared.on_idle.lock() = Some(hook);
+        }
+        tasks.extend(new.iter().cloned());
+        Ok(new)
+    }
+
+    /// Status of request `task_id` (its index in submission order).
+    pub(crate) fn task_status(&self, task_id: usize, now: Instant) -> Result<TransferStatus> {
+        let task = self.tasks.lock().get(task_id).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorCode::ERR_INVALID_ARGUMENT,
+                format!("no request {task_id} in this batch"),
+            )
+        })?;
+        task.expire_if_due(now);
+        Ok(task.status())
+    }
+
+    /// Aggregate: `Failed` if any failed, else `Timeout` if any timed out,
+    /// else `Waiting` while any runs, else `Completed`.
+    pub(crate) fn status(&self, now: Instant) -> TransferStatus {
+        let tasks = self.tasks.lock().clone();
+        let mut agg = TransferStatus {
+            state: TransferState::Completed,
+            transferred_bytes: 0,
+            error: None,
+        };
+        let rank = |s: TransferState| match s {
+            TransferState::Failed => 3,
+            TransferState::Timeout => 2,
+            TransferState::Waiting => 1,
+            _ => 0,
+        };
+        for t in &tasks {
+            t.expire_if_due(now);
+            let s = t.status();
+            agg.transferred_bytes += s.transferred_bytes;
+            if rank(s.state) > rank(agg.state) {
+                agg.state = s.state;
+                agg.error = s.error;
+            }
+        }
+        agg
+    }
+
+    /// Blocks until every submitted task has settled (deadlines included).
+    pub(crate) fn wait(&self) -> TransferStatus {
+        let mut guard = self.shared.lock.lock();
+        while self.shared.unsettled.load(Ordering::Acquire) != 0 {
+            let now = Instant::now();
+            let next = self
+                .tasks
+                .lock()
+                .iter()
+                .filter(|t| t.is_live())
+                .map(|t| t.deadline)
+                .min();
+            match next {
+                Some(deadline) if deadline <= now => {
+                    drop(guard);
+                    self.status(now); // expires what is due
+                    guard = self.shared.lock.lock();
+                }
+                Some(deadline) => {
+                    self.shared.changed.wait_until(&mut guard, deadline);
+                }
+                // Counted but not yet visible in `tasks`: a concurrent submit.
+                None => {
+                    self.shared
+                        .changed
+                        .wait_for(&mut guard, Duration::from_millis(1));
+                }
+            }
+        }
+        drop(guard);
+        self.status(Instant::now())
+    }
+
+    /// Readies the batch for freeing: refused while a request runs; after a
+    /// timeout, waits (bounded) until aborted slices stop touching memory.
+    pub(crate) fn prepare_free(&self) -> Result<()> {
+        if self.shared.unsettled.load(Ordering::Acquire) != 0 {
+            return Err(Error::new(
+                ErrorCode::ERR_BATCH_BUSY,
+                "batch still has running requests",
+            ));
+        }
+        let give_up = Instant::now() + Duration::from_secs(5);
+        let mut guard = self.shared.lock.lock();
+        while self.shared.busy.load(Ordering::Acquire) != 0 {
+            if self
+                .shared
+                .changed
+                .wait_until(&mut guard, give_up)
+                .timed_out()
+            {
+                return Err(Error::new(
+                    ErrorCode::ERR_BATCH_BUSY,
+                    "timed-out requests still draining",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn slices_settle_tasks_and_batch() {
+        let b = Batch::new(4, Duration::from_secs(30));
+        let now = Instant::now();
+        let t = b.add_tasks(2, now, None).unwrap();
+        t[0].expect_slices(2);
+        t[1].expect_slices(1);
+        assert_eq!(b.status(now).state, TransferState::Waiting);
+        t[0].slice_done(Ok(10));
+        assert_eq!(b.task_status(0, now).unwrap().state, TransferState::Waiting);
+        t[0].slice_done(Ok(5));
+        let s = b.task_status(0, now).unwrap();
+        assert_eq!(
+            (s.state, s.transferred_bytes, s.error),
+            (TransferState::Completed, 15, None)
+        );
+        t[1].slice_done(Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED));
+        let agg = b.wait();
+        assert_eq!(agg.state, TransferState::Failed);
+        assert_eq!(agg.error, Some(ErrorCode::ERR_ADDRESS_NOT_REGISTERED));
+        assert_eq!(agg.transferred_bytes, 15);
+        b.prepare_free().unwrap();
+    }
+
+    #[test]
+    fn capacity_and_bad_task_ids() {
+        let b = Batch::new(2, Duration::from_secs(30));
+        let now = Instant::now();
+        b.add_tasks(2, now, None).unwrap();
+        assert_eq!(
+            b.add_tasks(1, now, None).err().unwrap().code,
+            ErrorCode::ERR_TOO_MANY_REQUESTS
+        );
+        assert_eq!(
+            b.task_status(2, now).unwrap_err().code,
+            ErrorCode::ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            b.prepare_free().unwrap_err().code,
+            ErrorCode::ERR_BATCH_BUSY
+        );
+    }
+
+    #[test]
+    fn deadline_times_out_and_aborts() {
+        struct Flag(AtomicBool);
+        impl Abort for Flag {
+            fn abort(&self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        let b = Batch::new(1, Duration::from_secs(5));
+        let start = Instant::now();
+        let t = b.add_tasks(1, start, None).unwrap();
+        t[0].expect_slices(1);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        t[0].set_abort(flag.clone());
+        assert_eq!(
+            b.task_status(0, start).unwrap().state,
+            TransferState::Waiting
+        );
+        // The clock is an argument: no sleeping in tests.
+        let later = start + Duration::from_secs(6);
+        assert_eq!(
+            b.task_status(0, later).unwrap().state,
+            TransferState::Timeout
+        );
+        assert!(flag.0.load(Ordering::SeqCst));
+        // The slice still reports later; the task stays timed out.
+        t[0].slice_done(Ok(1));
+        assert_eq!(b.status(later).state, TransferState::Timeout);
+        b.prepare_free().unwrap();
+    }
+
+    #[test]
+    fn idle_hook_runs_once_after_all_tasks() {
+        let b = Batch::new(3, Duration::from_secs(30));
+        let now = Instant::now();
+        let fired = Arc::new(Mutex::new(Vec::new()));
+        let f = fired.clone();
+        let t = b
+            .add_tasks(2, now, Some(Box::new(move |ok| f.lock().push(ok))))
+            .unwrap();
+        t[0].expect_slices(0);
+        assert!(fired.lock().is_empty());
+        t[1].expect_slices(1);
+        t[1].slice_done(Ok(3));
+        assert_eq!(*fired.lock(), vec![true]);
+        // An empty submit with a hook fires at once.
+        let f = fired.clone();
+        b.add_tasks(0, now, Some(Box::new(move |ok| f.lock().push(ok))))
+            .unwrap();
+        assert_eq!(*fired.lock(), vec![true, true]);
+    }
+
+    #[test]
+    fn wait_returns_when_other_threads_finish() {
+        let b = Arc::new(Batch::new(8, Duration::from_secs(30)));
+        let tasks = b.add_tasks(8, Instant::now(), None).unwrap();
+        for t in &tasks {
+            t.expect_slices(1);
+        }
+        let h = std::thread::spawn(move || {
+            for t in tasks {
+                t.slice_done(Ok(1));
+            }
+        });
+        let s = b.wait();
+        h.join().unwrap();
+        assert_eq!(
+            (s.state, s.transferred_bytes),
+            (TransferState::Completed, 8)
+        );
+    }
+}

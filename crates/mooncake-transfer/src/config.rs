@@ -1,0 +1,182 @@
+//! Engine configuration: documented defaults, then the reference's `MC_*`
+//! environment variables on top.
+
+use std::time::Duration;
+
+/// Everything [`crate::TransferEngine::new`] needs.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// `P2PHANDSHAKE`, `http://h:p/metadata`, `etcd://h:p`, bare `h:p`, or `redis://h:p`.
+    pub metadata_server: String,
+    /// `host` or `host:port`. In P2P mode the published name becomes `host:rpc_port`.
+    pub local_server_name: String,
+    /// `tcp` (default) or `rdma` (only with the `rdma` cargo feature).
+    pub protocol: String,
+    /// RDMA NIC name; ignored by `tcp` (scripts often pass one anyway).
+    pub device_name: String,
+    /// Address the RPC listener binds (`MC_TCP_BIND_ADDRESS`); default all interfaces.
+    pub rpc_bind_address: Option<String>,
+    /// `None`: the port in `local_server_name`, else a free port in
+    /// `min_rpc_port..max_rpc_port`.
+    pub rpc_port: Option<u16>,
+    /// Never use the same-host shared-memory path (`MC_FORCE_TCP`).
+    pub force_tcp: bool,
+    /// A request not finished after this long ends `TIMEOUT` (`MC_TRANSFER_TIMEOUT`, seconds).
+    pub transfer_timeout: Duration,
+    /// Large requests are cut into slices of this many bytes (`MC_SLICE_SIZE`).
+    pub slice_size: usize,
+    /// Port range searched for a free RPC port (`MC_MIN_PRC_PORT`, `MC_MAX_PRC_PORT`).
+    pub min_rpc_port: u16,
+    pub max_rpc_port: u16,
+    /// Largest control payload (handshake descriptor, notify) accepted (`MC_HANDSHAKE_MAX_LENGTH`).
+    pub handshake_max_length: usize,
+    /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`).
+    pub tcp_connections: usize,
+}
+
+pub const DEFAULT_SLICE_SIZE: usize = 65536;
+pub const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
+pub const DEFAULT_TCP_CONNECTIONS: usize = 2;
+
+impl EngineConfig {
+    /// Defaults, then environment variables (`MC_*`) applied.
+    pub fn new(metadata_server: &str, local_server_name: &str) -> EngineConfig {
+        let mut config = EngineConfig::defaults(metadata_server, local_server_name);
+        config.apply_env(|k| std::env::var(k).ok());
+        config
+    }
+
+    /// Defaults only, ignoring the environment.
+    pub fn defaults(metadata_server: &str, local_server_name: &str) -> EngineConfig {
+        EngineConfig {
+            metadata_server: metadata_server.to_string(),
+            local_server_name: local_server_name.to_string(),
+            protocol: "tcp".to_string(),
+            device_name: String::new(),
+            rpc_bind_address: None,
+            rpc_port: None,
+            force_tcp: false,
+            transfer_timeout: DEFAULT_TRANSFER_TIMEOUT,
+            slice_size: DEFAULT_SLICE_SIZE,
+            min_rpc_port: 15000,
+            max_rpc_port: 17000,
+            handshake_max_length: DEFAULT_HANDSHAKE_MAX_LENGTH,
+            tcp_connections: DEFAULT_TCP_CONNECTIONS,
+        }
+    }
+
+    /// Applies `MC_*` variables read through `var`; unparsable values are
+    /// ignored (with a warning) so a typo never stops a deployment.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        fn parsed<T: std::str::FromStr>(name: &str, v: Option<String>) -> Option<T> {
+            let v = v?;
+            match v.trim().parse() {
+                Ok(x) => Some(x),
+                Err(_) => {
+                    tracing::warn!("ignoring {name}={v:?}: not a number");
+                    None
+                }
+            }
+        }
+        if let Some(v) = var("MC_FORCE_TCP") {
+            self.force_tcp =
+                mooncake_common::gflags::parse_bool(&v).unwrap_or(!v.trim().is_empty());
+        }
+        if let Some(secs) = parsed::<f64>("MC_TRANSFER_TIMEOUT", var("MC_TRANSFER_TIMEOUT")) {
+            if secs.is_finite() && secs > 0.0 {
+                self.transfer_timeout = Duration::from_secs_f64(secs);
+            }
+        }
+        if let Some(n) = parsed::<usize>("MC_SLICE_SIZE", var("MC_SLICE_SIZE")) {
+            if n > 0 {
+                self.slice_size = n;
+            }
+        }
+        if let Some(addr) = var("MC_TCP_BIND_ADDRESS").filter(|a| !a.trim().is_empty()) {
+            self.rpc_bind_address = Some(addr.trim().to_string());
+        }
+        if let Some(p) = parsed("MC_MIN_PRC_PORT", var("MC_MIN_PRC_PORT")) {
+            self.min_rpc_port = p;
+        }
+        if let Some(p) = parsed("MC_MAX_PRC_PORT", var("MC_MAX_PRC_PORT")) {
+            self.max_rpc_port = p;
+        }
+        if let Some(n) = parsed::<usize>("MC_HANDSHAKE_MAX_LENGTH", var("MC_HANDSHAKE_MAX_LENGTH"))
+        {
+            if n > 0 {
+                self.handshake_max_length = n;
+            }
+        }
+        if let Some(n) = parsed::<usize>("MC_TCP_CONNECTIONS", var("MC_TCP_CONNECTIONS")) {
+            if (1..=64).contains(&n) {
+                self.tcp_connections = n;
+            }
+        }
+    }
+
+    /// True when descriptors are exchanged peer to peer.
+    pub fn is_p2p(&self) -> bool {
+        self.metadata_server
+            .trim()
+            .eq_ignore_ascii_case("P2PHANDSHAKE")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with_env(pairs: &[(&str, &str)]) -> EngineConfig {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut c = EngineConfig::defaults("P2PHANDSHAKE", "localhost");
+        c.apply_env(|k| env.get(k).cloned());
+        c
+    }
+
+    #[test]
+    fn defaults_match_the_reference() {
+        let c = with_env(&[]);
+        assert_eq!(c.protocol, "tcp");
+        assert_eq!(c.slice_size, 65536);
+        assert_eq!(c.transfer_timeout, Duration::from_secs(30));
+        assert_eq!((c.min_rpc_port, c.max_rpc_port), (15000, 17000));
+        assert!(!c.force_tcp);
+        assert!(c.is_p2p());
+    }
+
+    #[test]
+    fn environment_overrides() {
+        let c = with_env(&[
+            ("MC_FORCE_TCP", "1"),
+            ("MC_TRANSFER_TIMEOUT", "2"),
+            ("MC_SLICE_SIZE", "1048576"),
+            ("MC_TCP_BIND_ADDRESS", "127.0.0.1"),
+            ("MC_MIN_PRC_PORT", "20000"),
+            ("MC_MAX_PRC_PORT", "20010"),
+            ("MC_HANDSHAKE_MAX_LENGTH", "4096"),
+        ]);
+        assert!(c.force_tcp);
+        assert_eq!(c.transfer_timeout, Duration::from_secs(2));
+        assert_eq!(c.slice_size, 1 << 20);
+        assert_eq!(c.rpc_bind_address.as_deref(), Some("127.0.0.1"));
+        assert_eq!((c.min_rpc_port, c.max_rpc_port), (20000, 20010));
+        assert_eq!(c.handshake_max_length, 4096);
+    }
+
+    #[test]
+    fn bad_environment_values_keep_defaults() {
+        let c = with_env(&[
+            ("MC_SLICE_SIZE", "big"),
+            ("MC_TRANSFER_TIMEOUT", "-3"),
+            ("MC_FORCE_TCP", "false"),
+        ]);
+        assert_eq!(c.slice_size, DEFAULT_SLICE_SIZE);
+        assert_eq!(c.transfer_timeout, DEFAULT_TRANSFER_TIMEOUT);
+        assert!(!c.force_tcp);
+    }
+}

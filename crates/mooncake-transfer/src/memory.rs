@@ -1,0 +1,213 @@
+//! Registered memory: the address ranges this engine may read and write.
+//!
+//! Every local source address and every remote write that arrives over the
+//! wire is checked here before a byte moves. Pure bookkeeping, no I/O.
+
+use std::collections::BTreeMap;
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+use crate::rawmem;
+use crate::segment::{BufferDesc, ShmDesc};
+
+/// One registered range.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub addr: usize,
+    pub len: usize,
+    /// `cpu:0`, `*`, … as given at registration (published as the buffer name).
+    pub location: String,
+    /// Whether peers may read and write it (published in the descriptor).
+    pub remote_accessible: bool,
+    /// Set for engine-managed buffers: how a same-host peer maps them.
+    pub shm: Option<ShmDesc>,
+}
+
+impl Region {
+    pub(crate) fn contains(&self, addr: usize, len: usize) -> bool {
+        rawmem::contains(self.addr, self.len, addr, len)
+    }
+
+    pub(crate) fn to_buffer_desc(&self) -> BufferDesc {
+        BufferDesc {
+            name: self.location.clone(),
+            addr: self.addr as u64,
+            length: self.len as u64,
+            rkey: Vec::new(),
+            lkey: Vec::new(),
+            shm: self.shm.clone(),
+        }
+    }
+}
+
+/// Non-overlapping registered ranges, keyed by start address.
+#[derive(Default, Debug)]
+pub(crate) struct Registry {
+    regions: BTreeMap<usize, Region>,
+}
+
+impl Registry {
+    /// Adds a range. Zero length, a null address, address overflow or an
+    /// overlap with an existing range is refused.
+    pub(crate) fn insert(&mut self, region: Region) -> Result<()> {
+        if region.addr == 0 || region.len == 0 {
+            return Err(Error::new(
+                ErrorCode::ERR_INVALID_ARGUMENT,
+                format!("cannot register addr={:#x} len={}", region.addr, region.len),
+            ));
+        }
+        let end = region.addr.checked_add(region.len).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ERR_INVALID_ARGUMENT,
+                "registered range overflows",
+            )
+        })?;
+        let before = self.regions.range(..end).next_back();
+        if let Some((_, prev)) = before {
+            if prev.addr + prev.len > region.addr {
+                return Err(Error::new(
+                    ErrorCode::ERR_ADDRESS_OVERLAPPED,
+                    format!(
+                        "range {:#x}+{} overlaps registered {:#x}+{}",
+                        region.addr, region.len, prev.addr, prev.len
+                    ),
+                ));
+            }
+        }
+        self.regions.insert(region.addr, region);
+        Ok(())
+    }
+
+    /// Removes the range starting exactly at `addr`.
+    pub(crate) fn remove(&mut self, addr: usize) -> Result<Region> {
+        self.regions.remove(&addr).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
+                format!("{addr:#x} is not a registered buffer start"),
+            )
+        })
+    }
+
+    /// The region holding all of `[addr, addr+len)`, if any.
+    pub(crate) fn find(&self, addr: usize, len: usize) -> Option<&Region> {
+        let (_, r) = self.regions.range(..=addr).next_back()?;
+        r.contains(addr, len).then_some(r)
+    }
+
+    /// Checks a local source/destination range.
+    pub(crate) fn check_local(&self, addr: usize, len: usize) -> Result<(), ErrorCode> {
+        self.find(addr, len)
+            .map(|_| ())
+            .ok_or(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+    }
+
+    /// Checks a range a peer asked to read or write.
+    pub(crate) fn check_remote(&self, addr: u64, len: u64) -> Result<(), ErrorCode> {
+        let (Ok(addr), Ok(len)) = (usize::try_from(addr), usize::try_from(len)) else {
+            return Err(ErrorCode::ERR_INVALID_ARGUMENT);
+        };
+        match self.find(addr, len) {
+            Some(r) if r.remote_accessible => Ok(()),
+            _ => Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED),
+        }
+    }
+
+    /// Published buffers, in address order.
+    pub(crate) fn buffers(&self) -> Vec<BufferDesc> {
+        self.regions
+            .values()
+            .filter(|r| r.remote_accessible)
+            .map(Region::to_buffer_desc)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(addr: usize, len: usize) -> Region {
+        Region {
+            addr,
+            len,
+            location: "cpu:0".into(),
+            remote_accessible: true,
+            shm: None,
+        }
+    }
+
+    #[test]
+    fn insert_find_remove() {
+        let mut r = Registry::default();
+        r.insert(region(0x1000, 0x1000)).unwrap();
+        r.insert(region(0x3000, 0x100)).unwrap();
+        assert!(r.find(0x1000, 0x1000).is_some());
+        assert!(r.find(0x1800, 0x800).is_some());
+        assert!(r.find(0x1800, 0x801).is_none());
+        assert!(r.find(0x2000, 1).is_none());
+        assert!(r.find(0xfff, 2).is_none());
+        assert_eq!(r.check_local(0x3000, 0x100), Ok(()));
+        assert_eq!(
+            r.check_local(0x3000, 0x101),
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        );
+        assert_eq!(r.remove(0x1000).unwrap().len, 0x1000);
+        assert_eq!(
+            r.remove(0x1000).unwrap_err().code,
+            ErrorCode::ERR_ADDRESS_NOT_REGISTERED
+        );
+        assert!(r.find(0x1800, 1).is_none());
+    }
+
+    #[test]
+    fn refuses_overlap_and_bad_ranges() {
+        let mut r = Registry::default();
+        r.insert(region(0x1000, 0x1000)).unwrap();
+        for (a, l) in [(0x1000, 1), (0x1fff, 2), (0x800, 0x801), (0x800, 0x10000)] {
+            assert_eq!(
+                r.insert(region(a, l)).unwrap_err().code,
+                ErrorCode::ERR_ADDRESS_OVERLAPPED,
+                "{a:#x}+{l}"
+            );
+        }
+        r.insert(region(0x2000, 1)).unwrap();
+        r.insert(region(0x800, 0x800)).unwrap();
+        assert_eq!(
+            r.insert(region(0, 10)).unwrap_err().code,
+            ErrorCode::ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            r.insert(region(0x9000, 0)).unwrap_err().code,
+            ErrorCode::ERR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            r.insert(region(usize::MAX, 2)).unwrap_err().code,
+            ErrorCode::ERR_INVALID_ARGUMENT
+        );
+    }
+
+    #[test]
+    fn remote_checks_respect_accessibility_and_width() {
+        let mut r = Registry::default();
+        r.insert(region(0x1000, 0x1000)).unwrap();
+        r.insert(Region {
+            remote_accessible: false,
+            ..region(0x4000, 0x1000)
+        })
+        .unwrap();
+        assert_eq!(r.check_remote(0x1000, 0x1000), Ok(()));
+        assert_eq!(
+            r.check_remote(0x4000, 1),
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        );
+        assert_eq!(
+            r.check_remote(u64::MAX, 1),
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        );
+        assert_eq!(
+            r.check_remote(0x1000, u64::MAX),
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        );
+        assert_eq!(r.buffers().len(), 1);
+    }
+}

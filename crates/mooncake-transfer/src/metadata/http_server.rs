@@ -1,0 +1,368 @@
+//! The HTTP metadata server, as a library: an in-memory KV behind
+//! `GET|PUT|DELETE /metadata?key=KEY`, speaking the reference protocol
+//! (404 `metadata not found` for a missing key).
+//!
+//! - [`serve`] runs it on a listener the caller owns, until `shutdown`
+//!   resolves; spawn it on any tokio runtime.
+//! - [`MetadataServer::bind`] (on the current runtime) and
+//!   [`MetadataServer::spawn`] (on a thread of its own) bind `host:port`
+//!   and return a handle with the bound address that stops the server.
+//!
+//! The master embeds it (`--enable_http_metadata_server`) and the
+//! `mooncake_http_metadata_server` binary is a shell around it.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use axum::Router;
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::RwLock;
+use serde::Deserialize;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use super::http::NOT_FOUND_BODY;
+use super::{MetadataStore, MAX_VALUE_LEN};
+
+/// The server's KV: a map from key to value. Values are [`Bytes`], so a GET
+/// hands out a reference count rather than a copy. Cheap to clone (shared).
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    map: Arc<RwLock<HashMap<String, Bytes>>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    pub fn get_bytes(&self, key: &str) -> Option<Bytes> {
+        self.map.read().get(key).cloned()
+    }
+
+    pub fn insert(&self, key: String, value: Bytes) {
+        self.map.write().insert(key, value);
+    }
+
+    /// Whether the key was there.
+    pub fn remove(&self, key: &str) -> bool {
+        self.map.write().remove(key).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl MetadataStore for MemoryStore {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_bytes(key).map(|b| b.to_vec()))
+    }
+
+    fn put(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.insert(key.to_string(), Bytes::copy_from_slice(value));
+        Ok(())
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.remove(key);
+        Ok(())
+    }
+}
+
+/// The routes, over `store`.
+pub fn router(store: MemoryStore) -> Router {
+    Router::new()
+        .route("/metadata", get(get_key).put(put_key).delete(delete_key))
+        .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
+        .with_state(store)
+}
+
+/// Serves a fresh, empty store on `listener` until `shutdown` resolves, then
+/// lets requests in flight finish.
+pub async fn serve(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve_store(listener, MemoryStore::new(), shutdown).await
+}
+
+/// [`serve`] over a store the caller keeps a handle to.
+pub async fn serve_store(
+    listener: TcpListener,
+    store: MemoryStore,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let listener = listener.tap_io(|tcp| {
+        // Replies are small; don't let Nagle hold them back.
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(store))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[derive(Deserialize)]
+struct KeyParam {
+    key: Option<String>,
+}
+
+/// A request the server refuses, with a message saying why.
+type Rejection = (StatusCode, &'static str);
+
+impl KeyParam {
+    fn key(self) -> std::result::Result<String, Rejection> {
+        match self.key {
+            Some(k) if !k.is_empty() => Ok(k),
+            _ => Err((
+                StatusCode::BAD_REQUEST,
+                "missing 'key' query parameter: use /metadata?key=KEY",
+            )),
+        }
+    }
+}
+
+fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, NOT_FOUND_BODY).into_response()
+}
+
+async fn get_key(
+    State(store): State<MemoryStore>,
+    Query(param): Query<KeyParam>,
+) -> std::result::Result<Response, Rejection> {
+    Ok(match store.get_bytes(&param.key()?) {
+        Some(value) => ([(header::CONTENT_TYPE, "application/json")], value).into_response(),
+        None => not_found(),
+    })
+}
+
+async fn put_key(
+    State(store): State<MemoryStore>,
+    Query(param): Query<KeyParam>,
+    body: Bytes,
+) -> std::result::Result<Response, Rejection> {
+    store.insert(param.key()?, body);
+    Ok((StatusCode::OK, "metadata updated").into_response())
+}
+
+async fn delete_key(
+    State(store): State<MemoryStore>,
+    Query(param): Query<KeyParam>,
+) -> std::result::Result<Response, Rejection> {
+    Ok(if store.remove(&param.key()?) {
+        (StatusCode::OK, "metadata deleted").into_response()
+    } else {
+        not_found()
+    })
+}
+
+/// A running server. Dropping the handle stops it too (without waiting).
+pub struct MetadataServer {
+    addr: SocketAddr,
+    store: MemoryStore,
+    /// Dropping or firing this ends [`serve_store`].
+    stop: Option<oneshot::Sender<()>>,
+    runner: Option<Runner>,
+}
+
+enum Runner {
+    Task(tokio::task::JoinHandle<io::Result<()>>),
+    Thread(std::thread::JoinHandle<io::Result<()>>),
+}
+
+impl MetadataServer {
+    /// Binds `host:port` (port 0 picks a free one) and serves on the current
+    /// tokio runtime.
+    pub async fn bind(host: &str, port: u16) -> Result<MetadataServer> {
+        let listener = TcpListener::bind((unbracket(host), port))
+            .await
+            .map_err(|e| bind_error(host, port, e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| bind_error(host, port, e))?;
+        let store = MemoryStore::new();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(serve_store(listener, store.clone(), async move {
+            let _ = stopped.await;
+        }));
+        Ok(MetadataServer {
+            addr,
+            store,
+            stop: Some(stop),
+            runner: Some(Runner::Task(task)),
+        })
+    }
+
+    /// Binds `host:port` and serves on a thread of its own with its own
+    /// runtime. Callable from anywhere, async context or not.
+    pub fn spawn(host: &str, port: u16) -> Result<MetadataServer> {
+        let std_listener = std::net::TcpListener::bind((unbracket(host), port))
+            .map_err(|e| bind_error(host, port, e))?;
+        let addr = std_listener
+            .local_addr()
+            .map_err(|e| bind_error(host, port, e))?;
+        std_listener
+            .set_nonblocking(true)
+            .map_err(|e| bind_error(host, port, e))?;
+        let store = MemoryStore::new();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread_store = store.clone();
+        let thread = std::thread::Builder::new()
+            .name("mc-http-metadata".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(async move {
+                    let listener = TcpListener::from_std(std_listener)?;
+                    serve_store(listener, thread_store, async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+                })
+            })
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::ERR_METADATA,
+                    format!("cannot start metadata server thread: {e}"),
+                )
+            })?;
+        Ok(MetadataServer {
+            addr,
+            store,
+            stop: Some(stop),
+            runner: Some(Runner::Thread(thread)),
+        })
+    }
+
+    /// The bound address (with the real port when 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A URL clients on this host can use; a wildcard bind address becomes
+    /// loopback.
+    pub fn url(&self) -> String {
+        let ip = match self.addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        format!("http://{}/metadata", SocketAddr::new(ip, self.addr.port()))
+    }
+
+    /// The served KV, for in-process readers.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// Stops the server. With [`spawn`](Self::spawn) this waits until the
+    /// listener is closed; with [`bind`](Self::bind) it only asks (use
+    /// [`shutdown`](Self::shutdown) to wait there).
+    pub fn stop(mut self) {
+        self.stop.take();
+        if let Some(Runner::Thread(thread)) = self.runner.take() {
+            let _ = thread.join();
+        }
+    }
+
+    /// Stops the server and waits until it has finished.
+    pub async fn shutdown(mut self) -> Result<()> {
+        self.stop.take();
+        let served = match self.runner.take() {
+            Some(Runner::Task(task)) => task.await.map_err(|e| io::Error::other(e.to_string())),
+            Some(Runner::Thread(thread)) => tokio::task::spawn_blocking(move || thread.join())
+                .await
+                .map_err(|e| io::Error::other(e.to_string()))
+                .and_then(|joined| {
+                    joined.map_err(|_| io::Error::other("metadata server thread panicked"))
+                }),
+            None => Ok(Ok(())),
+        };
+        served.and_then(|r| r).map_err(|e| {
+            Error::new(
+                ErrorCode::ERR_METADATA,
+                format!("metadata server on {}: {e}", self.addr),
+            )
+        })
+    }
+}
+
+impl Drop for MetadataServer {
+    fn drop(&mut self) {
+        // Dropping the sender resolves the shutdown future.
+        self.stop.take();
+    }
+}
+
+/// `[::1]` → `::1`, so IPv6 literals can be written as in URLs.
+fn unbracket(host: &str) -> &str {
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+}
+
+fn bind_error(host: &str, port: u16, e: io::Error) -> Error {
+    Error::new(
+        ErrorCode::ERR_SOCKET,
+        format!("cannot bind metadata server to {host}:{port}: {e}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_store_round_trip() {
+        let s = MemoryStore::new();
+        assert!(s.is_empty());
+        s.put("k", b"v1").unwrap();
+        s.put("k", b"v2").unwrap();
+        assert_eq!(s.get("k").unwrap().as_deref(), Some(&b"v2"[..]));
+        assert_eq!(s.len(), 1);
+        s.delete("k").unwrap();
+        s.delete("k").unwrap();
+        assert_eq!(s.get("k").unwrap(), None);
+    }
+
+    #[test]
+    fn url_uses_loopback_for_wildcard_binds() {
+        let server = MetadataServer::spawn("0.0.0.0", 0).unwrap();
+        let port = server.local_addr().port();
+        assert_ne!(port, 0);
+        assert_eq!(server.url(), format!("http://127.0.0.1:{port}/metadata"));
+        server.stop();
+        // The port is free again once stop() returns.
+        std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
+    }
+
+    #[test]
+    fn bind_error_is_reported() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let e = MetadataServer::spawn("127.0.0.1", port).err().unwrap();
+        assert_eq!(e.code, ErrorCode::ERR_SOCKET);
+        assert!(e.context.contains(&port.to_string()));
+    }
+
+    #[test]
+    fn unbracket_ipv6() {
+        assert_eq!(unbracket("[::1]"), "::1");
+        assert_eq!(unbracket("::1"), "::1");
+        assert_eq!(unbracket("host"), "host");
+    }
+}

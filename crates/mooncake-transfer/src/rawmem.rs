@@ -1,0 +1,335 @@
+//! Every raw-pointer and mmap operation of the engine, in one place.
+//!
+//! The engine moves bytes between addresses it receives as integers (the
+//! reference's API takes `void*`). The rest of the crate never dereferences
+//! such an address itself: it first checks the range against the memory
+//! registry (see `memory.rs`), then calls into this module.
+//!
+//! Invariants the callers uphold:
+//! - a `(addr, len)` range handed to [`copy`], [`bytes`] or [`bytes_mut`] lies
+//!   entirely inside memory registered with the engine (or a mapping owned by
+//!   this module), and the registration's owner promised, by registering it,
+//!   that the memory stays valid until it is unregistered;
+//! - concurrent writers to the same bytes are the application's business (as
+//!   with RDMA): the engine never creates references that outlive one copy.
+//!
+//! Shared memory: [`SharedRegion`] is an anonymous memfd mapping owned by this
+//! process. Peers on the same host open it through `/proc/<pid>/fd/<fd>` and
+//! check the inode, so nothing is left behind in `/dev/shm` when a process is
+//! killed. [`PeerMapping`] is such a peer's mapping; it only ever hands out
+//! addresses after a bounds check.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Copies `len` bytes from `src` to `dst` (ranges may overlap).
+///
+/// # Safety
+/// Both ranges must be valid for `len` bytes (see the module invariants).
+pub(crate) unsafe fn copy(dst: usize, src: usize, len: usize) {
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the caller guarantees both ranges are valid for `len` bytes.
+    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) }
+}
+
+/// Views registered memory as bytes, for a single I/O call.
+///
+/// # Safety
+/// `addr..addr+len` must be valid for reads for the lifetime `'a`, which the
+/// caller keeps to the duration of one send.
+pub(crate) unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+/// Views registered memory as writable bytes, for a single I/O call.
+///
+/// # Safety
+/// `addr..addr+len` must be valid for writes for the lifetime `'a`, which the
+/// caller keeps to the duration of one receive.
+pub(crate) unsafe fn bytes_mut<'a>(addr: usize, len: usize) -> &'a mut [u8] {
+    if len == 0 {
+        return &mut [];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
+}
+
+/// True when `[addr, addr+len)` lies inside `[base, base+base_len)`, with no
+/// arithmetic overflow anywhere.
+pub(crate) fn contains(base: usize, base_len: usize, addr: usize, len: usize) -> bool {
+    let (Some(end), Some(base_end)) = (addr.checked_add(len), base.checked_add(base_len)) else {
+        return false;
+    };
+    addr >= base && end <= base_end
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}
+
+/// Identity of an open file, used to check that `/proc/<pid>/fd/<fd>` still
+/// names the memfd a peer published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+}
+
+fn file_id(fd: &OwnedFd) -> io::Result<FileId> {
+    // SAFETY: fstat writes into the zeroed struct we own; fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(FileId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        size: st.st_size as u64,
+    })
+}
+
+/// A shared mapping `[ptr, ptr+len)` of a file; unmapped on drop.
+struct Mapping {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory; access to its bytes follows the module
+// invariants, and the pointer itself is only used to unmap.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn map_shared(fd: &OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: we ask the kernel for a fresh mapping of `len` bytes of an
+        // open file; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr, len })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr/len` is exactly the mapping created in `map_shared`.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// Engine-owned shared memory: a zeroed, page-aligned memfd mapping.
+pub(crate) struct SharedRegion {
+    map: Mapping,
+    fd: OwnedFd,
+    id: FileId,
+}
+
+impl SharedRegion {
+    /// Creates and maps `len` bytes (rounded up to whole pages in the file).
+    pub(crate) fn create(name: &str, len: usize) -> io::Result<SharedRegion> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "zero-length shared region",
+            ));
+        }
+        let page = page_size();
+        let file_len = len
+            .checked_add(page - 1)
+            .map(|l| l / page * page)
+            .filter(|&l| l <= i64::MAX as usize)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "shared region too large")
+            })?;
+        let cname = CString::new(name)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
+        // SAFETY: memfd_create reads the NUL-terminated name and returns a new fd.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), file_len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let map = Mapping::map_shared(&fd, file_len)?;
+        let id = file_id(&fd)?;
+        Ok(SharedRegion { map, fd, id })
+    }
+
+    pub(crate) fn addr(&self) -> usize {
+        self.map.ptr as usize
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len
+    }
+
+    pub(crate) fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
+    pub(crate) fn file_id(&self) -> FileId {
+        self.id
+    }
+}
+
+/// A peer's [`SharedRegion`], mapped into this process.
+pub(crate) struct PeerMapping {
+    map: Mapping,
+}
+
+impl PeerMapping {
+    /// Opens `/proc/<pid>/fd/<fd>` and maps `len` bytes of it, after checking
+    /// that the file is the one the peer published (`expect`) and is large
+    /// enough. Any mismatch is an error; the caller falls back to TCP.
+    pub(crate) fn open(pid: u32, fd: i32, expect: FileId, len: usize) -> io::Result<PeerMapping> {
+        if len == 0 || fd < 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad peer region",
+            ));
+        }
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let owned = OwnedFd::from(file);
+        let id = file_id(&owned)?;
+        if id.dev != expect.dev || id.ino != expect.ino {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{path} is not the published region"),
+            ));
+        }
+        if (id.size as usize) < len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{path} is smaller than {len}"),
+            ));
+        }
+        let map = Mapping::map_shared(&owned, len)?;
+        // The mapping keeps the memory alive; the fd is no longer needed.
+        Ok(PeerMapping { map })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len
+    }
+
+    /// Local address of `[offset, offset+len)` of the region, or `None` when
+    /// the range is not entirely inside it.
+    pub(crate) fn range(&self, offset: usize, len: usize) -> Option<usize> {
+        contains(0, self.map.len, offset, len).then(|| self.map.ptr as usize + offset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contains_rejects_overflow_and_edges() {
+        assert!(contains(100, 50, 100, 50));
+        assert!(contains(100, 50, 120, 0));
+        assert!(!contains(100, 50, 99, 2));
+        assert!(!contains(100, 50, 149, 2));
+        assert!(!contains(100, 50, usize::MAX, 2));
+        assert!(!contains(usize::MAX - 1, 10, usize::MAX - 1, 1));
+        assert!(!contains(0, 10, 5, usize::MAX));
+    }
+
+    #[test]
+    fn shared_region_is_zeroed_and_page_aligned() {
+        let r = SharedRegion::create("test", 10_000).unwrap();
+        assert_eq!(r.addr() % page_size(), 0);
+        assert!(r.len() >= 10_000);
+        // SAFETY: the whole region is our mapping.
+        let b = unsafe { bytes(r.addr(), r.len()) };
+        assert!(b.iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn shared_region_rejects_bad_sizes() {
+        assert!(SharedRegion::create("zero", 0).is_err());
+        assert!(SharedRegion::create("huge", usize::MAX).is_err());
+        assert!(SharedRegion::create("bad\0name", 10).is_err());
+    }
+
+    #[test]
+    fn peer_mapping_sees_the_same_bytes() {
+        let r = SharedRegion::create("peer", 8192).unwrap();
+        let id = r.file_id();
+        let m = PeerMapping::open(std::process::id(), r.raw_fd(), id, 8192).unwrap();
+        let src = [7u8; 16];
+        let dst = m.range(100, 16).unwrap();
+        // SAFETY: `dst` is inside the peer mapping (bounds-checked above).
+        unsafe { copy(dst, src.as_ptr() as usize, 16) };
+        // SAFETY: the owner's mapping is valid for its whole length.
+        let owner = unsafe { bytes(r.addr(), r.len()) };
+        assert_eq!(&owner[100..116], &src);
+        assert_eq!(owner[99], 0);
+        assert_eq!(owner[116], 0);
+    }
+
+    #[test]
+    fn peer_mapping_rejects_bad_input() {
+        let r = SharedRegion::create("bad", 4096).unwrap();
+        let id = r.file_id();
+        let pid = std::process::id();
+        // wrong inode
+        assert!(PeerMapping::open(
+            pid,
+            r.raw_fd(),
+            FileId {
+                ino: id.ino + 1,
+                ..id
+            },
+            4096
+        )
+        .is_err());
+        // longer than the file
+        assert!(PeerMapping::open(pid, r.raw_fd(), id, 1 << 20).is_err());
+        // no such fd / pid
+        assert!(PeerMapping::open(pid, -1, id, 4096).is_err());
+        assert!(PeerMapping::open(pid, 1_000_000, id, 4096).is_err());
+        assert!(PeerMapping::open(u32::MAX, r.raw_fd(), id, 4096).is_err());
+        assert!(PeerMapping::open(pid, r.raw_fd(), id, 0).is_err());
+        // bounds checks on a good mapping
+        let m = PeerMapping::open(pid, r.raw_fd(), id, 4096).unwrap();
+        assert_eq!(m.len(), 4096);
+        assert!(m.range(0, 4096).is_some());
+        assert!(m.range(1, 4096).is_none());
+        assert!(m.range(4096, 1).is_none());
+        assert!(m.range(usize::MAX, 1).is_none());
+    }
+}

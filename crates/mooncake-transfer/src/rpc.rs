@@ -1,0 +1,371 @@
+//! The engine's listening port: peers' data frames (reads and writes of our
+//! registered memory), descriptor handshakes (P2P mode) and notifies all
+//! arrive here. One thread per connection, blocking sockets; frames on a
+//! connection are served in order.
+//!
+//! Also the initiator side of the control frames ([`fetch_descriptor`],
+//! [`send_notify`]), each on a short-lived connection.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::{Mutex, RwLock};
+
+use crate::conn::{drain, is_timeout, read_header, write_all_parts};
+use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
+use crate::memory::Registry;
+use crate::rawmem;
+use crate::segment::{local_host_id, SegmentDesc};
+use crate::Notify;
+
+/// Most connections served at once; more are closed on accept.
+const MAX_CONNECTIONS: usize = 4096;
+
+/// What the listener needs from the engine.
+pub(crate) struct LocalState {
+    pub name: String,
+    pub protocol: String,
+    pub rpc_port: u16,
+    /// Published so same-host peers may map our shared buffers (None with force_tcp).
+    pub host_id: Option<String>,
+    pub registry: RwLock<Registry>,
+    pub notifies: Mutex<Vec<Notify>>,
+    pub control_max: u64,
+    /// Bounds how long a peer may stall in the middle of a frame.
+    pub io_timeout: Duration,
+}
+
+impl LocalState {
+    pub(crate) fn descriptor(&self) -> SegmentDesc {
+        SegmentDesc {
+            name: self.name.clone(),
+            protocol: self.protocol.clone(),
+            devices: Vec::new(),
+            buffers: self.registry.read().buffers(),
+            tcp_data_port: Some(self.rpc_port),
+            host_id: self.host_id.clone(),
+        }
+    }
+}
+
+/// Binds the RPC listener: the given port, or a free one in `range`.
+pub(crate) fn bind(host: &str, port: Option<u16>, range: (u16, u16)) -> Result<TcpListener> {
+    let bind_err =
+        |e: io::Error, what: String| Error::new(ErrorCode::ERR_SOCKET, format!("bind {what}: {e}"));
+    if let Some(p) = port {
+        return TcpListener::bind((host, p)).map_err(|e| bind_err(e, format!("{host}:{p}")));
+    }
+    let (lo, hi) = (range.0.min(range.1), range.0.max(range.1));
+    let span = u32::from(hi - lo).max(1);
+    let start = rand::random::<u32>() % span;
+    for i in 0..span {
+        let p = lo + ((start + i) % span) as u16;
+        match TcpListener::bind((host, p)) {
+            Ok(l) => return Ok(l),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(bind_err(e, format!("{host}:{p}"))),
+        }
+    }
+    Err(Error::new(
+        ErrorCode::ERR_SOCKET,
+        format!("no free port in {lo}..{hi}"),
+    ))
+}
+
+/// Connections being served: a handle to shut each down, and its thread.
+type ConnTable = Arc<Mutex<HashMap<u64, (TcpStream, JoinHandle<()>)>>>;
+
+/// The running listener; [`RpcServer::stop`] (or drop) closes it and every
+/// connection and waits for their threads.
+pub(crate) struct RpcServer {
+    stop: Arc<AtomicBool>,
+    /// Where to connect to wake the blocking accept.
+    wake: SocketAddr,
+    accept: Option<JoinHandle<()>>,
+    conns: ConnTable,
+}
+
+impl RpcServer {
+    pub(crate) fn start(listener: TcpListener, state: Arc<LocalState>) -> Result<RpcServer> {
+        let mut wake = listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, e.to_string()))?;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(if wake.is_ipv4() {
+                [127, 0, 0, 1].into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: ConnTable = Arc::default();
+        let (stop2, conns2) = (stop.clone(), conns.clone());
+        let accept = thread::Builder::new()
+            .name("mc-rpc-accept".into())
+            .spawn(move || accept_loop(listener, state, stop2, conns2))
+            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
+        Ok(RpcServer {
+            stop,
+            wake,
+            accept: Some(accept),
+            conns,
+        })
+    }
+
+    pub(crate) fn stop(&mut self) {
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Wake the blocking accept with a connection of our own.
+        let _ = TcpStream::connect_timeout(&self.wake, Duration::from_secs(1));
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let conns: Vec<_> = self.conns.lock().drain().map(|(_, c)| c).collect();
+        for (s, _) in &conns {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for (_, h) in conns {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for RpcServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    state: Arc<LocalState>,
+    stop: Arc<AtomicBool>,
+    conns: ConnTable,
+) {
+    let next_id = AtomicU64::new(0);
+    for stream in listener.incoming() {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let Ok(stream) = stream else {
+            // e.g. out of file descriptors: back off instead of spinning.
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let mut table = conns.lock();
+        table.retain(|_, (_, h)| !h.is_finished());
+        if table.len() >= MAX_CONNECTIONS {
+            tracing::warn!("rpc: too many connections; refusing one");
+            continue;
+        }
+        let Ok(shut) = stream.try_clone() else {
+            continue;
+        };
+        let (state, stop) = (state.clone(), stop.clone());
+        let spawned = thread::Builder::new()
+            .name("mc-rpc-conn".into())
+            .spawn(move || {
+                if let Err(e) = serve(stream, &state, &stop) {
+                    tracing::debug!("rpc connection closed: {e}");
+                }
+            });
+        if let Ok(h) = spawned {
+            table.insert(next_id.fetch_add(1, Ordering::Relaxed), (shut, h));
+        }
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+/// Serves one connection until it closes or breaks the protocol.
+fn serve(mut stream: TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(state.io_timeout))?;
+    stream.set_write_timeout(Some(state.io_timeout))?;
+    let mut hdr = [0u8; HEADER_LEN];
+    loop {
+        if !read_header(&mut stream, &mut hdr, || !stop.load(Ordering::Acquire))? {
+            return Ok(());
+        }
+        // Malformed or oversized: close the connection without reading on.
+        let h =
+            Header::decode_request(&hdr, state.control_max).map_err(|e| invalid(e.to_string()))?;
+        match h.kind {
+            Kind::WriteReq => {
+                let status = {
+                    // Held while bytes land, so an unregister waits for them.
+                    let registry = state.registry.read();
+                    match registry.check_remote(h.addr, h.len) {
+                        Ok(()) => {
+                            // SAFETY: the range lies inside registered, remote-
+                            // accessible memory, which stays registered while
+                            // we hold the registry lock.
+                            stream.read_exact(unsafe {
+                                rawmem::bytes_mut(h.addr as usize, h.len as usize)
+                            })?;
+                            0
+                        }
+                        Err(code) => {
+                            drop(registry);
+                            drain(&mut stream, h.len)?;
+                            code.code()
+                        }
+                    }
+                };
+                stream.write_all(&Header::response(Kind::WriteAck, &h, status, 0).encode())?;
+            }
+            Kind::ReadReq => {
+                let registry = state.registry.read();
+                match registry.check_remote(h.addr, h.len) {
+                    Ok(()) => {
+                        let head = Header::response(Kind::ReadResp, &h, 0, h.len).encode();
+                        // SAFETY: as for writes; the lock is held during the send.
+                        let body = unsafe { rawmem::bytes(h.addr as usize, h.len as usize) };
+                        write_all_parts(&mut stream, &[&head, body])?;
+                    }
+                    Err(code) => {
+                        drop(registry);
+                        stream.write_all(
+                            &Header::response(Kind::ReadResp, &h, code.code(), 0).encode(),
+                        )?;
+                    }
+                }
+            }
+            Kind::DescReq => {
+                let mut name = vec![0u8; h.len as usize];
+                stream.read_exact(&mut name)?;
+                let json = state.descriptor().to_json();
+                if json.len() as u64 > state.control_max {
+                    let code = ErrorCode::ERR_REJECT_HANDSHAKE.code();
+                    stream.write_all(&Header::response(Kind::DescResp, &h, code, 0).encode())?;
+                } else {
+                    let head = Header::response(Kind::DescResp, &h, 0, json.len() as u64).encode();
+                    write_all_parts(&mut stream, &[&head, &json])?;
+                }
+            }
+            Kind::NotifyReq => {
+                let mut payload = vec![0u8; h.len as usize];
+                stream.read_exact(&mut payload)?;
+                let status = match decode_notify(&payload) {
+                    Some((name, msg)) => {
+                        state.notifies.lock().push(Notify { name, msg });
+                        0
+                    }
+                    None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
+                };
+                stream.write_all(&Header::response(Kind::NotifyAck, &h, status, 0).encode())?;
+            }
+            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck => {
+                unreachable!("decode_request admits requests only")
+            }
+        }
+    }
+}
+
+/// Resolves `host:port` (the host may be a name) to a socket address.
+pub(crate) fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::new(ErrorCode::ERR_DNS, format!("cannot resolve {host}: {e}")))?
+        .collect();
+    addrs.sort_by_key(|a| !a.is_ipv4()); // prefer IPv4, as the reference does
+    addrs
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::new(ErrorCode::ERR_DNS, format!("no address for {host}")))
+}
+
+/// One request/response exchange on a fresh connection.
+fn call(
+    addr: SocketAddr,
+    kind: Kind,
+    payload: &[u8],
+    timeout: Duration,
+    control_max: u64,
+) -> io::Result<(Header, Vec<u8>)> {
+    let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    let head = Header::new(kind, 1, 0, payload.len() as u64).encode();
+    write_all_parts(&mut stream, &[&head, payload])?;
+    let mut hdr = [0u8; HEADER_LEN];
+    if !read_header(&mut stream, &mut hdr, || false)? {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let h = Header::decode_response(&hdr, control_max).map_err(|e| invalid(e.to_string()))?;
+    if h.seq != 1 {
+        return Err(invalid(format!("response seq {}", h.seq)));
+    }
+    let mut body = vec![0u8; h.payload_len() as usize];
+    stream.read_exact(&mut body)?;
+    Ok((h, body))
+}
+
+/// P2P handshake: asks the engine at `addr` for its segment descriptor.
+pub(crate) fn fetch_descriptor(
+    addr: SocketAddr,
+    name: &str,
+    timeout: Duration,
+    control_max: u64,
+) -> Result<SegmentDesc> {
+    let (h, body) =
+        call(addr, Kind::DescReq, name.as_bytes(), timeout, control_max).map_err(|e| {
+            let code = if is_timeout(&e) {
+                ErrorCode::ERR_REJECT_HANDSHAKE
+            } else {
+                ErrorCode::ERR_METADATA
+            };
+            Error::new(code, format!("handshake with {name} ({addr}): {e}"))
+        })?;
+    if h.kind != Kind::DescResp || h.status != 0 {
+        return Err(Error::new(
+            ErrorCode::ERR_REJECT_HANDSHAKE,
+            format!(
+                "{name} ({addr}) refused the handshake: {:?} status {}",
+                h.kind, h.status
+            ),
+        ));
+    }
+    SegmentDesc::from_json(&body)
+}
+
+/// Delivers a notify to the engine at `addr`.
+pub(crate) fn send_notify(
+    addr: SocketAddr,
+    notify: &Notify,
+    timeout: Duration,
+    control_max: u64,
+) -> Result<()> {
+    let payload = encode_notify(&notify.name, &notify.msg);
+    if payload.len() as u64 > control_max {
+        return Err(Error::new(
+            ErrorCode::ERR_INVALID_ARGUMENT,
+            "notify longer than MC_HANDSHAKE_MAX_LENGTH",
+        ));
+    }
+    let (h, _) = call(addr, Kind::NotifyReq, &payload, timeout, control_max)
+        .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, format!("notify to {addr}: {e}")))?;
+    if h.kind != Kind::NotifyAck || h.status != 0 {
+        return Err(Error::new(
+            ErrorCode::from_i32(h.status),
+            format!("notify refused by {addr}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Host id to publish: none when the engine must never use shared memory.
+pub(crate) fn published_host_id(force_tcp: bool) -> Option<String> {
+    (!force_tcp).then(local_host_id)
+}

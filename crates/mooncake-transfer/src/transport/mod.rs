@@ -1,0 +1,66 @@
+//! Transports move the bytes of submitted requests. One file per transport:
+//!
+//! - `local`: the target is this engine's own segment, so a memcpy;
+//! - `shm`: the target lives on the same host and its buffer is engine-managed
+//!   shared memory, mapped once and then memcpy'd;
+//! - `tcp`: everything else, pipelined over a few long-lived connections;
+//! - `rdma` (cargo feature `rdma`): the seam where verbs would plug in.
+//!
+//! The engine asks each transport in that order whether it [`Transport::serves`]
+//! a request and hands the request to the first that does.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use parking_lot::RwLock;
+
+use crate::batch::Task;
+use crate::segment::SegmentDesc;
+use crate::{Opcode, SegmentHandle};
+
+pub(crate) mod local;
+#[cfg(feature = "rdma")]
+pub(crate) mod rdma;
+pub(crate) mod shm;
+pub(crate) mod tcp;
+
+/// One request, already validated by the engine: `local` lies in registered
+/// memory and `[remote, remote+len)` in a buffer of the target's descriptor.
+pub(crate) struct Work {
+    pub task: Arc<Task>,
+    pub opcode: Opcode,
+    pub local: usize,
+    pub remote: u64,
+    pub len: usize,
+}
+
+/// An opened segment as the transports see it.
+pub(crate) struct OpenSegment {
+    pub handle: SegmentHandle,
+    pub name: String,
+    /// This engine's own segment.
+    pub is_local: bool,
+    /// Where the owner's RPC/data port listens (None for the local segment).
+    pub rpc_addr: Option<SocketAddr>,
+    pub desc: RwLock<Arc<SegmentDesc>>,
+}
+
+impl OpenSegment {
+    pub(crate) fn desc(&self) -> Arc<SegmentDesc> {
+        self.desc.read().clone()
+    }
+}
+
+pub(crate) trait Transport: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Whether this transport can move `[remote, remote+len)` of `segment`.
+    fn serves(&self, segment: &OpenSegment, remote: u64, len: usize) -> bool;
+
+    /// Starts the work. Each task reports through `expect_slices` /
+    /// `slice_done` (or `fail`), possibly before this returns.
+    fn submit(&self, segment: &OpenSegment, work: Vec<Work>);
+
+    /// Forgets per-segment state (mappings, connections) when it is closed.
+    fn close_segment(&self, _segment: &OpenSegment) {}
+}

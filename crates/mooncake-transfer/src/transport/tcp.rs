@@ -1,0 +1,380 @@
+//! TCP: a few long-lived connections per peer, requests pipelined on each.
+//!
+//! Each connection has a sender thread and a receiver thread. Submitting cuts
+//! requests into slices of at most `slice_size` bytes, deals them round-robin
+//! over the peer's connections, and hands each connection its share in one
+//! message. The sender writes headers and write payloads with `writev`
+//! straight from registered memory, after queueing the slices as in flight;
+//! the receiver matches responses to that queue in order (same `seq`) and
+//! reads read payloads straight into registered memory.
+//!
+//! A slice always reports exactly once: on success, on an error status, or,
+//! if it is dropped unreported (dead connection, engine shutdown), as a
+//! socket failure. So no path can leave a task waiting forever.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
+use mooncake_common::ErrorCode;
+use parking_lot::Mutex;
+
+use crate::batch::{Abort, Task};
+use crate::conn::{drain, read_header, write_all_parts};
+use crate::frame::{Header, Kind, HEADER_LEN, MAX_DATA_FRAME};
+use crate::rawmem;
+use crate::transport::{OpenSegment, Transport, Work};
+use crate::Opcode;
+
+pub(crate) struct TcpTransport {
+    peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
+    conns_per_peer: usize,
+    slice_size: usize,
+    connect_timeout: Duration,
+    control_max: u64,
+}
+
+impl TcpTransport {
+    pub(crate) fn new(
+        conns_per_peer: usize,
+        slice_size: usize,
+        connect_timeout: Duration,
+        control_max: u64,
+    ) -> Self {
+        TcpTransport {
+            peers: Mutex::new(HashMap::new()),
+            conns_per_peer: conns_per_peer.max(1),
+            slice_size: slice_size.clamp(1, MAX_DATA_FRAME as usize),
+            connect_timeout,
+            control_max,
+        }
+    }
+
+    fn peer(&self, addr: SocketAddr) -> Arc<Peer> {
+        self.peers
+            .lock()
+            .entry(addr)
+            .or_insert_with(|| {
+                Arc::new(Peer {
+                    addr,
+                    slots: (0..self.conns_per_peer).map(|_| Mutex::new(None)).collect(),
+                    next: AtomicUsize::new(0),
+                    connect_timeout: self.connect_timeout,
+                    control_max: self.control_max,
+                })
+            })
+            .clone()
+    }
+
+    /// Closes every connection; in-flight slices fail.
+    pub(crate) fn shutdown(&self) {
+        let peers: Vec<_> = self.peers.lock().drain().map(|(_, p)| p).collect();
+        for p in peers {
+            p.abort();
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn serves(&self, segment: &OpenSegment, _remote: u64, _len: usize) -> bool {
+        segment.rpc_addr.is_some()
+    }
+
+    fn submit(&self, segment: &OpenSegment, work: Vec<Work>) {
+        let Some(addr) = segment.rpc_addr else {
+            for w in work {
+                w.task.fail(ErrorCode::ERR_INVALID_ARGUMENT);
+            }
+            return;
+        };
+        let peer = self.peer(addr);
+        let n = peer.slots.len();
+        let mut per_conn: Vec<Vec<Slice>> = (0..n).map(|_| Vec::new()).collect();
+        let mut next = peer.next.fetch_add(1, Ordering::Relaxed) % n;
+        for w in work {
+            let count = w.len.div_ceil(self.slice_size);
+            w.task.set_abort(peer.clone());
+            w.task.expect_slices(count);
+            for i in 0..count {
+                let off = i * self.slice_size;
+                let len = self.slice_size.min(w.len - off);
+                per_conn[next].push(Slice {
+                    task: Some(w.task.clone()),
+                    op: w.opcode,
+                    local: w.local + off,
+                    remote: w.remote + off as u64,
+                    len,
+                    seq: 0,
+                });
+                next = (next + 1) % n;
+            }
+        }
+        for (i, slices) in per_conn.into_iter().enumerate() {
+            if slices.is_empty() {
+                continue;
+            }
+            match peer.conn(i) {
+                // A send error hands the slices back; dropping them reports failure.
+                Ok(c) => drop(c.tx.send(slices)),
+                Err(e) => {
+                    tracing::warn!("tcp: cannot connect to {addr}: {e}");
+                    drop(slices);
+                }
+            }
+        }
+    }
+}
+
+/// One slice of a request, owned by exactly one connection at a time.
+struct Slice {
+    task: Option<Arc<Task>>,
+    op: Opcode,
+    local: usize,
+    remote: u64,
+    len: usize,
+    seq: u32,
+}
+
+impl Slice {
+    fn done(mut self, result: Result<usize, ErrorCode>) {
+        if let Some(t) = self.task.take() {
+            t.slice_done(result);
+        }
+    }
+
+    fn is_live(&self) -> bool {
+        self.task.as_ref().is_some_and(|t| t.is_live())
+    }
+}
+
+impl Drop for Slice {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.slice_done(Err(ErrorCode::ERR_SOCKET));
+        }
+    }
+}
+
+pub(crate) struct Peer {
+    addr: SocketAddr,
+    slots: Vec<Mutex<Option<Arc<Conn>>>>,
+    next: AtomicUsize,
+    connect_timeout: Duration,
+    control_max: u64,
+}
+
+impl Peer {
+    /// Connection `i`, (re)connecting if it is missing or broken.
+    fn conn(&self, i: usize) -> io::Result<Arc<Conn>> {
+        let mut slot = self.slots[i].lock();
+        if let Some(c) = slot.as_ref() {
+            if !c.broken.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+        }
+        let c = Arc::new(Conn::open(
+            self.addr,
+            self.connect_timeout,
+            self.control_max,
+        )?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+}
+
+impl Abort for Peer {
+    fn abort(&self) {
+        for slot in &self.slots {
+            let c = slot.lock().take();
+            drop(c); // Conn::drop shuts the socket down.
+        }
+    }
+}
+
+struct Conn {
+    tx: Sender<Vec<Slice>>,
+    stream: TcpStream,
+    broken: Arc<AtomicBool>,
+}
+
+/// Slices whose requests were (or are being) written, in wire order.
+struct Inflight {
+    queue: VecDeque<Slice>,
+    /// The receiver has stopped: nothing more will be matched.
+    dead: bool,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr, timeout: Duration, control_max: u64) -> io::Result<Conn> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
+        stream.set_nodelay(true)?;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let broken = Arc::new(AtomicBool::new(false));
+        let inflight = Arc::new(Mutex::new(Inflight {
+            queue: VecDeque::new(),
+            dead: false,
+        }));
+        let (s, r) = (stream.try_clone()?, stream.try_clone()?);
+        let (b1, b2) = (broken.clone(), broken.clone());
+        let i2 = inflight.clone();
+        thread::Builder::new()
+            .name("mc-tcp-send".into())
+            .spawn(move || send_loop(s, rx, inflight, b1))?;
+        thread::Builder::new()
+            .name("mc-tcp-recv".into())
+            .spawn(move || recv_loop(r, i2, b2, control_max))?;
+        Ok(Conn { tx, stream, broken })
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.broken.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+fn send_loop(
+    mut stream: TcpStream,
+    rx: Receiver<Vec<Slice>>,
+    inflight: Arc<Mutex<Inflight>>,
+    broken: Arc<AtomicBool>,
+) {
+    let mut seq: u32 = 0;
+    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::new();
+    let mut payloads: Vec<(usize, usize)> = Vec::new();
+    while let Ok(mut batch) = rx.recv() {
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        headers.clear();
+        payloads.clear();
+        for s in batch.iter_mut() {
+            seq = seq.wrapping_add(1);
+            s.seq = seq;
+            let kind = match s.op {
+                Opcode::Write => Kind::WriteReq,
+                Opcode::Read => Kind::ReadReq,
+            };
+            headers.push(Header::new(kind, seq, s.remote, s.len as u64).encode());
+            payloads.push(if s.op == Opcode::Write {
+                (s.local, s.len)
+            } else {
+                (0, 0)
+            });
+        }
+        {
+            // Queue before the bytes leave, so the receiver always finds them.
+            let mut q = inflight.lock();
+            if q.dead {
+                break; // `batch` drops: its slices report failure.
+            }
+            q.queue.extend(batch);
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(headers.len() * 2);
+        for (h, &(addr, len)) in headers.iter().zip(&payloads) {
+            parts.push(h);
+            if len > 0 {
+                // SAFETY: the engine checked `addr..addr+len` against the
+                // registry at submit; it stays registered while the request runs.
+                parts.push(unsafe { rawmem::bytes(addr, len) });
+            }
+        }
+        if let Err(e) = write_all_parts(&mut stream, &parts) {
+            tracing::debug!("tcp send: {e}");
+            break;
+        }
+    }
+    // Stop the receiver too; it fails whatever is still in flight.
+    broken.store(true, Ordering::Release);
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn recv_loop(
+    mut stream: TcpStream,
+    inflight: Arc<Mutex<Inflight>>,
+    broken: Arc<AtomicBool>,
+    control_max: u64,
+) {
+    if let Err(e) = recv_responses(&mut stream, &inflight, control_max) {
+        tracing::debug!("tcp recv: {e}");
+    }
+    broken.store(true, Ordering::Release);
+    let _ = stream.shutdown(Shutdown::Both);
+    let rest = {
+        let mut q = inflight.lock();
+        q.dead = true;
+        std::mem::take(&mut q.queue)
+    };
+    drop(rest); // each slice reports a socket failure
+}
+
+fn protocol_error(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+fn recv_responses(
+    stream: &mut TcpStream,
+    inflight: &Mutex<Inflight>,
+    control_max: u64,
+) -> io::Result<()> {
+    let mut hdr = [0u8; HEADER_LEN];
+    loop {
+        if !read_header(stream, &mut hdr, || true)? {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let h = Header::decode_response(&hdr, control_max)
+            .map_err(|e| protocol_error(e.to_string()))?;
+        let slice = inflight
+            .lock()
+            .queue
+            .pop_front()
+            .ok_or_else(|| protocol_error("unsolicited response".into()))?;
+        if h.seq != slice.seq {
+            return Err(protocol_error(format!(
+                "response seq {} for request {}",
+                h.seq, slice.seq
+            )));
+        }
+        let status = || Err(ErrorCode::from_i32(h.status));
+        match (h.kind, slice.op) {
+            (Kind::WriteAck, Opcode::Write) if h.status == 0 => {
+                let n = slice.len;
+                slice.done(Ok(n))
+            }
+            (Kind::WriteAck, Opcode::Write) => slice.done(status()),
+            (Kind::ReadResp, Opcode::Read) if h.status != 0 => slice.done(status()),
+            (Kind::ReadResp, Opcode::Read) => {
+                if h.len != slice.len as u64 {
+                    return Err(protocol_error(format!(
+                        "read response of {} bytes for {}",
+                        h.len, slice.len
+                    )));
+                }
+                if slice.is_live() {
+                    // SAFETY: checked against the registry at submit; a task
+                    // past its deadline is not live, so a late response never
+                    // lands in memory the application may have released.
+                    stream.read_exact(unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
+                } else {
+                    drain(stream, h.len)?;
+                }
+                let n = slice.len;
+                slice.done(Ok(n));
+            }
+            (kind, op) => return Err(protocol_error(format!("{kind:?} in answer to {op:?}"))),
+        }
+    }
+}

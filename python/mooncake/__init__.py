@@ -1,0 +1,9 @@
+"""Mooncake: a Transfer Engine and a distributed KV-cache store.
+
+``mooncake.engine`` holds :class:`~mooncake.engine.TransferEngine`;
+``mooncake.store`` holds :class:`~mooncake.store.MooncakeDistributedStore`.
+"""
+
+from ._mooncake import __version__
+
+__all__ = ["__version__"]
