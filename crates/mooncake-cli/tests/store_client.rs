@@ -347,10 +347,7 @@ fn two_storage_nodes_and_a_pure_client() {
         ErrorCode::OBJECT_NOT_FOUND
     );
     let handles = client.batch_get_buffer(&bkeys[..3]);
-    assert_eq!(
-        handles[2].as_ref().unwrap().as_slice(),
-        vals[2].as_slice()
-    );
+    assert_eq!(handles[2].as_ref().unwrap().as_slice(), vals[2].as_slice());
 
     // Zero copy through registered memory.
     let mut src = value("zc", 1 << 20);
