@@ -10,6 +10,7 @@
 //! [`signals::shutdown_signal`]): inside the Python console scripts the same
 //! function runs in the interpreter's process with default signal dispositions.
 
+pub mod client;
 pub mod entry;
 pub mod http_metadata_server;
 pub mod signals;
