@@ -13,4 +13,5 @@
 pub mod client;
 pub mod entry;
 pub mod http_metadata_server;
+pub mod master;
 pub mod signals;

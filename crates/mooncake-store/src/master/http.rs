@@ -44,13 +44,24 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
         let stats = s.service.stats(s.clock.now_ms());
         s.metrics.render(&s.service, &stats)
     });
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// One line describing the master, for `/metrics/summary` and the periodic log.
 pub fn summary_line(s: &Shared) -> String {
     let st = s.service.stats(s.clock.now_ms());
-    let pct = if st.capacity_bytes == 0 { 0.0 } else { st.allocated_bytes as f64 * 100.0 / st.capacity_bytes as f64 };
+    let pct = if st.capacity_bytes == 0 {
+        0.0
+    } else {
+        st.allocated_bytes as f64 * 100.0 / st.capacity_bytes as f64
+    };
     let mut line = format!(
         "role=leader, state=serving, service_ready=true, master={{Mem Storage: {} / {} ({pct:.1}%) | Segments: {} | Keys: {} (soft-pinned: {}) | Clients: {} | Requests (Success/Total):",
         format_size(st.allocated_bytes),
@@ -118,7 +129,14 @@ fn error_json(status: StatusCode, e: &Error) -> Response {
         error_code: i32,
         error_message: &'a str,
     }
-    json(status, &ErrorBody { success: false, error_code: e.code.code(), error_message: e.code.name() })
+    json(
+        status,
+        &ErrorBody {
+            success: false,
+            error_code: e.code.code(),
+            error_message: e.code.name(),
+        },
+    )
 }
 
 async fn query_key(State(s): State<Arc<Shared>>, Query(p): Params) -> Response {
@@ -130,7 +148,13 @@ async fn query_key(State(s): State<Arc<Shared>>, Query(p): Params) -> Response {
                 success: bool,
                 data: Vec<ReplicaJson<'a>>,
             }
-            json(StatusCode::OK, &Body { success: true, data: replica_json(&replicas) })
+            json(
+                StatusCode::OK,
+                &Body {
+                    success: true,
+                    data: replica_json(&replicas),
+                },
+            )
         }
         Err(e) => error_json(StatusCode::NOT_FOUND, &e),
     }
@@ -160,7 +184,10 @@ impl<T: Serialize> Serialize for Ordered<'_, T> {
 }
 
 async fn batch_query_keys(State(s): State<Arc<Shared>>, Query(p): Params) -> Response {
-    let keys: Vec<&str> = p.get("keys").map(|k| k.split(',').filter(|k| !k.is_empty()).collect()).unwrap_or_default();
+    let keys: Vec<&str> = p
+        .get("keys")
+        .map(|k| k.split(',').filter(|k| !k.is_empty()).collect())
+        .unwrap_or_default();
     if keys.is_empty() {
         #[derive(Serialize)]
         struct Bad {
@@ -169,11 +196,16 @@ async fn batch_query_keys(State(s): State<Arc<Shared>>, Query(p): Params) -> Res
         }
         return json(
             StatusCode::BAD_REQUEST,
-            &Bad { success: false, error: "No keys provided. Use ?keys=key1,key2,..." },
+            &Bad {
+                success: false,
+                error: "No keys provided. Use ?keys=key1,key2,...",
+            },
         );
     }
-    let found: Vec<(String, Result<Vec<ReplicaDesc>, Error>)> =
-        keys.iter().map(|k| (k.to_string(), s.service.query_key(k))).collect();
+    let found: Vec<(String, Result<Vec<ReplicaDesc>, Error>)> = keys
+        .iter()
+        .map(|k| (k.to_string(), s.service.query_key(k)))
+        .collect();
     let entries: Vec<(String, KeyEntry<'_>)> = found
         .iter()
         .map(|(k, r)| {
@@ -203,7 +235,13 @@ async fn batch_query_keys(State(s): State<Arc<Shared>>, Query(p): Params) -> Res
         success: bool,
         data: Ordered<'a, KeyEntry<'b>>,
     }
-    json(StatusCode::OK, &Body { success: true, data: Ordered(&entries) })
+    json(
+        StatusCode::OK,
+        &Body {
+            success: true,
+            data: Ordered(&entries),
+        },
+    )
 }
 
 async fn all_keys(State(s): State<Arc<Shared>>) -> Response {
@@ -229,8 +267,17 @@ async fn all_segments(State(s): State<Arc<Shared>>) -> Response {
 
 async fn query_segment(State(s): State<Arc<Shared>>, Query(p): Params) -> Response {
     let name = p.get("segment").map_or("", String::as_str);
-    match s.service.segment_summaries().into_iter().find(|seg| seg.name == name) {
-        Some(seg) => format!("{}\nUsed(bytes): {}\nCapacity(bytes) : {}\n", seg.name, seg.used, seg.capacity).into_response(),
+    match s
+        .service
+        .segment_summaries()
+        .into_iter()
+        .find(|seg| seg.name == name)
+    {
+        Some(seg) => format!(
+            "{}\nUsed(bytes): {}\nCapacity(bytes) : {}\n",
+            seg.name, seg.used, seg.capacity
+        )
+        .into_response(),
         None => (StatusCode::INTERNAL_SERVER_ERROR, "Failed to query segment").into_response(),
     }
 }

@@ -117,23 +117,47 @@ impl MasterMetrics {
         let mut singles = vec![None; 256];
         for &(tag, name) in SINGLE_OPS {
             let c = OpCounters::default();
-            registry.register(format!("master_{name}_requests"), format!("{name} calls"), c.requests.clone());
-            registry.register(format!("master_{name}_failures"), format!("{name} calls that failed"), c.failures.clone());
+            registry.register(
+                format!("master_{name}_requests"),
+                format!("{name} calls"),
+                c.requests.clone(),
+            );
+            registry.register(
+                format!("master_{name}_failures"),
+                format!("{name} calls that failed"),
+                c.failures.clone(),
+            );
             singles[tag as usize] = Some(c);
         }
         let mut batches = vec![None; 256];
         for &(tag, name) in BATCH_OPS {
             let c = BatchCounters::default();
             let p = format!("master_batch_{name}");
-            registry.register(format!("{p}_requests"), format!("batch {name} calls"), c.requests.clone());
-            registry.register(format!("{p}_failures"), format!("batch {name} calls where every item failed"), c.failures.clone());
+            registry.register(
+                format!("{p}_requests"),
+                format!("batch {name} calls"),
+                c.requests.clone(),
+            );
+            registry.register(
+                format!("{p}_failures"),
+                format!("batch {name} calls where every item failed"),
+                c.failures.clone(),
+            );
             registry.register(
                 format!("{p}_partial_successes"),
                 format!("batch {name} calls where some items failed"),
                 c.partial_successes.clone(),
             );
-            registry.register(format!("{p}_items"), format!("items in batch {name} calls"), c.items.clone());
-            registry.register(format!("{p}_failed_items"), format!("failed items in batch {name} calls"), c.failed_items.clone());
+            registry.register(
+                format!("{p}_items"),
+                format!("items in batch {name} calls"),
+                c.items.clone(),
+            );
+            registry.register(
+                format!("{p}_failed_items"),
+                format!("failed items in batch {name} calls"),
+                c.failed_items.clone(),
+            );
             batches[tag as usize] = Some(c);
         }
         let mut m = MasterMetrics {
@@ -158,22 +182,82 @@ impl MasterMetrics {
             registry,
         };
         let r = &mut m.registry;
-        r.register("master_value_size_bytes", "Sizes of values put", m.value_size.clone());
-        r.register("master_allocated_bytes", "Bytes allocated in all segments", m.allocated.clone());
-        r.register("master_total_capacity_bytes", "Capacity of all segments", m.capacity.clone());
+        r.register(
+            "master_value_size_bytes",
+            "Sizes of values put",
+            m.value_size.clone(),
+        );
+        r.register(
+            "master_allocated_bytes",
+            "Bytes allocated in all segments",
+            m.allocated.clone(),
+        );
+        r.register(
+            "master_total_capacity_bytes",
+            "Capacity of all segments",
+            m.capacity.clone(),
+        );
         r.register("master_key_count", "Complete objects", m.keys.clone());
-        r.register("master_soft_pin_key_count", "Objects whose soft pin is in force", m.soft_pinned.clone());
-        r.register("master_active_clients", "Clients with a live heartbeat", m.clients.clone());
-        r.register("segment_allocated_bytes", "Bytes allocated per segment", m.segment_allocated.clone());
-        r.register("segment_total_capacity_bytes", "Capacity per segment", m.segment_capacity.clone());
-        r.register("master_malformed_requests", "Frames that did not decode", m.malformed.clone());
-        r.register("master_put_start_alloc_failures", "PutStart calls refused for lack of space", m.alloc_failures.clone());
-        r.register("master_attempted_evictions", "Eviction rounds started", m.attempted_evictions.clone());
-        r.register("master_successful_evictions", "Eviction rounds that freed space", m.successful_evictions.clone());
-        r.register("master_evicted_key_count", "Objects evicted", m.evicted_keys.clone());
-        r.register("master_evicted_size_bytes", "Bytes evicted", m.evicted_bytes.clone());
-        r.register("master_put_start_discard_cnt", "Unfinished puts discarded", m.discarded_puts.clone());
-        r.register("master_expired_clients", "Clients dropped for missing heartbeats", m.expired_clients.clone());
+        r.register(
+            "master_soft_pin_key_count",
+            "Objects whose soft pin is in force",
+            m.soft_pinned.clone(),
+        );
+        r.register(
+            "master_active_clients",
+            "Clients with a live heartbeat",
+            m.clients.clone(),
+        );
+        r.register(
+            "segment_allocated_bytes",
+            "Bytes allocated per segment",
+            m.segment_allocated.clone(),
+        );
+        r.register(
+            "segment_total_capacity_bytes",
+            "Capacity per segment",
+            m.segment_capacity.clone(),
+        );
+        r.register(
+            "master_malformed_requests",
+            "Frames that did not decode",
+            m.malformed.clone(),
+        );
+        r.register(
+            "master_put_start_alloc_failures",
+            "PutStart calls refused for lack of space",
+            m.alloc_failures.clone(),
+        );
+        r.register(
+            "master_attempted_evictions",
+            "Eviction rounds started",
+            m.attempted_evictions.clone(),
+        );
+        r.register(
+            "master_successful_evictions",
+            "Eviction rounds that freed space",
+            m.successful_evictions.clone(),
+        );
+        r.register(
+            "master_evicted_key_count",
+            "Objects evicted",
+            m.evicted_keys.clone(),
+        );
+        r.register(
+            "master_evicted_size_bytes",
+            "Bytes evicted",
+            m.evicted_bytes.clone(),
+        );
+        r.register(
+            "master_put_start_discard_cnt",
+            "Unfinished puts discarded",
+            m.discarded_puts.clone(),
+        );
+        r.register(
+            "master_expired_clients",
+            "Clients dropped for missing heartbeats",
+            m.expired_clients.clone(),
+        );
         m
     }
 
@@ -213,10 +297,18 @@ impl MasterMetrics {
         } else if let Some(c) = &self.batches[tag] {
             c.requests.inc();
             let (items, failed) = match resp {
-                Response::Units { results } => (results.len(), results.iter().filter(|r| r.is_err()).count()),
-                Response::BatchReplicas { results } => (results.len(), results.iter().filter(|r| r.is_err()).count()),
-                Response::BatchReplicaList { results } => (results.len(), results.iter().filter(|r| r.is_err()).count()),
-                Response::Bools { results } => (results.len(), results.iter().filter(|r| r.is_err()).count()),
+                Response::Units { results } => {
+                    (results.len(), results.iter().filter(|r| r.is_err()).count())
+                }
+                Response::BatchReplicas { results } => {
+                    (results.len(), results.iter().filter(|r| r.is_err()).count())
+                }
+                Response::BatchReplicaList { results } => {
+                    (results.len(), results.iter().filter(|r| r.is_err()).count())
+                }
+                Response::Bools { results } => {
+                    (results.len(), results.iter().filter(|r| r.is_err()).count())
+                }
                 _ => (0, 0),
             };
             c.items.inc_by(items as u64);
@@ -230,7 +322,11 @@ impl MasterMetrics {
                 let no_space = match resp {
                     Response::BatchReplicas { results } => results
                         .iter()
-                        .filter(|r| r.as_ref().is_err_and(|e| e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE))
+                        .filter(|r| {
+                            r.as_ref().is_err_and(|e| {
+                                e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE
+                            })
+                        })
                         .count(),
                     _ => 0,
                 };
@@ -267,16 +363,32 @@ impl MasterMetrics {
         self.segment_capacity.clear();
         for s in svc.segment_summaries() {
             let labels = vec![("segment".to_string(), s.name.clone())];
-            self.segment_allocated.get_or_create(&labels).set(as_i64(s.used));
-            self.segment_capacity.get_or_create(&labels).set(as_i64(s.capacity));
+            self.segment_allocated
+                .get_or_create(&labels)
+                .set(as_i64(s.used));
+            self.segment_capacity
+                .get_or_create(&labels)
+                .set(as_i64(s.capacity));
         }
         let c = &svc.counters;
-        sync(&self.attempted_evictions, c.eviction_rounds.load(Ordering::Relaxed));
-        sync(&self.successful_evictions, c.eviction_rounds_freeing.load(Ordering::Relaxed));
-        self.evicted_keys.set(as_i64(c.evicted_keys.load(Ordering::Relaxed)));
-        self.evicted_bytes.set(as_i64(c.evicted_bytes.load(Ordering::Relaxed)));
-        self.discarded_puts.set(as_i64(c.discarded_puts.load(Ordering::Relaxed)));
-        sync(&self.expired_clients, c.expired_clients.load(Ordering::Relaxed));
+        sync(
+            &self.attempted_evictions,
+            c.eviction_rounds.load(Ordering::Relaxed),
+        );
+        sync(
+            &self.successful_evictions,
+            c.eviction_rounds_freeing.load(Ordering::Relaxed),
+        );
+        self.evicted_keys
+            .set(as_i64(c.evicted_keys.load(Ordering::Relaxed)));
+        self.evicted_bytes
+            .set(as_i64(c.evicted_bytes.load(Ordering::Relaxed)));
+        self.discarded_puts
+            .set(as_i64(c.discarded_puts.load(Ordering::Relaxed)));
+        sync(
+            &self.expired_clients,
+            c.expired_clients.load(Ordering::Relaxed),
+        );
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

@@ -49,7 +49,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn new() -> Self {
-        Clock { start: Instant::now() }
+        Clock {
+            start: Instant::now(),
+        }
     }
 
     pub fn now_ms(&self) -> u64 {
@@ -72,12 +74,17 @@ pub struct Shared {
 }
 
 fn bind_error(what: &str, addr: &str, port: u16, e: io::Error) -> Error {
-    Error::new(ErrorCode::INTERNAL_ERROR, format!("cannot bind {what} on {addr}:{port}: {e}"))
+    Error::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("cannot bind {what} on {addr}:{port}: {e}"),
+    )
 }
 
 async fn bind(what: &str, host: &str, port: u16) -> Result<TcpListener> {
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    TcpListener::bind((host, port)).await.map_err(|e| bind_error(what, host, port, e))
+    TcpListener::bind((host, port))
+        .await
+        .map_err(|e| bind_error(what, host, port, e))
 }
 
 /// A master whose listeners are bound but not yet served.
@@ -95,7 +102,14 @@ impl MasterServer {
         let rpc = bind("RPC service", &config.rpc_address, config.rpc_listen_port()).await?;
         let http = bind("metrics service", &config.metrics_host, config.metrics_port).await?;
         let metadata = if config.enable_http_metadata_server {
-            Some(bind("HTTP metadata server", &config.http_metadata_server_host, config.http_metadata_server_port).await?)
+            Some(
+                bind(
+                    "HTTP metadata server",
+                    &config.http_metadata_server_host,
+                    config.http_metadata_server_port,
+                )
+                .await?,
+            )
         } else {
             None
         };
@@ -105,19 +119,30 @@ impl MasterServer {
             clock: Clock::new(),
             config,
         });
-        Ok(MasterServer { rpc, http, metadata, shared })
+        Ok(MasterServer {
+            rpc,
+            http,
+            metadata,
+            shared,
+        })
     }
 
     pub fn rpc_addr(&self) -> SocketAddr {
-        self.rpc.local_addr().expect("bound listener has an address")
+        self.rpc
+            .local_addr()
+            .expect("bound listener has an address")
     }
 
     pub fn http_addr(&self) -> SocketAddr {
-        self.http.local_addr().expect("bound listener has an address")
+        self.http
+            .local_addr()
+            .expect("bound listener has an address")
     }
 
     pub fn metadata_addr(&self) -> Option<SocketAddr> {
-        self.metadata.as_ref().map(|l| l.local_addr().expect("bound listener has an address"))
+        self.metadata
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener has an address"))
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -127,7 +152,12 @@ impl MasterServer {
     /// Serves until `shutdown` resolves, then stops accepting, lets calls
     /// in flight finish and returns.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<()> {
-        let MasterServer { rpc, http, metadata, shared } = self;
+        let MasterServer {
+            rpc,
+            http,
+            metadata,
+            shared,
+        } = self;
         let config = &shared.config;
         tracing::info!(
             rpc = %rpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
@@ -154,7 +184,10 @@ impl MasterServer {
         let router = http::router(shared.clone());
         let http_stop = stopped(stop_rx.clone());
         tasks.spawn(async move {
-            if let Err(e) = axum::serve(http, router).with_graceful_shutdown(http_stop).await {
+            if let Err(e) = axum::serve(http, router)
+                .with_graceful_shutdown(http_stop)
+                .await
+            {
                 tracing::error!("metrics service failed: {e}");
             }
         });
@@ -193,7 +226,12 @@ where
         .thread_name("mc-master")
         .enable_all()
         .build()
-        .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("cannot start runtime: {e}")))?;
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("cannot start runtime: {e}"),
+            )
+        })?;
     rt.block_on(async move {
         let server = MasterServer::bind(config).await?;
         on_bound(&server);
@@ -237,7 +275,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch
 }
 
 /// Serves one client connection: frame in, frame out, until it closes.
-async fn serve_connection(stream: TcpStream, shared: &Shared, mut stop: watch::Receiver<bool>) -> io::Result<()> {
+async fn serve_connection(
+    stream: TcpStream,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()> {
     stream.set_nodelay(shared.config.rpc_enable_tcp_no_delay)?;
     let mut stream = BufReader::with_capacity(READ_BUFFER, stream);
     let mut payload = Vec::new();
@@ -249,7 +291,9 @@ async fn serve_connection(stream: TcpStream, shared: &Shared, mut stop: watch::R
             match idle {
                 Some(t) => tokio::time::timeout(t, stream.read_exact(&mut prefix))
                     .await
-                    .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "idle connection"))),
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::new(io::ErrorKind::TimedOut, "idle connection"))
+                    }),
                 None => stream.read_exact(&mut prefix).await,
             }
         };
@@ -295,7 +339,10 @@ async fn serve_connection(stream: TcpStream, shared: &Shared, mut stop: watch::R
 fn handle(shared: &Shared, req: Request<'_>) -> Response {
     shared.metrics.observe_values(&req);
     let tag = req.tag();
-    let whole_map = matches!(req, Request::RemoveAll { .. } | Request::RemoveByRegex { .. });
+    let whole_map = matches!(
+        req,
+        Request::RemoveAll { .. } | Request::RemoveByRegex { .. }
+    );
     let now = shared.clock.now_ms();
     let resp = if whole_map {
         tokio::task::block_in_place(|| shared.service.handle(req, now))
@@ -352,7 +399,12 @@ impl MasterHandle {
                     .thread_name("mc-master")
                     .enable_all()
                     .build()
-                    .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("cannot start runtime: {e}")))?;
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorCode::INTERNAL_ERROR,
+                            format!("cannot start runtime: {e}"),
+                        )
+                    })?;
                 rt.block_on(async move {
                     let server = match MasterServer::bind(config).await {
                         Ok(s) => s,
@@ -361,7 +413,12 @@ impl MasterHandle {
                             return Err(e);
                         }
                     };
-                    let addrs = (server.rpc_addr(), server.http_addr(), server.metadata_addr(), server.shared().clone());
+                    let addrs = (
+                        server.rpc_addr(),
+                        server.http_addr(),
+                        server.metadata_addr(),
+                        server.shared().clone(),
+                    );
                     let _ = ready_tx.send(Ok(addrs));
                     server
                         .serve(async move {
@@ -370,7 +427,12 @@ impl MasterHandle {
                         .await
                 })
             })
-            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("cannot start master thread: {e}")))?;
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("cannot start master thread: {e}"),
+                )
+            })?;
         match ready_rx.recv() {
             Ok(Ok((rpc_addr, http_addr, metadata_addr, shared))) => Ok(MasterHandle {
                 rpc_addr,
@@ -388,7 +450,10 @@ impl MasterHandle {
                 let joined = thread.join();
                 Err(match joined {
                     Ok(Err(e)) => e,
-                    _ => Error::new(ErrorCode::INTERNAL_ERROR, "master thread exited before binding"),
+                    _ => Error::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "master thread exited before binding",
+                    ),
                 })
             }
         }
@@ -419,9 +484,12 @@ impl MasterHandle {
     fn stop_inner(&mut self) -> Result<()> {
         self.stop.take();
         match self.thread.take() {
-            Some(t) => t
-                .join()
-                .unwrap_or_else(|_| Err(Error::new(ErrorCode::INTERNAL_ERROR, "master thread panicked"))),
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "master thread panicked",
+                ))
+            }),
             None => Ok(()),
         }
     }

@@ -483,7 +483,10 @@ fn eviction_takes_oldest_first_above_the_watermark() {
         );
     }
     for t in 20..90 {
-        assert!(s.exist_key(&format!("k{t}"), NOW).unwrap(), "k{t} should stay");
+        assert!(
+            s.exist_key(&format!("k{t}"), NOW).unwrap(),
+            "k{t} should stay"
+        );
     }
     assert_eq!(used(&s), 70 * 1024);
 }
