@@ -1,0 +1,475 @@
+//! Leader election on etcd, using etcd's own election service: each
+//! candidate is a key `<election>/<lease id>` bound to a lease of its own;
+//! the oldest key (lowest create revision) leads. A leader that stops
+//! renewing its lease (crash, partition) loses the key when the lease
+//! expires, and the next candidate in line wins.
+//!
+//! The election is `mooncake-store/<cluster_id>/leader`; the value of a
+//! candidate's key is its RPC address, which is what clients look up.
+//!
+//! Runs on the caller's tokio runtime (the master's); [`find_leader`] is a
+//! blocking lookup for synchronous clients.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, SortOrder, SortTarget,
+    WatchOptions,
+};
+use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::metadata::etcd::endpoint_urls;
+use mooncake_transfer::metadata::CONNECT_TIMEOUT;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use super::{BoxFuture, LeaderElection, Leadership, ResignRequest};
+
+/// Lease TTL when none is configured: a dead leader is replaced within
+/// about this long.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
+/// Bound on one unary etcd call (grant, get, revoke).
+const OP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Pause before retrying after an unavailable endpoint or a broken stream.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// gRPC's UNAVAILABLE status: the endpoint the balancer picked is down.
+const GRPC_UNAVAILABLE: i32 = 14;
+
+/// The election (key prefix) of a cluster's masters.
+pub fn election_name(cluster_id: &str) -> String {
+    format!("mooncake-store/{cluster_id}/leader")
+}
+
+/// Splits `--etcd_endpoints` (`h1:p1;h2:p2`, entries optionally with
+/// `http://`; an `etcd://` prefix on the whole is accepted) into endpoint
+/// URLs.
+pub fn parse_endpoints(s: &str) -> Result<Vec<String>> {
+    let s = s.trim();
+    let s = s.strip_prefix("etcd://").unwrap_or(s);
+    let parts: Vec<String> = s
+        .split([';', ','])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect();
+    endpoint_urls(&parts).map_err(|e| Error::new(ErrorCode::ETCD_OPERATION_ERROR, e.context))
+}
+
+#[derive(Clone)]
+pub struct EtcdElection {
+    client: Client,
+    /// Election name; candidate keys live under `<name>/`.
+    name: String,
+    ttl: Duration,
+}
+
+impl EtcdElection {
+    /// Connects to `endpoints` (see [`parse_endpoints`]) for the election of
+    /// `cluster_id`, with leases of `ttl` (whole seconds, at least 1; etcd
+    /// may raise it to its minimum). Fails with `ETCD_OPERATION_ERROR`
+    /// within a few seconds when no endpoint answers.
+    pub async fn connect(
+        endpoints: &[String],
+        cluster_id: &str,
+        ttl: Duration,
+    ) -> Result<EtcdElection> {
+        if endpoints.is_empty() {
+            return Err(Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "no etcd endpoint given",
+            ));
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            // HTTP/2 pings notice a dead connection under a long campaign or watch.
+            .with_keep_alive(Duration::from_secs(2), CONNECT_TIMEOUT)
+            .with_keep_alive_while_idle(true);
+        let client = retrying("connect", CONNECT_TIMEOUT, || {
+            Client::connect(endpoints, Some(options.clone()))
+        })
+        .await?;
+        let kv = client.kv_client();
+        retrying("probe", CONNECT_TIMEOUT, || {
+            let mut kv = kv.clone();
+            async move {
+                kv.get("mooncake-store/", Some(GetOptions::new().with_count_only()))
+                    .await
+            }
+        })
+        .await?;
+        Ok(EtcdElection {
+            client,
+            name: election_name(cluster_id),
+            ttl: ttl.max(Duration::from_secs(1)),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Current leader and the store revision it was read at.
+    async fn leader_at(&self) -> Result<(Option<String>, i64)> {
+        let prefix = format!("{}/", self.name);
+        let kv = self.client.kv_client();
+        let resp = retrying("get leader", OP_TIMEOUT, || {
+            let (mut kv, prefix) = (kv.clone(), prefix.clone());
+            let oldest = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
+            async move { kv.get(prefix, Some(oldest)).await }
+        })
+        .await?;
+        let rev = resp.header().map_or(0, |h| h.revision());
+        let leader = resp
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+        Ok((leader, rev))
+    }
+
+    async fn campaign_as(&self, candidate: &str) -> Result<Leadership> {
+        let mut client = self.client.clone();
+        let ttl_secs = self.ttl.as_secs().max(1) as i64;
+        let grant = retrying("lease grant", OP_TIMEOUT, || {
+            let mut c = client.clone();
+            async move { c.lease_grant(ttl_secs, None).await }
+        })
+        .await?;
+        let lease = grant.id();
+        let ttl = Duration::from_secs(grant.ttl().max(1) as u64);
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
+        let (elected_tx, elected_rx) = oneshot::channel::<Vec<u8>>();
+        // From here on, dropping `resign_tx` (this future cancelled, or an
+        // error below) makes the holder revoke the lease: no stale candidacy.
+        tokio::spawn(hold(
+            self.client.clone(),
+            lease,
+            ttl,
+            lost_tx,
+            resign_rx,
+            elected_rx,
+        ));
+
+        let mut lost = lost_rx.clone();
+        let lost = async move {
+            // The guard `wait_for` returns is not Send: drop it here.
+            let _ = lost.wait_for(|l| *l).await;
+        };
+        tokio::pin!(lost);
+        let won = loop {
+            tokio::select! {
+                r = client.campaign(self.name.as_str(), candidate, lease) => match r {
+                    Ok(won) => break won,
+                    // Campaigning again with the same lease resumes the same candidacy.
+                    Err(e) if is_unavailable(&e) => tokio::time::sleep(RETRY_PAUSE).await,
+                    Err(e) => return Err(etcd_error("campaign", e)),
+                },
+                _ = &mut lost => {
+                    return Err(Error::new(ErrorCode::ETCD_OPERATION_ERROR, "campaign: lease lost while waiting"));
+                }
+            }
+        };
+        let key = won.leader().map(|k| k.key().to_vec()).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "campaign: etcd returned no leader key",
+            )
+        })?;
+        let _ = elected_tx.send(key);
+        tracing::info!(candidate, election = %self.name, lease, "won leader election");
+        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx))
+    }
+
+    async fn follow(self, tx: watch::Sender<Option<String>>) {
+        let prefix = format!("{}/", self.name);
+        loop {
+            // Read the leader, then watch the prefix from just after that
+            // read, re-reading on every change; start over on any error.
+            let watched = async {
+                let (leader, rev) = self.leader_at().await?;
+                tx.send_if_modified(|cur| replace_if_changed(cur, leader));
+                let mut client = self.client.clone();
+                let opts = WatchOptions::new()
+                    .with_prefix()
+                    .with_start_revision(rev + 1);
+                let (_watcher, mut events) = client
+                    .watch(prefix.as_str(), Some(opts))
+                    .await
+                    .map_err(|e| etcd_error("watch", e))?;
+                while let Some(resp) = events.message().await.map_err(|e| etcd_error("watch", e))? {
+                    if resp.canceled() {
+                        break;
+                    }
+                    if !resp.events().is_empty() {
+                        let (leader, _) = self.leader_at().await?;
+                        tx.send_if_modified(|cur| replace_if_changed(cur, leader));
+                    }
+                }
+                Ok::<(), Error>(())
+            };
+            tokio::select! {
+                r = watched => if let Err(e) = r {
+                    tracing::debug!("leader watch on {}: {e}; retrying", self.name);
+                },
+                _ = tx.closed() => return,
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(RETRY_PAUSE) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    }
+}
+
+fn replace_if_changed(cur: &mut Option<String>, new: Option<String>) -> bool {
+    if *cur == new {
+        return false;
+    }
+    *cur = new;
+    true
+}
+
+impl LeaderElection for EtcdElection {
+    fn campaign<'a>(&'a self, candidate: &'a str) -> BoxFuture<'a, Result<Leadership>> {
+        Box::pin(self.campaign_as(candidate))
+    }
+
+    fn leader(&self) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move { Ok(self.leader_at().await?.0) })
+    }
+
+    fn observe(&self) -> BoxFuture<'_, Result<watch::Receiver<Option<String>>>> {
+        Box::pin(async move {
+            let (leader, _) = self.leader_at().await?;
+            let (tx, rx) = watch::channel(leader);
+            tokio::spawn(self.clone().follow(tx));
+            Ok(rx)
+        })
+    }
+}
+
+/// The holder task of one candidacy: renews the lease every `ttl / 3`,
+/// flags `lost` when the lease expired, the leader key vanished or no
+/// renewal got through for 2/3 of the TTL (the leader must stop before etcd
+/// lets the next one in), and revokes the lease on resign or when the
+/// [`Leadership`] is dropped.
+async fn hold(
+    mut client: Client,
+    lease: i64,
+    ttl: Duration,
+    lost: watch::Sender<bool>,
+    mut resign: oneshot::Receiver<ResignRequest>,
+    mut elected: oneshot::Receiver<Vec<u8>>,
+) {
+    let every = ttl / 3;
+    let mut renewed_at = Instant::now(); // the grant, just before
+    let mut keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
+    let mut key: Option<Vec<u8>> = None;
+    let mut awaiting_key = true;
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let reply = loop {
+        tokio::select! {
+            r = &mut resign => break r.ok(),
+            k = &mut elected, if awaiting_key => {
+                awaiting_key = false;
+                key = k.ok();
+            }
+            _ = tick.tick() => {
+                let sent = Instant::now();
+                match tokio::time::timeout(every, renew(&mut client, &mut keeper, lease)).await {
+                    Ok(Ok(true)) => renewed_at = sent,
+                    Ok(Ok(false)) => {
+                        tracing::warn!(lease, "leader lease expired");
+                        break None;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(lease, "lease renewal failed: {e}");
+                        keeper = None;
+                    }
+                    Err(_) => keeper = None,
+                }
+                if sent.duration_since(renewed_at) >= ttl * 2 / 3 {
+                    tracing::warn!(lease, "etcd unreachable for too long; giving leadership up");
+                    break None;
+                }
+                if let Some(k) = &key {
+                    let mut kv = client.kv_client();
+                    let gone = matches!(
+                        tokio::time::timeout(every, kv.get(k.clone(), Some(GetOptions::new().with_count_only()))).await,
+                        Ok(Ok(resp)) if resp.count() == 0
+                    );
+                    if gone {
+                        tracing::warn!(lease, "leader key deleted");
+                        break None;
+                    }
+                }
+            }
+        }
+    };
+    lost.send_replace(true);
+    // Revoking deletes the candidate key, so the next candidate wins now
+    // rather than at lease expiry.
+    let revoked = match tokio::time::timeout(OP_TIMEOUT, client.lease_revoke(lease)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(etcd_error("lease revoke", e)),
+        Err(_) => Err(Error::new(
+            ErrorCode::ETCD_OPERATION_ERROR,
+            "lease revoke: no answer",
+        )),
+    };
+    if let Some(reply) = reply {
+        let _ = reply.send(revoked);
+    }
+}
+
+/// One keep-alive round trip: `Ok(false)` when etcd says the lease is gone.
+async fn renew(
+    client: &mut Client,
+    keeper: &mut Option<(LeaseKeeper, LeaseKeepAliveStream)>,
+    lease: i64,
+) -> std::result::Result<bool, etcd_client::Error> {
+    let Some((k, stream)) = keeper else {
+        // Opening the stream performs a first renewal itself.
+        return match client.lease_keep_alive(lease).await {
+            Ok(opened) => {
+                *keeper = Some(opened);
+                Ok(true)
+            }
+            Err(etcd_client::Error::LeaseKeepAliveError(msg)) if msg.contains("not found") => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        };
+    };
+    k.keep_alive().await?;
+    match stream.message().await? {
+        Some(resp) => Ok(resp.ttl() > 0),
+        None => Err(etcd_client::Error::LeaseKeepAliveError(
+            "keep-alive stream closed".into(),
+        )),
+    }
+}
+
+fn is_unavailable(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if i32::from(s.code()) == GRPC_UNAVAILABLE)
+}
+
+fn etcd_error(what: &str, e: etcd_client::Error) -> Error {
+    Error::new(ErrorCode::ETCD_OPERATION_ERROR, format!("etcd {what}: {e}"))
+}
+
+/// Runs `op` until it succeeds or `limit` has passed, retrying UNAVAILABLE
+/// (with several endpoints, the balancer may have picked a dead one).
+async fn retrying<T, F, Fut>(what: &str, limit: Duration, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if is_unavailable(&e) && Instant::now() + RETRY_PAUSE < deadline => {
+                tokio::time::sleep(RETRY_PAUSE).await
+            }
+            Ok(Err(e)) => return Err(etcd_error(what, e)),
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorCode::ETCD_OPERATION_ERROR,
+                    format!("etcd {what}: no answer within {limit:?}"),
+                ))
+            }
+        }
+    }
+}
+
+/// Blocking lookup of the current leader of `cluster_id`, for synchronous
+/// clients resolving an `etcd://` master address. Safe on any thread: the
+/// lookup runs on a short-lived thread with a runtime of its own.
+pub fn find_leader(endpoints: &[String], cluster_id: &str) -> Result<Option<String>> {
+    let (endpoints, cluster_id) = (endpoints.to_vec(), cluster_id.to_string());
+    let lookup = std::thread::Builder::new()
+        .name("mc-find-leader".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| {
+                    Error::new(ErrorCode::ETCD_OPERATION_ERROR, format!("runtime: {e}"))
+                })?;
+            rt.block_on(async {
+                let election =
+                    EtcdElection::connect(&endpoints, &cluster_id, DEFAULT_LEASE_TTL).await?;
+                election.leader().await
+            })
+        })
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                format!("cannot start lookup thread: {e}"),
+            )
+        })?;
+    lookup
+        .join()
+        .map_err(|_| Error::new(ErrorCode::ETCD_OPERATION_ERROR, "leader lookup panicked"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_from_flag() {
+        assert_eq!(
+            parse_endpoints("h1:1;h2:2").unwrap(),
+            ["http://h1:1", "http://h2:2"]
+        );
+        assert_eq!(
+            parse_endpoints("http://e0:2379; http://e1:2379").unwrap(),
+            ["http://e0:2379", "http://e1:2379"]
+        );
+        assert_eq!(
+            parse_endpoints("etcd://h:1,h:2").unwrap(),
+            ["http://h:1", "http://h:2"]
+        );
+        for bad in ["", ";", "h", "h:x"] {
+            assert_eq!(
+                parse_endpoints(bad).unwrap_err().code,
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn election_is_per_cluster() {
+        assert_eq!(election_name("prod"), "mooncake-store/prod/leader");
+    }
+
+    #[test]
+    fn replace_only_on_change() {
+        let mut cur = None;
+        assert!(!replace_if_changed(&mut cur, None));
+        assert!(replace_if_changed(&mut cur, Some("a".into())));
+        assert!(!replace_if_changed(&mut cur, Some("a".into())));
+        assert!(replace_if_changed(&mut cur, None));
+    }
+
+    #[test]
+    fn unreachable_etcd_fails_fast() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = find_leader(&[format!("http://127.0.0.1:{port}")], "c").unwrap_err();
+        assert_eq!(e.code, ErrorCode::ETCD_OPERATION_ERROR);
+    }
+}
