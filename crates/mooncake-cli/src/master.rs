@@ -73,10 +73,13 @@ pub fn parse(argv: Vec<String>) -> Result<MasterConfig, CliError> {
         .map_err(|e| CliError::Config(e.to_string()))
 }
 
+/// Logs at `--log_level`, unless `MC_LOG_LEVEL` or `RUST_LOG` say otherwise.
 fn init_tracing(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MC_LOG_LEVEL")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    if std::env::var_os("MC_LOG_LEVEL").is_some() || std::env::var_os("RUST_LOG").is_some() {
+        return crate::logging::init();
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
