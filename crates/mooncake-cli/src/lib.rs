@@ -16,4 +16,5 @@ pub mod client;
 pub mod entry;
 pub mod http_metadata_server;
 pub mod logging;
+pub mod master;
 pub mod signals;
