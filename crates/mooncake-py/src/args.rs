@@ -78,11 +78,16 @@ impl<'py> FromPyObject<'py> for Key {
         if let Ok(b) = ob.downcast::<pyo3::types::PyBytes>() {
             return String::from_utf8(b.as_bytes().to_vec())
                 .map(Key)
-                .map_err(|_| PyTypeError::new_err("incompatible function arguments: key bytes are not UTF-8"));
+                .map_err(|_| {
+                    PyTypeError::new_err("incompatible function arguments: key bytes are not UTF-8")
+                });
         }
         Err(PyTypeError::new_err(format!(
             "incompatible function arguments: expected a str key, got {}",
-            ob.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ob.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         )))
     }
 }

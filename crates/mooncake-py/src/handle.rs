@@ -41,13 +41,17 @@ pub struct BufferHandle {
 
 impl BufferHandle {
     pub fn staged(b: ClientBuffer) -> BufferHandle {
-        BufferHandle { bytes: Bytes::Staged(b) }
+        BufferHandle {
+            bytes: Bytes::Staged(b),
+        }
     }
 
     pub fn heap(v: Vec<u8>) -> BufferHandle {
         let len = v.len();
         let ptr = Box::into_raw(v.into_boxed_slice()) as *mut u8;
-        BufferHandle { bytes: Bytes::Heap { ptr, len } }
+        BufferHandle {
+            bytes: Bytes::Heap { ptr, len },
+        }
     }
 
     fn addr_len(&self) -> (usize, usize) {
@@ -75,20 +79,36 @@ impl BufferHandle {
 
     /// # Safety
     /// Called by CPython with a valid `view` to fill.
-    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
         if view.is_null() {
             return Err(PyBufferError::new_err("view is null"));
         }
         let (addr, len) = slf.get().addr_len();
         // A zero-length view still needs a non-null pointer.
-        let buf = if len == 0 { std::ptr::NonNull::<u8>::dangling().as_ptr() as usize } else { addr };
+        let buf = if len == 0 {
+            std::ptr::NonNull::<u8>::dangling().as_ptr() as usize
+        } else {
+            addr
+        };
         // SAFETY: `buf..buf+len` stays valid while `slf` lives, and the
         // view holds a reference to `slf` (PyBuffer_FillInfo increfs it).
         let rc = unsafe {
-            ffi::PyBuffer_FillInfo(view, slf.as_ptr(), buf as *mut std::ffi::c_void, len as ffi::Py_ssize_t, 0, flags)
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                buf as *mut std::ffi::c_void,
+                len as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
         };
         if rc != 0 {
-            return Err(PyErr::take(slf.py()).unwrap_or_else(|| PyBufferError::new_err("cannot fill buffer")));
+            return Err(PyErr::take(slf.py())
+                .unwrap_or_else(|| PyBufferError::new_err("cannot fill buffer")));
         }
         Ok(())
     }

@@ -22,14 +22,18 @@ pub struct HostMemAllocator {
 impl HostMemAllocator {
     #[new]
     fn new() -> Self {
-        HostMemAllocator { maps: Mutex::new(HashMap::new()) }
+        HostMemAllocator {
+            maps: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Address of `size` fresh bytes; `RuntimeError` when they cannot be mapped.
     fn alloc(&self, size: Unsigned) -> PyResult<usize> {
         let len = size.usize();
         if len == 0 {
-            return Err(PyRuntimeError::new_err("Failed to map shared memory: Invalid argument"));
+            return Err(PyRuntimeError::new_err(
+                "Failed to map shared memory: Invalid argument",
+            ));
         }
         // SAFETY: an anonymous shared mapping with no address hint touches no
         // existing memory; failure is reported as MAP_FAILED.
@@ -45,7 +49,9 @@ impl HostMemAllocator {
         };
         if p == libc::MAP_FAILED {
             let e = std::io::Error::last_os_error();
-            return Err(PyRuntimeError::new_err(format!("Failed to map shared memory: {e}")));
+            return Err(PyRuntimeError::new_err(format!(
+                "Failed to map shared memory: {e}"
+            )));
         }
         self.maps.lock().insert(p as usize, len);
         Ok(p as usize)
@@ -53,7 +59,9 @@ impl HostMemAllocator {
 
     /// 0, or -1 for an address this allocator did not hand out.
     fn free(&self, ptr: Unsigned) -> i32 {
-        let Some(len) = self.maps.lock().remove(&ptr.usize()) else { return -1 };
+        let Some(len) = self.maps.lock().remove(&ptr.usize()) else {
+            return -1;
+        };
         // SAFETY: `ptr..ptr+len` is a mapping this allocator made and has
         // not unmapped yet (it was still in `maps`).
         unsafe { libc::munmap(ptr.usize() as *mut libc::c_void, len) };
@@ -65,8 +73,13 @@ impl HostMemAllocator {
 /// (best effort, as in the reference: an unknown node changes nothing).
 #[pyfunction]
 pub fn bind_to_numa_node(node: i64) {
-    let Ok(node) = u32::try_from(node) else { return };
-    let Ok(list) = std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist")) else { return };
+    let Ok(node) = u32::try_from(node) else {
+        return;
+    };
+    let Ok(list) = std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
+    else {
+        return;
+    };
     let cpus = parse_cpulist(&list);
     if cpus.is_empty() {
         return;

@@ -40,17 +40,20 @@ const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
 /// The number a failed call returns. A destination smaller than the object
-/// is INVALID_PARAMS in the reference's Python API.
+/// and a bad key are INVALID_PARAMS in the reference's Python API.
 fn code(e: &Error) -> i32 {
     match e.code {
-        ErrorCode::BUFFER_OVERFLOW => INVALID,
+        ErrorCode::BUFFER_OVERFLOW | ErrorCode::INVALID_KEY => INVALID,
         c => c.code(),
     }
 }
 
+/// 0 or the code. A put of an existing key is a success that keeps the
+/// stored value ("first write wins"), as in the reference.
 fn status(r: Result<(), Error>) -> i32 {
     match r {
         Ok(()) => 0,
+        Err(e) if e.code == ErrorCode::OBJECT_ALREADY_EXISTS => 0,
         Err(e) => {
             tracing::debug!("{e}");
             code(&e)
@@ -59,7 +62,12 @@ fn status(r: Result<(), Error>) -> i32 {
 }
 
 fn rust_cfg(cfg: Option<PyRef<'_, ReplicateConfig>>) -> Result<types::ReplicateConfig, i32> {
-    let Some(c) = cfg else { return Ok(types::ReplicateConfig { replica_num: 1, ..Default::default() }) };
+    let Some(c) = cfg else {
+        return Ok(types::ReplicateConfig {
+            replica_num: 1,
+            ..Default::default()
+        });
+    };
     if c.replica_num == 0 {
         return Err(INVALID);
     }
@@ -83,13 +91,17 @@ struct Live {
 }
 
 fn region_containing(map: &BTreeMap<usize, usize>, addr: usize) -> Option<(usize, usize)> {
-    map.range(..=addr).next_back().map(|(&a, &l)| (a, l)).filter(|&(a, l)| addr < a + l)
+    map.range(..=addr)
+        .next_back()
+        .map(|(&a, &l)| (a, l))
+        .filter(|&(a, l)| addr < a + l)
 }
 
 impl Live {
     /// End of the vouched-for region that contains `addr`.
     fn region_end(&self, addr: usize) -> Option<usize> {
-        let r = region_containing(&self.registered.lock(), addr).or_else(|| region_containing(&self.pool.lock(), addr));
+        let r = region_containing(&self.registered.lock(), addr)
+            .or_else(|| region_containing(&self.pool.lock(), addr));
         r.map(|(a, l)| a + l)
     }
 
@@ -132,7 +144,7 @@ fn per_key_codes(n: usize, r: Result<Vec<Result<(), Error>>, Error>) -> Vec<i32>
 
 fn first_error(r: Result<Vec<Result<(), Error>>, Error>) -> i32 {
     match r {
-        Ok(v) => v.iter().find_map(|r| r.as_ref().err().map(code)).unwrap_or(0),
+        Ok(v) => v.into_iter().map(status).find(|&c| c != 0).unwrap_or(0),
         Err(e) => code(&e),
     }
 }
@@ -141,7 +153,14 @@ fn exist_code(r: Result<bool, Error>) -> i32 {
     match r {
         Ok(true) => 1,
         Ok(false) => 0,
-        Err(e) if matches!(e.code, ErrorCode::OBJECT_NOT_FOUND | ErrorCode::INVALID_KEY | ErrorCode::INVALID_PARAMS) => 0,
+        Err(e)
+            if matches!(
+                e.code,
+                ErrorCode::OBJECT_NOT_FOUND | ErrorCode::INVALID_KEY | ErrorCode::INVALID_PARAMS
+            ) =>
+        {
+            0
+        }
         Err(_) => -1,
     }
 }
@@ -161,7 +180,12 @@ fn view(addr: usize, len: usize) -> &'static [u8] {
 }
 
 /// `mooncake.store.MooncakeDistributedStore`.
-#[pyclass(subclass, frozen, module = "mooncake.store", name = "MooncakeDistributedStore")]
+#[pyclass(
+    subclass,
+    frozen,
+    module = "mooncake.store",
+    name = "MooncakeDistributedStore"
+)]
 pub struct PyStore {
     state: RwLock<Option<Arc<Live>>>,
 }
@@ -180,7 +204,11 @@ impl PyStore {
             }
             match make() {
                 Ok(client) => {
-                    let live = Live { client, registered: Mutex::new(BTreeMap::new()), pool: Mutex::new(BTreeMap::new()) };
+                    let live = Live {
+                        client,
+                        registered: Mutex::new(BTreeMap::new()),
+                        pool: Mutex::new(BTreeMap::new()),
+                    };
                     *self.state.write() = Some(Arc::new(live));
                     0
                 }
@@ -211,7 +239,9 @@ impl PyStore {
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         upsert: bool,
     ) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         let cfg = match rust_cfg(cfg) {
             Ok(c) => c,
             Err(c) => return c,
@@ -239,7 +269,9 @@ impl PyStore {
         upsert: bool,
     ) -> Vec<i32> {
         let n = keys.len();
-        let Some(live) = self.live() else { return vec![NOT_READY; n] };
+        let Some(live) = self.live() else {
+            return vec![NOT_READY; n];
+        };
         if addrs.len() != n || sizes.len() != n {
             return vec![INVALID; n];
         }
@@ -276,7 +308,11 @@ impl PyStore {
             if !copied.is_empty() {
                 let k: Vec<String> = copied.iter().map(|&i| keys[i].clone()).collect();
                 let v: Vec<&[u8]> = copied.iter().map(|&i| view(addrs[i], sizes[i])).collect();
-                let r = if upsert { live.client.upsert_batch(&k, &v, &cfg) } else { live.client.put_batch(&k, &v, &cfg) };
+                let r = if upsert {
+                    live.client.upsert_batch(&k, &v, &cfg)
+                } else {
+                    live.client.put_batch(&k, &v, &cfg)
+                };
                 for (c, &i) in per_key_codes(copied.len(), r).into_iter().zip(&copied) {
                     out[i] = c;
                 }
@@ -293,14 +329,20 @@ impl PyStore {
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         upsert: bool,
     ) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         let cfg = match rust_cfg(cfg) {
             Ok(c) => c,
             Err(c) => return c,
         };
         let slices: Vec<&[u8]> = parts.iter().map(Exported::as_slice).collect();
         py.allow_threads(|| {
-            let r = if upsert { live.client.upsert_parts(key, &slices, &cfg) } else { live.client.put_parts(key, &slices, &cfg) };
+            let r = if upsert {
+                live.client.upsert_parts(key, &slices, &cfg)
+            } else {
+                live.client.put_parts(key, &slices, &cfg)
+            };
             status(r)
         })
     }
@@ -314,8 +356,13 @@ impl PyStore {
         upsert: bool,
     ) -> PyResult<i32> {
         let values: Vec<Bound<'_, PyAny>> = values.extract()?;
-        let values = values.iter().map(Exported::get).collect::<PyResult<Vec<_>>>()?;
-        let Some(live) = self.live() else { return Ok(NOT_READY) };
+        let values = values
+            .iter()
+            .map(Exported::get)
+            .collect::<PyResult<Vec<_>>>()?;
+        let Some(live) = self.live() else {
+            return Ok(NOT_READY);
+        };
         if keys.len() != values.len() {
             return Ok(INVALID);
         }
@@ -329,7 +376,11 @@ impl PyStore {
             if keys.is_empty() {
                 return 0;
             }
-            let r = if upsert { live.client.upsert_batch(&keys, &slices, &cfg) } else { live.client.put_batch(&keys, &slices, &cfg) };
+            let r = if upsert {
+                live.client.upsert_batch(&keys, &slices, &cfg)
+            } else {
+                live.client.put_batch(&keys, &slices, &cfg)
+            };
             first_error(r)
         }))
     }
@@ -340,7 +391,9 @@ fn parts_of(parts: &Bound<'_, PyTuple>) -> PyResult<Vec<Exported>> {
 }
 
 fn dict_size(d: &Bound<'_, PyDict>, key: &str, default: u64) -> Result<u64, i32> {
-    let Ok(Some(v)) = d.get_item(key) else { return Ok(default) };
+    let Ok(Some(v)) = d.get_item(key) else {
+        return Ok(default);
+    };
     if let Ok(n) = v.extract::<i64>() {
         return u64::try_from(n).map_err(|_| INVALID);
     }
@@ -351,7 +404,10 @@ fn dict_size(d: &Bound<'_, PyDict>, key: &str, default: u64) -> Result<u64, i32>
 }
 
 fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
-    d.get_item(key).ok().flatten().and_then(|v| v.extract::<String>().ok())
+    d.get_item(key)
+        .ok()
+        .flatten()
+        .and_then(|v| v.extract::<String>().ok())
 }
 
 #[pymethods]
@@ -360,7 +416,9 @@ impl PyStore {
     #[pyo3(signature = (*_args, **_kwargs))]
     fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
         crate::init_logging();
-        PyStore { state: RwLock::new(None) }
+        PyStore {
+            state: RwLock::new(None),
+        }
     }
 
     // ---- lifecycle ----------------------------------------------------------
@@ -394,16 +452,27 @@ impl PyStore {
         enable_client_http_server: Flag,
         client_http_port: Option<Unsigned>,
     ) -> PyResult<i32> {
-        let _ = (engine, enable_ssd_offload, ssd_offload_path, tenant_id, enable_client_http_server, client_http_port);
+        let _ = (
+            engine,
+            enable_ssd_offload,
+            ssd_offload_path,
+            tenant_id,
+            enable_client_http_server,
+            client_http_port,
+        );
         if let Ok(d) = local_hostname.downcast::<PyDict>() {
             if metadata_server.is_some() {
-                return Err(PyTypeError::new_err("setup(config_dict) takes no other arguments"));
+                return Err(PyTypeError::new_err(
+                    "setup(config_dict) takes no other arguments",
+                ));
             }
             return Ok(self.setup_dict(py, d));
         }
         let local_hostname: String = local_hostname.extract()?;
         let Some(metadata_server) = metadata_server else {
-            return Err(PyTypeError::new_err("setup() missing required argument 'metadata_server'"));
+            return Err(PyTypeError::new_err(
+                "setup() missing required argument 'metadata_server'",
+            ));
         };
         let defaults = ClientConfig::default();
         let cfg = ClientConfig {
@@ -421,14 +490,28 @@ impl PyStore {
     }
 
     /// Joins as a "dummy" client of the `mooncake_client` at `server_address`.
-    fn setup_dummy(&self, py: Python<'_>, mem_pool_size: Unsigned, local_buffer_size: Unsigned, server_address: String) -> i32 {
-        self.start(py, move || Client::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address))
+    fn setup_dummy(
+        &self,
+        py: Python<'_>,
+        mem_pool_size: Unsigned,
+        local_buffer_size: Unsigned,
+        server_address: String,
+    ) -> i32 {
+        self.start(py, move || {
+            Client::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address)
+        })
     }
 
     /// `setup` with the integration environment (`MOONCAKE_*`) for everything
     /// but the protocol, device and segment size.
     #[pyo3(signature = (protocol, device_name, mount_segment_size = 16 * MIB))]
-    fn init_all(&self, py: Python<'_>, protocol: String, device_name: String, mount_segment_size: u64) -> i32 {
+    fn init_all(
+        &self,
+        py: Python<'_>,
+        protocol: String,
+        device_name: String,
+        mount_segment_size: u64,
+    ) -> i32 {
         let mut cfg = match ClientConfig::from_env() {
             Ok(c) => c,
             Err(e) => return code(&e),
@@ -455,7 +538,9 @@ impl PyStore {
 
     /// `host:port` of this client; `""` when not set up.
     fn get_hostname(&self) -> String {
-        self.live().map(|l| l.client.get_hostname()).unwrap_or_default()
+        self.live()
+            .map(|l| l.client.get_hostname())
+            .unwrap_or_default()
     }
 
     /// 0 healthy, 1 not set up (or closed), 2 master unreachable.
@@ -471,7 +556,9 @@ impl PyStore {
 
     /// Registers `size` bytes at `buffer_ptr` for the zero-copy calls.
     fn register_buffer(&self, py: Python<'_>, buffer_ptr: Unsigned, size: Unsigned) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         let (addr, len) = (buffer_ptr.usize(), size.usize());
         py.allow_threads(|| {
             if len == 0 || !mem::accessible(addr, len, Access::Write) {
@@ -486,7 +573,9 @@ impl PyStore {
     }
 
     fn unregister_buffer(&self, py: Python<'_>, buffer_ptr: Unsigned) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         let addr = buffer_ptr.usize();
         py.allow_threads(|| {
             let r = live.client.unregister_buffer(addr);
@@ -512,20 +601,38 @@ impl PyStore {
     // ---- bytes ----------------------------------------------------------------
 
     #[pyo3(signature = (key, value, config = None))]
-    fn put(&self, py: Python<'_>, key: Key, value: &Bound<'_, PyAny>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn put(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        value: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         let v = [Exported::get(value)?];
         Ok(self.write_bytes(py, &key.0, &v, config, false))
     }
 
     #[pyo3(signature = (key, value, config = None))]
-    fn upsert(&self, py: Python<'_>, key: Key, value: &Bound<'_, PyAny>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn upsert(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        value: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         let v = [Exported::get(value)?];
         Ok(self.write_bytes(py, &key.0, &v, config, true))
     }
 
     /// Stores the concatenation of `parts` as one object.
     #[pyo3(signature = (key, *parts, config = None))]
-    fn put_parts(&self, py: Python<'_>, key: Key, parts: &Bound<'_, PyTuple>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn put_parts(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        parts: &Bound<'_, PyTuple>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         let parts = parts_of(parts)?;
         if parts.is_empty() {
             return Ok(0);
@@ -534,7 +641,13 @@ impl PyStore {
     }
 
     #[pyo3(signature = (key, *parts, config = None))]
-    fn upsert_parts(&self, py: Python<'_>, key: Key, parts: &Bound<'_, PyTuple>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn upsert_parts(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        parts: &Bound<'_, PyTuple>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         let parts = parts_of(parts)?;
         if parts.is_empty() {
             return Ok(0);
@@ -544,18 +657,32 @@ impl PyStore {
 
     /// One int for the whole batch: 0, or the first failure's code.
     #[pyo3(signature = (keys, values, config = None))]
-    fn put_batch(&self, py: Python<'_>, keys: Vec<Key>, values: &Bound<'_, PyAny>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn put_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        values: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         self.write_batch(py, keys, values, config, false)
     }
 
     #[pyo3(signature = (keys, values, config = None))]
-    fn upsert_batch(&self, py: Python<'_>, keys: Vec<Key>, values: &Bound<'_, PyAny>, config: Option<PyRef<'_, ReplicateConfig>>) -> PyResult<i32> {
+    fn upsert_batch(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        values: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> {
         self.write_batch(py, keys, values, config, true)
     }
 
     /// The object's bytes; `b""` when it is missing (or on any failure).
     fn get<'py>(&self, py: Python<'py>, key: Key) -> Bound<'py, PyBytes> {
-        let Some(live) = self.live() else { return PyBytes::new(py, b"") };
+        let Some(live) = self.live() else {
+            return PyBytes::new(py, b"");
+        };
         match py.allow_threads(|| live.client.get(&key.0)) {
             Ok(v) => PyBytes::new(py, &v),
             Err(_) => PyBytes::new(py, b""),
@@ -566,7 +693,9 @@ impl PyStore {
     /// empty key list gives `[b""]`.
     fn get_batch<'py>(&self, py: Python<'py>, keys: Vec<Key>) -> Vec<Bound<'py, PyBytes>> {
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return vec![PyBytes::new(py, b""); keys.len().max(1)] };
+        let Some(live) = self.live() else {
+            return vec![PyBytes::new(py, b""); keys.len().max(1)];
+        };
         if keys.is_empty() {
             return vec![PyBytes::new(py, b"")];
         }
@@ -579,12 +708,16 @@ impl PyStore {
     /// The object's bytes without a copy to Python; `None` when missing.
     fn get_buffer(&self, py: Python<'_>, key: Key) -> Option<BufferHandle> {
         let live = self.live()?;
-        py.allow_threads(|| live.client.get_buffer(&key.0)).ok().map(BufferHandle::staged)
+        py.allow_threads(|| live.client.get_buffer(&key.0))
+            .ok()
+            .map(BufferHandle::staged)
     }
 
     fn batch_get_buffer(&self, py: Python<'_>, keys: Vec<Key>) -> Vec<Option<BufferHandle>> {
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return keys.iter().map(|_| None).collect() };
+        let Some(live) = self.live() else {
+            return keys.iter().map(|_| None).collect();
+        };
         if keys.is_empty() {
             return Vec::new();
         }
@@ -598,12 +731,16 @@ impl PyStore {
     /// calls, which keep it alive as the tensor's storage); `None` when missing.
     fn _get_owned(&self, py: Python<'_>, key: Key) -> Option<BufferHandle> {
         let live = self.live()?;
-        py.allow_threads(|| live.client.get(&key.0)).ok().map(BufferHandle::heap)
+        py.allow_threads(|| live.client.get(&key.0))
+            .ok()
+            .map(BufferHandle::heap)
     }
 
     fn _batch_get_owned(&self, py: Python<'_>, keys: Vec<Key>) -> Vec<Option<BufferHandle>> {
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return keys.iter().map(|_| None).collect() };
+        let Some(live) = self.live() else {
+            return keys.iter().map(|_| None).collect();
+        };
         if keys.is_empty() {
             return Vec::new();
         }
@@ -628,7 +765,9 @@ impl PyStore {
             .iter()
             .map(|p| p.iter().map(Exported::get).collect::<PyResult<Vec<_>>>())
             .collect::<PyResult<Vec<_>>>()?;
-        let Some(live) = self.live() else { return Ok(vec![NOT_READY; n]) };
+        let Some(live) = self.live() else {
+            return Ok(vec![NOT_READY; n]);
+        };
         if exported.len() != n {
             return Ok(vec![INVALID; n]);
         }
@@ -642,7 +781,11 @@ impl PyStore {
                 .zip(&exported)
                 .map(|(k, p)| {
                     let slices: Vec<&[u8]> = p.iter().map(Exported::as_slice).collect();
-                    let r = if upsert { live.client.upsert_parts(k, &slices, &cfg) } else { live.client.put_parts(k, &slices, &cfg) };
+                    let r = if upsert {
+                        live.client.upsert_parts(k, &slices, &cfg)
+                    } else {
+                        live.client.put_parts(k, &slices, &cfg)
+                    };
                     status(r)
                 })
                 .collect()
@@ -651,7 +794,9 @@ impl PyStore {
 
     /// Size in bytes, or a negative code (-704 when missing).
     fn get_size(&self, py: Python<'_>, key: Key) -> i64 {
-        let Some(live) = self.live() else { return NOT_READY as i64 };
+        let Some(live) = self.live() else {
+            return NOT_READY as i64;
+        };
         if key.0.is_empty() {
             return NOT_FOUND as i64;
         }
@@ -672,12 +817,18 @@ impl PyStore {
 
     fn batch_is_exist(&self, py: Python<'_>, keys: Vec<Key>) -> Vec<i32> {
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return vec![-1; keys.len()] };
+        let Some(live) = self.live() else {
+            return vec![-1; keys.len()];
+        };
         if keys.is_empty() {
             return Vec::new();
         }
         match py.allow_threads(|| live.client.batch_is_exist(&keys)) {
-            Ok(v) => v.into_iter().zip(&keys).map(|(r, k)| if k.is_empty() { 0 } else { exist_code(r) }).collect(),
+            Ok(v) => v
+                .into_iter()
+                .zip(&keys)
+                .map(|(r, k)| if k.is_empty() { 0 } else { exist_code(r) })
+                .collect(),
             Err(_) => vec![-1; keys.len()],
         }
     }
@@ -685,7 +836,9 @@ impl PyStore {
     /// 0, or -704 missing, -706 leased (unless `force`).
     #[pyo3(signature = (key, force = Flag(false)))]
     fn remove(&self, py: Python<'_>, key: Key, force: Flag) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         if key.0.is_empty() {
             return NOT_FOUND;
         }
@@ -695,7 +848,9 @@ impl PyStore {
     #[pyo3(signature = (keys, force = Flag(false)))]
     fn batch_remove(&self, py: Python<'_>, keys: Vec<Key>, force: Flag) -> Vec<i32> {
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return vec![NOT_READY; keys.len()] };
+        let Some(live) = self.live() else {
+            return vec![NOT_READY; keys.len()];
+        };
         if keys.is_empty() {
             return Vec::new();
         }
@@ -706,7 +861,9 @@ impl PyStore {
     /// Number of objects removed, or a negative code (-600 for a bad regex).
     #[pyo3(signature = (regex_pattern, force = Flag(false)))]
     fn remove_by_regex(&self, py: Python<'_>, regex_pattern: String, force: Flag) -> i64 {
-        let Some(live) = self.live() else { return NOT_READY as i64 };
+        let Some(live) = self.live() else {
+            return NOT_READY as i64;
+        };
         match py.allow_threads(|| live.client.remove_by_regex(&regex_pattern, force.0)) {
             Ok(n) => n as i64,
             Err(e) => code(&e) as i64,
@@ -715,7 +872,9 @@ impl PyStore {
 
     #[pyo3(signature = (force = Flag(false)))]
     fn remove_all(&self, py: Python<'_>, force: Flag) -> i64 {
-        let Some(live) = self.live() else { return NOT_READY as i64 };
+        let Some(live) = self.live() else {
+            return NOT_READY as i64;
+        };
         match py.allow_threads(|| live.client.remove_all(force.0)) {
             Ok(n) => n as i64,
             Err(e) => code(&e) as i64,
@@ -725,12 +884,26 @@ impl PyStore {
     // ---- zero copy ---------------------------------------------------------------
 
     #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn put_from(&self, py: Python<'_>, key: Key, buffer_ptr: Unsigned, size: Unsigned, config: Option<PyRef<'_, ReplicateConfig>>) -> i32 {
+    fn put_from(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        buffer_ptr: Unsigned,
+        size: Unsigned,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> i32 {
         self.write_from(py, &key.0, buffer_ptr.usize(), size.usize(), config, false)
     }
 
     #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn upsert_from(&self, py: Python<'_>, key: Key, buffer_ptr: Unsigned, size: Unsigned, config: Option<PyRef<'_, ReplicateConfig>>) -> i32 {
+    fn upsert_from(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        buffer_ptr: Unsigned,
+        size: Unsigned,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> i32 {
         self.write_from(py, &key.0, buffer_ptr.usize(), size.usize(), config, true)
     }
 
@@ -747,19 +920,30 @@ impl PyStore {
         metadata_size: Unsigned,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         let cfg = match rust_cfg(config) {
             Ok(c) => c,
             Err(c) => return c,
         };
-        let (d, m) = ((buffer_ptr.usize(), size.usize()), (metadata_buffer_ptr.usize(), metadata_size.usize()));
+        let (d, m) = (
+            (buffer_ptr.usize(), size.usize()),
+            (metadata_buffer_ptr.usize(), metadata_size.usize()),
+        );
         py.allow_threads(|| {
             let dm = classify(&live, d.0, d.1, Access::Read);
             let mm = classify(&live, m.0, m.1, Access::Read);
             match (dm, mm) {
                 (Mem::Bad, _) | (_, Mem::Bad) => INVALID,
-                (Mem::Direct, Mem::Direct) => status(live.client.put_from_with_metadata(&key.0, d.0, m.0, d.1, m.1, &cfg)),
-                _ => status(live.client.put_parts(&key.0, &[view(m.0, m.1), view(d.0, d.1)], &cfg)),
+                (Mem::Direct, Mem::Direct) => status(
+                    live.client
+                        .put_from_with_metadata(&key.0, d.0, m.0, d.1, m.1, &cfg),
+                ),
+                _ => status(
+                    live.client
+                        .put_parts(&key.0, &[view(m.0, m.1), view(d.0, d.1)], &cfg),
+                ),
             }
         })
     }
@@ -767,7 +951,9 @@ impl PyStore {
     /// Reads the whole object into `buffer_ptr`; its size, or a negative
     /// code (-600 when the buffer is too small, -704 when missing).
     fn get_into(&self, py: Python<'_>, key: Key, buffer_ptr: Unsigned, size: Unsigned) -> i64 {
-        let Some(live) = self.live() else { return NOT_READY as i64 };
+        let Some(live) = self.live() else {
+            return NOT_READY as i64;
+        };
         let (addr, mut len) = (buffer_ptr.usize(), size.usize());
         // Past the end of a registered buffer only the object's bytes are
         // written, so read at most up to that end.
@@ -792,19 +978,55 @@ impl PyStore {
     }
 
     #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_put_from(&self, py: Python<'_>, keys: Vec<Key>, buffer_ptrs: Vec<Unsigned>, sizes: Vec<Unsigned>, config: Option<PyRef<'_, ReplicateConfig>>) -> Vec<i32> {
-        self.batch_write_from(py, self::keys(keys), usizes(&buffer_ptrs), usizes(&sizes), config, false)
+    fn batch_put_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        buffer_ptrs: Vec<Unsigned>,
+        sizes: Vec<Unsigned>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> Vec<i32> {
+        self.batch_write_from(
+            py,
+            self::keys(keys),
+            usizes(&buffer_ptrs),
+            usizes(&sizes),
+            config,
+            false,
+        )
     }
 
     #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_upsert_from(&self, py: Python<'_>, keys: Vec<Key>, buffer_ptrs: Vec<Unsigned>, sizes: Vec<Unsigned>, config: Option<PyRef<'_, ReplicateConfig>>) -> Vec<i32> {
-        self.batch_write_from(py, self::keys(keys), usizes(&buffer_ptrs), usizes(&sizes), config, true)
+    fn batch_upsert_from(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        buffer_ptrs: Vec<Unsigned>,
+        sizes: Vec<Unsigned>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> Vec<i32> {
+        self.batch_write_from(
+            py,
+            self::keys(keys),
+            usizes(&buffer_ptrs),
+            usizes(&sizes),
+            config,
+            true,
+        )
     }
 
-    fn batch_get_into(&self, py: Python<'_>, keys: Vec<Key>, buffer_ptrs: Vec<Unsigned>, sizes: Vec<Unsigned>) -> Vec<i64> {
+    fn batch_get_into(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        buffer_ptrs: Vec<Unsigned>,
+        sizes: Vec<Unsigned>,
+    ) -> Vec<i64> {
         let keys = self::keys(keys);
         let n = keys.len();
-        let Some(live) = self.live() else { return vec![NOT_READY as i64; n] };
+        let Some(live) = self.live() else {
+            return vec![NOT_READY as i64; n];
+        };
         if buffer_ptrs.len() != n || sizes.len() != n {
             return vec![INVALID as i64; n];
         }
@@ -866,7 +1088,9 @@ impl PyStore {
     ) -> Vec<i32> {
         let keys = self::keys(keys);
         let n = keys.len();
-        let Some(live) = self.live() else { return vec![NOT_READY; n] };
+        let Some(live) = self.live() else {
+            return vec![NOT_READY; n];
+        };
         if all_buffer_ptrs.len() != n || all_sizes.len() != n {
             return vec![INVALID; n];
         }
@@ -883,14 +1107,29 @@ impl PyStore {
                     out[i] = INVALID;
                     continue;
                 }
-                let kinds: Vec<Mem> =
-                    addrs[i].iter().zip(&sizes[i]).map(|(&a, &s)| classify(&live, a, s, Access::Read)).collect();
+                let kinds: Vec<Mem> = addrs[i]
+                    .iter()
+                    .zip(&sizes[i])
+                    .map(|(&a, &s)| classify(&live, a, s, Access::Read))
+                    .collect();
                 out[i] = if kinds.iter().any(|k| matches!(k, Mem::Bad)) {
                     INVALID
                 } else if kinds.iter().all(|k| matches!(k, Mem::Direct)) {
-                    per_key_codes(1, live.client.batch_put_from_multi_buffers(&keys[i..=i], &addrs[i..=i], &sizes[i..=i], &cfg))[0]
+                    per_key_codes(
+                        1,
+                        live.client.batch_put_from_multi_buffers(
+                            &keys[i..=i],
+                            &addrs[i..=i],
+                            &sizes[i..=i],
+                            &cfg,
+                        ),
+                    )[0]
                 } else {
-                    let parts: Vec<&[u8]> = addrs[i].iter().zip(&sizes[i]).map(|(&a, &s)| view(a, s)).collect();
+                    let parts: Vec<&[u8]> = addrs[i]
+                        .iter()
+                        .zip(&sizes[i])
+                        .map(|(&a, &s)| view(a, s))
+                        .collect();
                     status(live.client.put_parts(&keys[i], &parts, &cfg))
                 };
             }
@@ -910,7 +1149,9 @@ impl PyStore {
     ) -> Vec<i64> {
         let keys = self::keys(keys);
         let n = keys.len();
-        let Some(live) = self.live() else { return vec![NOT_READY as i64; n] };
+        let Some(live) = self.live() else {
+            return vec![NOT_READY as i64; n];
+        };
         if all_buffer_ptrs.len() != n || all_sizes.len() != n {
             return vec![INVALID as i64; n];
         }
@@ -922,14 +1163,24 @@ impl PyStore {
                 if addrs[i].len() != sizes[i].len() {
                     continue;
                 }
-                let kinds: Vec<Mem> =
-                    addrs[i].iter().zip(&sizes[i]).map(|(&a, &s)| classify(&live, a, s, Access::Write)).collect();
+                let kinds: Vec<Mem> = addrs[i]
+                    .iter()
+                    .zip(&sizes[i])
+                    .map(|(&a, &s)| classify(&live, a, s, Access::Write))
+                    .collect();
                 if kinds.iter().any(|k| matches!(k, Mem::Bad)) {
                     continue;
                 }
                 out[i] = if kinds.iter().all(|k| matches!(k, Mem::Direct)) {
-                    match live.client.batch_get_into_multi_buffers(&keys[i..=i], &addrs[i..=i], &sizes[i..=i], prefer_alloc_in_same_node.0) {
-                        Ok(mut v) => v.pop().map_or(INVALID as i64, |r| r.map_or_else(|e| code(&e) as i64, |n| n as i64)),
+                    match live.client.batch_get_into_multi_buffers(
+                        &keys[i..=i],
+                        &addrs[i..=i],
+                        &sizes[i..=i],
+                        prefer_alloc_in_same_node.0,
+                    ) {
+                        Ok(mut v) => v.pop().map_or(INVALID as i64, |r| {
+                            r.map_or_else(|e| code(&e) as i64, |n| n as i64)
+                        }),
                         Err(e) => code(&e) as i64,
                     }
                 } else {
@@ -965,17 +1216,37 @@ impl PyStore {
         all_sizes: Vec<Vec<Vec<Unsigned>>>,
     ) -> Vec<Vec<Vec<i64>>> {
         let u3 = |v: Vec<Vec<Vec<Unsigned>>>| -> Vec<Vec<Vec<u64>>> {
-            v.into_iter().map(|a| a.into_iter().map(|b| b.into_iter().map(|u| u.0).collect()).collect()).collect()
+            v.into_iter()
+                .map(|a| {
+                    a.into_iter()
+                        .map(|b| b.into_iter().map(|u| u.0).collect())
+                        .collect()
+                })
+                .collect()
         };
         let ptrs = usizes(&buffer_ptrs);
         let keys: Vec<Vec<String>> = all_keys.into_iter().map(self::keys).collect();
         let (dst, src, sizes) = (u3(all_dst_offsets), u3(all_src_offsets), u3(all_sizes));
         let Some(live) = self.live() else {
-            return keys.iter().map(|k| k.iter().map(|_| vec![NOT_READY as i64]).collect()).collect();
+            return keys
+                .iter()
+                .map(|k| k.iter().map(|_| vec![NOT_READY as i64]).collect())
+                .collect();
         };
-        let res = py.allow_threads(|| live.client.get_into_ranges(&ptrs, &keys, &dst, &src, &sizes));
+        let res = py.allow_threads(|| {
+            live.client
+                .get_into_ranges(&ptrs, &keys, &dst, &src, &sizes)
+        });
         res.into_iter()
-            .map(|b| b.into_iter().map(|k| k.into_iter().map(|r| r.map_or_else(|e| code(&e) as i64, |n| n as i64)).collect()).collect())
+            .map(|b| {
+                b.into_iter()
+                    .map(|k| {
+                        k.into_iter()
+                            .map(|r| r.map_or_else(|e| code(&e) as i64, |n| n as i64))
+                            .collect()
+                    })
+                    .collect()
+            })
             .collect()
     }
 
@@ -983,24 +1254,33 @@ impl PyStore {
 
     /// The object's replicas; `[]` when it is missing.
     fn get_replica_desc(&self, py: Python<'_>, key: Key) -> Vec<ReplicaDescriptor> {
-        let Some(live) = self.live() else { return Vec::new() };
+        let Some(live) = self.live() else {
+            return Vec::new();
+        };
         py.allow_threads(|| live.client.get_replica_desc(&key.0))
             .map(|v| v.into_iter().map(ReplicaDescriptor::from).collect())
             .unwrap_or_default()
     }
 
     /// `{key: [ReplicaDescriptor]}` for the keys that exist.
-    fn batch_get_replica_desc<'py>(&self, py: Python<'py>, keys: Vec<Key>) -> PyResult<Bound<'py, PyDict>> {
+    fn batch_get_replica_desc<'py>(
+        &self,
+        py: Python<'py>,
+        keys: Vec<Key>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         let keys = self::keys(keys);
-        let Some(live) = self.live() else { return Ok(d) };
+        let Some(live) = self.live() else {
+            return Ok(d);
+        };
         if keys.is_empty() {
             return Ok(d);
         }
         if let Ok(v) = py.allow_threads(|| live.client.batch_get_replica_desc(&keys)) {
             for (k, r) in keys.iter().zip(v) {
                 if let Ok(reps) = r {
-                    let list: Vec<ReplicaDescriptor> = reps.into_iter().map(ReplicaDescriptor::from).collect();
+                    let list: Vec<ReplicaDescriptor> =
+                        reps.into_iter().map(ReplicaDescriptor::from).collect();
                     d.set_item(k, list)?;
                 }
             }
@@ -1019,12 +1299,23 @@ impl PyStore {
     /// `((hi, lo), code)`. Copy tasks need master support this cluster does
     /// not have: a missing key is -704, anything else -1011
     /// (UNAVAILABLE_IN_CURRENT_MODE).
-    fn create_copy_task(&self, py: Python<'_>, key: Key, targets: Vec<String>) -> ((u64, u64), i32) {
+    fn create_copy_task(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        targets: Vec<String>,
+    ) -> ((u64, u64), i32) {
         let _ = targets;
         ((0, 0), self.task_unavailable(py, &key.0))
     }
 
-    fn create_move_task(&self, py: Python<'_>, key: Key, source: String, target: String) -> ((u64, u64), i32) {
+    fn create_move_task(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        source: String,
+        target: String,
+    ) -> ((u64, u64), i32) {
         let _ = (source, target);
         ((0, 0), self.task_unavailable(py, &key.0))
     }
@@ -1039,7 +1330,9 @@ impl PyStore {
 
 impl PyStore {
     fn task_unavailable(&self, py: Python<'_>, key: &str) -> i32 {
-        let Some(live) = self.live() else { return NOT_READY };
+        let Some(live) = self.live() else {
+            return NOT_READY;
+        };
         match py.allow_threads(|| live.client.is_exist(key)) {
             Ok(true) => ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code(),
             Ok(false) => NOT_FOUND,
@@ -1048,19 +1341,29 @@ impl PyStore {
     }
 
     fn setup_dict(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> i32 {
-        let (Some(local_hostname), Some(metadata_server)) = (dict_str(d, "local_hostname"), dict_str(d, "metadata_server")) else {
+        let (Some(local_hostname), Some(metadata_server)) = (
+            dict_str(d, "local_hostname"),
+            dict_str(d, "metadata_server"),
+        ) else {
             return INVALID;
         };
         let defaults = ClientConfig::default();
-        let sizes = (dict_size(d, "global_segment_size", 16 * MIB), dict_size(d, "local_buffer_size", 16 * MIB));
-        let (Ok(global_segment_size), Ok(local_buffer_size)) = sizes else { return INVALID };
+        let sizes = (
+            dict_size(d, "global_segment_size", 16 * MIB),
+            dict_size(d, "local_buffer_size", 16 * MIB),
+        );
+        let (Ok(global_segment_size), Ok(local_buffer_size)) = sizes else {
+            return INVALID;
+        };
         let cfg = ClientConfig {
             local_hostname,
             metadata_server,
             global_segment_size,
             local_buffer_size,
             protocol: dict_str(d, "protocol").unwrap_or_else(|| "tcp".into()),
-            device_name: dict_str(d, "rdma_devices").or_else(|| dict_str(d, "device_name")).unwrap_or_default(),
+            device_name: dict_str(d, "rdma_devices")
+                .or_else(|| dict_str(d, "device_name"))
+                .unwrap_or_default(),
             master_server_address: dict_str(d, "master_server_addr")
                 .or_else(|| dict_str(d, "master_server_address"))
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
@@ -1137,7 +1440,10 @@ impl From<ReplicaDesc> for ReplicaDescriptor {
             S::Removed => ReplicaStatus::REMOVED,
             S::Failed => ReplicaStatus::FAILED,
         };
-        ReplicaDescriptor { status, kind: r.kind }
+        ReplicaDescriptor {
+            status,
+            kind: r.kind,
+        }
     }
 }
 
@@ -1158,7 +1464,11 @@ impl ReplicaDescriptor {
     fn get_memory_descriptor(&self) -> PyResult<MemoryDescriptor> {
         match &self.kind {
             ReplicaKind::Memory(m) => Ok(MemoryDescriptor {
-                desc: Descriptor { size: m.size, buffer_address: m.buffer_address, transport_endpoint: m.transport_endpoint.clone() },
+                desc: Descriptor {
+                    size: m.size,
+                    buffer_address: m.buffer_address,
+                    transport_endpoint: m.transport_endpoint.clone(),
+                },
             }),
             _ => Err(PyRuntimeError::new_err("Expected MemoryDescriptor")),
         }
@@ -1166,7 +1476,10 @@ impl ReplicaDescriptor {
 
     fn get_disk_descriptor(&self) -> PyResult<DiskDescriptor> {
         match &self.kind {
-            ReplicaKind::Disk(d) => Ok(DiskDescriptor { file_path: d.file_path.clone(), object_size: d.object_size }),
+            ReplicaKind::Disk(d) => Ok(DiskDescriptor {
+                file_path: d.file_path.clone(),
+                object_size: d.object_size,
+            }),
             _ => Err(PyRuntimeError::new_err("Expected DiskDescriptor")),
         }
     }
