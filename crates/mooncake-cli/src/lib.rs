@@ -17,3 +17,4 @@ pub mod entry;
 pub mod http_metadata_server;
 pub mod logging;
 pub mod signals;
+pub mod te_bench;
