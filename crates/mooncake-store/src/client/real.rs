@@ -139,6 +139,12 @@ impl RealClient {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
         };
+        // Introduce ourselves (a pure client mounts nothing), then mount.
+        match client.master.ping(id) {
+            Ok(()) => {}
+            Err(e) if e.code == ErrorCode::CLIENT_NOT_FOUND => {}
+            Err(e) => return Err(e),
+        }
         client.mount_segments(config.global_segment_size)?;
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
         *client.heartbeat.lock() = Some(Heartbeat::spawn(client.master.clone(), id, infos));
@@ -218,7 +224,11 @@ impl RealClient {
 
     pub fn health_check(&self) -> Result<()> {
         self.check_open()?;
-        self.master.ping(self.id)
+        match self.master.ping(self.id) {
+            // The master answered and registered us; the heartbeat remounts.
+            Err(e) if e.code == ErrorCode::CLIENT_NOT_FOUND => Ok(()),
+            r => r,
+        }
     }
 
     // ---- memory -------------------------------------------------------
@@ -924,22 +934,31 @@ impl RealClient {
                 format!("fragment {dst_off}+{len} runs past its buffer"),
             )
         };
-        let end = dst_off.checked_add(len as u64).ok_or_else(overflow)?;
-        if let Some(cap) = buffer_len {
-            if end > cap as u64 {
-                return Err(overflow());
+        // The buffer's extent: what the caller stated, else the registered
+        // buffer (or pool) it starts in.
+        let extent = match buffer_len {
+            Some(cap) => {
+                self.check_local(buffer, cap)?;
+                cap as u64
+            }
+            None => self.extent_from(buffer)?,
+        };
+        match dst_off.checked_add(len as u64) {
+            Some(end) if end <= extent => Ok(()),
+            _ => Err(overflow()),
+        }
+    }
+
+    /// Bytes from `addr` to the end of the registered buffer (or the staging
+    /// pool) holding it.
+    fn extent_from(&self, addr: usize) -> Result<u64> {
+        if let Some(pool) = &self.staging {
+            if pool.contains(addr, 1) {
+                return Ok((pool.base() + pool.capacity() as usize - addr) as u64);
             }
         }
-        let start = buffer.checked_add(dst_off as usize).ok_or_else(overflow)?;
-        // The buffer itself must be registered; the fragment must stay inside it.
-        self.check_local(buffer, 1)?;
-        self.check_local(start, len).map_err(|e| {
-            if e.code == ErrorCode::BUFFER_OVERFLOW {
-                overflow()
-            } else {
-                e
-            }
-        })
+        let (start, len) = self.registry.containing(addr, 1)?;
+        Ok((start + len - addr) as u64)
     }
 
     // ---- metadata -----------------------------------------------------
