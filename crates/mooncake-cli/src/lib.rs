@@ -16,5 +16,6 @@ pub mod client;
 pub mod entry;
 pub mod http_metadata_server;
 pub mod logging;
+pub mod master;
 pub mod signals;
 pub mod te_bench;

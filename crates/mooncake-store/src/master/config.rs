@@ -59,6 +59,18 @@ pub enum FlagKind {
     Size,
 }
 
+/// What a flag does in this implementation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Support {
+    /// Implemented.
+    Full,
+    /// Accepted for compatibility; the feature is not implemented yet (a
+    /// non-default value is reported in the log).
+    Later,
+    /// A glog logging flag: accepted, no effect (logging is `--log_level`/`RUST_LOG`).
+    Ignored,
+}
+
 /// One `mooncake_master` flag.
 #[derive(Debug, Clone, Copy)]
 pub struct Flag {
@@ -66,8 +78,7 @@ pub struct Flag {
     pub kind: FlagKind,
     pub default: &'static str,
     pub help: &'static str,
-    /// Accepted for compatibility, but the feature is not implemented yet.
-    pub unsupported: bool,
+    pub support: Support,
 }
 
 const fn flag(
@@ -81,7 +92,7 @@ const fn flag(
         kind,
         default,
         help,
-        unsupported: false,
+        support: Support::Full,
     }
 }
 
@@ -96,15 +107,41 @@ const fn later(
         kind,
         default,
         help,
-        unsupported: true,
+        support: Support::Later,
     }
 }
 
-use FlagKind::{Bool, Duration as Dur, Float, Int, Size, Str};
+const fn ignored(
+    name: &'static str,
+    kind: FlagKind,
+    default: &'static str,
+    help: &'static str,
+) -> Flag {
+    Flag {
+        name,
+        kind,
+        default,
+        help,
+        support: Support::Ignored,
+    }
+}
 
-/// Every flag the master accepts, in `--help` order.
+use FlagKind::{Bool, Duration as Dur, Float, Int, Str};
+
+/// Every flag the master accepts (the reference's, same names and defaults), in `--help` order.
 pub const FLAGS: &[Flag] = &[
-    flag("rpc_port", Int, "50051", "Port of the RPC service"),
+    flag(
+        "rpc_port",
+        Int,
+        "0",
+        "Port of the RPC service (0 = use --port)",
+    ),
+    flag(
+        "port",
+        Int,
+        "50051",
+        "Port of the RPC service (deprecated, use rpc_port)",
+    ),
     flag(
         "rpc_address",
         Str,
@@ -115,7 +152,13 @@ pub const FLAGS: &[Flag] = &[
         "rpc_thread_num",
         Int,
         "0",
-        "RPC worker threads (0 = one per core)",
+        "RPC worker threads (0 = min(max_threads, cores))",
+    ),
+    flag(
+        "max_threads",
+        Int,
+        "16",
+        "Maximum worker threads (deprecated, use rpc_thread_num)",
     ),
     flag(
         "rpc_conn_timeout_seconds",
@@ -148,10 +191,16 @@ pub const FLAGS: &[Flag] = &[
         "Port of the embedded HTTP metadata server",
     ),
     flag(
+        "metrics_host",
+        Str,
+        "0.0.0.0",
+        "Address of the HTTP metrics and admin service",
+    ),
+    flag(
         "metrics_port",
         Int,
         "9003",
-        "Port of the HTTP metrics and query service",
+        "Port of the HTTP metrics and admin service",
     ),
     flag(
         "enable_metric_reporting",
@@ -160,16 +209,10 @@ pub const FLAGS: &[Flag] = &[
         "Log a metrics summary periodically",
     ),
     flag(
-        "metric_report_interval",
-        Dur,
-        "10",
-        "Seconds between metrics summaries in the log",
-    ),
-    flag(
         "default_kv_lease_ttl",
         Dur,
-        "5000",
-        "Read lease granted on every get, ms (or 5s, 1m)",
+        "10000",
+        "Read lease granted on every read, ms (or 5s, 1m)",
     ),
     flag(
         "default_kv_soft_pin_ttl",
@@ -192,7 +235,7 @@ pub const FLAGS: &[Flag] = &[
     flag(
         "eviction_high_watermark_ratio",
         Float,
-        "0.95",
+        "0.9",
         "Usage ratio that starts eviction",
     ),
     flag(
@@ -235,7 +278,7 @@ pub const FLAGS: &[Flag] = &[
         "log_level",
         Str,
         "info",
-        "Log level: trace, debug, info, warn, error",
+        "Log level: trace, debug, info, warn, error (RUST_LOG overrides)",
     ),
     flag(
         "config_path",
@@ -244,100 +287,570 @@ pub const FLAGS: &[Flag] = &[
         "YAML or JSON file with the same keys as these flags",
     ),
     later(
+        "batch_oplog_retry_timeout_sec",
+        Int,
+        "180",
+        "Maximum time to retry transient batch OpLog standby errors.",
+    ),
+    later(
+        "cxl_path",
+        Str,
+        "/dev/dax0.0",
+        "DAX device path for CXL memory",
+    ),
+    later("cxl_size", Int, "8589934592", "CXL memory size in bytes"),
+    later(
+        "dynamic_replication_admission_qps_threshold",
+        Float,
+        "0.8",
+        "Per-key access frequency threshold for dynamic MEMORY replication",
+    ),
+    later(
+        "dynamic_replication_heat_window_seconds",
+        Int,
+        "10",
+        "Heat observation window for dynamic MEMORY replication",
+    ),
+    later(
+        "dynamic_replication_max_memory_replicas",
+        Int,
+        "2",
+        "Maximum MEMORY replicas allowed for one dynamically replicated key",
+    ),
+    later(
+        "dynamic_replication_mode",
+        Str,
+        "off",
+        "Dynamic MEMORY replica fanout mode: off, observe, or enforce",
+    ),
+    later(
+        "enable_cxl",
+        Bool,
+        "false",
+        "Whether to enable CXL memory support",
+    ),
+    later(
+        "enable_disk_eviction",
+        Bool,
+        "true",
+        "Enable disk eviction feature for storage backend (default: true)",
+    ),
+    later(
         "enable_ha",
         Bool,
         "false",
-        "High availability with leader election (not supported yet)",
+        "Enable high availability using the configured HA backend",
     ),
     later(
-        "etcd_endpoints",
-        Str,
-        "",
-        "HA coordination endpoints, ';'-separated (not supported yet)",
-    ),
-    later(
-        "ha_backend_type",
-        Str,
-        "etcd",
-        "HA backend: etcd, redis, k8s (not supported yet)",
-    ),
-    later(
-        "enable_snapshot",
+        "enable_kv_events",
         Bool,
         "false",
-        "Periodic metadata snapshots (not supported yet)",
+        "Enable RFC #1527 KV cache event publisher over ZMQ",
     ),
     later(
-        "snapshot_interval_seconds",
-        Int,
-        "600",
-        "Seconds between snapshots (not supported yet)",
-    ),
-    later(
-        "snapshot_retention_count",
-        Int,
-        "2",
-        "Snapshots kept (not supported yet)",
-    ),
-    later(
-        "snapshot_backend_type",
-        Str,
-        "local",
-        "Snapshot backend: local or s3 (not supported yet)",
-    ),
-    later(
-        "snapshot_backup_dir",
-        Str,
-        "",
-        "Local copy of restored snapshots (not supported yet)",
-    ),
-    later(
-        "enable_snapshot_restore",
+        "enable_metadata_cleanup_on_timeout",
         Bool,
         "false",
-        "Restore metadata from the latest snapshot (not supported yet)",
+        "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...",
+    ),
+    later(
+        "enable_multi_tenants",
+        Bool,
+        "false",
+        "Enable strict multi-tenant namespace and quota admission",
     ),
     later(
         "enable_offload",
         Bool,
         "false",
-        "SSD offload tier (not supported yet)",
+        "Enable offload availability",
     ),
     later(
-        "root_fs_dir",
+        "enable_oplog",
+        Bool,
+        "false",
+        "Enable HA metadata replication through batch-record OpLog",
+    ),
+    later(
+        "enable_snapshot",
+        Bool,
+        "false",
+        "Enable periodic snapshot of master data",
+    ),
+    later(
+        "enable_snapshot_restore",
+        Bool,
+        "false",
+        "enable restore from snapshot",
+    ),
+    later(
+        "etcd_endpoints",
         Str,
         "",
-        "Shared file-system root for disk replicas (not supported yet)",
+        "Endpoints of ETCD server, separated by semicolon, required in HA mode",
     ),
     later(
         "global_file_segment_size",
-        Size,
+        Int,
         "9223372036854775807",
-        "Disk space for disk replicas (not supported yet)",
+        "Size of global NFS/3FS segment in bytes",
     ),
     later(
-        "max_total_finished_tasks",
-        Int,
-        "10000",
-        "Copy/move tasks kept after finishing (not supported yet)",
+        "ha_backend_connstring",
+        Str,
+        "",
+        "HA backend connection string. If unset, only backend_type=etcd fall...",
     ),
     later(
-        "max_total_pending_tasks",
-        Int,
-        "10000",
-        "Copy/move tasks waiting (not supported yet)",
+        "ha_backend_type",
+        Str,
+        "etcd",
+        "HA backend type, e.g. etcd | redis | k8s",
     ),
     later(
-        "max_total_processing_tasks",
+        "kv_events_additional_salt",
+        Str,
+        "",
+        "Deprecated: not emitted on events; use indexer POST /register",
+    ),
+    later(
+        "kv_events_backend_id",
+        Str,
+        "",
+        "backend_id for published KV events (cache owner identity)",
+    ),
+    later(
+        "kv_events_bind_endpoint",
+        Str,
+        "",
+        "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557",
+    ),
+    later(
+        "kv_events_block_size",
         Int,
-        "10000",
-        "Copy/move tasks running (not supported yet)",
+        "0",
+        "Deprecated: not emitted on events; use indexer POST /register",
+    ),
+    later(
+        "kv_events_dp_rank",
+        Int,
+        "0",
+        "Deprecated: not emitted on events; use indexer POST /register",
+    ),
+    later(
+        "kv_events_emit_legacy_compat",
+        Bool,
+        "true",
+        "Include vLLM/SGLang-compatible type/block_hashes fields",
+    ),
+    later(
+        "kv_events_emit_object_key",
+        Bool,
+        "true",
+        "Include Mooncake object_key in published KV events",
+    ),
+    later(
+        "kv_events_lora_name",
+        Str,
+        "",
+        "Deprecated: not emitted on events (no LoRA context in master)",
+    ),
+    later(
+        "kv_events_model_name",
+        Str,
+        "",
+        "Deprecated: not emitted on events; use indexer POST /register",
+    ),
+    later(
+        "kv_events_queue_capacity",
+        Int,
+        "65536",
+        "Maximum pending KV events; oldest events are dropped when the queue...",
+    ),
+    later(
+        "kv_events_tenant_id",
+        Str,
+        "default",
+        "Deprecated: tenant_id comes from each object on events",
+    ),
+    later(
+        "max_kv_soft_pin_ttl",
+        Str,
+        "86400000",
+        "Maximum request-level soft pin TTL for kv objects. Supports raw mil...",
     ),
     later(
         "max_retry_attempts",
         Int,
         "10",
-        "Retries of a failed task (not supported yet)",
+        "Maximum number of retry attempts for failed tasks",
+    ),
+    later(
+        "max_total_finished_tasks",
+        Int,
+        "10000",
+        "Maximum number of finished tasks to keep in memory",
+    ),
+    later(
+        "max_total_pending_tasks",
+        Int,
+        "10000",
+        "Maximum number of pending tasks to keep in memory",
+    ),
+    later(
+        "max_total_processing_tasks",
+        Int,
+        "10000",
+        "Maximum number of processing tasks to keep in memory",
+    ),
+    later(
+        "nof_eviction_high_watermark_ratio",
+        Float,
+        "0.9",
+        "Ratio of high watermark trigger eviction in NoF SSD",
+    ),
+    later(
+        "nof_eviction_ratio",
+        Float,
+        "0.05",
+        "Ratio of objects to evict when NoF SSD space is full",
+    ),
+    later(
+        "nof_heartbeat_failures_threshold",
+        Int,
+        "3",
+        "Consecutive NoF heartbeat failures required before unmounting a NoF...",
+    ),
+    later(
+        "nof_heartbeat_interval_sec",
+        Int,
+        "10",
+        "How often master probes each mounted NoF segment",
+    ),
+    later(
+        "nof_heartbeat_probe_timeout_ms",
+        Int,
+        "1000",
+        "Timeout in milliseconds for a single NoF heartbeat probe",
+    ),
+    later(
+        "offload_cap_ratio",
+        Float,
+        "0.5",
+        "Per-cycle offload cap as a fraction of offloading_queue_limit. Cont...",
+    ),
+    later(
+        "offload_force_evict",
+        Bool,
+        "false",
+        "Force-evict objects exceeding offload cap without disk offload",
+    ),
+    later(
+        "offload_on_evict",
+        Bool,
+        "false",
+        "Defer LOCAL_DISK offload to eviction time instead of PutEnd",
+    ),
+    later(
+        "offloading_queue_limit",
+        Int,
+        "50000",
+        "Maximum number of objects allowed in the offloading queue per local...",
+    ),
+    later(
+        "oplog_batch_max_entries",
+        Int,
+        "1024",
+        "Maximum number of committed/reserved entries in the open batch-reco...",
+    ),
+    later(
+        "oplog_poll_interval_ms",
+        Int,
+        "1000",
+        "Batch-record standby poll interval.",
+    ),
+    later(
+        "pending_task_timeout_sec",
+        Int,
+        "300",
+        "Timeout in seconds for pending tasks (0 = no timeout)",
+    ),
+    later(
+        "pod_name",
+        Str,
+        "",
+        "Pod name for K8s label-based routing (default: $POD_NAME)",
+    ),
+    later(
+        "pod_namespace",
+        Str,
+        "",
+        "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)",
+    ),
+    later(
+        "processing_task_timeout_sec",
+        Int,
+        "300",
+        "Timeout in seconds for processing tasks (0 = no timeout)",
+    ),
+    later(
+        "promotion_admission_threshold",
+        Int,
+        "2",
+        "Min CountMinSketch count for a key before promotion fires (set 1 to...",
+    ),
+    later(
+        "promotion_max_per_heartbeat",
+        Int,
+        "1",
+        "Max promotion tasks returned to a single client per PromotionObject...",
+    ),
+    later(
+        "promotion_on_hit",
+        Bool,
+        "false",
+        "Promote LOCAL_DISK-only keys to MEMORY on read access (mirror of of...",
+    ),
+    later(
+        "promotion_queue_limit",
+        Int,
+        "50000",
+        "Max in-flight promotion tasks across all shards",
+    ),
+    later(
+        "quota_bytes",
+        Int,
+        "0",
+        "Quota for storage backend in bytes (0 = use default 90% of capacity)",
+    ),
+    later(
+        "root_fs_dir",
+        Str,
+        "",
+        "Root directory for storage backend, used in HA mode",
+    ),
+    later(
+        "rpc_interface",
+        Str,
+        "",
+        "Network interface name for RPC server address resolution. When set,...",
+    ),
+    later(
+        "snapshot_backup_dir",
+        Str,
+        "",
+        "Optional local directory for snapshot and restore backup. If empty,...",
+    ),
+    later(
+        "snapshot_catalog_backend_connstring",
+        Str,
+        "",
+        "Deprecated alias of --snapshot_catalog_store_connstring",
+    ),
+    later(
+        "snapshot_catalog_backend_type",
+        Str,
+        "",
+        "Deprecated alias of --snapshot_catalog_store_type",
+    ),
+    later(
+        "snapshot_catalog_store_connstring",
+        Str,
+        "",
+        "Optional connection string for snapshot catalog store",
+    ),
+    later(
+        "snapshot_catalog_store_type",
+        Str,
+        "",
+        "Snapshot catalog store type: ''/'embedded' or 'redis' ('payload' is...",
+    ),
+    later(
+        "snapshot_child_timeout_seconds",
+        Int,
+        "300",
+        "Timeout for snapshot child process in seconds",
+    ),
+    later(
+        "snapshot_interval_seconds",
+        Int,
+        "600",
+        "Interval in second between periodic snapshots of master data",
+    ),
+    later(
+        "snapshot_object_store_type",
+        Str,
+        "",
+        "Snapshot object store type: 'local' for local filesystem, 's3' for...",
+    ),
+    later(
+        "snapshot_payload_backend_type",
+        Str,
+        "",
+        "Deprecated alias of --snapshot_object_store_type",
+    ),
+    later(
+        "snapshot_payload_store_type",
+        Str,
+        "",
+        "Deprecated alias of --snapshot_object_store_type",
+    ),
+    later(
+        "snapshot_retention_count",
+        Int,
+        "2",
+        "Number of recent snapshots to keep (older snapshots will be automat...",
+    ),
+    later(
+        "snapshot_backend_type",
+        Str,
+        "local",
+        "Snapshot backend: local or s3 (older spelling)",
+    ),
+    later(
+        "tenant_quota_connector_type",
+        Str,
+        "file",
+        "Tenant quota policy connector type",
+    ),
+    later(
+        "tenant_quota_connector_uri",
+        Str,
+        "",
+        "Tenant quota policy connector URI",
+    ),
+    later(
+        "mmap_arena_pool_size",
+        Int,
+        "8589934592",
+        "Arena allocator pool size in bytes",
+    ),
+    later(
+        "use_mmap_arena_allocator",
+        Bool,
+        "false",
+        "Enable the lock-free mmap arena allocator for mmap buffers",
+    ),
+    ignored(
+        "alsologtoemail",
+        Str,
+        "",
+        "log messages go to these email addresses in addition to logfiles",
+    ),
+    ignored(
+        "alsologtostderr",
+        Bool,
+        "false",
+        "log messages go to stderr in addition to logfiles",
+    ),
+    ignored(
+        "colorlogtostderr",
+        Bool,
+        "false",
+        "color messages logged to stderr (if supported by terminal)",
+    ),
+    ignored(
+        "drop_log_memory",
+        Bool,
+        "true",
+        "Drop in-memory buffers of log contents. Logs can grow very quickly...",
+    ),
+    ignored(
+        "log_backtrace_at",
+        Str,
+        "",
+        "Emit a backtrace when logging at file:linenum.",
+    ),
+    ignored(
+        "log_dir",
+        Str,
+        "",
+        "If specified, logfiles are written into this directory instead of t...",
+    ),
+    ignored(
+        "log_link",
+        Str,
+        "",
+        "Put additional links to the log files in this directory",
+    ),
+    ignored(
+        "log_prefix",
+        Bool,
+        "true",
+        "Prepend the log prefix to the start of each log line",
+    ),
+    ignored(
+        "logbuflevel",
+        Int,
+        "0",
+        "Buffer log messages logged at this level or lower (-1 means don't b...",
+    ),
+    ignored(
+        "logbufsecs",
+        Int,
+        "30",
+        "Buffer log messages for at most this many seconds",
+    ),
+    ignored(
+        "logemaillevel",
+        Int,
+        "999",
+        "Email log messages logged at this level or higher (0 means email al...",
+    ),
+    ignored("logfile_mode", Int, "436", "Log file mode/permissions."),
+    ignored(
+        "logmailer",
+        Str,
+        "/bin/mail",
+        "Mailer used to send logging email",
+    ),
+    ignored(
+        "logtostderr",
+        Bool,
+        "false",
+        "log messages go to stderr instead of logfiles",
+    ),
+    ignored(
+        "max_log_size",
+        Int,
+        "1800",
+        "approx. maximum log file size (in MB). A value of 0 will be silentl...",
+    ),
+    ignored(
+        "minloglevel",
+        Int,
+        "0",
+        "Messages logged at a lower level than this don't actually get logge...",
+    ),
+    ignored(
+        "stderrthreshold",
+        Int,
+        "2",
+        "log messages at or above this level are copied to stderr in additio...",
+    ),
+    ignored(
+        "stop_logging_if_full_disk",
+        Bool,
+        "false",
+        "Stop attempting to log to disk if the disk is full.",
+    ),
+    ignored(
+        "symbolize_stacktrace",
+        Bool,
+        "true",
+        "Symbolize the stack trace in the tombstone",
+    ),
+    ignored(
+        "v",
+        Int,
+        "0",
+        "Show all VLOG(m) messages for m <= this. Overridable by --vmodule.",
+    ),
+    ignored(
+        "vmodule",
+        Str,
+        "",
+        "per-module verbose level. Argument is a comma-separated list of <mo...",
     ),
 ];
 
@@ -353,16 +866,20 @@ pub fn bool_flag_names() -> Vec<&'static str> {
 /// Master settings. `Default` gives the reference's defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MasterConfig {
+    /// 0 = use `port`.
     pub rpc_port: u16,
+    pub port: u16,
     pub rpc_address: String,
-    /// 0 = one worker per core.
+    /// 0 = min(max_threads, cores).
     pub rpc_thread_num: usize,
+    pub max_threads: usize,
     /// Idle connection timeout; `None` = never close.
     pub rpc_conn_timeout: Option<Duration>,
     pub rpc_enable_tcp_no_delay: bool,
     pub enable_http_metadata_server: bool,
     pub http_metadata_server_host: String,
     pub http_metadata_server_port: u16,
+    pub metrics_host: String,
     pub metrics_port: u16,
     pub enable_metric_reporting: bool,
     pub metric_report_interval: Duration,
@@ -386,16 +903,19 @@ impl Default for MasterConfig {
     fn default() -> Self {
         let mut c = MasterConfig {
             rpc_port: 0,
+            port: 0,
             rpc_address: String::new(),
             rpc_thread_num: 0,
+            max_threads: 0,
             rpc_conn_timeout: None,
             rpc_enable_tcp_no_delay: true,
             enable_http_metadata_server: false,
             http_metadata_server_host: String::new(),
             http_metadata_server_port: 0,
+            metrics_host: String::new(),
             metrics_port: 0,
             enable_metric_reporting: true,
-            metric_report_interval: Duration::ZERO,
+            metric_report_interval: Duration::from_secs(10),
             default_kv_lease_ttl: Duration::ZERO,
             default_kv_soft_pin_ttl: Duration::ZERO,
             allow_evict_soft_pinned_objects: true,
@@ -436,6 +956,8 @@ impl MasterConfig {
         let v = value.trim();
         let bool_ = || parse_bool(v).map_err(|e| invalid(name, value, e));
         let int = || v.parse::<u64>().map_err(|e| invalid(name, value, e));
+        let any_int = || v.parse::<i64>().map_err(|e| invalid(name, value, e));
+        let float = || v.parse::<f64>().map_err(|e| invalid(name, value, e));
         let port = || v.parse::<u16>().map_err(|e| invalid(name, value, e));
         let ms = || {
             parse_duration(v, Duration::from_millis(1)).map_err(|e| invalid(name, value, e.context))
@@ -452,8 +974,10 @@ impl MasterConfig {
         };
         match name {
             "rpc_port" => self.rpc_port = port()?,
+            "port" => self.port = port()?,
             "rpc_address" => self.rpc_address = v.to_string(),
             "rpc_thread_num" => self.rpc_thread_num = int()? as usize,
+            "max_threads" => self.max_threads = int()? as usize,
             "rpc_conn_timeout_seconds" => {
                 let d = secs()?;
                 self.rpc_conn_timeout = (!d.is_zero()).then_some(d);
@@ -462,9 +986,9 @@ impl MasterConfig {
             "enable_http_metadata_server" => self.enable_http_metadata_server = bool_()?,
             "http_metadata_server_host" => self.http_metadata_server_host = v.to_string(),
             "http_metadata_server_port" => self.http_metadata_server_port = port()?,
+            "metrics_host" => self.metrics_host = v.to_string(),
             "metrics_port" => self.metrics_port = port()?,
             "enable_metric_reporting" => self.enable_metric_reporting = bool_()?,
-            "metric_report_interval" => self.metric_report_interval = secs()?,
             "default_kv_lease_ttl" => self.default_kv_lease_ttl = ms()?,
             "default_kv_soft_pin_ttl" => self.default_kv_soft_pin_ttl = ms()?,
             "allow_evict_soft_pinned_objects" => self.allow_evict_soft_pinned_objects = bool_()?,
@@ -495,17 +1019,19 @@ impl MasterConfig {
             "config_path" => {}
             _ => {
                 // Accepted for compatibility: check the value's form and note it.
-                match flag.kind {
-                    Bool => drop(bool_()?),
-                    Int => drop(int()?),
-                    Size => drop(parse_size(v).map_err(|e| invalid(name, value, e.context))?),
-                    Float | Str | Dur => {}
-                }
-                debug_assert!(flag.unsupported, "flag {name} has no setter");
-                let is_default = v == flag.default
-                    || (flag.kind == Bool && bool_()? == parse_bool(flag.default).unwrap());
+                let is_default = match flag.kind {
+                    Bool => bool_()? == parse_bool(flag.default).unwrap_or(false),
+                    Int => any_int()? == flag.default.parse::<i64>().unwrap_or(0),
+                    Float => float()? == flag.default.parse::<f64>().unwrap_or(0.0),
+                    FlagKind::Size => {
+                        parse_size(v).map_err(|e| invalid(name, value, e.context))?
+                            == parse_size(flag.default)?
+                    }
+                    Str | Dur => v == flag.default,
+                };
+                debug_assert!(flag.support != Support::Full, "flag {name} has no setter");
                 self.unsupported.retain(|(n, _)| n != name);
-                if !is_default {
+                if !is_default && flag.support == Support::Later {
                     self.unsupported.push((name.to_string(), v.to_string()));
                 }
             }
@@ -603,9 +1129,22 @@ impl MasterConfig {
         Ok(())
     }
 
-    /// Time values in milliseconds, as the state machine uses them.
-    pub fn lease_ttl_ms(&self) -> u64 {
-        self.default_kv_lease_ttl.as_millis() as u64
+    /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).
+    pub fn rpc_listen_port(&self) -> u16 {
+        if self.rpc_port != 0 {
+            self.rpc_port
+        } else {
+            self.port
+        }
+    }
+
+    /// Worker threads for the RPC runtime.
+    pub fn worker_threads(&self) -> usize {
+        if self.rpc_thread_num > 0 {
+            return self.rpc_thread_num;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores.min(self.max_threads.max(1))
     }
 }
 
@@ -616,13 +1155,13 @@ mod tests {
     #[test]
     fn defaults_match_the_reference() {
         let c = MasterConfig::default();
-        assert_eq!(c.rpc_port, 50051);
+        assert_eq!(c.rpc_listen_port(), 50051);
         assert_eq!(c.metrics_port, 9003);
-        assert_eq!(c.default_kv_lease_ttl, Duration::from_millis(5000));
+        assert_eq!(c.default_kv_lease_ttl, Duration::from_millis(10_000));
         assert_eq!(c.default_kv_soft_pin_ttl, Duration::from_secs(1800));
         assert_eq!(c.client_ttl, Duration::from_secs(10));
         assert_eq!(c.eviction_ratio, 0.05);
-        assert_eq!(c.eviction_high_watermark_ratio, 0.95);
+        assert_eq!(c.eviction_high_watermark_ratio, 0.9);
         assert_eq!(c.allocation_strategy, AllocationStrategy::Random);
         assert!(c.allow_evict_soft_pinned_objects);
         assert!(!c.enable_http_metadata_server);

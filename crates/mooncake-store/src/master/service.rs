@@ -496,37 +496,40 @@ impl MasterService {
     }
 
     /// Whether a complete object exists (a put in flight does not count).
-    pub fn exist_key(&self, key: &str) -> Result<bool> {
+    /// Like every metadata read in the reference, a hit grants the lease.
+    pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
-        Ok(self
-            .objects
-            .lock(key)
-            .map
-            .get(key)
-            .is_some_and(ObjectMeta::is_complete))
+        let mut shard = self.objects.lock(key);
+        match shard.map.get_mut(key) {
+            Some(obj) if obj.is_complete() => {
+                self.policy.lease.on_read(obj, now);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
-    pub fn get_size(&self, key: &str) -> Result<u64> {
+    /// Size of a complete object; grants the lease.
+    pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
+        check_key(key)?;
+        let mut shard = self.objects.lock(key);
+        let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
+        if !obj.is_complete() {
+            return Err(not_ready(key));
+        }
+        self.policy.lease.on_read(obj, now);
+        Ok(obj.size)
+    }
+
+    /// Replicas of a complete object, without granting a lease (admin queries).
+    pub fn query_key(&self, key: &str) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         let shard = self.objects.lock(key);
         let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(not_ready(key));
         }
-        Ok(obj.size)
-    }
-
-    /// Replicas of `key` in whatever state, without a lease (HTTP queries).
-    pub fn query_key(&self, key: &str) -> Result<Vec<ReplicaDesc>> {
-        check_key(key)?;
-        let shard = self.objects.lock(key);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
-        let status = if obj.is_complete() {
-            ReplicaStatus::Complete
-        } else {
-            ReplicaStatus::Processing
-        };
-        Ok(obj.replicas.descriptors(obj.size, status))
+        Ok(obj.replicas.descriptors(obj.size, ReplicaStatus::Complete))
     }
 
     /// Every complete object's key.
@@ -840,13 +843,13 @@ impl MasterService {
                 results: keys.iter().map(|k| self.get_replica_list(k, now)).collect(),
             },
             Q::ExistKey { key } => A::Bool {
-                result: self.exist_key(key),
+                result: self.exist_key(key, now),
             },
             Q::BatchExistKey { keys } => A::Bools {
-                results: keys.iter().map(|k| self.exist_key(k)).collect(),
+                results: keys.iter().map(|k| self.exist_key(k, now)).collect(),
             },
             Q::GetSize { key } => A::Count {
-                result: self.get_size(key),
+                result: self.get_size(key, now),
             },
             Q::Remove { key, force } => A::Unit {
                 result: self.remove(key, force, now),

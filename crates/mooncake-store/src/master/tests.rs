@@ -18,6 +18,8 @@ const SOFT_PIN: u64 = 1_000;
 const CLIENT_TTL: u64 = 500;
 const DISCARD: u64 = 300;
 const RELEASE: u64 = 600;
+/// Time for reads whose lease does not matter to the test.
+const NOW: u64 = 0;
 
 fn policy() -> Policy {
     Policy {
@@ -111,8 +113,8 @@ fn put_lifecycle() {
         code(s.get_replica_list("k", 1)),
         ErrorCode::REPLICA_IS_NOT_READY
     );
-    assert!(!s.exist_key("k").unwrap());
-    assert_eq!(code(s.get_size("k")), ErrorCode::REPLICA_IS_NOT_READY);
+    assert!(!s.exist_key("k", NOW).unwrap());
+    assert_eq!(code(s.get_size("k", NOW)), ErrorCode::REPLICA_IS_NOT_READY);
     assert_eq!(
         code(s.put_start(W, "k", 10, &one(), false, 1)),
         ErrorCode::OBJECT_ALREADY_EXISTS
@@ -126,8 +128,8 @@ fn put_lifecycle() {
     assert_eq!(got.replicas.len(), 1);
     assert_eq!(got.replicas[0].status, ReplicaStatus::Complete);
     assert_eq!(addr(&got.replicas[0]), m.buffer_address);
-    assert!(s.exist_key("k").unwrap());
-    assert_eq!(s.get_size("k").unwrap(), 4096);
+    assert!(s.exist_key("k", NOW).unwrap());
+    assert_eq!(s.get_size("k", NOW).unwrap(), 4096);
     assert_eq!(
         code(s.put_start(W, "k", 10, &one(), false, 4)),
         ErrorCode::OBJECT_ALREADY_EXISTS
@@ -154,7 +156,7 @@ fn bad_inputs_get_reference_codes() {
         ErrorCode::INVALID_KEY
     );
     assert_eq!(code(s.get_replica_list("", 0)), ErrorCode::INVALID_KEY);
-    assert_eq!(code(s.exist_key(&long)), ErrorCode::INVALID_KEY);
+    assert_eq!(code(s.exist_key(&long, NOW)), ErrorCode::INVALID_KEY);
     assert_eq!(
         code(s.put_start(W, "k", 0, &one(), false, 0)),
         ErrorCode::INVALID_PARAMS
@@ -186,8 +188,8 @@ fn bad_inputs_get_reference_codes() {
         code(s.get_replica_list("nope", 0)),
         ErrorCode::OBJECT_NOT_FOUND
     );
-    assert_eq!(code(s.get_size("nope")), ErrorCode::OBJECT_NOT_FOUND);
-    assert!(!s.exist_key("nope").unwrap());
+    assert_eq!(code(s.get_size("nope", NOW)), ErrorCode::OBJECT_NOT_FOUND);
+    assert!(!s.exist_key("nope", NOW).unwrap());
     assert_eq!(
         code(s.remove_by_regex("(", false, 0)),
         ErrorCode::INVALID_PARAMS
@@ -215,7 +217,7 @@ fn bad_inputs_get_reference_codes() {
     // Nothing was lost along the way.
     assert_eq!(used(&s), 0);
     put(&s, "fine", 100, &one(), 0);
-    assert!(s.exist_key("fine").unwrap());
+    assert!(s.exist_key("fine", NOW).unwrap());
 }
 
 #[test]
@@ -406,6 +408,23 @@ fn leases_block_removal_until_they_expire() {
 }
 
 #[test]
+fn every_metadata_read_grants_the_lease() {
+    let s = with_segment(1 << 20);
+    put(&s, "e", 100, &one(), 0);
+    assert!(s.exist_key("e", 10).unwrap());
+    assert_eq!(code(s.remove("e", false, 50)), ErrorCode::OBJECT_HAS_LEASE);
+    put(&s, "g", 100, &one(), 0);
+    assert_eq!(s.get_size("g", 10).unwrap(), 100);
+    assert_eq!(code(s.remove("g", false, 50)), ErrorCode::OBJECT_HAS_LEASE);
+    // A miss grants nothing and a put in flight is not readable.
+    assert!(!s.exist_key("missing", 10).unwrap());
+    s.put_start(W, "p", 100, &one(), false, 0).unwrap();
+    assert!(!s.exist_key("p", 10).unwrap());
+    s.put_end(W, "p", 11).unwrap();
+    s.remove("p", false, 12).unwrap();
+}
+
+#[test]
 fn hard_pins_need_force_or_remove_all() {
     let s = with_segment(1 << 20);
     let hard = ReplicateConfig {
@@ -436,7 +455,7 @@ fn remove_by_regex_counts_matches() {
     assert_eq!(keys, ["other"]);
     // The put in flight was left alone.
     s.put_end(W, "layer1/pending", 2).unwrap();
-    assert!(s.exist_key("layer1/pending").unwrap());
+    assert!(s.exist_key("layer1/pending", NOW).unwrap());
 }
 
 /// Fills segment "a" (100 KiB) with 1 KiB objects put at times 0..n.
@@ -459,12 +478,15 @@ fn eviction_takes_oldest_first_above_the_watermark() {
     assert_eq!(r.evicted_bytes, 20 * 1024);
     for t in 0..20 {
         assert!(
-            !s.exist_key(&format!("k{t}")).unwrap(),
+            !s.exist_key(&format!("k{t}"), NOW).unwrap(),
             "k{t} should be evicted"
         );
     }
     for t in 20..90 {
-        assert!(s.exist_key(&format!("k{t}")).unwrap(), "k{t} should stay");
+        assert!(
+            s.exist_key(&format!("k{t}"), NOW).unwrap(),
+            "k{t} should stay"
+        );
     }
     assert_eq!(used(&s), 70 * 1024);
 }
@@ -494,12 +516,12 @@ fn eviction_spares_leased_hard_pinned_and_in_flight_objects() {
     let r = tick(&s, 100);
     assert_eq!(r.evicted_keys, 20);
     for t in 0..10 {
-        assert!(s.exist_key(&format!("h{t}")).unwrap());
-        assert!(s.exist_key(&format!("l{}", t + 10)).unwrap());
+        assert!(s.exist_key(&format!("h{t}"), NOW).unwrap());
+        assert!(s.exist_key(&format!("l{}", t + 10), NOW).unwrap());
         s.put_end(W, &format!("p{}", t + 20), 100).unwrap();
     }
     for t in 30..50 {
-        assert!(!s.exist_key(&format!("k{t}")).unwrap());
+        assert!(!s.exist_key(&format!("k{t}"), NOW).unwrap());
     }
 }
 
@@ -523,13 +545,13 @@ fn soft_pinned_objects_go_last_and_only_if_allowed() {
         let r = tick(&s, 100);
         for t in 80..90 {
             assert!(
-                !s.exist_key(&format!("k{t}")).unwrap(),
+                !s.exist_key(&format!("k{t}"), NOW).unwrap(),
                 "plain objects go first"
             );
         }
         if allow {
             assert_eq!(r.evicted_keys, 20);
-            assert!(!s.exist_key("s0").unwrap() && s.exist_key("s10").unwrap());
+            assert!(!s.exist_key("s0", NOW).unwrap() && s.exist_key("s10", NOW).unwrap());
         } else {
             assert_eq!(r.evicted_keys, 10);
             assert_eq!(s.stats(100).key_count, 80);
@@ -592,7 +614,7 @@ fn expired_clients_lose_segments_and_objects() {
     let both = s.get_replica_list("both", 600).unwrap();
     assert_eq!(both.replicas.len(), 1);
     assert_eq!(segment_of(&both.replicas[0]), "a");
-    assert!(s.exist_key("only-a").unwrap());
+    assert!(s.exist_key("only-a", NOW).unwrap());
     let segs = s.segment_summaries();
     assert_eq!(segs.len(), 1);
     assert_eq!(segs[0].name, "a");
@@ -654,7 +676,7 @@ fn unfinished_puts_time_out() {
     s.put_start(B, "z", 64, &one(), false, 1000 + DISCARD)
         .unwrap();
     s.put_end(B, "z", 1000 + DISCARD).unwrap();
-    assert!(s.exist_key("z").unwrap());
+    assert!(s.exist_key("z", NOW).unwrap());
     tick(&s, 1000 + RELEASE);
     assert_eq!(used(&s), 64);
 }
@@ -680,7 +702,7 @@ fn upsert_in_place_and_into_new_space() {
         ErrorCode::REPLICA_IS_NOT_READY
     );
     s.put_end(W, "k", 202).unwrap();
-    assert_eq!(s.get_size("k").unwrap(), 100);
+    assert_eq!(s.get_size("k", NOW).unwrap(), 100);
     assert_eq!(used(&s), 104);
 
     // Leased (read at 300): new space; the old version stays readable until PutEnd.
@@ -703,12 +725,12 @@ fn upsert_in_place_and_into_new_space() {
     let d = s.upsert(W, "k", 5000, 500);
     assert_eq!(d[0].memory().unwrap().size, 5000);
     s.put_revoke(W, "k", 501).unwrap();
-    assert_eq!(s.get_size("k").unwrap(), 100);
+    assert_eq!(s.get_size("k", NOW).unwrap(), 100);
     assert_eq!(used(&s), 104);
     // Upsert of a missing key is a put.
     s.upsert(W, "new", 10, 600);
     s.put_end(W, "new", 600).unwrap();
-    assert_eq!(s.get_size("new").unwrap(), 10);
+    assert_eq!(s.get_size("new", NOW).unwrap(), 10);
 }
 
 impl MasterService {
@@ -729,12 +751,12 @@ fn unmounting_a_segment_drops_its_replicas() {
     s.put_start(W, "inflight", 10, &on("a2"), false, 0).unwrap();
     put(&s, "y", 10, &on("a"), 0);
     s.unmount_segment(A, "a2", 1).unwrap();
-    assert!(!s.exist_key("x").unwrap());
+    assert!(!s.exist_key("x", NOW).unwrap());
     assert_eq!(
         code(s.put_end(W, "inflight", 2)),
         ErrorCode::OBJECT_NOT_FOUND
     );
-    assert!(s.exist_key("y").unwrap());
+    assert!(s.exist_key("y", NOW).unwrap());
     // Re-mounting the same name later is a new, empty segment.
     s.mount_segment(A, &seg("a2", 1 << 40, 1 << 20), 3).unwrap();
     assert_eq!(
