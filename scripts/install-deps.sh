@@ -8,6 +8,7 @@ command -v protoc >/dev/null || need+=(protobuf-compiler)
 if [ "${1:-}" = "--test" ]; then
     command -v etcd >/dev/null || need+=(etcd-server)
     command -v redis-server >/dev/null || need+=(redis-server)
+    python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -13,3 +13,6 @@ cargo clippy --workspace --all-targets -- -D warnings
 start_services
 
 cargo test --workspace -- --test-threads=2
+
+# The Python package, built and installed like a user would, and its suite.
+MOONCAKE_WHEEL_PROFILE=dev ./scripts/test-python.sh

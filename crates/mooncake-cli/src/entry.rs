@@ -18,6 +18,8 @@ pub const PROGRAMS: &[&str] = &[
 pub fn lookup(name: &str) -> Option<Entry> {
     #[allow(clippy::match_single_binding)]
     match name {
+        "mooncake_master" => Some(crate::master::main),
+        "mooncake_client" => Some(crate::client::main),
         "mooncake_http_metadata_server" => Some(crate::http_metadata_server::main),
         _ => None,
     }

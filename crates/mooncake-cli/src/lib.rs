@@ -9,7 +9,12 @@
 //! Such a `main` must stop cleanly on SIGINT/SIGTERM by itself (use
 //! [`signals::shutdown_signal`]): inside the Python console scripts the same
 //! function runs in the interpreter's process with default signal dispositions.
+//! Set up logs with [`logging::init`] (never `tracing_subscriber`'s `init()`,
+//! which panics inside Python, where a subscriber is already installed).
 
+pub mod client;
 pub mod entry;
 pub mod http_metadata_server;
+pub mod logging;
+pub mod master;
 pub mod signals;

@@ -1,7 +1,19 @@
 //! The `mooncake._mooncake` extension module. The public Python modules
 //! (`mooncake.engine`, `mooncake.store`) re-export what is defined here.
+//!
+//! - `engine`: `TransferEngine`, `TransferOpcode`, `TransferNotify`;
+//! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
+//! - `args`, `buffer`, `mem`: argument conversions, borrowed Python buffers
+//!   and the checks that keep raw addresses from crashing the process.
 
 use pyo3::prelude::*;
+
+mod args;
+mod buffer;
+mod config;
+mod engine;
+mod enums;
+mod mem;
 
 /// Runs the command-line program `name` (e.g. `mooncake_master`) with `argv`
 /// in this process, GIL released, and returns its exit code.
@@ -10,9 +22,53 @@ fn _run_cli(py: Python<'_>, name: String, argv: Vec<String>) -> i32 {
     py.allow_threads(|| mooncake_cli::entry::run(&name, argv))
 }
 
+/// Logs to stderr like the reference: level from `MC_LOG_LEVEL` (`TRACE`,
+/// `DEBUG`, `INFO`, `WARNING`, `ERROR`; default warnings and errors), or a
+/// full `RUST_LOG` filter. Called when the first engine or store is made (not
+/// at import, so a program run through `_run_cli` sets up its own logs).
+pub(crate) fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(init_logging_now);
+}
+
+fn init_logging_now() {
+    use tracing_subscriber::EnvFilter;
+    let level = match std::env::var("MC_LOG_LEVEL")
+        .unwrap_or_default()
+        .to_ascii_uppercase()
+        .as_str()
+    {
+        "TRACE" => "trace",
+        "DEBUG" => "debug",
+        "INFO" => "info",
+        "ERROR" | "FATAL" => "error",
+        _ => "warn",
+    };
+    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(level));
+    // A program run through `_run_cli` may install its own subscriber first.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The programs built into this package (those `_run_cli` can run).
+#[pyfunction]
+fn _programs() -> Vec<&'static str> {
+    mooncake_cli::entry::PROGRAMS
+        .iter()
+        .copied()
+        .filter(|p| mooncake_cli::entry::lookup(p).is_some())
+        .collect()
+}
+
 #[pymodule]
 fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(_run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(_programs, m)?)?;
+    m.add_class::<config::ReplicateConfig>()?;
+    enums::register(m)?;
+    engine::register(m)?;
     Ok(())
 }

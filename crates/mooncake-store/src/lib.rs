@@ -4,11 +4,18 @@
 //! Layout:
 //! - [`types`]: replicas, segments and configs shared by everyone;
 //! - [`proto`]: the master RPC messages, their binary encoding and framing;
-//! - [`master_client`]: the blocking, pooled client of the master.
+//! - [`master`]: the master's state machine, config and server;
+//! - [`master_client`]: the blocking, pooled client of the master;
+//! - [`client`]: the store client (put/get over the transfer engine), dummy
+//!   clients and the standalone store service.
 
+pub mod client;
 pub mod ha;
+pub mod master;
 pub mod master_client;
 pub mod proto;
 pub mod types;
 
+pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
 pub use master_client::MasterClient;
+pub use types::ReplicateConfig;

@@ -161,7 +161,11 @@ impl Task {
         true
     }
 
-    fn expire_if_due(&self, now: Instant) {
+    /// Settles the task as timed out if its deadline has passed, returning
+    /// what to abort. The caller aborts only after expiring every due task,
+    /// so that closing a shared connection cannot turn a due task's timeout
+    /// into a socket failure.
+    fn expire_if_due(&self, now: Instant) -> Option<Arc<dyn Abort>> {
         if now >= self.deadline && self.settle(TIMEOUT) {
             let _ = self.error.compare_exchange(
                 0,
@@ -169,11 +173,9 @@ impl Task {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
-            let abort = self.abort.lock().take();
-            if let Some(a) = abort {
-                a.abort();
-            }
+            return self.abort.lock().take();
         }
+        None
     }
 
     fn status(&self) -> TransferStatus {
@@ -272,7 +274,9 @@ impl Batch {
                 format!("no request {task_id} in this batch"),
             )
         })?;
-        task.expire_if_due(now);
+        if let Some(abort) = task.expire_if_due(now) {
+            abort.abort();
+        }
         Ok(task.status())
     }
 
@@ -291,8 +295,11 @@ impl Batch {
             TransferState::Waiting => 1,
             _ => 0,
         };
+        let aborts: Vec<_> = tasks.iter().filter_map(|t| t.expire_if_due(now)).collect();
+        for a in aborts {
+            a.abort();
+        }
         for t in &tasks {
-            t.expire_if_due(now);
             let s = t.status();
             agg.transferred_bytes += s.transferred_bytes;
             if rank(s.state) > rank(agg.state) {

@@ -54,6 +54,15 @@ pub struct Notify {
     pub msg: String,
 }
 
+/// How many requests each transport has carried (for tests, benchmarks
+/// and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    pub local: u64,
+    pub shm: u64,
+    pub tcp: u64,
+}
+
 /// The transfer engine. Cheap to clone; all calls block and are safe from
 /// any thread. Dropping the last clone (or [`TransferEngine::shutdown`])
 /// stops the listener and removes this engine's metadata keys.
@@ -78,6 +87,8 @@ struct Inner {
     tcp: TcpTransport,
     server: Mutex<Option<RpcServer>>,
     closed: AtomicBool,
+    /// Requests routed to local, shm, tcp (the order of `transports()`).
+    routed: [AtomicU64; 3],
 }
 
 #[derive(Default)]
@@ -192,6 +203,7 @@ impl TransferEngine {
             next_batch: AtomicU64::new(1),
             server: Mutex::new(Some(server)),
             closed: AtomicBool::new(false),
+            routed: Default::default(),
         };
         if let Some(store) = &inner.metadata {
             let meta = RpcMeta {
@@ -474,6 +486,16 @@ impl TransferEngine {
     /// Drains the notifies received so far.
     pub fn get_notifies(&self) -> Vec<Notify> {
         std::mem::take(&mut *self.inner.local.notifies.lock())
+    }
+
+    /// Requests carried by each transport so far.
+    pub fn transport_stats(&self) -> TransportStats {
+        let n = |i: usize| self.inner.routed[i].load(Ordering::Relaxed);
+        TransportStats {
+            local: n(0),
+            shm: n(1),
+            tcp: n(2),
+        }
     }
 
     /// Stops the listener and connections and removes the metadata keys.
@@ -770,6 +792,7 @@ impl Inner {
                 work.len(),
                 transports[t].name()
             );
+            self.routed[t].fetch_add(work.len() as u64, Ordering::Relaxed);
             transports[t].submit(&segs[&handle], work);
         }
         Ok(())
@@ -802,6 +825,12 @@ impl Drop for Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_is_send_and_sync() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<TransferEngine>();
+    }
 
     #[test]
     fn splits_names() {

@@ -25,5 +25,7 @@ mod transport;
 
 pub use batch::{TransferState, TransferStatus};
 pub use config::EngineConfig;
-pub use engine::{BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest};
+pub use engine::{
+    BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
+};
 pub use segment::{BufferDesc, RpcMeta, SegmentDesc};

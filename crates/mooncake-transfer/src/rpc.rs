@@ -172,9 +172,12 @@ fn accept_loop(
         let spawned = thread::Builder::new()
             .name("mc-rpc-conn".into())
             .spawn(move || {
-                if let Err(e) = serve(stream, &state, &stop) {
+                if let Err(e) = serve(&stream, &state, &stop) {
                     tracing::debug!("rpc connection closed: {e}");
                 }
+                // The table holds a duplicate of the socket: shut it down so
+                // the peer sees the close now, not when the table is pruned.
+                let _ = stream.shutdown(Shutdown::Both);
             });
         if let Ok(h) = spawned {
             table.insert(next_id.fetch_add(1, Ordering::Relaxed), (shut, h));
@@ -187,7 +190,7 @@ fn invalid(msg: String) -> io::Error {
 }
 
 /// Serves one connection until it closes or breaks the protocol.
-fn serve(mut stream: TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
+fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(state.io_timeout))?;
     stream.set_write_timeout(Some(state.io_timeout))?;

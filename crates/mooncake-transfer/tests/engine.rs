@@ -105,12 +105,16 @@ fn round_trip(a: &TransferEngine, b: &TransferEngine) {
 fn tcp_round_trip() {
     let (a, b) = (engine(true), engine(true));
     round_trip(&a, &b);
+    let s = a.transport_stats();
+    assert!(s.tcp > 0 && s.shm == 0 && s.local == 0, "{s:?}");
 }
 
 #[test]
 fn shm_round_trip() {
     let (a, b) = (engine(false), engine(false));
     round_trip(&a, &b);
+    let s = a.transport_stats();
+    assert!(s.shm > 0 && s.tcp == 0 && s.local == 0, "{s:?}");
 }
 
 #[test]
@@ -132,6 +136,7 @@ fn user_registered_memory_goes_over_tcp() {
     )])
     .unwrap();
     assert!(theirs == mine);
+    assert_eq!(a.transport_stats().tcp, 1);
     b.unregister_local_memory(theirs.as_ptr() as usize).unwrap();
 }
 
@@ -151,6 +156,7 @@ fn own_segment_is_a_memcpy() {
     )])
     .unwrap();
     assert_eq!(&buf[4096..], &pattern(4096, 5)[..]);
+    assert_eq!(a.transport_stats().local, 1);
     assert_eq!(a.segment_descriptor(me).unwrap().buffers.len(), 1);
 }
 

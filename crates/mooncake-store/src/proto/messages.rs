@@ -168,6 +168,7 @@ macro_rules! wire_enum {
         }
     };
 }
+pub(crate) use wire_enum;
 
 wire_enum! {
     /// A call to the master.

@@ -1,0 +1,425 @@
+"""Run the same benchmarks on several Mooncake implementations and compare them.
+
+A *system* is a venv (or any directory with `bin/`) holding `mooncake_master`,
+`mooncake_client`, `transfer_engine_bench` and a `python` that imports
+`mooncake.store`. The reference and ours ship the same binary names, so every
+system is driven identically:
+
+1. Store workload (`store_bench.py`) per topology and transport mode:
+   - `local`: master + the measuring client, which mounts the segment;
+   - `remote`: master + a storage process (`mooncake_client`, or a Python
+     process holding a segment if the system has no `mooncake_client`) + the
+     measuring client with `global_segment_size=0`;
+   - modes `default` and `tcp` (`MC_STORE_MEMCPY=0 MC_FORCE_TCP=1` for every
+     process of the run).
+2. `transfer_engine_bench` over TCP: target + initiator, block sizes 64 KiB and
+   1 MiB, read and write, `--threads=2`.
+3. Once per run, a Redis baseline (`redis-server` from PATH, `redis-py` in the
+   driver's interpreter): plain SET/GET of the same value sizes.
+
+Prints a table of ours/reference ratios per case (the first `--system` is the
+baseline), writes `compare.json`, `compare.md` and a PNG chart of throughput by
+value size to `--out`. Example (reference only, then both):
+
+    python benchmarks/compare.py --system reference=/work/refvenv --out bench_out
+    python benchmarks/compare.py --system reference=/work/refvenv --system ours=.venv --out bench_out
+
+The driver's interpreter needs `matplotlib` and `redis` (see `--tools-venv`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import mcproc  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+SIZES = [4 * KiB, 64 * KiB, 1 * MiB, 4 * MiB]
+SEGMENT = 1536 * MiB
+TCP_ENV = {"MC_STORE_MEMCPY": "0", "MC_FORCE_TCP": "1"}
+REFERENCE_PACKAGE = "mooncake-transfer-engine-non-cuda"
+
+
+def log(msg: str) -> None:
+    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--system", action="append", default=[],
+                    help="NAME=VENV_DIR (repeatable; the first is the baseline). Default: reference=/work/refvenv")
+    ap.add_argument("--install-reference", metavar="VENV",
+                    help=f"create VENV and pip install {REFERENCE_PACKAGE} into it if it is missing")
+    ap.add_argument("--out", default="bench_out")
+    ap.add_argument("--topologies", default="local,remote")
+    ap.add_argument("--modes", default="default,tcp", help="default and/or tcp (forced TCP)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--seconds", type=float, default=1.0, help="time budget per store_bench phase")
+    ap.add_argument("--te-duration", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="store_bench rounds; systems alternate within a round, medians are reported")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,redis")
+    return ap.parse_args()
+
+
+# ---------------------------------------------------------------- store workload
+def run_store_bench(system: mcproc.System, topology: str, mode: str, args: argparse.Namespace,
+                    workdir: Path) -> dict:
+    env = dict(TCP_ENV) if mode == "tcp" else {}
+    master = mcproc.start_master(system, workdir / "master", env=env)
+    storage = None
+    try:
+        if topology == "remote":
+            if system.has("mooncake_client"):
+                storage = mcproc.start_storage_client(system, master, workdir / "storage", str(SEGMENT), env=env)
+            else:
+                storage = mcproc.start_storage_python(system, master, workdir / "storage", SEGMENT, env=env)
+        out = workdir / "store_bench.json"
+        argv = [system.python, str(HERE / "store_bench.py"), "--master", master.address,
+                "--metadata", master.metadata_server, "--topology", topology,
+                "--segment-size", str(SEGMENT), "--sizes", args.sizes,
+                "--seconds", str(args.seconds), "--label", f"{system.name}/{topology}/{mode}", "--json", str(out)]
+        if mode == "tcp":
+            argv.append("--force-tcp")
+        log(f"{system.name}: store_bench {topology}/{mode}")
+        with open(workdir / "store_bench.log", "wb") as errf:
+            cp = subprocess.run(argv, env=system.env(env), stdout=subprocess.DEVNULL, stderr=errf, timeout=1200)
+        if cp.returncode != 0 or not out.exists():
+            tail = (workdir / "store_bench.log").read_text(errors="replace").splitlines()[-15:]
+            raise RuntimeError(f"store_bench failed ({cp.returncode}):\n" + "\n".join(tail))
+        report = json.loads(out.read_text())
+        report["command"] = " ".join(argv)
+        return report
+    finally:
+        if storage:
+            storage.stop()
+        master.stop()
+
+
+def merge_rounds(reports: list[dict]) -> dict:
+    """One report whose numbers are the per-case medians over rounds."""
+    import statistics
+
+    merged = dict(reports[0])
+    merged["rounds"] = len(reports)
+    rows = []
+    for r0 in reports[0]["results"]:
+        same = [r for rep in reports for r in rep["results"] if r["op"] == r0["op"] and r["size"] == r0["size"]]
+        row = dict(r0)
+        for f in ("p50_us", "p99_us", "mean_us", "ops_s", "gb_s"):
+            row[f] = statistics.median(r[f] for r in same)
+        for f in ("n", "errors", "verify_errors"):
+            row[f] = sum(r[f] for r in same)
+        rows.append(row)
+    merged["results"] = rows
+    return merged
+
+
+# ---------------------------------------------------------------- transfer engine
+TE_RE = re.compile(r"throughput\s+([0-9.]+)\s*(GB|GiB|Gb|MB|MiB|Mb|KB|KiB|Kb)/s")
+UNIT = {"GB": 1.0, "GiB": 1.073741824, "Gb": 0.125, "MB": 1e-3, "MiB": 1.048576e-3, "Mb": 1.25e-4,
+        "KB": 1e-6, "KiB": 1.024e-6, "Kb": 1.25e-7}
+
+
+def run_te_bench(system: mcproc.System, args: argparse.Namespace, workdir: Path) -> list[dict]:
+    results = []
+    env = {"GLOG_minloglevel": "0"}  # the result line is logged at INFO
+    master = mcproc.start_master(system, workdir / "master")
+    try:
+        for block in (64 * KiB, 1 * MiB):
+            for op in ("read", "write"):
+                tport, iport = mcproc.free_port(), mcproc.free_port()
+                common = ["--protocol=tcp", f"--metadata_server={master.metadata_server}",
+                          "--buffer_size=268435456"]
+                target = mcproc._spawn(f"te_target_{block}_{op}",
+                                       [system.exe("transfer_engine_bench"), "--mode=target",
+                                        f"--local_server_name=127.0.0.1:{tport}", *common],
+                                       workdir, system.env(env))
+                try:
+                    time.sleep(2.0)  # the target publishes its segment to the metadata server
+                    argv = [system.exe("transfer_engine_bench"), "--mode=initiator",
+                            f"--local_server_name=127.0.0.1:{iport}", f"--segment_id=127.0.0.1:{tport}",
+                            f"--operation={op}", f"--block_size={block}", "--threads=2",
+                            f"--duration={args.te_duration}", *common]
+                    log(f"{system.name}: transfer_engine_bench {op} {block}")
+                    cp = subprocess.run(argv, env=system.env(env), capture_output=True,
+                                        timeout=args.te_duration + 60)
+                    text = cp.stdout.decode(errors="replace") + cp.stderr.decode(errors="replace")
+                    (workdir / f"te_initiator_{block}_{op}.log").write_text(text)
+                    m = TE_RE.search(text)
+                    results.append({"op": op, "block_size": block, "threads": 2,
+                                    "gb_s": round(float(m.group(1)) * UNIT[m.group(2)], 4) if m else None,
+                                    "rc": cp.returncode, "command": " ".join(argv)})
+                finally:
+                    target.stop()
+    finally:
+        master.stop()
+    return results
+
+
+# ---------------------------------------------------------------- redis baseline
+def run_redis(args: argparse.Namespace, workdir: Path) -> list[dict]:
+    import redis
+
+    sys.path.insert(0, str(HERE))
+    from store_bench import stats
+
+    server = shutil.which("redis-server")
+    if not server:
+        log("redis-server not on PATH: skipping the Redis baseline")
+        return []
+    port = mcproc.free_port()
+    workdir.mkdir(parents=True, exist_ok=True)
+    proc = mcproc._spawn("redis", [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                   "--appendonly", "no", "--maxmemory", "0"], workdir, dict(os.environ))
+    results = []
+    try:
+        mcproc.wait_tcp(port, 15, proc.popen)
+        r = redis.Redis(host="127.0.0.1", port=port)
+        for size in [int(s) for s in args.sizes.split(",")]:
+            pattern = os.urandom(size + 64 * KiB)
+            mv = memoryview(pattern)
+            count = max(8, min(2000, int(SEGMENT * 0.4) // size))
+            lat, deadline = [], time.perf_counter() + args.seconds
+            for i in range(count):
+                off = (i * 64) % (64 * KiB)
+                t0 = time.perf_counter_ns()
+                r.set(f"bench/{size}/{i}", mv[off:off + size])
+                lat.append(time.perf_counter_ns() - t0)
+                if i >= 7 and time.perf_counter() > deadline:
+                    break
+            done = len(lat)
+            results.append({"op": "put", "size": size, **stats(lat, size, 1)})
+            lat, bad, deadline = [], 0, time.perf_counter() + args.seconds
+            for i in range(max(count, done)):
+                t0 = time.perf_counter_ns()
+                v = r.get(f"bench/{size}/{i % done}")
+                lat.append(time.perf_counter_ns() - t0)
+                off = ((i % done) * 64) % (64 * KiB)
+                bad += v != mv[off:off + size]
+                if i >= 7 and time.perf_counter() > deadline:
+                    break
+            results.append({"op": "get", "size": size, **stats(lat, size, 1), "verify_errors": bad})
+            r.flushall()
+            log(f"redis {size}: put {results[-2]['p50_us']}us get {results[-1]['p50_us']}us")
+    finally:
+        proc.stop()
+    return results
+
+
+# ---------------------------------------------------------------- report
+def fmt_size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB else f"{n // KiB} KiB"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "n/a"
+    return f"{a / b:.2f}"
+
+
+def store_rows(report: dict) -> dict[tuple, dict]:
+    rows = {}
+    for key, rep in report["store"].items():
+        for r in rep["results"]:
+            rows[(key, r["op"], r["size"])] = r
+    return rows
+
+
+def build_table(results: dict, names: list[str]) -> str:
+    base = names[0]
+    lines = []
+    lines.append("### Store (`store_bench.py`)\n")
+    head = ["case", "size"]
+    for n in names:
+        head += [f"{n} p50 µs", f"{n} GB/s", f"{n} ops/s"]
+    for n in names[1:]:
+        head += [f"{n}/{base} p50", f"{n}/{base} GB/s"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    per = {n: store_rows(results["systems"][n]) for n in names if "store" in results["systems"][n]}
+    keys = sorted({k for rows in per.values() for k in rows},
+                  key=lambda k: (k[0], ["put", "get", "put_batch", "get_batch", "put_from", "get_into"].index(k[1])
+                                 if k[1] in ["put", "get", "put_batch", "get_batch", "put_from", "get_into"] else 9,
+                                 k[2]))
+    for k in keys:
+        row = [f"{k[0]} {k[1]}", fmt_size(k[2])]
+        for n in names:
+            r = per.get(n, {}).get(k)
+            row += [f"{r['p50_us']:.0f}", f"{r['gb_s']:.3f}", f"{r['ops_s']:.0f}"] if r else ["-", "-", "-"]
+        for n in names[1:]:
+            a, b = per.get(n, {}).get(k), per.get(base, {}).get(k)
+            row += [ratio(a and a["p50_us"], b and b["p50_us"]), ratio(a and a["gb_s"], b and b["gb_s"])]
+        lines.append("| " + " | ".join(row) + " |")
+    if any("te" in results["systems"][n] for n in names):
+        lines.append("\n### Transfer Engine (`transfer_engine_bench`, TCP, --threads=2)\n")
+        head = ["op", "block"] + [f"{n} GB/s" for n in names] + [f"{n}/{base}" for n in names[1:]]
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        for op in ("read", "write"):
+            for block in (64 * KiB, MiB):
+                vals = {}
+                for n in names:
+                    for r in results["systems"][n].get("te", []):
+                        if r["op"] == op and r["block_size"] == block:
+                            vals[n] = r["gb_s"]
+                row = [op, fmt_size(block)] + [str(vals.get(n, "-")) for n in names]
+                row += [ratio(vals.get(n), vals.get(base)) for n in names[1:]]
+                lines.append("| " + " | ".join(row) + " |")
+    if results.get("redis"):
+        lines.append("\n### Redis baseline (redis-py SET/GET, one connection)\n")
+        lines.append("| op | size | p50 µs | p99 µs | GB/s | ops/s |")
+        lines.append("|---|---|---|---|---|---|")
+        for r in results["redis"]:
+            lines.append(f"| {r['op']} | {fmt_size(r['size'])} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | "
+                         f"{r['gb_s']:.3f} | {r['ops_s']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(results: dict, names: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    per = {n: store_rows(results["systems"][n]) for n in names if "store" in results["systems"][n]}
+    runs = sorted({k[0] for rows in per.values() for k in rows})
+    if not runs:
+        return
+    from matplotlib.ticker import FuncFormatter
+
+    ncols = min(2, len(runs))
+    nrows = (len(runs) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4.2 * nrows), squeeze=False)
+    sizes = sorted({k[2] for rows in per.values() for k in rows})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
+        for ci, n in enumerate(names):
+            for op, style in (("get", "-"), ("put", "--")):
+                ys = [per.get(n, {}).get((run, op, s), {}).get("gb_s") for s in sizes]
+                if any(ys):
+                    ax.plot(sizes, ys, style, marker="o", color=colors[ci % len(colors)], label=f"{n} {op}")
+        if results.get("redis") and run.endswith("/default"):
+            for op, style in (("get", "-"), ("put", "--")):
+                ys = [next((r["gb_s"] for r in results["redis"] if r["op"] == op and r["size"] == s), None)
+                      for s in sizes]
+                ax.plot(sizes, ys, style, marker="x", color="grey", label=f"redis {op}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([fmt_size(s) for s in sizes])
+        ax.set_title(run)
+        ax.set_xlabel("value size")
+        ax.set_ylabel("GB/s (single-threaded Python client)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("Mooncake Store throughput by value size")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def machine() -> dict:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count()}
+    try:
+        model = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+        info["cpu"] = model
+        mem = next(ln.split(":", 1)[1].strip() for ln in open("/proc/meminfo") if ln.startswith("MemTotal"))
+        info["memory"] = mem
+        info["loadavg_at_start"] = open("/proc/loadavg").read().split()[:3]
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def ensure_reference(venv: str) -> None:
+    py = Path(venv) / "bin" / "python"
+    if (Path(venv) / "bin" / "mooncake_master").exists():
+        return
+    log(f"installing {REFERENCE_PACKAGE} into {venv}")
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", REFERENCE_PACKAGE], check=True)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.install_reference:
+        ensure_reference(args.install_reference)
+    specs = args.system or ["reference=/work/refvenv"]
+    systems = []
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        systems.append(mcproc.System.from_venv(name, path))
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    skip = set(args.skip.split(",")) - {""}
+    results: dict = {"machine": machine(), "argv": sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                     "systems": {}}
+    for system in systems:
+        results["systems"][system.name] = {"bin_dir": str(system.bin_dir)}
+    if "store" not in skip:
+        # Rounds alternate the systems so that load drift on a shared machine hits both alike.
+        for rnd in range(args.repeat):
+            for system in systems:
+                res = results["systems"][system.name]
+                for topology in args.topologies.split(","):
+                    for mode in args.modes.split(","):
+                        key = f"{topology}/{mode}"
+                        wd = out / "runs" / system.name / f"round{rnd}" / topology / mode
+                        try:
+                            rep = run_store_bench(system, topology, mode, args, wd)
+                            res.setdefault("store_rounds", {}).setdefault(key, []).append(rep)
+                        except Exception as e:  # noqa: BLE001 - one failed case must not hide the others
+                            log(f"{system.name} {key} failed: {e}")
+                            res.setdefault("errors", []).append(f"store {key}: {e}")
+                (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+        for system in systems:
+            res = results["systems"][system.name]
+            res["store"] = {k: merge_rounds(v) for k, v in res.get("store_rounds", {}).items()}
+    for system in systems:
+        res = results["systems"][system.name]
+        if "te" not in skip:
+            try:
+                res["te"] = run_te_bench(system, args, out / "runs" / system.name / "te")
+            except Exception as e:  # noqa: BLE001
+                log(f"{system.name} transfer_engine_bench failed: {e}")
+                res.setdefault("errors", []).append(f"te: {e}")
+        (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    if "redis" not in skip:
+        try:
+            results["redis"] = run_redis(args, out / "runs" / "redis")
+        except Exception as e:  # noqa: BLE001
+            log(f"redis baseline failed: {e}")
+            results["redis_error"] = str(e)
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    names = [s.name for s in systems]
+    table = build_table(results, names)
+    (out / "compare.md").write_text(table)
+    try:
+        chart(results, names, out / "throughput.png")
+    except ImportError as e:
+        log(f"no chart: {e}")
+    print(table)
+    log(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

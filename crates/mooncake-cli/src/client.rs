@@ -1,0 +1,184 @@
+//! `mooncake_client`: the standalone "real client". It mounts a storage
+//! segment on the master and serves dummy clients on this host over a local
+//! RPC port, sharing memory with them.
+
+use clap::{ArgAction, Parser};
+use mooncake_common::gflags::{normalize, parse_bool};
+use mooncake_common::size::{format_size, parse_size};
+use mooncake_store::client::{ClientConfig, ServiceConfig, StoreService};
+
+#[derive(Parser, Debug)]
+#[command(name = "mooncake_client", rename_all = "snake_case")]
+#[command(about = "Mooncake Store real client: owns a segment, serves dummy clients")]
+pub struct Args {
+    /// Master address, `host:port`.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    pub master_server_address: String,
+    /// Address dummy clients connect to; also this node's engine host unless
+    /// `--local_hostname` is given (an unspecified address uses the machine's name).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub host: String,
+    #[arg(long, default_value_t = 50052)]
+    pub port: u16,
+    #[arg(long, default_value = "tcp")]
+    pub protocol: String,
+    /// RDMA NICs; ignored for tcp.
+    #[arg(long, default_value = "")]
+    pub device_names: String,
+    #[arg(long, default_value = "4 GB", value_parser = size_arg)]
+    pub global_segment_size: u64,
+    /// Staging pool of the real client itself (dummies bring their own).
+    #[arg(long, default_value = "0", value_parser = size_arg)]
+    pub local_buffer_size: u64,
+    #[arg(long, default_value = "http://127.0.0.1:8080/metadata")]
+    pub metadata_server: String,
+    /// Engine name `host[:port]` (default: from `--host`).
+    #[arg(long, default_value = "")]
+    pub local_hostname: String,
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub enable_offload: bool,
+    /// Accepted for compatibility; each dummy connection gets its own thread.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+impl Args {
+    pub fn service_config(&self) -> ServiceConfig {
+        let local_hostname = if !self.local_hostname.is_empty() {
+            self.local_hostname.clone()
+        } else if self.host == "0.0.0.0" || self.host == "::" || self.host.is_empty() {
+            gethostname::gethostname().to_string_lossy().into_owned()
+        } else {
+            self.host.clone()
+        };
+        ServiceConfig {
+            client: ClientConfig {
+                local_hostname,
+                metadata_server: self.metadata_server.clone(),
+                global_segment_size: self.global_segment_size,
+                local_buffer_size: self.local_buffer_size,
+                protocol: self.protocol.clone(),
+                device_name: self.device_names.clone(),
+                master_server_address: self.master_server_address.clone(),
+            },
+            host: self.host.clone(),
+            port: self.port,
+        }
+    }
+}
+
+pub(crate) fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MC_LOG_LEVEL")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Parses gflags-style `argv` into [`Args`], printing help or errors.
+pub(crate) fn parse<T: Parser>(argv: Vec<String>, bools: &[&str]) -> Result<T, i32> {
+    T::try_parse_from(normalize(argv, bools)).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            2
+        } else {
+            0
+        }
+    })
+}
+
+pub fn main(argv: Vec<String>) -> i32 {
+    let args: Args = match parse(argv, &["enable_offload"]) {
+        Ok(a) => a,
+        Err(code) => return code,
+    };
+    init_tracing();
+    if args.enable_offload {
+        tracing::warn!(
+            "--enable_offload: the SSD tier is not part of this build; serving memory only"
+        );
+    }
+    let config = args.service_config();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("mooncake_client: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async move {
+        let service = match tokio::task::spawn_blocking(move || StoreService::start(&config)).await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                eprintln!("mooncake_client: {e}");
+                return 1;
+            }
+            Err(e) => {
+                eprintln!("mooncake_client: {e}");
+                return 1;
+            }
+        };
+        println!(
+            "mooncake_client ready: dummy clients connect to {}; segment {} ({})",
+            service.local_addr(),
+            service.hostname(),
+            format_size(args.global_segment_size)
+        );
+        crate::signals::shutdown_signal().await;
+        let _ = tokio::task::spawn_blocking(move || service.stop()).await;
+        0
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_flags() {
+        let args: Args = parse(
+            [
+                "mooncake_client",
+                "--master_server_address=10.0.0.1:50051",
+                "-port=50099",
+                "--global_segment_size=4 GB",
+                "--protocol=tcp",
+                "--device_names=mlx5_0",
+                "--metadata_server=P2PHANDSHAKE",
+                "--enable_offload",
+                "--threads=4",
+                "--host=127.0.0.1",
+            ]
+            .map(String::from)
+            .to_vec(),
+            &["enable_offload"],
+        )
+        .unwrap();
+        assert_eq!(args.port, 50099);
+        assert_eq!(args.global_segment_size, 4 << 30);
+        assert!(args.enable_offload);
+        let cfg = args.service_config();
+        assert_eq!(cfg.client.local_hostname, "127.0.0.1");
+        assert_eq!(cfg.client.device_name, "mlx5_0");
+        assert_eq!(cfg.client.metadata_server, "P2PHANDSHAKE");
+    }
+
+    #[test]
+    fn rejects_bad_sizes() {
+        let r: Result<Args, i32> = parse(
+            vec!["mooncake_client".into(), "--global_segment_size=50%".into()],
+            &["enable_offload"],
+        );
+        assert_eq!(r.unwrap_err(), 2);
+    }
+}

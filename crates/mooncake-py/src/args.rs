@@ -1,0 +1,66 @@
+//! Argument conversions that behave like the reference's pybind11 bindings.
+
+use pyo3::exceptions::{PyOverflowError, PyTypeError};
+use pyo3::prelude::*;
+
+/// A non-negative integer argument (address, size, id). A negative or
+/// too-large value is a `TypeError`, as pybind11's unsigned conversion
+/// reports it (pyo3 alone would raise `OverflowError`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsigned(pub u64);
+
+impl Unsigned {
+    pub fn usize(self) -> usize {
+        // Addresses and sizes are 64-bit on every platform we build for.
+        self.0 as usize
+    }
+}
+
+impl<'py> FromPyObject<'py> for Unsigned {
+    fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
+        match ob.extract::<u64>() {
+            Ok(v) => Ok(Unsigned(v)),
+            Err(e) if e.is_instance_of::<PyOverflowError>(ob.py()) => Err(PyTypeError::new_err(
+                format!("incompatible function arguments: expected a non-negative integer that fits in 64 bits, got {ob}"),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+pub fn usizes(v: &[Unsigned]) -> Vec<usize> {
+    v.iter().map(|u| u.usize()).collect()
+}
+
+/// A boolean argument converted as pybind11 does: `True`/`False`, `None`
+/// (false), or any object with a numeric truth value (`1`, `0`,
+/// `numpy.bool_`). Strings and other non-numbers are a `TypeError`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flag(pub bool);
+
+impl<'py> FromPyObject<'py> for Flag {
+    fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = ob.extract::<bool>() {
+            return Ok(Flag(b));
+        }
+        if ob.is_none() {
+            return Ok(Flag(false));
+        }
+        // SAFETY: the type pointer of a live object is valid; tp_as_number may be null.
+        let has_nb_bool = unsafe {
+            let tp = pyo3::ffi::Py_TYPE(ob.as_ptr());
+            let nb = (*tp).tp_as_number;
+            !nb.is_null() && (*nb).nb_bool.is_some()
+        };
+        if has_nb_bool {
+            return ob.is_truthy().map(Flag);
+        }
+        Err(PyTypeError::new_err(format!(
+            "incompatible function arguments: expected a bool, got {}",
+            ob.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        )))
+    }
+}

@@ -1,0 +1,272 @@
+//! What a client needs to join a cluster, from arguments, a config dict
+//! (JSON file or Python dict) or the `MOONCAKE_*` environment variables that
+//! inference-engine integrations read.
+
+use mooncake_common::size::parse_size;
+use mooncake_common::{Error, ErrorCode, Result};
+use serde_json::Value;
+
+/// Default contributed segment (the reference's Python `setup` default).
+pub const DEFAULT_GLOBAL_SEGMENT_SIZE: u64 = 16 << 20;
+/// Default staging pool for put/get of plain bytes.
+pub const DEFAULT_LOCAL_BUFFER_SIZE: u64 = 1 << 30;
+pub const DEFAULT_MASTER_ADDRESS: &str = "127.0.0.1:50051";
+pub const DEFAULT_METADATA_SERVER: &str = "http://127.0.0.1:8080/metadata";
+
+/// Settings of an embedded ("real") client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `host` or `host:port`; without a port one is picked in 12300..14300.
+    pub local_hostname: String,
+    /// Transfer-engine metadata: `P2PHANDSHAKE`, `http://…`, `etcd://…`, `redis://…`.
+    pub metadata_server: String,
+    /// Bytes this client contributes to the cluster; 0 makes a pure client.
+    pub global_segment_size: u64,
+    /// Registered staging pool for put/get of plain bytes; 0 makes a
+    /// storage-only node whose byte puts and gets fail with a code.
+    pub local_buffer_size: u64,
+    /// `tcp` or `rdma`.
+    pub protocol: String,
+    /// NIC names for RDMA; ignored for tcp.
+    pub device_name: String,
+    /// `host:port` of the master.
+    pub master_server_address: String,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            local_hostname: "localhost".into(),
+            metadata_server: DEFAULT_METADATA_SERVER.into(),
+            global_segment_size: DEFAULT_GLOBAL_SEGMENT_SIZE,
+            local_buffer_size: DEFAULT_LOCAL_BUFFER_SIZE,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+            master_server_address: DEFAULT_MASTER_ADDRESS.into(),
+        }
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::INVALID_PARAMS, msg)
+}
+
+/// A size given as a JSON number or a string such as `"16 MB"`.
+fn size_value(key: &str, v: &Value) -> Result<u64> {
+    match v {
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| bad(format!("{key}: {n} is not a byte count"))),
+        Value::String(s) => parse_size(s).map_err(|e| e.with_context(key)),
+        other => Err(bad(format!("{key}: expected a size, got {other}"))),
+    }
+}
+
+fn string_value(key: &str, v: &Value) -> Result<String> {
+    v.as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| bad(format!("{key}: expected a string, got {v}")))
+}
+
+impl ClientConfig {
+    /// Reads the reference's config-dict keys (`local_hostname`,
+    /// `metadata_server`, `global_segment_size`, `local_buffer_size`,
+    /// `protocol`, `device_name` (or `rdma_devices`), `master_server_address`
+    /// (or `master_server_addr`)); missing keys keep their defaults, unknown
+    /// keys are ignored as the reference does.
+    pub fn from_json(v: &Value) -> Result<ClientConfig> {
+        let obj = v
+            .as_object()
+            .ok_or_else(|| bad("config must be a JSON object"))?;
+        let mut cfg = ClientConfig::default();
+        for (key, val) in obj {
+            match key.as_str() {
+                "local_hostname" => cfg.local_hostname = string_value(key, val)?,
+                "metadata_server" => cfg.metadata_server = string_value(key, val)?,
+                "protocol" => cfg.protocol = string_value(key, val)?,
+                "device_name" | "rdma_devices" => cfg.device_name = string_value(key, val)?,
+                "master_server_address" | "master_server_addr" => {
+                    cfg.master_server_address = string_value(key, val)?
+                }
+                "global_segment_size" => cfg.global_segment_size = size_value(key, val)?,
+                "local_buffer_size" => cfg.local_buffer_size = size_value(key, val)?,
+                _ => {}
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// Parses a JSON config file's text.
+    pub fn from_json_str(text: &str) -> Result<ClientConfig> {
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| bad(format!("config is not JSON: {e}")))?;
+        Self::from_json(&v)
+    }
+
+    /// The integrations' environment: `MOONCAKE_CONFIG_PATH` (a JSON file)
+    /// first, then `MOONCAKE_MASTER`, `MOONCAKE_PROTOCOL`, `MOONCAKE_DEVICE`,
+    /// `MOONCAKE_TE_META_DATA_SERVER`, `MOONCAKE_LOCAL_HOSTNAME`,
+    /// `MOONCAKE_GLOBAL_SEGMENT_SIZE`, `MOONCAKE_LOCAL_BUFFER_SIZE` override it.
+    pub fn from_env() -> Result<ClientConfig> {
+        Self::from_env_with(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with an injectable lookup, for tests.
+    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<ClientConfig> {
+        let mut cfg = match get("MOONCAKE_CONFIG_PATH") {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path)
+                    .map_err(|e| Error::new(ErrorCode::FILE_OPEN_FAIL, format!("{path}: {e}")))?;
+                Self::from_json_str(&text)?
+            }
+            None => ClientConfig::default(),
+        };
+        if let Some(v) = get("MOONCAKE_MASTER") {
+            cfg.master_server_address = v;
+        }
+        if let Some(v) = get("MOONCAKE_PROTOCOL") {
+            cfg.protocol = v;
+        }
+        if let Some(v) = get("MOONCAKE_DEVICE") {
+            cfg.device_name = v;
+        }
+        if let Some(v) = get("MOONCAKE_TE_META_DATA_SERVER") {
+            cfg.metadata_server = v;
+        }
+        if let Some(v) = get("MOONCAKE_LOCAL_HOSTNAME") {
+            cfg.local_hostname = v;
+        }
+        if let Some(v) = get("MOONCAKE_GLOBAL_SEGMENT_SIZE") {
+            cfg.global_segment_size =
+                parse_size(&v).map_err(|e| e.with_context("MOONCAKE_GLOBAL_SEGMENT_SIZE"))?;
+        }
+        if let Some(v) = get("MOONCAKE_LOCAL_BUFFER_SIZE") {
+            cfg.local_buffer_size =
+                parse_size(&v).map_err(|e| e.with_context("MOONCAKE_LOCAL_BUFFER_SIZE"))?;
+        }
+        Ok(cfg)
+    }
+
+    /// Rejects settings no client can start with.
+    pub fn validate(&self) -> Result<()> {
+        if self.local_hostname.trim().is_empty() {
+            return Err(bad("local_hostname is empty"));
+        }
+        if self.master_server_address.trim().is_empty() {
+            return Err(bad("master_server_address is empty"));
+        }
+        if self.metadata_server.trim().is_empty() {
+            return Err(bad("metadata_server is empty"));
+        }
+        split_host_port(&self.local_hostname)?;
+        Ok(())
+    }
+}
+
+/// Splits `host[:port]`; IPv6 literals are written `[::1]:port`.
+pub fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
+    let s = s.trim();
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, tail) = rest
+            .split_once(']')
+            .ok_or_else(|| bad(format!("bad address {s:?}")))?;
+        return match tail.strip_prefix(':') {
+            Some(p) => Ok((host.to_owned(), Some(parse_port(s, p)?))),
+            None if tail.is_empty() => Ok((host.to_owned(), None)),
+            None => Err(bad(format!("bad address {s:?}"))),
+        };
+    }
+    match s.rsplit_once(':') {
+        // A bare IPv6 literal has several colons and no port.
+        Some((host, _)) if host.contains(':') => Ok((s.to_owned(), None)),
+        Some((host, port)) => Ok((host.to_owned(), Some(parse_port(s, port)?))),
+        None => Ok((s.to_owned(), None)),
+    }
+}
+
+fn parse_port(whole: &str, p: &str) -> Result<u16> {
+    p.parse::<u16>()
+        .map_err(|_| bad(format!("bad port in {whole:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn dict_with_string_sizes() {
+        let cfg = ClientConfig::from_json(&json!({
+            "local_hostname": "node1",
+            "metadata_server": "P2PHANDSHAKE",
+            "global_segment_size": "3GB",
+            "local_buffer_size": "16 MB",
+            "protocol": "tcp",
+            "device_name": "mlx5_0",
+            "master_server_address": "10.0.0.1:50051",
+            "unknown_key": 1,
+        }))
+        .unwrap();
+        assert_eq!(cfg.global_segment_size, 3 << 30);
+        assert_eq!(cfg.local_buffer_size, 16 << 20);
+        assert_eq!(cfg.device_name, "mlx5_0");
+        assert_eq!(cfg.master_server_address, "10.0.0.1:50051");
+    }
+
+    #[test]
+    fn dict_rejects_percentages_and_bad_types() {
+        for v in [
+            json!({"global_segment_size": "50%"}),
+            json!({"local_buffer_size": -1}),
+            json!({"local_buffer_size": [1]}),
+            json!({"protocol": 3}),
+            json!([1, 2]),
+        ] {
+            assert_eq!(
+                ClientConfig::from_json(&v).unwrap_err().code,
+                ErrorCode::INVALID_PARAMS,
+                "{v}"
+            );
+        }
+    }
+
+    #[test]
+    fn env_overrides_file_defaults() {
+        let cfg = ClientConfig::from_env_with(|k| match k {
+            "MOONCAKE_MASTER" => Some("m:1".into()),
+            "MOONCAKE_GLOBAL_SEGMENT_SIZE" => Some("0".into()),
+            "MOONCAKE_LOCAL_HOSTNAME" => Some("h:5".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(cfg.master_server_address, "m:1");
+        assert_eq!(cfg.global_segment_size, 0);
+        assert_eq!(cfg.local_buffer_size, DEFAULT_LOCAL_BUFFER_SIZE);
+        assert_eq!(cfg.local_hostname, "h:5");
+        let err = ClientConfig::from_env_with(|k| {
+            (k == "MOONCAKE_CONFIG_PATH").then(|| "/nonexistent/x.json".into())
+        })
+        .unwrap_err();
+        assert_eq!(err.code, ErrorCode::FILE_OPEN_FAIL);
+    }
+
+    #[test]
+    fn host_port_forms() {
+        assert_eq!(split_host_port("node1").unwrap(), ("node1".into(), None));
+        assert_eq!(
+            split_host_port("node1:123").unwrap(),
+            ("node1".into(), Some(123))
+        );
+        assert_eq!(split_host_port("[::1]:9").unwrap(), ("::1".into(), Some(9)));
+        assert_eq!(split_host_port("::1").unwrap(), ("::1".into(), None));
+        assert!(split_host_port("node1:99999").is_err());
+        assert!(split_host_port("node1:x").is_err());
+        let mut cfg = ClientConfig {
+            local_hostname: " ".into(),
+            ..Default::default()
+        };
+        assert!(cfg.validate().is_err());
+        cfg.local_hostname = "ok".into();
+        cfg.validate().unwrap();
+    }
+}

@@ -1,0 +1,140 @@
+//! Messages between a dummy client and the real client (`mooncake_client`)
+//! on the same host, in the master protocol's encoding and framing.
+//!
+//! Memory is named by [`Span`]s: offsets into the region the dummy shared
+//! at [`DummyRequest::Hello`]. Only metadata crosses the socket; object
+//! bytes are read and written in that region by the real client.
+
+use mooncake_common::{Error, Result};
+
+use crate::proto::messages::wire_enum;
+use crate::proto::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+
+/// `len` bytes at `off` in the shared region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub off: u64,
+    pub len: u64,
+}
+wire_struct!(Span { off, len });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteItem {
+    pub key: String,
+    pub parts: Vec<Span>,
+}
+wire_struct!(WriteItem { key, parts });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadItem {
+    pub key: String,
+    pub dests: Vec<Span>,
+}
+wire_struct!(ReadItem { key, dests });
+
+/// One fragment of a ranged read into the buffer `buffer`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeItem {
+    pub buffer: Span,
+    pub key: String,
+    pub dst_off: u64,
+    pub src_off: u64,
+    pub len: u64,
+}
+wire_struct!(RangeItem {
+    buffer,
+    key,
+    dst_off,
+    src_off,
+    len
+});
+
+wire_enum! {
+    /// A dummy client's call.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum DummyRequest {
+        /// First call of a dummy: map this `/dev/shm` region.
+        1 => Hello { shm_name: String, region_len: u64 },
+        /// Further connections of the same dummy join its session.
+        2 => Attach { session: u64 },
+        3 => Write { upsert: bool, config: ReplicateConfig, items: Vec<WriteItem> },
+        4 => ReadInto { items: Vec<ReadItem> },
+        5 => ReadRanges { items: Vec<RangeItem> },
+        6 => GetSize { keys: Vec<String> },
+        7 => IsExist { keys: Vec<String> },
+        8 => Remove { keys: Vec<String>, force: bool },
+        9 => RemoveByRegex { pattern: String, force: bool },
+        10 => RemoveAll { force: bool },
+        11 => ReplicaDesc { keys: Vec<String> },
+        12 => Health {},
+    }
+}
+
+wire_enum! {
+    /// The real client's answer.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum DummyResponse {
+        1 => Session { session: u64, client_id: ClientId, hostname: String },
+        2 => Unit { result: Result<()> },
+        3 => Units { result: Result<Vec<Result<()>>> },
+        4 => Counts { result: Result<Vec<Result<u64>>> },
+        5 => Bools { result: Result<Vec<Result<bool>>> },
+        6 => Count { result: Result<u64> },
+        7 => Replicas { result: Result<Vec<Result<Vec<ReplicaDesc>>>> },
+    }
+}
+
+/// Turns an unexpected answer into an error.
+pub fn unexpected(resp: &DummyResponse) -> Error {
+    Error::new(
+        mooncake_common::ErrorCode::RPC_FAIL,
+        format!("unexpected answer {}", resp.name()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::frame::{decode_payload, encode_frame, LEN_PREFIX};
+    use mooncake_common::ErrorCode;
+
+    #[test]
+    fn round_trips() {
+        let req = DummyRequest::Write {
+            upsert: true,
+            config: ReplicateConfig {
+                replica_num: 2,
+                ..Default::default()
+            },
+            items: vec![WriteItem {
+                key: "k".into(),
+                parts: vec![Span { off: 4096, len: 10 }],
+            }],
+        };
+        let mut frame = Vec::new();
+        encode_frame(&req, &mut frame).unwrap();
+        assert_eq!(
+            decode_payload::<DummyRequest>(&frame[LEN_PREFIX..]).unwrap(),
+            req
+        );
+        let resp = DummyResponse::Counts {
+            result: Ok(vec![
+                Ok(5),
+                Err(Error::new(ErrorCode::OBJECT_NOT_FOUND, "k")),
+            ]),
+        };
+        let bytes = resp.to_bytes();
+        assert_eq!(DummyResponse::from_bytes(&bytes).unwrap(), resp);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(DummyRequest::from_bytes(&[99]).is_err());
+        assert!(DummyRequest::from_bytes(&[1, 200]).is_err());
+        assert!(DummyRequest::from_bytes(&[]).is_err());
+        let mut ok = DummyRequest::Health {}.to_bytes();
+        ok.push(0);
+        assert!(DummyRequest::from_bytes(&ok).is_err(), "trailing byte");
+    }
+}

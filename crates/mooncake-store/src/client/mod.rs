@@ -1,0 +1,632 @@
+//! The store client: put/get over the transfer engine.
+//!
+//! - [`Client`]: the public, blocking API (`Clone + Send + Sync`); one method
+//!   per non-tensor method of the Python `MooncakeDistributedStore`.
+//! - `real`: the embedded ("real") client that owns an engine, a staging
+//!   pool and optionally a segment.
+//! - `dummy` / `service`: a dummy client holds no segment and forwards to a
+//!   real client on the same host (`mooncake_client`), sharing memory with
+//!   it so object bytes never cross the RPC socket.
+//! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
+
+pub mod config;
+pub mod dummy;
+pub mod dummy_proto;
+pub mod real;
+pub mod registry;
+pub mod replica;
+pub mod rust_api;
+pub mod service;
+pub mod shm;
+pub mod staging;
+pub mod validate;
+
+use std::sync::Arc;
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+pub use config::ClientConfig;
+pub use rust_api::{MooncakeStore, StoreError};
+pub use service::{ServiceConfig, StoreService};
+
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+use real::{Payload, RangeRead};
+use staging::StagingBuf;
+use validate::same_len;
+
+/// An object's bytes held by the client: in its staging pool (freed when
+/// the handle drops) or on the heap. Derefs to the bytes.
+pub struct BufferHandle {
+    ptr: usize,
+    len: usize,
+    keep: Keep,
+}
+
+enum Keep {
+    Heap(#[allow(dead_code)] Box<[u8]>),
+    Staged(#[allow(dead_code)] StagingBuf),
+}
+
+impl BufferHandle {
+    pub(crate) fn heap(v: Vec<u8>) -> BufferHandle {
+        let mut b = v.into_boxed_slice();
+        BufferHandle {
+            ptr: b.as_mut_ptr() as usize,
+            len: b.len(),
+            keep: Keep::Heap(b),
+        }
+    }
+
+    pub(crate) fn staged(mut b: StagingBuf) -> BufferHandle {
+        BufferHandle {
+            ptr: b.as_mut_slice().as_mut_ptr() as usize,
+            len: b.len(),
+            keep: Keep::Staged(b),
+        }
+    }
+
+    pub(crate) fn is_heap(&self) -> bool {
+        matches!(self.keep, Keep::Heap(_))
+    }
+
+    /// Address of the first byte (stable for the handle's life).
+    pub fn ptr(&self) -> usize {
+        self.ptr
+    }
+
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` is owned by `keep` (a boxed slice or a
+        // staging allocation) for as long as `self` lives.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+
+    /// The bytes as a vector (moves heap bytes, copies staged ones).
+    pub fn into_vec(self) -> Vec<u8> {
+        match self.keep {
+            Keep::Heap(b) => b.into_vec(),
+            Keep::Staged(ref _s) => self.as_slice().to_vec(),
+        }
+    }
+}
+
+impl std::ops::Deref for BufferHandle {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::fmt::Debug for BufferHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BufferHandle")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// What both the real and the dummy client provide; [`Client`] shapes the
+/// caller's arguments and calls these.
+pub(crate) trait Backend: Send + Sync {
+    fn client_id(&self) -> ClientId;
+    fn hostname(&self) -> String;
+    fn health_check(&self) -> Result<()>;
+    fn close(&self) -> Result<()>;
+
+    fn register_buffer(&self, addr: usize, len: usize) -> Result<()>;
+    fn unregister_buffer(&self, addr: usize) -> Result<()>;
+    fn alloc_from_mem_pool(&self, size: usize) -> Result<usize>;
+    fn free_to_mem_pool(&self, addr: usize) -> Result<()>;
+
+    fn write(
+        &self,
+        keys: &[String],
+        payloads: Vec<Payload<'_>>,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Vec<Result<()>>;
+    fn read_into(&self, keys: &[String], dests: &[Vec<(usize, usize)>]) -> Vec<Result<u64>>;
+    fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>>;
+    fn read_ranges(&self, reqs: &[RangeRead]) -> Vec<Result<u64>>;
+
+    fn get_size(&self, keys: &[String]) -> Vec<Result<u64>>;
+    fn is_exist(&self, keys: &[String]) -> Result<Vec<Result<bool>>>;
+    fn remove(&self, keys: &[String], force: bool) -> Result<Vec<Result<()>>>;
+    fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64>;
+    fn remove_all(&self, force: bool) -> Result<u64>;
+    fn replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>>;
+}
+
+/// A Mooncake Store client. Cheap to clone; every method blocks and may be
+/// called from any thread.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<dyn Backend>,
+}
+
+fn one<T>(mut v: Vec<Result<T>>) -> Result<T> {
+    v.pop()
+        .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty batch answer")))
+}
+
+impl Client {
+    /// Starts an embedded client: connects to the master, starts a transfer
+    /// engine, allocates the staging pool (`local_buffer_size`) and mounts
+    /// `global_segment_size` bytes of shared memory as this node's segment.
+    pub fn setup(config: &ClientConfig) -> Result<Client> {
+        Ok(Client {
+            inner: Arc::new(real::RealClient::setup(config)?),
+        })
+    }
+
+    /// Starts a dummy client that forwards to the `mooncake_client` at
+    /// `server_address` (`host:port`) on this host. It holds no segment; it
+    /// shares `mem_pool_size` bytes (for [`alloc_from_mem_pool`]) plus a
+    /// `local_buffer_size` staging pool with the real client.
+    ///
+    /// [`alloc_from_mem_pool`]: Client::alloc_from_mem_pool
+    pub fn setup_dummy(
+        mem_pool_size: u64,
+        local_buffer_size: u64,
+        server_address: &str,
+    ) -> Result<Client> {
+        Ok(Client {
+            inner: Arc::new(dummy::DummyClient::connect(
+                mem_pool_size,
+                local_buffer_size,
+                server_address,
+            )?),
+        })
+    }
+
+    /// Unmounts this client's segments and stops its heartbeat. Later calls
+    /// fail with `UNAVAILABLE_IN_CURRENT_STATUS`. Idempotent.
+    pub fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    pub fn client_id(&self) -> ClientId {
+        self.inner.client_id()
+    }
+
+    /// This client's engine endpoint, `host:port`.
+    pub fn get_hostname(&self) -> String {
+        self.inner.hostname()
+    }
+
+    /// Pings the master (through the real client, for a dummy).
+    pub fn health_check(&self) -> Result<()> {
+        self.inner.health_check()
+    }
+
+    // ---- memory -------------------------------------------------------
+
+    /// Registers caller memory for the zero-copy calls.
+    pub fn register_buffer(&self, addr: usize, len: usize) -> Result<()> {
+        self.inner.register_buffer(addr, len)
+    }
+
+    pub fn unregister_buffer(&self, addr: usize) -> Result<()> {
+        self.inner.unregister_buffer(addr)
+    }
+
+    /// Memory usable by the zero-copy calls without registering (the staging
+    /// pool; for a dummy, the pool shared with the real client).
+    pub fn alloc_from_mem_pool(&self, size: usize) -> Result<usize> {
+        if size == 0 {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "allocation of 0 bytes",
+            ));
+        }
+        self.inner.alloc_from_mem_pool(size)
+    }
+
+    /// Returns memory from [`alloc_from_mem_pool`](Self::alloc_from_mem_pool).
+    pub fn free_to_mem_pool(&self, addr: usize) -> Result<()> {
+        self.inner.free_to_mem_pool(addr)
+    }
+
+    // ---- plain bytes ----------------------------------------------------
+
+    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
+        self.put_parts(key, &[value], cfg)
+    }
+
+    /// Stores the concatenation of `parts` as one object.
+    pub fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
+        one(self.inner.write(
+            &[key.to_owned()],
+            vec![Payload::Bytes(parts.to_vec())],
+            cfg,
+            false,
+        ))
+    }
+
+    pub fn put_batch(
+        &self,
+        keys: &[String],
+        values: &[&[u8]],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        same_len("put_batch", keys.len(), values.len())?;
+        Ok(self.inner.write(
+            keys,
+            values.iter().map(|v| Payload::Bytes(vec![*v])).collect(),
+            cfg,
+            false,
+        ))
+    }
+
+    pub fn upsert(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
+        self.upsert_parts(key, &[value], cfg)
+    }
+
+    pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
+        one(self.inner.write(
+            &[key.to_owned()],
+            vec![Payload::Bytes(parts.to_vec())],
+            cfg,
+            true,
+        ))
+    }
+
+    pub fn upsert_batch(
+        &self,
+        keys: &[String],
+        values: &[&[u8]],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        same_len("upsert_batch", keys.len(), values.len())?;
+        Ok(self.inner.write(
+            keys,
+            values.iter().map(|v| Payload::Bytes(vec![*v])).collect(),
+            cfg,
+            true,
+        ))
+    }
+
+    /// The object's bytes (`OBJECT_NOT_FOUND` when missing).
+    pub fn get(&self, key: &str) -> Result<Vec<u8>> {
+        one(self.inner.read_values(&[key.to_owned()], true)).map(BufferHandle::into_vec)
+    }
+
+    pub fn get_batch(&self, keys: &[String]) -> Vec<Result<Vec<u8>>> {
+        self.inner
+            .read_values(keys, true)
+            .into_iter()
+            .map(|r| r.map(BufferHandle::into_vec))
+            .collect()
+    }
+
+    /// The object's bytes in the client's staging pool, without a copy to
+    /// the heap.
+    pub fn get_buffer(&self, key: &str) -> Result<BufferHandle> {
+        one(self.inner.read_values(&[key.to_owned()], false))
+    }
+
+    pub fn batch_get_buffer(&self, keys: &[String]) -> Vec<Result<BufferHandle>> {
+        self.inner.read_values(keys, false)
+    }
+
+    // ---- zero copy ------------------------------------------------------
+
+    /// Stores `size` bytes at `addr` (a registered buffer or pool memory).
+    pub fn put_from(
+        &self,
+        key: &str,
+        addr: usize,
+        size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        one(self.inner.write(
+            &[key.to_owned()],
+            vec![Payload::Mem(vec![(addr, size)])],
+            cfg,
+            false,
+        ))
+    }
+
+    pub fn upsert_from(
+        &self,
+        key: &str,
+        addr: usize,
+        size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        one(self.inner.write(
+            &[key.to_owned()],
+            vec![Payload::Mem(vec![(addr, size)])],
+            cfg,
+            true,
+        ))
+    }
+
+    /// Stores `[metadata][data]` as one object, read from two registered buffers.
+    pub fn put_from_with_metadata(
+        &self,
+        key: &str,
+        addr: usize,
+        metadata_addr: usize,
+        size: usize,
+        metadata_size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        let parts = vec![(metadata_addr, metadata_size), (addr, size)];
+        one(self
+            .inner
+            .write(&[key.to_owned()], vec![Payload::Mem(parts)], cfg, false))
+    }
+
+    pub fn batch_put_from(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        self.batch_write_from(keys, addrs, sizes, cfg, false)
+    }
+
+    pub fn batch_upsert_from(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        self.batch_write_from(keys, addrs, sizes, cfg, true)
+    }
+
+    fn batch_write_from(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+        upsert: bool,
+    ) -> Result<Vec<Result<()>>> {
+        same_len("buffer_ptrs", keys.len(), addrs.len())?;
+        same_len("sizes", keys.len(), sizes.len())?;
+        let payloads = addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&a, &s)| Payload::Mem(vec![(a, s)]))
+            .collect();
+        Ok(self.inner.write(keys, payloads, cfg, upsert))
+    }
+
+    /// Each key's value is the concatenation of its buffers.
+    pub fn batch_put_from_multi_buffers(
+        &self,
+        keys: &[String],
+        all_addrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        same_len("all_buffer_ptrs", keys.len(), all_addrs.len())?;
+        same_len("all_sizes", keys.len(), all_sizes.len())?;
+        let mut results: Vec<Option<Result<()>>> = vec![None; keys.len()];
+        let (mut ok_keys, mut payloads, mut owners) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (a, s)) in all_addrs.iter().zip(all_sizes).enumerate() {
+            if a.len() != s.len() {
+                results[i] = Some(Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    "buffer and size lists differ in length",
+                )));
+                continue;
+            }
+            ok_keys.push(keys[i].clone());
+            payloads.push(Payload::Mem(
+                a.iter().copied().zip(s.iter().copied()).collect(),
+            ));
+            owners.push(i);
+        }
+        for (r, i) in self
+            .inner
+            .write(&ok_keys, payloads, cfg, false)
+            .into_iter()
+            .zip(owners)
+        {
+            results[i] = Some(r);
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every key answered"))
+            .collect())
+    }
+
+    /// Reads the whole object into `[addr, addr+size)`; returns its size.
+    /// A buffer smaller than the object is `BUFFER_OVERFLOW` and nothing is
+    /// written.
+    pub fn get_into(&self, key: &str, addr: usize, size: usize) -> Result<u64> {
+        one(self
+            .inner
+            .read_into(&[key.to_owned()], &[vec![(addr, size)]]))
+    }
+
+    pub fn batch_get_into(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+    ) -> Result<Vec<Result<u64>>> {
+        same_len("buffer_ptrs", keys.len(), addrs.len())?;
+        same_len("sizes", keys.len(), sizes.len())?;
+        let dests: Vec<Vec<(usize, usize)>> = addrs
+            .iter()
+            .zip(sizes)
+            .map(|(&a, &s)| vec![(a, s)])
+            .collect();
+        Ok(self.inner.read_into(keys, &dests))
+    }
+
+    /// Scatters each object over its buffers in order. Same-host replicas
+    /// are always preferred, so `_prefer_same_node` needs no extra work.
+    pub fn batch_get_into_multi_buffers(
+        &self,
+        keys: &[String],
+        all_addrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        _prefer_same_node: bool,
+    ) -> Result<Vec<Result<u64>>> {
+        same_len("all_buffer_ptrs", keys.len(), all_addrs.len())?;
+        same_len("all_sizes", keys.len(), all_sizes.len())?;
+        let mut results: Vec<Option<Result<u64>>> = vec![None; keys.len()];
+        let (mut ok_keys, mut dests, mut owners) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (a, s)) in all_addrs.iter().zip(all_sizes).enumerate() {
+            if a.len() != s.len() {
+                results[i] = Some(Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    "buffer and size lists differ in length",
+                )));
+                continue;
+            }
+            ok_keys.push(keys[i].clone());
+            dests.push(a.iter().copied().zip(s.iter().copied()).collect());
+            owners.push(i);
+        }
+        for (r, i) in self
+            .inner
+            .read_into(&ok_keys, &dests)
+            .into_iter()
+            .zip(owners)
+        {
+            results[i] = Some(r);
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every key answered"))
+            .collect())
+    }
+
+    /// Buffer-major ranged reads: `result[i][j][k]` is the outcome of
+    /// fragment `k` of key `all_keys[i][j]` into buffer `buffer_ptrs[i]`
+    /// (bytes read). A shape mismatch fails the entries it touches with
+    /// `INVALID_PARAMS`; one bad fragment never fails the others.
+    pub fn get_into_ranges(
+        &self,
+        buffer_ptrs: &[usize],
+        all_keys: &[Vec<String>],
+        all_dst_offsets: &[Vec<Vec<u64>>],
+        all_src_offsets: &[Vec<Vec<u64>>],
+        all_sizes: &[Vec<Vec<u64>>],
+    ) -> Vec<Vec<Vec<Result<u64>>>> {
+        let shape_err = || {
+            Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "get_into_ranges: argument shapes differ",
+            ))
+        };
+        let n = buffer_ptrs.len();
+        let top_ok = all_keys.len() == n
+            && all_dst_offsets.len() == n
+            && all_src_offsets.len() == n
+            && all_sizes.len() == n;
+        let mut out: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
+        let mut reqs = Vec::new();
+        let mut slots = Vec::new();
+        for (i, &buffer) in buffer_ptrs.iter().enumerate() {
+            let keys = all_keys.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            let (dsts, srcs, sizes) = (
+                all_dst_offsets.get(i),
+                all_src_offsets.get(i),
+                all_sizes.get(i),
+            );
+            let buf_ok = top_ok
+                && dsts.map(Vec::len) == Some(keys.len())
+                && srcs.map(Vec::len) == Some(keys.len())
+                && sizes.map(Vec::len) == Some(keys.len());
+            let mut per_key = Vec::with_capacity(keys.len());
+            for (j, key) in keys.iter().enumerate() {
+                let d = dsts.and_then(|v| v.get(j));
+                let s = srcs.and_then(|v| v.get(j));
+                let z = sizes.and_then(|v| v.get(j));
+                let nfrag = [d, s, z]
+                    .iter()
+                    .map(|v| v.map_or(0, Vec::len))
+                    .max()
+                    .unwrap_or(0);
+                let frag_ok = buf_ok && [d, s, z].iter().all(|v| v.map(Vec::len) == Some(nfrag));
+                let mut per_frag = Vec::with_capacity(nfrag);
+                for k in 0..nfrag {
+                    if !frag_ok {
+                        per_frag.push(shape_err());
+                        continue;
+                    }
+                    let (d, s, z) = (d.unwrap()[k], s.unwrap()[k], z.unwrap()[k]);
+                    match (usize::try_from(z), usize::try_from(d)) {
+                        (Ok(len), Ok(_)) => {
+                            per_frag.push(Ok(0));
+                            slots.push((i, j, k));
+                            reqs.push(RangeRead {
+                                buffer,
+                                buffer_len: None,
+                                key: key.clone(),
+                                dst_off: d,
+                                src_off: s,
+                                len,
+                            });
+                        }
+                        _ => per_frag.push(shape_err()),
+                    }
+                }
+                per_key.push(per_frag);
+            }
+            out.push(per_key);
+        }
+        for (r, (i, j, k)) in self.inner.read_ranges(&reqs).into_iter().zip(slots) {
+            out[i][j][k] = r;
+        }
+        out
+    }
+
+    // ---- metadata -------------------------------------------------------
+
+    /// Size of the object in bytes.
+    pub fn get_size(&self, key: &str) -> Result<u64> {
+        one(self.inner.get_size(&[key.to_owned()]))
+    }
+
+    pub fn batch_get_size(&self, keys: &[String]) -> Vec<Result<u64>> {
+        self.inner.get_size(keys)
+    }
+
+    pub fn is_exist(&self, key: &str) -> Result<bool> {
+        one(self.inner.is_exist(&[key.to_owned()])?)
+    }
+
+    pub fn batch_is_exist(&self, keys: &[String]) -> Result<Vec<Result<bool>>> {
+        self.inner.is_exist(keys)
+    }
+
+    /// Removes the object; a leased object needs `force`.
+    pub fn remove(&self, key: &str, force: bool) -> Result<()> {
+        one(self.inner.remove(&[key.to_owned()], force)?)
+    }
+
+    pub fn batch_remove(&self, keys: &[String], force: bool) -> Result<Vec<Result<()>>> {
+        self.inner.remove(keys, force)
+    }
+
+    /// Removes every key matching `pattern`; returns how many.
+    pub fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64> {
+        self.inner.remove_by_regex(pattern, force)
+    }
+
+    pub fn remove_all(&self, force: bool) -> Result<u64> {
+        self.inner.remove_all(force)
+    }
+
+    pub fn get_replica_desc(&self, key: &str) -> Result<Vec<ReplicaDesc>> {
+        one(self.inner.replica_desc(&[key.to_owned()])?)
+    }
+
+    pub fn batch_get_replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
+        self.inner.replica_desc(keys)
+    }
+}

@@ -1,0 +1,30 @@
+//! The master: metadata and space allocation for the store; object bytes
+//! never pass through it.
+//!
+//! - [`service::MasterService`] is the state machine (no I/O, no clock:
+//!   time is an argument), built from [`segments`] (mounted segments and
+//!   replica placement), [`allocator`] (offset allocator per segment),
+//!   [`objects`] (sharded object map), [`leases`] (leases and pins),
+//!   [`eviction`] (watermark eviction) and [`clients`] (heartbeats, expiry);
+//! - [`config::MasterConfig`] holds the flags;
+//! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
+//!   service (metrics and admin queries, [`metrics`]).
+
+pub mod allocator;
+pub mod clients;
+pub mod config;
+pub mod eviction;
+pub mod http;
+pub mod leases;
+pub mod metrics;
+pub mod objects;
+pub mod segments;
+pub mod server;
+pub mod service;
+
+pub use config::{AllocationStrategy, MasterConfig};
+pub use server::{run, serve, MasterHandle, MasterServer};
+pub use service::{MasterService, MasterStats, Policy, SegmentSummary, TickReport};
+
+#[cfg(test)]
+mod tests;

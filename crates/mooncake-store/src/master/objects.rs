@@ -1,0 +1,231 @@
+//! The object map: key → compact metadata, split into independently locked
+//! shards so calls on different keys rarely meet on a lock.
+//!
+//! Per object the master keeps the key (one allocation), its size, two
+//! timestamps, the replica placements (inline for a single replica) and a
+//! pointer that is null unless a put is in flight: about 64 bytes plus the
+//! key and the map's own overhead.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::segments::{Placement, Segment};
+use crate::types::{ClientId, ReplicaDesc, ReplicaStatus};
+
+/// Number of shards; a power of two.
+pub const SHARDS: usize = 64;
+
+/// Object flags.
+pub mod flags {
+    /// PutEnd happened: readable.
+    pub const COMPLETE: u8 = 1;
+    /// Never evicted.
+    pub const HARD_PIN: u8 = 2;
+    /// Evicted only after everything else, while accessed within the soft-pin TTL.
+    pub const SOFT_PIN: u8 = 4;
+}
+
+/// Where an object's replicas are; one replica is stored inline.
+#[derive(Debug, Clone)]
+pub enum Replicas {
+    One(Placement),
+    Many(Box<[Placement]>),
+}
+
+impl Replicas {
+    pub fn from_vec(mut v: Vec<Placement>) -> Self {
+        if v.len() == 1 {
+            Replicas::One(v.pop().expect("one element"))
+        } else {
+            Replicas::Many(v.into_boxed_slice())
+        }
+    }
+
+    pub fn as_slice(&self) -> &[Placement] {
+        match self {
+            Replicas::One(p) => std::slice::from_ref(p),
+            Replicas::Many(ps) => ps,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_slice().is_empty()
+    }
+
+    /// Keeps the replicas `keep` accepts and hands the others to `drop_one`.
+    pub fn retain(
+        &mut self,
+        mut keep: impl FnMut(&Placement) -> bool,
+        mut drop_one: impl FnMut(Placement),
+    ) {
+        if self.as_slice().iter().all(&mut keep) {
+            return;
+        }
+        let old = std::mem::replace(self, Replicas::Many(Box::new([])));
+        let all: Vec<Placement> = match old {
+            Replicas::One(p) => vec![p],
+            Replicas::Many(ps) => ps.into_vec(),
+        };
+        let mut kept = Vec::with_capacity(all.len());
+        for p in all {
+            if keep(&p) {
+                kept.push(p);
+            } else {
+                drop_one(p);
+            }
+        }
+        *self = Replicas::from_vec(kept);
+    }
+
+    pub fn descriptors(&self, size: u64, status: ReplicaStatus) -> Vec<ReplicaDesc> {
+        self.as_slice()
+            .iter()
+            .map(|p| p.segment.descriptor(p.offset, size, status))
+            .collect()
+    }
+
+    pub fn on_segment(&self, seg: &Arc<Segment>) -> bool {
+        self.as_slice().iter().any(|p| Arc::ptr_eq(&p.segment, seg))
+    }
+}
+
+/// A put that has started but not ended.
+#[derive(Debug)]
+pub struct PendingPut {
+    pub client: ClientId,
+    /// When PutStart ran (ms).
+    pub started: u64,
+    pub kind: PendingKind,
+}
+
+#[derive(Debug)]
+pub enum PendingKind {
+    /// A new object; its replicas are being written and it is not readable.
+    Fresh,
+    /// An upsert rewriting the object's own replicas; not readable meanwhile.
+    InPlace,
+    /// An upsert writing new replicas; the old ones stay readable until PutEnd.
+    Replacing {
+        replicas: Replicas,
+        size: u64,
+        flags: u8,
+    },
+}
+
+/// Metadata of one object.
+#[derive(Debug)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// Readers hold a lease until this time (ms); also the LRU clock for eviction.
+    pub lease_until: u64,
+    /// A soft pin protects the object until this time (ms), refreshed on access.
+    pub soft_pin_until: u64,
+    pub replicas: Replicas,
+    pub pending: Option<Box<PendingPut>>,
+    pub flags: u8,
+}
+
+impl ObjectMeta {
+    pub fn is_complete(&self) -> bool {
+        self.flags & flags::COMPLETE != 0
+    }
+
+    pub fn is_hard_pinned(&self) -> bool {
+        self.flags & flags::HARD_PIN != 0
+    }
+
+    pub fn has_soft_pin(&self) -> bool {
+        self.flags & flags::SOFT_PIN != 0
+    }
+}
+
+/// One shard's contents.
+#[derive(Default)]
+pub struct Shard {
+    pub map: HashMap<Box<str>, ObjectMeta>,
+    /// A lower bound on the start time of puts in flight here (`u64::MAX` =
+    /// none): the timeout sweep skips shards whose oldest put is still young.
+    pub oldest_pending: u64,
+}
+
+impl Shard {
+    /// Notes that a put started at `now` is in flight in this shard.
+    pub fn note_pending(&mut self, now: u64) {
+        self.oldest_pending = self.oldest_pending.min(now);
+    }
+}
+
+#[repr(align(128))]
+struct PaddedShard(Mutex<Shard>);
+
+/// The sharded object map.
+pub struct ObjectMap {
+    shards: Box<[PaddedShard]>,
+    hasher: RandomState,
+}
+
+impl Default for ObjectMap {
+    fn default() -> Self {
+        let shards = (0..SHARDS)
+            .map(|_| {
+                PaddedShard(Mutex::new(Shard {
+                    map: HashMap::new(),
+                    oldest_pending: u64::MAX,
+                }))
+            })
+            .collect();
+        ObjectMap {
+            shards,
+            hasher: RandomState::new(),
+        }
+    }
+}
+
+impl ObjectMap {
+    fn shard_of(&self, key: &str) -> usize {
+        (self.hasher.hash_one(key) as usize) & (SHARDS - 1)
+    }
+
+    /// Locks the shard holding `key`.
+    pub fn lock(&self, key: &str) -> MutexGuard<'_, Shard> {
+        self.shards[self.shard_of(key)].0.lock()
+    }
+
+    /// Locks shard `i` (for sweeps over every object, one shard at a time).
+    pub fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+        self.shards[i].0.lock()
+    }
+
+    pub fn len(&self) -> usize {
+        (0..SHARDS).map(|i| self.lock_shard(i).map.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_stays_compact() {
+        // The per-object budget (see the module docs) depends on these.
+        assert_eq!(std::mem::size_of::<Placement>(), 16);
+        assert!(std::mem::size_of::<Replicas>() <= 24);
+        assert!(
+            std::mem::size_of::<ObjectMeta>() <= 64,
+            "{}",
+            std::mem::size_of::<ObjectMeta>()
+        );
+    }
+}

@@ -1,0 +1,442 @@
+//! Mounted segments, each with its own allocator lock, and replica placement.
+//!
+//! The table changes only on mount/unmount (write lock); allocation takes the
+//! read lock and then the one segment's allocator lock, so puts to different
+//! segments never contend.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::{Mutex, RwLock};
+use rand::Rng;
+
+use super::allocator::{BadFree, OffsetAllocator};
+use super::config::AllocationStrategy;
+use crate::types::{
+    ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
+    SegmentInfo,
+};
+
+pub type SegmentId = u32;
+
+/// How many segments the random strategy tries before giving up on a replica.
+const MAX_PLACEMENT_ATTEMPTS: usize = 100;
+/// Candidates sampled per missing replica by `free_ratio_first`.
+const FREE_RATIO_SAMPLES_PER_REPLICA: usize = 6;
+
+/// A mounted segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// Unique for the master's lifetime (names can be mounted again later).
+    pub id: SegmentId,
+    pub info: SegmentInfo,
+    pub owner: ClientId,
+    alloc: Mutex<OffsetAllocator>,
+    used: AtomicU64,
+    /// False once unmounted: its space is gone, allocations fail and frees
+    /// are no-ops. Changed only under the allocator lock.
+    mounted: AtomicBool,
+}
+
+impl Segment {
+    fn new(id: SegmentId, info: SegmentInfo, owner: ClientId) -> Self {
+        let alloc = OffsetAllocator::new(info.size);
+        Segment {
+            id,
+            info,
+            owner,
+            alloc: Mutex::new(alloc),
+            used: AtomicU64::new(0),
+            mounted: AtomicBool::new(true),
+        }
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.info.size & !(super::allocator::ALIGNMENT - 1)
+    }
+
+    /// Bytes allocated (read without the allocator lock).
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    pub fn free_ratio(&self) -> f64 {
+        let cap = self.capacity();
+        if cap == 0 {
+            return 0.0;
+        }
+        cap.saturating_sub(self.used()) as f64 / cap as f64
+    }
+
+    pub fn is_mounted(&self) -> bool {
+        self.mounted.load(Ordering::Acquire)
+    }
+
+    fn allocate(&self, size: u64) -> Option<u64> {
+        let mut alloc = self.alloc.lock();
+        if !self.is_mounted() {
+            return None;
+        }
+        let off = alloc.allocate(size)?;
+        self.used.store(alloc.used(), Ordering::Relaxed);
+        Some(off)
+    }
+
+    /// Gives a replica's range back; a no-op on an unmounted segment.
+    pub fn free(&self, offset: u64, size: u64) {
+        let mut alloc = self.alloc.lock();
+        if !self.is_mounted() {
+            return;
+        }
+        if let Err(BadFree { offset, len }) = alloc.free(offset, size) {
+            tracing::error!(segment = %self.info.name, offset, len, "refused a free that was never allocated");
+        }
+        self.used.store(alloc.used(), Ordering::Relaxed);
+    }
+
+    fn unmount(&self) {
+        let mut alloc = self.alloc.lock();
+        self.mounted.store(false, Ordering::Release);
+        *alloc = OffsetAllocator::new(0);
+        self.used.store(0, Ordering::Relaxed);
+    }
+
+    /// Describes the replica at `offset` for a client.
+    pub fn descriptor(&self, offset: u64, size: u64, status: ReplicaStatus) -> ReplicaDesc {
+        ReplicaDesc {
+            kind: ReplicaKind::Memory(MemoryDescriptor {
+                segment_name: self.info.name.clone(),
+                transport_endpoint: self.info.transport_endpoint.clone(),
+                buffer_address: self.info.base + offset,
+                size,
+            }),
+            status,
+        }
+    }
+
+    /// Largest allocation that could succeed now.
+    pub fn largest_free(&self) -> u64 {
+        self.alloc.lock().largest_free()
+    }
+}
+
+/// A replica's place: a segment and an offset in it.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub segment: Arc<Segment>,
+    pub offset: u64,
+}
+
+#[derive(Default)]
+struct Table {
+    by_name: HashMap<String, Arc<Segment>>,
+    /// The same segments, in a vector for random picks.
+    list: Vec<Arc<Segment>>,
+    next_id: SegmentId,
+}
+
+/// All mounted segments.
+#[derive(Default)]
+pub struct SegmentTable {
+    table: RwLock<Table>,
+}
+
+impl SegmentTable {
+    /// Mounts a segment. Mounting the same segment again (same owner, base
+    /// and size) is accepted, so a client can re-register after a master restart.
+    pub fn mount(&self, owner: ClientId, info: &SegmentInfo) -> Result<Option<Arc<Segment>>> {
+        if info.name.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "segment name is empty",
+            ));
+        }
+        if info.size == 0 || info.base.checked_add(info.size).is_none() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "segment {} has invalid range base={:#x} size={}",
+                    info.name, info.base, info.size
+                ),
+            ));
+        }
+        let mut t = self.table.write();
+        if let Some(existing) = t.by_name.get(&info.name) {
+            if existing.owner == owner && existing.info == *info {
+                return Ok(None);
+            }
+            return Err(Error::new(
+                ErrorCode::SEGMENT_ALREADY_EXISTS,
+                format!("segment {} is already mounted", info.name),
+            ));
+        }
+        let id = t.next_id;
+        t.next_id = t.next_id.wrapping_add(1);
+        let seg = Arc::new(Segment::new(id, info.clone(), owner));
+        t.by_name.insert(info.name.clone(), seg.clone());
+        t.list.push(seg.clone());
+        Ok(Some(seg))
+    }
+
+    /// Unmounts a segment (only if `owner` owns it, when given) and drops its
+    /// space. Replicas on it must then be removed by the caller: they still
+    /// hold the `Arc`, but it is no longer mounted.
+    pub fn unmount(&self, name: &str, owner: Option<ClientId>) -> Option<Arc<Segment>> {
+        let mut t = self.table.write();
+        if owner.is_some_and(|o| t.by_name.get(name).is_some_and(|s| s.owner != o)) {
+            return None;
+        }
+        let seg = t.by_name.remove(name)?;
+        t.list.retain(|s| !Arc::ptr_eq(s, &seg));
+        drop(t);
+        seg.unmount();
+        Some(seg)
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Segment>> {
+        self.table.read().by_name.get(name).cloned()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.read().list.is_empty()
+    }
+
+    /// A snapshot of every mounted segment.
+    pub fn all(&self) -> Vec<Arc<Segment>> {
+        self.table.read().list.clone()
+    }
+
+    /// (allocated, capacity) summed over all segments.
+    pub fn usage(&self) -> (u64, u64) {
+        let t = self.table.read();
+        t.list
+            .iter()
+            .fold((0, 0), |(u, c), s| (u + s.used(), c + s.capacity()))
+    }
+
+    /// Places up to `config.replica_num` replicas of `size` bytes on distinct
+    /// segments: preferred segments first, then by `strategy`. Returns at
+    /// least one placement, or `NO_AVAILABLE_HANDLE`.
+    pub fn place(
+        &self,
+        size: u64,
+        config: &ReplicateConfig,
+        strategy: AllocationStrategy,
+    ) -> Result<Vec<Placement>> {
+        let t = self.table.read();
+        if t.list.is_empty() {
+            return Err(Error::new(
+                ErrorCode::SEGMENT_NOT_FOUND,
+                "no segment is mounted",
+            ));
+        }
+        let want = config.replica_num.max(1);
+        let mut placed: Vec<Placement> = Vec::with_capacity(want);
+        let taken = |placed: &[Placement], s: &Arc<Segment>| {
+            placed.iter().any(|p| Arc::ptr_eq(&p.segment, s))
+        };
+
+        let preferred = std::iter::once(config.preferred_segment.as_str())
+            .chain(config.preferred_segments.iter().map(String::as_str))
+            .filter(|n| !n.is_empty());
+        for name in preferred {
+            if placed.len() == want {
+                break;
+            }
+            if let Some(seg) = t.by_name.get(name) {
+                if !taken(&placed, seg) {
+                    if let Some(offset) = seg.allocate(size) {
+                        placed.push(Placement {
+                            segment: seg.clone(),
+                            offset,
+                        });
+                    }
+                }
+            }
+        }
+
+        let n = t.list.len();
+        if placed.len() < want && strategy == AllocationStrategy::FreeRatioFirst {
+            // Best of N: sample consecutive segments from a random start and
+            // try the emptiest first.
+            let samples = (FREE_RATIO_SAMPLES_PER_REPLICA * (want - placed.len())).min(n);
+            let start = rand::thread_rng().gen_range(0..n);
+            let mut candidates: Vec<(f64, &Arc<Segment>)> = (0..samples)
+                .map(|i| &t.list[(start + i) % n])
+                .map(|s| (s.free_ratio(), s))
+                .collect();
+            candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
+            for (_, seg) in candidates {
+                if placed.len() == want {
+                    break;
+                }
+                if !taken(&placed, seg) {
+                    if let Some(offset) = seg.allocate(size) {
+                        placed.push(Placement {
+                            segment: seg.clone(),
+                            offset,
+                        });
+                    }
+                }
+            }
+        }
+
+        if placed.len() < want {
+            let start = rand::thread_rng().gen_range(0..n);
+            for i in 0..n.min(MAX_PLACEMENT_ATTEMPTS) {
+                if placed.len() == want {
+                    break;
+                }
+                let seg = &t.list[(start + i) % n];
+                if !taken(&placed, seg) {
+                    if let Some(offset) = seg.allocate(size) {
+                        placed.push(Placement {
+                            segment: seg.clone(),
+                            offset,
+                        });
+                    }
+                }
+            }
+        }
+
+        if placed.is_empty() {
+            return Err(Error::new(
+                ErrorCode::NO_AVAILABLE_HANDLE,
+                format!("no segment has {size} free bytes in one range"),
+            ));
+        }
+        Ok(placed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(name: &str, size: u64) -> SegmentInfo {
+        SegmentInfo {
+            name: name.into(),
+            base: 0x1000_0000,
+            size,
+            transport_endpoint: format!("{name}:1"),
+        }
+    }
+
+    #[test]
+    fn mount_rules() {
+        let t = SegmentTable::default();
+        assert!(t.mount(1, &seg("a", 1024)).unwrap().is_some());
+        // Same segment again from the same owner: accepted, nothing new.
+        assert!(t.mount(1, &seg("a", 1024)).unwrap().is_none());
+        assert_eq!(
+            t.mount(2, &seg("a", 1024)).unwrap_err().code,
+            ErrorCode::SEGMENT_ALREADY_EXISTS
+        );
+        assert_eq!(
+            t.mount(1, &seg("a", 2048)).unwrap_err().code,
+            ErrorCode::SEGMENT_ALREADY_EXISTS
+        );
+        assert_eq!(
+            t.mount(1, &seg("", 1024)).unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+        assert_eq!(
+            t.mount(1, &seg("z", 0)).unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+        let mut wrap = seg("w", 16);
+        wrap.base = u64::MAX - 4;
+        assert_eq!(
+            t.mount(1, &wrap).unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+        assert!(t.unmount("a", Some(2)).is_none(), "not the owner");
+        let gone = t.unmount("a", Some(1)).unwrap();
+        assert!(!gone.is_mounted());
+        assert!(t.unmount("a", None).is_none());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn replicas_land_on_distinct_segments() {
+        let t = SegmentTable::default();
+        for name in ["a", "b", "c"] {
+            t.mount(1, &seg(name, 1 << 20)).unwrap();
+        }
+        for strategy in [
+            AllocationStrategy::Random,
+            AllocationStrategy::FreeRatioFirst,
+        ] {
+            for _ in 0..50 {
+                let cfg = ReplicateConfig {
+                    replica_num: 3,
+                    ..Default::default()
+                };
+                let p = t.place(100, &cfg, strategy).unwrap();
+                let mut names: Vec<_> = p.iter().map(|p| p.segment.info.name.clone()).collect();
+                names.sort();
+                assert_eq!(names, ["a", "b", "c"]);
+            }
+            // More replicas than segments: best effort.
+            let cfg = ReplicateConfig {
+                replica_num: 5,
+                ..Default::default()
+            };
+            assert_eq!(t.place(100, &cfg, strategy).unwrap().len(), 3);
+        }
+    }
+
+    #[test]
+    fn preferred_segments_come_first() {
+        let t = SegmentTable::default();
+        for name in ["a", "b", "c", "d"] {
+            t.mount(1, &seg(name, 1 << 20)).unwrap();
+        }
+        let cfg = ReplicateConfig {
+            replica_num: 2,
+            preferred_segment: "c".into(),
+            preferred_segments: vec!["c".into(), "missing".into(), "a".into()],
+            ..Default::default()
+        };
+        let p = t.place(10, &cfg, AllocationStrategy::Random).unwrap();
+        let names: Vec<_> = p.iter().map(|p| p.segment.info.name.as_str()).collect();
+        assert_eq!(names, ["c", "a"]);
+    }
+
+    #[test]
+    fn free_ratio_first_prefers_empty_segments() {
+        let t = SegmentTable::default();
+        let full = t.mount(1, &seg("full", 1000)).unwrap().unwrap();
+        t.mount(1, &seg("empty", 1000)).unwrap();
+        full.allocate(800).unwrap();
+        for _ in 0..20 {
+            let cfg = ReplicateConfig::default();
+            let p = t
+                .place(8, &cfg, AllocationStrategy::FreeRatioFirst)
+                .unwrap();
+            assert_eq!(p[0].segment.info.name, "empty");
+            p[0].segment.free(p[0].offset, 8);
+        }
+    }
+
+    #[test]
+    fn errors() {
+        let t = SegmentTable::default();
+        let cfg = ReplicateConfig::default();
+        assert_eq!(
+            t.place(8, &cfg, AllocationStrategy::Random)
+                .unwrap_err()
+                .code,
+            ErrorCode::SEGMENT_NOT_FOUND
+        );
+        t.mount(1, &seg("a", 1024)).unwrap();
+        assert_eq!(
+            t.place(4096, &cfg, AllocationStrategy::Random)
+                .unwrap_err()
+                .code,
+            ErrorCode::NO_AVAILABLE_HANDLE
+        );
+    }
+}

@@ -1,0 +1,502 @@
+//! The master process as a library: the async shell around
+//! [`MasterService`].
+//!
+//! - RPC: one task per long-lived client connection; each call is one
+//!   request frame in and one response frame out, served inline (the state
+//!   machine answers in microseconds; the rare whole-map calls move off the
+//!   async workers with `block_in_place`).
+//! - Timers: client expiry, put timeouts, delayed frees and eviction run
+//!   every [`TICK_INTERVAL`].
+//! - HTTP: metrics and admin queries on `metrics_port` (see [`super::http`]),
+//!   and the transfer-engine metadata server when enabled.
+//!
+//! [`MasterServer::bind`] then [`MasterServer::serve`] run on the caller's
+//! runtime; [`run`] builds a runtime and blocks; [`MasterHandle::spawn`] runs
+//! a master on threads of its own (tests, `mooncake up`).
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::metadata::http_server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{oneshot, watch, Semaphore};
+use tokio::task::JoinSet;
+
+use super::config::MasterConfig;
+use super::http;
+use super::metrics::MasterMetrics;
+use super::service::MasterService;
+use crate::proto::frame::{decode_payload, encode_frame, frame_len, LEN_PREFIX};
+use crate::proto::{Request, Response};
+
+/// How often the timers run.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+/// Most client connections served at once; more wait in the accept queue.
+const MAX_CONNECTIONS: usize = 16 * 1024;
+/// Read buffer per connection: a typical request arrives in one read.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Milliseconds on a monotonic clock, from the master's start.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    pub fn new() -> Self {
+        Clock {
+            start: Instant::now(),
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What every task of a running master shares.
+pub struct Shared {
+    pub service: MasterService,
+    pub metrics: MasterMetrics,
+    pub clock: Clock,
+    pub config: MasterConfig,
+}
+
+fn bind_error(what: &str, addr: &str, port: u16, e: io::Error) -> Error {
+    Error::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("cannot bind {what} on {addr}:{port}: {e}"),
+    )
+}
+
+async fn bind(what: &str, host: &str, port: u16) -> Result<TcpListener> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    TcpListener::bind((host, port))
+        .await
+        .map_err(|e| bind_error(what, host, port, e))
+}
+
+/// A master whose listeners are bound but not yet served.
+pub struct MasterServer {
+    rpc: TcpListener,
+    http: TcpListener,
+    metadata: Option<TcpListener>,
+    shared: Arc<Shared>,
+}
+
+impl MasterServer {
+    /// Binds the RPC, HTTP and (if enabled) metadata listeners. Port 0 picks a free port.
+    pub async fn bind(config: MasterConfig) -> Result<MasterServer> {
+        config.validate()?;
+        let rpc = bind("RPC service", &config.rpc_address, config.rpc_listen_port()).await?;
+        let http = bind("metrics service", &config.metrics_host, config.metrics_port).await?;
+        let metadata = if config.enable_http_metadata_server {
+            Some(
+                bind(
+                    "HTTP metadata server",
+                    &config.http_metadata_server_host,
+                    config.http_metadata_server_port,
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
+        let shared = Arc::new(Shared {
+            service: MasterService::new(&config),
+            metrics: MasterMetrics::new(),
+            clock: Clock::new(),
+            config,
+        });
+        Ok(MasterServer {
+            rpc,
+            http,
+            metadata,
+            shared,
+        })
+    }
+
+    pub fn rpc_addr(&self) -> SocketAddr {
+        self.rpc
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    pub fn metadata_addr(&self) -> Option<SocketAddr> {
+        self.metadata
+            .as_ref()
+            .map(|l| l.local_addr().expect("bound listener has an address"))
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Serves until `shutdown` resolves, then stops accepting, lets calls
+    /// in flight finish and returns.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let MasterServer {
+            rpc,
+            http,
+            metadata,
+            shared,
+        } = self;
+        let config = &shared.config;
+        tracing::info!(
+            rpc = %rpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            metadata = ?metadata.as_ref().and_then(|l| l.local_addr().ok()),
+            lease_ttl = ?config.default_kv_lease_ttl,
+            client_ttl = ?config.client_ttl,
+            eviction_high_watermark_ratio = config.eviction_high_watermark_ratio,
+            eviction_ratio = config.eviction_ratio,
+            allocation_strategy = config.allocation_strategy.as_str(),
+            "mooncake master serving"
+        );
+        for (name, value) in &config.unsupported {
+            tracing::warn!("flag --{name}={value} is accepted but not supported yet; ignored");
+        }
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = |mut rx: watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|s| *s).await;
+        };
+        let mut tasks = JoinSet::new();
+        tasks.spawn(accept_loop(rpc, shared.clone(), stop_rx.clone()));
+        tasks.spawn(timer_loop(shared.clone(), stop_rx.clone()));
+        let router = http::router(shared.clone());
+        let http_stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(http, router)
+                .with_graceful_shutdown(http_stop)
+                .await
+            {
+                tracing::error!("metrics service failed: {e}");
+            }
+        });
+        if let Some(listener) = metadata {
+            let meta_stop = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                if let Err(e) = http_server::serve(listener, meta_stop).await {
+                    tracing::error!("HTTP metadata server failed: {e}");
+                }
+            });
+        }
+
+        shutdown.await;
+        tracing::info!("mooncake master stopping");
+        let _ = stop_tx.send(true);
+        while tasks.join_next().await.is_some() {}
+        Ok(())
+    }
+}
+
+/// Binds and serves on the current runtime until `shutdown`.
+pub async fn serve(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
+    MasterServer::bind(config).await?.serve(shutdown).await
+}
+
+/// Builds a runtime with `rpc_thread_num` workers and serves until
+/// `shutdown` resolves (blocking). `on_bound` sees the bound server first
+/// (to print its addresses).
+pub fn run<F, B>(config: MasterConfig, shutdown: F, on_bound: B) -> Result<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+    B: FnOnce(&MasterServer),
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.worker_threads())
+        .thread_name("mc-master")
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("cannot start runtime: {e}"),
+            )
+        })?;
+    rt.block_on(async move {
+        let server = MasterServer::bind(config).await?;
+        on_bound(&server);
+        server.serve(shutdown).await
+    })
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut conns = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p.expect("semaphore is never closed"),
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.wait_for(|s| *s) => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let shared = shared.clone();
+                let stop = stop.clone();
+                conns.spawn(async move {
+                    if let Err(e) = serve_connection(stream, &shared, stop).await {
+                        tracing::debug!(%peer, "connection closed: {e}");
+                    }
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    drop(listener);
+    while conns.join_next().await.is_some() {}
+}
+
+/// Serves one client connection: frame in, frame out, until it closes.
+async fn serve_connection(
+    stream: TcpStream,
+    shared: &Shared,
+    mut stop: watch::Receiver<bool>,
+) -> io::Result<()> {
+    stream.set_nodelay(shared.config.rpc_enable_tcp_no_delay)?;
+    let mut stream = BufReader::with_capacity(READ_BUFFER, stream);
+    let mut payload = Vec::new();
+    let mut out = Vec::with_capacity(256);
+    let idle = shared.config.rpc_conn_timeout;
+    loop {
+        let mut prefix = [0u8; LEN_PREFIX];
+        let next = async {
+            match idle {
+                Some(t) => tokio::time::timeout(t, stream.read_exact(&mut prefix))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::new(io::ErrorKind::TimedOut, "idle connection"))
+                    }),
+                None => stream.read_exact(&mut prefix).await,
+            }
+        };
+        tokio::select! {
+            r = next => match r {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                Err(e) => return Err(e),
+            },
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+        }
+        let len = match frame_len(prefix) {
+            Ok(len) => len,
+            Err(e) => {
+                // The stream cannot be resynchronised: say why, then close.
+                shared.metrics.observe_malformed();
+                let error = Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string());
+                out.clear();
+                encode_frame(&Response::Failed { error }, &mut out)?;
+                stream.get_mut().write_all(&out).await?;
+                return Err(e);
+            }
+        };
+        payload.resize(len, 0);
+        stream.read_exact(&mut payload).await?;
+        let resp = match decode_payload::<Request<'_>>(&payload) {
+            Ok(req) => handle(shared, req),
+            Err(e) => {
+                shared.metrics.observe_malformed();
+                tracing::debug!("malformed request: {e}");
+                Response::Failed { error: e.into() }
+            }
+        };
+        out.clear();
+        if let Err(e) = encode_frame(&resp, &mut out) {
+            let error = Error::new(ErrorCode::INVALID_PARAMS, e.to_string());
+            encode_frame(&Response::Failed { error }, &mut out)?;
+        }
+        stream.get_mut().write_all(&out).await?;
+    }
+}
+
+fn handle(shared: &Shared, req: Request<'_>) -> Response {
+    shared.metrics.observe_values(&req);
+    let tag = req.tag();
+    let whole_map = matches!(
+        req,
+        Request::RemoveAll { .. } | Request::RemoveByRegex { .. }
+    );
+    let now = shared.clock.now_ms();
+    let resp = if whole_map {
+        tokio::task::block_in_place(|| shared.service.handle(req, now))
+    } else {
+        shared.service.handle(req, now)
+    };
+    shared.metrics.observe(tag, &resp);
+    resp
+}
+
+async fn timer_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(TICK_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let report_every = shared.config.metric_report_interval;
+    let mut last_report = Instant::now();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let now = shared.clock.now_ms();
+        let report = tokio::task::block_in_place(|| shared.service.tick(now));
+        if report.expired_clients > 0 || report.discarded_puts > 0 {
+            tracing::info!(?report, "timers");
+        }
+        if shared.config.enable_metric_reporting && last_report.elapsed() >= report_every {
+            last_report = Instant::now();
+            tracing::info!("{}", http::summary_line(&shared));
+        }
+    }
+}
+
+/// A master running on threads of its own; stops when dropped.
+pub struct MasterHandle {
+    rpc_addr: SocketAddr,
+    http_addr: SocketAddr,
+    metadata_addr: Option<SocketAddr>,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<Result<()>>>,
+}
+
+impl MasterHandle {
+    /// Binds and starts serving; returns once the listeners are bound.
+    pub fn spawn(config: MasterConfig) -> Result<MasterHandle> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let threads = config.worker_threads();
+        let thread = std::thread::Builder::new()
+            .name("mc-master".into())
+            .spawn(move || -> Result<()> {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads)
+                    .thread_name("mc-master")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorCode::INTERNAL_ERROR,
+                            format!("cannot start runtime: {e}"),
+                        )
+                    })?;
+                rt.block_on(async move {
+                    let server = match MasterServer::bind(config).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.clone()));
+                            return Err(e);
+                        }
+                    };
+                    let addrs = (
+                        server.rpc_addr(),
+                        server.http_addr(),
+                        server.metadata_addr(),
+                        server.shared().clone(),
+                    );
+                    let _ = ready_tx.send(Ok(addrs));
+                    server
+                        .serve(async move {
+                            let _ = stopped.await;
+                        })
+                        .await
+                })
+            })
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("cannot start master thread: {e}"),
+                )
+            })?;
+        match ready_rx.recv() {
+            Ok(Ok((rpc_addr, http_addr, metadata_addr, shared))) => Ok(MasterHandle {
+                rpc_addr,
+                http_addr,
+                metadata_addr,
+                shared,
+                stop: Some(stop),
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => {
+                let joined = thread.join();
+                Err(match joined {
+                    Ok(Err(e)) => e,
+                    _ => Error::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "master thread exited before binding",
+                    ),
+                })
+            }
+        }
+    }
+
+    pub fn rpc_addr(&self) -> SocketAddr {
+        self.rpc_addr
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    pub fn metadata_addr(&self) -> Option<SocketAddr> {
+        self.metadata_addr
+    }
+
+    /// The running state machine (for in-process inspection).
+    pub fn service(&self) -> &MasterService {
+        &self.shared.service
+    }
+
+    /// Stops the master and waits for it.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        self.stop.take();
+        match self.thread.take() {
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "master thread panicked",
+                ))
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MasterHandle {
+    fn drop(&mut self) {
+        let _ = self.stop_inner();
+    }
+}

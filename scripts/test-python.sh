@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The Python suite: installs the package into a throwaway venv the way users
+# do (`pip install .`), then runs pytest against the installed package and the
+# programs it puts on PATH (mooncake_master, mooncake_client, ...).
+#
+# MOONCAKE_WHEEL_PROFILE=dev (what test.sh uses) builds the extension with the
+# dev profile, reusing what `cargo test` just compiled; the default is the
+# release build users get.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${MOONCAKE_TEST_VENV:-.venv-test}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy
+if [ -n "${MOONCAKE_WHEEL_PROFILE:-}" ]; then
+    export MATURIN_PEP517_ARGS="--profile $MOONCAKE_WHEEL_PROFILE"
+fi
+"$venv/bin/python" -m pip install -q --force-reinstall --no-deps .
+export PATH="$PWD/$venv/bin:$PATH"
+# Run from the tests' directory so `import mooncake` finds the installed
+# package, not the sources under python/.
+cd tests/python
+set +e
+python -m pytest -q -p no:cacheprovider "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "pytest collected no tests: the Python suite did not run" >&2
+    exit 1
+fi
+exit "$rc"

@@ -1,0 +1,53 @@
+"""The programs `pip install .` puts on PATH: they run the same Rust entry
+points as the standalone binaries, inside a Python console script."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+
+import pytest
+
+import procs
+from mooncake import _mooncake
+
+PROGRAMS = [
+    "mooncake_master",
+    "mooncake_client",
+    "mooncake_http_metadata_server",
+    "transfer_engine_bench",
+    "mooncake",
+]
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_program_is_on_path(name):
+    assert procs.program(name)
+
+
+def test_every_program_is_built_in():
+    missing = [p for p in PROGRAMS if p not in _mooncake._programs()]
+    if missing:
+        pytest.skip(f"not yet part of this build: {missing}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_metadata_server_stops_cleanly_on_signals(sig):
+    p = procs.start("mooncake_http_metadata_server", "--port=0", "--host=127.0.0.1")
+    m = p.wait_for_line(r"listening on [\d.]+:(\d+)")
+    assert procs.port_open(int(m.group(1)))
+    assert p.stop(sig) == 0, p.output()
+    assert not procs.port_open(int(m.group(1)))
+
+
+def test_bad_flag_is_an_error():
+    out = subprocess.run(
+        [procs.program("mooncake_http_metadata_server"), "--no_such_flag=1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode != 0
+    assert "no_such_flag" in out.stderr + out.stdout
+
+
+def test_unknown_program_name():
+    assert _mooncake._run_cli("no_such_program", ["no_such_program"]) == 127
