@@ -67,7 +67,7 @@ def main() -> int:
             n = min(args.batch, args.objects - start)
             rcs = st.batch_put_from([f"mem/{i:08d}" for i in range(start, start + n)], [ptr] * n, [args.size] * n)
             failed += sum(1 for r in rcs if r != 0)
-            if start % 100_000 == 0:
+            if (start // args.batch) % 200 == 0:
                 print(f"{start} objects, master RSS {rss_bytes(pid) >> 20} MiB", file=sys.stderr, flush=True)
         fill_s = time.time() - t0
         time.sleep(2.0)
