@@ -298,10 +298,16 @@ def chart(results: dict, names: list[str], path: Path) -> None:
     runs = sorted({k[0] for rows in per.values() for k in rows})
     if not runs:
         return
-    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4.2), squeeze=False)
+    from matplotlib.ticker import FuncFormatter
+
+    ncols = min(2, len(runs))
+    nrows = (len(runs) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4.2 * nrows), squeeze=False)
     sizes = sorted({k[2] for rows in per.values() for k in rows})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, run in zip(axes[0], runs):
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
         for ci, n in enumerate(names):
             for op, style in (("get", "-"), ("put", "--")):
                 ys = [per.get(n, {}).get((run, op, s), {}).get("gb_s") for s in sizes]
@@ -314,6 +320,8 @@ def chart(results: dict, names: list[str], path: Path) -> None:
                 ax.plot(sizes, ys, style, marker="x", color="grey", label=f"redis {op}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xticks(sizes)
         ax.set_xticklabels([fmt_size(s) for s in sizes])
         ax.set_title(run)
