@@ -68,6 +68,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--seconds", type=float, default=1.0, help="time budget per store_bench phase")
     ap.add_argument("--te-duration", type=int, default=3)
+    ap.add_argument("--storage", choices=["auto", "client", "python"], default="auto",
+                    help="remote storage process: mooncake_client, a Python process (storage_holder.py), "
+                         "or auto (mooncake_client when the system has it)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="store_bench rounds; systems alternate within a round, medians are reported")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,redis")
@@ -82,7 +85,7 @@ def run_store_bench(system: mcproc.System, topology: str, mode: str, args: argpa
     storage = None
     try:
         if topology == "remote":
-            if system.has("mooncake_client"):
+            if args.storage == "client" or (args.storage == "auto" and system.has("mooncake_client")):
                 storage = mcproc.start_storage_client(system, master, workdir / "storage", str(SEGMENT), env=env)
             else:
                 storage = mcproc.start_storage_python(system, master, workdir / "storage", SEGMENT, env=env)
@@ -298,10 +301,16 @@ def chart(results: dict, names: list[str], path: Path) -> None:
     runs = sorted({k[0] for rows in per.values() for k in rows})
     if not runs:
         return
-    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4.2), squeeze=False)
+    from matplotlib.ticker import FuncFormatter
+
+    ncols = min(2, len(runs))
+    nrows = (len(runs) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4.2 * nrows), squeeze=False)
     sizes = sorted({k[2] for rows in per.values() for k in rows})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax, run in zip(axes[0], runs):
+    for ax in axes.flat[len(runs):]:
+        ax.set_visible(False)
+    for ax, run in zip(axes.flat, runs):
         for ci, n in enumerate(names):
             for op, style in (("get", "-"), ("put", "--")):
                 ys = [per.get(n, {}).get((run, op, s), {}).get("gb_s") for s in sizes]
@@ -314,6 +323,8 @@ def chart(results: dict, names: list[str], path: Path) -> None:
                 ax.plot(sizes, ys, style, marker="x", color="grey", label=f"redis {op}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xticks(sizes)
         ax.set_xticklabels([fmt_size(s) for s in sizes])
         ax.set_title(run)

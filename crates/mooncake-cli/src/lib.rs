@@ -18,3 +18,4 @@ pub mod http_metadata_server;
 pub mod logging;
 pub mod master;
 pub mod signals;
+pub mod te_bench;

@@ -351,56 +351,50 @@ fn http_client_survives_server_restart() {
 fn http_server_protocol() {
     let server = MetadataServer::spawn("127.0.0.1", 0).unwrap();
     let url = server.url();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let text = |r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| {
-        let mut r = r.unwrap();
-        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    let http = reqwest::blocking::Client::new();
+    let text = |r: reqwest::Result<reqwest::blocking::Response>| {
+        let r = r.unwrap();
+        (r.status().as_u16(), r.text().unwrap())
     };
+    let key = [("key", "x")];
 
     assert_eq!(
-        text(agent.get(&url).query("key", "x").call()),
+        text(http.get(&url).query(&key).send()),
         (404, "metadata not found".into())
     );
-    assert_eq!(text(agent.delete(&url).query("key", "x").call()).0, 404);
+    assert_eq!(text(http.delete(&url).query(&key).send()).0, 404);
     assert_eq!(
-        text(agent.put(&url).query("key", "x").send(&b"{\"a\":1}"[..])).0,
+        text(http.put(&url).query(&key).body("{\"a\":1}").send()).0,
         200
     );
-    let mut r = agent.get(&url).query("key", "x").call().unwrap();
+    let r = http.get(&url).query(&key).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(r.headers()["content-type"], "application/json");
-    assert_eq!(r.body_mut().read_to_string().unwrap(), "{\"a\":1}");
-    assert_eq!(text(agent.delete(&url).query("key", "x").call()).0, 200);
+    assert_eq!(r.text().unwrap(), "{\"a\":1}");
+    assert_eq!(text(http.delete(&url).query(&key).send()).0, 200);
 
     // Missing or empty key: 400 with a message that says what to do.
     for req in [
-        agent.get(&url).call(),
-        agent.get(&url).query("key", "").call(),
-        agent.delete(&url).call(),
+        http.get(&url).send(),
+        http.get(&url).query(&[("key", "")]).send(),
+        http.delete(&url).send(),
     ] {
         let (status, body) = text(req);
         assert_eq!(status, 400);
         assert!(body.contains("key"), "{body}");
     }
-    assert_eq!(text(agent.put(&url).send(&b"v"[..])).0, 400);
+    assert_eq!(text(http.put(&url).body("v").send()).0, 400);
     // Unknown path and unsupported verb.
     assert_eq!(
         text(
-            agent
-                .get(url.replace("/metadata", "/nope"))
-                .query("key", "x")
-                .call()
+            http.get(url.replace("/metadata", "/nope"))
+                .query(&key)
+                .send()
         )
         .0,
         404
     );
-    assert_eq!(
-        text(agent.post(&url).query("key", "x").send(&b"v"[..])).0,
-        405
-    );
+    assert_eq!(text(http.post(&url).query(&key).body("v").send()).0, 405);
     server.stop();
 }
 
@@ -514,4 +508,71 @@ fn silent_servers_are_err_metadata() {
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     accepted.join().unwrap();
+}
+
+/// A minimal HTTP/1.1 metadata server that counts the connections it
+/// accepts, to check that the client reuses one.
+fn counting_server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metadata", listener.local_addr().unwrap());
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut conn = conn;
+                loop {
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut body_len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        reader.read_line(&mut line).unwrap();
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            body_len = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; body_len];
+                    reader.read_exact(&mut body).unwrap();
+                    let (status, reply) = match request_line.split(' ').next() {
+                        Some("PUT") => ("200 OK", "metadata updated"),
+                        Some("DELETE") => ("200 OK", "metadata deleted"),
+                        _ => ("404 Not Found", "metadata not found"),
+                    };
+                    let resp = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    conn.write_all(resp.as_bytes()).unwrap();
+                }
+            });
+        }
+    });
+    (url, accepted)
+}
+
+#[test]
+fn http_client_reuses_its_connection() {
+    let (url, accepted) = counting_server();
+    let store = open(&url); // the probe is the first request
+    for i in 0..20 {
+        let key = format!("k{i}");
+        store.put(&key, b"v").unwrap();
+        assert_eq!(store.get(&key).unwrap(), None);
+        store.delete(&key).unwrap();
+    }
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one connection for 61 requests"
+    );
 }
