@@ -404,6 +404,16 @@ pub struct PyEngine {
     state: RwLock<Option<Arc<Ready>>>,
 }
 
+impl Drop for PyEngine {
+    /// Stopping an engine removes its metadata keys (network calls): done
+    /// without holding the GIL.
+    fn drop(&mut self) {
+        if let Some(ready) = self.state.get_mut().take() {
+            Python::with_gil(|py| py.allow_threads(move || drop(ready)));
+        }
+    }
+}
+
 impl PyEngine {
     fn ready(&self) -> Option<Arc<Ready>> {
         self.state.read().clone()

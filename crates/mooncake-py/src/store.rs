@@ -190,6 +190,16 @@ pub struct PyStore {
     state: RwLock<Option<Arc<Live>>>,
 }
 
+impl Drop for PyStore {
+    /// A store collected while set up leaves the cluster without holding the
+    /// GIL (its engine may wait on a metadata server served by Python).
+    fn drop(&mut self) {
+        if let Some(live) = self.state.get_mut().take() {
+            Python::with_gil(|py| py.allow_threads(move || drop(live)));
+        }
+    }
+}
+
 impl PyStore {
     fn live(&self) -> Option<Arc<Live>> {
         self.state.read().clone()
@@ -527,10 +537,13 @@ impl PyStore {
     fn close(&self, py: Python<'_>) -> i32 {
         let old = self.state.write().take();
         if let Some(old) = old {
-            py.allow_threads(|| {
+            // Dropping the client stops its engine, which may talk to the
+            // metadata server: not with the GIL held.
+            py.allow_threads(move || {
                 if let Err(e) = old.client.close() {
                     tracing::warn!("close: {e}");
                 }
+                drop(old);
             });
         }
         0
