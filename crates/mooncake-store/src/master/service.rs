@@ -460,9 +460,12 @@ impl MasterService {
         due.len()
     }
 
-    /// Bytes waiting in the retired list.
+    /// Allocated bytes waiting in the retired list (on mounted segments).
     pub fn retired_bytes(&self) -> u64 {
-        self.retired.lock().iter().map(|r| r.size).sum()
+        let retired = self.retired.lock();
+        let live = retired.iter().filter(|r| r.placement.segment.is_mounted());
+        live.map(|r| super::allocator::aligned_len(r.size).unwrap_or(r.size))
+            .sum()
     }
 
     // ---- reads ------------------------------------------------------------
