@@ -564,11 +564,14 @@ impl PyStore {
             if len == 0 || !mem::accessible(addr, len, Access::Write) {
                 return INVALID;
             }
-            let r = live.client.register_buffer(addr, len);
-            if r.is_ok() {
-                live.registered.lock().insert(addr, len);
+            // Any refusal (overlap, ...) is INVALID_PARAMS in the reference.
+            match live.client.register_buffer(addr, len) {
+                Ok(()) => {
+                    live.registered.lock().insert(addr, len);
+                    0
+                }
+                Err(_) => INVALID,
             }
-            status(r)
         })
     }
 
@@ -577,12 +580,12 @@ impl PyStore {
             return NOT_READY;
         };
         let addr = buffer_ptr.usize();
-        py.allow_threads(|| {
-            let r = live.client.unregister_buffer(addr);
-            if r.is_ok() {
+        py.allow_threads(|| match live.client.unregister_buffer(addr) {
+            Ok(()) => {
                 live.registered.lock().remove(&addr);
+                0
             }
-            status(r)
+            Err(_) => INVALID,
         })
     }
 
