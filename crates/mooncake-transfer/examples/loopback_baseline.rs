@@ -1,6 +1,10 @@
-//! Baselines for the transfer-engine benchmarks on this machine:
-//! one loopback TCP stream (1 MiB writes, reads into a reused buffer, like a
-//! plain iperf run) and memcpy bandwidth (1 and 2 threads, 64 MiB blocks).
+//! Ceilings for the transfer-engine benchmarks on this machine:
+//! - one loopback TCP stream (1 MiB writes, reads into a reused buffer, like a
+//!   plain iperf run);
+//! - plain memcpy over the same working sets as `transfer_engine_bench
+//!   --threads=2 --batch_size=128`: each thread copies its own
+//!   128 x block bytes, block by block (16 MiB in all at 64 KiB blocks, 256 MiB
+//!   at 1 MiB), between pre-touched buffers.
 //!
 //! `cargo run --release -p mooncake-transfer --example loopback_baseline [seconds]`
 
@@ -34,21 +38,23 @@ fn tcp_stream(secs: f64) -> f64 {
     total as f64 / start.elapsed().as_secs_f64() / 1e9
 }
 
-fn memcpy(secs: f64, threads: usize) -> f64 {
-    const BLOCK: usize = 64 << 20;
+/// `threads` threads, each copying `per_thread` bytes in `block`-byte pieces.
+fn memcpy(secs: f64, threads: usize, block: usize, per_thread: usize) -> f64 {
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(secs);
     let total: u64 = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(move || {
-                    let src = vec![1u8; BLOCK];
-                    let mut dst = vec![0u8; BLOCK];
+                    let src = vec![1u8; per_thread];
+                    let mut dst = vec![2u8; per_thread];
                     let mut n = 0u64;
                     while Instant::now() < deadline {
-                        dst.copy_from_slice(&src);
+                        for off in (0..per_thread).step_by(block) {
+                            dst[off..off + block].copy_from_slice(&src[off..off + block]);
+                        }
                         std::hint::black_box(&mut dst);
-                        n += BLOCK as u64;
+                        n += per_thread as u64;
                     }
                     n
                 })
@@ -65,6 +71,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     println!("loopback TCP, 1 stream: {:.2} GB/s", tcp_stream(secs));
-    println!("memcpy, 1 thread: {:.2} GB/s", memcpy(secs, 1));
-    println!("memcpy, 2 threads: {:.2} GB/s", memcpy(secs, 2));
+    for block in [64 << 10, 1 << 20] {
+        for threads in [1, 2] {
+            let gbps = memcpy(secs, threads, block, 128 * block);
+            println!(
+                "memcpy, {threads} thread(s), {} KiB blocks, 128 per thread: {gbps:.2} GB/s",
+                block >> 10
+            );
+        }
+    }
 }
