@@ -117,6 +117,10 @@ pub struct MasterService {
     retired: Mutex<Vec<Retired>>,
     /// An allocation failed for lack of space: evict at the next tick even below the watermark.
     pub(super) need_eviction: AtomicBool,
+    /// One eviction round at a time.
+    pub(super) eviction_lock: Mutex<()>,
+    /// Bumped after every eviction round.
+    pub(super) eviction_generation: AtomicU64,
     pub counters: Counters,
 }
 
@@ -199,6 +203,8 @@ impl MasterService {
             clients: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
             need_eviction: AtomicBool::new(false),
+            eviction_lock: Mutex::new(()),
+            eviction_generation: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -213,6 +219,9 @@ impl MasterService {
     /// With `upsert`, an existing object is replaced: in place when the size
     /// is unchanged and no reader holds a lease (unreadable until PutEnd),
     /// otherwise into new space while the old replicas stay readable.
+    ///
+    /// When no segment has room, an eviction round runs and the put is
+    /// retried once.
     pub fn put_start(
         &self,
         client: ClientId,
@@ -224,6 +233,34 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        let generation = self.eviction_generation.load(Ordering::Acquire);
+        match self.put_start_once(client, key, len, cfg, upsert, now) {
+            Err(e)
+                if e.code == ErrorCode::NO_AVAILABLE_HANDLE
+                    && self.segments.max_capacity() >= len =>
+            {
+                let need = super::allocator::aligned_len(len)
+                    .unwrap_or(len)
+                    .saturating_mul(cfg.replica_num as u64);
+                if self.evict_for_put(need, generation, now) {
+                    self.put_start_once(client, key, len, cfg, upsert, now)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
+    }
+
+    fn put_start_once(
+        &self,
+        client: ClientId,
+        key: &str,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
         let pins = pin_flags(cfg);
         let mut shard = self.objects.lock(key);
         if let Some(obj) = shard.map.get_mut(key) {
