@@ -39,11 +39,17 @@ const NOT_READY: i32 = ErrorCode::INTERNAL_ERROR as i32;
 const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
-/// The number a failed call returns. A destination smaller than the object
-/// and a bad key are INVALID_PARAMS in the reference's Python API.
+/// The number a failed call returns, in the reference's Python API terms: a
+/// destination smaller than the object, a bad key or an unregistered
+/// destination are INVALID_PARAMS; a cluster without a segment to place an
+/// object in is NO_AVAILABLE_HANDLE.
 fn code(e: &Error) -> i32 {
     match e.code {
-        ErrorCode::BUFFER_OVERFLOW | ErrorCode::INVALID_KEY => INVALID,
+        ErrorCode::BUFFER_OVERFLOW
+        | ErrorCode::INVALID_KEY
+        | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
+        | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
+        ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
         c => c.code(),
     }
 }
@@ -222,9 +228,16 @@ impl PyStore {
                     *self.state.write() = Some(Arc::new(live));
                     0
                 }
+                // The reference answers -1 for any failure to join (master or
+                // metadata server unreachable, unknown protocol), -600 for bad
+                // arguments.
                 Err(e) => {
                     tracing::error!("store setup failed: {e}");
-                    code(&e)
+                    if e.code == ErrorCode::INVALID_PARAMS {
+                        INVALID
+                    } else {
+                        NOT_READY
+                    }
                 }
             }
         })
@@ -1253,7 +1266,19 @@ impl PyStore {
             live.client
                 .get_into_ranges(&ptrs, &keys, &dst, &src, &sizes)
         });
+        let shape_ok = [keys.len(), dst.len(), src.len(), sizes.len()]
+            .iter()
+            .all(|&n| n == ptrs.len());
         res.into_iter()
+            // With mismatched top-level lists every buffer reports the error,
+            // even one that has no key list.
+            .map(|b| {
+                if b.is_empty() && !shape_ok {
+                    vec![vec![Err(Error::from(ErrorCode::INVALID_PARAMS))]]
+                } else {
+                    b
+                }
+            })
             .map(|b| {
                 b.into_iter()
                     .map(|k| {
