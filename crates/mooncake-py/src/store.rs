@@ -39,11 +39,17 @@ const NOT_READY: i32 = ErrorCode::INTERNAL_ERROR as i32;
 const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
-/// The number a failed call returns. A destination smaller than the object
-/// and a bad key are INVALID_PARAMS in the reference's Python API.
+/// The number a failed call returns, in the reference's Python API terms: a
+/// destination smaller than the object, a bad key or an unregistered
+/// destination are INVALID_PARAMS; a cluster without a segment to place an
+/// object in is NO_AVAILABLE_HANDLE.
 fn code(e: &Error) -> i32 {
     match e.code {
-        ErrorCode::BUFFER_OVERFLOW | ErrorCode::INVALID_KEY => INVALID,
+        ErrorCode::BUFFER_OVERFLOW
+        | ErrorCode::INVALID_KEY
+        | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
+        | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
+        ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
         c => c.code(),
     }
 }
@@ -190,6 +196,16 @@ pub struct PyStore {
     state: RwLock<Option<Arc<Live>>>,
 }
 
+impl Drop for PyStore {
+    /// A store collected while set up leaves the cluster without holding the
+    /// GIL (its engine may wait on a metadata server served by Python).
+    fn drop(&mut self) {
+        if let Some(live) = self.state.get_mut().take() {
+            Python::with_gil(|py| py.allow_threads(move || drop(live)));
+        }
+    }
+}
+
 impl PyStore {
     fn live(&self) -> Option<Arc<Live>> {
         self.state.read().clone()
@@ -212,9 +228,16 @@ impl PyStore {
                     *self.state.write() = Some(Arc::new(live));
                     0
                 }
+                // The reference answers -1 for any failure to join (master or
+                // metadata server unreachable, unknown protocol), -600 for bad
+                // arguments.
                 Err(e) => {
                     tracing::error!("store setup failed: {e}");
-                    code(&e)
+                    if e.code == ErrorCode::INVALID_PARAMS {
+                        INVALID
+                    } else {
+                        NOT_READY
+                    }
                 }
             }
         })
@@ -527,10 +550,13 @@ impl PyStore {
     fn close(&self, py: Python<'_>) -> i32 {
         let old = self.state.write().take();
         if let Some(old) = old {
-            py.allow_threads(|| {
+            // Dropping the client stops its engine, which may talk to the
+            // metadata server: not with the GIL held.
+            py.allow_threads(move || {
                 if let Err(e) = old.client.close() {
                     tracing::warn!("close: {e}");
                 }
+                drop(old);
             });
         }
         0
@@ -564,11 +590,14 @@ impl PyStore {
             if len == 0 || !mem::accessible(addr, len, Access::Write) {
                 return INVALID;
             }
-            let r = live.client.register_buffer(addr, len);
-            if r.is_ok() {
-                live.registered.lock().insert(addr, len);
+            // Any refusal (overlap, ...) is INVALID_PARAMS in the reference.
+            match live.client.register_buffer(addr, len) {
+                Ok(()) => {
+                    live.registered.lock().insert(addr, len);
+                    0
+                }
+                Err(_) => INVALID,
             }
-            status(r)
         })
     }
 
@@ -577,12 +606,12 @@ impl PyStore {
             return NOT_READY;
         };
         let addr = buffer_ptr.usize();
-        py.allow_threads(|| {
-            let r = live.client.unregister_buffer(addr);
-            if r.is_ok() {
+        py.allow_threads(|| match live.client.unregister_buffer(addr) {
+            Ok(()) => {
                 live.registered.lock().remove(&addr);
+                0
             }
-            status(r)
+            Err(_) => INVALID,
         })
     }
 
@@ -1237,7 +1266,19 @@ impl PyStore {
             live.client
                 .get_into_ranges(&ptrs, &keys, &dst, &src, &sizes)
         });
+        let shape_ok = [keys.len(), dst.len(), src.len(), sizes.len()]
+            .iter()
+            .all(|&n| n == ptrs.len());
         res.into_iter()
+            // With mismatched top-level lists every buffer reports the error,
+            // even one that has no key list.
+            .map(|b| {
+                if b.is_empty() && !shape_ok {
+                    vec![vec![Err(Error::from(ErrorCode::INVALID_PARAMS))]]
+                } else {
+                    b
+                }
+            })
             .map(|b| {
                 b.into_iter()
                     .map(|k| {
