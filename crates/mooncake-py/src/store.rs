@@ -409,6 +409,20 @@ impl PyStore {
     }
 }
 
+/// A `bytes` holding `src`: the one copy a `get` makes from the client's
+/// buffer into Python (large ones without the GIL).
+fn bytes_from<'py>(py: Python<'py>, src: &[u8]) -> Bound<'py, PyBytes> {
+    const SMALL: usize = 256 << 10;
+    if src.len() < SMALL {
+        return PyBytes::new(py, src);
+    }
+    PyBytes::new_with(py, src.len(), |out| {
+        py.allow_threads(|| out.copy_from_slice(src));
+        Ok(())
+    })
+    .unwrap_or_else(|_| PyBytes::new(py, src))
+}
+
 fn parts_of(parts: &Bound<'_, PyTuple>) -> PyResult<Vec<Exported>> {
     parts.iter().map(|p| Exported::get(&p)).collect()
 }
@@ -712,8 +726,8 @@ impl PyStore {
         let Some(live) = self.live() else {
             return PyBytes::new(py, b"");
         };
-        match py.allow_threads(|| live.client.get(&key.0)) {
-            Ok(v) => PyBytes::new(py, &v),
+        match py.allow_threads(|| live.client.get_buffer(&key.0)) {
+            Ok(h) => bytes_from(py, h.as_slice()),
             Err(_) => PyBytes::new(py, b""),
         }
     }
@@ -728,9 +742,12 @@ impl PyStore {
         if keys.is_empty() {
             return vec![PyBytes::new(py, b"")];
         }
-        py.allow_threads(|| live.client.get_batch(&keys))
+        py.allow_threads(|| live.client.batch_get_buffer(&keys))
             .into_iter()
-            .map(|r| PyBytes::new(py, r.as_deref().unwrap_or(b"")))
+            .map(|r| match r {
+                Ok(h) => bytes_from(py, h.as_slice()),
+                Err(_) => PyBytes::new(py, b""),
+            })
             .collect()
     }
 
