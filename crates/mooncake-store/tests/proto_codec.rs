@@ -107,6 +107,11 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             force: true,
         },
         Request::RemoveAll { force: false },
+        Request::BatchReplicaClear {
+            client_id: 3,
+            keys: vec!["a", "b"],
+            segment_name: "seg",
+        },
     ]
 }
 
@@ -370,7 +375,7 @@ proptest! {
     }
 
     #[test]
-    fn bit_flips_never_panic(which in 0usize..18, flip in any::<(usize, u8)>()) {
+    fn bit_flips_never_panic(which in 0usize..19, flip in any::<(usize, u8)>()) {
         let config = ReplicateConfig { preferred_segments: vec!["seg".into()], ..Default::default() };
         let reqs = sample_requests(&config);
         let mut frame = frame_of(&reqs[which % reqs.len()]);

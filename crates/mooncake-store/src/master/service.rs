@@ -661,6 +661,46 @@ impl MasterService {
         n
     }
 
+    /// Clears replicas of unleased complete objects: those on `segment_name`,
+    /// or the whole object when it is empty. Returns the keys cleared.
+    pub fn batch_replica_clear(&self, keys: &[&str], segment_name: &str, now: u64) -> Vec<String> {
+        let mut cleared = Vec::new();
+        for &key in keys {
+            if check_key(key).is_err() {
+                continue;
+            }
+            let mut shard = self.objects.lock(key);
+            let Some(obj) = shard.map.get_mut(key) else {
+                continue;
+            };
+            if !obj.is_complete() || obj.pending.is_some() || obj.is_leased(now) {
+                continue;
+            }
+            if segment_name.is_empty() {
+                self.release_object(obj, now);
+                shard.map.remove(key);
+                cleared.push(key.to_string());
+                continue;
+            }
+            let size = obj.size;
+            let mut dropped = false;
+            obj.replicas.retain(
+                |p| p.segment.info.name != segment_name,
+                |p| {
+                    p.segment.free(p.offset, size);
+                    dropped = true;
+                },
+            );
+            if dropped {
+                if obj.replicas.is_empty() {
+                    shard.map.remove(key);
+                }
+                cleared.push(key.to_string());
+            }
+        }
+        cleared
+    }
+
     // ---- segments and clients ---------------------------------------------
 
     /// Heartbeat. `CLIENT_NOT_FOUND` when the client was unknown (first
@@ -899,6 +939,11 @@ impl MasterService {
             },
             Q::RemoveByRegex { pattern, force } => A::Count {
                 result: self.remove_by_regex(pattern, force, now),
+            },
+            Q::BatchReplicaClear {
+                keys, segment_name, ..
+            } => A::Keys {
+                result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
             },
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),

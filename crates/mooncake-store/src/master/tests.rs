@@ -797,6 +797,32 @@ fn unmounting_a_segment_drops_its_replicas() {
 }
 
 #[test]
+fn replica_clear_needs_an_expired_lease() {
+    let s = with_segment(1 << 20);
+    s.mount_segment(A, &seg("a2", 1 << 40, 1 << 20), 0).unwrap();
+    let two = ReplicateConfig {
+        replica_num: 2,
+        ..one()
+    };
+    put(&s, "x", 100, &two, 0);
+    put(&s, "y", 100, &two, 0);
+    put(&s, "z", 100, &one(), 0);
+    s.get_replica_list("y", 10).unwrap();
+    // y is leased; "missing" and an invalid key are skipped.
+    let cleared = s.batch_replica_clear(&["x", "y", "missing", ""], "a2", 20);
+    assert_eq!(cleared, ["x"]);
+    assert_eq!(s.get_replica_list("x", 21).unwrap().replicas.len(), 1);
+    assert_eq!(
+        segment_of(&s.get_replica_list("x", 21).unwrap().replicas[0]),
+        "a"
+    );
+    // Without a segment name the whole object goes.
+    assert_eq!(s.batch_replica_clear(&["y", "z"], "", 200), ["y", "z"]);
+    assert!(!s.exist_key("z", 201).unwrap());
+    assert_eq!(used(&s), 104, "only x's replica on a remains");
+}
+
+#[test]
 fn mount_is_idempotent_per_owner() {
     let s = with_segment(1 << 20);
     s.mount_segment(A, &seg("a", 0x10_000, 1 << 20), 1).unwrap();
