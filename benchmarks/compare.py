@@ -68,6 +68,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--seconds", type=float, default=1.0, help="time budget per store_bench phase")
     ap.add_argument("--te-duration", type=int, default=3)
+    ap.add_argument("--storage", choices=["auto", "client", "python"], default="auto",
+                    help="remote storage process: mooncake_client, a Python process (storage_holder.py), "
+                         "or auto (mooncake_client when the system has it)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="store_bench rounds; systems alternate within a round, medians are reported")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,redis")
@@ -82,7 +85,7 @@ def run_store_bench(system: mcproc.System, topology: str, mode: str, args: argpa
     storage = None
     try:
         if topology == "remote":
-            if system.has("mooncake_client"):
+            if args.storage == "client" or (args.storage == "auto" and system.has("mooncake_client")):
                 storage = mcproc.start_storage_client(system, master, workdir / "storage", str(SEGMENT), env=env)
             else:
                 storage = mcproc.start_storage_python(system, master, workdir / "storage", SEGMENT, env=env)

@@ -90,15 +90,31 @@ class Proc:
     ports: dict[str, int] = field(default_factory=dict)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM, then SIGKILL after `timeout`; only this process (by pid)."""
+        """SIGTERM, then SIGKILL after `timeout`, to the process group we created for it.
+
+        The group matters: a venv's console script may be a Python shim that runs
+        the real binary as a child (the reference's `transfer_engine_bench` does),
+        and signalling only the shim would leave the binary running.
+        """
         p = self.popen
-        if p.poll() is not None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
             return
-        p.send_signal(signal.SIGTERM)
         try:
             p.wait(timeout=timeout)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:  # children of a shim may outlive it briefly
+                os.killpg(p.pid, 0)
+                time.sleep(0.05)
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
         except subprocess.TimeoutExpired:
-            p.kill()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             p.wait(timeout=timeout)
 
     def log_tail(self, n: int = 20) -> str:
@@ -112,8 +128,9 @@ def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str]) -> Pr
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
     log = open(log_path, "wb")
+    # Own session (and process group): stop() signals exactly this process and its children.
     popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
-                             stdin=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, start_new_session=True)
     log.close()
     return Proc(name, popen, log_path)
 

@@ -21,3 +21,76 @@ def metadata_server():
         yield f"http://{procs.LOOPBACK}:{m.group(2)}/metadata"
     finally:
         assert p.stop() == 0, p.output()
+
+
+class Cluster:
+    """A running `mooncake_master` with its embedded HTTP metadata server."""
+
+    def __init__(self, *flags: str):
+        self.rpc_port = procs.free_port()
+        self.http_port = procs.free_port()
+        self.metrics_port = procs.free_port()
+        self.proc = procs.start(
+            "mooncake_master",
+            f"--rpc_port={self.rpc_port}",
+            f"--rpc_address={procs.LOOPBACK}",
+            "--enable_http_metadata_server=true",
+            f"--http_metadata_server_host={procs.LOOPBACK}",
+            f"--http_metadata_server_port={self.http_port}",
+            f"--metrics_port={self.metrics_port}",
+            *flags,
+        )
+        self.proc.wait_for_line(r"mooncake_master listening on rpc=")
+        self.master = f"{procs.LOOPBACK}:{self.rpc_port}"
+        self.metadata = f"http://{procs.LOOPBACK}:{self.http_port}/metadata"
+
+    def stop(self) -> int:
+        return self.proc.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    c = Cluster()
+    try:
+        yield c
+    finally:
+        assert c.stop() == 0, c.proc.output()
+
+
+def new_store(cluster, segment=64 << 20, local_buffer=64 << 20, hostname="127.0.0.1"):
+    from mooncake.store import MooncakeDistributedStore
+
+    s = MooncakeDistributedStore()
+    rc = s.setup(hostname, cluster.metadata, segment, local_buffer, "tcp", "", cluster.master)
+    assert rc == 0, rc
+    return s
+
+
+@pytest.fixture(scope="module")
+def store(cluster):
+    """A store owning a 64 MiB segment; every key it wrote is removed after the module."""
+    s = new_store(cluster)
+    yield s
+    s.remove_all(force=True)
+    s.close()
+
+
+class MooncakeClientProc:
+    """A standalone `mooncake_client` (real client serving dummy clients)."""
+
+    def __init__(self, cluster, segment="64 MB"):
+        self.port = procs.free_port()
+        self.proc = procs.start(
+            "mooncake_client",
+            f"--master_server_address={cluster.master}",
+            f"--metadata_server={cluster.metadata}",
+            f"--host={procs.LOOPBACK}",
+            f"--port={self.port}",
+            f"--global_segment_size={segment}",
+            "--protocol=tcp",
+        )
+        self.proc.wait_for_line(r"mooncake_client ready")
+        self.address = f"{procs.LOOPBACK}:{self.port}"
+
+    def stop(self) -> int:
+        return self.proc.stop()

@@ -71,16 +71,6 @@ impl Args {
     }
 }
 
-pub(crate) fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MC_LOG_LEVEL")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// Parses gflags-style `argv` into [`Args`], printing help or errors.
 pub(crate) fn parse<T: Parser>(argv: Vec<String>, bools: &[&str]) -> Result<T, i32> {
     T::try_parse_from(normalize(argv, bools)).map_err(|e| {
@@ -98,7 +88,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         Ok(a) => a,
         Err(code) => return code,
     };
-    init_tracing();
+    crate::logging::init();
     if args.enable_offload {
         tracing::warn!(
             "--enable_offload: the SSD tier is not part of this build; serving memory only"
@@ -128,13 +118,15 @@ pub fn main(argv: Vec<String>) -> i32 {
                 return 1;
             }
         };
+        // Handlers first: a stop sent right after "ready" must not be lost.
+        let stop = crate::signals::shutdown_signal();
         println!(
             "mooncake_client ready: dummy clients connect to {}; segment {} ({})",
             service.local_addr(),
             service.hostname(),
             format_size(args.global_segment_size)
         );
-        crate::signals::shutdown_signal().await;
+        stop.await;
         let _ = tokio::task::spawn_blocking(move || service.stop()).await;
         0
     })

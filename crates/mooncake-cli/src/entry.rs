@@ -20,6 +20,7 @@ pub fn lookup(name: &str) -> Option<Entry> {
     match name {
         "mooncake_master" => Some(crate::master::main),
         "mooncake_client" => Some(crate::client::main),
+        "mooncake" => Some(crate::umbrella::main),
         "mooncake_http_metadata_server" => Some(crate::http_metadata_server::main),
         "transfer_engine_bench" => Some(crate::te_bench::main),
         _ => None,

@@ -25,6 +25,10 @@ pub struct Args {
     /// Address to bind.
     #[arg(long, default_value = "0.0.0.0")]
     pub host: String,
+    /// DEBUG, INFO, WARNING, ERROR or CRITICAL (the reference's
+    /// `--log-level`); `MC_LOG_LEVEL` when not given.
+    #[arg(long = "log_level")]
+    pub log_level: Option<String>,
 }
 
 /// Entry point (see [`crate::entry`]): argv in, exit code out.
@@ -36,6 +40,10 @@ pub fn main(argv: Vec<String>) -> i32 {
             return e.exit_code();
         }
     };
+    match &args.log_level {
+        Some(level) => crate::logging::init_at(level),
+        None => crate::logging::init(),
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -79,16 +87,16 @@ mod tests {
 
     #[test]
     fn flags_in_gflags_spellings() {
-        assert_eq!(
-            parse(&["prog"]).unwrap(),
-            Args {
-                port: 8080,
-                host: "0.0.0.0".into()
-            }
-        );
+        let default = Args {
+            port: 8080,
+            host: "0.0.0.0".into(),
+            log_level: None,
+        };
+        assert_eq!(parse(&["prog"]).unwrap(), default);
         let want = Args {
             port: 9000,
             host: "127.0.0.1".into(),
+            log_level: None,
         };
         assert_eq!(
             parse(&["prog", "--port=9000", "--host=127.0.0.1"]).unwrap(),
@@ -101,6 +109,14 @@ mod tests {
         assert_eq!(
             parse(&["prog", "--port", "9000", "--host", "127.0.0.1"]).unwrap(),
             want
+        );
+        // The reference spells it --log-level.
+        assert_eq!(
+            parse(&["prog", "--log-level=DEBUG"])
+                .unwrap()
+                .log_level
+                .as_deref(),
+            Some("DEBUG")
         );
     }
 

@@ -19,3 +19,4 @@ pub mod logging;
 pub mod master;
 pub mod signals;
 pub mod te_bench;
+pub mod umbrella;

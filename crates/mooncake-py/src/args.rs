@@ -64,3 +64,34 @@ impl<'py> FromPyObject<'py> for Flag {
         )))
     }
 }
+
+/// An object key: `str`, or `bytes` decoded as UTF-8 (pybind11 converts
+/// bytes to `std::string` too). Anything else is a `TypeError`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key(pub String);
+
+impl<'py> FromPyObject<'py> for Key {
+    fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(s) = ob.extract::<String>() {
+            return Ok(Key(s));
+        }
+        if let Ok(b) = ob.downcast::<pyo3::types::PyBytes>() {
+            return String::from_utf8(b.as_bytes().to_vec())
+                .map(Key)
+                .map_err(|_| {
+                    PyTypeError::new_err("incompatible function arguments: key bytes are not UTF-8")
+                });
+        }
+        Err(PyTypeError::new_err(format!(
+            "incompatible function arguments: expected a str key, got {}",
+            ob.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        )))
+    }
+}
+
+pub fn keys(v: Vec<Key>) -> Vec<String> {
+    v.into_iter().map(|k| k.0).collect()
+}

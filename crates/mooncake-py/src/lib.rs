@@ -13,7 +13,10 @@ mod buffer;
 mod config;
 mod engine;
 mod enums;
+mod handle;
+mod hostmem;
 mod mem;
+mod store;
 
 /// Runs the command-line program `name` (e.g. `mooncake_master`) with `argv`
 /// in this process, GIL released, and returns its exit code.
@@ -70,5 +73,9 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<config::ReplicateConfig>()?;
     enums::register(m)?;
     engine::register(m)?;
+    store::register(m)?;
+    m.add_class::<hostmem::HostMemAllocator>()?;
+    m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
+    m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;
     Ok(())
 }

@@ -6,14 +6,26 @@ use mooncake_store::{MooncakeStore, ReplicateConfig, StoreError};
 
 fn main() -> Result<(), StoreError> {
     let master = std::env::var("MOONCAKE_MASTER").unwrap_or_else(|_| "127.0.0.1:50051".into());
-    let metadata =
-        std::env::var("MOONCAKE_TE_META_DATA_SERVER").unwrap_or_else(|_| "http://127.0.0.1:8080/metadata".into());
+    let metadata = std::env::var("MOONCAKE_TE_META_DATA_SERVER")
+        .unwrap_or_else(|_| "http://127.0.0.1:8080/metadata".into());
 
     let store = MooncakeStore::new()?;
-    store.setup("127.0.0.1", &metadata, 64 << 20, 64 << 20, "tcp", "", &master)?;
+    store.setup(
+        "127.0.0.1",
+        &metadata,
+        64 << 20,
+        64 << 20,
+        "tcp",
+        "",
+        &master,
+    )?;
 
     store.put("my-key", b"hello, mooncake!", None)?;
-    let config = ReplicateConfig { replica_num: 2, with_soft_pin: true, ..Default::default() };
+    let config = ReplicateConfig {
+        replica_num: 2,
+        with_soft_pin: true,
+        ..Default::default()
+    };
     store.put("replicated-key", b"replicated value", Some(&config))?;
 
     println!("exists: {}", store.is_exist("my-key")?);

@@ -303,6 +303,25 @@ impl MasterClient {
         count(self.call(&Request::RemoveAll { force })?)
     }
 
+    /// Drops the replicas on `segment_name` (all replicas when empty) of those
+    /// `keys` whose lease has expired; returns the keys cleared.
+    pub fn batch_replica_clear(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        segment_name: &str,
+    ) -> Result<Vec<String>> {
+        let req = Request::BatchReplicaClear {
+            client_id,
+            keys: strs(keys),
+            segment_name,
+        };
+        match self.call(&req)? {
+            Response::Keys { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Sends one request and waits for its answer. A stale pooled connection
     /// (the master restarted or dropped it) is detected by an immediate close
     /// before any answer byte, and the call is retried once on a new one.

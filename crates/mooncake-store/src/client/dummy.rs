@@ -199,7 +199,9 @@ impl DummyClient {
             }
         };
         let resp = conn.call(req)?; // a failed connection is dropped here
-        self.idle.lock().push(conn);
+        if !self.closed.load(Ordering::Relaxed) {
+            self.idle.lock().push(conn);
+        }
         Ok(resp)
     }
 

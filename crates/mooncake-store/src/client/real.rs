@@ -19,7 +19,7 @@ use super::config::{split_host_port, ClientConfig};
 use super::registry::BufferRegistry;
 use super::replica::{self, Locality};
 use super::staging::{StagingBuf, StagingPool};
-use super::validate::{validate_key, validate_value_len};
+use super::validate::{validate_key, validate_read_key, validate_value_len};
 use super::BufferHandle;
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, MemoryDescriptor, ReplicaDesc, ReplicateConfig, SegmentInfo};
@@ -393,7 +393,21 @@ impl RealClient {
             let check = validate_key(key)
                 .and_then(|()| validate_value_len(p.len()))
                 .and_then(|()| match p {
-                    Payload::Bytes(_) => self.staging_pool().map(|_| ()),
+                    Payload::Bytes(_) => self.staging_pool().and_then(|pool| {
+                        // A value the staging pool can never hold is refused up front.
+                        if p.len() > pool.capacity() {
+                            Err(Error::new(
+                                ErrorCode::INVALID_PARAMS,
+                                format!(
+                                    "value of {} bytes exceeds the {} byte local buffer",
+                                    p.len(),
+                                    pool.capacity()
+                                ),
+                            ))
+                        } else {
+                            Ok(())
+                        }
+                    }),
                     Payload::Mem(parts) => {
                         parts.iter().try_for_each(|&(a, l)| self.check_local(a, l))
                     }
@@ -630,7 +644,7 @@ impl RealClient {
         let mut out: Vec<Result<Vec<MemoryDescriptor>>> = Vec::with_capacity(keys.len());
         let mut ask = Vec::new();
         for (i, k) in keys.iter().enumerate() {
-            match validate_key(k) {
+            match validate_read_key(k) {
                 Ok(()) => {
                     ask.push(i);
                     out.push(Ok(Vec::new()));
@@ -967,7 +981,7 @@ impl RealClient {
         self.check_open()?;
         if keys.len() == 1 {
             // Batches go to the master as they are; it answers bad keys per key.
-            validate_key(&keys[0])?;
+            validate_read_key(&keys[0])?;
             return Ok(vec![self
                 .master
                 .get_replica_list(&keys[0])
@@ -1036,7 +1050,7 @@ impl super::Backend for RealClient {
         keys.iter()
             .map(|k| {
                 self.check_open()?;
-                validate_key(k)?;
+                validate_read_key(k)?;
                 self.master.get_size(k)
             })
             .collect()
@@ -1045,8 +1059,12 @@ impl super::Backend for RealClient {
         self.check_open()?;
         if keys.len() == 1 {
             // Batches go to the master as they are; it answers bad keys per key.
-            validate_key(&keys[0])?;
-            return Ok(vec![self.master.exist_key(&keys[0])]);
+            if keys[0].is_empty() {
+                return Ok(vec![Ok(false)]);
+            }
+            return Ok(vec![
+                validate_read_key(&keys[0]).and_then(|()| self.master.exist_key(&keys[0]))
+            ]);
         }
         self.master.batch_exist_key(keys)
     }
@@ -1054,8 +1072,9 @@ impl super::Backend for RealClient {
         self.check_open()?;
         if keys.len() == 1 {
             // Batches go to the master as they are; it answers bad keys per key.
-            validate_key(&keys[0])?;
-            return Ok(vec![self.master.remove(&keys[0], force)]);
+            return Ok(vec![
+                validate_read_key(&keys[0]).and_then(|()| self.master.remove(&keys[0], force))
+            ]);
         }
         self.master.batch_remove(keys, force)
     }

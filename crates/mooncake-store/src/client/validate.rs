@@ -5,9 +5,11 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use crate::types::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
+/// A key to write: empty is `INVALID_PARAMS` (as the reference answers),
+/// too long is `INVALID_KEY` (as the master answers).
 pub fn validate_key(key: &str) -> Result<()> {
     if key.is_empty() {
-        return Err(Error::new(ErrorCode::INVALID_KEY, "empty key"));
+        return Err(Error::new(ErrorCode::INVALID_PARAMS, "empty key"));
     }
     if key.len() > MAX_KEY_LEN {
         return Err(Error::new(
@@ -16,6 +18,14 @@ pub fn validate_key(key: &str) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A key to read or remove: the reference answers "not found" for an empty key.
+pub fn validate_read_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::new(ErrorCode::OBJECT_NOT_FOUND, "empty key"));
+    }
+    validate_key(key)
 }
 
 pub fn validate_value_len(len: u64) -> Result<()> {
@@ -48,7 +58,20 @@ mod tests {
 
     #[test]
     fn codes() {
-        assert_eq!(validate_key("").unwrap_err().code, ErrorCode::INVALID_KEY);
+        assert_eq!(
+            validate_key("").unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+        assert_eq!(
+            validate_read_key("").unwrap_err().code,
+            ErrorCode::OBJECT_NOT_FOUND
+        );
+        assert_eq!(
+            validate_read_key(&"k".repeat(MAX_KEY_LEN + 1))
+                .unwrap_err()
+                .code,
+            ErrorCode::INVALID_KEY
+        );
         assert_eq!(
             validate_key(&"k".repeat(MAX_KEY_LEN + 1)).unwrap_err().code,
             ErrorCode::INVALID_KEY

@@ -3,12 +3,14 @@
 //! time, through a lease it must keep renewing. Clients and standbys follow
 //! the leader's value (its RPC address).
 //!
-//! [`LeaderElection`] is the seam; [`etcd`] implements it. A won election
-//! is a [`Leadership`] handle, the same for every backend: its holder task
-//! (spawned by the backend) renews the lease, flags loss, and gives the
-//! lease up on [`Leadership::resign`] or when the handle is dropped.
+//! [`LeaderElection`] is the seam; [`etcd`] and [`redis`] implement it. A
+//! won election is a [`Leadership`] handle, the same for every backend: its
+//! holder task (spawned by the backend) renews the lease, flags loss, and
+//! gives the lease up on [`Leadership::resign`] or when the handle is
+//! dropped.
 
 pub mod etcd;
+pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;

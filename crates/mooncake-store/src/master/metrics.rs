@@ -54,6 +54,7 @@ const BATCH_OPS: &[(u8, &str)] = &[
     (11, "get_replica_list"),
     (13, "exist_key"),
     (16, "remove"),
+    (19, "replica_clear"),
 ];
 
 #[derive(Default, Clone)]
@@ -309,6 +310,7 @@ impl MasterMetrics {
                 Response::Bools { results } => {
                     (results.len(), results.iter().filter(|r| r.is_err()).count())
                 }
+                Response::Keys { result: Ok(keys) } => (keys.len(), 0),
                 _ => (0, 0),
             };
             c.items.inc_by(items as u64);

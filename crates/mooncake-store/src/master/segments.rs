@@ -208,6 +208,17 @@ impl SegmentTable {
         self.table.read().list.clone()
     }
 
+    /// Capacity of the largest segment (0 when none is mounted).
+    pub fn max_capacity(&self) -> u64 {
+        self.table
+            .read()
+            .list
+            .iter()
+            .map(|s| s.capacity())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// (allocated, capacity) summed over all segments.
     pub fn usage(&self) -> (u64, u64) {
         let t = self.table.read();

@@ -117,6 +117,10 @@ pub struct MasterService {
     retired: Mutex<Vec<Retired>>,
     /// An allocation failed for lack of space: evict at the next tick even below the watermark.
     pub(super) need_eviction: AtomicBool,
+    /// One eviction round at a time.
+    pub(super) eviction_lock: Mutex<()>,
+    /// Bumped after every eviction round.
+    pub(super) eviction_generation: AtomicU64,
     pub counters: Counters,
 }
 
@@ -199,6 +203,8 @@ impl MasterService {
             clients: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
             need_eviction: AtomicBool::new(false),
+            eviction_lock: Mutex::new(()),
+            eviction_generation: AtomicU64::new(0),
             counters: Counters::default(),
         }
     }
@@ -213,6 +219,9 @@ impl MasterService {
     /// With `upsert`, an existing object is replaced: in place when the size
     /// is unchanged and no reader holds a lease (unreadable until PutEnd),
     /// otherwise into new space while the old replicas stay readable.
+    ///
+    /// When no segment has room, an eviction round runs and the put is
+    /// retried once.
     pub fn put_start(
         &self,
         client: ClientId,
@@ -224,6 +233,34 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        let generation = self.eviction_generation.load(Ordering::Acquire);
+        match self.put_start_once(client, key, len, cfg, upsert, now) {
+            Err(e)
+                if e.code == ErrorCode::NO_AVAILABLE_HANDLE
+                    && self.segments.max_capacity() >= len =>
+            {
+                let need = super::allocator::aligned_len(len)
+                    .unwrap_or(len)
+                    .saturating_mul(cfg.replica_num as u64);
+                if self.evict_for_put(need, generation, now) {
+                    self.put_start_once(client, key, len, cfg, upsert, now)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
+    }
+
+    fn put_start_once(
+        &self,
+        client: ClientId,
+        key: &str,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
         let pins = pin_flags(cfg);
         let mut shard = self.objects.lock(key);
         if let Some(obj) = shard.map.get_mut(key) {
@@ -460,9 +497,12 @@ impl MasterService {
         due.len()
     }
 
-    /// Bytes waiting in the retired list.
+    /// Allocated bytes waiting in the retired list (on mounted segments).
     pub fn retired_bytes(&self) -> u64 {
-        self.retired.lock().iter().map(|r| r.size).sum()
+        let retired = self.retired.lock();
+        let live = retired.iter().filter(|r| r.placement.segment.is_mounted());
+        live.map(|r| super::allocator::aligned_len(r.size).unwrap_or(r.size))
+            .sum()
     }
 
     // ---- reads ------------------------------------------------------------
@@ -619,6 +659,46 @@ impl MasterService {
             });
         }
         n
+    }
+
+    /// Clears replicas of unleased complete objects: those on `segment_name`,
+    /// or the whole object when it is empty. Returns the keys cleared.
+    pub fn batch_replica_clear(&self, keys: &[&str], segment_name: &str, now: u64) -> Vec<String> {
+        let mut cleared = Vec::new();
+        for &key in keys {
+            if check_key(key).is_err() {
+                continue;
+            }
+            let mut shard = self.objects.lock(key);
+            let Some(obj) = shard.map.get_mut(key) else {
+                continue;
+            };
+            if !obj.is_complete() || obj.pending.is_some() || obj.is_leased(now) {
+                continue;
+            }
+            if segment_name.is_empty() {
+                self.release_object(obj, now);
+                shard.map.remove(key);
+                cleared.push(key.to_string());
+                continue;
+            }
+            let size = obj.size;
+            let mut dropped = false;
+            obj.replicas.retain(
+                |p| p.segment.info.name != segment_name,
+                |p| {
+                    p.segment.free(p.offset, size);
+                    dropped = true;
+                },
+            );
+            if dropped {
+                if obj.replicas.is_empty() {
+                    shard.map.remove(key);
+                }
+                cleared.push(key.to_string());
+            }
+        }
+        cleared
     }
 
     // ---- segments and clients ---------------------------------------------
@@ -859,6 +939,11 @@ impl MasterService {
             },
             Q::RemoveByRegex { pattern, force } => A::Count {
                 result: self.remove_by_regex(pattern, force, now),
+            },
+            Q::BatchReplicaClear {
+                keys, segment_name, ..
+            } => A::Keys {
+                result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
             },
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),

@@ -562,17 +562,42 @@ fn soft_pinned_objects_go_last_and_only_if_allowed() {
 }
 
 #[test]
-fn failed_allocation_triggers_eviction_below_the_watermark() {
+fn a_put_that_finds_no_space_evicts_and_succeeds() {
     let s = with_segment(100 * 1024);
-    fill(&s, 50, &one(), |t| format!("k{t}"));
+    // 80% full: below the watermark, 20 KiB free at the end.
+    fill(&s, 80, &one(), |t| format!("k{t}"));
+    s.get_replica_list("k0", 95).unwrap(); // the oldest is leased: it stays
+    let d = s
+        .put_start(W, "big", 25 * 1024, &one(), false, 100)
+        .unwrap();
+    s.put_end(W, "big", 100).unwrap();
+    // The round freed what the put needs, oldest first, sparing the leased one.
+    assert!(s.exist_key("k0", 100).unwrap());
+    for t in 1..=25 {
+        assert!(
+            !s.exist_key(&format!("k{t}"), 100).unwrap(),
+            "k{t} should be evicted"
+        );
+    }
+    for t in 26..80 {
+        assert!(
+            s.exist_key(&format!("k{t}"), 100).unwrap(),
+            "k{t} should stay"
+        );
+    }
     assert_eq!(
-        code(s.put_start(W, "big", 60 * 1024, &one(), false, 100)),
+        addr(&d[0]),
+        0x10_000 + 1024,
+        "the freed range after the leased object"
+    );
+    // No second round at the next tick.
+    assert_eq!(tick(&s, 101).evicted_keys, 0);
+    // A value larger than every segment evicts nothing.
+    assert_eq!(
+        code(s.put_start(W, "huge", 200 * 1024, &one(), false, 102)),
         ErrorCode::NO_AVAILABLE_HANDLE
     );
-    let r = tick(&s, 100);
-    assert_eq!(r.evicted_keys, 20, "evicts eviction_ratio of capacity");
-    assert_eq!(used(&s), 30 * 1024);
-    assert_eq!(tick(&s, 101).evicted_keys, 0, "one round per failure");
+    assert!(s.exist_key("k26", 102).unwrap());
 }
 
 #[test]
@@ -769,6 +794,32 @@ fn unmounting_a_segment_drops_its_replicas() {
     );
     tick(&s, 10_000);
     assert_eq!(used(&s), 16, "only y remains (10 bytes rounded up)");
+}
+
+#[test]
+fn replica_clear_needs_an_expired_lease() {
+    let s = with_segment(1 << 20);
+    s.mount_segment(A, &seg("a2", 1 << 40, 1 << 20), 0).unwrap();
+    let two = ReplicateConfig {
+        replica_num: 2,
+        ..one()
+    };
+    put(&s, "x", 100, &two, 0);
+    put(&s, "y", 100, &two, 0);
+    put(&s, "z", 100, &one(), 0);
+    s.get_replica_list("y", 10).unwrap();
+    // y is leased; "missing" and an invalid key are skipped.
+    let cleared = s.batch_replica_clear(&["x", "y", "missing", ""], "a2", 20);
+    assert_eq!(cleared, ["x"]);
+    assert_eq!(s.get_replica_list("x", 21).unwrap().replicas.len(), 1);
+    assert_eq!(
+        segment_of(&s.get_replica_list("x", 21).unwrap().replicas[0]),
+        "a"
+    );
+    // Without a segment name the whole object goes.
+    assert_eq!(s.batch_replica_clear(&["y", "z"], "", 200), ["y", "z"]);
+    assert!(!s.exist_key("z", 201).unwrap());
+    assert_eq!(used(&s), 104, "only x's replica on a remains");
 }
 
 #[test]

@@ -200,6 +200,8 @@ wire_enum! {
         16 => BatchRemove { keys: Vec<&'a str>, force: bool },
         17 => RemoveByRegex { pattern: &'a str, force: bool },
         18 => RemoveAll { force: bool },
+        /// Drops replicas (on `segment_name`, or all) of objects whose lease has expired.
+        19 => BatchReplicaClear { client_id: ClientId, keys: Vec<&'a str>, segment_name: &'a str },
     }
 }
 
@@ -218,5 +220,6 @@ wire_enum! {
         8 => Bools { results: Vec<Result<bool>> },
         9 => Count { result: Result<u64> },
         10 => Failed { error: Error },
+        11 => Keys { result: Result<Vec<String>> },
     }
 }

@@ -1,0 +1,199 @@
+//! Leader election against a real redis (`MOONCAKE_TEST_REDIS`, or one
+//! started here). Each test uses a cluster id of its own.
+//!
+//! Waits are bounded hang guards, never speed checks; "still waiting"
+//! checks can only pass wrongly, never fail wrongly.
+
+#[path = "../../mooncake-transfer/tests/support/services.rs"]
+mod services;
+
+use std::time::Duration;
+
+use mooncake_common::ErrorCode;
+use mooncake_store::ha::redis::{leader_key, RedisElection};
+use mooncake_store::ha::LeaderElection;
+use mooncake_transfer::metadata::redis::RedisOptions;
+
+/// Key expiry for tests: short so failover tests are quick.
+const TTL: Duration = Duration::from_secs(2);
+/// Hang guard for anything that must happen eventually.
+const GUARD: Duration = Duration::from_secs(30);
+
+fn cluster(name: &str) -> String {
+    format!(
+        "test-{}-{}-{name}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
+async fn election(redis: &services::Service, cluster_id: &str) -> RedisElection {
+    RedisElection::connect_with(&redis.addr, &RedisOptions::default(), cluster_id, TTL)
+        .await
+        .unwrap()
+}
+
+fn raw(redis: &services::Service) -> redis::Connection {
+    redis::Client::open(format!("redis://{}", redis.addr))
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_at_a_time_and_handover_on_resign() {
+    let redis = services::redis();
+    let id = cluster("handover");
+    let (a, b) = (election(&redis, &id).await, election(&redis, &id).await);
+    assert_eq!(a.leader().await.unwrap(), None);
+
+    let la = a.campaign("10.0.0.1:50051").await.unwrap();
+    assert!(la.is_held());
+    assert_eq!(b.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
+
+    let b2 = b.clone();
+    let mut b_campaign = tokio::spawn(async move { b2.campaign("10.0.0.2:50051").await });
+    assert!(
+        tokio::time::timeout(Duration::from_millis(700), &mut b_campaign)
+            .await
+            .is_err()
+    );
+    assert_eq!(a.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
+
+    la.resign().await.unwrap();
+    let lb = tokio::time::timeout(GUARD, b_campaign)
+        .await
+        .expect("b never won")
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.leader().await.unwrap().as_deref(), Some("10.0.0.2:50051"));
+    lb.resign().await.unwrap();
+    assert_eq!(a.leader().await.unwrap(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_change() {
+    let redis = services::redis();
+    let id = cluster("observe");
+    let (a, watcher) = (election(&redis, &id).await, election(&redis, &id).await);
+    let mut rx = watcher.observe().await.unwrap();
+    assert_eq!(*rx.borrow(), None);
+    let la = a.campaign("a:1").await.unwrap();
+    tokio::time::timeout(GUARD, rx.wait_for(|l| l.as_deref() == Some("a:1")))
+        .await
+        .unwrap()
+        .unwrap();
+    drop(la);
+    tokio::time::timeout(GUARD, rx.wait_for(|l| l.is_none()))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_is_lost_when_the_key_goes_or_changes_hands() {
+    let redis = services::redis();
+    let id = cluster("lost");
+    let a = election(&redis, &id).await;
+    let mut conn = raw(&redis);
+
+    let mut la = a.campaign("a:1").await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(leader_key(&id))
+        .query(&mut conn)
+        .unwrap();
+    tokio::time::timeout(GUARD, la.lost())
+        .await
+        .expect("deletion never noticed");
+    assert!(!la.is_held());
+
+    let mut la = a.campaign("a:1").await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(leader_key(&id))
+        .arg("usurper:9")
+        .query(&mut conn)
+        .unwrap();
+    tokio::time::timeout(GUARD, la.lost())
+        .await
+        .expect("takeover never noticed");
+    // Giving up must not delete the new holder's key.
+    la.resign().await.ok();
+    assert_eq!(a.leader().await.unwrap().as_deref(), Some("usurper:9"));
+    let _: () = redis::cmd("DEL")
+        .arg(leader_key(&id))
+        .query(&mut conn)
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crashed_leader_is_replaced_after_its_key_expires() {
+    let redis = services::redis();
+    let id = cluster("crash");
+    let (addr, cid) = (redis.addr.clone(), id.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let la = rt.block_on(async {
+            let a = RedisElection::connect_with(&addr, &RedisOptions::default(), &cid, TTL)
+                .await
+                .unwrap();
+            a.campaign("crasher:1").await.unwrap()
+        });
+        drop(rt); // renewals stop, no resign: a crash
+        std::mem::forget(la);
+    })
+    .join()
+    .unwrap();
+
+    let b = election(&redis, &id).await;
+    let lb = tokio::time::timeout(GUARD, b.campaign("b:2"))
+        .await
+        .expect("no failover")
+        .unwrap();
+    assert_eq!(b.leader().await.unwrap().as_deref(), Some("b:2"));
+    lb.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_outlives_several_ttls() {
+    let redis = services::redis();
+    let id = cluster("renewal");
+    let a = election(&redis, &id).await;
+    let la = a.campaign("a:1").await.unwrap();
+    tokio::time::sleep(TTL * 3).await;
+    assert!(la.is_held());
+    assert_eq!(a.leader().await.unwrap().as_deref(), Some("a:1"));
+    la.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_and_db_index() {
+    let redis = services::start_redis(&["--requirepass", "pw"]);
+    let id = cluster("auth");
+    let opts = RedisOptions {
+        password: Some("pw".into()),
+        db: Some(4),
+    };
+    let a = RedisElection::connect_with(&redis.addr, &opts, &id, TTL)
+        .await
+        .unwrap();
+    let la = a.campaign("a:1").await.unwrap();
+    let mut db4 = redis::Client::open(format!("redis://:pw@{}/4", redis.addr))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let v: Option<String> = redis::cmd("GET")
+        .arg(leader_key(&id))
+        .query(&mut db4)
+        .unwrap();
+    assert_eq!(v.as_deref(), Some("a:1"));
+    la.resign().await.unwrap();
+
+    let e = RedisElection::connect_with(&redis.addr, &RedisOptions::default(), &id, TTL)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(e.code, ErrorCode::ETCD_OPERATION_ERROR);
+}

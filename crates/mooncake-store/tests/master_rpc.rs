@@ -1,0 +1,146 @@
+//! The master served in-process over real TCP: many client threads sharing
+//! one pooled `MasterClient` on overlapping keys, batches as one call, and
+//! a client reconnecting after the master restarts.
+
+use std::sync::Arc;
+
+use mooncake_common::ErrorCode;
+use mooncake_store::master::{MasterConfig, MasterHandle};
+use mooncake_store::types::{ClientId, ReplicateConfig, SegmentInfo};
+use mooncake_store::MasterClient;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn config() -> MasterConfig {
+    MasterConfig::from_settings([
+        ("port", "0"),
+        ("metrics_port", "0"),
+        ("rpc_address", "127.0.0.1"),
+        ("metrics_host", "127.0.0.1"),
+        ("default_kv_lease_ttl", "0"),
+        ("rpc_thread_num", "2"),
+    ])
+    .unwrap()
+}
+
+fn segment(name: &str) -> SegmentInfo {
+    SegmentInfo {
+        name: name.into(),
+        base: 1 << 40,
+        size: 8 << 20,
+        transport_endpoint: format!("{name}:1"),
+    }
+}
+
+#[test]
+fn many_threads_share_one_client() {
+    let master = MasterHandle::spawn(config()).unwrap();
+    let client = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();
+    client.mount_segment(1, &segment("a")).unwrap();
+    client.mount_segment(1, &segment("b")).unwrap();
+    let allowed = [
+        ErrorCode::OBJECT_NOT_FOUND,
+        ErrorCode::OBJECT_ALREADY_EXISTS,
+        ErrorCode::REPLICA_IS_NOT_READY,
+        ErrorCode::ILLEGAL_CLIENT,
+    ];
+    let client = Arc::new(client);
+    let threads: Vec<_> = (0..6)
+        .map(|t| {
+            let c = client.clone();
+            std::thread::spawn(move || {
+                let me = 10 + t as ClientId;
+                let mut rng = StdRng::seed_from_u64(t);
+                let cfg = ReplicateConfig {
+                    replica_num: 2,
+                    ..Default::default()
+                };
+                for _ in 0..500 {
+                    let key = format!("k{}", rng.gen_range(0..16));
+                    let r = match rng.gen_range(0..4) {
+                        0 => c
+                            .put_start(me, &key, rng.gen_range(1..4096), &cfg)
+                            .and_then(|d| {
+                                assert_eq!(d.len(), 2);
+                                c.put_end(me, &key)
+                            }),
+                        1 => c
+                            .get_replica_list(&key)
+                            .map(|g| assert_eq!(g.replicas.len(), 2)),
+                        2 => c.remove(&key, false),
+                        _ => c.exist_key(&key).map(drop),
+                    };
+                    if let Err(e) = r {
+                        assert!(allowed.contains(&e.code), "{e}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let stats = master.service().stats(0);
+    assert_eq!(stats.pending_puts, 0);
+    client.remove_all(true).unwrap();
+    assert_eq!(master.service().stats(0).allocated_bytes, 0);
+}
+
+#[test]
+fn batches_answer_per_key_in_one_call() {
+    let master = MasterHandle::spawn(config()).unwrap();
+    let c = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();
+    c.mount_segment(1, &segment("a")).unwrap();
+    let keys: Vec<String> = (0..1000).map(|i| format!("key-{i}")).collect();
+    let mut lens = vec![4096u64; 1000];
+    lens[7] = 0;
+    let cfg = ReplicateConfig::default();
+    let starts = c.batch_put_start(1, &keys, &lens, &cfg).unwrap();
+    assert_eq!(starts.iter().filter(|r| r.is_err()).count(), 1);
+    assert_eq!(
+        starts[7].as_ref().unwrap_err().code,
+        ErrorCode::INVALID_PARAMS
+    );
+    let ends = c.batch_put_end(1, &keys).unwrap();
+    assert_eq!(
+        ends[7].as_ref().unwrap_err().code,
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+    let got = c.batch_get_replica_list(&keys).unwrap();
+    assert_eq!(got.iter().filter(|r| r.is_ok()).count(), 999);
+    let removed = c.batch_remove(&keys, false).unwrap();
+    assert_eq!(removed.iter().filter(|r| r.is_ok()).count(), 999);
+    assert_eq!(
+        c.batch_put_revoke(1, &keys[..2]).unwrap()[0]
+            .as_ref()
+            .unwrap_err()
+            .code,
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+    assert!(c.batch_exist_key(&[]).unwrap().is_empty());
+}
+
+#[test]
+fn a_client_survives_a_master_restart() {
+    let master = MasterHandle::spawn(config()).unwrap();
+    let addr = master.rpc_addr();
+    let c = MasterClient::connect(&addr.to_string()).unwrap();
+    c.mount_segment(1, &segment("a")).unwrap();
+    master.stop().unwrap();
+    // While it is down: RPC_FAIL, not a hang.
+    assert_eq!(c.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
+    // A new master on the same port: the pooled connection is stale, the client reconnects.
+    let mut cfg = config();
+    cfg.port = addr.port();
+    let master = MasterHandle::spawn(cfg).unwrap();
+    assert_eq!(
+        c.ping(1).unwrap_err().code,
+        ErrorCode::CLIENT_NOT_FOUND,
+        "the new master does not know us"
+    );
+    c.mount_segment(1, &segment("a")).unwrap();
+    c.put_start(1, "k", 1, &ReplicateConfig::default()).unwrap();
+    c.put_end(1, "k").unwrap();
+    assert!(c.exist_key("k").unwrap());
+    drop(master);
+}
