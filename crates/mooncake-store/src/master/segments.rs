@@ -74,7 +74,8 @@ impl Segment {
         self.mounted.load(Ordering::Acquire)
     }
 
-    fn allocate(&self, size: u64) -> Option<u64> {
+    /// Allocates `size` bytes here; `None` when full or unmounted.
+    pub fn allocate(&self, size: u64) -> Option<u64> {
         let mut alloc = self.alloc.lock();
         if !self.is_mounted() {
             return None;
