@@ -485,19 +485,19 @@ pub const FLAGS: &[Flag] = &[
         "10",
         "Maximum number of retry attempts for failed tasks",
     ),
-    later(
+    flag(
         "max_total_finished_tasks",
         Int,
         "10000",
         "Maximum number of finished tasks to keep in memory",
     ),
-    later(
+    flag(
         "max_total_pending_tasks",
         Int,
         "10000",
         "Maximum number of pending tasks to keep in memory",
     ),
-    later(
+    flag(
         "max_total_processing_tasks",
         Int,
         "10000",
@@ -569,7 +569,7 @@ pub const FLAGS: &[Flag] = &[
         "1000",
         "Batch-record standby poll interval.",
     ),
-    later(
+    flag(
         "pending_task_timeout_sec",
         Int,
         "300",
@@ -587,7 +587,7 @@ pub const FLAGS: &[Flag] = &[
         "",
         "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)",
     ),
-    later(
+    flag(
         "processing_task_timeout_sec",
         Int,
         "300",
@@ -894,6 +894,12 @@ pub struct MasterConfig {
     pub cluster_id: String,
     pub allocation_strategy: AllocationStrategy,
     pub log_level: String,
+    pub max_total_finished_tasks: usize,
+    pub max_total_pending_tasks: usize,
+    pub max_total_processing_tasks: usize,
+    /// `None` = no timeout.
+    pub pending_task_timeout: Option<Duration>,
+    pub processing_task_timeout: Option<Duration>,
     /// Flags accepted for compatibility whose feature is not implemented,
     /// set to a non-default value: `(name, value)`; the server logs them.
     pub unsupported: Vec<(String, String)>,
@@ -927,6 +933,11 @@ impl Default for MasterConfig {
             cluster_id: String::new(),
             allocation_strategy: AllocationStrategy::Random,
             log_level: String::new(),
+            max_total_finished_tasks: 0,
+            max_total_pending_tasks: 0,
+            max_total_processing_tasks: 0,
+            pending_task_timeout: None,
+            processing_task_timeout: None,
             unsupported: Vec::new(),
         };
         for f in FLAGS {
@@ -1015,6 +1026,17 @@ impl MasterConfig {
                 }
             }
             "log_level" => self.log_level = v.to_string(),
+            "max_total_finished_tasks" => self.max_total_finished_tasks = int()? as usize,
+            "max_total_pending_tasks" => self.max_total_pending_tasks = int()? as usize,
+            "max_total_processing_tasks" => self.max_total_processing_tasks = int()? as usize,
+            "pending_task_timeout_sec" => {
+                let d = secs()?;
+                self.pending_task_timeout = (!d.is_zero()).then_some(d);
+            }
+            "processing_task_timeout_sec" => {
+                let d = secs()?;
+                self.processing_task_timeout = (!d.is_zero()).then_some(d);
+            }
             // Read by `load`; meaningless inside a file.
             "config_path" => {}
             _ => {
@@ -1135,6 +1157,18 @@ impl MasterConfig {
             self.rpc_port
         } else {
             self.port
+        }
+    }
+
+    /// Task limits and timeouts for the state machine.
+    pub fn task_policy(&self) -> super::tasks::TaskPolicy {
+        let ms = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as u64);
+        super::tasks::TaskPolicy {
+            max_pending: self.max_total_pending_tasks,
+            max_processing: self.max_total_processing_tasks,
+            max_finished: self.max_total_finished_tasks,
+            pending_timeout: ms(self.pending_task_timeout),
+            processing_timeout: ms(self.processing_task_timeout),
         }
     }
 

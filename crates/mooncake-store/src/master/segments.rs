@@ -74,7 +74,8 @@ impl Segment {
         self.mounted.load(Ordering::Acquire)
     }
 
-    fn allocate(&self, size: u64) -> Option<u64> {
+    /// Allocates `size` bytes here; `None` when full or unmounted.
+    pub fn allocate(&self, size: u64) -> Option<u64> {
         let mut alloc = self.alloc.lock();
         if !self.is_mounted() {
             return None;
@@ -206,6 +207,17 @@ impl SegmentTable {
     /// A snapshot of every mounted segment.
     pub fn all(&self) -> Vec<Arc<Segment>> {
         self.table.read().list.clone()
+    }
+
+    /// Capacity of the largest segment (0 when none is mounted).
+    pub fn max_capacity(&self) -> u64 {
+        self.table
+            .read()
+            .list
+            .iter()
+            .map(|s| s.capacity())
+            .max()
+            .unwrap_or(0)
     }
 
     /// (allocated, capacity) summed over all segments.

@@ -113,10 +113,16 @@ impl MasterServer {
         } else {
             None
         };
+        let clock = Clock::new();
+        let service = MasterService::new(&config);
+        let epoch_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        service.set_epoch_offset(epoch_ms.saturating_sub(clock.now_ms()));
         let shared = Arc::new(Shared {
-            service: MasterService::new(&config),
+            service,
             metrics: MasterMetrics::new(),
-            clock: Clock::new(),
+            clock,
             config,
         });
         Ok(MasterServer {

@@ -13,7 +13,7 @@
 //! socket failure. So no path can leave a task waiting forever.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
 use crate::batch::{Abort, Task};
-use crate::conn::{drain, read_header, write_all_parts};
+use crate::conn::{write_all_parts, FrameReader};
 use crate::frame::{Header, Kind, HEADER_LEN, MAX_DATA_FRAME};
 use crate::rawmem;
 use crate::transport::{OpenSegment, Transport, Work};
@@ -330,11 +330,11 @@ fn recv_responses(
     inflight: &Mutex<Inflight>,
     control_max: u64,
 ) -> io::Result<()> {
-    let mut hdr = [0u8; HEADER_LEN];
+    let mut input = FrameReader::new();
     loop {
-        if !read_header(stream, &mut hdr, || true)? {
+        let Some(hdr) = input.read_header(stream, || true)? else {
             return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        };
         let h = Header::decode_response(&hdr, control_max)
             .map_err(|e| protocol_error(e.to_string()))?;
         let slice = inflight
@@ -367,9 +367,10 @@ fn recv_responses(
                     // SAFETY: checked against the registry at submit; a task
                     // past its deadline is not live, so a late response never
                     // lands in memory the application may have released.
-                    stream.read_exact(unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
+                    input
+                        .read_into(stream, unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
                 } else {
-                    drain(stream, h.len)?;
+                    input.skip(stream, h.len)?;
                 }
                 let n = slice.len;
                 slice.done(Ok(n));
