@@ -3,7 +3,8 @@
 //! tests drive time by hand.
 //!
 //! Lock order: object shard → segment table (read) → one segment's
-//! allocator; the retired list and the client table are leaves.
+//! allocator; eviction round → object shards; task table → client table;
+//! the retired list and the client table are leaves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
