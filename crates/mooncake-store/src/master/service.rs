@@ -2,8 +2,8 @@
 //! clock: every call takes `now` (milliseconds on a monotonic clock), so
 //! tests drive time by hand.
 //!
-//! Lock order: object shard → segment table (read) → one segment's
-//! allocator; eviction round → object shards; task table → client table;
+//! Lock order: object shard → one segment's allocator (the segment table
+//! is a lock-free snapshot); eviction round → object shards; task table → client table;
 //! the retired list and the client table are leaves.
 
 use std::collections::HashMap;
