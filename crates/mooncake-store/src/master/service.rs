@@ -2,8 +2,9 @@
 //! clock: every call takes `now` (milliseconds on a monotonic clock), so
 //! tests drive time by hand.
 //!
-//! Lock order: object shard → segment table (read) → one segment's
-//! allocator; the retired list and the client table are leaves.
+//! Lock order: object shard → one segment's allocator (the segment table
+//! is a lock-free snapshot); eviction round → object shards; task table → client table;
+//! the retired list and the client table are leaves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -8,7 +8,7 @@
 //! readers' leases) and reports with `MarkTaskComplete`. `QueryTask`
 //! follows a task; finished tasks are kept up to `max_total_finished_tasks`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -283,8 +283,11 @@ impl MasterService {
     /// Fails tasks past their timeouts or whose executor is gone; returns how many.
     pub(super) fn expire_tasks(&self, now: u64) -> usize {
         let p = self.task_policy;
-        let live: Vec<ClientId> = self.clients.lock().keys().copied().collect();
         let mut table = self.tasks.lock();
+        if table.pending + table.processing == 0 {
+            return 0;
+        }
+        let live: HashSet<ClientId> = self.clients.lock().keys().copied().collect();
         let mut failed: Vec<(TaskId, &'static str)> = Vec::new();
         for (id, t) in &table.tasks {
             let age = now.saturating_sub(t.updated);
