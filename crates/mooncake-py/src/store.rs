@@ -23,7 +23,7 @@ use mooncake_store::Client;
 use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::args::{keys, usizes, Flag, Key, Unsigned};
 use crate::buffer::Exported;
@@ -244,6 +244,7 @@ impl PyStore {
     }
 
     fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+        cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
         }
@@ -450,8 +451,7 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+    fn new() -> Self {
         crate::init_logging();
         PyStore {
             state: RwLock::new(None),
@@ -1580,6 +1580,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DiskDescriptor>()?;
     m.add_class::<ReplicaDescriptor>()?;
     m.add_class::<QueryTaskResponse>()?;
-    let _ = PyList::empty(m.py());
     Ok(())
 }

@@ -2,8 +2,9 @@
 //! clock: every call takes `now` (milliseconds on a monotonic clock), so
 //! tests drive time by hand.
 //!
-//! Lock order: object shard → segment table (read) → one segment's
-//! allocator; the retired list and the client table are leaves.
+//! Lock order: object shard → one segment's allocator (the segment table
+//! is a lock-free snapshot); eviction round → object shards; task table → client table;
+//! the retired list and the client table are leaves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,6 +82,7 @@ pub struct TickReport {
     pub expired_clients: usize,
     pub discarded_puts: usize,
     pub freed_retired: usize,
+    pub failed_tasks: usize,
     pub evicted_keys: usize,
     pub evicted_bytes: u64,
 }
@@ -122,6 +124,10 @@ pub struct MasterService {
     /// Bumped after every eviction round.
     pub(super) eviction_generation: AtomicU64,
     pub counters: Counters,
+    pub(super) tasks: Mutex<super::tasks::TaskTable>,
+    pub(super) task_policy: super::tasks::TaskPolicy,
+    /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).
+    pub(super) epoch_offset_ms: AtomicU64,
 }
 
 pub(super) fn check_key(key: &str) -> Result<()> {
@@ -192,7 +198,16 @@ fn free_now(replicas: &Replicas, size: u64) {
 
 impl MasterService {
     pub fn new(config: &MasterConfig) -> Self {
-        Self::with_policy(Policy::from_config(config))
+        let mut s = Self::with_policy(Policy::from_config(config));
+        s.task_policy = config.task_policy();
+        s
+    }
+
+    /// Sets the wall-clock time (ms since the epoch) that `now == 0` stands
+    /// for; task timestamps are reported in wall-clock time.
+    pub fn set_epoch_offset(&self, epoch_ms_at_zero: u64) {
+        self.epoch_offset_ms
+            .store(epoch_ms_at_zero, Ordering::Relaxed);
     }
 
     pub fn with_policy(policy: Policy) -> Self {
@@ -206,6 +221,9 @@ impl MasterService {
             eviction_lock: Mutex::new(()),
             eviction_generation: AtomicU64::new(0),
             counters: Counters::default(),
+            tasks: Mutex::new(Default::default()),
+            task_policy: Default::default(),
+            epoch_offset_ms: AtomicU64::new(0),
         }
     }
 
@@ -362,6 +380,12 @@ impl MasterService {
         match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
+            Some(p) if matches!(p.kind, PendingKind::Replicating { .. }) => {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated, not written"),
+                ))
+            }
             Some(p) if p.client != client => {
                 return Err(Error::new(
                     ErrorCode::ILLEGAL_CLIENT,
@@ -386,6 +410,7 @@ impl MasterService {
                 obj.lease_until = now;
                 obj.soft_pin_until = 0;
             }
+            PendingKind::Replicating { .. } => unreachable!("refused above"),
         }
         self.policy.lease.on_write(obj, now);
         Ok(())
@@ -404,6 +429,12 @@ impl MasterService {
                     format!("object {key:?} has no put in flight"),
                 ))
             }
+            Some(p) if matches!(p.kind, PendingKind::Replicating { .. }) => {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated, not written"),
+                ))
+            }
             Some(p) if p.client != client => {
                 return Err(Error::new(
                     ErrorCode::ILLEGAL_CLIENT,
@@ -419,6 +450,7 @@ impl MasterService {
                 shard.map.remove(key);
             }
             PendingKind::Replacing { replicas, size, .. } => free_now(&replicas, size),
+            PendingKind::Replicating { .. } => unreachable!("refused above"),
         }
         Ok(())
     }
@@ -444,6 +476,10 @@ impl MasterService {
             }
             PendingKind::Replacing { replicas, size, .. } => {
                 self.release(&replicas, size, free_at, now);
+                false
+            }
+            PendingKind::Replicating { replicas, .. } => {
+                self.release(&replicas, obj.size, free_at, now);
                 false
             }
         }
@@ -604,6 +640,16 @@ impl MasterService {
                 return Err(Error::new(
                     ErrorCode::OBJECT_HAS_LEASE,
                     format!("object {key:?} is leased by a reader"),
+                ));
+            }
+            if obj
+                .pending
+                .as_ref()
+                .is_some_and(|p| matches!(p.kind, PendingKind::Replicating { .. }))
+            {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated"),
                 ));
             }
             if obj.is_hard_pinned() {
@@ -817,6 +863,7 @@ impl MasterService {
         };
         r.discarded_puts = self.sweep_stale_puts(now);
         r.freed_retired = self.free_retired(now);
+        r.failed_tasks = self.expire_tasks(now);
         let (keys, bytes) = self.evict_if_needed(now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;
@@ -944,6 +991,44 @@ impl MasterService {
                 keys, segment_name, ..
             } => A::Keys {
                 result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
+            },
+            Q::CreateCopyTask { key, targets } => A::Task {
+                result: self.create_copy_task(key, &targets, now),
+            },
+            Q::CreateMoveTask {
+                key,
+                source,
+                target,
+            } => A::Task {
+                result: self.create_move_task(key, source, target, now),
+            },
+            Q::QueryTask { id } => A::TaskState {
+                result: self.query_task(id),
+            },
+            Q::FetchTasks { client_id, max } => A::Tasks {
+                result: Ok(self.fetch_tasks(client_id, max, now)),
+            },
+            Q::MarkTaskComplete {
+                client_id,
+                id,
+                success,
+                message,
+            } => A::Unit {
+                result: self.mark_task_complete(client_id, id, success, message, now),
+            },
+            Q::ReplicaTransferStart {
+                client_id,
+                key,
+                source,
+                targets,
+            } => A::Replicas {
+                result: self.replica_transfer_start(client_id, key, source, &targets, now),
+            },
+            Q::ReplicaTransferEnd { client_id, key } => A::Unit {
+                result: self.replica_transfer_end(client_id, key, now),
+            },
+            Q::ReplicaTransferRevoke { client_id, key } => A::Unit {
+                result: self.replica_transfer_revoke(client_id, key),
             },
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),
