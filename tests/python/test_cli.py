@@ -51,3 +51,21 @@ def test_bad_flag_is_an_error():
 
 def test_unknown_program_name():
     assert _mooncake._run_cli("no_such_program", ["no_such_program"]) == 127
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_master_and_client_stop_cleanly_on_signals(sig):
+    from conftest import Cluster, MooncakeClientProc
+
+    cluster = Cluster()
+    client = MooncakeClientProc(cluster, segment="16 MB")
+    assert procs.port_open(client.port)
+    assert client.proc.stop(sig) == 0, client.proc.output()
+    assert procs.port_open(cluster.rpc_port)
+    assert cluster.proc.stop(sig) == 0, cluster.proc.output()
+    assert not procs.port_open(cluster.rpc_port)
+
+
+def test_master_bad_flag():
+    out = subprocess.run([procs.program("mooncake_master"), "--rpc_port=notaport"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0

@@ -269,3 +269,24 @@ def test_no_space_is_a_code(cluster):
         assert s.put("huge", b"a" * (15 * MiB)) in (0, NO_AVAILABLE_HANDLE)
     finally:
         s.close()
+
+
+def test_buffer_handles_outlive_the_store(cluster):
+    s = new_store(cluster, segment=16 * MiB, local_buffer=16 * MiB)
+    assert s.put("outlive", b"x" * 100_000) == 0
+    h = s.get_buffer("outlive")
+    (h2,) = s.batch_get_buffer(["outlive"])
+    assert s.close() == 0
+    del s
+    import gc
+
+    gc.collect()
+    assert bytes(h) == b"x" * 100_000 and len(bytes(h2)) == 100_000
+    mv = memoryview(h)
+    mv[0] = 65
+    assert bytes(h)[:2] == b"Ax"
+
+
+def test_constructor_takes_no_arguments():
+    with pytest.raises(TypeError):
+        MooncakeDistributedStore(1)

@@ -118,13 +118,15 @@ pub fn main(argv: Vec<String>) -> i32 {
                 return 1;
             }
         };
+        // Handlers first: a stop sent right after "ready" must not be lost.
+        let stop = crate::signals::shutdown_signal();
         println!(
             "mooncake_client ready: dummy clients connect to {}; segment {} ({})",
             service.local_addr(),
             service.hostname(),
             format_size(args.global_segment_size)
         );
-        crate::signals::shutdown_signal().await;
+        stop.await;
         let _ = tokio::task::spawn_blocking(move || service.stop()).await;
         0
     })

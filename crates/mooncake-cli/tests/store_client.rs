@@ -847,6 +847,21 @@ fn dummy_client_through_mooncake_client() {
         code(dummy.get_into("d3", out.as_mut_ptr() as usize, 10)),
         ErrorCode::BUFFER_OVERFLOW
     );
+    // Two parts at one private address, of different lengths: each staged
+    // part is copied back with its own length (the 10-byte part once copied
+    // 100 bytes, reading past its staging buffer).
+    let d4 = value("d4", 110);
+    dummy.put("d4", &d4, &cfg).unwrap();
+    let mut twice = vec![0u8; 100];
+    let at = twice.as_mut_ptr() as usize;
+    dummy.register_buffer(at, twice.len()).unwrap();
+    let r = dummy
+        .batch_get_into_multi_buffers(&["d4".into()], &[vec![at, at]], &[vec![100, 10]], false)
+        .unwrap();
+    assert_eq!(*r[0].as_ref().unwrap(), 110);
+    assert_eq!(&twice[..10], &d4[100..110]);
+    assert_eq!(&twice[10..], &d4[10..100]);
+    dummy.unregister_buffer(at).unwrap();
     let mut unregistered = [0u8; 16];
     assert_eq!(
         code(dummy.put_from("x", unregistered.as_mut_ptr() as usize, 16, &cfg)),

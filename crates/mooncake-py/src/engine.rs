@@ -301,29 +301,17 @@ impl Ready {
         res
     }
 
+    /// Moves the bytes, then delivers `notify` (acknowledged by the peer, so
+    /// it is in the peer's `get_notifies` when this returns, as in the reference).
     fn transfer_registered(
         &self,
         requests: &[TransferRequest],
         notify: Option<Notify>,
     ) -> Result<(), Error> {
+        self.engine.transfer_sync(requests)?;
         match notify {
-            None => self.engine.transfer_sync(requests),
-            Some(n) => {
-                let batch = self.engine.allocate_batch(requests.len())?;
-                let res = self
-                    .engine
-                    .submit_with_notify(batch, requests, n)
-                    .and_then(|()| self.engine.wait_batch(batch))
-                    .and_then(|s| match s.state {
-                        TransferState::Completed => Ok(()),
-                        other => Err(Error::new(
-                            s.error.unwrap_or(ErrorCode::TRANSFER_FAIL),
-                            format!("transfer ended {other:?}"),
-                        )),
-                    });
-                let _ = self.engine.free_batch(batch);
-                res
-            }
+            Some(n) => self.engine.send_notify(requests[0].target_id, n),
+            None => Ok(()),
         }
     }
 
@@ -432,10 +420,16 @@ impl PyEngine {
         protocol: &str,
         device_name: &str,
     ) -> i32 {
-        let mut config = EngineConfig::new(metadata_server, local_hostname);
+        let metadata_server = metadata_or_env(metadata_server);
+        let mut config = EngineConfig::new(&metadata_server, local_hostname);
         config.protocol = protocol.to_owned();
         config.device_name = device_name.to_owned();
-        match py.allow_threads(|| TransferEngine::new(config)) {
+        // The previous engine goes first: the new one may reuse its name and port.
+        let old = self.state.write().take();
+        match py.allow_threads(move || {
+            drop(old);
+            TransferEngine::new(config)
+        }) {
             Ok(engine) => {
                 let ready = Ready {
                     engine,
@@ -445,9 +439,7 @@ impl PyEngine {
                     adopted: Mutex::new(HashMap::new()),
                     next_batch: AtomicU64::new(1),
                 };
-                let old = self.state.write().replace(Arc::new(ready));
-                // Shutting the previous engine down may wait on its listener.
-                py.allow_threads(move || drop(old));
+                *self.state.write() = Some(Arc::new(ready));
                 0
             }
             Err(e) => {
@@ -588,6 +580,11 @@ impl PyEngine {
         let Some(r) = self.ready() else { return 0 };
         // A zero-byte request still gets a distinct buffer, as in the reference.
         let len = length.usize().max(1);
+        // Shared memory is sparse: a buffer larger than the machine's memory
+        // would be granted and then fault (SIGBUS) when touched.
+        if len as u64 > physical_memory() {
+            return 0;
+        }
         match py.allow_threads(|| r.engine.allocate_managed_buffer(len)) {
             Ok(addr) => {
                 r.regions.lock().insert(addr, len);
@@ -626,18 +623,25 @@ impl PyEngine {
         length: Unsigned,
     ) -> PyResult<i32> {
         let data = Bytes::get(src)?;
+        let (dst, len) = (dest_address.usize(), length.usize());
         let bytes = data.as_slice();
-        let bytes = &bytes[..bytes.len().min(length.usize())];
-        let dst = dest_address.usize();
+        let bytes = &bytes[..bytes.len().min(len)];
         let ok = match self.ready() {
-            Some(r) => r.usable(dst, bytes.len(), Access::Write),
-            None => mem::accessible(dst, bytes.len(), Access::Write),
+            Some(r) => r.usable(dst, len, Access::Write),
+            None => mem::accessible(dst, len, Access::Write),
         };
-        if !ok || mem::span(dst, bytes.len()).is_none() {
+        if !ok || mem::span(dst, len).is_none() {
             return Ok(-1);
         }
-        // SAFETY: the destination range was checked writable just above.
-        py.allow_threads(|| unsafe { mem::copy_to(dst, bytes) });
+        py.allow_threads(|| {
+            // SAFETY: `dst..dst+len` was checked writable just above. The
+            // reference copies `length` bytes whatever the data's size; past
+            // the data we write zeros (it reads beyond the object).
+            unsafe {
+                mem::copy_to(dst, bytes);
+                std::ptr::write_bytes((dst + bytes.len()) as *mut u8, 0, len - bytes.len());
+            }
+        });
         Ok(0)
     }
 
@@ -995,12 +999,13 @@ impl PyEngine {
         })
     }
 
-    /// Checks that `peer_server_name` is reachable; 0 when it is.
+    /// Checks that `peer_server_name` is reachable; 0 when it is, the
+    /// reference's metadata failure code (-200) when not.
     fn send_probe(&self, py: Python<'_>, peer_server_name: &str) -> i32 {
         let Some(r) = self.ready() else { return -1 };
         py.allow_threads(|| match r.segment(peer_server_name) {
             Ok(_) => 0,
-            Err(_) => -1,
+            Err(_) => -200,
         })
     }
 
@@ -1025,6 +1030,32 @@ impl PyEngine {
             })
             .collect()
     }
+}
+
+/// `server`, or when it is empty `MC_METADATA_SERVER` (then `P2PHANDSHAKE`).
+pub fn metadata_or_env(server: &str) -> String {
+    if !server.trim().is_empty() {
+        return server.to_owned();
+    }
+    std::env::var("MC_METADATA_SERVER")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "P2PHANDSHAKE".to_owned())
+}
+
+/// Bytes of RAM on this machine (u64::MAX when unknown).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages <= 0 || page <= 0 {
+        return u64::MAX;
+    }
+    (pages as u64).saturating_mul(page as u64)
 }
 
 fn numa_nodes() -> Vec<u32> {

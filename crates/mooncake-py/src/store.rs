@@ -23,7 +23,7 @@ use mooncake_store::Client;
 use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 
 use crate::args::{keys, usizes, Flag, Key, Unsigned};
 use crate::buffer::Exported;
@@ -39,11 +39,17 @@ const NOT_READY: i32 = ErrorCode::INTERNAL_ERROR as i32;
 const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
-/// The number a failed call returns. A destination smaller than the object
-/// and a bad key are INVALID_PARAMS in the reference's Python API.
+/// The number a failed call returns, in the reference's Python API terms: a
+/// destination smaller than the object, a bad key or an unregistered
+/// destination are INVALID_PARAMS; a cluster without a segment to place an
+/// object in is NO_AVAILABLE_HANDLE.
 fn code(e: &Error) -> i32 {
     match e.code {
-        ErrorCode::BUFFER_OVERFLOW | ErrorCode::INVALID_KEY => INVALID,
+        ErrorCode::BUFFER_OVERFLOW
+        | ErrorCode::INVALID_KEY
+        | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
+        | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
+        ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
         c => c.code(),
     }
 }
@@ -222,15 +228,23 @@ impl PyStore {
                     *self.state.write() = Some(Arc::new(live));
                     0
                 }
+                // The reference answers -1 for any failure to join (master or
+                // metadata server unreachable, unknown protocol), -600 for bad
+                // arguments.
                 Err(e) => {
                     tracing::error!("store setup failed: {e}");
-                    code(&e)
+                    if e.code == ErrorCode::INVALID_PARAMS {
+                        INVALID
+                    } else {
+                        NOT_READY
+                    }
                 }
             }
         })
     }
 
     fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+        cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
         }
@@ -396,6 +410,20 @@ impl PyStore {
     }
 }
 
+/// A `bytes` holding `src`: the one copy a `get` makes from the client's
+/// buffer into Python (large ones without the GIL).
+fn bytes_from<'py>(py: Python<'py>, src: &[u8]) -> Bound<'py, PyBytes> {
+    const SMALL: usize = 256 << 10;
+    if src.len() < SMALL {
+        return PyBytes::new(py, src);
+    }
+    PyBytes::new_with(py, src.len(), |out| {
+        py.allow_threads(|| out.copy_from_slice(src));
+        Ok(())
+    })
+    .unwrap_or_else(|_| PyBytes::new(py, src))
+}
+
 fn parts_of(parts: &Bound<'_, PyTuple>) -> PyResult<Vec<Exported>> {
     parts.iter().map(|p| Exported::get(&p)).collect()
 }
@@ -423,8 +451,7 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 #[pymethods]
 impl PyStore {
     #[new]
-    #[pyo3(signature = (*_args, **_kwargs))]
-    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> Self {
+    fn new() -> Self {
         crate::init_logging();
         PyStore {
             state: RwLock::new(None),
@@ -699,8 +726,8 @@ impl PyStore {
         let Some(live) = self.live() else {
             return PyBytes::new(py, b"");
         };
-        match py.allow_threads(|| live.client.get(&key.0)) {
-            Ok(v) => PyBytes::new(py, &v),
+        match py.allow_threads(|| live.client.get_buffer(&key.0)) {
+            Ok(h) => bytes_from(py, h.as_slice()),
             Err(_) => PyBytes::new(py, b""),
         }
     }
@@ -715,9 +742,12 @@ impl PyStore {
         if keys.is_empty() {
             return vec![PyBytes::new(py, b"")];
         }
-        py.allow_threads(|| live.client.get_batch(&keys))
+        py.allow_threads(|| live.client.batch_get_buffer(&keys))
             .into_iter()
-            .map(|r| PyBytes::new(py, r.as_deref().unwrap_or(b"")))
+            .map(|r| match r {
+                Ok(h) => bytes_from(py, h.as_slice()),
+                Err(_) => PyBytes::new(py, b""),
+            })
             .collect()
     }
 
@@ -1253,7 +1283,19 @@ impl PyStore {
             live.client
                 .get_into_ranges(&ptrs, &keys, &dst, &src, &sizes)
         });
+        let shape_ok = [keys.len(), dst.len(), src.len(), sizes.len()]
+            .iter()
+            .all(|&n| n == ptrs.len());
         res.into_iter()
+            // With mismatched top-level lists every buffer reports the error,
+            // even one that has no key list.
+            .map(|b| {
+                if b.is_empty() && !shape_ok {
+                    vec![vec![Err(Error::from(ErrorCode::INVALID_PARAMS))]]
+                } else {
+                    b
+                }
+            })
             .map(|b| {
                 b.into_iter()
                     .map(|k| {
@@ -1538,6 +1580,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<DiskDescriptor>()?;
     m.add_class::<ReplicaDescriptor>()?;
     m.add_class::<QueryTaskResponse>()?;
-    let _ = PyList::empty(m.py());
     Ok(())
 }

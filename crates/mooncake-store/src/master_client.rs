@@ -14,7 +14,10 @@ use parking_lot::Mutex;
 
 use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
 use crate::proto::{Request, Response};
-use crate::types::{ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo};
+use crate::types::{
+    ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment,
+    TaskId, TaskInfo,
+};
 
 /// Connections kept idle per client; more can be open while calls run.
 const MAX_IDLE_CONNECTIONS: usize = 32;
@@ -303,6 +306,106 @@ impl MasterClient {
         count(self.call(&Request::RemoveAll { force })?)
     }
 
+    /// Drops the replicas on `segment_name` (all replicas when empty) of those
+    /// `keys` whose lease has expired; returns the keys cleared.
+    pub fn batch_replica_clear(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        segment_name: &str,
+    ) -> Result<Vec<String>> {
+        let req = Request::BatchReplicaClear {
+            client_id,
+            keys: strs(keys),
+            segment_name,
+        };
+        match self.call(&req)? {
+            Response::Keys { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Queues a copy of `key` onto each of `targets` (segment names); returns the task id.
+    pub fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId> {
+        task_id(self.call(&Request::CreateCopyTask {
+            key,
+            targets: strs(targets),
+        })?)
+    }
+
+    /// Queues a move of `key`'s replica on `source` to `target`; returns the task id.
+    pub fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId> {
+        task_id(self.call(&Request::CreateMoveTask {
+            key,
+            source,
+            target,
+        })?)
+    }
+
+    /// A task's state (`TASK_NOT_FOUND` for unknown or long-finished ids).
+    pub fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
+        match self.call(&Request::QueryTask { id })? {
+            Response::TaskState { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Executor side: up to `max` tasks assigned to this client (now Processing).
+    pub fn fetch_tasks(&self, client_id: ClientId, max: u32) -> Result<Vec<TaskAssignment>> {
+        match self.call(&Request::FetchTasks { client_id, max })? {
+            Response::Tasks { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Executor side: reports a fetched task's outcome.
+    pub fn mark_task_complete(
+        &self,
+        client_id: ClientId,
+        id: TaskId,
+        success: bool,
+        message: &str,
+    ) -> Result<()> {
+        unit(self.call(&Request::MarkTaskComplete {
+            client_id,
+            id,
+            success,
+            message,
+        })?)
+    }
+
+    /// Executor side: allocates the new replicas of `key` on `targets` (a move
+    /// when `source` is not empty). Write them, then `replica_transfer_end`.
+    /// An empty answer means every target already holds a replica.
+    pub fn replica_transfer_start(
+        &self,
+        client_id: ClientId,
+        key: &str,
+        source: &str,
+        targets: &[String],
+    ) -> Result<Vec<ReplicaDesc>> {
+        let req = Request::ReplicaTransferStart {
+            client_id,
+            key,
+            source,
+            targets: strs(targets),
+        };
+        match self.call(&req)? {
+            Response::Replicas { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The new replicas are written: they join the object (a move drops its source).
+    pub fn replica_transfer_end(&self, client_id: ClientId, key: &str) -> Result<()> {
+        unit(self.call(&Request::ReplicaTransferEnd { client_id, key })?)
+    }
+
+    /// Abandons a transfer; its new replicas are freed.
+    pub fn replica_transfer_revoke(&self, client_id: ClientId, key: &str) -> Result<()> {
+        unit(self.call(&Request::ReplicaTransferRevoke { client_id, key })?)
+    }
+
     /// Sends one request and waits for its answer. A stale pooled connection
     /// (the master restarted or dropped it) is detected by an immediate close
     /// before any answer byte, and the call is retried once on a new one.
@@ -406,6 +509,13 @@ fn unit(resp: Response) -> Result<()> {
 fn units(resp: Response, n: usize) -> Result<Vec<Result<()>>> {
     match resp {
         Response::Units { results } => same_len(results, n),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn task_id(resp: Response) -> Result<TaskId> {
+    match resp {
+        Response::Task { result } => result,
         other => Err(unexpected(&other)),
     }
 }

@@ -121,3 +121,51 @@ pub struct GetReplicaListResponse {
     /// How long (from the master's answer) the object is protected from removal and eviction.
     pub lease_ttl_ms: u64,
 }
+
+/// Identifies a copy or move task (a UUID; Python shows it as `(hi, lo)`).
+pub type TaskId = u128;
+
+/// What a task does, numbered as the reference's `TaskType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskType {
+    /// Add replicas of an object on target segments.
+    ReplicaCopy = 0,
+    /// Move an object's replica from a source segment to a target segment.
+    ReplicaMove = 1,
+}
+
+/// Where a task is, numbered as the reference's `TaskStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaskStatus {
+    Pending = 0,
+    Processing = 1,
+    Success = 2,
+    Failed = 3,
+}
+
+/// Answer to QueryTask.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub id: TaskId,
+    pub task_type: TaskType,
+    pub status: TaskStatus,
+    pub created_at_ms_epoch: u64,
+    pub last_updated_at_ms_epoch: u64,
+    /// The client that executes the task.
+    pub assigned_client: ClientId,
+    pub message: String,
+}
+
+/// A task handed to the client that executes it (FetchTasks). Copy: write
+/// the object to each of `targets`; move: to `targets[0]`, then drop the
+/// replica on `source`. The client drives it with CopyStart/CopyEnd (or
+/// MoveStart/MoveEnd) and reports with MarkTaskComplete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskAssignment {
+    pub id: TaskId,
+    pub task_type: TaskType,
+    pub key: String,
+    /// Move only: the segment whose replica goes away.
+    pub source: String,
+    pub targets: Vec<String>,
+}

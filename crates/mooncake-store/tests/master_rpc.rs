@@ -144,3 +144,63 @@ fn a_client_survives_a_master_restart() {
     assert!(c.exist_key("k").unwrap());
     drop(master);
 }
+
+#[test]
+fn tasks_over_rpc() {
+    use mooncake_store::types::{TaskStatus, TaskType};
+    let master = MasterHandle::spawn(config()).unwrap();
+    let c = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();
+    c.mount_segment(1, &segment("a")).unwrap();
+    c.mount_segment(
+        2,
+        &SegmentInfo {
+            base: 1 << 41,
+            ..segment("b")
+        },
+    )
+    .unwrap();
+    let on_a = ReplicateConfig {
+        preferred_segment: "a".into(),
+        ..Default::default()
+    };
+    c.put_start(1, "k", 64, &on_a).unwrap();
+    c.put_end(1, "k").unwrap();
+    assert_eq!(
+        c.create_copy_task("k", &["nosuch:1".into()])
+            .unwrap_err()
+            .code,
+        ErrorCode::INVALID_PARAMS
+    );
+    assert_eq!(
+        c.create_copy_task("missing", &["b".into()])
+            .unwrap_err()
+            .code,
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+    assert_eq!(c.query_task(0).unwrap_err().code, ErrorCode::TASK_NOT_FOUND);
+    let id = c.create_copy_task("k", &["b".into()]).unwrap();
+    let info = c.query_task(id).unwrap();
+    assert_eq!(
+        (info.task_type, info.status, info.assigned_client),
+        (TaskType::ReplicaCopy, TaskStatus::Pending, 2)
+    );
+    assert!(
+        info.created_at_ms_epoch > 1_600_000_000_000,
+        "wall-clock milliseconds"
+    );
+    let tasks = c.fetch_tasks(2, 8).unwrap();
+    assert_eq!(tasks.len(), 1);
+    let new = c
+        .replica_transfer_start(2, "k", "", &tasks[0].targets)
+        .unwrap();
+    assert_eq!(new[0].memory().unwrap().segment_name, "b");
+    c.replica_transfer_end(2, "k").unwrap();
+    c.mark_task_complete(2, id, true, "").unwrap();
+    assert_eq!(c.query_task(id).unwrap().status, TaskStatus::Success);
+    assert_eq!(c.get_replica_list("k").unwrap().replicas.len(), 2);
+    let moved = c.create_move_task("k", "a", "b").unwrap();
+    assert_ne!(moved, id);
+    // Leases are off in this config: the replica on b can be cleared.
+    assert_eq!(c.batch_replica_clear(1, &["k".into()], "b").unwrap(), ["k"]);
+    assert_eq!(c.get_replica_list("k").unwrap().replicas.len(), 1);
+}

@@ -11,7 +11,7 @@ use mooncake_store::proto::frame::{
 use mooncake_store::proto::{Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
-    ReplicaStatus, ReplicateConfig, SegmentInfo,
+    ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use proptest::prelude::*;
 
@@ -107,6 +107,45 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             force: true,
         },
         Request::RemoveAll { force: false },
+        Request::BatchReplicaClear {
+            client_id: 3,
+            keys: vec!["a", "b"],
+            segment_name: "seg",
+        },
+        Request::CreateCopyTask {
+            key: "k",
+            targets: vec!["t1", "t2"],
+        },
+        Request::CreateMoveTask {
+            key: "k",
+            source: "s",
+            target: "t",
+        },
+        Request::QueryTask { id: u128::MAX },
+        Request::FetchTasks {
+            client_id: 4,
+            max: u32::MAX,
+        },
+        Request::MarkTaskComplete {
+            client_id: 4,
+            id: 5,
+            success: false,
+            message: "failed: x",
+        },
+        Request::ReplicaTransferStart {
+            client_id: 4,
+            key: "k",
+            source: "",
+            targets: vec!["t"],
+        },
+        Request::ReplicaTransferEnd {
+            client_id: 4,
+            key: "k",
+        },
+        Request::ReplicaTransferRevoke {
+            client_id: 4,
+            key: "k",
+        },
     ]
 }
 
@@ -154,6 +193,35 @@ fn sample_responses() -> Vec<Response> {
         Response::Failed {
             error: Error::new(ErrorCode::INVALID_PARAMS, "2 keys but 1 value lengths"),
         },
+        Response::Keys {
+            result: Ok(vec!["a".into(), "".into()]),
+        },
+        Response::Task {
+            result: Ok(1 << 100),
+        },
+        Response::TaskState {
+            result: Ok(TaskInfo {
+                id: 7,
+                task_type: TaskType::ReplicaMove,
+                status: TaskStatus::Failed,
+                created_at_ms_epoch: 1_795_983_541_027,
+                last_updated_at_ms_epoch: 1_795_983_541_099,
+                assigned_client: u128::MAX,
+                message: "executor client is gone".into(),
+            }),
+        },
+        Response::Tasks {
+            result: Ok(vec![TaskAssignment {
+                id: 9,
+                task_type: TaskType::ReplicaCopy,
+                key: "k".into(),
+                source: String::new(),
+                targets: vec!["a".into()],
+            }]),
+        },
+        Response::Tasks {
+            result: Err(Error::new(ErrorCode::TASK_NOT_FOUND, "")),
+        },
     ]
 }
 
@@ -178,7 +246,12 @@ fn every_message_round_trips() {
             req
         );
     }
-    for resp in sample_responses() {
+    let responses = sample_responses();
+    let mut tags: Vec<u8> = responses.iter().map(Response::tag).collect();
+    tags.sort();
+    tags.dedup();
+    assert_eq!(tags, Response::TAGS, "the samples cover every response");
+    for resp in responses {
         let frame = frame_of(&resp);
         assert_eq!(decode_payload::<Response>(payload(&frame)).unwrap(), resp);
     }
@@ -370,7 +443,7 @@ proptest! {
     }
 
     #[test]
-    fn bit_flips_never_panic(which in 0usize..18, flip in any::<(usize, u8)>()) {
+    fn bit_flips_never_panic(which in 0usize..27, flip in any::<(usize, u8)>()) {
         let config = ReplicateConfig { preferred_segments: vec!["seg".into()], ..Default::default() };
         let reqs = sample_requests(&config);
         let mut frame = frame_of(&reqs[which % reqs.len()]);

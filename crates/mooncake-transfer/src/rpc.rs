@@ -15,9 +15,9 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
-use crate::conn::{drain, is_timeout, read_header, write_all_parts};
+use crate::conn::{is_timeout, read_header, write_all_parts, FrameReader};
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
 use crate::memory::Registry;
 use crate::rawmem;
@@ -189,89 +189,151 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
+/// Responses waiting to be written in one `writev`: acks, errors, and read
+/// data still in registered memory.
+#[derive(Default)]
+struct Responses {
+    heads: Vec<[u8; HEADER_LEN]>,
+    /// `(addr, len)` of each response's body in registered memory; `len` 0: none.
+    bodies: Vec<(usize, usize)>,
+    bytes: usize,
+}
+
+impl Responses {
+    fn push(&mut self, head: Header, body: (usize, usize)) {
+        self.heads.push(head.encode());
+        self.bodies.push(body);
+        self.bytes += HEADER_LEN + body.1;
+    }
+
+    /// Enough queued that the initiator should get it now.
+    fn is_full(&self) -> bool {
+        self.heads.len() >= 256 || self.bytes >= 4 << 20
+    }
+
+    /// Writes everything queued.
+    ///
+    /// # Safety
+    /// Every body was checked against the registry under a read guard that
+    /// the caller still holds.
+    unsafe fn flush(&mut self, w: &mut impl Write) -> io::Result<()> {
+        if self.heads.is_empty() {
+            return Ok(());
+        }
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.heads.len() * 2);
+        for (head, &(addr, len)) in self.heads.iter().zip(&self.bodies) {
+            parts.push(head);
+            if len > 0 {
+                // SAFETY: registered memory, kept registered by the caller's guard.
+                parts.push(unsafe { rawmem::bytes(addr, len) });
+            }
+        }
+        let written = write_all_parts(w, &parts);
+        self.heads.clear();
+        self.bodies.clear();
+        self.bytes = 0;
+        written
+    }
+}
+
 /// Serves one connection until it closes or breaks the protocol.
+///
+/// Frames are handled in order. Responses are queued and written together
+/// when no further request is already buffered (or the queue is full), so a
+/// pipelined batch gets its acks and read data in a few large writes. The
+/// registry read guard taken for a data frame is held until its response is
+/// written: an unregister waits for bytes in flight to and from that memory.
 fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(state.io_timeout))?;
     stream.set_write_timeout(Some(state.io_timeout))?;
-    let mut hdr = [0u8; HEADER_LEN];
+    let mut input = FrameReader::new();
+    let mut out = Responses::default();
+    let mut registry: Option<RwLockReadGuard<'_, Registry>> = None;
     loop {
-        if !read_header(&mut stream, &mut hdr, || !stop.load(Ordering::Acquire))? {
-            return Ok(());
+        if !input.has_header() || out.is_full() {
+            // SAFETY: the guard under which the bodies were checked is held
+            // until after the flush.
+            unsafe { out.flush(&mut stream)? };
+            registry = None;
         }
+        let Some(hdr) = input.read_header(&mut stream, || !stop.load(Ordering::Acquire))? else {
+            return Ok(());
+        };
         // Malformed or oversized: close the connection without reading on.
         let h =
             Header::decode_request(&hdr, state.control_max).map_err(|e| invalid(e.to_string()))?;
         match h.kind {
             Kind::WriteReq => {
-                let status = {
-                    // Held while bytes land, so an unregister waits for them.
-                    let registry = state.registry.read();
-                    match registry.check_remote(h.addr, h.len) {
-                        Ok(()) => {
-                            // SAFETY: the range lies inside registered, remote-
-                            // accessible memory, which stays registered while
-                            // we hold the registry lock.
-                            stream.read_exact(unsafe {
-                                rawmem::bytes_mut(h.addr as usize, h.len as usize)
-                            })?;
-                            0
-                        }
-                        Err(code) => {
-                            drop(registry);
-                            drain(&mut stream, h.len)?;
-                            code.code()
-                        }
-                    }
-                };
-                stream.write_all(&Header::response(Kind::WriteAck, &h, status, 0).encode())?;
-            }
-            Kind::ReadReq => {
-                let registry = state.registry.read();
-                match registry.check_remote(h.addr, h.len) {
+                let reg = registry.get_or_insert_with(|| state.registry.read());
+                let status = match reg.check_remote(h.addr, h.len) {
                     Ok(()) => {
-                        let head = Header::response(Kind::ReadResp, &h, 0, h.len).encode();
-                        // SAFETY: as for writes; the lock is held during the send.
-                        let body = unsafe { rawmem::bytes(h.addr as usize, h.len as usize) };
-                        write_all_parts(&mut stream, &[&head, body])?;
-                    }
-                    Err(code) => {
-                        drop(registry);
-                        stream.write_all(
-                            &Header::response(Kind::ReadResp, &h, code.code(), 0).encode(),
-                        )?;
-                    }
-                }
-            }
-            Kind::DescReq => {
-                let mut name = vec![0u8; h.len as usize];
-                stream.read_exact(&mut name)?;
-                let json = state.descriptor().to_json();
-                if json.len() as u64 > state.control_max {
-                    let code = ErrorCode::ERR_REJECT_HANDSHAKE.code();
-                    stream.write_all(&Header::response(Kind::DescResp, &h, code, 0).encode())?;
-                } else {
-                    let head = Header::response(Kind::DescResp, &h, 0, json.len() as u64).encode();
-                    write_all_parts(&mut stream, &[&head, &json])?;
-                }
-            }
-            Kind::NotifyReq => {
-                let mut payload = vec![0u8; h.len as usize];
-                stream.read_exact(&mut payload)?;
-                let status = match decode_notify(&payload) {
-                    Some((name, msg)) => {
-                        state.notifies.lock().push(Notify { name, msg });
+                        // SAFETY: the range lies inside registered, remote-
+                        // accessible memory, kept registered by the guard.
+                        let dst = unsafe { rawmem::bytes_mut(h.addr as usize, h.len as usize) };
+                        input.read_into(&mut stream, dst)?;
                         0
                     }
-                    None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
+                    Err(code) => {
+                        input.skip(&mut stream, h.len)?;
+                        code.code()
+                    }
                 };
-                stream.write_all(&Header::response(Kind::NotifyAck, &h, status, 0).encode())?;
+                out.push(Header::response(Kind::WriteAck, &h, status, 0), (0, 0));
+            }
+            Kind::ReadReq => {
+                let reg = registry.get_or_insert_with(|| state.registry.read());
+                match reg.check_remote(h.addr, h.len) {
+                    Ok(()) => out.push(
+                        Header::response(Kind::ReadResp, &h, 0, h.len),
+                        (h.addr as usize, h.len as usize),
+                    ),
+                    Err(code) => {
+                        out.push(Header::response(Kind::ReadResp, &h, code.code(), 0), (0, 0))
+                    }
+                }
+            }
+            Kind::DescReq | Kind::NotifyReq => {
+                // Control frames are rare: answer them on their own, with no
+                // registry guard held (the descriptor takes its own).
+                // SAFETY: the guard is still held here.
+                unsafe { out.flush(&mut stream)? };
+                registry = None;
+                let mut payload = vec![0u8; h.len as usize];
+                input.read_into(&mut stream, &mut payload)?;
+                control(&mut stream, state, &h, &payload)?;
             }
             Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck => {
                 unreachable!("decode_request admits requests only")
             }
         }
     }
+}
+
+/// Answers a descriptor request or a notify.
+fn control(
+    stream: &mut impl Write,
+    state: &LocalState,
+    h: &Header,
+    payload: &[u8],
+) -> io::Result<()> {
+    if h.kind == Kind::DescReq {
+        let json = state.descriptor().to_json();
+        if json.len() as u64 > state.control_max {
+            let code = ErrorCode::ERR_REJECT_HANDSHAKE.code();
+            return stream.write_all(&Header::response(Kind::DescResp, h, code, 0).encode());
+        }
+        let head = Header::response(Kind::DescResp, h, 0, json.len() as u64).encode();
+        return write_all_parts(stream, &[&head, &json]);
+    }
+    let status = match decode_notify(payload) {
+        Some((name, msg)) => {
+            state.notifies.lock().push(Notify { name, msg });
+            0
+        }
+        None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
+    };
+    stream.write_all(&Header::response(Kind::NotifyAck, h, status, 0).encode())
 }
 
 /// Resolves `host:port` (the host may be a name) to a socket address.

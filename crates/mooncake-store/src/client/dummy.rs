@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use super::dummy_proto::{
     unexpected, DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
-use super::real::{scatter, Payload, RangeRead};
+use super::real::{Payload, RangeRead};
 use super::registry::BufferRegistry;
 use super::shm::ShmRegion;
 use super::staging::{Region, StagingBuf, StagingPool};
@@ -411,21 +411,21 @@ impl Backend for DummyClient {
         // Staged parts: copy the bytes the object filled back to the caller.
         for (i, staged) in copy_back {
             let Ok(size) = results[i] else { continue };
-            let Ok(frags) = scatter(size, &dests[i]) else {
-                continue;
-            };
+            let filled = filled_lens(size, &dests[i]);
             for (part, buf) in staged {
-                if let Some(f) = frags.iter().find(|f| f.dst == dests[i][part].0) {
-                    // SAFETY: the destination part was checked against the
-                    // registry in span_or_stage; `f.len` ≤ the part's length.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            buf.addr() as *const u8,
-                            f.dst as *mut u8,
-                            f.len,
-                        )
-                    };
-                }
+                // Parts are matched by index, never by address: two parts may
+                // share an address and differ in length.
+                let n = filled[part].min(buf.len());
+                // SAFETY: the destination part was checked against the
+                // registry in span_or_stage; `n` ≤ both the part's length and
+                // the staging buffer's.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        buf.addr() as *const u8,
+                        dests[i][part].0 as *mut u8,
+                        n,
+                    )
+                };
             }
         }
         results
@@ -607,6 +607,20 @@ impl Backend for DummyClient {
     }
 }
 
+/// How many bytes of a `size`-byte object land in each destination part,
+/// filled in order (each at most the part's length).
+fn filled_lens(size: u64, parts: &[(usize, usize)]) -> Vec<usize> {
+    let mut left = size;
+    parts
+        .iter()
+        .map(|&(_, len)| {
+            let n = left.min(len as u64);
+            left -= n;
+            n as usize
+        })
+        .collect()
+}
+
 /// Spreads a batch answer over `results[owners[i]]`; a failed call or a
 /// short answer fails every owner.
 fn spread<T>(
@@ -635,5 +649,21 @@ fn spread<T>(
                 results[i] = Err(e.clone());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filled_lens;
+
+    #[test]
+    fn parts_fill_in_order_and_never_past_their_length() {
+        // Same address, different lengths: each part keeps its own length.
+        assert_eq!(filled_lens(110, &[(0x1000, 100), (0x1000, 10)]), [100, 10]);
+        assert_eq!(filled_lens(105, &[(0x1000, 100), (0x1000, 10)]), [100, 5]);
+        assert_eq!(filled_lens(50, &[(1, 100), (2, 10), (3, 0)]), [50, 0, 0]);
+        // An object larger than the parts (refused upstream) stays capped.
+        assert_eq!(filled_lens(u64::MAX, &[(1, 7), (2, 9)]), [7, 9]);
+        assert!(filled_lens(0, &[]).is_empty());
     }
 }

@@ -84,7 +84,7 @@ impl MasterService {
             }
         }
         let new_version_lost = obj.pending.as_ref().is_some_and(|p| match &p.kind {
-            PendingKind::Replacing { replicas, .. } => {
+            PendingKind::Replacing { replicas, .. } | PendingKind::Replicating { replicas, .. } => {
                 replicas.as_slice().iter().any(|r| !r.segment.is_mounted())
             }
             _ => false,

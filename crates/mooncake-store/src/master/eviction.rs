@@ -1,9 +1,10 @@
 //! Watermark eviction.
 //!
-//! When allocated bytes reach `eviction_high_watermark_ratio` of capacity (or
-//! an allocation just failed for lack of space), one round frees enough to
-//! get `eviction_ratio` of capacity below the watermark, and at least
-//! `eviction_ratio` of capacity. Victims go oldest first by lease time (a read
+//! When allocated bytes reach `eviction_high_watermark_ratio` of capacity,
+//! the timer runs a round that frees enough to get `eviction_ratio` of
+//! capacity below the watermark, and at least `eviction_ratio` of capacity.
+//! When a put finds no space, a round runs at once (freeing at least what the
+//! put needs) and the put is retried. Victims go oldest first by lease time (a read
 //! extends it, so this approximates LRU). Never evicted: hard-pinned objects,
 //! objects under a read lease, puts in flight. Soft-pinned objects go only in
 //! a second pass, when the first freed too little and
@@ -30,8 +31,33 @@ impl MasterService {
         let ratio_bytes = (self.policy.eviction_ratio * capacity as f64) as u64;
         let target = used
             .saturating_sub(high.saturating_sub(ratio_bytes))
-            .max(ratio_bytes)
-            .min(used);
+            .max(ratio_bytes);
+        let _round = self.eviction_lock.lock();
+        let freed = self.evict_round(now, target.min(used));
+        self.eviction_generation.fetch_add(1, Ordering::Release);
+        freed
+    }
+
+    /// A put found no space: evict synchronously (at least `need` bytes and
+    /// `eviction_ratio` of capacity) so the caller can retry, as the
+    /// reference does. `seen` is the eviction generation read before the
+    /// failed attempt: if another round ran since, the caller just retries.
+    /// Returns whether a retry may succeed.
+    pub(super) fn evict_for_put(&self, need: u64, seen: u64, now: u64) -> bool {
+        let _round = self.eviction_lock.lock();
+        if self.eviction_generation.load(Ordering::Acquire) != seen {
+            return true;
+        }
+        let (used, capacity) = self.segments.usage();
+        let ratio_bytes = (self.policy.eviction_ratio * capacity as f64) as u64;
+        let (keys, _) = self.evict_round(now, need.max(ratio_bytes).min(used));
+        self.need_eviction.store(false, Ordering::Relaxed);
+        self.eviction_generation.fetch_add(1, Ordering::Release);
+        keys > 0
+    }
+
+    /// One round: frees `target` bytes (if it can), plain objects first.
+    fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
         if target == 0 {
             return (0, 0);
         }
@@ -54,7 +80,7 @@ impl MasterService {
             self.counters
                 .evicted_bytes
                 .fetch_add(bytes, Ordering::Relaxed);
-            tracing::info!(keys, bytes, used, capacity, "evicted objects");
+            tracing::info!(keys, bytes, target, "evicted objects");
         }
         (keys, bytes)
     }

@@ -44,6 +44,14 @@ const SINGLE_OPS: &[(u8, &str)] = &[
     (15, "remove"),
     (17, "remove_by_regex"),
     (18, "remove_all"),
+    (20, "create_copy_task"),
+    (21, "create_move_task"),
+    (22, "query_task"),
+    (23, "fetch_tasks"),
+    (24, "update_task"),
+    (25, "replica_transfer_start"),
+    (26, "replica_transfer_end"),
+    (27, "replica_transfer_revoke"),
 ];
 
 /// Batch calls: (request tag, metric name part).
@@ -54,6 +62,7 @@ const BATCH_OPS: &[(u8, &str)] = &[
     (11, "get_replica_list"),
     (13, "exist_key"),
     (16, "remove"),
+    (19, "replica_clear"),
 ];
 
 #[derive(Default, Clone)]
@@ -285,6 +294,9 @@ impl MasterMetrics {
                 Response::ReplicaList { result } => result.as_ref().err(),
                 Response::Bool { result } => result.as_ref().err(),
                 Response::Count { result } => result.as_ref().err(),
+                Response::Task { result } => result.as_ref().err(),
+                Response::TaskState { result } => result.as_ref().err(),
+                Response::Tasks { result } => result.as_ref().err(),
                 Response::Failed { error } => Some(error),
                 _ => None,
             };
@@ -309,6 +321,7 @@ impl MasterMetrics {
                 Response::Bools { results } => {
                     (results.len(), results.iter().filter(|r| r.is_err()).count())
                 }
+                Response::Keys { result: Ok(keys) } => (keys.len(), 0),
                 _ => (0, 0),
             };
             c.items.inc_by(items as u64);

@@ -5,7 +5,8 @@
 //!   time is an argument), built from [`segments`] (mounted segments and
 //!   replica placement), [`allocator`] (offset allocator per segment),
 //!   [`objects`] (sharded object map), [`leases`] (leases and pins),
-//!   [`eviction`] (watermark eviction) and [`clients`] (heartbeats, expiry);
+//!   [`eviction`] (watermark eviction), [`clients`] (heartbeats, expiry)
+//!   and [`tasks`] (copy and move tasks);
 //! - [`config::MasterConfig`] holds the flags;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
 //!   service (metrics and admin queries, [`metrics`]).
@@ -21,6 +22,7 @@ pub mod objects;
 pub mod segments;
 pub mod server;
 pub mod service;
+pub mod tasks;
 
 pub use config::{AllocationStrategy, MasterConfig};
 pub use server::{run, serve, MasterHandle, MasterServer};

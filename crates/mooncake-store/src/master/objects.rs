@@ -118,6 +118,12 @@ pub enum PendingKind {
         size: u64,
         flags: u8,
     },
+    /// A copy or move task writing extra replicas of a readable object; a
+    /// move then drops the replica on `drop_source`.
+    Replicating {
+        replicas: Replicas,
+        drop_source: Option<Box<str>>,
+    },
 }
 
 /// Metadata of one object.

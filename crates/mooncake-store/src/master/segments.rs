@@ -1,15 +1,16 @@
 //! Mounted segments, each with its own allocator lock, and replica placement.
 //!
-//! The table changes only on mount/unmount (write lock); allocation takes the
-//! read lock and then the one segment's allocator lock, so puts to different
-//! segments never contend.
+//! The table changes only on mount/unmount, which publish a new snapshot;
+//! allocation reads the current snapshot without a lock and then takes the
+//! one segment's allocator lock, so puts to different segments never contend.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use rand::Rng;
 
 use super::allocator::{BadFree, OffsetAllocator};
@@ -74,7 +75,8 @@ impl Segment {
         self.mounted.load(Ordering::Acquire)
     }
 
-    fn allocate(&self, size: u64) -> Option<u64> {
+    /// Allocates `size` bytes here; `None` when full or unmounted.
+    pub fn allocate(&self, size: u64) -> Option<u64> {
         let mut alloc = self.alloc.lock();
         if !self.is_mounted() {
             return None;
@@ -129,7 +131,7 @@ pub struct Placement {
     pub offset: u64,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Table {
     by_name: HashMap<String, Arc<Segment>>,
     /// The same segments, in a vector for random picks.
@@ -137,10 +139,13 @@ struct Table {
     next_id: SegmentId,
 }
 
-/// All mounted segments.
+/// All mounted segments. Readers (every allocation) load an immutable
+/// snapshot without locking; mount and unmount publish a new one.
 #[derive(Default)]
 pub struct SegmentTable {
-    table: RwLock<Table>,
+    table: ArcSwap<Table>,
+    /// Serialises writers.
+    writer: Mutex<()>,
 }
 
 impl SegmentTable {
@@ -162,7 +167,8 @@ impl SegmentTable {
                 ),
             ));
         }
-        let mut t = self.table.write();
+        let _w = self.writer.lock();
+        let mut t = Table::clone(&self.table.load());
         if let Some(existing) = t.by_name.get(&info.name) {
             if existing.owner == owner && existing.info == *info {
                 return Ok(None);
@@ -177,6 +183,7 @@ impl SegmentTable {
         let seg = Arc::new(Segment::new(id, info.clone(), owner));
         t.by_name.insert(info.name.clone(), seg.clone());
         t.list.push(seg.clone());
+        self.table.store(Arc::new(t));
         Ok(Some(seg))
     }
 
@@ -184,33 +191,46 @@ impl SegmentTable {
     /// space. Replicas on it must then be removed by the caller: they still
     /// hold the `Arc`, but it is no longer mounted.
     pub fn unmount(&self, name: &str, owner: Option<ClientId>) -> Option<Arc<Segment>> {
-        let mut t = self.table.write();
+        let _w = self.writer.lock();
+        let mut t = Table::clone(&self.table.load());
         if owner.is_some_and(|o| t.by_name.get(name).is_some_and(|s| s.owner != o)) {
             return None;
         }
         let seg = t.by_name.remove(name)?;
         t.list.retain(|s| !Arc::ptr_eq(s, &seg));
-        drop(t);
+        self.table.store(Arc::new(t));
+        // Allocations still holding the old snapshot see it unmounted.
         seg.unmount();
         Some(seg)
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Segment>> {
-        self.table.read().by_name.get(name).cloned()
+        self.table.load().by_name.get(name).cloned()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.table.read().list.is_empty()
+        self.table.load().list.is_empty()
     }
 
     /// A snapshot of every mounted segment.
     pub fn all(&self) -> Vec<Arc<Segment>> {
-        self.table.read().list.clone()
+        self.table.load().list.clone()
+    }
+
+    /// Capacity of the largest segment (0 when none is mounted).
+    pub fn max_capacity(&self) -> u64 {
+        self.table
+            .load()
+            .list
+            .iter()
+            .map(|s| s.capacity())
+            .max()
+            .unwrap_or(0)
     }
 
     /// (allocated, capacity) summed over all segments.
     pub fn usage(&self) -> (u64, u64) {
-        let t = self.table.read();
+        let t = self.table.load();
         t.list
             .iter()
             .fold((0, 0), |(u, c), s| (u + s.used(), c + s.capacity()))
@@ -225,7 +245,7 @@ impl SegmentTable {
         config: &ReplicateConfig,
         strategy: AllocationStrategy,
     ) -> Result<Vec<Placement>> {
-        let t = self.table.read();
+        let t = self.table.load();
         if t.list.is_empty() {
             return Err(Error::new(
                 ErrorCode::SEGMENT_NOT_FOUND,

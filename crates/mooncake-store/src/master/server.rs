@@ -40,6 +40,8 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.
 const READ_BUFFER: usize = 64 * 1024;
+/// Frame buffers larger than this are dropped after use.
+const SHRINK_ABOVE: usize = 1 << 20;
 
 /// Milliseconds on a monotonic clock, from the master's start.
 #[derive(Debug, Clone, Copy)]
@@ -113,10 +115,16 @@ impl MasterServer {
         } else {
             None
         };
+        let clock = Clock::new();
+        let service = MasterService::new(&config);
+        let epoch_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        service.set_epoch_offset(epoch_ms.saturating_sub(clock.now_ms()));
         let shared = Arc::new(Shared {
-            service: MasterService::new(&config),
+            service,
             metrics: MasterMetrics::new(),
-            clock: Clock::new(),
+            clock,
             config,
         });
         Ok(MasterServer {
@@ -333,6 +341,13 @@ async fn serve_connection(
             encode_frame(&Response::Failed { error }, &mut out)?;
         }
         stream.get_mut().write_all(&out).await?;
+        // Do not keep a huge batch's buffers for the life of the connection.
+        if payload.capacity() > SHRINK_ABOVE {
+            payload = Vec::new();
+        }
+        if out.capacity() > SHRINK_ABOVE {
+            out = Vec::with_capacity(256);
+        }
     }
 }
 

@@ -2,8 +2,9 @@
 //! clock: every call takes `now` (milliseconds on a monotonic clock), so
 //! tests drive time by hand.
 //!
-//! Lock order: object shard → segment table (read) → one segment's
-//! allocator; the retired list and the client table are leaves.
+//! Lock order: object shard → one segment's allocator (the segment table
+//! is a lock-free snapshot); eviction round → object shards; task table → client table;
+//! the retired list and the client table are leaves.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,6 +82,7 @@ pub struct TickReport {
     pub expired_clients: usize,
     pub discarded_puts: usize,
     pub freed_retired: usize,
+    pub failed_tasks: usize,
     pub evicted_keys: usize,
     pub evicted_bytes: u64,
 }
@@ -117,7 +119,15 @@ pub struct MasterService {
     retired: Mutex<Vec<Retired>>,
     /// An allocation failed for lack of space: evict at the next tick even below the watermark.
     pub(super) need_eviction: AtomicBool,
+    /// One eviction round at a time.
+    pub(super) eviction_lock: Mutex<()>,
+    /// Bumped after every eviction round.
+    pub(super) eviction_generation: AtomicU64,
     pub counters: Counters,
+    pub(super) tasks: Mutex<super::tasks::TaskTable>,
+    pub(super) task_policy: super::tasks::TaskPolicy,
+    /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).
+    pub(super) epoch_offset_ms: AtomicU64,
 }
 
 pub(super) fn check_key(key: &str) -> Result<()> {
@@ -188,7 +198,16 @@ fn free_now(replicas: &Replicas, size: u64) {
 
 impl MasterService {
     pub fn new(config: &MasterConfig) -> Self {
-        Self::with_policy(Policy::from_config(config))
+        let mut s = Self::with_policy(Policy::from_config(config));
+        s.task_policy = config.task_policy();
+        s
+    }
+
+    /// Sets the wall-clock time (ms since the epoch) that `now == 0` stands
+    /// for; task timestamps are reported in wall-clock time.
+    pub fn set_epoch_offset(&self, epoch_ms_at_zero: u64) {
+        self.epoch_offset_ms
+            .store(epoch_ms_at_zero, Ordering::Relaxed);
     }
 
     pub fn with_policy(policy: Policy) -> Self {
@@ -199,7 +218,12 @@ impl MasterService {
             clients: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
             need_eviction: AtomicBool::new(false),
+            eviction_lock: Mutex::new(()),
+            eviction_generation: AtomicU64::new(0),
             counters: Counters::default(),
+            tasks: Mutex::new(Default::default()),
+            task_policy: Default::default(),
+            epoch_offset_ms: AtomicU64::new(0),
         }
     }
 
@@ -213,6 +237,9 @@ impl MasterService {
     /// With `upsert`, an existing object is replaced: in place when the size
     /// is unchanged and no reader holds a lease (unreadable until PutEnd),
     /// otherwise into new space while the old replicas stay readable.
+    ///
+    /// When no segment has room, an eviction round runs and the put is
+    /// retried once.
     pub fn put_start(
         &self,
         client: ClientId,
@@ -224,6 +251,34 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        let generation = self.eviction_generation.load(Ordering::Acquire);
+        match self.put_start_once(client, key, len, cfg, upsert, now) {
+            Err(e)
+                if e.code == ErrorCode::NO_AVAILABLE_HANDLE
+                    && self.segments.max_capacity() >= len =>
+            {
+                let need = super::allocator::aligned_len(len)
+                    .unwrap_or(len)
+                    .saturating_mul(cfg.replica_num as u64);
+                if self.evict_for_put(need, generation, now) {
+                    self.put_start_once(client, key, len, cfg, upsert, now)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
+    }
+
+    fn put_start_once(
+        &self,
+        client: ClientId,
+        key: &str,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
         let pins = pin_flags(cfg);
         let mut shard = self.objects.lock(key);
         if let Some(obj) = shard.map.get_mut(key) {
@@ -325,6 +380,12 @@ impl MasterService {
         match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
+            Some(p) if matches!(p.kind, PendingKind::Replicating { .. }) => {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated, not written"),
+                ))
+            }
             Some(p) if p.client != client => {
                 return Err(Error::new(
                     ErrorCode::ILLEGAL_CLIENT,
@@ -349,6 +410,7 @@ impl MasterService {
                 obj.lease_until = now;
                 obj.soft_pin_until = 0;
             }
+            PendingKind::Replicating { .. } => unreachable!("refused above"),
         }
         self.policy.lease.on_write(obj, now);
         Ok(())
@@ -367,6 +429,12 @@ impl MasterService {
                     format!("object {key:?} has no put in flight"),
                 ))
             }
+            Some(p) if matches!(p.kind, PendingKind::Replicating { .. }) => {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated, not written"),
+                ))
+            }
             Some(p) if p.client != client => {
                 return Err(Error::new(
                     ErrorCode::ILLEGAL_CLIENT,
@@ -382,6 +450,7 @@ impl MasterService {
                 shard.map.remove(key);
             }
             PendingKind::Replacing { replicas, size, .. } => free_now(&replicas, size),
+            PendingKind::Replicating { .. } => unreachable!("refused above"),
         }
         Ok(())
     }
@@ -407,6 +476,10 @@ impl MasterService {
             }
             PendingKind::Replacing { replicas, size, .. } => {
                 self.release(&replicas, size, free_at, now);
+                false
+            }
+            PendingKind::Replicating { replicas, .. } => {
+                self.release(&replicas, obj.size, free_at, now);
                 false
             }
         }
@@ -569,6 +642,16 @@ impl MasterService {
                     format!("object {key:?} is leased by a reader"),
                 ));
             }
+            if obj
+                .pending
+                .as_ref()
+                .is_some_and(|p| matches!(p.kind, PendingKind::Replicating { .. }))
+            {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+                    format!("object {key:?} is being replicated"),
+                ));
+            }
             if obj.is_hard_pinned() {
                 return Err(Error::new(
                     ErrorCode::OBJECT_HAS_LEASE,
@@ -622,6 +705,46 @@ impl MasterService {
             });
         }
         n
+    }
+
+    /// Clears replicas of unleased complete objects: those on `segment_name`,
+    /// or the whole object when it is empty. Returns the keys cleared.
+    pub fn batch_replica_clear(&self, keys: &[&str], segment_name: &str, now: u64) -> Vec<String> {
+        let mut cleared = Vec::new();
+        for &key in keys {
+            if check_key(key).is_err() {
+                continue;
+            }
+            let mut shard = self.objects.lock(key);
+            let Some(obj) = shard.map.get_mut(key) else {
+                continue;
+            };
+            if !obj.is_complete() || obj.pending.is_some() || obj.is_leased(now) {
+                continue;
+            }
+            if segment_name.is_empty() {
+                self.release_object(obj, now);
+                shard.map.remove(key);
+                cleared.push(key.to_string());
+                continue;
+            }
+            let size = obj.size;
+            let mut dropped = false;
+            obj.replicas.retain(
+                |p| p.segment.info.name != segment_name,
+                |p| {
+                    p.segment.free(p.offset, size);
+                    dropped = true;
+                },
+            );
+            if dropped {
+                if obj.replicas.is_empty() {
+                    shard.map.remove(key);
+                }
+                cleared.push(key.to_string());
+            }
+        }
+        cleared
     }
 
     // ---- segments and clients ---------------------------------------------
@@ -740,6 +863,7 @@ impl MasterService {
         };
         r.discarded_puts = self.sweep_stale_puts(now);
         r.freed_retired = self.free_retired(now);
+        r.failed_tasks = self.expire_tasks(now);
         let (keys, bytes) = self.evict_if_needed(now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;
@@ -862,6 +986,49 @@ impl MasterService {
             },
             Q::RemoveByRegex { pattern, force } => A::Count {
                 result: self.remove_by_regex(pattern, force, now),
+            },
+            Q::BatchReplicaClear {
+                keys, segment_name, ..
+            } => A::Keys {
+                result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
+            },
+            Q::CreateCopyTask { key, targets } => A::Task {
+                result: self.create_copy_task(key, &targets, now),
+            },
+            Q::CreateMoveTask {
+                key,
+                source,
+                target,
+            } => A::Task {
+                result: self.create_move_task(key, source, target, now),
+            },
+            Q::QueryTask { id } => A::TaskState {
+                result: self.query_task(id),
+            },
+            Q::FetchTasks { client_id, max } => A::Tasks {
+                result: Ok(self.fetch_tasks(client_id, max, now)),
+            },
+            Q::MarkTaskComplete {
+                client_id,
+                id,
+                success,
+                message,
+            } => A::Unit {
+                result: self.mark_task_complete(client_id, id, success, message, now),
+            },
+            Q::ReplicaTransferStart {
+                client_id,
+                key,
+                source,
+                targets,
+            } => A::Replicas {
+                result: self.replica_transfer_start(client_id, key, source, &targets, now),
+            },
+            Q::ReplicaTransferEnd { client_id, key } => A::Unit {
+                result: self.replica_transfer_end(client_id, key, now),
+            },
+            Q::ReplicaTransferRevoke { client_id, key } => A::Unit {
+                result: self.replica_transfer_revoke(client_id, key),
             },
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),

@@ -8,7 +8,8 @@ use mooncake_common::{Error, Result};
 use super::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
 use crate::types::{
     ClientId, DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
-    ReplicaStatus, ReplicateConfig, SegmentInfo,
+    ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment, TaskId, TaskInfo, TaskStatus,
+    TaskType,
 };
 
 wire_struct!(ReplicateConfig {
@@ -40,6 +41,62 @@ wire_struct!(GetReplicaListResponse {
     replicas,
     lease_ttl_ms
 });
+wire_struct!(TaskInfo {
+    id,
+    task_type,
+    status,
+    created_at_ms_epoch,
+    last_updated_at_ms_epoch,
+    assigned_client,
+    message,
+});
+wire_struct!(TaskAssignment {
+    id,
+    task_type,
+    key,
+    source,
+    targets
+});
+
+impl Encode for TaskType {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(*self as u8);
+    }
+}
+
+impl<'de> Decode<'de> for TaskType {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            0 => Ok(TaskType::ReplicaCopy),
+            1 => Ok(TaskType::ReplicaMove),
+            t => Err(DecodeError::BadTag {
+                what: "task type",
+                tag: t.into(),
+            }),
+        }
+    }
+}
+
+impl Encode for TaskStatus {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.push(*self as u8);
+    }
+}
+
+impl<'de> Decode<'de> for TaskStatus {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            0 => Ok(TaskStatus::Pending),
+            1 => Ok(TaskStatus::Processing),
+            2 => Ok(TaskStatus::Success),
+            3 => Ok(TaskStatus::Failed),
+            t => Err(DecodeError::BadTag {
+                what: "task status",
+                tag: t.into(),
+            }),
+        }
+    }
+}
 
 impl Encode for ReplicaStatus {
     fn encode(&self, out: &mut Vec<u8>) {
@@ -200,6 +257,19 @@ wire_enum! {
         16 => BatchRemove { keys: Vec<&'a str>, force: bool },
         17 => RemoveByRegex { pattern: &'a str, force: bool },
         18 => RemoveAll { force: bool },
+        /// Drops replicas (on `segment_name`, or all) of objects whose lease has expired.
+        19 => BatchReplicaClear { client_id: ClientId, keys: Vec<&'a str>, segment_name: &'a str },
+        20 => CreateCopyTask { key: &'a str, targets: Vec<&'a str> },
+        21 => CreateMoveTask { key: &'a str, source: &'a str, target: &'a str },
+        22 => QueryTask { id: TaskId },
+        /// The executor asks for its tasks (they become Processing).
+        23 => FetchTasks { client_id: ClientId, max: u32 },
+        24 => MarkTaskComplete { client_id: ClientId, id: TaskId, success: bool, message: &'a str },
+        /// Allocates the new replicas of a copy (or move, with `source`).
+        25 => ReplicaTransferStart { client_id: ClientId, key: &'a str, source: &'a str, targets: Vec<&'a str> },
+        /// Adds the written replicas (and drops the source of a move).
+        26 => ReplicaTransferEnd { client_id: ClientId, key: &'a str },
+        27 => ReplicaTransferRevoke { client_id: ClientId, key: &'a str },
     }
 }
 
@@ -218,5 +288,9 @@ wire_enum! {
         8 => Bools { results: Vec<Result<bool>> },
         9 => Count { result: Result<u64> },
         10 => Failed { error: Error },
+        11 => Keys { result: Result<Vec<String>> },
+        12 => Task { result: Result<TaskId> },
+        13 => TaskState { result: Result<TaskInfo> },
+        14 => Tasks { result: Result<Vec<TaskAssignment>> },
     }
 }

@@ -13,7 +13,7 @@
 //! socket failure. So no path can leave a task waiting forever.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,10 +25,10 @@ use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
 use crate::batch::{Abort, Task};
-use crate::conn::{drain, read_header, write_all_parts};
+use crate::conn::{write_all_parts, FrameReader};
 use crate::frame::{Header, Kind, HEADER_LEN, MAX_DATA_FRAME};
 use crate::rawmem;
-use crate::transport::{OpenSegment, Transport, Work};
+use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::Opcode;
 
 pub(crate) struct TcpTransport {
@@ -85,18 +85,27 @@ impl Transport for TcpTransport {
         "tcp"
     }
 
-    fn serves(&self, segment: &OpenSegment, _remote: u64, _len: usize) -> bool {
-        segment.rpc_addr.is_some()
+    fn route(&self, segment: &OpenSegment) -> Option<Box<dyn Route>> {
+        let addr = segment.rpc_addr?;
+        Some(Box::new(TcpRoute {
+            peer: self.peer(addr),
+            slice_size: self.slice_size,
+        }))
+    }
+}
+
+struct TcpRoute {
+    peer: Arc<Peer>,
+    slice_size: usize,
+}
+
+impl Route for TcpRoute {
+    fn serves(&self, _remote: u64, _len: usize) -> bool {
+        true
     }
 
-    fn submit(&self, segment: &OpenSegment, work: Vec<Work>) {
-        let Some(addr) = segment.rpc_addr else {
-            for w in work {
-                w.task.fail(ErrorCode::ERR_INVALID_ARGUMENT);
-            }
-            return;
-        };
-        let peer = self.peer(addr);
+    fn submit(&self, work: Vec<Work>) {
+        let peer = &self.peer;
         let n = peer.slots.len();
         let mut per_conn: Vec<Vec<Slice>> = (0..n).map(|_| Vec::new()).collect();
         let mut next = peer.next.fetch_add(1, Ordering::Relaxed) % n;
@@ -126,7 +135,7 @@ impl Transport for TcpTransport {
                 // A send error hands the slices back; dropping them reports failure.
                 Ok(c) => drop(c.tx.send(slices)),
                 Err(e) => {
-                    tracing::warn!("tcp: cannot connect to {addr}: {e}");
+                    tracing::warn!("tcp: cannot connect to {}: {e}", peer.addr);
                     drop(slices);
                 }
             }
@@ -330,11 +339,11 @@ fn recv_responses(
     inflight: &Mutex<Inflight>,
     control_max: u64,
 ) -> io::Result<()> {
-    let mut hdr = [0u8; HEADER_LEN];
+    let mut input = FrameReader::new();
     loop {
-        if !read_header(stream, &mut hdr, || true)? {
+        let Some(hdr) = input.read_header(stream, || true)? else {
             return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        };
         let h = Header::decode_response(&hdr, control_max)
             .map_err(|e| protocol_error(e.to_string()))?;
         let slice = inflight
@@ -367,9 +376,10 @@ fn recv_responses(
                     // SAFETY: checked against the registry at submit; a task
                     // past its deadline is not live, so a late response never
                     // lands in memory the application may have released.
-                    stream.read_exact(unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
+                    input
+                        .read_into(stream, unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
                 } else {
-                    drain(stream, h.len)?;
+                    input.skip(stream, h.len)?;
                 }
                 let n = slice.len;
                 slice.done(Ok(n));
