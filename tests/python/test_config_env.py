@@ -107,3 +107,22 @@ def test_setup_from_mooncake_config_and_env(cluster, monkeypatch):
     # a dict without a master address falls back to MOONCAKE_MASTER
     assert s.setup({"local_hostname": "127.0.0.1", "metadata_server": cluster.metadata, "global_segment_size": "16MB", "local_buffer_size": "16MB"}) == 0
     assert s.close() == 0
+
+
+def test_empty_metadata_server_reads_mc_metadata_server(cluster, monkeypatch):
+    from mooncake.engine import TransferEngine
+
+    monkeypatch.setenv("MC_METADATA_SERVER", cluster.metadata)
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1", "", 16 * MiB, 16 * MiB, "tcp", "", cluster.master) == 0
+    assert s.put("mc-env", b"v") == 0
+    assert s.close() == 0
+    import procs
+
+    e = TransferEngine()
+    name = f"127.0.0.1:{procs.free_port()}"
+    assert e.initialize(name, "", "tcp", "") == 0
+    buf = e.allocate_managed_buffer(4096)
+    probe = TransferEngine()
+    assert probe.initialize(f"127.0.0.1:{procs.free_port()}", cluster.metadata, "tcp", "") == 0
+    assert probe.get_first_buffer_address(name) == buf, "published through MC_METADATA_SERVER"

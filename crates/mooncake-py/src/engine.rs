@@ -420,7 +420,8 @@ impl PyEngine {
         protocol: &str,
         device_name: &str,
     ) -> i32 {
-        let mut config = EngineConfig::new(metadata_server, local_hostname);
+        let metadata_server = metadata_or_env(metadata_server);
+        let mut config = EngineConfig::new(&metadata_server, local_hostname);
         config.protocol = protocol.to_owned();
         config.device_name = device_name.to_owned();
         // The previous engine goes first: the new one may reuse its name and port.
@@ -1029,6 +1030,17 @@ impl PyEngine {
             })
             .collect()
     }
+}
+
+/// `server`, or when it is empty `MC_METADATA_SERVER` (then `P2PHANDSHAKE`).
+pub fn metadata_or_env(server: &str) -> String {
+    if !server.trim().is_empty() {
+        return server.to_owned();
+    }
+    std::env::var("MC_METADATA_SERVER")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "P2PHANDSHAKE".to_owned())
 }
 
 /// Bytes of RAM on this machine (u64::MAX when unknown).

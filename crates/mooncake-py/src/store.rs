@@ -244,6 +244,7 @@ impl PyStore {
     }
 
     fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+        cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
         }

@@ -151,13 +151,14 @@ impl Task {
         if to != COMPLETED {
             self.shared.all_ok.store(false, Ordering::Release);
         }
+        // Waiters only care about the whole batch: wake them once, at the end.
         if self.shared.unsettled.fetch_sub(1, Ordering::AcqRel) == 1 {
             let hook = self.shared.on_idle.lock().take();
             if let Some(hook) = hook {
                 hook(self.shared.all_ok.load(Ordering::Acquire));
             }
+            self.shared.wake();
         }
-        self.shared.wake();
         true
     }
 
@@ -283,7 +284,6 @@ impl Batch {
     /// Aggregate: `Failed` if any failed, else `Timeout` if any timed out,
     /// else `Waiting` while any runs, else `Completed`.
     pub(crate) fn status(&self, now: Instant) -> TransferStatus {
-        let tasks = self.tasks.lock().clone();
         let mut agg = TransferStatus {
             state: TransferState::Completed,
             transferred_bytes: 0,
@@ -295,17 +295,22 @@ impl Batch {
             TransferState::Waiting => 1,
             _ => 0,
         };
-        let aborts: Vec<_> = tasks.iter().filter_map(|t| t.expire_if_due(now)).collect();
+        let aborts: Vec<_> = {
+            let tasks = self.tasks.lock();
+            let aborts = tasks.iter().filter_map(|t| t.expire_if_due(now)).collect();
+            for t in tasks.iter() {
+                let s = t.status();
+                agg.transferred_bytes += s.transferred_bytes;
+                if rank(s.state) > rank(agg.state) {
+                    agg.state = s.state;
+                    agg.error = s.error;
+                }
+            }
+            aborts
+        };
+        // Outside the lock: aborting fails in-flight slices, which report back.
         for a in aborts {
             a.abort();
-        }
-        for t in &tasks {
-            let s = t.status();
-            agg.transferred_bytes += s.transferred_bytes;
-            if rank(s.state) > rank(agg.state) {
-                agg.state = s.state;
-                agg.error = s.error;
-            }
         }
         agg
     }

@@ -91,6 +91,14 @@ struct Inner {
     routed: [AtomicU64; 3],
 }
 
+/// A segment named by a submission, with what the submission uses of it.
+struct Target {
+    seg: Arc<OpenSegment>,
+    desc: Arc<SegmentDesc>,
+    /// `(index in the transport list, route)`, in preference order.
+    routes: Vec<(usize, Box<dyn crate::transport::Route>)>,
+}
+
 #[derive(Default)]
 struct SegmentTable {
     by_handle: HashMap<SegmentHandle, Arc<OpenSegment>>,
@@ -703,14 +711,29 @@ impl Inner {
             return Err(Error::new(ErrorCode::INTERNAL_ERROR, "engine is shut down"));
         }
         let batch = self.batch(batch_id)?;
+        // The segments named, each looked up once (usually one or two).
+        let mut targets: Vec<Target> = Vec::new();
+        let mut which: Vec<usize> = Vec::with_capacity(requests.len());
+        for r in requests {
+            let t = match targets.iter().position(|t| t.seg.handle == r.target_id) {
+                Some(t) => t,
+                None => {
+                    let seg = self.segment(r.target_id)?;
+                    let desc = seg.desc();
+                    targets.push(Target {
+                        seg,
+                        desc,
+                        routes: Vec::new(),
+                    });
+                    targets.len() - 1
+                }
+            };
+            which.push(t);
+        }
         // Validate everything before anything moves.
-        let mut segs: HashMap<SegmentHandle, Arc<OpenSegment>> = HashMap::new();
         {
             let reg = self.local.registry.read();
-            for (i, r) in requests.iter().enumerate() {
-                if let std::collections::hash_map::Entry::Vacant(v) = segs.entry(r.target_id) {
-                    v.insert(self.segment(r.target_id)?);
-                }
+            for (i, (r, &t)) in requests.iter().zip(&which).enumerate() {
                 reg.check_local(r.source, r.length).map_err(|code| {
                     Error::new(
                         code,
@@ -720,10 +743,9 @@ impl Inner {
                         ),
                     )
                 })?;
-                let seg = &segs[&r.target_id];
                 let local_target_ok = usize::try_from(r.target_offset)
-                    .is_ok_and(|t| reg.check_local(t, r.length).is_ok());
-                if seg.is_local && !local_target_ok {
+                    .is_ok_and(|a| reg.check_local(a, r.length).is_ok());
+                if targets[t].seg.is_local && !local_target_ok {
                     return Err(Error::new(
                         ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
                         format!(
@@ -734,20 +756,21 @@ impl Inner {
                 }
             }
         }
-        for (i, r) in requests.iter().enumerate() {
-            let seg = &segs[&r.target_id];
-            if seg.is_local
-                || seg
-                    .desc()
+        for (i, (r, &t)) in requests.iter().zip(&which).enumerate() {
+            let target = &mut targets[t];
+            if target.seg.is_local
+                || target
+                    .desc
                     .find_buffer(r.target_offset, r.length as u64)
                     .is_some()
             {
                 continue;
             }
             // The peer may have registered it since we read its descriptor.
-            self.refresh(seg)?;
-            if seg
-                .desc()
+            self.refresh(&target.seg)?;
+            target.desc = target.seg.desc();
+            if target
+                .desc
                 .find_buffer(r.target_offset, r.length as u64)
                 .is_none()
             {
@@ -755,21 +778,29 @@ impl Inner {
                     ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
                     format!(
                         "request {i}: {:#x}+{} is outside segment {}",
-                        r.target_offset, r.length, seg.name
+                        r.target_offset, r.length, target.seg.name
                     ),
                 ));
             }
         }
 
         let tasks = batch.add_tasks(requests.len(), Instant::now(), on_idle)?;
-        // Group by (segment, transport), keeping submission order within a group.
+        // Each target's routes in preference order: local, shm, tcp.
         let transports: [&dyn Transport; 3] = [&self.local_transport, &self.shm, &self.tcp];
-        let mut groups: Vec<(SegmentHandle, usize, Vec<Work>)> = Vec::new();
-        for (r, task) in requests.iter().zip(tasks) {
-            let seg = &segs[&r.target_id];
-            let Some(t) = transports
+        for target in &mut targets {
+            target.routes = transports
                 .iter()
-                .position(|t| t.serves(seg, r.target_offset, r.length))
+                .enumerate()
+                .filter_map(|(k, t)| Some((k, t.route(&target.seg)?)))
+                .collect();
+        }
+        // Group by (target, route), keeping submission order within a group.
+        let mut groups: Vec<(usize, usize, Vec<Work>)> = Vec::new();
+        for ((r, task), &t) in requests.iter().zip(tasks).zip(&which) {
+            let Some(k) = targets[t]
+                .routes
+                .iter()
+                .position(|(_, route)| route.serves(r.target_offset, r.length))
             else {
                 task.fail(ErrorCode::ERR_INVALID_ARGUMENT);
                 continue;
@@ -781,19 +812,21 @@ impl Inner {
                 remote: r.target_offset,
                 len: r.length,
             };
-            match groups.iter_mut().find(|g| g.0 == r.target_id && g.1 == t) {
+            match groups.iter_mut().find(|g| g.0 == t && g.1 == k) {
                 Some(g) => g.2.push(work),
-                None => groups.push((r.target_id, t, vec![work])),
+                None => groups.push((t, k, vec![work])),
             }
         }
-        for (handle, t, work) in groups {
+        for (t, k, work) in groups {
+            let (transport, route) = &targets[t].routes[k];
             tracing::trace!(
-                "{} request(s) to segment {handle} via {}",
+                "{} request(s) to segment {} via {}",
                 work.len(),
-                transports[t].name()
+                targets[t].seg.name,
+                transports[*transport].name()
             );
-            self.routed[t].fetch_add(work.len() as u64, Ordering::Relaxed);
-            transports[t].submit(&segs[&handle], work);
+            self.routed[*transport].fetch_add(work.len() as u64, Ordering::Relaxed);
+            route.submit(work);
         }
         Ok(())
     }

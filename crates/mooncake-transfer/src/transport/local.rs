@@ -1,7 +1,7 @@
 //! The target is this engine's own segment: a plain memcpy.
 
 use crate::rawmem;
-use crate::transport::{OpenSegment, Transport, Work};
+use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::Opcode;
 
 pub(crate) struct LocalTransport;
@@ -11,11 +11,21 @@ impl Transport for LocalTransport {
         "local"
     }
 
-    fn serves(&self, segment: &OpenSegment, _remote: u64, _len: usize) -> bool {
-        segment.is_local
+    fn route(&self, segment: &OpenSegment) -> Option<Box<dyn Route>> {
+        segment
+            .is_local
+            .then(|| Box::new(LocalRoute) as Box<dyn Route>)
+    }
+}
+
+struct LocalRoute;
+
+impl Route for LocalRoute {
+    fn serves(&self, _remote: u64, _len: usize) -> bool {
+        true
     }
 
-    fn submit(&self, _segment: &OpenSegment, work: Vec<Work>) {
+    fn submit(&self, work: Vec<Work>) {
         for w in work {
             w.task.expect_slices(1);
             let remote = w.remote as usize;

@@ -54,13 +54,22 @@ impl OpenSegment {
 pub(crate) trait Transport: Send + Sync {
     fn name(&self) -> &'static str;
 
-    /// Whether this transport can move `[remote, remote+len)` of `segment`.
-    fn serves(&self, segment: &OpenSegment, remote: u64, len: usize) -> bool;
+    /// Prepares to carry requests to `segment` for one submission, or `None`
+    /// when this transport never serves that segment. Per-segment work
+    /// (descriptor snapshot, mappings, connections) happens here once, so
+    /// per-request routing stays cheap.
+    fn route(&self, segment: &OpenSegment) -> Option<Box<dyn Route>>;
 
-    /// Starts the work. Each task reports through `expect_slices` /
-    /// `slice_done` (or `fail`), possibly before this returns.
-    fn submit(&self, segment: &OpenSegment, work: Vec<Work>);
-
-    /// Forgets per-segment state (mappings, connections) when it is closed.
+    /// Forgets per-segment state (mappings) when the segment is closed.
     fn close_segment(&self, _segment: &OpenSegment) {}
+}
+
+/// One transport's way to one segment, for one submission.
+pub(crate) trait Route {
+    /// Whether this route carries `[remote, remote+len)`.
+    fn serves(&self, remote: u64, len: usize) -> bool;
+
+    /// Starts the work (all of it `serves`). Each task reports through
+    /// `expect_slices` / `slice_done` (or `fail`), possibly before this returns.
+    fn submit(&self, work: Vec<Work>);
 }

@@ -10,8 +10,8 @@ use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
 use crate::rawmem::{self, FileId, PeerMapping};
-use crate::segment::BufferDesc;
-use crate::transport::{OpenSegment, Transport, Work};
+use crate::segment::{BufferDesc, SegmentDesc};
+use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::{Opcode, SegmentHandle};
 
 /// (segment, buffer address, inode): a re-allocated buffer is a new key.
@@ -20,8 +20,27 @@ type MapKey = (SegmentHandle, u64, u64);
 pub(crate) struct ShmTransport {
     enabled: bool,
     host_id: String,
-    /// `None` remembers a failed attempt so we do not retry on every request.
+    /// `None` remembers a failed attempt so we do not retry on every submit.
     maps: Mutex<HashMap<MapKey, Option<Arc<PeerMapping>>>>,
+    /// Per segment: its mapped buffers, for the descriptor they came from.
+    views: Mutex<HashMap<SegmentHandle, Arc<View>>>,
+}
+
+/// A segment's shared buffers as mapped here.
+struct View {
+    desc: Arc<SegmentDesc>,
+    /// `(remote address, mapping)` of each buffer we could map.
+    bufs: Vec<(u64, Arc<PeerMapping>)>,
+}
+
+impl View {
+    /// Local address of `[remote, remote+len)`, if a mapped buffer holds it.
+    fn resolve(&self, remote: u64, len: usize) -> Option<usize> {
+        self.bufs.iter().find_map(|(base, map)| {
+            let off = usize::try_from(remote.checked_sub(*base)?).ok()?;
+            map.range(off, len)
+        })
+    }
 }
 
 impl ShmTransport {
@@ -29,7 +48,8 @@ impl ShmTransport {
         ShmTransport {
             enabled,
             host_id,
-            maps: Mutex::new(HashMap::new()),
+            maps: Mutex::default(),
+            views: Mutex::default(),
         }
     }
 
@@ -61,8 +81,8 @@ impl ShmTransport {
         mapped
     }
 
-    /// Local address of `[remote, remote+len)` in our mapping of the peer's buffer.
-    fn resolve(&self, segment: &OpenSegment, remote: u64, len: usize) -> Option<usize> {
+    /// The segment's view, rebuilt when its descriptor changed.
+    fn view(&self, segment: &OpenSegment) -> Option<Arc<View>> {
         if !self.enabled || segment.is_local {
             return None;
         }
@@ -70,9 +90,19 @@ impl ShmTransport {
         if desc.host_id.as_deref() != Some(self.host_id.as_str()) {
             return None;
         }
-        let buf = desc.find_buffer(remote, len as u64)?;
-        let map = self.mapping(segment, buf)?;
-        map.range((remote - buf.addr) as usize, len)
+        if let Some(v) = self.views.lock().get(&segment.handle) {
+            if Arc::ptr_eq(&v.desc, &desc) {
+                return Some(v.clone());
+            }
+        }
+        let bufs = desc
+            .buffers
+            .iter()
+            .filter_map(|b| Some((b.addr, self.mapping(segment, b)?)))
+            .collect();
+        let view = Arc::new(View { desc, bufs });
+        self.views.lock().insert(segment.handle, view.clone());
+        Some(view)
     }
 }
 
@@ -81,14 +111,30 @@ impl Transport for ShmTransport {
         "shm"
     }
 
-    fn serves(&self, segment: &OpenSegment, remote: u64, len: usize) -> bool {
-        self.resolve(segment, remote, len).is_some()
+    fn route(&self, segment: &OpenSegment) -> Option<Box<dyn Route>> {
+        let view = self.view(segment)?;
+        (!view.bufs.is_empty()).then(|| Box::new(ShmRoute { view }) as Box<dyn Route>)
     }
 
-    fn submit(&self, segment: &OpenSegment, work: Vec<Work>) {
+    fn close_segment(&self, segment: &OpenSegment) {
+        self.views.lock().remove(&segment.handle);
+        self.maps.lock().retain(|k, _| k.0 != segment.handle);
+    }
+}
+
+struct ShmRoute {
+    view: Arc<View>,
+}
+
+impl Route for ShmRoute {
+    fn serves(&self, remote: u64, len: usize) -> bool {
+        self.view.resolve(remote, len).is_some()
+    }
+
+    fn submit(&self, work: Vec<Work>) {
         for w in work {
             w.task.expect_slices(1);
-            let Some(mapped) = self.resolve(segment, w.remote, w.len) else {
+            let Some(mapped) = self.view.resolve(w.remote, w.len) else {
                 w.task
                     .slice_done(Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED));
                 continue;
@@ -102,9 +148,5 @@ impl Transport for ShmTransport {
             unsafe { rawmem::copy(dst, src, w.len) };
             w.task.slice_done(Ok(w.len));
         }
-    }
-
-    fn close_segment(&self, segment: &OpenSegment) {
-        self.maps.lock().retain(|k, _| k.0 != segment.handle);
     }
 }

@@ -28,7 +28,7 @@ use crate::batch::{Abort, Task};
 use crate::conn::{write_all_parts, FrameReader};
 use crate::frame::{Header, Kind, HEADER_LEN, MAX_DATA_FRAME};
 use crate::rawmem;
-use crate::transport::{OpenSegment, Transport, Work};
+use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::Opcode;
 
 pub(crate) struct TcpTransport {
@@ -85,18 +85,27 @@ impl Transport for TcpTransport {
         "tcp"
     }
 
-    fn serves(&self, segment: &OpenSegment, _remote: u64, _len: usize) -> bool {
-        segment.rpc_addr.is_some()
+    fn route(&self, segment: &OpenSegment) -> Option<Box<dyn Route>> {
+        let addr = segment.rpc_addr?;
+        Some(Box::new(TcpRoute {
+            peer: self.peer(addr),
+            slice_size: self.slice_size,
+        }))
+    }
+}
+
+struct TcpRoute {
+    peer: Arc<Peer>,
+    slice_size: usize,
+}
+
+impl Route for TcpRoute {
+    fn serves(&self, _remote: u64, _len: usize) -> bool {
+        true
     }
 
-    fn submit(&self, segment: &OpenSegment, work: Vec<Work>) {
-        let Some(addr) = segment.rpc_addr else {
-            for w in work {
-                w.task.fail(ErrorCode::ERR_INVALID_ARGUMENT);
-            }
-            return;
-        };
-        let peer = self.peer(addr);
+    fn submit(&self, work: Vec<Work>) {
+        let peer = &self.peer;
         let n = peer.slots.len();
         let mut per_conn: Vec<Vec<Slice>> = (0..n).map(|_| Vec::new()).collect();
         let mut next = peer.next.fetch_add(1, Ordering::Relaxed) % n;
@@ -126,7 +135,7 @@ impl Transport for TcpTransport {
                 // A send error hands the slices back; dropping them reports failure.
                 Ok(c) => drop(c.tx.send(slices)),
                 Err(e) => {
-                    tracing::warn!("tcp: cannot connect to {addr}: {e}");
+                    tracing::warn!("tcp: cannot connect to {}: {e}", peer.addr);
                     drop(slices);
                 }
             }
