@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use mooncake_common::size::{format_size, parse_size};
-use mooncake_store::client::{ClientConfig, ServiceConfig, StoreService};
+use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::master::server::MasterHandle;
 use mooncake_store::master::MasterConfig;
 
@@ -22,6 +22,8 @@ struct Cli {
 enum Cmd {
     /// Start a single-node cluster (master, metadata server, storage) and wait for Ctrl-C.
     Up(UpArgs),
+    /// Benchmarks: `bench store|rpc|baseline|memory`, or `bench --compare-reference`.
+    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Parser, Debug, Clone)]
@@ -99,6 +101,7 @@ impl Up {
             },
             host: args.host.clone(),
             port: args.port,
+            limits: ServiceLimits::default(),
         })?;
         Ok(Up {
             master,
@@ -136,6 +139,7 @@ pub fn main(argv: Vec<String>) -> i32 {
     crate::logging::init();
     match cli.command {
         Cmd::Up(args) => up(args),
+        Cmd::Bench(args) => crate::bench::main(*args),
     }
 }
 
