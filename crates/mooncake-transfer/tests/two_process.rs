@@ -525,7 +525,7 @@ fn dead_peer_is_not_written_through_its_old_mapping() {
 
 #[test]
 fn stalled_peer_times_out_then_recovers() {
-    let mut peer = Peer::spawn("P2PHANDSHAKE", "127.0.0.1", &[]);
+    let peer = Peer::spawn("P2PHANDSHAKE", "127.0.0.1", &[]);
     let e = engine("P2PHANDSHAKE", "127.0.0.1", true, Duration::from_secs(2));
     let seg = e.open_segment(&peer.name).unwrap();
     let local = local_buffer(&e, PEER_LEN);
