@@ -5,7 +5,7 @@
 use clap::{ArgAction, Parser};
 use mooncake_common::gflags::{normalize, parse_bool};
 use mooncake_common::size::{format_size, parse_size};
-use mooncake_store::client::{ClientConfig, ServiceConfig, StoreService};
+use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 
 #[derive(Parser, Debug)]
 #[command(name = "mooncake_client", rename_all = "snake_case")]
@@ -67,6 +67,7 @@ impl Args {
             },
             host: self.host.clone(),
             port: self.port,
+            limits: ServiceLimits::default(),
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use clap::{Parser, Subcommand};
 use mooncake_common::size::{format_size, parse_size};
-use mooncake_store::client::{ClientConfig, ServiceConfig, StoreService};
+use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::master::server::MasterHandle;
 use mooncake_store::master::MasterConfig;
 
@@ -101,6 +101,7 @@ impl Up {
             },
             host: args.host.clone(),
             port: args.port,
+            limits: ServiceLimits::default(),
         })?;
         Ok(Up {
             master,

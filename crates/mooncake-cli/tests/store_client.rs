@@ -3,14 +3,14 @@
 //! processes, and in-test pure clients. Ports are free loopback ports; every
 //! wait is bounded.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::ErrorCode;
-use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::client::{Client, ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::types::{ReplicaKind, ReplicateConfig};
 use mooncake_store::{MasterClient, MooncakeStore};
 
@@ -902,6 +902,72 @@ fn dummy_client_through_mooncake_client() {
     assert_eq!(code(dummy.get("d1")), ErrorCode::OBJECT_NOT_FOUND);
     dummy.free_to_mem_pool(p).unwrap();
     dummy.close().unwrap();
+}
+
+/// True when the peer closes `s` (EOF or reset) within a bounded wait.
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => true,
+        Ok(_) => panic!("unexpected bytes from the service"),
+        Err(_) => false,
+    }
+}
+
+/// True while `s` is open with nothing to read.
+fn still_open(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let r = s.peek(&mut [0u8; 1]);
+    s.set_nonblocking(false).unwrap();
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+#[test]
+fn dummy_service_bounds_connections_and_stalled_calls() {
+    let cluster = Cluster::start(&[]);
+    let service = StoreService::start(&ServiceConfig {
+        client: cluster.config(16 << 20, 0),
+        host: "127.0.0.1".into(),
+        port: 0,
+        limits: ServiceLimits {
+            max_connections: 3,
+            frame_timeout: Duration::from_secs(1),
+        },
+    })
+    .unwrap();
+    let addr = service.local_addr();
+    // Three idle connections fill the service; a fourth is closed at once.
+    let mut idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    let mut extra = TcpStream::connect(addr).unwrap();
+    assert!(
+        closed_by_peer(&mut extra),
+        "a connection over the cap was served"
+    );
+    // A call that declares 64 MiB and stalls after one byte is dropped...
+    let mut stalled = idle.pop().unwrap();
+    stalled.write_all(&(64u32 << 20).to_le_bytes()).unwrap();
+    stalled.write_all(&[1]).unwrap();
+    assert!(
+        closed_by_peer(&mut stalled),
+        "a stalled call kept its connection"
+    );
+    // ...while connections idle for longer than that stay open.
+    assert!(idle.iter().all(still_open));
+    // The freed slot serves a dummy.
+    let mut dummy = None;
+    eventually("a connection slot frees", || {
+        dummy = Client::setup_dummy(1 << 20, 1 << 20, &addr.to_string()).ok();
+        dummy.is_some()
+    });
+    let dummy = dummy.unwrap();
+    let cfg = ReplicateConfig::default();
+    dummy.put("capped", b"served", &cfg).unwrap();
+    assert_eq!(dummy.get("capped").unwrap(), b"served");
+    dummy.close().unwrap();
+    drop(idle);
+    service.stop();
 }
 
 #[test]

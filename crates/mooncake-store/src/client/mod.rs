@@ -27,7 +27,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 pub use config::ClientConfig;
 pub use rust_api::{MooncakeStore, StoreError};
-pub use service::{ServiceConfig, StoreService};
+pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
 use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
 use real::{Payload, RangeRead};

@@ -6,13 +6,20 @@
 //! names memory as offsets into that region. A session lives while any of
 //! the dummy's connections is open; when the last one closes the region is
 //! unregistered and unmapped.
+//!
+//! Each connection has a thread; at most [`ServiceLimits::max_connections`]
+//! are served at once and further ones are closed at accept. A connection may
+//! stay idle between calls for as long as it likes, but a call must arrive
+//! whole within [`ServiceLimits::frame_timeout`] of its first byte, and its
+//! buffer grows only as bytes arrive.
 
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
@@ -23,7 +30,7 @@ use super::real::{Payload, RangeRead, RealClient};
 use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
-use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
+use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
 
 /// Settings of `mooncake_client`.
 #[derive(Clone, Debug)]
@@ -33,7 +40,30 @@ pub struct ServiceConfig {
     /// Address dummy clients connect to (`--host`, `--port`).
     pub host: String,
     pub port: u16,
+    pub limits: ServiceLimits,
 }
+
+/// What dummy connections may cost the service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServiceLimits {
+    /// Connections served at once (one thread each); more are closed.
+    pub max_connections: usize,
+    /// Longest a call may take to arrive once its first byte has, and an
+    /// answer to be taken.
+    pub frame_timeout: Duration,
+}
+
+impl Default for ServiceLimits {
+    fn default() -> Self {
+        ServiceLimits {
+            max_connections: 1024,
+            frame_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Frame buffers larger than this are dropped after use.
+const SHRINK_ABOVE: usize = 1 << 20;
 
 struct Session {
     region: ShmRegion,
@@ -79,6 +109,9 @@ struct Inner {
     stopping: AtomicBool,
     streams: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
+    /// Connection threads running.
+    live: AtomicUsize,
+    limits: ServiceLimits,
 }
 
 /// A running `mooncake_client`.
@@ -109,6 +142,8 @@ impl StoreService {
             stopping: AtomicBool::new(false),
             streams: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(0),
+            live: AtomicUsize::new(0),
+            limits: config.limits,
         });
         let acc = inner.clone();
         let accept = std::thread::Builder::new()
@@ -189,20 +224,38 @@ fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
             return;
         }
         let Ok(stream) = stream else { continue };
+        if inner.live.load(Ordering::SeqCst) >= inner.limits.max_connections {
+            tracing::warn!(
+                peer = ?stream.peer_addr().ok(),
+                max = inner.limits.max_connections,
+                "too many dummy connections; closing a new one"
+            );
+            continue;
+        }
+        let timeout = Some(inner.limits.frame_timeout);
+        let set = stream
+            .set_read_timeout(timeout)
+            .and_then(|()| stream.set_write_timeout(timeout));
+        if set.is_err() {
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
         if let Ok(clone) = stream.try_clone() {
             inner.streams.lock().insert(id, clone);
         }
+        inner.live.fetch_add(1, Ordering::SeqCst);
         let conn_inner = inner.clone();
         let spawned = std::thread::Builder::new()
             .name("mooncake-client-conn".into())
             .spawn(move || {
                 serve(&conn_inner, stream);
                 conn_inner.streams.lock().remove(&id);
+                conn_inner.live.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
             inner.streams.lock().remove(&id);
+            inner.live.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -216,9 +269,10 @@ fn serve(inner: &Inner, stream: TcpStream) {
     let mut session: Option<Arc<Session>> = None;
     let mut buf = Vec::new();
     let mut out = Vec::new();
+    let limit = inner.limits.frame_timeout;
     loop {
-        if read_frame(&mut reader, &mut buf).is_err() {
-            return; // closed, or a frame length that cannot be trusted
+        if read_frame_within(&mut reader, &mut buf, limit, true).is_err() {
+            return; // closed, stalled, or a frame length that cannot be trusted
         }
         let resp = match decode_payload::<DummyRequest>(&buf) {
             Ok(req) => handle(inner, &mut session, req),
@@ -234,6 +288,13 @@ fn serve(inner: &Inner, stream: TcpStream) {
         }
         if write_frames(&mut writer, &out).is_err() {
             return;
+        }
+        // Do not keep a huge call's buffers for the life of the connection.
+        if buf.capacity() > SHRINK_ABOVE {
+            buf = Vec::new();
+        }
+        if out.capacity() > SHRINK_ABOVE {
+            out = Vec::new();
         }
     }
 }

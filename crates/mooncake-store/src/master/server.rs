@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::metadata::http_server;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
@@ -31,7 +31,7 @@ use super::config::MasterConfig;
 use super::http;
 use super::metrics::MasterMetrics;
 use super::service::MasterService;
-use crate::proto::frame::{decode_payload, encode_frame, frame_len, LEN_PREFIX};
+use crate::proto::frame::{decode_payload, encode_frame, read_frame_async};
 use crate::proto::{Request, Response};
 
 /// How often the timers run.
@@ -42,6 +42,9 @@ const MAX_CONNECTIONS: usize = 16 * 1024;
 const READ_BUFFER: usize = 64 * 1024;
 /// Frame buffers larger than this are dropped after use.
 const SHRINK_ABOVE: usize = 1 << 20;
+/// Longest a request may take to arrive once its first byte has, and an
+/// answer to be taken (`rpc_conn_timeout` when shorter).
+const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Milliseconds on a monotonic clock, from the master's start.
 #[derive(Debug, Clone, Copy)]
@@ -293,40 +296,29 @@ async fn serve_connection(
     let mut payload = Vec::new();
     let mut out = Vec::with_capacity(256);
     let idle = shared.config.rpc_conn_timeout;
+    let limit = idle.map_or(FRAME_TIMEOUT, |t| t.min(FRAME_TIMEOUT));
     loop {
-        let mut prefix = [0u8; LEN_PREFIX];
-        let next = async {
-            match idle {
-                Some(t) => tokio::time::timeout(t, stream.read_exact(&mut prefix))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(io::Error::new(io::ErrorKind::TimedOut, "idle connection"))
-                    }),
-                None => stream.read_exact(&mut prefix).await,
-            }
-        };
-        tokio::select! {
-            r = next => match r {
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e),
-            },
+        let next = read_frame_async(&mut stream, &mut payload, idle, limit);
+        let read = tokio::select! {
+            r = next => r,
             _ = stop.wait_for(|s| *s) => return Ok(()),
-        }
-        let len = match frame_len(prefix) {
-            Ok(len) => len,
-            Err(e) => {
-                // The stream cannot be resynchronised: say why, then close.
+        };
+        match read {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                // A bad length: the stream cannot be resynchronised. Say
+                // why, then close.
                 shared.metrics.observe_malformed();
                 let error = Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string());
                 out.clear();
                 encode_frame(&Response::Failed { error }, &mut out)?;
-                stream.get_mut().write_all(&out).await?;
+                write_within(&mut stream, &out, limit).await?;
                 return Err(e);
             }
-        };
-        payload.resize(len, 0);
-        stream.read_exact(&mut payload).await?;
+            Err(e) => return Err(e),
+        }
         let resp = match decode_payload::<Request<'_>>(&payload) {
             Ok(req) => handle(shared, req),
             Err(e) => {
@@ -340,7 +332,7 @@ async fn serve_connection(
             let error = Error::new(ErrorCode::INVALID_PARAMS, e.to_string());
             encode_frame(&Response::Failed { error }, &mut out)?;
         }
-        stream.get_mut().write_all(&out).await?;
+        write_within(&mut stream, &out, limit).await?;
         // Do not keep a huge batch's buffers for the life of the connection.
         if payload.capacity() > SHRINK_ABOVE {
             payload = Vec::new();
@@ -349,6 +341,17 @@ async fn serve_connection(
             out = Vec::with_capacity(256);
         }
     }
+}
+
+/// Writes an answer; a client that does not take it within `limit` is dropped.
+async fn write_within(
+    stream: &mut BufReader<TcpStream>,
+    out: &[u8],
+    limit: Duration,
+) -> io::Result<()> {
+    tokio::time::timeout(limit, stream.get_mut().write_all(out))
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "answer not taken in time"))?
 }
 
 fn handle(shared: &Shared, req: Request<'_>) -> Response {
