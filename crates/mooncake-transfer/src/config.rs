@@ -30,19 +30,26 @@ pub struct EngineConfig {
     pub max_rpc_port: u16,
     /// Largest control payload (handshake descriptor, notify) accepted (`MC_HANDSHAKE_MAX_LENGTH`).
     pub handshake_max_length: usize,
-    /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`).
+    /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`,
+    /// 1..=64). More connections keep more bytes in flight; 4 measured best
+    /// on a 2-core loopback (docs/benchmarks.md).
     pub tcp_connections: usize,
 }
 
 pub const DEFAULT_SLICE_SIZE: usize = 65536;
 pub const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
-pub const DEFAULT_TCP_CONNECTIONS: usize = 2;
+pub const DEFAULT_TCP_CONNECTIONS: usize = 4;
 
 impl EngineConfig {
     /// Defaults, then environment variables (`MC_*`) applied.
+    /// An empty `metadata_server` falls back to `MC_METADATA_SERVER`.
     pub fn new(metadata_server: &str, local_server_name: &str) -> EngineConfig {
-        let mut config = EngineConfig::defaults(metadata_server, local_server_name);
+        let metadata_server = match metadata_server.trim() {
+            "" => std::env::var("MC_METADATA_SERVER").unwrap_or_default(),
+            m => m.to_string(),
+        };
+        let mut config = EngineConfig::defaults(&metadata_server, local_server_name);
         config.apply_env(|k| std::env::var(k).ok());
         config
     }

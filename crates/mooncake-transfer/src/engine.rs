@@ -443,6 +443,9 @@ impl TransferEngine {
     }
 
     /// Blocks (no spinning) until every request of the batch is finished or timed out.
+    ///
+    /// A timed-out request stops touching local memory, but a timeout does
+    /// not undo it: bytes of a write already sent may still land at the target.
     pub fn wait_batch(&self, batch: BatchId) -> Result<TransferStatus> {
         Ok(self.inner.batch(batch)?.wait())
     }

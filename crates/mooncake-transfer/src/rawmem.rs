@@ -253,6 +253,41 @@ impl PeerMapping {
     }
 }
 
+/// Tells whether a peer process still runs (a pidfd), so that its mapped
+/// buffers are not used after it died: the mapping would keep the memory
+/// alive and writes would vanish silently.
+pub(crate) struct ProcessWatch {
+    fd: OwnedFd,
+}
+
+impl ProcessWatch {
+    pub(crate) fn open(pid: u32) -> io::Result<ProcessWatch> {
+        let pid =
+            libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: pidfd_open takes two integers and returns a new fd or -1.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh fd that nothing else owns.
+        Ok(ProcessWatch {
+            fd: unsafe { OwnedFd::from_raw_fd(raw as i32) },
+        })
+    }
+
+    /// False once the process has exited (its pidfd turns readable).
+    pub(crate) fn is_alive(&self) -> bool {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no waiting.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +334,18 @@ mod tests {
         assert_eq!(&owner[100..116], &src);
         assert_eq!(owner[99], 0);
         assert_eq!(owner[116], 0);
+    }
+
+    #[test]
+    fn process_watch_sees_exit() {
+        let me = ProcessWatch::open(std::process::id()).unwrap();
+        assert!(me.is_alive());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let watch = ProcessWatch::open(child.id()).unwrap();
+        child.wait().unwrap();
+        assert!(!watch.is_alive());
+        assert!(ProcessWatch::open(u32::MAX).is_err());
+        assert!(ProcessWatch::open(0).is_err());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
-use crate::rawmem::{self, FileId, PeerMapping};
+use crate::rawmem::{self, FileId, PeerMapping, ProcessWatch};
 use crate::segment::{BufferDesc, SegmentDesc};
 use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::{Opcode, SegmentHandle};
@@ -29,6 +29,9 @@ pub(crate) struct ShmTransport {
 /// A segment's shared buffers as mapped here.
 struct View {
     desc: Arc<SegmentDesc>,
+    /// The owner process; once it exits the view is dropped and requests go
+    /// to TCP, which fails them, as for any dead peer.
+    owner: Option<ProcessWatch>,
     /// `(remote address, mapping)` of each buffer we could map.
     bufs: Vec<(u64, Arc<PeerMapping>)>,
 }
@@ -81,7 +84,8 @@ impl ShmTransport {
         mapped
     }
 
-    /// The segment's view, rebuilt when its descriptor changed.
+    /// The segment's view, rebuilt when its descriptor changed; `None` when
+    /// shared memory cannot serve the segment (other host, owner gone, …).
     fn view(&self, segment: &OpenSegment) -> Option<Arc<View>> {
         if !self.enabled || segment.is_local {
             return None;
@@ -90,19 +94,43 @@ impl ShmTransport {
         if desc.host_id.as_deref() != Some(self.host_id.as_str()) {
             return None;
         }
-        if let Some(v) = self.views.lock().get(&segment.handle) {
-            if Arc::ptr_eq(&v.desc, &desc) {
-                return Some(v.clone());
+        {
+            let mut views = self.views.lock();
+            if let Some(v) = views.get(&segment.handle) {
+                if Arc::ptr_eq(&v.desc, &desc) {
+                    if v.owner.as_ref().is_some_and(ProcessWatch::is_alive) {
+                        return Some(v.clone());
+                    }
+                    if !v.bufs.is_empty() {
+                        // The owner died: unmap its memory, remember the verdict.
+                        let dead = View {
+                            desc: v.desc.clone(),
+                            owner: None,
+                            bufs: Vec::new(),
+                        };
+                        views.insert(segment.handle, Arc::new(dead));
+                        self.maps.lock().retain(|k, _| k.0 != segment.handle);
+                    }
+                    return None;
+                }
             }
         }
-        let bufs = desc
+        let bufs: Vec<_> = desc
             .buffers
             .iter()
             .filter_map(|b| Some((b.addr, self.mapping(segment, b)?)))
             .collect();
-        let view = Arc::new(View { desc, bufs });
+        let pid = desc
+            .buffers
+            .iter()
+            .find_map(|b| b.shm.as_ref().map(|s| s.pid));
+        let owner = pid.and_then(|pid| ProcessWatch::open(pid).ok());
+        let view = Arc::new(View { desc, owner, bufs });
         self.views.lock().insert(segment.handle, view.clone());
-        Some(view)
+        view.owner
+            .as_ref()
+            .is_some_and(ProcessWatch::is_alive)
+            .then_some(view)
     }
 }
 
