@@ -1346,27 +1346,40 @@ impl PyStore {
         Ok(d)
     }
 
-    /// Keys whose replicas were cleared. This master keeps no separate
-    /// per-segment replica state to clear, so none are.
+    /// Keys whose replicas on `segment_name` (all replicas when empty) were
+    /// dropped; objects still leased are kept. Any failure is `[]`.
     #[pyo3(signature = (keys, segment_name = String::new()))]
-    fn batch_replica_clear(&self, keys: Vec<Key>, segment_name: String) -> Vec<String> {
-        let _ = (keys, segment_name);
-        Vec::new()
+    fn batch_replica_clear(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        segment_name: String,
+    ) -> Vec<String> {
+        let keys = self::keys(keys);
+        match self.live() {
+            Some(live) if !keys.is_empty() => py
+                .allow_threads(|| live.client.batch_replica_clear(&keys, &segment_name))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
     }
 
-    /// `((hi, lo), code)`. Copy tasks need master support this cluster does
-    /// not have: a missing key is -704, anything else -1011
-    /// (UNAVAILABLE_IN_CURRENT_MODE).
+    /// `((hi, lo), 0)` for a queued copy of `key` onto each of `targets`
+    /// (segment names); `((0, 0), code)` on failure.
     fn create_copy_task(
         &self,
         py: Python<'_>,
         key: Key,
         targets: Vec<String>,
     ) -> ((u64, u64), i32) {
-        let _ = targets;
-        ((0, 0), self.task_unavailable(py, &key.0))
+        let Some(live) = self.live() else {
+            return ((0, 0), NOT_READY);
+        };
+        task_answer(py.allow_threads(|| live.client.create_copy_task(&key.0, &targets)))
     }
 
+    /// `((hi, lo), 0)` for a queued move of `key`'s replica on `source` to
+    /// `target`; `((0, 0), code)` on failure.
     fn create_move_task(
         &self,
         py: Python<'_>,
@@ -1374,30 +1387,42 @@ impl PyStore {
         source: String,
         target: String,
     ) -> ((u64, u64), i32) {
-        let _ = (source, target);
-        ((0, 0), self.task_unavailable(py, &key.0))
+        let Some(live) = self.live() else {
+            return ((0, 0), NOT_READY);
+        };
+        task_answer(py.allow_threads(|| live.client.create_move_task(&key.0, &source, &target)))
     }
 
-    /// `(QueryTaskResponse | None, code)`; no task exists here, so
-    /// `(None, -1400)` (TASK_NOT_FOUND).
-    fn query_task(&self, task_id: (u64, u64)) -> (Option<QueryTaskResponse>, i32) {
-        let _ = task_id;
-        (None, ErrorCode::TASK_NOT_FOUND.code())
+    /// `(QueryTaskResponse, 0)`, or `(None, code)` (-1400 for an unknown task).
+    fn query_task(&self, py: Python<'_>, task_id: (u64, u64)) -> (Option<QueryTaskResponse>, i32) {
+        let Some(live) = self.live() else {
+            return (None, NOT_READY);
+        };
+        let id = join_uuid(task_id);
+        match py.allow_threads(|| live.client.query_task(id)) {
+            Ok(info) => (Some(QueryTaskResponse::from(info)), 0),
+            Err(e) => (None, code(&e)),
+        }
+    }
+}
+
+/// A 128-bit id as the reference's Python shows a UUID: `(high, low)`.
+fn split_uuid(id: u128) -> (u64, u64) {
+    ((id >> 64) as u64, id as u64)
+}
+
+fn join_uuid((hi, lo): (u64, u64)) -> u128 {
+    (u128::from(hi) << 64) | u128::from(lo)
+}
+
+fn task_answer(r: Result<u128, Error>) -> ((u64, u64), i32) {
+    match r {
+        Ok(id) => (split_uuid(id), 0),
+        Err(e) => ((0, 0), code(&e)),
     }
 }
 
 impl PyStore {
-    fn task_unavailable(&self, py: Python<'_>, key: &str) -> i32 {
-        let Some(live) = self.live() else {
-            return NOT_READY;
-        };
-        match py.allow_threads(|| live.client.is_exist(key)) {
-            Ok(true) => ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code(),
-            Ok(false) => NOT_FOUND,
-            Err(e) => code(&e),
-        }
-    }
-
     fn setup_dict(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> i32 {
         let (Some(local_hostname), Some(metadata_server)) = (
             dict_str(d, "local_hostname"),
@@ -1556,8 +1581,47 @@ pub struct QueryTaskResponse {
     pub message: String,
 }
 
+impl From<mooncake_store::types::TaskInfo> for QueryTaskResponse {
+    fn from(t: mooncake_store::types::TaskInfo) -> Self {
+        use mooncake_store::types::{TaskStatus as S, TaskType as T};
+        QueryTaskResponse {
+            id: split_uuid(t.id),
+            r#type: match t.task_type {
+                T::ReplicaCopy => TaskType::REPLICA_COPY,
+                T::ReplicaMove => TaskType::REPLICA_MOVE,
+            },
+            status: match t.status {
+                S::Pending => TaskStatus::PENDING,
+                S::Processing => TaskStatus::PROCESSING,
+                S::Success => TaskStatus::SUCCESS,
+                S::Failed => TaskStatus::FAILED,
+            },
+            created_at_ms_epoch: t.created_at_ms_epoch,
+            last_updated_at_ms_epoch: t.last_updated_at_ms_epoch,
+            assigned_client: split_uuid(t.assigned_client),
+            message: t.message,
+        }
+    }
+}
+
 #[pymethods]
 impl QueryTaskResponse {
+    /// As the reference prints it: ids as `hi-lo`, enums as numbers.
+    fn __repr__(&self) -> String {
+        format!(
+            "QueryTaskResponse(id={}-{}, type={}, status={}, created_at={}, last_updated_at={}, assigned_client={}-{}, message=\"{}\")",
+            self.id.0,
+            self.id.1,
+            self.r#type as i64,
+            self.status as i64,
+            self.created_at_ms_epoch,
+            self.last_updated_at_ms_epoch,
+            self.assigned_client.0,
+            self.assigned_client.1,
+            self.message
+        )
+    }
+
     #[new]
     fn new() -> Self {
         QueryTaskResponse {
