@@ -18,6 +18,11 @@
 //! check the inode, so nothing is left behind in `/dev/shm` when a process is
 //! killed. [`PeerMapping`] is such a peer's mapping; it only ever hands out
 //! addresses after a bounds check.
+//!
+//! A shared file that shrinks under a mapping turns the next access into
+//! SIGBUS, so regions are sealed against resizing (`F_SEAL_SHRINK |
+//! F_SEAL_GROW`, then `F_SEAL_SEAL`) before they are published, and a peer
+//! maps only files that carry `F_SEAL_SHRINK` (which also proves a memfd).
 
 use std::ffi::CString;
 use std::io;
@@ -168,7 +173,9 @@ impl SharedRegion {
         let cname = CString::new(name)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
         // SAFETY: memfd_create reads the NUL-terminated name and returns a new fd.
-        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        let raw = unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -176,6 +183,11 @@ impl SharedRegion {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // SAFETY: ftruncate on our own fd.
         if unsafe { libc::ftruncate(fd.as_raw_fd(), file_len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own fd with integer arguments.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(io::Error::last_os_error());
         }
         let map = Mapping::map_shared(&fd, file_len)?;
@@ -223,6 +235,16 @@ impl PeerMapping {
             .write(true)
             .open(&path)?;
         let owned = OwnedFd::from(file);
+        // Sealed against shrinking first, so the size checked below holds
+        // for the mapping's whole life.
+        // SAFETY: fcntl on an fd we own, no pointers.
+        let seals = unsafe { libc::fcntl(owned.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("{path} is not a memfd sealed against shrinking"),
+            ));
+        }
         let id = file_id(&owned)?;
         if id.dev != expect.dev || id.ino != expect.ino {
             return Err(io::Error::new(
@@ -346,6 +368,42 @@ mod tests {
         assert!(!watch.is_alive());
         assert!(ProcessWatch::open(u32::MAX).is_err());
         assert!(ProcessWatch::open(0).is_err());
+    }
+
+    #[test]
+    fn shared_region_cannot_be_resized() {
+        let r = SharedRegion::create("sealed", 8192).unwrap();
+        // Any process that can open the fd (a peer, the owner) tries.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", r.raw_fd()))
+            .unwrap();
+        assert!(f.set_len(0).is_err(), "a published region shrank");
+        assert!(f.set_len(1 << 20).is_err(), "a published region grew");
+        assert_eq!(f.metadata().unwrap().len(), 8192);
+    }
+
+    #[test]
+    fn peer_mapping_requires_a_shrink_seal() {
+        let pid = std::process::id();
+        // An unsealed memfd: anyone holding it could shrink it under us.
+        let name = CString::new("unsealed").unwrap();
+        // SAFETY: memfd_create reads the name and returns a new fd.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: `raw` is a fresh fd nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate on our own fd.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), 4096) }, 0);
+        let id = file_id(&fd).unwrap();
+        assert!(PeerMapping::open(pid, fd.as_raw_fd(), id, 4096).is_err());
+        // A regular file, whatever its published identity.
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        let fd = OwnedFd::from(file);
+        let id = file_id(&fd).unwrap();
+        assert!(PeerMapping::open(pid, fd.as_raw_fd(), id, 4096).is_err());
     }
 
     #[test]

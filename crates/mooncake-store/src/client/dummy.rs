@@ -27,10 +27,33 @@ use super::shm::ShmRegion;
 use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
 use super::{Backend, BufferHandle};
-use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the dummy waits for the service before a call fails with
+/// `RPC_FAIL` (and its connection is dropped).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    /// Connect and `Hello` (the reference gives up after about 6 s).
+    pub hello: Duration,
+    /// Any other call, which may wait for the master and a transfer.
+    pub call: Duration,
+}
+
+impl Timeouts {
+    /// A call may take two master round trips (30 s each at most) and
+    /// transfers bounded by `MC_TRANSFER_TIMEOUT`, as the service sees them.
+    pub fn from_env() -> Timeouts {
+        let mut engine = mooncake_transfer::EngineConfig::defaults("", "");
+        engine.apply_env(|k| std::env::var(k).ok());
+        Timeouts {
+            hello: Duration::from_secs(6),
+            call: Duration::from_secs(60) + 2 * engine.transfer_timeout,
+        }
+    }
+}
 
 /// A window `[off, off+len)` of the shared region.
 struct SubRegion {
@@ -52,6 +75,8 @@ struct Conn {
     reader: BufReader<TcpStream>,
     writer: BufWriter<TcpStream>,
     buf: Vec<u8>,
+    /// The answer deadline; the socket's read timeout matches it.
+    timeout: Duration,
 }
 
 pub(crate) struct DummyClient {
@@ -62,6 +87,7 @@ pub(crate) struct DummyClient {
     registry: BufferRegistry,
     pool_allocs: Mutex<HashMap<usize, StagingBuf>>,
     idle: Mutex<Vec<Conn>>,
+    timeouts: Timeouts,
     session: u64,
     client_id: ClientId,
     hostname: String,
@@ -72,7 +98,7 @@ fn rpc_fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::RPC_FAIL, what.to_string())
 }
 
-fn open_conn(server: &str) -> Result<Conn> {
+fn open_conn(server: &str, timeout: Duration) -> Result<Conn> {
     use std::net::ToSocketAddrs;
     let addr = server
         .to_socket_addrs()
@@ -89,24 +115,39 @@ fn open_conn(server: &str) -> Result<Conn> {
                 format!("{server:?} resolves to nothing"),
             )
         })?;
-    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT.min(timeout))
         .map_err(|e| rpc_fail(format!("{server}: {e}")))?;
     let _ = stream.set_nodelay(true);
     let read = stream.try_clone().map_err(rpc_fail)?;
-    Ok(Conn {
+    let mut conn = Conn {
         reader: BufReader::new(read),
         writer: BufWriter::new(stream),
         buf: Vec::new(),
-    })
+        timeout,
+    };
+    conn.set_timeout(timeout)?;
+    Ok(conn)
 }
 
 impl Conn {
+    fn set_timeout(&mut self, timeout: Duration) -> Result<()> {
+        let s = self.writer.get_ref();
+        s.set_read_timeout(Some(timeout))
+            .and_then(|()| s.set_write_timeout(Some(timeout)))
+            .map_err(rpc_fail)?;
+        self.timeout = timeout;
+        Ok(())
+    }
+
+    /// One call. Any failure leaves the stream out of step: the caller
+    /// drops the connection.
     fn call(&mut self, req: &DummyRequest) -> Result<DummyResponse> {
         let mut out = Vec::new();
         encode_frame(req, &mut out)
             .map_err(|e| Error::new(ErrorCode::SERIALIZE_FAIL, e.to_string()))?;
         write_frames(&mut self.writer, &out).map_err(rpc_fail)?;
-        read_frame(&mut self.reader, &mut self.buf).map_err(rpc_fail)?;
+        read_frame_within(&mut self.reader, &mut self.buf, self.timeout, false)
+            .map_err(|e| rpc_fail(format!("no answer from the store service: {e}")))?;
         Ok(decode_payload::<DummyResponse>(&self.buf)?)
     }
 }
@@ -129,6 +170,20 @@ impl DummyClient {
         local_buffer_size: u64,
         server: &str,
     ) -> Result<DummyClient> {
+        Self::connect_with(
+            mem_pool_size,
+            local_buffer_size,
+            server,
+            Timeouts::from_env(),
+        )
+    }
+
+    pub(crate) fn connect_with(
+        mem_pool_size: u64,
+        local_buffer_size: u64,
+        server: &str,
+        timeouts: Timeouts,
+    ) -> Result<DummyClient> {
         let to_usize = |v: u64| {
             usize::try_from(v).map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "size too large"))
         };
@@ -143,12 +198,14 @@ impl DummyClient {
                 )
             })?;
         let region = Arc::new(ShmRegion::create(total)?);
-        let hello = open_conn(server).and_then(|mut conn| {
+        let hello = open_conn(server, timeouts.hello).and_then(|mut conn| {
             let r = conn.call(&DummyRequest::Hello {
                 shm_name: region.name().to_owned(),
                 region_len: total as u64,
             });
-            r.and_then(session_of).map(|s| (conn, s))
+            let session = r.and_then(session_of)?;
+            conn.set_timeout(timeouts.call)?;
+            Ok((conn, session))
         });
         // Mapped by the real client (or refused): the name is no longer needed.
         region.unlink();
@@ -173,6 +230,7 @@ impl DummyClient {
             registry: BufferRegistry::new(),
             pool_allocs: Mutex::new(HashMap::new()),
             idle: Mutex::new(vec![conn]),
+            timeouts,
             session,
             client_id,
             hostname,
@@ -191,7 +249,7 @@ impl DummyClient {
         let mut conn = match conn {
             Some(c) => c,
             None => {
-                let mut c = open_conn(&self.server)?;
+                let mut c = open_conn(&self.server, self.timeouts.call)?;
                 session_of(c.call(&DummyRequest::Attach {
                     session: self.session,
                 })?)?;
@@ -605,6 +663,44 @@ impl Backend for DummyClient {
             other => Err(unexpected(&other)),
         }
     }
+
+    fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId> {
+        match self.call(&DummyRequest::CreateCopyTask {
+            key: key.to_owned(),
+            targets: targets.to_vec(),
+        })? {
+            DummyResponse::Task { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId> {
+        match self.call(&DummyRequest::CreateMoveTask {
+            key: key.to_owned(),
+            source: source.to_owned(),
+            target: target.to_owned(),
+        })? {
+            DummyResponse::Task { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
+        match self.call(&DummyRequest::QueryTask { id })? {
+            DummyResponse::TaskState { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
+        match self.call(&DummyRequest::BatchReplicaClear {
+            keys: keys.to_vec(),
+            segment_name: segment_name.to_owned(),
+        })? {
+            DummyResponse::Keys { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
 }
 
 /// How many bytes of a `size`-byte object land in each destination part,
@@ -654,7 +750,81 @@ fn spread<T>(
 
 #[cfg(test)]
 mod tests {
-    use super::filled_lens;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+
+    use super::*;
+    use crate::proto::frame::read_frame;
+
+    /// A store service that answers `Hello` (when `hello`) and then never
+    /// answers anything, on any connection.
+    fn wedged_service(hello: bool) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let mut keep = Vec::new();
+            for (n, s) in l.incoming().enumerate() {
+                let Ok(mut s) = s else { return };
+                if hello && n == 0 {
+                    let mut buf = Vec::new();
+                    read_frame(&mut s, &mut buf).unwrap();
+                    let mut out = Vec::new();
+                    let answer = DummyResponse::Session {
+                        session: 1,
+                        client_id: 7,
+                        hostname: "wedged".into(),
+                    };
+                    encode_frame(&answer, &mut out).unwrap();
+                    write_frames(&mut s, &out).unwrap();
+                }
+                keep.push(s);
+            }
+        });
+        addr
+    }
+
+    /// Runs `f` on a thread; panics if it has not returned in 60 s.
+    fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("call still blocked: no timeout")
+    }
+
+    const SHORT: Timeouts = Timeouts {
+        hello: Duration::from_millis(300),
+        call: Duration::from_millis(300),
+    };
+
+    #[test]
+    fn silent_service_fails_setup_with_rpc_fail() {
+        let addr = wedged_service(false);
+        let r = bounded(move || DummyClient::connect_with(4096, 4096, &addr, SHORT).map(drop));
+        assert_eq!(r.unwrap_err().code, ErrorCode::RPC_FAIL);
+    }
+
+    #[test]
+    fn service_wedged_mid_session_fails_calls_with_rpc_fail() {
+        let addr = wedged_service(true);
+        let dummy = Arc::new(DummyClient::connect_with(4096, 4096, &addr, SHORT).unwrap());
+        assert_eq!(dummy.hostname(), "wedged");
+        for _ in 0..2 {
+            // The first call times out on the Hello connection (dropped);
+            // the second on a fresh one whose Attach gets no answer.
+            let d = dummy.clone();
+            let r = bounded(move || d.health_check());
+            assert_eq!(r.unwrap_err().code, ErrorCode::RPC_FAIL);
+            assert!(
+                dummy.idle.lock().is_empty(),
+                "a timed-out connection was kept"
+            );
+        }
+        let d = dummy.clone();
+        let sizes = bounded(move || d.get_size(&["k".into()]));
+        assert_eq!(sizes[0].as_ref().unwrap_err().code, ErrorCode::RPC_FAIL);
+    }
 
     #[test]
     fn parts_fill_in_order_and_never_past_their_length() {
