@@ -28,7 +28,7 @@ use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
 use super::{Backend, BufferHandle};
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -660,6 +660,44 @@ impl Backend for DummyClient {
             keys: keys.to_vec(),
         })? {
             DummyResponse::Replicas { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId> {
+        match self.call(&DummyRequest::CreateCopyTask {
+            key: key.to_owned(),
+            targets: targets.to_vec(),
+        })? {
+            DummyResponse::Task { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId> {
+        match self.call(&DummyRequest::CreateMoveTask {
+            key: key.to_owned(),
+            source: source.to_owned(),
+            target: target.to_owned(),
+        })? {
+            DummyResponse::Task { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
+        match self.call(&DummyRequest::QueryTask { id })? {
+            DummyResponse::TaskState { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
+        match self.call(&DummyRequest::BatchReplicaClear {
+            keys: keys.to_vec(),
+            segment_name: segment_name.to_owned(),
+        })? {
+            DummyResponse::Keys { result } => result,
             other => Err(unexpected(&other)),
         }
     }

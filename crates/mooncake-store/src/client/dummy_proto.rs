@@ -9,7 +9,7 @@ use mooncake_common::{Error, Result};
 
 use crate::proto::messages::wire_enum;
 use crate::proto::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
 
 /// `len` bytes at `off` in the shared region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +69,10 @@ wire_enum! {
         10 => RemoveAll { force: bool },
         11 => ReplicaDesc { keys: Vec<String> },
         12 => Health {},
+        13 => CreateCopyTask { key: String, targets: Vec<String> },
+        14 => CreateMoveTask { key: String, source: String, target: String },
+        15 => QueryTask { id: TaskId },
+        16 => BatchReplicaClear { keys: Vec<String>, segment_name: String },
     }
 }
 
@@ -83,6 +87,9 @@ wire_enum! {
         5 => Bools { result: Result<Vec<Result<bool>>> },
         6 => Count { result: Result<u64> },
         7 => Replicas { result: Result<Vec<Result<Vec<ReplicaDesc>>>> },
+        8 => Task { result: Result<TaskId> },
+        9 => TaskState { result: Result<TaskInfo> },
+        10 => Keys { result: Result<Vec<String>> },
     }
 }
 

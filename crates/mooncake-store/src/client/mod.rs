@@ -29,7 +29,7 @@ pub use config::ClientConfig;
 pub use rust_api::{MooncakeStore, StoreError};
 pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig};
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
 use real::{Payload, RangeRead};
 use staging::StagingBuf;
 use validate::same_len;
@@ -139,6 +139,11 @@ pub(crate) trait Backend: Send + Sync {
     fn remove_by_regex(&self, pattern: &str, force: bool) -> Result<u64>;
     fn remove_all(&self, force: bool) -> Result<u64>;
     fn replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>>;
+
+    fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId>;
+    fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId>;
+    fn query_task(&self, id: TaskId) -> Result<TaskInfo>;
+    fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>>;
 }
 
 /// A Mooncake Store client. Cheap to clone; every method blocks and may be
@@ -158,9 +163,9 @@ impl Client {
     /// engine, allocates the staging pool (`local_buffer_size`) and mounts
     /// `global_segment_size` bytes of shared memory as this node's segment.
     pub fn setup(config: &ClientConfig) -> Result<Client> {
-        Ok(Client {
-            inner: Arc::new(real::RealClient::setup(config)?),
-        })
+        let client = Arc::new(real::RealClient::setup(config)?);
+        client.start_executor();
+        Ok(Client { inner: client })
     }
 
     /// Starts a dummy client that forwards to the `mooncake_client` at
@@ -628,5 +633,30 @@ impl Client {
 
     pub fn batch_get_replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
         self.inner.replica_desc(keys)
+    }
+
+    // ---- replica tasks ----------------------------------------------------
+
+    /// Asks the master to copy `key` onto each of `targets` (mounted segment
+    /// names); the client owning the first target does the copy. Returns the
+    /// task id to follow with [`query_task`](Self::query_task).
+    pub fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId> {
+        self.inner.create_copy_task(key, targets)
+    }
+
+    /// Asks the master to move `key`'s replica on segment `source` to `target`.
+    pub fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId> {
+        self.inner.create_move_task(key, source, target)
+    }
+
+    /// A task's state (`TASK_NOT_FOUND` for unknown or long-finished ids).
+    pub fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
+        self.inner.query_task(id)
+    }
+
+    /// Drops the replicas on `segment_name` (every replica when it is empty)
+    /// of those `keys` whose lease has expired; returns the keys cleared.
+    pub fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
+        self.inner.batch_replica_clear(keys, segment_name)
     }
 }

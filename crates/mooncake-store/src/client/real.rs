@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -22,7 +22,10 @@ use super::staging::{StagingBuf, StagingPool};
 use super::validate::{validate_key, validate_read_key, validate_value_len};
 use super::BufferHandle;
 use crate::master_client::MasterClient;
-use crate::types::{ClientId, MemoryDescriptor, ReplicaDesc, ReplicateConfig, SegmentInfo};
+use crate::types::{
+    ClientId, MemoryDescriptor, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment, TaskId,
+    TaskInfo,
+};
 
 /// Largest single buffer one mounted segment uses; bigger contributions are
 /// mounted as several segments so each stays one shared-memory mapping of
@@ -31,6 +34,11 @@ pub const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
 /// How often the client tells the master it is alive (well under any sane
 /// `client_ttl`).
 pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a client holding a segment asks the master for copy and move
+/// tasks to execute.
+pub const TASK_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Tasks taken per poll; the rest wait for the next one.
+const TASKS_PER_POLL: u32 = 16;
 /// Port range the reference picks from when `local_hostname` has no port.
 const AUTO_PORT_RANGE: std::ops::Range<u16> = 12300..14300;
 
@@ -86,6 +94,7 @@ pub(crate) struct RealClient {
     local_memcpy: bool,
     closed: AtomicBool,
     heartbeat: Mutex<Option<Heartbeat>>,
+    executor: Mutex<Option<Worker>>,
 }
 
 fn closed_err() -> Error {
@@ -138,6 +147,7 @@ impl RealClient {
             local_memcpy: env_flag("MC_STORE_MEMCPY", true),
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
+            executor: Mutex::new(None),
         };
         // Introduce ourselves (a pure client mounts nothing), then mount.
         match client.master.ping(id) {
@@ -201,6 +211,9 @@ impl RealClient {
         }
         if let Some(hb) = self.heartbeat.lock().take() {
             hb.stop();
+        }
+        if let Some(ex) = self.executor.lock().take() {
+            ex.stop();
         }
         self.unmount_all();
         Ok(())
@@ -975,6 +988,131 @@ impl RealClient {
         Ok((start + len - addr) as u64)
     }
 
+    // ---- copy and move tasks --------------------------------------------
+
+    /// Starts the thread executing the copy and move tasks the master assigns
+    /// to this client, if it holds a segment. Call once the client is shared;
+    /// the thread holds it weakly and ends with it (or at `close`).
+    pub fn start_executor(self: &Arc<Self>) {
+        if self.segments.is_empty() {
+            return;
+        }
+        let weak: Weak<RealClient> = Arc::downgrade(self);
+        let worker = Worker::spawn("mooncake-tasks", TASK_POLL_INTERVAL, move || {
+            match weak.upgrade() {
+                Some(client) if !client.closed.load(Ordering::Relaxed) => {
+                    client.run_tasks();
+                    true
+                }
+                _ => false,
+            }
+        });
+        *self.executor.lock() = Some(worker);
+    }
+
+    /// Executes the tasks waiting for this client and reports each outcome.
+    fn run_tasks(&self) {
+        let tasks = match self.master.fetch_tasks(self.id, TASKS_PER_POLL) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(error = %e, "fetch_tasks failed");
+                return;
+            }
+        };
+        for task in tasks {
+            let outcome = self.execute_task(&task);
+            let message = match &outcome {
+                Ok(()) => String::new(),
+                Err(e) => {
+                    tracing::warn!(task = %format!("{:032x}", task.id), key = %task.key, error = %e, "task failed");
+                    e.to_string()
+                }
+            };
+            if let Err(e) =
+                self.master
+                    .mark_task_complete(self.id, task.id, outcome.is_ok(), &message)
+            {
+                tracing::warn!(error = %e, "mark_task_complete failed");
+            }
+        }
+    }
+
+    /// Copies `task.key` onto the task's targets: new replicas are allocated
+    /// by the master, filled from an existing replica, then published (a
+    /// move's source replica goes at that point) or revoked.
+    fn execute_task(&self, task: &TaskAssignment) -> Result<()> {
+        // Looking the replicas up first leases them for the copy.
+        let sources = self
+            .lookup(std::slice::from_ref(&task.key))
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty lookup")))?;
+        let fresh =
+            self.master
+                .replica_transfer_start(self.id, &task.key, &task.source, &task.targets)?;
+        if fresh.is_empty() {
+            return Ok(()); // every target already held a replica
+        }
+        let filled = self.fill_replicas(&sources, &fresh);
+        let published = filled.and_then(|()| self.master.replica_transfer_end(self.id, &task.key));
+        if let Err(e) = published {
+            if let Err(r) = self.master.replica_transfer_revoke(self.id, &task.key) {
+                tracing::warn!(key = %task.key, error = %r, "replica_transfer_revoke failed");
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Writes the object held by `sources` (ranked replicas) into the new
+    /// replicas `fresh`: those in this client's segments are read in one
+    /// engine batch (memcpy for an own source); any other target is then
+    /// written from the first local copy.
+    fn fill_replicas(&self, sources: &[MemoryDescriptor], fresh: &[ReplicaDesc]) -> Result<()> {
+        let size = sources[0].size;
+        let targets: Vec<&MemoryDescriptor> =
+            fresh.iter().filter_map(ReplicaDesc::memory).collect();
+        if targets.len() != fresh.len() || targets.iter().any(|t| t.size != size) {
+            return Err(Error::new(
+                ErrorCode::INVALID_REPLICA,
+                format!("master allocated replicas that do not fit the {size} byte object"),
+            ));
+        }
+        if size == 0 {
+            return Ok(());
+        }
+        let len = usize::try_from(size)
+            .map_err(|_| Error::new(ErrorCode::INVALID_REPLICA, "object too large"))?;
+        let (local, remote): (Vec<&MemoryDescriptor>, Vec<&MemoryDescriptor>) = targets
+            .into_iter()
+            .partition(|t| self.own_range(t.buffer_address, t.size));
+        let Some(first) = local.first() else {
+            return Err(Error::new(
+                ErrorCode::INVALID_REPLICA,
+                "no new replica lies in this client's segments",
+            ));
+        };
+        let frags: Vec<Frag> = local
+            .iter()
+            .map(|t| Frag {
+                src_off: 0,
+                dst: t.buffer_address as usize,
+                len,
+            })
+            .collect();
+        self.fetch(&[(sources, frags)]).pop().unwrap_or(Ok(()))?;
+        let mut requests = Vec::with_capacity(remote.len());
+        for t in remote {
+            requests.push(TransferRequest {
+                opcode: Opcode::Write,
+                source: first.buffer_address as usize,
+                target_id: self.handle(&t.transport_endpoint)?,
+                target_offset: t.buffer_address,
+                length: len,
+            });
+        }
+        self.run_transfers(&requests, &[]).into_iter().collect()
+    }
+
     // ---- metadata -----------------------------------------------------
 
     pub fn get_replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
@@ -1089,6 +1227,22 @@ impl super::Backend for RealClient {
     fn replica_desc(&self, keys: &[String]) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
         self.get_replica_desc(keys)
     }
+    fn create_copy_task(&self, key: &str, targets: &[String]) -> Result<TaskId> {
+        self.check_open()?;
+        self.master.create_copy_task(key, targets)
+    }
+    fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId> {
+        self.check_open()?;
+        self.master.create_move_task(key, source, target)
+    }
+    fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
+        self.check_open()?;
+        self.master.query_task(id)
+    }
+    fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
+        self.check_open()?;
+        self.master.batch_replica_clear(self.id, keys, segment_name)
+    }
 }
 
 /// One fragment of a ranged read, flattened from the buffer-major shape.
@@ -1162,6 +1316,45 @@ fn start_engine(config: &ClientConfig) -> Result<TransferEngine> {
         }
     }
     Err(last)
+}
+
+/// A background thread running `tick` every `interval` until it returns
+/// false or the worker is stopped.
+struct Worker {
+    stop: mpsc::Sender<()>,
+    join: JoinHandle<()>,
+}
+
+impl Worker {
+    fn spawn(
+        name: &str,
+        interval: Duration,
+        mut tick: impl FnMut() -> bool + Send + 'static,
+    ) -> Worker {
+        let (stop, rx) = mpsc::channel::<()>();
+        let join = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || loop {
+                match rx.recv_timeout(interval) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                if !tick() {
+                    return;
+                }
+            })
+            .expect("spawn worker thread");
+        Worker { stop, join }
+    }
+
+    /// Stops the thread and waits for it, unless called from the thread
+    /// itself (the executor may drop the client's last reference).
+    fn stop(self) {
+        let _ = self.stop.send(());
+        if self.join.thread().id() != std::thread::current().id() {
+            let _ = self.join.join();
+        }
+    }
 }
 
 /// The background thread that pings the master every

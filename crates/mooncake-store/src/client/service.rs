@@ -125,6 +125,7 @@ impl StoreService {
     /// Starts the real client (mounting its segment) and listens for dummies.
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
         let client = Arc::new(RealClient::setup(&config.client)?);
+        client.start_executor();
         let listener = TcpListener::bind((config.host.as_str(), config.port)).map_err(|e| {
             Error::new(
                 ErrorCode::ERR_SOCKET,
@@ -350,6 +351,22 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
         },
         DummyRequest::ReplicaDesc { keys } => DummyResponse::Replicas {
             result: client.replica_desc(&keys),
+        },
+        DummyRequest::CreateCopyTask { key, targets } => DummyResponse::Task {
+            result: client.create_copy_task(&key, &targets),
+        },
+        DummyRequest::CreateMoveTask {
+            key,
+            source,
+            target,
+        } => DummyResponse::Task {
+            result: client.create_move_task(&key, &source, &target),
+        },
+        DummyRequest::QueryTask { id } => DummyResponse::TaskState {
+            result: client.query_task(id),
+        },
+        DummyRequest::BatchReplicaClear { keys, segment_name } => DummyResponse::Keys {
+            result: client.batch_replica_clear(&keys, &segment_name),
         },
         DummyRequest::Write {
             upsert,
