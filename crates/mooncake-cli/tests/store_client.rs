@@ -5,12 +5,15 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::ErrorCode;
+use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, ClientConfig, ServiceConfig, ServiceLimits, StoreService};
+use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::types::{ReplicaKind, ReplicateConfig};
 use mooncake_store::{MasterClient, MooncakeStore};
 
@@ -805,10 +808,42 @@ fn concurrent_put_get_remove_match_a_model() {
     }
 }
 
+/// Says Hello to the service at `addr` for `len` bytes of `fd` named `name`.
+fn hello(addr: &str, name: &str, fd: i32, len: u64) -> DummyResponse {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut out = Vec::new();
+    let req = DummyRequest::Hello {
+        shm_name: name.into(),
+        region_len: len,
+        pid: std::process::id(),
+        fd,
+    };
+    encode_frame(&req, &mut out).unwrap();
+    s.write_all(&out).unwrap();
+    let mut buf = Vec::new();
+    read_frame(&mut s, &mut buf).unwrap();
+    decode_payload(&buf).unwrap()
+}
+
 #[test]
 fn dummy_client_through_mooncake_client() {
     let cluster = Cluster::start(&[]);
     let s = cluster.storage("32MB");
+    // The service maps only a memfd sealed against shrinking: a region a
+    // dummy could truncate would SIGBUS the service (and every dummy).
+    let name = format!("mooncake-dummy-{}-unsealed", std::process::id());
+    let cname = std::ffi::CString::new(name.clone()).unwrap();
+    // SAFETY: memfd_create reads the NUL-terminated name, returns a new fd.
+    let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(raw >= 0);
+    // SAFETY: `raw` is a fresh fd nothing else owns.
+    let unsealed = unsafe { std::fs::File::from_raw_fd(raw) };
+    unsealed.set_len(1 << 20).unwrap();
+    match hello(&s.dummy_addr, &name, unsealed.as_raw_fd(), 1 << 20) {
+        DummyResponse::Unit { result: Err(e) } => assert_eq!(e.code, ErrorCode::INVALID_PARAMS),
+        other => panic!("an unsealed region was accepted: {other:?}"),
+    }
     let dummy = Client::setup_dummy(8 << 20, 8 << 20, &s.dummy_addr).unwrap();
     assert_eq!(dummy.get_hostname(), s.segment);
     dummy.health_check().unwrap();

@@ -202,13 +202,13 @@ impl DummyClient {
             let r = conn.call(&DummyRequest::Hello {
                 shm_name: region.name().to_owned(),
                 region_len: total as u64,
+                pid: std::process::id(),
+                fd: region.raw_fd(),
             });
             let session = r.and_then(session_of)?;
             conn.set_timeout(timeouts.call)?;
             Ok((conn, session))
         });
-        // Mapped by the real client (or refused): the name is no longer needed.
-        region.unlink();
         let (conn, (session, client_id, hostname)) = hello?;
         let sub = |off, len| -> Option<StagingPool> {
             (len > 0).then(|| {

@@ -54,8 +54,9 @@ wire_enum! {
     /// A dummy client's call.
     #[derive(Debug, Clone, PartialEq, Eq)]
     pub enum DummyRequest {
-        /// First call of a dummy: map this `/dev/shm` region.
-        1 => Hello { shm_name: String, region_len: u64 },
+        /// First call of a dummy: map the sealed memfd `shm_name` that
+        /// process `pid` holds as `fd`.
+        1 => Hello { shm_name: String, region_len: u64, pid: u32, fd: i32 },
         /// Further connections of the same dummy join its session.
         2 => Attach { session: u64 },
         3 => Write { upsert: bool, config: ReplicateConfig, items: Vec<WriteItem> },
@@ -125,6 +126,13 @@ mod tests {
             decode_payload::<DummyRequest>(&frame[LEN_PREFIX..]).unwrap(),
             req
         );
+        let hello = DummyRequest::Hello {
+            shm_name: "mooncake-dummy-1-2".into(),
+            region_len: 1 << 20,
+            pid: 4242,
+            fd: 17,
+        };
+        assert_eq!(DummyRequest::from_bytes(&hello.to_bytes()).unwrap(), hello);
         let resp = DummyResponse::Counts {
             result: Ok(vec![
                 Ok(5),

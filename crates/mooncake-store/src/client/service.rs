@@ -1,9 +1,9 @@
 //! The standalone store service (`mooncake_client`): a real client that
 //! owns the segment and serves dummy clients on the same host.
 //!
-//! Each dummy shares one `/dev/shm` region at its first call; the service
-//! maps it, registers it with its engine, and from then on every dummy call
-//! names memory as offsets into that region. A session lives while any of
+//! Each dummy shares one sealed memfd region at its first call (see
+//! [`super::shm`]); the service maps it, registers it with its engine, and
+//! from then on every dummy call names memory as offsets into that region. A session lives while any of
 //! the dummy's connections is open; when the last one closes the region is
 //! unregistered and unmapped.
 //!
@@ -306,7 +306,9 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
         DummyRequest::Hello {
             shm_name,
             region_len,
-        } => match hello(inner, session, &shm_name, region_len) {
+            pid,
+            fd,
+        } => match hello(inner, session, pid, fd, &shm_name, region_len) {
             Ok(id) => DummyResponse::Session {
                 session: id,
                 client_id: client.client_id(),
@@ -487,6 +489,8 @@ fn no_session() -> DummyResponse {
 fn hello(
     inner: &Inner,
     session: &mut Option<Arc<Session>>,
+    pid: u32,
+    fd: i32,
     shm_name: &str,
     region_len: u64,
 ) -> Result<u64> {
@@ -504,7 +508,7 @@ fn hello(
     }
     let len = usize::try_from(region_len)
         .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "region too large"))?;
-    let region = ShmRegion::open(shm_name, len)?;
+    let region = ShmRegion::open(pid, fd, shm_name, len)?;
     inner.client.register_buffer(region.addr(), len)?;
     let s = Arc::new(Session {
         region,

@@ -1,122 +1,140 @@
 //! Shared-memory regions between a dummy client and the real client on the
-//! same host. The dummy creates a file under `/dev/shm`, maps it, and tells
-//! the real client its name; the real client maps the same pages, registers
-//! them with its engine and moves object bytes in and out of them, so the
-//! bytes never travel through the RPC socket. The dummy unlinks the name as
-//! soon as the real client has mapped it, so a crash leaks nothing.
+//! same host. The dummy creates an anonymous memfd, seals its size, maps it
+//! and tells the real client its pid, fd and name; the real client opens it
+//! through `/proc/<pid>/fd/<fd>`, maps the same pages, registers them with
+//! its engine and moves object bytes in and out of them, so the bytes never
+//! travel through the RPC socket. Nothing is ever named in `/dev/shm`, so a
+//! crash leaks nothing.
+//!
+//! A shared file that shrinks under a mapping turns the next access into
+//! SIGBUS. The region is sealed against resizing before it is shared, and the
+//! real client maps only a memfd that carries `F_SEAL_SHRINK`, so one buggy
+//! or hostile dummy cannot crash the service that every dummy shares.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsRawFd, FromRawFd};
 
 use memmap2::MmapMut;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::staging::Region;
 
-const SHM_DIR: &str = "/dev/shm";
 const NAME_PREFIX: &str = "mooncake-dummy-";
 
-/// A shared mapping of a `/dev/shm` file.
+/// A shared mapping of a sealed memfd.
 pub struct ShmRegion {
     map: MmapMut,
     name: String,
+    /// Kept open so the peer can reach it through `/proc`.
+    file: File,
 }
 
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
-    Error::new(
-        ErrorCode::INTERNAL_ERROR,
-        format!("{what} {}: {e}", path.display()),
-    )
+fn os_err(what: &str, e: std::io::Error) -> Error {
+    Error::new(ErrorCode::INTERNAL_ERROR, format!("{what}: {e}"))
+}
+
+fn refuse(msg: String) -> Error {
+    Error::new(ErrorCode::INVALID_PARAMS, msg)
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = name.starts_with(NAME_PREFIX)
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(refuse(format!("not a dummy-client region name: {name:?}")))
+    }
 }
 
 impl ShmRegion {
-    /// Creates a fresh zeroed region of `len` bytes readable only by this user.
+    /// Creates a fresh zeroed region of `len` bytes whose size can never
+    /// change.
     pub fn create(len: usize) -> Result<ShmRegion> {
         if len == 0 {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "shared memory region of 0 bytes",
-            ));
+            return Err(refuse("shared memory region of 0 bytes".into()));
         }
         let name = format!(
             "{NAME_PREFIX}{}-{:016x}",
             std::process::id(),
             rand::random::<u64>()
         );
-        let path = Path::new(SHM_DIR).join(&name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| io_err("create", &path, e))?;
-        let sized = file
-            .set_len(len as u64)
-            .map_err(|e| io_err("size", &path, e));
-        // SAFETY: the file was just created by us with exactly `len` bytes;
-        // other mappers (the real client) only read and write bytes, never
-        // truncate it.
-        let map = sized
-            .and_then(|()| unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err("map", &path, e)));
-        match map {
-            Ok(map) => Ok(ShmRegion { map, name }),
-            Err(e) => {
-                let _ = std::fs::remove_file(&path);
-                Err(e)
-            }
+        let cname = CString::new(name.as_str()).expect("generated name has no NUL");
+        // SAFETY: memfd_create reads the NUL-terminated name and returns a new fd.
+        let raw = unsafe {
+            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if raw < 0 {
+            return Err(os_err("memfd_create", std::io::Error::last_os_error()));
         }
+        // SAFETY: `raw` is a fresh fd that nothing else owns.
+        let file = unsafe { File::from_raw_fd(raw) };
+        file.set_len(len as u64)
+            .map_err(|e| os_err("size the region", e))?;
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own fd with integer arguments.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(os_err("seal the region", std::io::Error::last_os_error()));
+        }
+        // SAFETY: the file is exactly `len` bytes and sealed against
+        // shrinking, so every page of the mapping stays backed.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| os_err("map the region", e))?;
+        Ok(ShmRegion { map, name, file })
     }
 
-    /// Maps a region another process created with [`create`](Self::create).
-    /// Only names this module generates are accepted, and the file must be
-    /// exactly `len` bytes.
-    pub fn open(name: &str, len: usize) -> Result<ShmRegion> {
-        let path = Self::path_of(name)?;
+    /// Maps the region `name` that process `pid` created with
+    /// [`create`](Self::create) and holds as `fd`. Refused unless that fd
+    /// is the memfd of that name, sealed against shrinking and exactly
+    /// `len` bytes long.
+    pub fn open(pid: u32, fd: i32, name: &str, len: usize) -> Result<ShmRegion> {
+        check_name(name)?;
+        if fd < 0 || len == 0 {
+            return Err(refuse(format!("bad region fd {fd} or length {len}")));
+        }
+        let path = format!("/proc/{pid}/fd/{fd}");
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| io_err("open", &path, e))?;
-        let actual = file.metadata().map_err(|e| io_err("stat", &path, e))?.len();
-        if actual != len as u64 || len == 0 {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("{} has {actual} bytes, expected {len}", path.display()),
-            ));
+            .map_err(|e| refuse(format!("open {path}: {e}")))?;
+        // What we opened, not what the path names now: no race with the peer.
+        let target = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .map_err(|e| os_err("readlink", e))?;
+        if target.as_os_str() != format!("/memfd:{name} (deleted)").as_str() {
+            return Err(refuse(format!(
+                "{path} is {}, not the region {name}",
+                target.display()
+            )));
         }
-        // SAFETY: the size was checked above; the creator never truncates the
-        // file while either side has it mapped.
-        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| io_err("map", &path, e))?;
+        // Sealed first, so the size checked below holds for the mapping's life.
+        // SAFETY: fcntl on an fd we own, no pointers.
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(refuse(format!("{name} is not sealed against shrinking")));
+        }
+        let actual = file.metadata().map_err(|e| os_err("stat", e))?.len();
+        if actual != len as u64 {
+            return Err(refuse(format!("{name} has {actual} bytes, expected {len}")));
+        }
+        // SAFETY: the memfd is `len` bytes and can no longer shrink (sealed
+        // above), so every page of the mapping stays backed.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| os_err("map the region", e))?;
         Ok(ShmRegion {
             map,
             name: name.to_owned(),
+            file,
         })
-    }
-
-    fn path_of(name: &str) -> Result<PathBuf> {
-        let ok = name.starts_with(NAME_PREFIX)
-            && name.len() <= 128
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("not a dummy-client region name: {name:?}"),
-            ));
-        }
-        Ok(Path::new(SHM_DIR).join(name))
     }
 
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Removes the name; existing mappings stay valid.
-    pub fn unlink(&self) {
-        if let Ok(path) = Self::path_of(&self.name) {
-            let _ = std::fs::remove_file(path);
-        }
+    /// The fd a peer opens through `/proc/<pid>/fd/<fd>`.
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
     }
 }
 
@@ -133,43 +151,77 @@ impl Region for ShmRegion {
 mod tests {
     use super::*;
 
+    fn me() -> u32 {
+        std::process::id()
+    }
+
     #[test]
     fn two_mappings_share_bytes() {
         let a = ShmRegion::create(8192).unwrap();
-        let b = ShmRegion::open(a.name(), 8192).unwrap();
-        a.unlink();
+        let b = ShmRegion::open(me(), a.raw_fd(), a.name(), 8192).unwrap();
         // SAFETY: both mappings are 8192 bytes long and alive here.
         unsafe {
             *(a.addr() as *mut u8).add(100) = 42;
             assert_eq!(*(b.addr() as *const u8).add(100), 42);
         }
-        assert!(
-            ShmRegion::open(a.name(), 8192).is_err(),
-            "name is gone after unlink"
-        );
     }
 
     #[test]
-    fn rejects_foreign_names_and_wrong_sizes() {
+    fn region_cannot_be_resized_by_anyone() {
+        let a = ShmRegion::create(8192).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", a.raw_fd()))
+            .unwrap();
+        assert!(f.set_len(0).is_err(), "the region shrank");
+        assert!(f.set_len(1 << 20).is_err(), "the region grew");
+        assert_eq!(f.metadata().unwrap().len(), 8192);
+    }
+
+    #[test]
+    fn rejects_foreign_names_files_and_sizes() {
+        let a = ShmRegion::create(4096).unwrap();
+        let code = |r: Result<ShmRegion>| r.err().expect("refused").code;
         for bad in [
             "../etc/passwd",
             "/dev/shm/x",
-            "mooncake-dummy-../../x",
+            "mooncake-dummy-../x",
             "other",
             "",
         ] {
             assert_eq!(
-                ShmRegion::open(bad, 4096).err().unwrap().code,
+                code(ShmRegion::open(me(), a.raw_fd(), bad, 4096)),
                 ErrorCode::INVALID_PARAMS,
                 "{bad}"
             );
         }
-        let a = ShmRegion::create(4096).unwrap();
-        assert_eq!(
-            ShmRegion::open(a.name(), 8192).err().unwrap().code,
-            ErrorCode::INVALID_PARAMS
-        );
-        a.unlink();
+        let other = ShmRegion::create(4096).unwrap();
+        let inval = |r| assert_eq!(code(r), ErrorCode::INVALID_PARAMS);
+        inval(ShmRegion::open(me(), a.raw_fd(), other.name(), 4096));
+        inval(ShmRegion::open(me(), a.raw_fd(), a.name(), 8192));
+        inval(ShmRegion::open(me(), a.raw_fd(), a.name(), 0));
+        inval(ShmRegion::open(me(), -1, a.name(), 4096));
+        inval(ShmRegion::open(me(), 1_000_000, a.name(), 4096));
+        inval(ShmRegion::open(u32::MAX, a.raw_fd(), a.name(), 4096));
+        // A memfd with the right name but no seals could shrink under us.
+        let cname = CString::new(format!("{NAME_PREFIX}unsealed")).unwrap();
+        // SAFETY: memfd_create reads the name and returns a new fd.
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0);
+        // SAFETY: `raw` is a fresh fd nothing else owns.
+        let unsealed = unsafe { File::from_raw_fd(raw) };
+        unsealed.set_len(4096).unwrap();
+        inval(ShmRegion::open(
+            me(),
+            unsealed.as_raw_fd(),
+            &format!("{NAME_PREFIX}unsealed"),
+            4096,
+        ));
+        // A regular file (the old /dev/shm scheme) is refused too.
+        let plain = tempfile::tempfile().unwrap();
+        plain.set_len(4096).unwrap();
+        inval(ShmRegion::open(me(), plain.as_raw_fd(), a.name(), 4096));
         assert!(ShmRegion::create(0).is_err());
     }
 }
