@@ -295,19 +295,24 @@ impl Batch {
             TransferState::Waiting => 1,
             _ => 0,
         };
-        let aborts: Vec<_> = {
-            let tasks = self.tasks.lock();
-            let aborts = tasks.iter().filter_map(|t| t.expire_if_due(now)).collect();
-            for t in tasks.iter() {
-                let s = t.status();
-                agg.transferred_bytes += s.transferred_bytes;
-                if rank(s.state) > rank(agg.state) {
-                    agg.state = s.state;
-                    agg.error = s.error;
-                }
+        // Expire what is due outside the tasks lock: settling wakes waiters,
+        // and `wait` takes the tasks lock while holding the wake lock.
+        let due: Vec<Arc<Task>> = self
+            .tasks
+            .lock()
+            .iter()
+            .filter(|t| t.is_live() && now >= t.deadline)
+            .cloned()
+            .collect();
+        let aborts: Vec<_> = due.iter().filter_map(|t| t.expire_if_due(now)).collect();
+        for t in self.tasks.lock().iter() {
+            let s = t.status();
+            agg.transferred_bytes += s.transferred_bytes;
+            if rank(s.state) > rank(agg.state) {
+                agg.state = s.state;
+                agg.error = s.error;
             }
-            aborts
-        };
+        }
         // Outside the lock: aborting fails in-flight slices, which report back.
         for a in aborts {
             a.abort();
@@ -474,6 +479,37 @@ mod tests {
         b.add_tasks(0, now, Some(Box::new(move |ok| f.lock().push(ok))))
             .unwrap();
         assert_eq!(*fired.lock(), vec![true, true]);
+    }
+
+    /// `wait` and a status poller race to expire the same deadline; neither
+    /// may block the other (regression: lock-order inversion).
+    #[test]
+    fn waiting_and_polling_through_a_timeout_do_not_deadlock() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for _ in 0..200 {
+                let b = Arc::new(Batch::new(2, Duration::from_micros(200)));
+                let tasks = b.add_tasks(2, Instant::now(), None).unwrap();
+                for t in &tasks {
+                    t.expect_slices(1);
+                }
+                let poller = {
+                    let b = b.clone();
+                    std::thread::spawn(move || {
+                        while b.status(Instant::now()).state == TransferState::Waiting {}
+                    })
+                };
+                assert_eq!(b.wait().state, TransferState::Timeout);
+                poller.join().unwrap();
+                for t in tasks {
+                    t.slice_done(Ok(1));
+                }
+                b.prepare_free().unwrap();
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(Duration::from_secs(120))
+            .expect("no deadlock");
     }
 
     #[test]
