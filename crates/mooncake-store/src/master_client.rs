@@ -39,9 +39,13 @@ struct Inner {
 }
 
 struct Connection {
-    stream: TcpStream,
+    /// Buffered so an answer usually takes one read system call.
+    stream: io::BufReader<TcpStream>,
     buf: Vec<u8>,
 }
+
+/// Read buffer per pooled connection: most answers arrive in one read.
+const READ_BUFFER: usize = 16 << 10;
 
 fn rpc_fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::RPC_FAIL, what.to_string())
@@ -458,7 +462,7 @@ impl Inner {
                         continue;
                     }
                     return Ok(Connection {
-                        stream,
+                        stream: io::BufReader::with_capacity(READ_BUFFER, stream),
                         buf: Vec::new(),
                     });
                 }
@@ -475,7 +479,7 @@ impl Inner {
 
 impl Connection {
     fn round_trip(&mut self, frame: &[u8]) -> io::Result<()> {
-        write_frames(&mut self.stream, frame)?;
+        write_frames(&mut self.stream.get_ref(), frame)?;
         read_frame(&mut self.stream, &mut self.buf)
     }
 }

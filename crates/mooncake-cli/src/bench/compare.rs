@@ -134,11 +134,22 @@ fn imports(venv: &Path, module: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// The current `PATH` with `venv/bin` first (build backends run tools such
+/// as `maturin` from `PATH`).
+fn path_with(venv: &Path) -> std::ffi::OsString {
+    let mut dirs = vec![venv.join("bin")];
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
 fn pip(venv: &Path, args: &[&str], what: &str, log: Option<&Path>) -> Result<(), String> {
     run(
         Command::new(venv_python(venv))
             .args(["-m", "pip", "install", "--disable-pip-version-check"])
-            .args(args),
+            .args(args)
+            .env("PATH", path_with(venv)),
         what,
         log,
     )
