@@ -134,7 +134,8 @@ def test_tasks_and_replica_clear(store):
     task, code = store.create_move_task("task-k", "a", "b")
     assert task == (0, 0) and code < 0
     assert store.query_task((0, 0)) == (None, -1400)
-    assert store.batch_replica_clear(["task-k"]) == []
+    assert store.get("task-k") == b"x"
+    assert store.batch_replica_clear(["task-k"]) == [], "leased by the read"
 
 
 # ---- concurrency -----------------------------------------------------------------

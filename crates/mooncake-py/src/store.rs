@@ -91,7 +91,7 @@ fn rust_cfg(cfg: Option<PyRef<'_, ReplicateConfig>>) -> Result<types::ReplicateC
 struct Live {
     client: Client,
     /// Registered by the script (validated then): addr -> length.
-    registered: Mutex<BTreeMap<usize, usize>>,
+    registered: Mutex<mem::Regions>,
     /// Handed out by `alloc_from_mem_pool`: addr -> length.
     pool: Mutex<BTreeMap<usize, usize>>,
 }
@@ -106,7 +106,10 @@ fn region_containing(map: &BTreeMap<usize, usize>, addr: usize) -> Option<(usize
 impl Live {
     /// End of the vouched-for region that contains `addr`.
     fn region_end(&self, addr: usize) -> Option<usize> {
-        let r = region_containing(&self.registered.lock(), addr)
+        let r = self
+            .registered
+            .lock()
+            .containing(addr)
             .or_else(|| region_containing(&self.pool.lock(), addr));
         r.map(|(a, l)| a + l)
     }
@@ -171,17 +174,25 @@ fn exist_code(r: Result<bool, Error>) -> i32 {
     }
 }
 
-/// Copies `src` into caller memory checked writable by `classify`.
-fn copy_out(addr: usize, src: &[u8]) {
-    // SAFETY: callers checked `addr..addr+src.len()` is writable memory of
-    // this process (`Mem::Copy`, or inside a vouched-for region).
+/// Copies `src` into caller memory.
+///
+/// # Safety
+/// `classify(live, addr, n, Access::Write)` with `n >= src.len()` must have
+/// answered `Direct` or `Copy` during the current call (so the range is
+/// registered, pool or writable mapped memory of this process).
+unsafe fn copy_out(addr: usize, src: &[u8]) {
+    // SAFETY: guaranteed by the caller.
     unsafe { mem::copy_to(addr, src) }
 }
 
-/// Borrows caller memory checked readable by `classify`.
-fn view(addr: usize, len: usize) -> &'static [u8] {
-    // SAFETY: callers checked the range is readable memory of this process;
-    // the slice is used only during the call that checked it.
+/// Borrows `len` bytes of caller memory for the rest of the current call.
+///
+/// # Safety
+/// `classify(live, addr, len, Access::Read)` must have answered `Direct` or
+/// `Copy` during the current call, and the slice must not outlive it (the
+/// script may free the memory afterwards).
+unsafe fn view<'a>(addr: usize, len: usize) -> &'a [u8] {
+    // SAFETY: guaranteed by the caller.
     unsafe { mem::slice_at(addr, len) }
 }
 
@@ -222,7 +233,7 @@ impl PyStore {
                 Ok(client) => {
                     let live = Live {
                         client,
-                        registered: Mutex::new(BTreeMap::new()),
+                        registered: Mutex::new(mem::Regions::default()),
                         pool: Mutex::new(BTreeMap::new()),
                     };
                     *self.state.write() = Some(Arc::new(live));
@@ -276,8 +287,15 @@ impl PyStore {
         py.allow_threads(|| match classify(&live, addr, size, Access::Read) {
             Mem::Direct if upsert => status(live.client.upsert_from(key, addr, size, &cfg)),
             Mem::Direct => status(live.client.put_from(key, addr, size, &cfg)),
-            Mem::Copy if upsert => status(live.client.upsert(key, view(addr, size), &cfg)),
-            Mem::Copy => status(live.client.put(key, view(addr, size), &cfg)),
+            Mem::Copy => {
+                // SAFETY: `classify` just answered `Copy` for this range.
+                let v = unsafe { view(addr, size) };
+                status(if upsert {
+                    live.client.upsert(key, v, &cfg)
+                } else {
+                    live.client.put(key, v, &cfg)
+                })
+            }
             Mem::Bad => INVALID,
         })
     }
@@ -331,7 +349,11 @@ impl PyStore {
             }
             if !copied.is_empty() {
                 let k: Vec<String> = copied.iter().map(|&i| keys[i].clone()).collect();
-                let v: Vec<&[u8]> = copied.iter().map(|&i| view(addrs[i], sizes[i])).collect();
+                let v: Vec<&[u8]> = copied
+                    .iter()
+                    // SAFETY: `classify` answered `Copy` for each copied range above.
+                    .map(|&i| unsafe { view(addrs[i], sizes[i]) })
+                    .collect();
                 let r = if upsert {
                     live.client.upsert_batch(&k, &v, &cfg)
                 } else {
@@ -622,7 +644,7 @@ impl PyStore {
         let addr = buffer_ptr.usize();
         py.allow_threads(|| match live.client.unregister_buffer(addr) {
             Ok(()) => {
-                live.registered.lock().remove(&addr);
+                live.registered.lock().remove(addr);
                 0
             }
             Err(_) => INVALID,
@@ -986,10 +1008,12 @@ impl PyStore {
                     live.client
                         .put_from_with_metadata(&key.0, d.0, m.0, d.1, m.1, &cfg),
                 ),
-                _ => status(
-                    live.client
-                        .put_parts(&key.0, &[view(m.0, m.1), view(d.0, d.1)], &cfg),
-                ),
+                _ => {
+                    // SAFETY: `classify` answered `Direct` or `Copy` for both
+                    // ranges just above.
+                    let (mv, dv) = unsafe { (view(m.0, m.1), view(d.0, d.1)) };
+                    status(live.client.put_parts(&key.0, &[mv, dv], &cfg))
+                }
             }
         })
     }
@@ -1013,7 +1037,8 @@ impl PyStore {
             },
             Mem::Copy => match live.client.get(&key.0) {
                 Ok(v) if v.len() <= len => {
-                    copy_out(addr, &v);
+                    // SAFETY: `classify` answered `Copy` for `len >= v.len()` bytes.
+                    unsafe { copy_out(addr, &v) };
                     v.len() as i64
                 }
                 Ok(_) => INVALID as i64,
@@ -1110,7 +1135,8 @@ impl PyStore {
                 for (r, &i) in live.client.get_batch(&k).into_iter().zip(&copied) {
                     out[i] = match r {
                         Ok(v) if v.len() <= lens[i] => {
-                            copy_out(addrs[i], &v);
+                            // SAFETY: `classify` answered `Copy` for `lens[i] >= v.len()` bytes.
+                            unsafe { copy_out(addrs[i], &v) };
                             v.len() as i64
                         }
                         Ok(_) => INVALID as i64,
@@ -1174,7 +1200,8 @@ impl PyStore {
                     let parts: Vec<&[u8]> = addrs[i]
                         .iter()
                         .zip(&sizes[i])
-                        .map(|(&a, &s)| view(a, s))
+                        // SAFETY: `classify` answered `Direct` or `Copy` for every part above.
+                        .map(|(&a, &s)| unsafe { view(a, s) })
                         .collect();
                     status(live.client.put_parts(&keys[i], &parts, &cfg))
                 };
@@ -1235,7 +1262,9 @@ impl PyStore {
                             let mut rest: &[u8] = &v;
                             for (&a, &s) in addrs[i].iter().zip(&sizes[i]) {
                                 let take = s.min(rest.len());
-                                copy_out(a, &rest[..take]);
+                                // SAFETY: `classify` answered `Direct` or `Copy`
+                                // for `s >= take` bytes at `a` above.
+                                unsafe { copy_out(a, &rest[..take]) };
                                 rest = &rest[take..];
                             }
                             v.len() as i64
@@ -1346,27 +1375,40 @@ impl PyStore {
         Ok(d)
     }
 
-    /// Keys whose replicas were cleared. This master keeps no separate
-    /// per-segment replica state to clear, so none are.
+    /// Keys whose replicas on `segment_name` (all replicas when empty) were
+    /// dropped; objects still leased are kept. Any failure is `[]`.
     #[pyo3(signature = (keys, segment_name = String::new()))]
-    fn batch_replica_clear(&self, keys: Vec<Key>, segment_name: String) -> Vec<String> {
-        let _ = (keys, segment_name);
-        Vec::new()
+    fn batch_replica_clear(
+        &self,
+        py: Python<'_>,
+        keys: Vec<Key>,
+        segment_name: String,
+    ) -> Vec<String> {
+        let keys = self::keys(keys);
+        match self.live() {
+            Some(live) if !keys.is_empty() => py
+                .allow_threads(|| live.client.batch_replica_clear(&keys, &segment_name))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
     }
 
-    /// `((hi, lo), code)`. Copy tasks need master support this cluster does
-    /// not have: a missing key is -704, anything else -1011
-    /// (UNAVAILABLE_IN_CURRENT_MODE).
+    /// `((hi, lo), 0)` for a queued copy of `key` onto each of `targets`
+    /// (segment names); `((0, 0), code)` on failure.
     fn create_copy_task(
         &self,
         py: Python<'_>,
         key: Key,
         targets: Vec<String>,
     ) -> ((u64, u64), i32) {
-        let _ = targets;
-        ((0, 0), self.task_unavailable(py, &key.0))
+        let Some(live) = self.live() else {
+            return ((0, 0), NOT_READY);
+        };
+        task_answer(py.allow_threads(|| live.client.create_copy_task(&key.0, &targets)))
     }
 
+    /// `((hi, lo), 0)` for a queued move of `key`'s replica on `source` to
+    /// `target`; `((0, 0), code)` on failure.
     fn create_move_task(
         &self,
         py: Python<'_>,
@@ -1374,30 +1416,42 @@ impl PyStore {
         source: String,
         target: String,
     ) -> ((u64, u64), i32) {
-        let _ = (source, target);
-        ((0, 0), self.task_unavailable(py, &key.0))
+        let Some(live) = self.live() else {
+            return ((0, 0), NOT_READY);
+        };
+        task_answer(py.allow_threads(|| live.client.create_move_task(&key.0, &source, &target)))
     }
 
-    /// `(QueryTaskResponse | None, code)`; no task exists here, so
-    /// `(None, -1400)` (TASK_NOT_FOUND).
-    fn query_task(&self, task_id: (u64, u64)) -> (Option<QueryTaskResponse>, i32) {
-        let _ = task_id;
-        (None, ErrorCode::TASK_NOT_FOUND.code())
+    /// `(QueryTaskResponse, 0)`, or `(None, code)` (-1400 for an unknown task).
+    fn query_task(&self, py: Python<'_>, task_id: (u64, u64)) -> (Option<QueryTaskResponse>, i32) {
+        let Some(live) = self.live() else {
+            return (None, NOT_READY);
+        };
+        let id = join_uuid(task_id);
+        match py.allow_threads(|| live.client.query_task(id)) {
+            Ok(info) => (Some(QueryTaskResponse::from(info)), 0),
+            Err(e) => (None, code(&e)),
+        }
+    }
+}
+
+/// A 128-bit id as the reference's Python shows a UUID: `(high, low)`.
+fn split_uuid(id: u128) -> (u64, u64) {
+    ((id >> 64) as u64, id as u64)
+}
+
+fn join_uuid((hi, lo): (u64, u64)) -> u128 {
+    (u128::from(hi) << 64) | u128::from(lo)
+}
+
+fn task_answer(r: Result<u128, Error>) -> ((u64, u64), i32) {
+    match r {
+        Ok(id) => (split_uuid(id), 0),
+        Err(e) => ((0, 0), code(&e)),
     }
 }
 
 impl PyStore {
-    fn task_unavailable(&self, py: Python<'_>, key: &str) -> i32 {
-        let Some(live) = self.live() else {
-            return NOT_READY;
-        };
-        match py.allow_threads(|| live.client.is_exist(key)) {
-            Ok(true) => ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code(),
-            Ok(false) => NOT_FOUND,
-            Err(e) => code(&e),
-        }
-    }
-
     fn setup_dict(&self, py: Python<'_>, d: &Bound<'_, PyDict>) -> i32 {
         let (Some(local_hostname), Some(metadata_server)) = (
             dict_str(d, "local_hostname"),
@@ -1556,8 +1610,47 @@ pub struct QueryTaskResponse {
     pub message: String,
 }
 
+impl From<mooncake_store::types::TaskInfo> for QueryTaskResponse {
+    fn from(t: mooncake_store::types::TaskInfo) -> Self {
+        use mooncake_store::types::{TaskStatus as S, TaskType as T};
+        QueryTaskResponse {
+            id: split_uuid(t.id),
+            r#type: match t.task_type {
+                T::ReplicaCopy => TaskType::REPLICA_COPY,
+                T::ReplicaMove => TaskType::REPLICA_MOVE,
+            },
+            status: match t.status {
+                S::Pending => TaskStatus::PENDING,
+                S::Processing => TaskStatus::PROCESSING,
+                S::Success => TaskStatus::SUCCESS,
+                S::Failed => TaskStatus::FAILED,
+            },
+            created_at_ms_epoch: t.created_at_ms_epoch,
+            last_updated_at_ms_epoch: t.last_updated_at_ms_epoch,
+            assigned_client: split_uuid(t.assigned_client),
+            message: t.message,
+        }
+    }
+}
+
 #[pymethods]
 impl QueryTaskResponse {
+    /// As the reference prints it: ids as `hi-lo`, enums as numbers.
+    fn __repr__(&self) -> String {
+        format!(
+            "QueryTaskResponse(id={}-{}, type={}, status={}, created_at={}, last_updated_at={}, assigned_client={}-{}, message=\"{}\")",
+            self.id.0,
+            self.id.1,
+            self.r#type as i64,
+            self.status as i64,
+            self.created_at_ms_epoch,
+            self.last_updated_at_ms_epoch,
+            self.assigned_client.0,
+            self.assigned_client.1,
+            self.message
+        )
+    }
+
     #[new]
     fn new() -> Self {
         QueryTaskResponse {

@@ -139,8 +139,8 @@ pub enum TaskType {
 pub enum TaskStatus {
     Pending = 0,
     Processing = 1,
-    Success = 2,
-    Failed = 3,
+    Failed = 2,
+    Success = 3,
 }
 
 /// Answer to QueryTask.

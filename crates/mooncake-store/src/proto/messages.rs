@@ -88,8 +88,8 @@ impl<'de> Decode<'de> for TaskStatus {
         match r.u8()? {
             0 => Ok(TaskStatus::Pending),
             1 => Ok(TaskStatus::Processing),
-            2 => Ok(TaskStatus::Success),
-            3 => Ok(TaskStatus::Failed),
+            2 => Ok(TaskStatus::Failed),
+            3 => Ok(TaskStatus::Success),
             t => Err(DecodeError::BadTag {
                 what: "task status",
                 tag: t.into(),
