@@ -133,6 +133,7 @@ impl TransferEngine {
     /// Starts the RPC listener and publishes this engine's `rpc_meta` and
     /// segment descriptor.
     pub fn new(config: EngineConfig) -> Result<TransferEngine> {
+        let config = config.sanitized();
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
             "rdma" => return Err(rdma_unavailable(&config.device_name)),

@@ -113,12 +113,17 @@ impl Route for TcpRoute {
         let mut per_conn: Vec<Vec<Slice>> = (0..n).map(|_| Vec::new()).collect();
         let mut next = peer.next.fetch_add(1, Ordering::Relaxed) % n;
         for w in work {
-            let count = w.len.div_ceil(self.slice_size);
+            // Huge requests get bigger slices rather than millions of them.
+            let slice = self
+                .slice_size
+                .max(w.len.div_ceil(MAX_SLICES_PER_REQUEST))
+                .min(MAX_DATA_FRAME as usize);
+            let count = w.len.div_ceil(slice);
             w.task.set_abort(peer.clone());
             w.task.expect_slices(count);
             for i in 0..count {
-                let off = i * self.slice_size;
-                let len = self.slice_size.min(w.len - off);
+                let off = i * slice;
+                let len = slice.min(w.len - off);
                 per_conn[next].push(Slice {
                     task: Some(w.task.clone()),
                     op: w.opcode,
@@ -144,6 +149,10 @@ impl Route for TcpRoute {
         }
     }
 }
+
+/// Bounds the bookkeeping of one request (with 64 KiB slices it only
+/// matters past 4 GiB).
+const MAX_SLICES_PER_REQUEST: usize = 65536;
 
 /// One slice of a request, owned by exactly one connection at a time.
 struct Slice {
