@@ -187,6 +187,21 @@ def test_register_memory_codes(pair):
     assert a.unregister_memory(p) == 0
 
 
+def test_host_mem_free_refuses_memory_an_engine_registered():
+    from mooncake.store import MooncakeHostMemAllocator
+
+    e = make_engine()
+    alloc = MooncakeHostMemAllocator()
+    p, q = alloc.alloc(1 << 16), alloc.alloc(1 << 16)
+    assert e.register_memory(p, 1 << 16) == 0
+    assert e.batch_register_memory([q], [4096]) == 0
+    assert alloc.free(p) == -1 and alloc.free(q) == -1
+    assert e.unregister_memory(p) == 0
+    assert alloc.free(p) == 0
+    assert e.batch_unregister_memory([q]) == 0
+    assert alloc.free(q) == 0
+
+
 def test_topology_is_json(pair):
     a = pair[0]
     topo = json.loads(a.get_local_topology())

@@ -177,6 +177,9 @@ def test_host_mem_allocator(store):
     assert store.put_from("hostmem", p, 100) == 0
     assert store.get_into("hostmem", p + 4096, 100) == 100
     assert ctypes.string_at(p + 4096, 100) == bytes([3] * 100)
+    # still registered: freeing would unmap memory the store writes into
+    assert alloc.free(p) == -1
+    assert ctypes.string_at(p, 100) == bytes([3] * 100), "still mapped"
     assert store.unregister_buffer(p) == 0
     assert alloc.free(p) == 0
     assert alloc.free(p) == -1
@@ -184,3 +187,50 @@ def test_host_mem_allocator(store):
         alloc.alloc(0)
     with pytest.raises(TypeError):
         alloc.alloc(-1)
+
+
+def test_host_mem_free_waits_for_every_registration(cluster, store):
+    from conftest import new_store
+
+    alloc = MooncakeHostMemAllocator()
+    p = alloc.alloc(1 << 16)
+    other = new_store(cluster, segment=0, local_buffer=1 << 20)
+    try:
+        assert store.register_buffer(p, 1 << 16) == 0
+        assert other.register_buffer(p + 4096, 4096) == 0
+        assert store.unregister_buffer(p) == 0
+        assert alloc.free(p) == -1, "the other store still has part of it"
+    finally:
+        other.close()  # closing forgets its registrations
+    assert alloc.free(p) == 0
+
+
+def test_every_copy_path_reads_and_writes_plain_memory(store):
+    """Unregistered memory goes through the checked copy helpers on each
+    call that has one; bad pointers never reach them."""
+    n = 3000
+    a = (ctypes.c_char * n)(*([b"a"] * n))
+    m = (ctypes.c_char * 16)(*([b"m"] * 16))
+    pa, pm = ctypes.addressof(a), ctypes.addressof(m)
+    assert store.batch_put_from(["cp1", "cp2"], [pa, pa + 1000], [1000, 1000]) == [0, 0]
+    assert store.put_from_with_metadata("cp3", pa, pm, 100, 16) == 0
+    assert store.get("cp3") == b"m" * 16 + b"a" * 100
+    assert store.batch_put_from_multi_buffers(["cp4"], [[pm, pa]], [[16, 10]]) == [0]
+    assert store.get("cp4") == b"m" * 16 + b"a" * 10
+
+    out = (ctypes.c_char * n)()
+    po = ctypes.addressof(out)
+    assert store.batch_get_into(["cp1", "cp2"], [po, po + 1000], [1000, 1000]) == [1000, 1000]
+    assert out.raw[:2000] == b"a" * 2000
+    ctypes.memset(po, 0, n)
+    assert store.batch_get_into_multi_buffers(["cp4"], [[po, po + 100]], [[6, 20]]) == [26]
+    assert out.raw[:6] == b"m" * 6 and out.raw[100:120] == b"m" * 10 + b"a" * 10
+    assert out.raw[6:100] == bytes(94), "nothing written between the parts"
+
+    for bad in (0, 16, (1 << 64) - 4096):
+        assert store.put_from_with_metadata("cp-bad", pa, bad, 100, 16) == INVALID_PARAMS
+        assert store.batch_put_from_multi_buffers(["cp-bad"], [[pa, bad]], [[10, 10]]) == [INVALID_PARAMS]
+        assert store.batch_get_into_multi_buffers(["cp4"], [[po, bad]], [[6, 20]]) == [INVALID_PARAMS]
+    code = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
+    assert store.batch_get_into_multi_buffers(["cp4"], [[code]], [[26]]) == [INVALID_PARAMS], "read-only"
+    assert store.is_exist("cp-bad") == 0

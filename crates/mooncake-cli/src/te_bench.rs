@@ -174,6 +174,9 @@ fn initiator(args: &BenchArgs, stop: &AtomicBool) -> anyhow::Result<BenchReport>
     if args.segment_id.is_empty() {
         bail!("--segment_id is required in initiator mode");
     }
+    if !(args.duration.is_finite() && (0.0..=1e7).contains(&args.duration)) {
+        bail!("--duration must be between 0 and 1e7 seconds");
+    }
     if args.threads == 0 || args.batch_size == 0 || args.block_size == 0 {
         bail!("--threads, --batch_size and --block_size must be positive");
     }
@@ -431,6 +434,9 @@ mod tests {
             &["prog", "--report_unit=parsecs"],
             &["prog"], // no --segment_id
             &["prog", "--segment_id=x:1", "--threads=0"],
+            &["prog", "--segment_id=x:1", "--duration=inf"],
+            &["prog", "--segment_id=x:1", "--duration=-1"],
+            &["prog", "--segment_id=x:1", "--duration=1e30"],
             &["prog", "--segment_id=x:1", "--buffer_size=1024"],
             &[
                 "prog",

@@ -5,7 +5,7 @@
 //! negative on failure (memory registration returns the reference engine's
 //! codes, see [`te_code`]); async submissions return a batch id, 0 on failure.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -154,7 +154,7 @@ struct Ready {
     segments: Mutex<HashMap<String, SegmentHandle>>,
     /// Memory known to be valid: registered by the script (after a mapping
     /// check) or allocated by the engine. addr -> length.
-    regions: Mutex<BTreeMap<usize, usize>>,
+    regions: Mutex<mem::Regions>,
     /// Async batches by the id returned to Python (never 0, which means
     /// failure), with the local ranges adopted for them.
     batches: Mutex<HashMap<u64, (BatchId, Vec<usize>)>>,
@@ -186,11 +186,10 @@ impl Ready {
         let Some(end) = addr.checked_add(len) else {
             return false;
         };
-        let regions = self.regions.lock();
-        regions
-            .range(..=addr)
-            .next_back()
-            .is_some_and(|(&start, &rlen)| end <= start + rlen)
+        self.regions
+            .lock()
+            .containing(addr)
+            .is_some_and(|(start, rlen)| end <= start + rlen)
     }
 
     fn usable(&self, addr: usize, len: usize, access: Access) -> bool {
@@ -434,7 +433,7 @@ impl PyEngine {
                 let ready = Ready {
                     engine,
                     segments: Mutex::new(HashMap::new()),
-                    regions: Mutex::new(BTreeMap::new()),
+                    regions: Mutex::new(mem::Regions::default()),
                     batches: Mutex::new(HashMap::new()),
                     adopted: Mutex::new(HashMap::new()),
                     next_batch: AtomicU64::new(1),
@@ -602,7 +601,7 @@ impl PyEngine {
     fn free_managed_buffer(&self, py: Python<'_>, buffer_addr: Unsigned, length: Unsigned) -> i32 {
         let Some(r) = self.ready() else { return 0 };
         let addr = buffer_addr.usize();
-        let Some(len) = r.regions.lock().remove(&addr) else {
+        let Some(len) = r.regions.lock().remove(addr) else {
             return 0;
         };
         let _ = length;
@@ -690,7 +689,7 @@ impl PyEngine {
         py.allow_threads(|| {
             let res = r.engine.unregister_local_memory(addr);
             if res.is_ok() {
-                r.regions.lock().remove(&addr);
+                r.regions.lock().remove(addr);
             }
             status(res)
         })
@@ -719,7 +718,10 @@ impl PyEngine {
                 addrs.iter().copied().zip(lens.iter().copied()).collect();
             let res = r.engine.register_local_memory_batch(&pairs, location);
             if res.is_ok() {
-                r.regions.lock().extend(pairs);
+                let mut regions = r.regions.lock();
+                for (a, l) in pairs {
+                    regions.insert(a, l);
+                }
             }
             status(res)
         })
@@ -732,7 +734,7 @@ impl PyEngine {
             let res = r.engine.unregister_local_memory_batch(&addrs);
             if res.is_ok() {
                 let mut regions = r.regions.lock();
-                for a in &addrs {
+                for &a in &addrs {
                     regions.remove(a);
                 }
             }

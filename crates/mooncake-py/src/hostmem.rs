@@ -57,11 +57,18 @@ impl HostMemAllocator {
         Ok(p as usize)
     }
 
-    /// 0, or -1 for an address this allocator did not hand out.
+    /// 0, or -1 for an address this allocator did not hand out or that is
+    /// still registered with a store or an engine (unregister it first:
+    /// unmapping it would leave them writing into unmapped or reused memory).
     fn free(&self, ptr: Unsigned) -> i32 {
-        let Some(len) = self.maps.lock().remove(&ptr.usize()) else {
+        let mut maps = self.maps.lock();
+        let Some(&len) = maps.get(&ptr.usize()) else {
             return -1;
         };
+        if mem::is_registered(ptr.usize(), len) {
+            return -1;
+        }
+        maps.remove(&ptr.usize());
         // SAFETY: `ptr..ptr+len` is a mapping this allocator made and has
         // not unmapped yet (it was still in `maps`).
         unsafe { libc::munmap(ptr.usize() as *mut libc::c_void, len) };

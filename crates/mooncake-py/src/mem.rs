@@ -7,7 +7,10 @@
 //! already validated (registered buffers) against their own tables first; the
 //! maps scan is the slow path.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+
+use parking_lot::Mutex;
 
 /// Access a caller needs on a memory range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,8 +105,98 @@ pub unsafe fn slice_at<'a>(addr: usize, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
 }
 
+/// Every range registered with a store or an engine of this process, as
+/// `(addr, len)` (a multiset: two clients may register the same memory).
+static REGISTERED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+/// Whether any byte of `[addr, addr + len)` is registered with a store or an
+/// engine. Memory must not be unmapped while it is: transfers would then
+/// write into whatever is mapped there next, or fault.
+pub fn is_registered(addr: usize, len: usize) -> bool {
+    let end = addr.saturating_add(len);
+    REGISTERED
+        .lock()
+        .iter()
+        .any(|&(a, l)| a < end && addr < a.saturating_add(l))
+}
+
+/// Known-valid memory of one store or engine (`addr -> len`), mirrored in
+/// the process-wide table [`is_registered`] reads; dropping it forgets its
+/// ranges there.
+#[derive(Default)]
+pub struct Regions {
+    map: BTreeMap<usize, usize>,
+}
+
+impl Regions {
+    pub fn insert(&mut self, addr: usize, len: usize) {
+        let mut all = REGISTERED.lock();
+        if let Some(old) = self.map.insert(addr, len) {
+            forget(&mut all, addr, old);
+        }
+        all.push((addr, len));
+    }
+
+    pub fn remove(&mut self, addr: usize) -> Option<usize> {
+        let len = self.map.remove(&addr)?;
+        forget(&mut REGISTERED.lock(), addr, len);
+        Some(len)
+    }
+
+    /// The region holding `addr`, as `(start, len)`.
+    pub fn containing(&self, addr: usize) -> Option<(usize, usize)> {
+        self.map
+            .range(..=addr)
+            .next_back()
+            .map(|(&a, &l)| (a, l))
+            .filter(|&(a, l)| addr - a < l)
+    }
+}
+
+impl Drop for Regions {
+    fn drop(&mut self) {
+        let mut all = REGISTERED.lock();
+        for (&a, &l) in &self.map {
+            forget(&mut all, a, l);
+        }
+    }
+}
+
+fn forget(all: &mut Vec<(usize, usize)>, addr: usize, len: usize) {
+    if let Some(i) = all.iter().position(|&e| e == (addr, len)) {
+        all.swap_remove(i);
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::{is_registered, Regions};
+
+    #[test]
+    fn regions_are_mirrored_process_wide_until_dropped() {
+        // Addresses no other test registers.
+        let base = 0x7fff_0000_0000usize;
+        let mut a = Regions::default();
+        let mut b = Regions::default();
+        a.insert(base, 4096);
+        b.insert(base, 4096);
+        assert!(is_registered(base + 4095, 1));
+        assert!(is_registered(base - 10, 11), "overlap at the start");
+        assert!(!is_registered(base - 10, 10), "ends right before");
+        assert!(!is_registered(base + 4096, 100), "starts right after");
+        assert_eq!(a.containing(base + 100), Some((base, 4096)));
+        assert_eq!(a.containing(base + 4096), None);
+        assert_eq!(a.remove(base), Some(4096));
+        assert_eq!(a.remove(base), None);
+        assert!(is_registered(base, 1), "still registered by b");
+        a.insert(base + 8192, 10);
+        a.insert(base + 8192, 20); // re-registered with another length
+        assert!(is_registered(base + 8192 + 15, 1));
+        drop(b);
+        assert!(!is_registered(base, 4096));
+        drop(a);
+        assert!(!is_registered(base + 8192, 20));
+    }
     use super::*;
 
     const MAPS: &str = "\

@@ -91,7 +91,7 @@ fn rust_cfg(cfg: Option<PyRef<'_, ReplicateConfig>>) -> Result<types::ReplicateC
 struct Live {
     client: Client,
     /// Registered by the script (validated then): addr -> length.
-    registered: Mutex<BTreeMap<usize, usize>>,
+    registered: Mutex<mem::Regions>,
     /// Handed out by `alloc_from_mem_pool`: addr -> length.
     pool: Mutex<BTreeMap<usize, usize>>,
 }
@@ -106,7 +106,10 @@ fn region_containing(map: &BTreeMap<usize, usize>, addr: usize) -> Option<(usize
 impl Live {
     /// End of the vouched-for region that contains `addr`.
     fn region_end(&self, addr: usize) -> Option<usize> {
-        let r = region_containing(&self.registered.lock(), addr)
+        let r = self
+            .registered
+            .lock()
+            .containing(addr)
             .or_else(|| region_containing(&self.pool.lock(), addr));
         r.map(|(a, l)| a + l)
     }
@@ -171,17 +174,25 @@ fn exist_code(r: Result<bool, Error>) -> i32 {
     }
 }
 
-/// Copies `src` into caller memory checked writable by `classify`.
-fn copy_out(addr: usize, src: &[u8]) {
-    // SAFETY: callers checked `addr..addr+src.len()` is writable memory of
-    // this process (`Mem::Copy`, or inside a vouched-for region).
+/// Copies `src` into caller memory.
+///
+/// # Safety
+/// `classify(live, addr, n, Access::Write)` with `n >= src.len()` must have
+/// answered `Direct` or `Copy` during the current call (so the range is
+/// registered, pool or writable mapped memory of this process).
+unsafe fn copy_out(addr: usize, src: &[u8]) {
+    // SAFETY: guaranteed by the caller.
     unsafe { mem::copy_to(addr, src) }
 }
 
-/// Borrows caller memory checked readable by `classify`.
-fn view(addr: usize, len: usize) -> &'static [u8] {
-    // SAFETY: callers checked the range is readable memory of this process;
-    // the slice is used only during the call that checked it.
+/// Borrows `len` bytes of caller memory for the rest of the current call.
+///
+/// # Safety
+/// `classify(live, addr, len, Access::Read)` must have answered `Direct` or
+/// `Copy` during the current call, and the slice must not outlive it (the
+/// script may free the memory afterwards).
+unsafe fn view<'a>(addr: usize, len: usize) -> &'a [u8] {
+    // SAFETY: guaranteed by the caller.
     unsafe { mem::slice_at(addr, len) }
 }
 
@@ -222,7 +233,7 @@ impl PyStore {
                 Ok(client) => {
                     let live = Live {
                         client,
-                        registered: Mutex::new(BTreeMap::new()),
+                        registered: Mutex::new(mem::Regions::default()),
                         pool: Mutex::new(BTreeMap::new()),
                     };
                     *self.state.write() = Some(Arc::new(live));
@@ -276,8 +287,15 @@ impl PyStore {
         py.allow_threads(|| match classify(&live, addr, size, Access::Read) {
             Mem::Direct if upsert => status(live.client.upsert_from(key, addr, size, &cfg)),
             Mem::Direct => status(live.client.put_from(key, addr, size, &cfg)),
-            Mem::Copy if upsert => status(live.client.upsert(key, view(addr, size), &cfg)),
-            Mem::Copy => status(live.client.put(key, view(addr, size), &cfg)),
+            Mem::Copy => {
+                // SAFETY: `classify` just answered `Copy` for this range.
+                let v = unsafe { view(addr, size) };
+                status(if upsert {
+                    live.client.upsert(key, v, &cfg)
+                } else {
+                    live.client.put(key, v, &cfg)
+                })
+            }
             Mem::Bad => INVALID,
         })
     }
@@ -331,7 +349,11 @@ impl PyStore {
             }
             if !copied.is_empty() {
                 let k: Vec<String> = copied.iter().map(|&i| keys[i].clone()).collect();
-                let v: Vec<&[u8]> = copied.iter().map(|&i| view(addrs[i], sizes[i])).collect();
+                let v: Vec<&[u8]> = copied
+                    .iter()
+                    // SAFETY: `classify` answered `Copy` for each copied range above.
+                    .map(|&i| unsafe { view(addrs[i], sizes[i]) })
+                    .collect();
                 let r = if upsert {
                     live.client.upsert_batch(&k, &v, &cfg)
                 } else {
@@ -622,7 +644,7 @@ impl PyStore {
         let addr = buffer_ptr.usize();
         py.allow_threads(|| match live.client.unregister_buffer(addr) {
             Ok(()) => {
-                live.registered.lock().remove(&addr);
+                live.registered.lock().remove(addr);
                 0
             }
             Err(_) => INVALID,
@@ -986,10 +1008,12 @@ impl PyStore {
                     live.client
                         .put_from_with_metadata(&key.0, d.0, m.0, d.1, m.1, &cfg),
                 ),
-                _ => status(
-                    live.client
-                        .put_parts(&key.0, &[view(m.0, m.1), view(d.0, d.1)], &cfg),
-                ),
+                _ => {
+                    // SAFETY: `classify` answered `Direct` or `Copy` for both
+                    // ranges just above.
+                    let (mv, dv) = unsafe { (view(m.0, m.1), view(d.0, d.1)) };
+                    status(live.client.put_parts(&key.0, &[mv, dv], &cfg))
+                }
             }
         })
     }
@@ -1013,7 +1037,8 @@ impl PyStore {
             },
             Mem::Copy => match live.client.get(&key.0) {
                 Ok(v) if v.len() <= len => {
-                    copy_out(addr, &v);
+                    // SAFETY: `classify` answered `Copy` for `len >= v.len()` bytes.
+                    unsafe { copy_out(addr, &v) };
                     v.len() as i64
                 }
                 Ok(_) => INVALID as i64,
@@ -1110,7 +1135,8 @@ impl PyStore {
                 for (r, &i) in live.client.get_batch(&k).into_iter().zip(&copied) {
                     out[i] = match r {
                         Ok(v) if v.len() <= lens[i] => {
-                            copy_out(addrs[i], &v);
+                            // SAFETY: `classify` answered `Copy` for `lens[i] >= v.len()` bytes.
+                            unsafe { copy_out(addrs[i], &v) };
                             v.len() as i64
                         }
                         Ok(_) => INVALID as i64,
@@ -1174,7 +1200,8 @@ impl PyStore {
                     let parts: Vec<&[u8]> = addrs[i]
                         .iter()
                         .zip(&sizes[i])
-                        .map(|(&a, &s)| view(a, s))
+                        // SAFETY: `classify` answered `Direct` or `Copy` for every part above.
+                        .map(|(&a, &s)| unsafe { view(a, s) })
                         .collect();
                     status(live.client.put_parts(&keys[i], &parts, &cfg))
                 };
@@ -1235,7 +1262,9 @@ impl PyStore {
                             let mut rest: &[u8] = &v;
                             for (&a, &s) in addrs[i].iter().zip(&sizes[i]) {
                                 let take = s.min(rest.len());
-                                copy_out(a, &rest[..take]);
+                                // SAFETY: `classify` answered `Direct` or `Copy`
+                                // for `s >= take` bytes at `a` above.
+                                unsafe { copy_out(a, &rest[..take]) };
                                 rest = &rest[take..];
                             }
                             v.len() as i64

@@ -40,6 +40,8 @@ pub const DEFAULT_SLICE_SIZE: usize = 65536;
 pub const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
 pub const DEFAULT_TCP_CONNECTIONS: usize = 4;
+/// Longest transfer timeout honoured; longer values are cut to it.
+pub const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl EngineConfig {
     /// Defaults, then environment variables (`MC_*`) applied.
@@ -92,7 +94,8 @@ impl EngineConfig {
         }
         if let Some(secs) = parsed::<f64>("MC_TRANSFER_TIMEOUT", var("MC_TRANSFER_TIMEOUT")) {
             if secs.is_finite() && secs > 0.0 {
-                self.transfer_timeout = Duration::from_secs_f64(secs);
+                self.transfer_timeout =
+                    Duration::from_secs_f64(secs.min(MAX_TRANSFER_TIMEOUT.as_secs_f64()));
             }
         }
         if let Some(n) = parsed::<usize>("MC_SLICE_SIZE", var("MC_SLICE_SIZE")) {
@@ -120,6 +123,20 @@ impl EngineConfig {
                 self.tcp_connections = n;
             }
         }
+    }
+
+    /// The configuration with out-of-range values replaced: a zero timeout by
+    /// the default, an excessive one by [`MAX_TRANSFER_TIMEOUT`], zero sizes
+    /// and counts by 1.
+    pub fn sanitized(mut self) -> EngineConfig {
+        if self.transfer_timeout.is_zero() {
+            self.transfer_timeout = DEFAULT_TRANSFER_TIMEOUT;
+        }
+        self.transfer_timeout = self.transfer_timeout.min(MAX_TRANSFER_TIMEOUT);
+        self.slice_size = self.slice_size.max(1);
+        self.tcp_connections = self.tcp_connections.clamp(1, 64);
+        self.handshake_max_length = self.handshake_max_length.max(1024);
+        self
     }
 
     /// True when descriptors are exchanged peer to peer.
@@ -173,6 +190,21 @@ mod tests {
         assert_eq!(c.rpc_bind_address.as_deref(), Some("127.0.0.1"));
         assert_eq!((c.min_rpc_port, c.max_rpc_port), (20000, 20010));
         assert_eq!(c.handshake_max_length, 4096);
+    }
+
+    #[test]
+    fn out_of_range_values_are_sanitized() {
+        let mut c = with_env(&[("MC_TRANSFER_TIMEOUT", "1e30")]);
+        assert_eq!(c.transfer_timeout, MAX_TRANSFER_TIMEOUT);
+        c.transfer_timeout = Duration::ZERO;
+        c.slice_size = 0;
+        c.tcp_connections = 1000;
+        let c = c.sanitized();
+        assert_eq!(c.transfer_timeout, DEFAULT_TRANSFER_TIMEOUT);
+        assert_eq!((c.slice_size, c.tcp_connections), (1, 64));
+        let mut c = EngineConfig::defaults("P2PHANDSHAKE", "h");
+        c.transfer_timeout = Duration::MAX;
+        assert_eq!(c.sanitized().transfer_timeout, MAX_TRANSFER_TIMEOUT);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::rpc::{self, LocalState, RpcServer};
 use crate::segment::{RpcMeta, SegmentDesc, ShmDesc};
 use crate::transport::local::LocalTransport;
 use crate::transport::shm::ShmTransport;
-use crate::transport::tcp::TcpTransport;
+use crate::transport::tcp::{Limits, TcpTransport};
 use crate::transport::{OpenSegment, Transport, Work};
 
 /// Identifies an opened segment.
@@ -133,6 +133,7 @@ impl TransferEngine {
     /// Starts the RPC listener and publishes this engine's `rpc_meta` and
     /// segment descriptor.
     pub fn new(config: EngineConfig) -> Result<TransferEngine> {
+        let config = config.sanitized();
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
             "rdma" => return Err(rdma_unavailable(&config.device_name)),
@@ -192,8 +193,11 @@ impl TransferEngine {
             tcp: TcpTransport::new(
                 config.tcp_connections,
                 config.slice_size,
-                connect_timeout,
-                control_max,
+                Limits {
+                    connect_timeout,
+                    write_timeout: config.transfer_timeout,
+                    control_max,
+                },
             ),
             local_transport: LocalTransport,
             config,

@@ -328,3 +328,32 @@ fn p2p_names_carry_the_rpc_port() {
     let b = engine(true);
     assert_eq!(a.first_buffer_address(&b.local_server_name()).unwrap(), 0);
 }
+
+#[test]
+fn out_of_range_config_values_do_not_break_the_engine() {
+    let make = || {
+        let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");
+        c.rpc_bind_address = Some("127.0.0.1".into());
+        c.force_tcp = true;
+        c.transfer_timeout = Duration::ZERO;
+        c.slice_size = 0;
+        c.tcp_connections = 0;
+        c.handshake_max_length = 0;
+        TransferEngine::new(c).unwrap()
+    };
+    let (a, b) = (make(), make());
+    assert_eq!(a.config().transfer_timeout, Duration::from_secs(30));
+    let local = managed(&a, 4096);
+    let remote = managed(&b, 4096);
+    local.fill(9);
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    a.transfer_sync(&[req(
+        Opcode::Write,
+        &local[..100],
+        seg,
+        remote.as_ptr() as u64,
+        100,
+    )])
+    .unwrap();
+    assert!(remote[..100].iter().all(|&x| x == 9) && remote[100] == 0);
+}

@@ -160,9 +160,22 @@ pub struct Shard {
     /// A lower bound on the start time of puts in flight here (`u64::MAX` =
     /// none): the timeout sweep skips shards whose oldest put is still young.
     pub oldest_pending: u64,
+    /// The latest `now` any call on this shard has used. Callers stamp `now`
+    /// before taking the lock, so two calls on one object can arrive out of
+    /// clock order; `clock` makes time monotonic in lock order.
+    pub latest: u64,
 }
 
 impl Shard {
+    /// `now`, raised to the latest time already used in this shard, so a call
+    /// never runs "before" one that held the lock earlier: e.g. a remove
+    /// stamped at t that locks after a read (or PutEnd) stamped at t+1 must
+    /// not see that read's `lease_until = t+1` as a lease with a zero TTL.
+    pub fn clock(&mut self, now: u64) -> u64 {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
     /// Notes that a put started at `now` is in flight in this shard.
     pub fn note_pending(&mut self, now: u64) {
         self.oldest_pending = self.oldest_pending.min(now);
@@ -185,6 +198,7 @@ impl Default for ObjectMap {
                 PaddedShard(Mutex::new(Shard {
                     map: HashMap::new(),
                     oldest_pending: u64::MAX,
+                    latest: 0,
                 }))
             })
             .collect();

@@ -281,6 +281,7 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         let pins = pin_flags(cfg);
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         if let Some(obj) = shard.map.get_mut(key) {
             if let Some(p) = &obj.pending {
                 if now.saturating_sub(p.started) < self.policy.discard_after {
@@ -376,6 +377,7 @@ impl MasterService {
     pub fn put_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
@@ -547,6 +549,7 @@ impl MasterService {
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(not_ready(key));
@@ -576,6 +579,7 @@ impl MasterService {
     pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         match shard.map.get_mut(key) {
             Some(obj) if obj.is_complete() => {
                 self.policy.lease.on_read(obj, now);
@@ -589,6 +593,7 @@ impl MasterService {
     pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(not_ready(key));
@@ -631,6 +636,7 @@ impl MasterService {
     pub fn remove(&self, key: &str, force: bool, now: u64) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         if !force {
             if !obj.is_complete() {
@@ -716,6 +722,7 @@ impl MasterService {
                 continue;
             }
             let mut shard = self.objects.lock(key);
+            let now = shard.clock(now);
             let Some(obj) = shard.map.get_mut(key) else {
                 continue;
             };

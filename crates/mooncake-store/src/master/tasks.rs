@@ -343,6 +343,7 @@ impl MasterService {
             }
         }
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(Error::new(
@@ -421,6 +422,7 @@ impl MasterService {
     pub fn replica_transfer_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
         let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
         let (replicas, drop_source) = take_transfer(obj, client, key)?;
         let mut all: Vec<Placement> = obj.replicas.as_slice().to_vec();

@@ -408,6 +408,41 @@ fn leases_block_removal_until_they_expire() {
     assert_eq!(used(&s), 0);
 }
 
+/// The server stamps `now` when a frame arrives, before the object's lock, so
+/// calls on one object may lock out of clock order. A call must never see a
+/// lease stamped "after" it by a call that locked before it.
+#[test]
+fn out_of_order_stamps_see_no_phantom_lease() {
+    let s = MasterService::with_policy(Policy {
+        lease: LeasePolicy {
+            lease_ttl: 0,
+            soft_pin_ttl: SOFT_PIN,
+        },
+        ..policy()
+    });
+    s.mount_segment(A, &seg("a", 1 << 30, 1 << 20), 0).unwrap();
+    // With a zero TTL no read leases anything: a remove stamped before a
+    // read (or a PutEnd) that locked first still succeeds.
+    put(&s, "r", 100, &one(), 5);
+    s.get_replica_list("r", 11).unwrap();
+    assert!(s.exist_key("r", 12).unwrap());
+    s.remove("r", false, 10)
+        .unwrap_or_else(|e| panic!("ttl 0 leased an object: {e}"));
+    s.put_start(W, "w", 100, &one(), false, 20).unwrap();
+    s.put_end(W, "w", 21).unwrap();
+    s.remove("w", false, 20)
+        .unwrap_or_else(|e| panic!("a write leased an object: {e}"));
+    assert_eq!(used(&s), 0);
+
+    // With a real TTL the late-stamped remove runs at the read's time: the
+    // lease it sees is the read's whole TTL, no more.
+    let s = with_segment(1 << 20);
+    put(&s, "k", 100, &one(), 0);
+    s.get_replica_list("k", 50).unwrap(); // lease until 150
+    assert_eq!(code(s.remove("k", false, 10)), ErrorCode::OBJECT_HAS_LEASE);
+    s.remove("k", false, 150).unwrap();
+}
+
 #[test]
 fn every_metadata_read_grants_the_lease() {
     let s = with_segment(1 << 20);

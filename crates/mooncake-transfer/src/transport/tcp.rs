@@ -35,23 +35,27 @@ pub(crate) struct TcpTransport {
     peers: Mutex<HashMap<SocketAddr, Arc<Peer>>>,
     conns_per_peer: usize,
     slice_size: usize,
-    connect_timeout: Duration,
-    control_max: u64,
+    limits: Limits,
+}
+
+/// Bounds on a connection's waits and frames.
+#[derive(Clone, Copy)]
+pub(crate) struct Limits {
+    pub connect_timeout: Duration,
+    /// A write blocked this long (peer not reading) breaks the connection,
+    /// so a submitting thread never hangs on a stalled peer.
+    pub write_timeout: Duration,
+    /// Largest control payload accepted in a response.
+    pub control_max: u64,
 }
 
 impl TcpTransport {
-    pub(crate) fn new(
-        conns_per_peer: usize,
-        slice_size: usize,
-        connect_timeout: Duration,
-        control_max: u64,
-    ) -> Self {
+    pub(crate) fn new(conns_per_peer: usize, slice_size: usize, limits: Limits) -> Self {
         TcpTransport {
             peers: Mutex::new(HashMap::new()),
             conns_per_peer: conns_per_peer.max(1),
             slice_size: slice_size.clamp(1, MAX_DATA_FRAME as usize),
-            connect_timeout,
-            control_max,
+            limits,
         }
     }
 
@@ -64,8 +68,7 @@ impl TcpTransport {
                     addr,
                     slots: (0..self.conns_per_peer).map(|_| Mutex::new(None)).collect(),
                     next: AtomicUsize::new(0),
-                    connect_timeout: self.connect_timeout,
-                    control_max: self.control_max,
+                    limits: self.limits,
                 })
             })
             .clone()
@@ -110,12 +113,17 @@ impl Route for TcpRoute {
         let mut per_conn: Vec<Vec<Slice>> = (0..n).map(|_| Vec::new()).collect();
         let mut next = peer.next.fetch_add(1, Ordering::Relaxed) % n;
         for w in work {
-            let count = w.len.div_ceil(self.slice_size);
+            // Huge requests get bigger slices rather than millions of them.
+            let slice = self
+                .slice_size
+                .max(w.len.div_ceil(MAX_SLICES_PER_REQUEST))
+                .min(MAX_DATA_FRAME as usize);
+            let count = w.len.div_ceil(slice);
             w.task.set_abort(peer.clone());
             w.task.expect_slices(count);
             for i in 0..count {
-                let off = i * self.slice_size;
-                let len = self.slice_size.min(w.len - off);
+                let off = i * slice;
+                let len = slice.min(w.len - off);
                 per_conn[next].push(Slice {
                     task: Some(w.task.clone()),
                     op: w.opcode,
@@ -132,8 +140,7 @@ impl Route for TcpRoute {
                 continue;
             }
             match peer.conn(i) {
-                // A send error hands the slices back; dropping them reports failure.
-                Ok(c) => drop(c.tx.send(slices)),
+                Ok(c) => c.submit(slices),
                 Err(e) => {
                     tracing::warn!("tcp: cannot connect to {}: {e}", peer.addr);
                     drop(slices);
@@ -142,6 +149,10 @@ impl Route for TcpRoute {
         }
     }
 }
+
+/// Bounds the bookkeeping of one request (with 64 KiB slices it only
+/// matters past 4 GiB).
+const MAX_SLICES_PER_REQUEST: usize = 65536;
 
 /// One slice of a request, owned by exactly one connection at a time.
 struct Slice {
@@ -177,8 +188,7 @@ pub(crate) struct Peer {
     addr: SocketAddr,
     slots: Vec<Mutex<Option<Arc<Conn>>>>,
     next: AtomicUsize,
-    connect_timeout: Duration,
-    control_max: u64,
+    limits: Limits,
 }
 
 impl Peer {
@@ -190,11 +200,7 @@ impl Peer {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Conn::open(
-            self.addr,
-            self.connect_timeout,
-            self.control_max,
-        )?);
+        let c = Arc::new(Conn::open(self.addr, self.limits)?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -211,6 +217,7 @@ impl Abort for Peer {
 
 struct Conn {
     tx: Sender<Vec<Slice>>,
+    writer: Arc<Mutex<Writer>>,
     stream: TcpStream,
     broken: Arc<AtomicBool>,
 }
@@ -222,63 +229,32 @@ struct Inflight {
     dead: bool,
 }
 
-impl Conn {
-    fn open(addr: SocketAddr, timeout: Duration, control_max: u64) -> io::Result<Conn> {
-        let stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_nodelay(true)?;
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let broken = Arc::new(AtomicBool::new(false));
-        let inflight = Arc::new(Mutex::new(Inflight {
-            queue: VecDeque::new(),
-            dead: false,
-        }));
-        let (s, r) = (stream.try_clone()?, stream.try_clone()?);
-        let (b1, b2) = (broken.clone(), broken.clone());
-        let i2 = inflight.clone();
-        thread::Builder::new()
-            .name("mc-tcp-send".into())
-            .spawn(move || send_loop(s, rx, inflight, b1))?;
-        thread::Builder::new()
-            .name("mc-tcp-recv".into())
-            .spawn(move || recv_loop(r, i2, b2, control_max))?;
-        Ok(Conn { tx, stream, broken })
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.broken.store(true, Ordering::Release);
-        let _ = self.stream.shutdown(Shutdown::Both);
-    }
-}
-
-fn send_loop(
-    mut stream: TcpStream,
-    rx: Receiver<Vec<Slice>>,
+/// The write half. Whoever holds it numbers slices, queues them in flight
+/// and writes them, so the in-flight queue is always in wire order.
+struct Writer {
+    stream: TcpStream,
     inflight: Arc<Mutex<Inflight>>,
-    broken: Arc<AtomicBool>,
-) {
-    let mut seq: u32 = 0;
-    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::new();
-    let mut payloads: Vec<(usize, usize)> = Vec::new();
-    while let Ok(mut batch) = rx.recv() {
-        while batch.len() < 512 {
-            match rx.try_recv() {
-                Ok(more) => batch.extend(more),
-                Err(_) => break,
-            }
-        }
-        headers.clear();
-        payloads.clear();
+    seq: u32,
+    headers: Vec<[u8; HEADER_LEN]>,
+    payloads: Vec<(usize, usize)>,
+}
+
+impl Writer {
+    /// Writes `batch`. On error the connection is unusable: the caller shuts
+    /// it down, and the receiver fails what was queued.
+    fn send(&mut self, mut batch: Vec<Slice>) -> io::Result<()> {
+        self.headers.clear();
+        self.payloads.clear();
         for s in batch.iter_mut() {
-            seq = seq.wrapping_add(1);
-            s.seq = seq;
+            self.seq = self.seq.wrapping_add(1);
+            s.seq = self.seq;
             let kind = match s.op {
                 Opcode::Write => Kind::WriteReq,
                 Opcode::Read => Kind::ReadReq,
             };
-            headers.push(Header::new(kind, seq, s.remote, s.len as u64).encode());
-            payloads.push(if s.op == Opcode::Write {
+            self.headers
+                .push(Header::new(kind, self.seq, s.remote, s.len as u64).encode());
+            self.payloads.push(if s.op == Opcode::Write {
                 (s.local, s.len)
             } else {
                 (0, 0)
@@ -286,14 +262,14 @@ fn send_loop(
         }
         {
             // Queue before the bytes leave, so the receiver always finds them.
-            let mut q = inflight.lock();
+            let mut q = self.inflight.lock();
             if q.dead {
-                break; // `batch` drops: its slices report failure.
+                return Err(io::ErrorKind::BrokenPipe.into()); // `batch` drops: failures reported
             }
             q.queue.extend(batch);
         }
-        let mut parts: Vec<&[u8]> = Vec::with_capacity(headers.len() * 2);
-        for (h, &(addr, len)) in headers.iter().zip(&payloads) {
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(self.headers.len() * 2);
+        for (h, &(addr, len)) in self.headers.iter().zip(&self.payloads) {
             parts.push(h);
             if len > 0 {
                 // SAFETY: the engine checked `addr..addr+len` against the
@@ -301,14 +277,101 @@ fn send_loop(
                 parts.push(unsafe { rawmem::bytes(addr, len) });
             }
         }
-        if let Err(e) = write_all_parts(&mut stream, &parts) {
+        write_all_parts(&mut self.stream, &parts)
+    }
+}
+
+/// Submissions at most this large are written by the submitting thread when
+/// the connection is free, saving a thread handoff on small requests; larger
+/// ones go to the connection's sender thread so `submit` does not block on
+/// the socket.
+const DIRECT_BYTES: usize = 64 * 1024;
+
+impl Conn {
+    fn open(addr: SocketAddr, limits: Limits) -> io::Result<Conn> {
+        let stream = TcpStream::connect_timeout(&addr, limits.connect_timeout)?;
+        stream.set_nodelay(true)?;
+        stream.set_write_timeout(Some(limits.write_timeout))?;
+        let control_max = limits.control_max;
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let broken = Arc::new(AtomicBool::new(false));
+        let inflight = Arc::new(Mutex::new(Inflight {
+            queue: VecDeque::new(),
+            dead: false,
+        }));
+        let writer = Arc::new(Mutex::new(Writer {
+            stream: stream.try_clone()?,
+            inflight: inflight.clone(),
+            seq: 0,
+            headers: Vec::new(),
+            payloads: Vec::new(),
+        }));
+        let (w, b1) = (writer.clone(), broken.clone());
+        let (r, b2) = (stream.try_clone()?, broken.clone());
+        thread::Builder::new()
+            .name("mc-tcp-send".into())
+            .spawn(move || send_loop(rx, w, b1))?;
+        thread::Builder::new()
+            .name("mc-tcp-recv".into())
+            .spawn(move || recv_loop(r, inflight, b2, control_max))?;
+        Ok(Conn {
+            tx,
+            writer,
+            stream,
+            broken,
+        })
+    }
+
+    /// Hands `slices` to the connection: written right here if small and the
+    /// writer is free, else queued for the sender thread.
+    fn submit(&self, slices: Vec<Slice>) {
+        let bytes: usize = slices
+            .iter()
+            .map(|s| if s.op == Opcode::Write { s.len } else { 0 })
+            .sum();
+        if bytes <= DIRECT_BYTES {
+            if let Some(mut w) = self.writer.try_lock() {
+                if let Err(e) = w.send(slices) {
+                    tracing::debug!("tcp send: {e}");
+                    self.close();
+                }
+                return;
+            }
+        }
+        // A send error hands the slices back; dropping them reports failure.
+        drop(self.tx.send(slices));
+    }
+
+    fn close(&self) {
+        self.broken.store(true, Ordering::Release);
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn send_loop(rx: Receiver<Vec<Slice>>, writer: Arc<Mutex<Writer>>, broken: Arc<AtomicBool>) {
+    while let Ok(mut batch) = rx.recv() {
+        while batch.len() < 512 {
+            match rx.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        let mut w = writer.lock();
+        if let Err(e) = w.send(batch) {
             tracing::debug!("tcp send: {e}");
+            // Stop the receiver too; it fails whatever is still in flight.
+            broken.store(true, Ordering::Release);
+            let _ = w.stream.shutdown(Shutdown::Both);
             break;
         }
     }
-    // Stop the receiver too; it fails whatever is still in flight.
-    broken.store(true, Ordering::Release);
-    let _ = stream.shutdown(Shutdown::Both);
+    // Anything still queued (or queued later) drops and reports failure.
 }
 
 fn recv_loop(
