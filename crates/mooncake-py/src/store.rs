@@ -432,6 +432,29 @@ impl PyStore {
     }
 }
 
+/// A new `bytes` object of `size` bytes whose contents are not initialised,
+/// with its buffer, for a `get` to fill before Python sees the object.
+fn uninit_bytes<'a>(py: Python<'_>, size: usize) -> Result<(Py<PyBytes>, &'a mut [u8]), Error> {
+    let len = pyo3::ffi::Py_ssize_t::try_from(size)
+        .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "object too large for bytes"))?;
+    // SAFETY: a NULL source asks CPython for a fresh, uninitialised bytes
+    // object of `len` bytes (NULL back on failure, with an exception set).
+    let obj = unsafe { pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len) };
+    if obj.is_null() {
+        let e = PyErr::fetch(py);
+        return Err(Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()));
+    }
+    // SAFETY: `obj` is a new reference to a bytes object, handed to `Py`.
+    let bytes: Py<PyBytes> = unsafe { Py::from_owned_ptr(py, obj) };
+    // SAFETY: a bytes object's buffer holds `len` bytes (plus a NUL) and
+    // lives as long as the object, which the caller keeps in `Py` while
+    // filling it; nobody else can see the object before it is returned.
+    let buf = unsafe {
+        std::slice::from_raw_parts_mut(pyo3::ffi::PyBytes_AsString(obj).cast::<u8>(), size)
+    };
+    Ok((bytes, buf))
+}
+
 /// A `bytes` holding `src`: the one copy a `get` makes from the client's
 /// buffer into Python (large ones without the GIL).
 fn bytes_from<'py>(py: Python<'py>, src: &[u8]) -> Bound<'py, PyBytes> {
@@ -748,9 +771,22 @@ impl PyStore {
         let Some(live) = self.live() else {
             return PyBytes::new(py, b"");
         };
-        match py.allow_threads(|| live.client.get_buffer(&key.0)) {
-            Ok(h) => bytes_from(py, h.as_slice()),
-            Err(_) => PyBytes::new(py, b""),
+        // The bytes object is allocated (uninitialised) once the size is
+        // known and filled without the GIL: a replica in our own segment is
+        // copied once, straight into it.
+        let mut made: Option<Py<PyBytes>> = None;
+        let got = py.allow_threads(|| {
+            live.client.get_with(&key.0, |size| {
+                Python::with_gil(|py| {
+                    let (obj, buf) = uninit_bytes(py, size)?;
+                    made = Some(obj);
+                    Ok(buf)
+                })
+            })
+        });
+        match (got, made) {
+            (Ok(_), Some(b)) => b.into_bound(py),
+            _ => PyBytes::new(py, b""),
         }
     }
 

@@ -82,6 +82,9 @@ pub struct StoreArgs {
     /// in this process and the ones it starts).
     #[arg(long)]
     pub force_tcp: bool,
+    /// Skip the untimed pass that writes one phase's budget before measuring.
+    #[arg(long)]
+    pub no_touch: bool,
     /// Also write the results here as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -192,6 +195,7 @@ fn run_store(a: StoreArgs) -> Result<(), String> {
         budget_fraction: 0.4,
         child_env: env,
         mode: if a.force_tcp { "tcp" } else { "default" }.into(),
+        touch: !a.no_touch,
     };
     let results = store::run(&cfg, |r| {
         eprintln!(

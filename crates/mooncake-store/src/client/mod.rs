@@ -131,6 +131,21 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Vec<Result<()>>;
     fn read_into(&self, keys: &[String], dests: &[Vec<(usize, usize)>]) -> Vec<Result<u64>>;
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>>;
+    /// One whole object into memory `dest(size)` provides. By default
+    /// through the staging pool (two copies); the real client copies a
+    /// replica in its own segment straight across.
+    fn read_with(
+        &self,
+        key: &str,
+        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
+    ) -> Result<usize> {
+        let staged = one(self.read_values(&[key.to_owned()], false))?;
+        let out = dest(staged.size())?;
+        // SAFETY: `dest` hands out `size` writable bytes (see `Client::get_with`);
+        // the staged bytes are a distinct allocation.
+        unsafe { std::ptr::copy_nonoverlapping(staged.as_slice().as_ptr(), out, staged.size()) };
+        Ok(staged.size())
+    }
     fn read_ranges(&self, reqs: &[RangeRead]) -> Vec<Result<u64>>;
 
     fn get_size(&self, keys: &[String]) -> Vec<Result<u64>>;
@@ -306,6 +321,40 @@ impl Client {
             .into_iter()
             .map(|r| r.map(BufferHandle::into_vec))
             .collect()
+    }
+
+    /// Reads the whole object into memory the caller allocates once the size
+    /// is known (e.g. a Python `bytes` under construction): `dest(size)`
+    /// returns a buffer of exactly `size` bytes, which need not be
+    /// registered. A replica in this process's own segment is copied once,
+    /// straight into it; others go through the staging pool. Returns the
+    /// size. `dest` is not called when the object cannot be read.
+    pub fn get_with<'a>(
+        &self,
+        key: &str,
+        dest: impl FnOnce(usize) -> Result<&'a mut [u8]>,
+    ) -> Result<usize> {
+        let mut dest = Some(dest);
+        let mut raw = |size: usize| -> Result<*mut u8> {
+            let f = dest.take().ok_or_else(|| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "get_with: destination asked twice",
+                )
+            })?;
+            let buf = f(size)?;
+            if buf.len() != size {
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!(
+                        "destination of {} bytes for a {size} byte object",
+                        buf.len()
+                    ),
+                ));
+            }
+            Ok(buf.as_mut_ptr())
+        };
+        self.inner.read_with(key, &mut raw)
     }
 
     /// The object's bytes in the client's staging pool, without a copy to

@@ -873,6 +873,53 @@ impl RealClient {
         results
     }
 
+    /// One object into caller memory: a replica in our own segment is copied
+    /// straight across; otherwise the bytes are fetched into staging (which
+    /// the engine can reach) and copied once more.
+    pub fn read_with(
+        &self,
+        key: &str,
+        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
+    ) -> Result<usize> {
+        let keys = [key.to_owned()];
+        let replicas = self
+            .lookup(&keys)
+            .pop()
+            .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty lookup")))?;
+        let size = replicas[0].size as usize;
+        if self.is_own(&replicas[0]) {
+            let out = dest(size)?;
+            // SAFETY: the replica lies in our own segment (`is_own` checked
+            // the range) and its lease keeps it from being freed while we
+            // copy; `dest` provides `size` writable bytes of other memory.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    replicas[0].buffer_address as usize as *const u8,
+                    out,
+                    size,
+                )
+            };
+            return Ok(size);
+        }
+        let mut staged = self.staging_pool()?.allocate(size as u64)?;
+        let frags = if size == 0 {
+            Vec::new()
+        } else {
+            vec![Frag {
+                src_off: 0,
+                dst: staged.addr(),
+                len: size,
+            }]
+        };
+        self.fetch(&[(&replicas[..], frags)])
+            .pop()
+            .unwrap_or(Ok(()))?;
+        let out = dest(size)?;
+        // SAFETY: as above; the staging buffer is ours until dropped.
+        unsafe { std::ptr::copy_nonoverlapping(staged.as_mut_slice().as_ptr(), out, size) };
+        Ok(size)
+    }
+
     /// Ranged reads: per `(buffer i, key j, fragment k)` an outcome, so one
     /// bad fragment fails only itself. Buffers must be registered; each
     /// fragment is checked against its buffer's registered size and the
@@ -1179,6 +1226,13 @@ impl super::Backend for RealClient {
     }
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>> {
         RealClient::read_values(self, keys, heap)
+    }
+    fn read_with(
+        &self,
+        key: &str,
+        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
+    ) -> Result<usize> {
+        RealClient::read_with(self, key, dest)
     }
     fn read_ranges(&self, reqs: &[RangeRead]) -> Vec<Result<u64>> {
         RealClient::read_ranges(self, reqs)
