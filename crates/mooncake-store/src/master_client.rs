@@ -13,7 +13,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
-use crate::proto::{Request, Response};
+use crate::proto::{spin, Request, Response};
 use crate::types::{
     ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment,
     TaskId, TaskInfo,
@@ -480,6 +480,9 @@ impl Inner {
 impl Connection {
     fn round_trip(&mut self, frame: &[u8]) -> io::Result<()> {
         write_frames(&mut self.stream.get_ref(), frame)?;
+        // The answer usually comes within microseconds: poll for it rather
+        // than sleep and be woken (see `proto::spin`).
+        spin::await_readable(self.stream.get_ref(), spin::client_window());
         read_frame(&mut self.stream, &mut self.buf)
     }
 }

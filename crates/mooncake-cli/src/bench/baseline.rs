@@ -28,18 +28,27 @@ pub struct PingPong {
 
 /// `iters` round trips of a `msg`-byte message (after 100 untimed ones).
 /// With `spin`, the client polls its socket without sleeping while it waits
-/// for the echo (what a busy-polling RPC client would save).
-pub fn tcp_ping_pong(msg: usize, iters: usize, spin: bool) -> Result<PingPong> {
+/// for the echo (what a busy-polling RPC client would save); with
+/// `server_spin` the echo side does the same between messages.
+pub fn tcp_ping_pong(msg: usize, iters: usize, spin: bool, server_spin: bool) -> Result<PingPong> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io_err("bind", e))?;
     let addr = listener.local_addr().map_err(|e| io_err("local_addr", e))?;
     let total = iters + 100;
     let echo = std::thread::spawn(move || -> std::io::Result<()> {
         let (mut s, _) = listener.accept()?;
         s.set_nodelay(true)?;
+        s.set_nonblocking(server_spin)?;
         let mut buf = vec![0u8; msg];
         for _ in 0..total {
-            s.read_exact(&mut buf)?;
-            s.write_all(&buf)?;
+            if server_spin {
+                spin_read(&mut s, &mut buf)?;
+                s.set_nonblocking(false)?;
+                s.write_all(&buf)?;
+                s.set_nonblocking(true)?;
+            } else {
+                s.read_exact(&mut buf)?;
+                s.write_all(&buf)?;
+            }
         }
         Ok(())
     });
@@ -118,6 +127,38 @@ pub fn memcpy_bandwidth(block: usize, iters: usize) -> Memcpy {
     }
 }
 
+/// Copies `block` bytes from one buffer to successive offsets of a
+/// pre-faulted `region`-byte buffer (wrapping), `iters` times: the ceiling
+/// for a store that writes values into different places of a large warm
+/// segment (the destination is rarely in cache, unlike [`memcpy_bandwidth`]).
+pub fn memcpy_streaming(block: usize, region: usize, iters: usize) -> Memcpy {
+    let region = region.max(block);
+    let src = vec![1u8; block];
+    let mut dst = vec![0u8; region];
+    for page in dst.chunks_mut(4096) {
+        page[0] = 1; // fault every page in first
+    }
+    let slots = region / block;
+    let mut lat = Vec::with_capacity(iters);
+    for i in 0..iters {
+        let off = (i % slots) * block;
+        let t0 = Instant::now();
+        dst[off..off + block].copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        lat.push(t0.elapsed().as_nanos() as u64);
+    }
+    let s = summarize(&mut lat, block as u64, 1);
+    Memcpy {
+        block_bytes: block,
+        gb_s: if s.p50_us > 0.0 {
+            block as f64 / (s.p50_us * 1e3)
+        } else {
+            0.0
+        },
+        p50_us: s.p50_us,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,7 +166,7 @@ mod tests {
     #[test]
     fn ping_pong_moves_every_message() {
         for spin in [false, true] {
-            let r = tcp_ping_pong(64, 20, spin).unwrap();
+            let r = tcp_ping_pong(64, 20, spin, spin).unwrap();
             assert_eq!(r.summary.n, 20);
             assert!(r.summary.p50_us > 0.0);
         }
@@ -134,6 +175,9 @@ mod tests {
     #[test]
     fn memcpy_reports_a_rate() {
         let m = memcpy_bandwidth(1 << 16, 10);
+        assert_eq!(m.block_bytes, 1 << 16);
+        assert!(m.gb_s > 0.0);
+        let m = memcpy_streaming(1 << 16, 1 << 20, 40);
         assert_eq!(m.block_bytes, 1 << 16);
         assert!(m.gb_s > 0.0);
     }

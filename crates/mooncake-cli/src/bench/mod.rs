@@ -227,14 +227,21 @@ fn run_rpc(a: RpcArgs) -> Result<(), String> {
 fn run_baseline(a: BaselineArgs) -> Result<(), String> {
     let iters = a.iters.max(10);
     let mut rows = Vec::new();
-    for (msg, spin) in [(64, false), (4096, false), (64, true)] {
-        let p = baseline::tcp_ping_pong(msg, iters, spin).map_err(|e| e.to_string())?;
+    for (msg, spin, server_spin) in [
+        (64, false, false),
+        (4096, false, false),
+        (64, true, false),
+        (64, true, true),
+    ] {
+        let p =
+            baseline::tcp_ping_pong(msg, iters, spin, server_spin).map_err(|e| e.to_string())?;
+        let how = match (spin, server_spin) {
+            (false, _) => "",
+            (true, false) => " (client spins)",
+            (true, true) => " (both spin)",
+        };
         rows.push(vec![
-            format!(
-                "tcp ping-pong {}{}",
-                stats::fmt_size(msg),
-                if spin { " (client spins)" } else { "" }
-            ),
+            format!("tcp ping-pong {}{how}", stats::fmt_size(msg)),
             format!("{:.1}", p.summary.p50_us),
             format!("{:.1}", p.summary.p99_us),
             "-".into(),
@@ -244,7 +251,21 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
         let n = (iters * 4096 / block).clamp(20, iters);
         let m = baseline::memcpy_bandwidth(block, n);
         rows.push(vec![
-            format!("memcpy {}", stats::fmt_size(block)),
+            format!("memcpy {} (same buffers)", stats::fmt_size(block)),
+            format!("{:.1}", m.p50_us),
+            "-".into(),
+            format!("{:.2}", m.gb_s),
+        ]);
+    }
+    for block in [64 << 10, 1 << 20, 4 << 20] {
+        let region = 512 << 20;
+        let n = (region / block).clamp(20, iters.max(20));
+        let m = baseline::memcpy_streaming(block, region, n);
+        rows.push(vec![
+            format!(
+                "memcpy {} into a warm 512 MiB region",
+                stats::fmt_size(block)
+            ),
             format!("{:.1}", m.p50_us),
             "-".into(),
             format!("{:.2}", m.gb_s),

@@ -360,6 +360,7 @@ impl RealClient {
         let out = match submitted {
             Err(e) => fail_all(e),
             Ok(()) => {
+                self.poll_batch(batch);
                 let _ = self.engine.wait_batch(batch);
                 (0..requests.len())
                     .map(|i| match self.engine.transfer_status(batch, i) {
@@ -381,6 +382,27 @@ impl RealClient {
             tracing::warn!(error = %e, "free_batch failed");
         }
         out
+    }
+
+    /// Polls a submitted batch for a short window before `wait_batch` puts
+    /// this thread to sleep: small transfers finish within microseconds, and
+    /// being woken costs more than that on a VM (see `proto::spin`).
+    fn poll_batch(&self, batch: mooncake_transfer::BatchId) {
+        let window = crate::proto::spin::client_window();
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        while start.elapsed() < window {
+            match self.engine.batch_status(batch) {
+                Ok(s) if s.state == TransferState::Waiting => {}
+                _ => return,
+            }
+            spins += 1;
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
     }
 
     // ---- writes -------------------------------------------------------

@@ -36,7 +36,7 @@ use super::http;
 use super::metrics::MasterMetrics;
 use super::service::MasterService;
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
-use crate::proto::{Request, Response};
+use crate::proto::{spin, Request, Response};
 
 /// How often the timers run.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
@@ -357,6 +357,11 @@ fn next_request(
     idle: Option<Duration>,
     limit: Duration,
 ) -> io::Result<bool> {
+    // A client that just got an answer often calls again at once (a put's
+    // end after its start): poll briefly before sleeping (see `proto::spin`).
+    if reader.buffer().is_empty() {
+        spin::await_readable(reader.get_ref(), spin::server_window());
+    }
     let since = Instant::now();
     loop {
         match reader.fill_buf() {
