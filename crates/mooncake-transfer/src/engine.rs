@@ -22,6 +22,10 @@ use crate::transport::shm::ShmTransport;
 use crate::transport::tcp::{Limits, TcpTransport};
 use crate::transport::{OpenSegment, Transport, Work};
 
+/// How long past a frame's cut-off unregistering waits for peers' frames
+/// (only a stalled thread needs it).
+const RETIRE_SLACK: Duration = Duration::from_secs(5);
+
 /// Identifies an opened segment.
 pub type SegmentHandle = u64;
 /// Identifies an allocated batch (never 0).
@@ -334,9 +338,21 @@ impl TransferEngine {
             }
         }
         // Unregistering waits for peers' frames in flight; then unmap.
-        self.inner.unregister_inner(&[addr], true)?;
-        self.inner.managed.lock().remove(&addr);
-        Ok(())
+        let unregistered = self.inner.unregister_inner(&[addr]);
+        if let Err(e) = &unregistered {
+            if e.code == ErrorCode::ERR_ADDRESS_NOT_REGISTERED {
+                return unregistered; // a concurrent free got there first
+            }
+        }
+        let region = self.inner.managed.lock().remove(&addr);
+        if let Err(e) = &unregistered {
+            if e.code == ErrorCode::ERR_BATCH_BUSY {
+                // A peer's frame may still touch it: never unmap (leak instead).
+                tracing::warn!("managed buffer {addr:#x} leaked: {e}");
+                std::mem::forget(region);
+            }
+        }
+        unregistered
     }
 
     /// Opens a segment by name (this engine's own name works too).
@@ -559,27 +575,50 @@ impl Inner {
         {
             let mut reg = self.local.registry.write();
             for (i, &(addr, len)) in buffers.iter().enumerate() {
-                let region = Region {
-                    addr,
-                    len,
-                    location: location.to_string(),
-                    remote_accessible: remote,
-                    shm: shm.clone(),
-                };
+                let region = Region::new(addr, len, location.to_string(), remote, shm.clone());
                 if let Err(e) = reg.insert(region) {
-                    for &(a, _) in &buffers[..i] {
-                        let _ = reg.remove(a);
-                    }
+                    let undone: Vec<_> = buffers[..i]
+                        .iter()
+                        .filter_map(|&(a, _)| reg.remove(a).ok())
+                        .collect();
+                    drop(reg);
+                    self.retire(undone)?;
                     return Err(e);
                 }
             }
         }
         if let Err(e) = self.publish() {
-            let mut reg = self.local.registry.write();
-            for &(a, _) in buffers {
-                let _ = reg.remove(a);
-            }
+            let undone: Vec<_> = {
+                let mut reg = self.local.registry.write();
+                buffers
+                    .iter()
+                    .filter_map(|&(a, _)| reg.remove(a).ok())
+                    .collect()
+            };
+            self.retire(undone)?;
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Waits until no peer frame uses the memory of `regions`, which have
+    /// left the registry (so no new frame can start on them). Frames are
+    /// bounded by the I/O timeout, so this normally returns well within it;
+    /// `ERR_BATCH_BUSY` says a frame still holds the memory past that bound
+    /// (the caller must then keep the memory alive).
+    fn retire(&self, regions: Vec<Region>) -> Result<()> {
+        // A frame is cut off after twice the I/O timeout (rpc.rs).
+        let give_up = Instant::now() + self.local.io_timeout * 2 + RETIRE_SLACK;
+        for r in regions {
+            if !r.pin.retire(give_up) {
+                return Err(Error::new(
+                    ErrorCode::ERR_BATCH_BUSY,
+                    format!(
+                        "{:#x}: a peer's frame still uses this memory; keep it alive",
+                        r.addr
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -592,11 +631,13 @@ impl Inner {
             )));
         }
         drop(managed);
-        self.unregister_inner(addrs, false)
+        self.unregister_inner(addrs)
     }
 
-    fn unregister_inner(&self, addrs: &[usize], _managed: bool) -> Result<()> {
-        {
+    /// Removes `addrs` from the registry (peers' new frames are refused at
+    /// once), republishes, then waits for peers' frames still using them.
+    fn unregister_inner(&self, addrs: &[usize]) -> Result<()> {
+        let removed: Vec<Region> = {
             let mut reg = self.local.registry.write();
             if let Some(a) = addrs
                 .iter()
@@ -607,11 +648,11 @@ impl Inner {
                     format!("{a:#x} is not registered"),
                 ));
             }
-            for &a in addrs {
-                reg.remove(a)?;
-            }
-        }
-        self.publish()
+            addrs.iter().filter_map(|&a| reg.remove(a).ok()).collect()
+        };
+        let published = self.publish();
+        self.retire(removed)?;
+        published
     }
 
     fn segment(&self, handle: SegmentHandle) -> Result<Arc<OpenSegment>> {
