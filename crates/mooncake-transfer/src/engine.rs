@@ -464,8 +464,10 @@ impl TransferEngine {
 
     /// Blocks (no spinning) until every request of the batch is finished or timed out.
     ///
-    /// A timed-out request stops touching local memory, but a timeout does
-    /// not undo it: bytes of a write already sent may still land at the target.
+    /// A request reported `Timeout` (here or by a status call) no longer
+    /// touches local memory: the report waits for a response being written
+    /// into it to end. A timeout does not undo a request, though: bytes of a
+    /// write already sent may still land at the target.
     pub fn wait_batch(&self, batch: BatchId) -> Result<TransferStatus> {
         Ok(self.inner.batch(batch)?.wait())
     }

@@ -226,3 +226,92 @@ impl Trickler {
         self.cut_off.load(Ordering::Acquire)
     }
 }
+
+/// A fake peer: answers the P2P handshake with one 1 MiB buffer at 0x10000,
+/// then answers the first read request with a ReadResp header and 1000
+/// bytes of 0xEE, stalls until `release`, and sends the rest.
+fn stalling_reader_peer(release: mpsc::Receiver<()>) -> (u16, thread::JoinHandle<()>) {
+    use mooncake_transfer::{BufferDesc, SegmentDesc};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let h = thread::spawn(move || {
+        for s in l.incoming() {
+            let mut s = s.unwrap();
+            s.set_read_timeout(Some(HANG_GUARD)).unwrap();
+            let mut h = [0u8; 32];
+            if s.read_exact(&mut h).is_err() {
+                continue;
+            }
+            let seq = u32::from_le_bytes(h[12..16].try_into().unwrap());
+            let len = u64::from_le_bytes(h[24..32].try_into().unwrap());
+            match h[5] {
+                5 => {
+                    let mut name = vec![0u8; len as usize];
+                    s.read_exact(&mut name).unwrap();
+                    let desc = SegmentDesc {
+                        name: format!("127.0.0.1:{port}"),
+                        protocol: "tcp".into(),
+                        devices: vec![],
+                        buffers: vec![BufferDesc {
+                            name: "cpu:0".into(),
+                            addr: 0x10000,
+                            length: 1 << 20,
+                            rkey: vec![],
+                            lkey: vec![],
+                            shm: None,
+                        }],
+                        tcp_data_port: Some(port),
+                        host_id: None,
+                    };
+                    let json = desc.to_json();
+                    s.write_all(&header(6, seq, 0, json.len() as u64)).unwrap();
+                    s.write_all(&json).unwrap();
+                }
+                READ_REQ => {
+                    s.write_all(&header(4, seq, 0, len)).unwrap();
+                    s.write_all(&[0xEE; 1000]).unwrap();
+                    let _ = release.recv_timeout(HANG_GUARD);
+                    // The initiator gave up: these bytes must go nowhere.
+                    let _ = s.write_all(&vec![0xEE; len as usize - 1000]);
+                    return;
+                }
+                k => panic!("unexpected frame kind {k}"),
+            }
+        }
+    });
+    (port, h)
+}
+
+#[test]
+fn read_bytes_never_land_after_the_timeout_is_reported() {
+    let (release, rx) = mpsc::channel();
+    let (port, peer) = stalling_reader_peer(rx);
+    let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");
+    c.rpc_bind_address = Some("127.0.0.1".into());
+    c.transfer_timeout = Duration::from_secs(1);
+    c.slice_size = 1 << 20; // one frame
+    c.tcp_connections = 1;
+    let e = TransferEngine::new(c).unwrap();
+    const LEN: usize = 200_000;
+    let buf = leaked(LEN);
+    e.register_local_memory(buf.as_ptr() as usize, LEN, "cpu:0", true)
+        .unwrap();
+    let seg = e.open_segment(&format!("127.0.0.1:{port}")).unwrap();
+    let e2 = e.clone();
+    let addr = buf.as_ptr() as usize;
+    let r = guarded("a read from a stalled peer", move || {
+        e2.transfer_sync(&[TransferRequest {
+            opcode: Opcode::Read,
+            source: addr,
+            target_id: seg,
+            target_offset: 0x10000,
+            length: LEN,
+        }])
+    });
+    assert_eq!(r.unwrap_err().code, ErrorCode::TRANSFER_FAIL);
+    // The application may reuse the buffer now.
+    buf.fill(0x11);
+    release.send(()).unwrap();
+    peer.join().unwrap();
+    assert!(buf.iter().all(|&b| b == 0x11), "bytes landed after TIMEOUT");
+}
