@@ -262,6 +262,8 @@ impl Drop for Landing<'_> {
 pub(crate) struct Batch {
     capacity: usize,
     timeout: Duration,
+    /// How long `prepare_free` waits for timed-out requests to drain.
+    drain_wait: Duration,
     tasks: Mutex<Vec<Arc<Task>>>,
     shared: Arc<Shared>,
 }
@@ -271,6 +273,7 @@ impl Batch {
         Batch {
             capacity,
             timeout,
+            drain_wait: Duration::from_secs(5),
             tasks: Mutex::new(Vec::new()),
             shared: Arc::new(Shared {
                 unsettled: AtomicUsize::new(0),
@@ -424,6 +427,19 @@ impl Batch {
         self.status(Instant::now())
     }
 
+    /// Sets how long [`Self::prepare_free`] waits for timed-out requests.
+    #[cfg(test)]
+    pub(crate) fn with_drain_wait(mut self, wait: Duration) -> Batch {
+        self.drain_wait = wait;
+        self
+    }
+
+    /// Nothing runs or drains: freeing would not wait.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.shared.unsettled.load(Ordering::Acquire) == 0
+            && self.shared.busy.load(Ordering::Acquire) == 0
+    }
+
     /// Readies the batch for freeing: refused while a request runs; after a
     /// timeout, waits (bounded) until aborted slices stop touching memory.
     pub(crate) fn prepare_free(&self) -> Result<()> {
@@ -433,7 +449,7 @@ impl Batch {
                 "batch still has running requests",
             ));
         }
-        let give_up = Instant::now() + Duration::from_secs(5);
+        let give_up = Instant::now() + self.drain_wait;
         let mut guard = self.shared.lock.lock();
         while self.shared.busy.load(Ordering::Acquire) != 0 {
             if self

@@ -84,7 +84,7 @@ struct Inner {
     metadata: Option<Arc<dyn MetadataStore>>,
     managed: Mutex<HashMap<usize, SharedRegion>>,
     segments: RwLock<SegmentTable>,
-    batches: Mutex<HashMap<BatchId, Arc<Batch>>>,
+    batches: Mutex<Batches>,
     next_batch: AtomicU64,
     local_transport: LocalTransport,
     shm: ShmTransport,
@@ -93,6 +93,27 @@ struct Inner {
     closed: AtomicBool,
     /// Requests routed to local, shm, tcp (the order of `transports()`).
     routed: [AtomicU64; 3],
+}
+
+#[derive(Default)]
+struct Batches {
+    live: HashMap<BatchId, Arc<Batch>>,
+    /// `transfer_sync` batches whose timed-out requests were still draining
+    /// when it returned; freed by a later allocation once idle.
+    parked: Vec<BatchId>,
+}
+
+impl Batches {
+    fn reap_parked(&mut self) {
+        let live = &mut self.live;
+        self.parked.retain(|id| match live.get(id) {
+            Some(b) if !b.is_idle() => true,
+            _ => {
+                live.remove(id);
+                false
+            }
+        });
+    }
 }
 
 /// A segment named by a submission, with what the submission uses of it.
@@ -215,7 +236,7 @@ impl TransferEngine {
                 next: 1,
                 ..Default::default()
             }),
-            batches: Mutex::new(HashMap::new()),
+            batches: Mutex::default(),
             next_batch: AtomicU64::new(1),
             server: Mutex::new(Some(server)),
             closed: AtomicBool::new(false),
@@ -402,8 +423,8 @@ impl TransferEngine {
             return Err(invalid("batch size 0"));
         }
         let id = self.inner.next_batch.fetch_add(1, Ordering::Relaxed);
-        let batch = Arc::new(Batch::new(batch_size, self.inner.config.transfer_timeout));
-        self.inner.batches.lock().insert(id, batch);
+        let batch = Batch::new(batch_size, self.inner.config.transfer_timeout);
+        self.inner.add_batch(id, batch);
         Ok(id)
     }
 
@@ -476,20 +497,24 @@ impl TransferEngine {
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         let b = self.inner.batch(batch)?;
         b.prepare_free()?;
-        self.inner.batches.lock().remove(&batch);
+        self.inner.batches.lock().live.remove(&batch);
         Ok(())
     }
 
     /// allocate + submit + wait + free. The error carries the first failed
-    /// request's code.
+    /// request's code. After a timeout, a batch whose aborted requests are
+    /// still draining is freed later (by a later allocation) rather than
+    /// turning the result into `ERR_BATCH_BUSY`.
     pub fn transfer_sync(&self, requests: &[TransferRequest]) -> Result<()> {
         let batch = self.allocate_batch(requests.len().max(1))?;
         let result = self
             .submit(batch, requests)
             .map(|()| self.inner.batch(batch).map(|b| b.wait()));
-        let freed = self.free_batch(batch);
+        if let Err(e) = self.free_batch(batch) {
+            tracing::debug!("transfer_sync: batch {batch} freed later: {e}");
+            self.inner.batches.lock().parked.push(batch);
+        }
         let status = result??;
-        freed?;
         match status.state {
             crate::TransferState::Completed => Ok(()),
             state => Err(Error::new(
@@ -666,9 +691,18 @@ impl Inner {
             .ok_or_else(|| invalid(format!("no segment handle {handle}")))
     }
 
+    fn add_batch(&self, id: BatchId, batch: Batch) {
+        let mut batches = self.batches.lock();
+        if !batches.parked.is_empty() {
+            batches.reap_parked();
+        }
+        batches.live.insert(id, Arc::new(batch));
+    }
+
     fn batch(&self, id: BatchId) -> Result<Arc<Batch>> {
         self.batches
             .lock()
+            .live
             .get(&id)
             .cloned()
             .ok_or_else(|| invalid(format!("no batch {id}")))
@@ -913,6 +947,36 @@ mod tests {
     fn engine_is_send_and_sync() {
         fn check<T: Send + Sync + Clone>() {}
         check::<TransferEngine>();
+    }
+
+    /// A `transfer_sync` batch still draining after a timeout is parked, not
+    /// leaked, and freed by a later allocation once idle. (Review #10.)
+    #[test]
+    fn parked_batches_are_reaped_once_idle() {
+        let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");
+        c.rpc_bind_address = Some("127.0.0.1".into());
+        let e = TransferEngine::new(c).unwrap();
+        let start = Instant::now();
+        let batch = Batch::new(1, Duration::from_secs(5)).with_drain_wait(Duration::ZERO);
+        let task = batch.add_tasks(1, start, None).unwrap().remove(0);
+        task.expect_slices(1);
+        // Timed out with its slice still in flight.
+        let later = start + Duration::from_secs(6);
+        assert_eq!(batch.status(later).state, crate::TransferState::Timeout);
+        let id = 1000;
+        e.inner.add_batch(id, batch);
+        assert_eq!(
+            e.free_batch(id).unwrap_err().code,
+            ErrorCode::ERR_BATCH_BUSY
+        );
+        e.inner.batches.lock().parked.push(id);
+        let other = e.allocate_batch(1).unwrap();
+        assert!(e.inner.batch(id).is_ok(), "still draining: kept");
+        task.slice_done(Ok(1));
+        e.allocate_batch(1).unwrap();
+        assert!(e.inner.batch(id).is_err(), "reaped once idle");
+        assert!(e.inner.batches.lock().parked.is_empty());
+        e.free_batch(other).unwrap();
     }
 
     #[test]
