@@ -207,7 +207,7 @@ impl TransferEngine {
             rpc_port,
             host_id: rpc::published_host_id(config.force_tcp),
             registry: RwLock::new(Default::default()),
-            notifies: Mutex::new(Vec::new()),
+            notifies: Mutex::default(),
             control_max,
             io_timeout: config.transfer_timeout,
         });
@@ -455,7 +455,11 @@ impl TransferEngine {
                 return;
             }
             match rpc_addr {
-                None => local.notifies.lock().push(notify),
+                None => {
+                    if let Err(code) = local.notifies.lock().push(notify) {
+                        tracing::warn!("notify after transfer dropped: {code:?}");
+                    }
+                }
                 Some(addr) => {
                     // Off the transport's thread: this makes a connection.
                     let _ = std::thread::Builder::new()
@@ -528,10 +532,13 @@ impl TransferEngine {
     pub fn send_notify(&self, target: SegmentHandle, notify: Notify) -> Result<()> {
         let seg = self.inner.segment(target)?;
         match seg.rpc_addr {
-            None => {
-                self.inner.local.notifies.lock().push(notify);
-                Ok(())
-            }
+            None => self
+                .inner
+                .local
+                .notifies
+                .lock()
+                .push(notify)
+                .map_err(|code| Error::new(code, "too many notifies waiting for get_notifies")),
             Some(addr) => rpc::send_notify(
                 addr,
                 &notify,
@@ -541,9 +548,10 @@ impl TransferEngine {
         }
     }
 
-    /// Drains the notifies received so far.
+    /// Drains the notifies received so far. At most 64 Ki notifies (64 MiB)
+    /// wait here; past that, new ones are refused with `ERR_TOO_MANY_REQUESTS`.
     pub fn get_notifies(&self) -> Vec<Notify> {
-        std::mem::take(&mut *self.inner.local.notifies.lock())
+        self.inner.local.notifies.lock().drain()
     }
 
     /// Requests carried by each transport so far.

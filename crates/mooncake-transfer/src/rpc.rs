@@ -35,11 +35,43 @@ pub(crate) struct LocalState {
     /// Published so same-host peers may map our shared buffers (None with force_tcp).
     pub host_id: Option<String>,
     pub registry: RwLock<Registry>,
-    pub notifies: Mutex<Vec<Notify>>,
+    pub notifies: Mutex<NotifyQueue>,
     pub control_max: u64,
     /// Bounds how long a peer may stall in the middle of a frame (each
     /// socket call); a whole frame is cut off after twice this.
     pub io_timeout: Duration,
+}
+
+/// Most notifies held until the application drains them, and most bytes
+/// (names + messages) they may hold together.
+pub(crate) const MAX_QUEUED_NOTIFIES: usize = 64 * 1024;
+pub(crate) const MAX_QUEUED_NOTIFY_BYTES: usize = 64 << 20;
+
+/// Notifies received and not yet drained, bounded so that peers (or an
+/// application that never calls `get_notifies`) cannot grow it without
+/// limit. When full, a new notify is refused (`ERR_TOO_MANY_REQUESTS`, which
+/// its sender sees) rather than dropping one already acknowledged.
+#[derive(Default)]
+pub(crate) struct NotifyQueue {
+    queue: Vec<Notify>,
+    bytes: usize,
+}
+
+impl NotifyQueue {
+    pub(crate) fn push(&mut self, notify: Notify) -> Result<(), ErrorCode> {
+        let size = notify.name.len() + notify.msg.len();
+        if self.queue.len() >= MAX_QUEUED_NOTIFIES || self.bytes + size > MAX_QUEUED_NOTIFY_BYTES {
+            return Err(ErrorCode::ERR_TOO_MANY_REQUESTS);
+        }
+        self.bytes += size;
+        self.queue.push(notify);
+        Ok(())
+    }
+
+    pub(crate) fn drain(&mut self) -> Vec<Notify> {
+        self.bytes = 0;
+        std::mem::take(&mut self.queue)
+    }
 }
 
 impl LocalState {
@@ -374,10 +406,10 @@ fn control(
         return write_all_parts(stream, &[&head, &json]);
     }
     let status = match decode_notify(payload) {
-        Some((name, msg)) => {
-            state.notifies.lock().push(Notify { name, msg });
-            0
-        }
+        Some((name, msg)) => match state.notifies.lock().push(Notify { name, msg }) {
+            Ok(()) => 0,
+            Err(code) => code.code(),
+        },
         None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
     };
     stream.write_all(&Header::response(Kind::NotifyAck, h, status, 0).encode())
@@ -480,4 +512,40 @@ pub(crate) fn send_notify(
 /// Host id to publish: none when the engine must never use shared memory.
 pub(crate) fn published_host_id(force_tcp: bool) -> Option<String> {
     (!force_tcp).then(local_host_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notify(name: &str, len: usize) -> Notify {
+        Notify {
+            name: name.into(),
+            msg: "x".repeat(len),
+        }
+    }
+
+    #[test]
+    fn notify_queue_is_bounded_by_count_and_bytes() {
+        let mut q = NotifyQueue::default();
+        for _ in 0..MAX_QUEUED_NOTIFIES {
+            q.push(notify("", 0)).unwrap();
+        }
+        assert_eq!(q.push(notify("", 0)), Err(ErrorCode::ERR_TOO_MANY_REQUESTS));
+        assert_eq!(q.drain().len(), MAX_QUEUED_NOTIFIES);
+
+        let big = MAX_QUEUED_NOTIFY_BYTES / 4;
+        for _ in 0..4 {
+            q.push(notify("", big)).unwrap();
+        }
+        assert_eq!(
+            q.push(notify("a", 0)),
+            Err(ErrorCode::ERR_TOO_MANY_REQUESTS)
+        );
+        assert_eq!(q.drain().len(), 4);
+        // Drained: room again, and what was refused is not there.
+        q.push(notify("a", 3)).unwrap();
+        assert_eq!(q.drain(), vec![notify("a", 3)]);
+        assert!(q.drain().is_empty());
+    }
 }

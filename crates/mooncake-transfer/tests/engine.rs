@@ -320,6 +320,34 @@ fn notifies_with_and_without_transfer() {
     assert!(remote.iter().all(|&x| x == 7));
 }
 
+/// Undrained notifies are bounded (64 MiB): past that a peer's notify is
+/// refused with a code, and accepted again once the application drains.
+/// (Review #5.)
+#[test]
+fn notify_queue_is_bounded() {
+    let (a, b) = (engine(true), engine(true));
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let big = |i: usize| Notify {
+        name: format!("n{i}"),
+        msg: "x".repeat(1_000_000),
+    };
+    let mut accepted = 0;
+    let refused = loop {
+        assert!(accepted < 200, "notifies are not bounded");
+        match a.send_notify(seg, big(accepted)) {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused.code, ErrorCode::ERR_TOO_MANY_REQUESTS);
+    assert!(accepted >= 60, "only {accepted} accepted");
+    let got = b.get_notifies();
+    assert_eq!(got.len(), accepted);
+    assert!(got.iter().enumerate().all(|(i, n)| *n == big(i)));
+    a.send_notify(seg, big(0)).unwrap();
+    assert_eq!(b.get_notifies(), vec![big(0)]);
+}
+
 #[test]
 fn p2p_names_carry_the_rpc_port() {
     let a = engine(true);
