@@ -357,6 +357,8 @@ impl TransferEngine {
                     "managed buffer {addr:#x} has length {registered:?}, not {length}"
                 )));
             }
+            // Same-host peers that mapped it stop using it now.
+            managed[&addr].mark_freed();
         }
         // Unregistering waits for peers' frames in flight; then unmap.
         let unregistered = self.inner.unregister_inner(&[addr]);

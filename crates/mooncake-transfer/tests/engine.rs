@@ -385,3 +385,41 @@ fn out_of_range_config_values_do_not_break_the_engine() {
     .unwrap();
     assert!(remote[..100].iter().all(|&x| x == 9) && remote[100] == 0);
 }
+
+/// A same-host peer's freed managed buffer: writes and reads fail as over TCP
+/// (the owner says it is not registered) instead of landing in a stale
+/// mapping, and a buffer the peer allocates later is reachable. (Review #4.)
+#[test]
+fn freed_peer_buffer_is_not_written_through_a_stale_mapping() {
+    let (a, b) = (engine(false), engine(false));
+    const LEN: usize = 1 << 16;
+    let local = managed(&a, LEN);
+    local.fill(3);
+    let remote = b.allocate_managed_buffer(LEN).unwrap();
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let write = req(Opcode::Write, local, seg, remote as u64, LEN);
+    a.transfer_sync(&[write]).unwrap();
+    assert_eq!(a.transport_stats().shm, 1, "went through shared memory");
+
+    b.free_managed_buffer(remote, LEN).unwrap();
+    for op in [Opcode::Write, Opcode::Read] {
+        let r = a.transfer_sync(&[req(op, local, seg, remote as u64, LEN)]);
+        assert_eq!(
+            r.unwrap_err().code,
+            ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
+            "{op:?} of a freed buffer"
+        );
+    }
+    assert!(
+        local.iter().all(|&x| x == 3),
+        "a failed read left local memory"
+    );
+
+    // The peer's next buffer is used normally (mapped anew once refreshed).
+    let again = managed(&b, LEN);
+    a.refresh_segment(seg).unwrap();
+    a.transfer_sync(&[req(Opcode::Write, local, seg, again.as_ptr() as u64, LEN)])
+        .unwrap();
+    assert!(again.iter().all(|&x| x == 3));
+    assert_eq!(a.transport_stats().shm, 2, "the new buffer is mapped");
+}
