@@ -20,8 +20,11 @@ use crate::segment::{BufferDesc, ShmDesc};
 
 /// Counts the frames using a region's memory right now, so that removing
 /// the region can wait until none does.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Pin {
+    /// The region's range.
+    addr: usize,
+    len: usize,
     users: AtomicUsize,
     /// Set once the region left the registry: the last user wakes the remover.
     retired: AtomicBool,
@@ -34,6 +37,17 @@ pub(crate) struct Pin {
 pub(crate) struct PinGuard(Arc<Pin>);
 
 impl Pin {
+    fn new(addr: usize, len: usize) -> Pin {
+        Pin {
+            addr,
+            len,
+            users: AtomicUsize::new(0),
+            retired: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            drained: Condvar::new(),
+        }
+    }
+
     fn hold(self: &Arc<Pin>) -> PinGuard {
         // SeqCst pairs with `retire`: either the remover sees this user, or
         // the user was taken after the region left the registry (impossible:
@@ -53,6 +67,21 @@ impl Pin {
             }
         }
         true
+    }
+}
+
+impl PinGuard {
+    /// Whether this hold also covers `[addr, addr+len)` of a later frame:
+    /// inside the region, which is still registered. Lets a burst of frames
+    /// into one region skip the registry: the hold already keeps the memory
+    /// registered, and a retired region is never reused (so frames that
+    /// arrive after an unregister are refused).
+    pub(crate) fn covers(&self, addr: u64, len: u64) -> bool {
+        let (Ok(addr), Ok(len)) = (usize::try_from(addr), usize::try_from(len)) else {
+            return false;
+        };
+        let pin = &self.0;
+        rawmem::contains(pin.addr, pin.len, addr, len) && !pin.retired.load(Ordering::SeqCst)
     }
 }
 
@@ -96,7 +125,7 @@ impl Region {
             location,
             remote_accessible,
             shm,
-            pin: Arc::default(),
+            pin: Arc::new(Pin::new(addr, len)),
         }
     }
 
@@ -292,9 +321,13 @@ mod tests {
             r.pin_remote(0x1800, 0x1000).unwrap_err(),
             ErrorCode::ERR_ADDRESS_NOT_REGISTERED
         );
+        assert!(a.covers(0x1fff, 1) && a.covers(0x1000, 0x1000));
+        assert!(!a.covers(0x1fff, 2) && !a.covers(0xfff, 1) && !a.covers(u64::MAX, 2));
         let gone = r.remove(0x1000).unwrap();
-        // Removed at once: no new pins.
+        // Removed at once: no new pins, and held ones serve no new frame.
         assert!(r.pin_remote(0x1000, 10).is_err());
+        assert!(!gone.pin.retire(Instant::now()));
+        assert!(!a.covers(0x1000, 10));
         // Held pins make a bounded retire give up (the deadline is already past).
         assert!(!gone.pin.retire(Instant::now()));
         drop(a);

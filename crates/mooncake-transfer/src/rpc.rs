@@ -223,18 +223,23 @@ fn invalid(msg: String) -> io::Error {
 }
 
 /// Cuts off a peer that trickles a frame: checked before every socket call
-/// after the frame's header, on top of the socket's per-call timeout, so a
-/// frame takes at most twice the I/O timeout however slowly its bytes come.
-/// (Checking beats re-arming the socket timeout: no extra syscall per read.)
-struct FrameDeadline(Instant);
+/// of the frame, on top of the socket's per-call timeout, so a frame takes at
+/// most twice the I/O timeout however slowly its bytes come. (Checking beats
+/// re-arming the socket timeout: no extra syscall per read.) The clock starts
+/// at the first check, so frames already buffered never read it.
+struct FrameDeadline {
+    timeout: Duration,
+    at: Option<Instant>,
+}
 
 impl FrameDeadline {
     fn start(timeout: Duration) -> FrameDeadline {
-        FrameDeadline(Instant::now() + timeout)
+        FrameDeadline { timeout, at: None }
     }
 
-    fn check(&self) -> io::Result<()> {
-        if Instant::now() > self.0 {
+    fn check(&mut self) -> io::Result<()> {
+        let now = Instant::now();
+        if now > *self.at.get_or_insert(now + self.timeout) {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "peer too slow: frame not done within the I/O timeout",
@@ -265,12 +270,17 @@ impl Responses {
     }
 
     /// Queues a response whose body is `[addr, addr+len)`, which `pin`
-    /// proves to lie in registered memory.
-    fn push_body(&mut self, head: Header, addr: usize, len: usize, pin: PinGuard) {
+    /// proves to lie in registered memory (`None`: the last pin queued
+    /// covers it, see [`Self::last_pin_covers`]).
+    fn push_body(&mut self, head: Header, addr: usize, len: usize, pin: Option<PinGuard>) {
         self.heads.push(head.encode());
         self.bodies.push((addr, len));
-        self.pins.push(pin);
+        self.pins.extend(pin);
         self.bytes += HEADER_LEN + len;
+    }
+
+    fn last_pin_covers(&self, addr: u64, len: u64) -> bool {
+        self.pins.last().is_some_and(|p| p.covers(addr, len))
     }
 
     /// Enough queued that the initiator should get it now.
@@ -293,12 +303,13 @@ impl Responses {
         for (head, &(addr, len)) in self.heads.iter().zip(&self.bodies) {
             parts.push(head);
             if len > 0 {
-                // SAFETY: `push_body` took a pin on the registered region
-                // holding this range; it is released only below, after writing.
+                // SAFETY: `push_body` was given (or found) a pin on the
+                // registered region holding this range; pins are released
+                // only below, after writing.
                 parts.push(unsafe { rawmem::bytes(addr, len) });
             }
         }
-        let deadline = FrameDeadline::start(timeout);
+        let mut deadline = FrameDeadline::start(timeout);
         let written = write_all_parts_paced(w, &parts, || deadline.check());
         self.heads.clear();
         self.bodies.clear();
@@ -316,10 +327,13 @@ impl Responses {
 ///
 /// No registry lock is held across socket I/O: a data frame pins the region
 /// it touches (checked under a short read lock), and the pin is released
-/// once its payload is read or its read data written. Each frame is cut off
-/// after at most twice the I/O timeout (see [`FrameDeadline`]), and read data
-/// is flushed before blocking on a write's payload, so an unregister waits
-/// for a slow peer at most that long (and nobody else waits at all).
+/// once its payload is read or its read data written. The frames of a burst
+/// into one region share one pin (no registry lookup per frame); it is let
+/// go before blocking on anything that is not that frame's own payload. Each
+/// frame is cut off after at most twice the I/O timeout (see
+/// [`FrameDeadline`]), and read data is flushed before blocking on a write's
+/// payload, so an unregister waits for a slow peer at most about that long
+/// (and nobody else waits at all).
 fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(state.io_timeout))?;
@@ -327,8 +341,13 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
     let timeout = state.io_timeout;
     let mut input = FrameReader::new();
     let mut out = Responses::default();
+    // The region the last write landed in, for the next frames of a burst.
+    let mut write_pin: Option<PinGuard> = None;
     loop {
-        if !input.has_header() || out.is_full() {
+        if !input.has_header() {
+            write_pin = None; // about to wait for the peer
+            out.flush(&mut stream, timeout)?;
+        } else if out.is_full() {
             out.flush(&mut stream, timeout)?;
         }
         let Some(hdr) = input.read_header(&mut stream, || !stop.load(Ordering::Acquire))? else {
@@ -344,13 +363,20 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                     // on this payload.
                     out.flush(&mut stream, timeout)?;
                 }
-                let deadline = FrameDeadline::start(timeout);
+                let mut deadline = FrameDeadline::start(timeout);
                 let mut pace = || deadline.check();
-                let pinned = state.registry.read().pin_remote(h.addr, h.len);
+                let covered = write_pin.as_ref().is_some_and(|p| p.covers(h.addr, h.len));
+                let pinned = if covered {
+                    Ok(())
+                } else {
+                    write_pin = None;
+                    let pin = state.registry.read().pin_remote(h.addr, h.len);
+                    pin.map(|p| write_pin = Some(p))
+                };
                 let status = match pinned {
-                    Ok(_pin) => {
+                    Ok(()) => {
                         // SAFETY: the range lies inside registered, remote-
-                        // accessible memory, kept registered by `_pin`.
+                        // accessible memory, kept registered by `write_pin`.
                         let dst = unsafe { rawmem::bytes_mut(h.addr as usize, h.len as usize) };
                         input.read_into_paced(&mut stream, dst, &mut pace)?;
                         0
@@ -363,7 +389,11 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                 out.push(Header::response(Kind::WriteAck, &h, status, 0));
             }
             Kind::ReadReq => {
-                let pinned = state.registry.read().pin_remote(h.addr, h.len);
+                let pinned = if out.last_pin_covers(h.addr, h.len) {
+                    Ok(None)
+                } else {
+                    state.registry.read().pin_remote(h.addr, h.len).map(Some)
+                };
                 match pinned {
                     Ok(pin) => out.push_body(
                         Header::response(Kind::ReadResp, &h, 0, h.len),
@@ -376,8 +406,9 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
             }
             Kind::DescReq | Kind::NotifyReq => {
                 // Control frames are rare: answer them on their own.
+                write_pin = None;
                 out.flush(&mut stream, timeout)?;
-                let deadline = FrameDeadline::start(timeout);
+                let mut deadline = FrameDeadline::start(timeout);
                 let mut payload = vec![0u8; h.len as usize];
                 input.read_into_paced(&mut stream, &mut payload, &mut || deadline.check())?;
                 control(&mut stream, state, &h, &payload)?;

@@ -160,6 +160,43 @@ fn registry_calls_and_transfers_proceed_while_a_peer_trickles() {
     assert!(!slow.finish(), "the slow peer was cut off early");
 }
 
+/// A peer connection that wrote to and read from a buffer, then went idle,
+/// holds nothing: unregistering that buffer does not wait for it.
+#[test]
+fn idle_connections_hold_no_memory() {
+    let e = engine(Duration::from_secs(300));
+    let buf = leaked(4096);
+    let addr = buf.as_ptr() as usize;
+    e.register_local_memory(addr, 4096, "cpu:0", true).unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", e.rpc_port())).unwrap();
+    s.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    // A burst: two writes and a read of the same buffer, in one send.
+    let mut burst = Vec::new();
+    burst.extend_from_slice(&header(WRITE_REQ, 1, addr as u64, 4));
+    burst.extend_from_slice(b"abcd");
+    burst.extend_from_slice(&header(WRITE_REQ, 2, addr as u64 + 4, 4));
+    burst.extend_from_slice(b"efgh");
+    burst.extend_from_slice(&header(READ_REQ, 3, addr as u64, 8));
+    s.write_all(&burst).unwrap();
+    let mut answers = [0u8; 3 * 32 + 8];
+    s.read_exact(&mut answers).unwrap();
+    assert_eq!(&answers[96..], b"abcdefgh");
+    // The connection stays open and idle.
+    let e2 = e.clone();
+    guarded("unregister after an idle peer used the buffer", move || {
+        e2.unregister_local_memory(addr)
+    })
+    .unwrap();
+    // The same connection's next frame is refused.
+    s.write_all(&header(WRITE_REQ, 4, addr as u64, 4)).unwrap();
+    s.write_all(b"late").unwrap();
+    let mut ack = [0u8; 32];
+    s.read_exact(&mut ack).unwrap();
+    let status = i32::from_le_bytes(ack[8..12].try_into().unwrap());
+    assert_eq!(status, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code());
+    assert_eq!(&buf[..8], b"abcdefgh");
+}
+
 #[test]
 fn unregister_cuts_off_a_peer_trickling_into_that_buffer() {
     let e = engine(Duration::from_secs(1));
