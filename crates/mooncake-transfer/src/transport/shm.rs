@@ -134,6 +134,39 @@ impl ShmTransport {
     }
 }
 
+impl ShmTransport {
+    /// Copies between `local` and `[remote, remote+len)` of a same-host
+    /// peer's shared buffer, in the calling thread. `false` (nothing copied)
+    /// when shared memory does not serve that range.
+    ///
+    /// # Safety
+    /// `local..local+len` must be valid for writes (`Read`) or reads
+    /// (`Write`) for the duration of the call.
+    pub(crate) unsafe fn copy_direct(
+        &self,
+        segment: &OpenSegment,
+        opcode: Opcode,
+        local: usize,
+        remote: u64,
+        len: usize,
+    ) -> bool {
+        let Some(view) = self.view(segment) else {
+            return false;
+        };
+        let Some(mapped) = view.resolve(remote, len) else {
+            return false;
+        };
+        let (dst, src) = match opcode {
+            Opcode::Read => (local, mapped),
+            Opcode::Write => (mapped, local),
+        };
+        // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
+        // by `PeerMapping::range`); the caller vouches for `local`.
+        unsafe { rawmem::copy(dst, src, len) };
+        true
+    }
+}
+
 impl Transport for ShmTransport {
     fn name(&self) -> &'static str {
         "shm"
