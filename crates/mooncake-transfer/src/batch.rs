@@ -6,6 +6,11 @@
 //! (`Completed`, `Failed` or, past its deadline, `Timeout`), and the batch
 //! counts settled tasks so [`Batch::wait`] sleeps on a condvar instead of
 //! polling.
+//!
+//! A transport writing a response into local memory holds a [`Landing`] on
+//! the task. A task that times out meanwhile is reported `Timeout` only once
+//! its landings ended, so no byte reaches local memory after the application
+//! saw the timeout (and may have released that memory).
 
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -78,6 +83,8 @@ pub(crate) struct Task {
     error: AtomicI32,
     slices_left: AtomicUsize,
     transferred: AtomicU64,
+    /// Responses being written into local memory right now.
+    landing: AtomicUsize,
     deadline: Instant,
     abort: Mutex<Option<Arc<dyn Abort>>>,
     shared: Arc<Shared>,
@@ -140,10 +147,47 @@ impl Task {
         self.state.load(Ordering::Acquire) == WAITING
     }
 
+    /// Permission to write a response's bytes into the task's local memory,
+    /// held while writing; `None` once the task has settled (timed out), and
+    /// the bytes must be discarded. A timeout is reported only after every
+    /// landing ended, so whoever lands must not block indefinitely: the TCP
+    /// transport's abort shuts the socket down, which ends a blocked read.
+    pub(crate) fn begin_landing(&self) -> Option<Landing<'_>> {
+        // SeqCst pairs with `settle` and `wait_landed` (store-then-load on
+        // both sides): either this sees the task settled, or the reporter
+        // sees this landing and waits for it.
+        self.landing.fetch_add(1, Ordering::SeqCst);
+        if self.state.load(Ordering::SeqCst) != WAITING {
+            self.end_landing();
+            return None;
+        }
+        Some(Landing(self))
+    }
+
+    fn end_landing(&self) {
+        if self.landing.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.state.load(Ordering::SeqCst) != WAITING
+        {
+            self.shared.wake();
+        }
+    }
+
+    /// Blocks until no response is being written into the task's memory.
+    /// Only called once the task has settled, so no new landing starts.
+    fn wait_landed(&self) {
+        if self.landing.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut g = self.shared.lock.lock();
+        while self.landing.load(Ordering::SeqCst) != 0 {
+            self.shared.changed.wait(&mut g);
+        }
+    }
+
     fn settle(&self, to: u8) -> bool {
         if self
             .state
-            .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(WAITING, to, Ordering::SeqCst, Ordering::Acquire)
             .is_err()
         {
             return false;
@@ -179,7 +223,16 @@ impl Task {
         None
     }
 
+    /// The task's status; a timeout is reported once its landings ended.
     fn status(&self) -> TransferStatus {
+        if self.state.load(Ordering::Acquire) == TIMEOUT {
+            self.wait_landed();
+        }
+        self.status_now()
+    }
+
+    /// The task's status, without waiting for landings.
+    fn status_now(&self) -> TransferStatus {
         let state = match self.state.load(Ordering::Acquire) {
             WAITING => TransferState::Waiting,
             COMPLETED => TransferState::Completed,
@@ -196,10 +249,21 @@ impl Task {
     }
 }
 
+/// A response being written into a task's local memory (see [`Task::begin_landing`]).
+pub(crate) struct Landing<'a>(&'a Task);
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        self.0.end_landing();
+    }
+}
+
 /// A group of requests submitted and waited on together.
 pub(crate) struct Batch {
     capacity: usize,
     timeout: Duration,
+    /// How long `prepare_free` waits for timed-out requests to drain.
+    drain_wait: Duration,
     tasks: Mutex<Vec<Arc<Task>>>,
     shared: Arc<Shared>,
 }
@@ -209,6 +273,7 @@ impl Batch {
         Batch {
             capacity,
             timeout,
+            drain_wait: Duration::from_secs(5),
             tasks: Mutex::new(Vec::new()),
             shared: Arc::new(Shared {
                 unsettled: AtomicUsize::new(0),
@@ -248,6 +313,7 @@ impl Batch {
                     error: AtomicI32::new(0),
                     slices_left: AtomicUsize::new(0),
                     transferred: AtomicU64::new(0),
+                    landing: AtomicUsize::new(0),
                     deadline,
                     abort: Mutex::new(None),
                     shared: self.shared.clone(),
@@ -305,17 +371,25 @@ impl Batch {
             .cloned()
             .collect();
         let aborts: Vec<_> = due.iter().filter_map(|t| t.expire_if_due(now)).collect();
+        let mut timed_out = Vec::new();
         for t in self.tasks.lock().iter() {
-            let s = t.status();
+            let s = t.status_now();
+            if s.state == TransferState::Timeout {
+                timed_out.push(t.clone());
+            }
             agg.transferred_bytes += s.transferred_bytes;
             if rank(s.state) > rank(agg.state) {
                 agg.state = s.state;
                 agg.error = s.error;
             }
         }
-        // Outside the lock: aborting fails in-flight slices, which report back.
+        // Outside the lock: aborting fails in-flight slices, which report
+        // back, and ends their landings.
         for a in aborts {
             a.abort();
+        }
+        for t in timed_out {
+            t.wait_landed();
         }
         agg
     }
@@ -353,6 +427,19 @@ impl Batch {
         self.status(Instant::now())
     }
 
+    /// Sets how long [`Self::prepare_free`] waits for timed-out requests.
+    #[cfg(test)]
+    pub(crate) fn with_drain_wait(mut self, wait: Duration) -> Batch {
+        self.drain_wait = wait;
+        self
+    }
+
+    /// Nothing runs or drains: freeing would not wait.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.shared.unsettled.load(Ordering::Acquire) == 0
+            && self.shared.busy.load(Ordering::Acquire) == 0
+    }
+
     /// Readies the batch for freeing: refused while a request runs; after a
     /// timeout, waits (bounded) until aborted slices stop touching memory.
     pub(crate) fn prepare_free(&self) -> Result<()> {
@@ -362,7 +449,7 @@ impl Batch {
                 "batch still has running requests",
             ));
         }
-        let give_up = Instant::now() + Duration::from_secs(5);
+        let give_up = Instant::now() + self.drain_wait;
         let mut guard = self.shared.lock.lock();
         while self.shared.busy.load(Ordering::Acquire) != 0 {
             if self
@@ -457,6 +544,50 @@ mod tests {
         // The slice still reports later; the task stays timed out.
         t[0].slice_done(Ok(1));
         assert_eq!(b.status(later).state, TransferState::Timeout);
+        b.prepare_free().unwrap();
+    }
+
+    /// A timeout is reported only after a response being written into local
+    /// memory is done; later responses are refused a landing. (Review #6.)
+    #[test]
+    fn timeout_is_reported_after_landings_end() {
+        let b = Arc::new(Batch::new(1, Duration::from_secs(5)));
+        let start = Instant::now();
+        let t = b.add_tasks(1, start, None).unwrap();
+        t[0].expect_slices(2);
+        let landing = t[0].begin_landing().expect("live task");
+        let landed = Arc::new(AtomicBool::new(false));
+        let later = start + Duration::from_secs(6);
+        let reporters: Vec<_> = (0..2)
+            .map(|i| {
+                let (b, landed) = (b.clone(), landed.clone());
+                std::thread::spawn(move || {
+                    let s = if i == 0 {
+                        b.task_status(0, later).unwrap()
+                    } else {
+                        b.status(later)
+                    };
+                    // Whoever reports the timeout does so after the landing.
+                    assert!(
+                        landed.load(Ordering::SeqCst),
+                        "timeout reported mid-landing"
+                    );
+                    s.state
+                })
+            })
+            .collect();
+        // Give the reporters a chance to get ahead of the landing (the
+        // assertion holds whatever the interleaving).
+        std::thread::sleep(Duration::from_millis(50));
+        landed.store(true, Ordering::SeqCst);
+        drop(landing);
+        for r in reporters {
+            assert_eq!(r.join().unwrap(), TransferState::Timeout);
+        }
+        assert!(t[0].begin_landing().is_none(), "no landing after a timeout");
+        t[0].slice_done(Ok(1));
+        t[0].slice_done(Ok(1));
+        assert_eq!(b.wait().state, TransferState::Timeout);
         b.prepare_free().unwrap();
     }
 

@@ -38,6 +38,16 @@ pub(crate) fn is_timeout(e: &io::Error) -> bool {
 /// Writes every byte of `parts`, in order, with as few `writev` calls as the
 /// kernel allows (payloads go straight from registered memory to the socket).
 pub(crate) fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    write_all_parts_paced(w, parts, || Ok(()))
+}
+
+/// [`write_all_parts`], asking `pace` before every write call whether to go
+/// on (an error from it ends the write).
+pub(crate) fn write_all_parts_paced(
+    w: &mut impl Write,
+    parts: &[&[u8]],
+    mut pace: impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
     const MAX_IOV: usize = 1024;
     let (mut idx, mut off) = (0, 0);
     let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(parts.len().min(MAX_IOV));
@@ -49,6 +59,7 @@ pub(crate) fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result
         if idx == parts.len() {
             return Ok(());
         }
+        pace()?;
         iov.clear();
         iov.push(IoSlice::new(&parts[idx][off..]));
         iov.extend(
@@ -137,8 +148,24 @@ impl FrameReader {
         Ok(Some(h))
     }
 
+    /// Whether the next `n` bytes are already here (reading them will not block).
+    pub(crate) fn has(&self, n: u64) -> bool {
+        self.buffered() as u64 >= n
+    }
+
     /// Fills `dst` with the next bytes of the stream.
     pub(crate) fn read_into(&mut self, r: &mut impl Read, dst: &mut [u8]) -> io::Result<()> {
+        self.read_into_paced(r, dst, &mut || Ok(()))
+    }
+
+    /// [`Self::read_into`], asking `pace` before every read from `r` whether
+    /// to go on (an error from it ends the read).
+    pub(crate) fn read_into_paced(
+        &mut self,
+        r: &mut impl Read,
+        dst: &mut [u8],
+        pace: &mut impl FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut filled = self.buffered().min(dst.len());
         dst[..filled].copy_from_slice(&self.buf[self.start..self.start + filled]);
         self.start += filled;
@@ -149,6 +176,7 @@ impl FrameReader {
         self.start = 0;
         self.end = 0;
         while filled < dst.len() {
+            pace()?;
             let want = dst.len() - filled;
             let mut iov = [
                 IoSliceMut::new(&mut dst[filled..]),
@@ -168,11 +196,21 @@ impl FrameReader {
     }
 
     /// Discards the next `n` bytes (a refused write's payload).
-    pub(crate) fn skip(&mut self, r: &mut impl Read, mut n: u64) -> io::Result<()> {
+    pub(crate) fn skip(&mut self, r: &mut impl Read, n: u64) -> io::Result<()> {
+        self.skip_paced(r, n, &mut || Ok(()))
+    }
+
+    /// [`Self::skip`], paced like [`Self::read_into_paced`].
+    pub(crate) fn skip_paced(
+        &mut self,
+        r: &mut impl Read,
+        mut n: u64,
+        pace: &mut impl FnMut() -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut scratch = [0u8; 16 * 1024];
         while n > 0 {
             let want = scratch.len().min(n as usize);
-            self.read_into(r, &mut scratch[..want])?;
+            self.read_into_paced(r, &mut scratch[..want], pace)?;
             n -= want as u64;
         }
         Ok(())
@@ -314,5 +352,53 @@ mod tests {
         };
         fr.read_header(&mut r, || false).unwrap();
         assert!(fr.read_into(&mut r, &mut [0u8; 5000]).is_err());
+    }
+
+    #[test]
+    fn pacing_can_cut_a_transfer_short() {
+        // A pace that allows `n` more socket calls, then refuses.
+        fn allow(n: usize) -> impl FnMut() -> io::Result<()> {
+            let mut left = n;
+            move || {
+                if left == 0 {
+                    return Err(io::ErrorKind::TimedOut.into());
+                }
+                left -= 1;
+                Ok(())
+            }
+        }
+        let data = vec![7u8; 1000];
+        let mut fr = FrameReader::new();
+        let mut r = Pieces {
+            data: &data,
+            piece: 100,
+        };
+        let mut dst = vec![0u8; 1000];
+        let e = fr.read_into_paced(&mut r, &mut dst, &mut allow(3));
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        // Enough calls: done, and bytes already buffered need none.
+        let mut r = Pieces {
+            data: &data,
+            piece: 100,
+        };
+        let mut fr = FrameReader::new();
+        fr.read_into_paced(&mut r, &mut dst, &mut allow(10))
+            .unwrap();
+        assert_eq!(dst, data);
+        let mut r = Pieces {
+            data: &data,
+            piece: 1000,
+        };
+        let mut fr = FrameReader::new();
+        fr.read_into(&mut r, &mut dst[..10]).unwrap();
+        fr.skip_paced(&mut r, 990, &mut allow(0)).unwrap();
+
+        let mut t = Trickle {
+            out: vec![],
+            chunk: 10,
+        };
+        let e = write_all_parts_paced(&mut t, &[&data], allow(5));
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        assert_eq!(t.out.len(), 50);
     }
 }

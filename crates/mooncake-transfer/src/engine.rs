@@ -22,6 +22,10 @@ use crate::transport::shm::ShmTransport;
 use crate::transport::tcp::{Limits, TcpTransport};
 use crate::transport::{OpenSegment, Transport, Work};
 
+/// How long past a frame's cut-off unregistering waits for peers' frames
+/// (only a stalled thread needs it).
+const RETIRE_SLACK: Duration = Duration::from_secs(5);
+
 /// Identifies an opened segment.
 pub type SegmentHandle = u64;
 /// Identifies an allocated batch (never 0).
@@ -80,7 +84,7 @@ struct Inner {
     metadata: Option<Arc<dyn MetadataStore>>,
     managed: Mutex<HashMap<usize, SharedRegion>>,
     segments: RwLock<SegmentTable>,
-    batches: Mutex<HashMap<BatchId, Arc<Batch>>>,
+    batches: Mutex<Batches>,
     next_batch: AtomicU64,
     local_transport: LocalTransport,
     shm: ShmTransport,
@@ -89,6 +93,27 @@ struct Inner {
     closed: AtomicBool,
     /// Requests routed to local, shm, tcp (the order of `transports()`).
     routed: [AtomicU64; 3],
+}
+
+#[derive(Default)]
+struct Batches {
+    live: HashMap<BatchId, Arc<Batch>>,
+    /// `transfer_sync` batches whose timed-out requests were still draining
+    /// when it returned; freed by a later allocation once idle.
+    parked: Vec<BatchId>,
+}
+
+impl Batches {
+    fn reap_parked(&mut self) {
+        let live = &mut self.live;
+        self.parked.retain(|id| match live.get(id) {
+            Some(b) if !b.is_idle() => true,
+            _ => {
+                live.remove(id);
+                false
+            }
+        });
+    }
 }
 
 /// A segment named by a submission, with what the submission uses of it.
@@ -182,7 +207,7 @@ impl TransferEngine {
             rpc_port,
             host_id: rpc::published_host_id(config.force_tcp),
             registry: RwLock::new(Default::default()),
-            notifies: Mutex::new(Vec::new()),
+            notifies: Mutex::default(),
             control_max,
             io_timeout: config.transfer_timeout,
         });
@@ -211,7 +236,7 @@ impl TransferEngine {
                 next: 1,
                 ..Default::default()
             }),
-            batches: Mutex::new(HashMap::new()),
+            batches: Mutex::default(),
             next_batch: AtomicU64::new(1),
             server: Mutex::new(Some(server)),
             closed: AtomicBool::new(false),
@@ -332,11 +357,25 @@ impl TransferEngine {
                     "managed buffer {addr:#x} has length {registered:?}, not {length}"
                 )));
             }
+            // Same-host peers that mapped it stop using it now.
+            managed[&addr].mark_freed();
         }
         // Unregistering waits for peers' frames in flight; then unmap.
-        self.inner.unregister_inner(&[addr], true)?;
-        self.inner.managed.lock().remove(&addr);
-        Ok(())
+        let unregistered = self.inner.unregister_inner(&[addr]);
+        if let Err(e) = &unregistered {
+            if e.code == ErrorCode::ERR_ADDRESS_NOT_REGISTERED {
+                return unregistered; // a concurrent free got there first
+            }
+        }
+        let region = self.inner.managed.lock().remove(&addr);
+        if let Err(e) = &unregistered {
+            if e.code == ErrorCode::ERR_BATCH_BUSY {
+                // A peer's frame may still touch it: never unmap (leak instead).
+                tracing::warn!("managed buffer {addr:#x} leaked: {e}");
+                std::mem::forget(region);
+            }
+        }
+        unregistered
     }
 
     /// Opens a segment by name (this engine's own name works too).
@@ -386,8 +425,8 @@ impl TransferEngine {
             return Err(invalid("batch size 0"));
         }
         let id = self.inner.next_batch.fetch_add(1, Ordering::Relaxed);
-        let batch = Arc::new(Batch::new(batch_size, self.inner.config.transfer_timeout));
-        self.inner.batches.lock().insert(id, batch);
+        let batch = Batch::new(batch_size, self.inner.config.transfer_timeout);
+        self.inner.add_batch(id, batch);
         Ok(id)
     }
 
@@ -418,7 +457,11 @@ impl TransferEngine {
                 return;
             }
             match rpc_addr {
-                None => local.notifies.lock().push(notify),
+                None => {
+                    if let Err(code) = local.notifies.lock().push(notify) {
+                        tracing::warn!("notify after transfer dropped: {code:?}");
+                    }
+                }
                 Some(addr) => {
                     // Off the transport's thread: this makes a connection.
                     let _ = std::thread::Builder::new()
@@ -437,9 +480,11 @@ impl TransferEngine {
     /// Moves bytes between caller memory and a same-host peer's shared
     /// buffer right here, without a batch or a worker thread, when shared
     /// memory serves `[remote, remote+len)` of `target` (same host, shm not
-    /// disabled by `MC_FORCE_TCP`, buffer mapped). `Ok(false)`: it does not,
-    /// nothing was copied; submit a batch instead (which also refreshes a
-    /// stale descriptor and reports the precise error).
+    /// disabled by `MC_FORCE_TCP`, buffer mapped and not freed). `Ok(false)`:
+    /// it does not, nothing was copied; submit a batch instead (which also
+    /// refreshes a stale descriptor and reports the precise error).
+    /// `ERR_ADDRESS_NOT_REGISTERED` when the owner freed the buffer during
+    /// the copy.
     ///
     /// Unlike [`Self::submit`], `local` need not be registered: the copy is
     /// over when this returns, so no transport keeps the address.
@@ -463,7 +508,16 @@ impl TransferEngine {
         }
         let seg = self.inner.segment(target)?;
         // SAFETY: forwarded from the caller.
-        let done = unsafe { self.inner.shm.copy_direct(&seg, opcode, local, remote, len) };
+        let done = unsafe { self.inner.shm.copy_direct(&seg, opcode, local, remote, len) }
+            .map_err(|code| {
+                Error::new(
+                    code,
+                    format!(
+                        "{remote:#x}+{len} of segment {} was freed during the copy",
+                        seg.name
+                    ),
+                )
+            })?;
         if done {
             self.inner.routed[1].fetch_add(1, Ordering::Relaxed);
         }
@@ -484,8 +538,10 @@ impl TransferEngine {
 
     /// Blocks (no spinning) until every request of the batch is finished or timed out.
     ///
-    /// A timed-out request stops touching local memory, but a timeout does
-    /// not undo it: bytes of a write already sent may still land at the target.
+    /// A request reported `Timeout` (here or by a status call) no longer
+    /// touches local memory: the report waits for a response being written
+    /// into it to end. A timeout does not undo a request, though: bytes of a
+    /// write already sent may still land at the target.
     pub fn wait_batch(&self, batch: BatchId) -> Result<TransferStatus> {
         Ok(self.inner.batch(batch)?.wait())
     }
@@ -494,20 +550,24 @@ impl TransferEngine {
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         let b = self.inner.batch(batch)?;
         b.prepare_free()?;
-        self.inner.batches.lock().remove(&batch);
+        self.inner.batches.lock().live.remove(&batch);
         Ok(())
     }
 
     /// allocate + submit + wait + free. The error carries the first failed
-    /// request's code.
+    /// request's code. After a timeout, a batch whose aborted requests are
+    /// still draining is freed later (by a later allocation) rather than
+    /// turning the result into `ERR_BATCH_BUSY`.
     pub fn transfer_sync(&self, requests: &[TransferRequest]) -> Result<()> {
         let batch = self.allocate_batch(requests.len().max(1))?;
         let result = self
             .submit(batch, requests)
             .map(|()| self.inner.batch(batch).map(|b| b.wait()));
-        let freed = self.free_batch(batch);
+        if let Err(e) = self.free_batch(batch) {
+            tracing::debug!("transfer_sync: batch {batch} freed later: {e}");
+            self.inner.batches.lock().parked.push(batch);
+        }
         let status = result??;
-        freed?;
         match status.state {
             crate::TransferState::Completed => Ok(()),
             state => Err(Error::new(
@@ -521,10 +581,13 @@ impl TransferEngine {
     pub fn send_notify(&self, target: SegmentHandle, notify: Notify) -> Result<()> {
         let seg = self.inner.segment(target)?;
         match seg.rpc_addr {
-            None => {
-                self.inner.local.notifies.lock().push(notify);
-                Ok(())
-            }
+            None => self
+                .inner
+                .local
+                .notifies
+                .lock()
+                .push(notify)
+                .map_err(|code| Error::new(code, "too many notifies waiting for get_notifies")),
             Some(addr) => rpc::send_notify(
                 addr,
                 &notify,
@@ -534,9 +597,10 @@ impl TransferEngine {
         }
     }
 
-    /// Drains the notifies received so far.
+    /// Drains the notifies received so far. At most 64 Ki notifies (64 MiB)
+    /// wait here; past that, new ones are refused with `ERR_TOO_MANY_REQUESTS`.
     pub fn get_notifies(&self) -> Vec<Notify> {
-        std::mem::take(&mut *self.inner.local.notifies.lock())
+        self.inner.local.notifies.lock().drain()
     }
 
     /// Requests carried by each transport so far.
@@ -595,27 +659,50 @@ impl Inner {
         {
             let mut reg = self.local.registry.write();
             for (i, &(addr, len)) in buffers.iter().enumerate() {
-                let region = Region {
-                    addr,
-                    len,
-                    location: location.to_string(),
-                    remote_accessible: remote,
-                    shm: shm.clone(),
-                };
+                let region = Region::new(addr, len, location.to_string(), remote, shm.clone());
                 if let Err(e) = reg.insert(region) {
-                    for &(a, _) in &buffers[..i] {
-                        let _ = reg.remove(a);
-                    }
+                    let undone: Vec<_> = buffers[..i]
+                        .iter()
+                        .filter_map(|&(a, _)| reg.remove(a).ok())
+                        .collect();
+                    drop(reg);
+                    self.retire(undone)?;
                     return Err(e);
                 }
             }
         }
         if let Err(e) = self.publish() {
-            let mut reg = self.local.registry.write();
-            for &(a, _) in buffers {
-                let _ = reg.remove(a);
-            }
+            let undone: Vec<_> = {
+                let mut reg = self.local.registry.write();
+                buffers
+                    .iter()
+                    .filter_map(|&(a, _)| reg.remove(a).ok())
+                    .collect()
+            };
+            self.retire(undone)?;
             return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Waits until no peer frame uses the memory of `regions`, which have
+    /// left the registry (so no new frame can start on them). Frames are
+    /// bounded by the I/O timeout, so this normally returns well within it;
+    /// `ERR_BATCH_BUSY` says a frame still holds the memory past that bound
+    /// (the caller must then keep the memory alive).
+    fn retire(&self, regions: Vec<Region>) -> Result<()> {
+        // A frame is cut off after twice the I/O timeout (rpc.rs).
+        let give_up = Instant::now() + self.local.io_timeout * 2 + RETIRE_SLACK;
+        for r in regions {
+            if !r.pin.retire(give_up) {
+                return Err(Error::new(
+                    ErrorCode::ERR_BATCH_BUSY,
+                    format!(
+                        "{:#x}: a peer's frame still uses this memory; keep it alive",
+                        r.addr
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -628,11 +715,13 @@ impl Inner {
             )));
         }
         drop(managed);
-        self.unregister_inner(addrs, false)
+        self.unregister_inner(addrs)
     }
 
-    fn unregister_inner(&self, addrs: &[usize], _managed: bool) -> Result<()> {
-        {
+    /// Removes `addrs` from the registry (peers' new frames are refused at
+    /// once), republishes, then waits for peers' frames still using them.
+    fn unregister_inner(&self, addrs: &[usize]) -> Result<()> {
+        let removed: Vec<Region> = {
             let mut reg = self.local.registry.write();
             if let Some(a) = addrs
                 .iter()
@@ -643,11 +732,11 @@ impl Inner {
                     format!("{a:#x} is not registered"),
                 ));
             }
-            for &a in addrs {
-                reg.remove(a)?;
-            }
-        }
-        self.publish()
+            addrs.iter().filter_map(|&a| reg.remove(a).ok()).collect()
+        };
+        let published = self.publish();
+        self.retire(removed)?;
+        published
     }
 
     fn segment(&self, handle: SegmentHandle) -> Result<Arc<OpenSegment>> {
@@ -659,9 +748,18 @@ impl Inner {
             .ok_or_else(|| invalid(format!("no segment handle {handle}")))
     }
 
+    fn add_batch(&self, id: BatchId, batch: Batch) {
+        let mut batches = self.batches.lock();
+        if !batches.parked.is_empty() {
+            batches.reap_parked();
+        }
+        batches.live.insert(id, Arc::new(batch));
+    }
+
     fn batch(&self, id: BatchId) -> Result<Arc<Batch>> {
         self.batches
             .lock()
+            .live
             .get(&id)
             .cloned()
             .ok_or_else(|| invalid(format!("no batch {id}")))
@@ -906,6 +1004,36 @@ mod tests {
     fn engine_is_send_and_sync() {
         fn check<T: Send + Sync + Clone>() {}
         check::<TransferEngine>();
+    }
+
+    /// A `transfer_sync` batch still draining after a timeout is parked, not
+    /// leaked, and freed by a later allocation once idle. (Review #10.)
+    #[test]
+    fn parked_batches_are_reaped_once_idle() {
+        let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");
+        c.rpc_bind_address = Some("127.0.0.1".into());
+        let e = TransferEngine::new(c).unwrap();
+        let start = Instant::now();
+        let batch = Batch::new(1, Duration::from_secs(5)).with_drain_wait(Duration::ZERO);
+        let task = batch.add_tasks(1, start, None).unwrap().remove(0);
+        task.expect_slices(1);
+        // Timed out with its slice still in flight.
+        let later = start + Duration::from_secs(6);
+        assert_eq!(batch.status(later).state, crate::TransferState::Timeout);
+        let id = 1000;
+        e.inner.add_batch(id, batch);
+        assert_eq!(
+            e.free_batch(id).unwrap_err().code,
+            ErrorCode::ERR_BATCH_BUSY
+        );
+        e.inner.batches.lock().parked.push(id);
+        let other = e.allocate_batch(1).unwrap();
+        assert!(e.inner.batch(id).is_ok(), "still draining: kept");
+        task.slice_done(Ok(1));
+        e.allocate_batch(1).unwrap();
+        assert!(e.inner.batch(id).is_err(), "reaped once idle");
+        assert!(e.inner.batches.lock().parked.is_empty());
+        e.free_batch(other).unwrap();
     }
 
     #[test]

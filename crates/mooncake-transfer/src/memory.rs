@@ -2,16 +2,73 @@
 //!
 //! Every local source address and every remote write that arrives over the
 //! wire is checked here before a byte moves. Pure bookkeeping, no I/O.
+//!
+//! A peer's frame pins the region it touches ([`Pin`]) instead of holding the
+//! registry lock while its bytes cross the socket: unregistering removes the
+//! region at once (new frames are refused) and then waits for the pins to go.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::{Condvar, Mutex};
 
 use crate::rawmem;
 use crate::segment::{BufferDesc, ShmDesc};
 
+/// Counts the frames using a region's memory right now, so that removing
+/// the region can wait until none does.
+#[derive(Debug, Default)]
+pub(crate) struct Pin {
+    users: AtomicUsize,
+    /// Set once the region left the registry: the last user wakes the remover.
+    retired: AtomicBool,
+    lock: Mutex<()>,
+    drained: Condvar,
+}
+
+/// One frame's hold on a region's memory; dropping it releases the hold.
+#[derive(Debug)]
+pub(crate) struct PinGuard(Arc<Pin>);
+
+impl Pin {
+    fn hold(self: &Arc<Pin>) -> PinGuard {
+        // SeqCst pairs with `retire`: either the remover sees this user, or
+        // the user was taken after the region left the registry (impossible:
+        // holds are taken under the registry's read lock).
+        self.users.fetch_add(1, Ordering::SeqCst);
+        PinGuard(self.clone())
+    }
+
+    /// Marks the region gone and waits until no frame uses it, or until
+    /// `give_up`; false if users remain.
+    pub(crate) fn retire(&self, give_up: Instant) -> bool {
+        self.retired.store(true, Ordering::SeqCst);
+        let mut g = self.lock.lock();
+        while self.users.load(Ordering::SeqCst) != 0 {
+            if self.drained.wait_until(&mut g, give_up).timed_out() {
+                return self.users.load(Ordering::SeqCst) == 0;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        let pin = &self.0;
+        if pin.users.fetch_sub(1, Ordering::SeqCst) == 1 && pin.retired.load(Ordering::SeqCst) {
+            // Under the lock, so the remover is either before its check or waiting.
+            let _g = pin.lock.lock();
+            pin.drained.notify_all();
+        }
+    }
+}
+
 /// One registered range.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) struct Region {
     pub addr: usize,
     pub len: usize,
@@ -21,9 +78,28 @@ pub(crate) struct Region {
     pub remote_accessible: bool,
     /// Set for engine-managed buffers: how a same-host peer maps them.
     pub shm: Option<ShmDesc>,
+    /// Frames of peers using this memory now.
+    pub pin: Arc<Pin>,
 }
 
 impl Region {
+    pub(crate) fn new(
+        addr: usize,
+        len: usize,
+        location: String,
+        remote_accessible: bool,
+        shm: Option<ShmDesc>,
+    ) -> Region {
+        Region {
+            addr,
+            len,
+            location,
+            remote_accessible,
+            shm,
+            pin: Arc::default(),
+        }
+    }
+
     pub(crate) fn contains(&self, addr: usize, len: usize) -> bool {
         rawmem::contains(self.addr, self.len, addr, len)
     }
@@ -101,15 +177,21 @@ impl Registry {
             .ok_or(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
     }
 
-    /// Checks a range a peer asked to read or write.
-    pub(crate) fn check_remote(&self, addr: u64, len: u64) -> Result<(), ErrorCode> {
+    /// The region holding a range a peer asked to read or write.
+    fn remote_region(&self, addr: u64, len: u64) -> Result<&Region, ErrorCode> {
         let (Ok(addr), Ok(len)) = (usize::try_from(addr), usize::try_from(len)) else {
             return Err(ErrorCode::ERR_INVALID_ARGUMENT);
         };
         match self.find(addr, len) {
-            Some(r) if r.remote_accessible => Ok(()),
+            Some(r) if r.remote_accessible => Ok(r),
             _ => Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED),
         }
+    }
+
+    /// Checks a range a peer asked to read or write and pins its region:
+    /// the memory stays registered until the guard drops (see [`Pin::retire`]).
+    pub(crate) fn pin_remote(&self, addr: u64, len: u64) -> Result<PinGuard, ErrorCode> {
+        self.remote_region(addr, len).map(|r| r.pin.hold())
     }
 
     /// Published buffers, in address order.
@@ -127,13 +209,7 @@ mod tests {
     use super::*;
 
     fn region(addr: usize, len: usize) -> Region {
-        Region {
-            addr,
-            len,
-            location: "cpu:0".into(),
-            remote_accessible: true,
-            shm: None,
-        }
+        Region::new(addr, len, "cpu:0".into(), true, None)
     }
 
     #[test]
@@ -195,19 +271,42 @@ mod tests {
             ..region(0x4000, 0x1000)
         })
         .unwrap();
-        assert_eq!(r.check_remote(0x1000, 0x1000), Ok(()));
-        assert_eq!(
-            r.check_remote(0x4000, 1),
-            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
-        );
-        assert_eq!(
-            r.check_remote(u64::MAX, 1),
-            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
-        );
-        assert_eq!(
-            r.check_remote(0x1000, u64::MAX),
-            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
-        );
+        assert!(r.pin_remote(0x1000, 0x1000).is_ok());
+        for (addr, len) in [(0x4000, 1), (u64::MAX, 1), (0x1000, u64::MAX)] {
+            assert_eq!(
+                r.pin_remote(addr, len).unwrap_err(),
+                ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
+                "{addr:#x}+{len}"
+            );
+        }
         assert_eq!(r.buffers().len(), 1);
+    }
+
+    #[test]
+    fn retiring_waits_for_pins() {
+        let mut r = Registry::default();
+        r.insert(region(0x1000, 0x1000)).unwrap();
+        let a = r.pin_remote(0x1000, 10).unwrap();
+        let b = r.pin_remote(0x1800, 10).unwrap();
+        assert_eq!(
+            r.pin_remote(0x1800, 0x1000).unwrap_err(),
+            ErrorCode::ERR_ADDRESS_NOT_REGISTERED
+        );
+        let gone = r.remove(0x1000).unwrap();
+        // Removed at once: no new pins.
+        assert!(r.pin_remote(0x1000, 10).is_err());
+        // Held pins make a bounded retire give up (the deadline is already past).
+        assert!(!gone.pin.retire(Instant::now()));
+        drop(a);
+        assert!(!gone.pin.retire(Instant::now()));
+        let waiter = {
+            let pin = gone.pin.clone();
+            std::thread::spawn(move || {
+                pin.retire(Instant::now() + std::time::Duration::from_secs(60))
+            })
+        };
+        drop(b);
+        assert!(waiter.join().unwrap(), "the last release wakes the remover");
+        assert!(gone.pin.retire(Instant::now()));
     }
 }

@@ -23,10 +23,39 @@
 //! SIGBUS, so regions are sealed against resizing (`F_SEAL_SHRINK |
 //! F_SEAL_GROW`, then `F_SEAL_SEAL`) before they are published, and a peer
 //! maps only files that carry `F_SEAL_SHRINK` (which also proves a memfd).
+//!
+//! A peer's mapping keeps the memory alive after its owner freed it, so
+//! copies into it would vanish silently. Each region therefore ends with one
+//! more page whose first word is the owner's verdict: 0 while registered,
+//! [`FREED`] once freed ([`SharedRegion::mark_freed`]). Peers check it
+//! around each copy ([`PeerMapping::is_live`]).
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// State word of a freed shared region (a fresh, zeroed region is live).
+const FREED: u32 = 1;
+
+/// Offset of a shared region's state page (after `len` data bytes, page
+/// aligned) and the file length including it.
+fn shared_layout(len: usize) -> Option<(usize, usize)> {
+    let page = page_size();
+    let data = len.checked_add(page - 1)? / page * page;
+    let file = data.checked_add(page)?;
+    (file <= i64::MAX as usize).then_some((data, file))
+}
+
+/// The state word at `addr` (page aligned, inside a live mapping).
+///
+/// # Safety
+/// `addr` must point at the state page of a mapping that outlives `'a`.
+unsafe fn state_word<'a>(addr: usize) -> &'a AtomicU32 {
+    // SAFETY: page aligned (so aligned for u32) and mapped, per the caller;
+    // every access to it is atomic, in every process.
+    unsafe { AtomicU32::from_ptr(addr as *mut u32) }
+}
 
 /// Copies `len` bytes from `src` to `dst` (ranges may overlap).
 ///
@@ -146,9 +175,12 @@ impl Drop for Mapping {
     }
 }
 
-/// Engine-owned shared memory: a zeroed, page-aligned memfd mapping.
+/// Engine-owned shared memory: a zeroed, page-aligned memfd mapping
+/// (followed by its state page).
 pub(crate) struct SharedRegion {
     map: Mapping,
+    /// Data bytes (page rounded): the state page starts here.
+    data_len: usize,
     fd: OwnedFd,
     id: FileId,
 }
@@ -162,14 +194,9 @@ impl SharedRegion {
                 "zero-length shared region",
             ));
         }
-        let page = page_size();
-        let file_len = len
-            .checked_add(page - 1)
-            .map(|l| l / page * page)
-            .filter(|&l| l <= i64::MAX as usize)
-            .ok_or_else(|| {
-                io::Error::new(io::ErrorKind::InvalidInput, "shared region too large")
-            })?;
+        let (data_len, file_len) = shared_layout(len).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "shared region too large")
+        })?;
         let cname = CString::new(name)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
         // SAFETY: memfd_create reads the NUL-terminated name and returns a new fd.
@@ -192,7 +219,12 @@ impl SharedRegion {
         }
         let map = Mapping::map_shared(&fd, file_len)?;
         let id = file_id(&fd)?;
-        Ok(SharedRegion { map, fd, id })
+        Ok(SharedRegion {
+            map,
+            data_len,
+            fd,
+            id,
+        })
     }
 
     pub(crate) fn addr(&self) -> usize {
@@ -201,7 +233,13 @@ impl SharedRegion {
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.len
+        self.data_len
+    }
+
+    /// Tells peers' mappings that the region is no longer registered.
+    pub(crate) fn mark_freed(&self) {
+        // SAFETY: the state page lies inside our mapping, alive with `self`.
+        unsafe { state_word(self.addr() + self.data_len) }.store(FREED, Ordering::SeqCst);
     }
 
     pub(crate) fn raw_fd(&self) -> i32 {
@@ -216,6 +254,10 @@ impl SharedRegion {
 /// A peer's [`SharedRegion`], mapped into this process.
 pub(crate) struct PeerMapping {
     map: Mapping,
+    /// Usable bytes (the published buffer length).
+    len: usize,
+    /// Offset of the state page in the mapping.
+    state: usize,
 }
 
 impl PeerMapping {
@@ -223,12 +265,13 @@ impl PeerMapping {
     /// that the file is the one the peer published (`expect`) and is large
     /// enough. Any mismatch is an error; the caller falls back to TCP.
     pub(crate) fn open(pid: u32, fd: i32, expect: FileId, len: usize) -> io::Result<PeerMapping> {
-        if len == 0 || fd < 0 {
+        let layout = shared_layout(len).filter(|_| len > 0 && fd >= 0);
+        let Some((state, file_len)) = layout else {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "bad peer region",
             ));
-        }
+        };
         let path = format!("/proc/{pid}/fd/{fd}");
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -252,26 +295,32 @@ impl PeerMapping {
                 format!("{path} is not the published region"),
             ));
         }
-        if (id.size as usize) < len {
+        if id.size < file_len as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{path} is smaller than {len}"),
+                format!("{path} is smaller than {len} bytes and a state page"),
             ));
         }
-        let map = Mapping::map_shared(&owned, len)?;
+        let map = Mapping::map_shared(&owned, file_len)?;
         // The mapping keeps the memory alive; the fd is no longer needed.
-        Ok(PeerMapping { map })
+        Ok(PeerMapping { map, len, state })
     }
 
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.map.len
+        self.len
     }
 
     /// Local address of `[offset, offset+len)` of the region, or `None` when
     /// the range is not entirely inside it.
     pub(crate) fn range(&self, offset: usize, len: usize) -> Option<usize> {
-        contains(0, self.map.len, offset, len).then(|| self.map.ptr as usize + offset)
+        contains(0, self.len, offset, len).then(|| self.map.ptr as usize + offset)
+    }
+
+    /// False once the owner freed the region: copies would go nowhere.
+    pub(crate) fn is_live(&self) -> bool {
+        // SAFETY: the state page lies inside our mapping, alive with `self`.
+        unsafe { state_word(self.map.ptr as usize + self.state) }.load(Ordering::SeqCst) != FREED
     }
 }
 
@@ -356,6 +405,12 @@ mod tests {
         assert_eq!(&owner[100..116], &src);
         assert_eq!(owner[99], 0);
         assert_eq!(owner[116], 0);
+        // The owner's verdict reaches the peer's mapping.
+        assert!(m.is_live());
+        r.mark_freed();
+        assert!(!m.is_live());
+        drop(r);
+        assert!(!m.is_live(), "the mapping outlives the owner's");
     }
 
     #[test]
@@ -381,7 +436,7 @@ mod tests {
             .unwrap();
         assert!(f.set_len(0).is_err(), "a published region shrank");
         assert!(f.set_len(1 << 20).is_err(), "a published region grew");
-        assert_eq!(f.metadata().unwrap().len(), 8192);
+        assert_eq!(f.metadata().unwrap().len(), 8192 + page_size() as u64);
     }
 
     #[test]

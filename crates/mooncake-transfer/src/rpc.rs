@@ -12,14 +12,14 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{Mutex, RwLock};
 
-use crate::conn::{is_timeout, read_header, write_all_parts, FrameReader};
+use crate::conn::{is_timeout, read_header, write_all_parts, write_all_parts_paced, FrameReader};
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
-use crate::memory::Registry;
+use crate::memory::{PinGuard, Registry};
 use crate::rawmem;
 use crate::segment::{local_host_id, SegmentDesc};
 use crate::Notify;
@@ -35,10 +35,43 @@ pub(crate) struct LocalState {
     /// Published so same-host peers may map our shared buffers (None with force_tcp).
     pub host_id: Option<String>,
     pub registry: RwLock<Registry>,
-    pub notifies: Mutex<Vec<Notify>>,
+    pub notifies: Mutex<NotifyQueue>,
     pub control_max: u64,
-    /// Bounds how long a peer may stall in the middle of a frame.
+    /// Bounds how long a peer may stall in the middle of a frame (each
+    /// socket call); a whole frame is cut off after twice this.
     pub io_timeout: Duration,
+}
+
+/// Most notifies held until the application drains them, and most bytes
+/// (names + messages) they may hold together.
+pub(crate) const MAX_QUEUED_NOTIFIES: usize = 64 * 1024;
+pub(crate) const MAX_QUEUED_NOTIFY_BYTES: usize = 64 << 20;
+
+/// Notifies received and not yet drained, bounded so that peers (or an
+/// application that never calls `get_notifies`) cannot grow it without
+/// limit. When full, a new notify is refused (`ERR_TOO_MANY_REQUESTS`, which
+/// its sender sees) rather than dropping one already acknowledged.
+#[derive(Default)]
+pub(crate) struct NotifyQueue {
+    queue: Vec<Notify>,
+    bytes: usize,
+}
+
+impl NotifyQueue {
+    pub(crate) fn push(&mut self, notify: Notify) -> Result<(), ErrorCode> {
+        let size = notify.name.len() + notify.msg.len();
+        if self.queue.len() >= MAX_QUEUED_NOTIFIES || self.bytes + size > MAX_QUEUED_NOTIFY_BYTES {
+            return Err(ErrorCode::ERR_TOO_MANY_REQUESTS);
+        }
+        self.bytes += size;
+        self.queue.push(notify);
+        Ok(())
+    }
+
+    pub(crate) fn drain(&mut self) -> Vec<Notify> {
+        self.bytes = 0;
+        std::mem::take(&mut self.queue)
+    }
 }
 
 impl LocalState {
@@ -189,6 +222,28 @@ fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg)
 }
 
+/// Cuts off a peer that trickles a frame: checked before every socket call
+/// after the frame's header, on top of the socket's per-call timeout, so a
+/// frame takes at most twice the I/O timeout however slowly its bytes come.
+/// (Checking beats re-arming the socket timeout: no extra syscall per read.)
+struct FrameDeadline(Instant);
+
+impl FrameDeadline {
+    fn start(timeout: Duration) -> FrameDeadline {
+        FrameDeadline(Instant::now() + timeout)
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if Instant::now() > self.0 {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "peer too slow: frame not done within the I/O timeout",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Responses waiting to be written in one `writev`: acks, errors, and read
 /// data still in registered memory.
 #[derive(Default)]
@@ -196,14 +251,26 @@ struct Responses {
     heads: Vec<[u8; HEADER_LEN]>,
     /// `(addr, len)` of each response's body in registered memory; `len` 0: none.
     bodies: Vec<(usize, usize)>,
+    /// Keep the bodies' regions registered until they are written.
+    pins: Vec<PinGuard>,
     bytes: usize,
 }
 
 impl Responses {
-    fn push(&mut self, head: Header, body: (usize, usize)) {
+    /// Queues a response without a body.
+    fn push(&mut self, head: Header) {
         self.heads.push(head.encode());
-        self.bodies.push(body);
-        self.bytes += HEADER_LEN + body.1;
+        self.bodies.push((0, 0));
+        self.bytes += HEADER_LEN;
+    }
+
+    /// Queues a response whose body is `[addr, addr+len)`, which `pin`
+    /// proves to lie in registered memory.
+    fn push_body(&mut self, head: Header, addr: usize, len: usize, pin: PinGuard) {
+        self.heads.push(head.encode());
+        self.bodies.push((addr, len));
+        self.pins.push(pin);
+        self.bytes += HEADER_LEN + len;
     }
 
     /// Enough queued that the initiator should get it now.
@@ -211,12 +278,14 @@ impl Responses {
         self.heads.len() >= 256 || self.bytes >= 4 << 20
     }
 
-    /// Writes everything queued.
-    ///
-    /// # Safety
-    /// Every body was checked against the registry under a read guard that
-    /// the caller still holds.
-    unsafe fn flush(&mut self, w: &mut impl Write) -> io::Result<()> {
+    /// Holds registered memory (read data) until flushed.
+    fn holds_memory(&self) -> bool {
+        !self.pins.is_empty()
+    }
+
+    /// Writes everything queued, cut off like a frame if the peer reads too
+    /// slowly; then releases the pins.
+    fn flush(&mut self, w: &mut impl Write, timeout: Duration) -> io::Result<()> {
         if self.heads.is_empty() {
             return Ok(());
         }
@@ -224,13 +293,16 @@ impl Responses {
         for (head, &(addr, len)) in self.heads.iter().zip(&self.bodies) {
             parts.push(head);
             if len > 0 {
-                // SAFETY: registered memory, kept registered by the caller's guard.
+                // SAFETY: `push_body` took a pin on the registered region
+                // holding this range; it is released only below, after writing.
                 parts.push(unsafe { rawmem::bytes(addr, len) });
             }
         }
-        let written = write_all_parts(w, &parts);
+        let deadline = FrameDeadline::start(timeout);
+        let written = write_all_parts_paced(w, &parts, || deadline.check());
         self.heads.clear();
         self.bodies.clear();
+        self.pins.clear();
         self.bytes = 0;
         written
     }
@@ -240,22 +312,24 @@ impl Responses {
 ///
 /// Frames are handled in order. Responses are queued and written together
 /// when no further request is already buffered (or the queue is full), so a
-/// pipelined batch gets its acks and read data in a few large writes. The
-/// registry read guard taken for a data frame is held until its response is
-/// written: an unregister waits for bytes in flight to and from that memory.
+/// pipelined batch gets its acks and read data in a few large writes.
+///
+/// No registry lock is held across socket I/O: a data frame pins the region
+/// it touches (checked under a short read lock), and the pin is released
+/// once its payload is read or its read data written. Each frame is cut off
+/// after at most twice the I/O timeout (see [`FrameDeadline`]), and read data
+/// is flushed before blocking on a write's payload, so an unregister waits
+/// for a slow peer at most that long (and nobody else waits at all).
 fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(state.io_timeout))?;
     stream.set_write_timeout(Some(state.io_timeout))?;
+    let timeout = state.io_timeout;
     let mut input = FrameReader::new();
     let mut out = Responses::default();
-    let mut registry: Option<RwLockReadGuard<'_, Registry>> = None;
     loop {
         if !input.has_header() || out.is_full() {
-            // SAFETY: the guard under which the bodies were checked is held
-            // until after the flush.
-            unsafe { out.flush(&mut stream)? };
-            registry = None;
+            out.flush(&mut stream, timeout)?;
         }
         let Some(hdr) = input.read_header(&mut stream, || !stop.load(Ordering::Acquire))? else {
             return Ok(());
@@ -265,42 +339,47 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
             Header::decode_request(&hdr, state.control_max).map_err(|e| invalid(e.to_string()))?;
         match h.kind {
             Kind::WriteReq => {
-                let reg = registry.get_or_insert_with(|| state.registry.read());
-                let status = match reg.check_remote(h.addr, h.len) {
-                    Ok(()) => {
+                if out.holds_memory() && !input.has(h.len) {
+                    // Do not keep read data's regions pinned while waiting
+                    // on this payload.
+                    out.flush(&mut stream, timeout)?;
+                }
+                let deadline = FrameDeadline::start(timeout);
+                let mut pace = || deadline.check();
+                let pinned = state.registry.read().pin_remote(h.addr, h.len);
+                let status = match pinned {
+                    Ok(_pin) => {
                         // SAFETY: the range lies inside registered, remote-
-                        // accessible memory, kept registered by the guard.
+                        // accessible memory, kept registered by `_pin`.
                         let dst = unsafe { rawmem::bytes_mut(h.addr as usize, h.len as usize) };
-                        input.read_into(&mut stream, dst)?;
+                        input.read_into_paced(&mut stream, dst, &mut pace)?;
                         0
                     }
                     Err(code) => {
-                        input.skip(&mut stream, h.len)?;
+                        input.skip_paced(&mut stream, h.len, &mut pace)?;
                         code.code()
                     }
                 };
-                out.push(Header::response(Kind::WriteAck, &h, status, 0), (0, 0));
+                out.push(Header::response(Kind::WriteAck, &h, status, 0));
             }
             Kind::ReadReq => {
-                let reg = registry.get_or_insert_with(|| state.registry.read());
-                match reg.check_remote(h.addr, h.len) {
-                    Ok(()) => out.push(
+                let pinned = state.registry.read().pin_remote(h.addr, h.len);
+                match pinned {
+                    Ok(pin) => out.push_body(
                         Header::response(Kind::ReadResp, &h, 0, h.len),
-                        (h.addr as usize, h.len as usize),
+                        h.addr as usize,
+                        h.len as usize,
+                        pin,
                     ),
-                    Err(code) => {
-                        out.push(Header::response(Kind::ReadResp, &h, code.code(), 0), (0, 0))
-                    }
+                    Err(code) => out.push(Header::response(Kind::ReadResp, &h, code.code(), 0)),
                 }
             }
             Kind::DescReq | Kind::NotifyReq => {
-                // Control frames are rare: answer them on their own, with no
-                // registry guard held (the descriptor takes its own).
-                // SAFETY: the guard is still held here.
-                unsafe { out.flush(&mut stream)? };
-                registry = None;
+                // Control frames are rare: answer them on their own.
+                out.flush(&mut stream, timeout)?;
+                let deadline = FrameDeadline::start(timeout);
                 let mut payload = vec![0u8; h.len as usize];
-                input.read_into(&mut stream, &mut payload)?;
+                input.read_into_paced(&mut stream, &mut payload, &mut || deadline.check())?;
                 control(&mut stream, state, &h, &payload)?;
             }
             Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck => {
@@ -327,10 +406,10 @@ fn control(
         return write_all_parts(stream, &[&head, &json]);
     }
     let status = match decode_notify(payload) {
-        Some((name, msg)) => {
-            state.notifies.lock().push(Notify { name, msg });
-            0
-        }
+        Some((name, msg)) => match state.notifies.lock().push(Notify { name, msg }) {
+            Ok(()) => 0,
+            Err(code) => code.code(),
+        },
         None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
     };
     stream.write_all(&Header::response(Kind::NotifyAck, h, status, 0).encode())
@@ -433,4 +512,40 @@ pub(crate) fn send_notify(
 /// Host id to publish: none when the engine must never use shared memory.
 pub(crate) fn published_host_id(force_tcp: bool) -> Option<String> {
     (!force_tcp).then(local_host_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn notify(name: &str, len: usize) -> Notify {
+        Notify {
+            name: name.into(),
+            msg: "x".repeat(len),
+        }
+    }
+
+    #[test]
+    fn notify_queue_is_bounded_by_count_and_bytes() {
+        let mut q = NotifyQueue::default();
+        for _ in 0..MAX_QUEUED_NOTIFIES {
+            q.push(notify("", 0)).unwrap();
+        }
+        assert_eq!(q.push(notify("", 0)), Err(ErrorCode::ERR_TOO_MANY_REQUESTS));
+        assert_eq!(q.drain().len(), MAX_QUEUED_NOTIFIES);
+
+        let big = MAX_QUEUED_NOTIFY_BYTES / 4;
+        for _ in 0..4 {
+            q.push(notify("", big)).unwrap();
+        }
+        assert_eq!(
+            q.push(notify("a", 0)),
+            Err(ErrorCode::ERR_TOO_MANY_REQUESTS)
+        );
+        assert_eq!(q.drain().len(), 4);
+        // Drained: room again, and what was refused is not there.
+        q.push(notify("a", 3)).unwrap();
+        assert_eq!(q.drain(), vec![notify("a", 3)]);
+        assert!(q.drain().is_empty());
+    }
 }

@@ -320,6 +320,34 @@ fn notifies_with_and_without_transfer() {
     assert!(remote.iter().all(|&x| x == 7));
 }
 
+/// Undrained notifies are bounded (64 MiB): past that a peer's notify is
+/// refused with a code, and accepted again once the application drains.
+/// (Review #5.)
+#[test]
+fn notify_queue_is_bounded() {
+    let (a, b) = (engine(true), engine(true));
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let big = |i: usize| Notify {
+        name: format!("n{i}"),
+        msg: "x".repeat(1_000_000),
+    };
+    let mut accepted = 0;
+    let refused = loop {
+        assert!(accepted < 200, "notifies are not bounded");
+        match a.send_notify(seg, big(accepted)) {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(refused.code, ErrorCode::ERR_TOO_MANY_REQUESTS);
+    assert!(accepted >= 60, "only {accepted} accepted");
+    let got = b.get_notifies();
+    assert_eq!(got.len(), accepted);
+    assert!(got.iter().enumerate().all(|(i, n)| *n == big(i)));
+    a.send_notify(seg, big(0)).unwrap();
+    assert_eq!(b.get_notifies(), vec![big(0)]);
+}
+
 #[test]
 fn p2p_names_carry_the_rpc_port() {
     let a = engine(true);
@@ -426,4 +454,78 @@ fn copy_shared_moves_bytes_to_and_from_unregistered_memory() {
     // SAFETY: as above.
     let r = unsafe { a.copy_shared(me, Opcode::Read, spare.as_mut_ptr() as usize, base, 8) };
     assert!(!r.unwrap());
+}
+
+/// A same-host peer's freed managed buffer: writes and reads fail as over TCP
+/// (the owner says it is not registered) instead of landing in a stale
+/// mapping, and a buffer the peer allocates later is reachable. (Review #4.)
+#[test]
+fn freed_peer_buffer_is_not_written_through_a_stale_mapping() {
+    let (a, b) = (engine(false), engine(false));
+    const LEN: usize = 1 << 16;
+    let local = managed(&a, LEN);
+    local.fill(3);
+    let remote = b.allocate_managed_buffer(LEN).unwrap();
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let write = req(Opcode::Write, local, seg, remote as u64, LEN);
+    a.transfer_sync(&[write]).unwrap();
+    assert_eq!(a.transport_stats().shm, 1, "went through shared memory");
+
+    b.free_managed_buffer(remote, LEN).unwrap();
+    for op in [Opcode::Write, Opcode::Read] {
+        let r = a.transfer_sync(&[req(op, local, seg, remote as u64, LEN)]);
+        assert_eq!(
+            r.unwrap_err().code,
+            ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
+            "{op:?} of a freed buffer"
+        );
+    }
+    assert!(
+        local.iter().all(|&x| x == 3),
+        "a failed read left local memory"
+    );
+
+    // The peer's next buffer is used normally (mapped anew once refreshed).
+    let again = managed(&b, LEN);
+    a.refresh_segment(seg).unwrap();
+    a.transfer_sync(&[req(Opcode::Write, local, seg, again.as_ptr() as u64, LEN)])
+        .unwrap();
+    assert!(again.iter().all(|&x| x == 3));
+    assert_eq!(a.transport_stats().shm, 2, "the new buffer is mapped");
+}
+
+/// `copy_shared` never serves a buffer its same-host owner has freed.
+#[test]
+fn copy_shared_refuses_a_freed_peer_buffer() {
+    let (a, b) = (engine(false), engine(false));
+    const LEN: usize = 1 << 16;
+    let remote = b.allocate_managed_buffer(LEN).unwrap();
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let mine = pattern(LEN, 2);
+    // SAFETY: `mine` is readable for LEN bytes during the call.
+    let r = unsafe {
+        a.copy_shared(
+            seg,
+            Opcode::Write,
+            mine.as_ptr() as usize,
+            remote as u64,
+            LEN,
+        )
+    };
+    assert!(r.unwrap());
+    b.free_managed_buffer(remote, LEN).unwrap();
+    // SAFETY: as above.
+    let r = unsafe {
+        a.copy_shared(
+            seg,
+            Opcode::Write,
+            mine.as_ptr() as usize,
+            remote as u64,
+            LEN,
+        )
+    };
+    assert!(
+        !r.unwrap(),
+        "a freed buffer is left to the engine, which asks the owner"
+    );
 }

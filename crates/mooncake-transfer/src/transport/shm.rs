@@ -2,6 +2,13 @@
 //! this process maps once (through `/proc/<pid>/fd/<fd>`) and then copies to
 //! and from directly. Used only when both descriptors carry the same host id,
 //! the buffer is shm-backed and mapping succeeded; otherwise TCP serves it.
+//!
+//! A buffer its owner freed stays mapped here (the mapping keeps the memory
+//! alive), so each copy checks the owner's verdict before and after
+//! ([`PeerMapping::is_live`]): requests for a freed buffer go to TCP, which
+//! asks the owner (and fails them as not registered, or finds a buffer
+//! registered there since); a buffer freed during a copy fails the request.
+//! Freed buffers' mappings are dropped at the next submission to the segment.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,17 +38,18 @@ struct View {
     desc: Arc<SegmentDesc>,
     /// The owner process; once it exits the view is dropped and requests go
     /// to TCP, which fails them, as for any dead peer.
-    owner: Option<ProcessWatch>,
+    owner: Option<Arc<ProcessWatch>>,
     /// `(remote address, mapping)` of each buffer we could map.
     bufs: Vec<(u64, Arc<PeerMapping>)>,
 }
 
 impl View {
-    /// Local address of `[remote, remote+len)`, if a mapped buffer holds it.
-    fn resolve(&self, remote: u64, len: usize) -> Option<usize> {
+    /// Local address of `[remote, remote+len)` and its mapping, if a
+    /// mapped buffer holds it.
+    fn resolve(&self, remote: u64, len: usize) -> Option<(usize, &PeerMapping)> {
         self.bufs.iter().find_map(|(base, map)| {
             let off = usize::try_from(remote.checked_sub(*base)?).ok()?;
-            map.range(off, len)
+            Some((map.range(off, len)?, &**map))
         })
     }
 }
@@ -98,8 +106,30 @@ impl ShmTransport {
             let mut views = self.views.lock();
             if let Some(v) = views.get(&segment.handle) {
                 if Arc::ptr_eq(&v.desc, &desc) {
-                    if v.owner.as_ref().is_some_and(ProcessWatch::is_alive) {
+                    let alive = v.owner.as_ref().is_some_and(|o| o.is_alive());
+                    if alive && v.bufs.iter().all(|(_, m)| m.is_live()) {
                         return Some(v.clone());
+                    }
+                    if alive {
+                        // The owner freed some buffers: forget their mappings.
+                        let bufs: Vec<_> = v
+                            .bufs
+                            .iter()
+                            .filter(|(_, m)| m.is_live())
+                            .cloned()
+                            .collect();
+                        let mut maps = self.maps.lock();
+                        maps.retain(|k, m| {
+                            k.0 != segment.handle || m.as_ref().is_none_or(|m| m.is_live())
+                        });
+                        drop(maps);
+                        let view = Arc::new(View {
+                            desc: v.desc.clone(),
+                            owner: v.owner.clone(),
+                            bufs,
+                        });
+                        views.insert(segment.handle, view.clone());
+                        return Some(view);
                     }
                     if !v.bufs.is_empty() {
                         // The owner died: unmap its memory, remember the verdict.
@@ -119,25 +149,37 @@ impl ShmTransport {
             .buffers
             .iter()
             .filter_map(|b| Some((b.addr, self.mapping(segment, b)?)))
+            .filter(|(_, m)| m.is_live())
             .collect();
+        // Forget mappings of buffers no longer published (or freed).
+        self.maps.lock().retain(|k, m| {
+            k.0 != segment.handle
+                || (desc
+                    .buffers
+                    .iter()
+                    .any(|b| b.addr == k.1 && b.shm.as_ref().is_some_and(|s| s.ino == k.2))
+                    && m.as_ref().is_none_or(|m| m.is_live()))
+        });
         let pid = desc
             .buffers
             .iter()
             .find_map(|b| b.shm.as_ref().map(|s| s.pid));
-        let owner = pid.and_then(|pid| ProcessWatch::open(pid).ok());
+        let owner = pid.and_then(|pid| ProcessWatch::open(pid).ok().map(Arc::new));
         let view = Arc::new(View { desc, owner, bufs });
         self.views.lock().insert(segment.handle, view.clone());
         view.owner
             .as_ref()
-            .is_some_and(ProcessWatch::is_alive)
+            .is_some_and(|o| o.is_alive())
             .then_some(view)
     }
 }
 
 impl ShmTransport {
     /// Copies between `local` and `[remote, remote+len)` of a same-host
-    /// peer's shared buffer, in the calling thread. `false` (nothing copied)
-    /// when shared memory does not serve that range.
+    /// peer's shared buffer, in the calling thread. `Ok(false)` (nothing
+    /// copied) when shared memory does not serve that range, or the owner
+    /// freed the buffer (TCP then asks the owner); an error when the owner
+    /// freed it during the copy.
     ///
     /// # Safety
     /// `local..local+len` must be valid for writes (`Read`) or reads
@@ -149,12 +191,12 @@ impl ShmTransport {
         local: usize,
         remote: u64,
         len: usize,
-    ) -> bool {
+    ) -> Result<bool, ErrorCode> {
         let Some(view) = self.view(segment) else {
-            return false;
+            return Ok(false);
         };
-        let Some(mapped) = view.resolve(remote, len) else {
-            return false;
+        let Some((mapped, map)) = view.resolve(remote, len).filter(|(_, map)| map.is_live()) else {
+            return Ok(false);
         };
         let (dst, src) = match opcode {
             Opcode::Read => (local, mapped),
@@ -163,7 +205,11 @@ impl ShmTransport {
         // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
         // by `PeerMapping::range`); the caller vouches for `local`.
         unsafe { rawmem::copy(dst, src, len) };
-        true
+        if map.is_live() {
+            Ok(true)
+        } else {
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        }
     }
 }
 
@@ -188,14 +234,21 @@ struct ShmRoute {
 }
 
 impl Route for ShmRoute {
+    /// Not a freed buffer: TCP asks the owner about those.
     fn serves(&self, remote: u64, len: usize) -> bool {
-        self.view.resolve(remote, len).is_some()
+        self.view
+            .resolve(remote, len)
+            .is_some_and(|(_, map)| map.is_live())
     }
 
     fn submit(&self, work: Vec<Work>) {
         for w in work {
             w.task.expect_slices(1);
-            let Some(mapped) = self.view.resolve(w.remote, w.len) else {
+            let Some((mapped, map)) = self
+                .view
+                .resolve(w.remote, w.len)
+                .filter(|(_, map)| map.is_live())
+            else {
                 w.task
                     .slice_done(Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED));
                 continue;
@@ -207,7 +260,13 @@ impl Route for ShmRoute {
             // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
             // by `PeerMapping::range`); `local` was checked against the registry.
             unsafe { rawmem::copy(dst, src, w.len) };
-            w.task.slice_done(Ok(w.len));
+            // Freed during the copy: the bytes went (or came from) nowhere.
+            let result = if map.is_live() {
+                Ok(w.len)
+            } else {
+                Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+            };
+            w.task.slice_done(result);
         }
     }
 }

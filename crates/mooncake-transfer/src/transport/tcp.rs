@@ -170,10 +170,6 @@ impl Slice {
             t.slice_done(result);
         }
     }
-
-    fn is_live(&self) -> bool {
-        self.task.as_ref().is_some_and(|t| t.is_live())
-    }
 }
 
 impl Drop for Slice {
@@ -435,15 +431,18 @@ fn recv_responses(
                         h.len, slice.len
                     )));
                 }
-                if slice.is_live() {
-                    // SAFETY: checked against the registry at submit; a task
-                    // past its deadline is not live, so a late response never
-                    // lands in memory the application may have released.
+                let landing = slice.task.as_ref().and_then(|t| t.begin_landing());
+                if landing.is_some() {
+                    // SAFETY: checked against the registry at submit. The
+                    // landing keeps the task from reporting a timeout until
+                    // this read ends (an abort shuts the socket, ending it),
+                    // so bytes never land in memory the application released.
                     input
                         .read_into(stream, unsafe { rawmem::bytes_mut(slice.local, slice.len) })?;
                 } else {
                     input.skip(stream, h.len)?;
                 }
+                drop(landing);
                 let n = slice.len;
                 slice.done(Ok(n));
             }
