@@ -3,188 +3,12 @@
 //! `mooncake_client` processes, which execute the tasks; an in-test pure
 //! client creates and follows them. Every wait is bounded.
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-
 use mooncake_common::ErrorCode;
-use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::{ReplicaKind, ReplicateConfig, TaskId, TaskStatus, TaskType};
+use mooncake_store::client::Client;
+use mooncake_store::types::{ReplicateConfig, TaskId, TaskStatus, TaskType};
 
-const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
-const METADATA: &str = env!("CARGO_BIN_EXE_mooncake_http_metadata_server");
-const STORAGE: &str = env!("CARGO_BIN_EXE_mooncake_client");
-const WAIT: Duration = Duration::from_secs(60);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed (by pid) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Spawns `bin` and returns it with the first stdout line containing `marker`.
-fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, String) {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let proc = Proc(child);
-    let (tx, rx) = mpsc::channel();
-    let wanted = marker.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if line.contains(&wanted) {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let line = rx
-        .recv_timeout(WAIT)
-        .unwrap_or_else(|_| panic!("{bin} printed no {marker:?} line"));
-    (proc, line)
-}
-
-/// Polls `cond` until it holds (bounded; no timing is asserted).
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-struct Cluster {
-    master_addr: String,
-    metadata: String,
-    _procs: Vec<Proc>,
-}
-
-struct Storage {
-    proc: Proc,
-    segment: String,
-    dummy_addr: String,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let mport = free_port();
-        let (meta, line) = spawn_until_line(
-            METADATA,
-            &["-port=0".into(), "--host=127.0.0.1".into()],
-            "listening on",
-        );
-        let meta_addr = line.trim().rsplit(' ').next().unwrap().to_owned();
-        let master = Proc(
-            Command::new(MASTER)
-                .args([
-                    format!("--rpc_port={mport}"),
-                    "--rpc_address=127.0.0.1".into(),
-                    "--metrics_host=127.0.0.1".into(),
-                    "--metrics_port=0".into(),
-                    "--client_ttl=2".into(),
-                    "--default_kv_lease_ttl=50".into(),
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        eventually("master listens", || {
-            TcpStream::connect(("127.0.0.1", mport)).is_ok()
-        });
-        Cluster {
-            master_addr: format!("127.0.0.1:{mport}"),
-            metadata: format!("http://{meta_addr}/metadata"),
-            _procs: vec![meta, master],
-        }
-    }
-
-    fn storage(&self) -> Storage {
-        let args = vec![
-            format!("--master_server_address={}", self.master_addr),
-            format!("--metadata_server={}", self.metadata),
-            "--host=127.0.0.1".into(),
-            "--port=0".into(),
-            "--global_segment_size=16MB".into(),
-        ];
-        let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
-        // "mooncake_client ready: dummy clients connect to ADDR; segment NAME (SIZE)"
-        let after = |tag: &str, end: char| {
-            let rest = line.split(tag).nth(1).unwrap();
-            rest.split(end).next().unwrap().to_owned()
-        };
-        Storage {
-            dummy_addr: after("connect to ", ';'),
-            segment: after("segment ", ' '),
-            proc,
-        }
-    }
-
-    fn pure_client(&self) -> Client {
-        Client::setup(&ClientConfig {
-            local_hostname: "127.0.0.1".into(),
-            metadata_server: self.metadata.clone(),
-            global_segment_size: 0,
-            local_buffer_size: 32 << 20,
-            protocol: "tcp".into(),
-            device_name: String::new(),
-            master_server_address: self.master_addr.clone(),
-        })
-        .unwrap()
-    }
-}
-
-fn value(key: &str, len: usize) -> Vec<u8> {
-    let seed = key
-        .bytes()
-        .fold(7u8, |a, b| a.wrapping_mul(31).wrapping_add(b));
-    (0..len)
-        .map(|i| seed.wrapping_add((i % 251) as u8))
-        .collect()
-}
-
-fn code<T: std::fmt::Debug>(r: mooncake_common::Result<T>) -> ErrorCode {
-    r.expect_err("expected an error").code
-}
-
-fn segments_of(client: &Client, key: &str) -> Vec<String> {
-    let mut v: Vec<String> = client
-        .get_replica_desc(key)
-        .unwrap()
-        .into_iter()
-        .filter_map(|r| match r.kind {
-            ReplicaKind::Memory(m) => Some(m.segment_name),
-            ReplicaKind::Disk(_) => None,
-        })
-        .collect();
-    v.sort();
-    v
-}
+mod common;
+use common::*;
 
 fn sorted(names: &[&String]) -> Vec<String> {
     let mut v: Vec<String> = names.iter().map(|s| s.to_string()).collect();
@@ -192,14 +16,6 @@ fn sorted(names: &[&String]) -> Vec<String> {
     v
 }
 
-fn pinned_to(segment: &str) -> ReplicateConfig {
-    ReplicateConfig {
-        preferred_segment: segment.to_owned(),
-        ..Default::default()
-    }
-}
-
-/// Waits until the task has finished and returns its final status.
 fn finished(client: &Client, id: TaskId) -> (TaskStatus, String) {
     let mut last = None;
     eventually("task finishes", || {
@@ -214,10 +30,10 @@ fn finished(client: &Client, id: TaskId) -> (TaskStatus, String) {
 
 #[test]
 fn copy_and_move_tasks_run_on_the_target_node() {
-    let cluster = Cluster::start();
-    let mut a = cluster.storage();
-    let mut b = cluster.storage();
-    let c = cluster.storage();
+    let cluster = Cluster::start(&[]);
+    let mut a = cluster.storage("16MB");
+    let mut b = cluster.storage("16MB");
+    let c = cluster.storage("16MB");
     let client = cluster.pure_client();
 
     // Copy onto two segments: B reads from A, then writes C from its copy.
@@ -325,9 +141,9 @@ fn copy_and_move_tasks_run_on_the_target_node() {
 
 #[test]
 fn batch_replica_clear_drops_expired_replicas() {
-    let cluster = Cluster::start();
-    let a = cluster.storage();
-    let b = cluster.storage();
+    let cluster = Cluster::start(&[]);
+    let a = cluster.storage("16MB");
+    let b = cluster.storage("16MB");
     let client = cluster.pure_client();
     let two = ReplicateConfig {
         replica_num: 2,
@@ -362,9 +178,9 @@ fn batch_replica_clear_drops_expired_replicas() {
 
 #[test]
 fn a_copy_that_does_not_fit_fails_and_changes_nothing() {
-    let cluster = Cluster::start();
-    let a = cluster.storage();
-    let b = cluster.storage();
+    let cluster = Cluster::start(&[]);
+    let a = cluster.storage("16MB");
+    let b = cluster.storage("16MB");
     let client = cluster.pure_client();
     // Hard-pinned so eviction cannot make room on B.
     let on = |segment: &str| ReplicateConfig {

@@ -1,0 +1,227 @@
+//! Helpers shared by the store tests that run real processes
+//! (`mooncake_master`, `mooncake_http_metadata_server`, `mooncake_client`):
+//! free ports, child processes killed on drop, a small cluster, bounded waits.
+
+// Each test crate uses a different subset.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use mooncake_common::ErrorCode;
+use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+
+pub const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
+pub const METADATA: &str = env!("CARGO_BIN_EXE_mooncake_http_metadata_server");
+pub const STORAGE: &str = env!("CARGO_BIN_EXE_mooncake_client");
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (by pid) when dropped.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    pub fn kill9(&mut self) {
+        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) }, 0);
+        let _ = self.0.wait();
+    }
+}
+
+/// Spawns `bin` and returns it with the first stdout line containing `marker`.
+pub fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, String) {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let proc = Proc(child);
+    let (tx, rx) = mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if line.contains(&marker) {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let line = rx
+        .recv_timeout(WAIT)
+        .unwrap_or_else(|_| panic!("{bin} printed no {:?} line", "ready"));
+    (proc, line)
+}
+
+pub fn wait_port(port: u16) {
+    let deadline = Instant::now() + WAIT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Polls `cond` until it holds (bounded; no timing is asserted).
+pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub struct Cluster {
+    pub master_addr: String,
+    pub metadata: String,
+    _procs: Vec<Proc>,
+}
+
+pub struct Storage {
+    pub proc: Proc,
+    /// Segment name (the node's engine endpoint).
+    pub segment: String,
+    /// Where dummy clients connect.
+    pub dummy_addr: String,
+}
+
+impl Cluster {
+    pub fn start(extra_master_flags: &[&str]) -> Cluster {
+        let mport = free_port();
+        let (meta, line) = spawn_until_line(
+            METADATA,
+            &["-port=0".into(), "--host=127.0.0.1".into()],
+            "listening on",
+        );
+        let meta_addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+        let mut args = vec![
+            format!("--rpc_port={mport}"),
+            "--rpc_address=127.0.0.1".into(),
+            "--metrics_host=127.0.0.1".into(),
+            "--metrics_port=0".into(),
+            "--client_ttl=2".into(),
+            "--default_kv_lease_ttl=50".into(),
+        ];
+        args.extend(extra_master_flags.iter().map(|s| s.to_string()));
+        let master = Proc(
+            Command::new(MASTER)
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_port(mport);
+        Cluster {
+            master_addr: format!("127.0.0.1:{mport}"),
+            metadata: format!("http://{meta_addr}/metadata"),
+            _procs: vec![meta, master],
+        }
+    }
+
+    pub fn storage(&self, segment_size: &str) -> Storage {
+        let args = vec![
+            format!("--master_server_address={}", self.master_addr),
+            format!("--metadata_server={}", self.metadata),
+            "--host=127.0.0.1".into(),
+            "--port=0".into(),
+            format!("--global_segment_size={segment_size}"),
+        ];
+        let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
+        // "mooncake_client ready: dummy clients connect to ADDR; segment NAME (SIZE)"
+        let dummy_addr = line
+            .split("connect to ")
+            .nth(1)
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let segment = line
+            .split("segment ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_owned();
+        Storage {
+            proc,
+            segment,
+            dummy_addr,
+        }
+    }
+
+    pub fn config(&self, global_segment_size: u64, local_buffer_size: u64) -> ClientConfig {
+        ClientConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: self.metadata.clone(),
+            global_segment_size,
+            local_buffer_size,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+            master_server_address: self.master_addr.clone(),
+        }
+    }
+
+    pub fn pure_client(&self) -> Client {
+        Client::setup(&self.config(0, 64 << 20)).unwrap()
+    }
+}
+
+pub fn value(key: &str, len: usize) -> Vec<u8> {
+    let seed = key
+        .bytes()
+        .fold(7u8, |a, b| a.wrapping_mul(31).wrapping_add(b));
+    (0..len)
+        .map(|i| seed.wrapping_add((i % 251) as u8))
+        .collect()
+}
+
+pub fn code<T: std::fmt::Debug>(r: mooncake_common::Result<T>) -> ErrorCode {
+    r.expect_err("expected an error").code
+}
+
+pub fn segments_of(client: &Client, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = client
+        .get_replica_desc(key)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.kind {
+            ReplicaKind::Memory(m) => Some(m.segment_name),
+            ReplicaKind::Disk(_) => None,
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn pinned_to(segment: &str) -> ReplicateConfig {
+    ReplicateConfig {
+        preferred_segment: segment.to_owned(),
+        ..Default::default()
+    }
+}
