@@ -136,9 +136,10 @@ UNIT = {"GB": 1.0, "GiB": 1.073741824, "Gb": 0.125, "MB": 1e-3, "MiB": 1.048576e
         "KB": 1e-6, "KiB": 1.024e-6, "Kb": 1.25e-7}
 
 
-def run_te_bench(system: mcproc.System, args: argparse.Namespace, workdir: Path) -> list[dict]:
+def run_te_bench(system: mcproc.System, args: argparse.Namespace, workdir: Path,
+                 extra_env: dict | None = None) -> list[dict]:
     results = []
-    env = {"GLOG_minloglevel": "0"}  # the result line is logged at INFO
+    env = {"GLOG_minloglevel": "0", **(extra_env or {})}  # the result line is logged at INFO
     master = mcproc.start_master(system, workdir / "master")
     try:
         for block in (64 * KiB, 1 * MiB):
@@ -267,19 +268,23 @@ def build_table(results: dict, names: list[str]) -> str:
             row += [ratio(a and a["p50_us"], b and b["p50_us"]), ratio(a and a["gb_s"], b and b["gb_s"])]
         lines.append("| " + " | ".join(row) + " |")
     if any("te" in results["systems"][n] for n in names):
-        lines.append("\n### Transfer Engine (`transfer_engine_bench`, TCP, --threads=2)\n")
-        head = ["op", "block"] + [f"{n} GB/s" for n in names] + [f"{n}/{base}" for n in names[1:]]
+        lines.append("\n### Transfer Engine (`transfer_engine_bench --protocol=tcp`, --threads=2)\n")
+        lines.append("(`forced TCP`: the same run with `MC_FORCE_TCP=1`; without it ours moves "
+                     "same-host bytes through shared memory.)\n")
+        cols = [(n, "te", f"{n} GB/s") for n in names]
+        cols += [(n, "te_tcp", f"{n} forced TCP GB/s") for n in names[1:]]
+        head = ["op", "block"] + [c[2] for c in cols] + [f"{c[2].replace(' GB/s', '')}/{base}" for c in cols[1:]]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))
         for op in ("read", "write"):
             for block in (64 * KiB, MiB):
                 vals = {}
-                for n in names:
-                    for r in results["systems"][n].get("te", []):
+                for n, part, _ in cols:
+                    for r in results["systems"][n].get(part, []):
                         if r["op"] == op and r["block_size"] == block:
-                            vals[n] = r["gb_s"]
-                row = [op, fmt_size(block)] + [str(vals.get(n, "-")) for n in names]
-                row += [ratio(vals.get(n), vals.get(base)) for n in names[1:]]
+                            vals[(n, part)] = r["gb_s"]
+                row = [op, fmt_size(block)] + [str(vals.get((n, p), "-")) for n, p, _ in cols]
+                row += [ratio(vals.get((n, p)), vals.get((base, "te"))) for n, p, _ in cols[1:]]
                 lines.append("| " + " | ".join(row) + " |")
     if results.get("redis"):
         lines.append("\n### Redis baseline (redis-py SET/GET, one connection)\n")
@@ -400,6 +405,11 @@ def main() -> int:
         if "te" not in skip:
             try:
                 res["te"] = run_te_bench(system, args, out / "runs" / system.name / "te")
+                if system is not systems[0]:
+                    # `--protocol=tcp` on one host: the reference always uses
+                    # TCP; ours picks shared memory unless told not to.
+                    res["te_tcp"] = run_te_bench(system, args, out / "runs" / system.name / "te_tcp",
+                                                 extra_env=TCP_ENV)
             except Exception as e:  # noqa: BLE001
                 log(f"{system.name} transfer_engine_bench failed: {e}")
                 res.setdefault("errors", []).append(f"te: {e}")

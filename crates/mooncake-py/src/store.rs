@@ -455,20 +455,6 @@ fn uninit_bytes<'a>(py: Python<'_>, size: usize) -> Result<(Py<PyBytes>, &'a mut
     Ok((bytes, buf))
 }
 
-/// A `bytes` holding `src`: the one copy a `get` makes from the client's
-/// buffer into Python (large ones without the GIL).
-fn bytes_from<'py>(py: Python<'py>, src: &[u8]) -> Bound<'py, PyBytes> {
-    const SMALL: usize = 256 << 10;
-    if src.len() < SMALL {
-        return PyBytes::new(py, src);
-    }
-    PyBytes::new_with(py, src.len(), |out| {
-        py.allow_threads(|| out.copy_from_slice(src));
-        Ok(())
-    })
-    .unwrap_or_else(|_| PyBytes::new(py, src))
-}
-
 fn parts_of(parts: &Bound<'_, PyTuple>) -> PyResult<Vec<Exported>> {
     parts.iter().map(|p| Exported::get(&p)).collect()
 }
@@ -800,11 +786,35 @@ impl PyStore {
         if keys.is_empty() {
             return vec![PyBytes::new(py, b"")];
         }
-        py.allow_threads(|| live.client.batch_get_buffer(&keys))
-            .into_iter()
-            .map(|r| match r {
-                Ok(h) => bytes_from(py, h.as_slice()),
-                Err(_) => PyBytes::new(py, b""),
+        // As in `get`: every bytes object is allocated (uninitialised) once
+        // the sizes are known, in one GIL round, and filled without the GIL.
+        let mut made: Vec<Option<Py<PyBytes>>> = Vec::with_capacity(keys.len());
+        let got = py.allow_threads(|| {
+            live.client.get_batch_with(&keys, |sizes| {
+                Python::with_gil(|py| {
+                    let mut bufs = Vec::with_capacity(sizes.len());
+                    for size in sizes {
+                        match size {
+                            Some(n) => {
+                                let (obj, buf) = uninit_bytes(py, *n)?;
+                                made.push(Some(obj));
+                                bufs.push(Some(buf));
+                            }
+                            None => {
+                                made.push(None);
+                                bufs.push(None);
+                            }
+                        }
+                    }
+                    Ok(bufs)
+                })
+            })
+        });
+        got.into_iter()
+            .zip(made.into_iter().chain(std::iter::repeat_with(|| None)))
+            .map(|(r, obj)| match (r, obj) {
+                (Ok(_), Some(b)) => b.into_bound(py),
+                _ => PyBytes::new(py, b""),
             })
             .collect()
     }

@@ -477,6 +477,53 @@ impl TransferEngine {
         self.inner.submit(batch, requests, Some(hook))
     }
 
+    /// Moves bytes between caller memory and a same-host peer's shared
+    /// buffer right here, without a batch or a worker thread, when shared
+    /// memory serves `[remote, remote+len)` of `target` (same host, shm not
+    /// disabled by `MC_FORCE_TCP`, buffer mapped and not freed). `Ok(false)`:
+    /// it does not, nothing was copied; submit a batch instead (which also
+    /// refreshes a stale descriptor and reports the precise error).
+    /// `ERR_ADDRESS_NOT_REGISTERED` when the owner freed the buffer during
+    /// the copy.
+    ///
+    /// Unlike [`Self::submit`], `local` need not be registered: the copy is
+    /// over when this returns, so no transport keeps the address.
+    ///
+    /// # Safety
+    /// `local..local+len` must be valid for writes (`Read`) or reads
+    /// (`Write`) for the duration of the call.
+    pub unsafe fn copy_shared(
+        &self,
+        target: SegmentHandle,
+        opcode: Opcode,
+        local: usize,
+        remote: u64,
+        len: usize,
+    ) -> Result<bool> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorCode::INTERNAL_ERROR, "engine is shut down"));
+        }
+        if len == 0 || local.checked_add(len).is_none() {
+            return Ok(false);
+        }
+        let seg = self.inner.segment(target)?;
+        // SAFETY: forwarded from the caller.
+        let done = unsafe { self.inner.shm.copy_direct(&seg, opcode, local, remote, len) }
+            .map_err(|code| {
+                Error::new(
+                    code,
+                    format!(
+                        "{remote:#x}+{len} of segment {} was freed during the copy",
+                        seg.name
+                    ),
+                )
+            })?;
+        if done {
+            self.inner.routed[1].fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(done)
+    }
+
     /// Status of request `task_id` (index in submission order) of `batch`.
     pub fn transfer_status(&self, batch: BatchId, task_id: usize) -> Result<TransferStatus> {
         self.inner

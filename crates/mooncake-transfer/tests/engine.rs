@@ -386,6 +386,76 @@ fn out_of_range_config_values_do_not_break_the_engine() {
     assert!(remote[..100].iter().all(|&x| x == 9) && remote[100] == 0);
 }
 
+#[test]
+fn copy_shared_moves_bytes_to_and_from_unregistered_memory() {
+    let (a, b) = (engine(false), engine(false));
+    const LEN: usize = 200_000;
+    let remote = managed(&b, LEN);
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let base = a.first_buffer_address(&b.local_server_name()).unwrap();
+    // Plain heap memory, never registered with `a`.
+    let mine = pattern(LEN, 4);
+    // SAFETY: `mine` is readable for LEN bytes during the call.
+    let wrote = unsafe { a.copy_shared(seg, Opcode::Write, mine.as_ptr() as usize, base, LEN) };
+    assert!(wrote.unwrap());
+    assert!(remote[..] == mine[..]);
+    let mut back = vec![0u8; 1000];
+    // SAFETY: `back` is writable for 1000 bytes during the call.
+    let read = unsafe {
+        a.copy_shared(
+            seg,
+            Opcode::Read,
+            back.as_mut_ptr() as usize,
+            base + 5000,
+            1000,
+        )
+    };
+    assert!(read.unwrap());
+    assert!(back[..] == mine[5000..6000]);
+    assert_eq!(a.transport_stats().shm, 2);
+
+    // Ranges shared memory does not serve copy nothing: past the buffer's
+    // end, outside any buffer, zero length.
+    let mut spare = vec![7u8; LEN + 1];
+    for (remote_addr, len) in [
+        (base, LEN + 1),
+        (base + LEN as u64, 1),
+        (base - 4096, 16),
+        (base, 0),
+    ] {
+        // SAFETY: `spare` is writable for up to LEN + 1 bytes.
+        let r = unsafe {
+            a.copy_shared(
+                seg,
+                Opcode::Read,
+                spare.as_mut_ptr() as usize,
+                remote_addr,
+                len,
+            )
+        };
+        assert!(!r.unwrap(), "{remote_addr:#x}+{len}");
+    }
+    assert!(spare.iter().all(|&x| x == 7), "nothing was written");
+    // An unknown segment handle is an error, not a copy.
+    // SAFETY: as above.
+    let r = unsafe { a.copy_shared(999, Opcode::Read, spare.as_mut_ptr() as usize, base, 8) };
+    assert!(r.is_err());
+
+    // With shared memory off (MC_FORCE_TCP), nothing is served directly.
+    let (c, d) = (engine(true), engine(true));
+    let _theirs = managed(&d, 4096);
+    let seg = c.open_segment(&d.local_server_name()).unwrap();
+    let base = c.first_buffer_address(&d.local_server_name()).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { c.copy_shared(seg, Opcode::Read, spare.as_mut_ptr() as usize, base, 8) };
+    assert!(!r.unwrap());
+    // And a segment of our own is the local transport's business.
+    let me = a.open_segment(&a.local_server_name()).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { a.copy_shared(me, Opcode::Read, spare.as_mut_ptr() as usize, base, 8) };
+    assert!(!r.unwrap());
+}
+
 /// A same-host peer's freed managed buffer: writes and reads fail as over TCP
 /// (the owner says it is not registered) instead of landing in a stale
 /// mapping, and a buffer the peer allocates later is reachable. (Review #4.)
@@ -422,4 +492,40 @@ fn freed_peer_buffer_is_not_written_through_a_stale_mapping() {
         .unwrap();
     assert!(again.iter().all(|&x| x == 3));
     assert_eq!(a.transport_stats().shm, 2, "the new buffer is mapped");
+}
+
+/// `copy_shared` never serves a buffer its same-host owner has freed.
+#[test]
+fn copy_shared_refuses_a_freed_peer_buffer() {
+    let (a, b) = (engine(false), engine(false));
+    const LEN: usize = 1 << 16;
+    let remote = b.allocate_managed_buffer(LEN).unwrap();
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let mine = pattern(LEN, 2);
+    // SAFETY: `mine` is readable for LEN bytes during the call.
+    let r = unsafe {
+        a.copy_shared(
+            seg,
+            Opcode::Write,
+            mine.as_ptr() as usize,
+            remote as u64,
+            LEN,
+        )
+    };
+    assert!(r.unwrap());
+    b.free_managed_buffer(remote, LEN).unwrap();
+    // SAFETY: as above.
+    let r = unsafe {
+        a.copy_shared(
+            seg,
+            Opcode::Write,
+            mine.as_ptr() as usize,
+            remote as u64,
+            LEN,
+        )
+    };
+    assert!(
+        !r.unwrap(),
+        "a freed buffer is left to the engine, which asks the owner"
+    );
 }

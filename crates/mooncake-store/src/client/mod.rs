@@ -109,6 +109,10 @@ impl std::fmt::Debug for BufferHandle {
     }
 }
 
+/// Hands out one destination pointer per key once the sizes are known
+/// (`None`: the lookup failed; the pointer is then ignored).
+pub(crate) type DestFn<'a> = dyn FnMut(&[Option<usize>]) -> Result<Vec<*mut u8>> + 'a;
+
 /// What both the real and the dummy client provide; [`Client`] shapes the
 /// caller's arguments and calls these.
 pub(crate) trait Backend: Send + Sync {
@@ -131,20 +135,45 @@ pub(crate) trait Backend: Send + Sync {
     ) -> Vec<Result<()>>;
     fn read_into(&self, keys: &[String], dests: &[Vec<(usize, usize)>]) -> Vec<Result<u64>>;
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>>;
-    /// One whole object into memory `dest(size)` provides. By default
-    /// through the staging pool (two copies); the real client copies a
-    /// replica in its own segment straight across.
-    fn read_with(
-        &self,
-        key: &str,
-        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
-    ) -> Result<usize> {
-        let staged = one(self.read_values(&[key.to_owned()], false))?;
-        let out = dest(staged.size())?;
-        // SAFETY: `dest` hands out `size` writable bytes (see `Client::get_with`);
-        // the staged bytes are a distinct allocation.
-        unsafe { std::ptr::copy_nonoverlapping(staged.as_slice().as_ptr(), out, staged.size()) };
-        Ok(staged.size())
+    /// Whole objects into memory `dest(sizes)` provides once the sizes are
+    /// known (one pointer per key, `size` writable bytes where the size is
+    /// `Some`). By default through the staging pool (two copies); the real
+    /// client copies replicas in its own segment or same-host shared memory
+    /// straight across.
+    fn read_values_with(&self, keys: &[String], dest: &mut DestFn<'_>) -> Vec<Result<usize>> {
+        let staged = self.read_values(keys, false);
+        let sizes: Vec<Option<usize>> = staged
+            .iter()
+            .map(|r| r.as_ref().ok().map(BufferHandle::size))
+            .collect();
+        if sizes.iter().all(Option::is_none) {
+            return staged.into_iter().map(|r| r.map(|h| h.size())).collect();
+        }
+        let outs = match dest(&sizes) {
+            Ok(v) if v.len() == keys.len() => v,
+            Ok(_) => {
+                return vec![
+                    Err(Error::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "short destination list"
+                    ));
+                    keys.len()
+                ]
+            }
+            Err(e) => return vec![Err(e); keys.len()],
+        };
+        staged
+            .into_iter()
+            .zip(outs)
+            .map(|(r, out)| {
+                let h = r?;
+                // SAFETY: `dest` hands out `size` writable bytes per found
+                // key (see `Client::get_with`); the staged bytes are a
+                // distinct allocation.
+                unsafe { std::ptr::copy_nonoverlapping(h.as_slice().as_ptr(), out, h.size()) };
+                Ok(h.size())
+            })
+            .collect()
     }
     fn read_ranges(&self, reqs: &[RangeRead]) -> Vec<Result<u64>>;
 
@@ -326,35 +355,64 @@ impl Client {
     /// Reads the whole object into memory the caller allocates once the size
     /// is known (e.g. a Python `bytes` under construction): `dest(size)`
     /// returns a buffer of exactly `size` bytes, which need not be
-    /// registered. A replica in this process's own segment is copied once,
-    /// straight into it; others go through the staging pool. Returns the
-    /// size. `dest` is not called when the object cannot be read.
+    /// registered. See [`Self::get_batch_with`]. Returns the size; `dest` is
+    /// not called when the object cannot be read.
     pub fn get_with<'a>(
         &self,
         key: &str,
         dest: impl FnOnce(usize) -> Result<&'a mut [u8]>,
     ) -> Result<usize> {
+        let keys = [key.to_owned()];
+        one(self.get_batch_with(&keys, |sizes| match sizes.first() {
+            Some(&Some(size)) => Ok(vec![Some(dest(size)?)]),
+            _ => Ok(vec![None]),
+        }))
+    }
+
+    /// Reads whole objects into memory the caller allocates once their sizes
+    /// are known: `dest(sizes)` gets one entry per key (`None` where the
+    /// lookup failed) and returns, per `Some(size)`, a buffer of exactly that
+    /// size, which need not be registered. A replica in this process's own
+    /// segment or in a same-host peer's shared memory is copied once,
+    /// straight into it; the others are fetched in one engine batch through
+    /// the staging pool. `dest` is called at most once, and not at all when
+    /// no object can be read. Returns each object's size.
+    pub fn get_batch_with<'a>(
+        &self,
+        keys: &[String],
+        dest: impl FnOnce(&[Option<usize>]) -> Result<Vec<Option<&'a mut [u8]>>>,
+    ) -> Vec<Result<usize>> {
         let mut dest = Some(dest);
-        let mut raw = |size: usize| -> Result<*mut u8> {
+        let mut raw = |sizes: &[Option<usize>]| -> Result<Vec<*mut u8>> {
             let f = dest.take().ok_or_else(|| {
                 Error::new(
                     ErrorCode::INTERNAL_ERROR,
-                    "get_with: destination asked twice",
+                    "get_batch_with: destinations asked twice",
                 )
             })?;
-            let buf = f(size)?;
-            if buf.len() != size {
+            let bufs = f(sizes)?;
+            if bufs.len() != sizes.len() {
                 return Err(Error::new(
                     ErrorCode::INVALID_PARAMS,
-                    format!(
-                        "destination of {} bytes for a {size} byte object",
-                        buf.len()
-                    ),
+                    format!("{} destinations for {} keys", bufs.len(), sizes.len()),
                 ));
             }
-            Ok(buf.as_mut_ptr())
+            bufs.into_iter()
+                .zip(sizes)
+                .map(|(buf, &size)| match (buf, size) {
+                    (_, None) => Ok(std::ptr::null_mut()),
+                    (Some(b), Some(size)) if b.len() == size => Ok(b.as_mut_ptr()),
+                    (b, Some(size)) => Err(Error::new(
+                        ErrorCode::INVALID_PARAMS,
+                        format!(
+                            "destination of {} bytes for a {size} byte object",
+                            b.map_or(0, |b| b.len())
+                        ),
+                    )),
+                })
+                .collect()
         };
-        self.inner.read_with(key, &mut raw)
+        self.inner.read_values_with(keys, &mut raw)
     }
 
     /// The object's bytes in the client's staging pool, without a copy to

@@ -20,7 +20,7 @@ use super::registry::BufferRegistry;
 use super::replica::{self, Locality};
 use super::staging::{StagingBuf, StagingPool};
 use super::validate::{validate_key, validate_read_key, validate_value_len};
-use super::BufferHandle;
+use super::{BufferHandle, DestFn};
 use crate::master_client::MasterClient;
 use crate::types::{
     ClientId, MemoryDescriptor, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment, TaskId,
@@ -611,7 +611,34 @@ impl RealClient {
                 ));
             }
         }
-        let needs_engine = targets.iter().any(|t| !self.is_own(t));
+        /// Where one replica's bytes go.
+        enum Route {
+            /// Our own segment: a memcpy.
+            Own,
+            /// Already copied into a same-host peer's shared memory.
+            Written,
+            Engine(SegmentHandle),
+        }
+        let mut routes = Vec::with_capacity(targets.len());
+        for t in &targets {
+            routes.push(if self.is_own(t) {
+                Route::Own
+            } else {
+                Route::Engine(self.handle(&t.transport_endpoint)?)
+            });
+        }
+        // Plain bytes go straight into a same-host peer's shared memory when
+        // it serves the replica; only the rest need a registered copy.
+        if let Payload::Bytes(slices) = payload {
+            for (t, route) in targets.iter().zip(routes.iter_mut()) {
+                if let Route::Engine(target_id) = *route {
+                    if self.write_shared(target_id, t.buffer_address, slices) {
+                        *route = Route::Written;
+                    }
+                }
+            }
+        }
+        let needs_engine = routes.iter().any(|r| matches!(r, Route::Engine(_)));
         // The source as registered parts.
         let parts: Vec<(usize, usize)> = match payload {
             Payload::Mem(parts) => parts.clone(),
@@ -632,27 +659,20 @@ impl RealClient {
                 parts
             }
         };
-        let mut handles = Vec::with_capacity(targets.len());
-        for t in &targets {
-            handles.push(if self.is_own(t) {
-                None
-            } else {
-                Some(self.handle(&t.transport_endpoint)?)
-            });
-        }
-        for (t, h) in targets.iter().zip(handles) {
+        for (t, route) in targets.iter().zip(routes) {
             let mut off = 0u64;
             for &(addr, plen) in &parts {
                 if plen == 0 {
                     continue;
                 }
-                match h {
-                    None => copies.push(LocalCopy {
+                match route {
+                    Route::Written => {}
+                    Route::Own => copies.push(LocalCopy {
                         src: addr,
                         dst: (t.buffer_address + off) as usize,
                         len: plen,
                     }),
-                    Some(target_id) => {
+                    Route::Engine(target_id) => {
                         requests.push(TransferRequest {
                             opcode: Opcode::Write,
                             source: addr,
@@ -667,6 +687,30 @@ impl RealClient {
             }
         }
         Ok(())
+    }
+
+    /// Writes `slices` back to back at `remote` in a same-host peer's
+    /// shared memory, in this thread. `false` when shared memory does not
+    /// serve the range (the engine then writes the whole value).
+    fn write_shared(&self, target: SegmentHandle, remote: u64, slices: &[&[u8]]) -> bool {
+        let mut off = 0u64;
+        for s in slices.iter().filter(|s| !s.is_empty()) {
+            // SAFETY: `s` is a live slice of `s.len()` readable bytes.
+            let copied = unsafe {
+                self.engine.copy_shared(
+                    target,
+                    Opcode::Write,
+                    s.as_ptr() as usize,
+                    remote + off,
+                    s.len(),
+                )
+            };
+            if !copied.unwrap_or(false) {
+                return false;
+            }
+            off += s.len() as u64;
+        }
+        true
     }
 
     // ---- reads --------------------------------------------------------
@@ -763,6 +807,22 @@ impl RealClient {
                 match self.handle(&rep.transport_endpoint) {
                     Ok(target_id) => {
                         for f in frags {
+                            let remote = rep.buffer_address + f.src_off;
+                            // SAFETY: a fragment's destination is memory the
+                            // caller holds for this call (staging, a checked
+                            // registered buffer, or a fresh heap buffer).
+                            let copied = unsafe {
+                                self.engine.copy_shared(
+                                    target_id,
+                                    Opcode::Read,
+                                    f.dst,
+                                    remote,
+                                    f.len,
+                                )
+                            };
+                            if copied.unwrap_or(false) {
+                                continue;
+                            }
                             requests.push(TransferRequest {
                                 opcode: Opcode::Read,
                                 source: f.dst,
@@ -895,51 +955,116 @@ impl RealClient {
         results
     }
 
-    /// One object into caller memory: a replica in our own segment is copied
-    /// straight across; otherwise the bytes are fetched into staging (which
-    /// the engine can reach) and copied once more.
-    pub fn read_with(
-        &self,
-        key: &str,
-        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
-    ) -> Result<usize> {
-        let keys = [key.to_owned()];
-        let replicas = self
-            .lookup(&keys)
-            .pop()
-            .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty lookup")))?;
-        let size = replicas[0].size as usize;
-        if self.is_own(&replicas[0]) {
-            let out = dest(size)?;
-            // SAFETY: the replica lies in our own segment (`is_own` checked
-            // the range) and its lease keeps it from being freed while we
-            // copy; `dest` provides `size` writable bytes of other memory.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    replicas[0].buffer_address as usize as *const u8,
-                    out,
-                    size,
-                )
-            };
-            return Ok(size);
+    /// Whole objects into caller memory that `dest` provides once the sizes
+    /// are known (`dest(sizes)`: one pointer per key, valid for `size` bytes
+    /// where the size is `Some`; it need not be registered). A replica in our
+    /// own segment or in a same-host peer's shared memory is copied once,
+    /// straight into it; the others are fetched through the staging pool
+    /// (which the engine can reach), all in one batch, and copied once more.
+    pub fn read_values_with(&self, keys: &[String], dest: &mut DestFn<'_>) -> Vec<Result<usize>> {
+        let found = self.lookup(keys);
+        let sizes: Vec<Option<usize>> = found
+            .iter()
+            .map(|r| r.as_ref().ok().map(|reps| reps[0].size as usize))
+            .collect();
+        let mut results: Vec<Result<usize>> = found
+            .iter()
+            .map(|r| match r {
+                Ok(reps) => Ok(reps[0].size as usize),
+                Err(e) => Err(e.clone()),
+            })
+            .collect();
+        if sizes.iter().all(Option::is_none) {
+            return results;
         }
-        let mut staged = self.staging_pool()?.allocate(size as u64)?;
-        let frags = if size == 0 {
-            Vec::new()
-        } else {
-            vec![Frag {
-                src_off: 0,
-                dst: staged.addr(),
-                len: size,
-            }]
+        let outs = match dest(&sizes) {
+            Ok(v) if v.len() == keys.len() => v,
+            Ok(v) => {
+                let e = Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("{} destinations for {} keys", v.len(), keys.len()),
+                );
+                return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+            }
+            Err(e) => return results.into_iter().map(|r| r.and(Err(e.clone()))).collect(),
         };
-        self.fetch(&[(&replicas[..], frags)])
-            .pop()
-            .unwrap_or(Ok(()))?;
-        let out = dest(size)?;
-        // SAFETY: as above; the staging buffer is ours until dropped.
-        unsafe { std::ptr::copy_nonoverlapping(staged.as_mut_slice().as_ptr(), out, size) };
-        Ok(size)
+        let mut staged: Vec<StagingBuf> = Vec::new();
+        let mut plans = Vec::new();
+        let mut plan_owner = Vec::new();
+        for (i, lr) in found.iter().enumerate() {
+            let Ok(replicas) = lr else { continue };
+            let size = replicas[0].size as usize;
+            // SAFETY: `dest` promised `size` writable bytes at `outs[i]`.
+            if size == 0 || unsafe { self.copy_direct(replicas, outs[i] as usize, size) } {
+                continue;
+            }
+            match self.staging_pool().and_then(|p| p.allocate(size as u64)) {
+                Ok(buf) => {
+                    plans.push((
+                        &replicas[..],
+                        vec![Frag {
+                            src_off: 0,
+                            dst: buf.addr(),
+                            len: size,
+                        }],
+                    ));
+                    plan_owner.push(i);
+                    staged.push(buf);
+                }
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        let fetched = self.fetch(&plans);
+        for ((r, &i), buf) in fetched.into_iter().zip(&plan_owner).zip(&staged) {
+            match r {
+                // SAFETY: the staging buffer is ours until dropped; `outs[i]`
+                // holds `size` writable bytes of other memory.
+                Ok(()) => unsafe {
+                    std::ptr::copy_nonoverlapping(buf.as_slice().as_ptr(), outs[i], buf.len())
+                },
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        results
+    }
+
+    /// Copies a whole object into `out` without an engine batch when a
+    /// replica allows it: one in our own segment, or one in a same-host
+    /// peer's shared memory. `false` when none does (nothing was copied).
+    ///
+    /// # Safety
+    /// `out..out+size` must be writable memory not overlapping any segment.
+    unsafe fn copy_direct(&self, replicas: &[MemoryDescriptor], out: usize, size: usize) -> bool {
+        for rep in replicas {
+            if rep.size < size as u64 {
+                continue;
+            }
+            if self.is_own(rep) {
+                // SAFETY: the replica lies in our own segment (`is_own`
+                // checked the range) and its lease keeps it from being freed
+                // while we copy; the caller vouches for `out`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        rep.buffer_address as usize as *const u8,
+                        out as *mut u8,
+                        size,
+                    )
+                };
+                return true;
+            }
+            let Ok(target) = self.handle(&rep.transport_endpoint) else {
+                continue;
+            };
+            // SAFETY: forwarded from the caller.
+            let copied = unsafe {
+                self.engine
+                    .copy_shared(target, Opcode::Read, out, rep.buffer_address, size)
+            };
+            if copied.unwrap_or(false) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Ranged reads: per `(buffer i, key j, fragment k)` an outcome, so one
@@ -1249,12 +1374,8 @@ impl super::Backend for RealClient {
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>> {
         RealClient::read_values(self, keys, heap)
     }
-    fn read_with(
-        &self,
-        key: &str,
-        dest: &mut dyn FnMut(usize) -> Result<*mut u8>,
-    ) -> Result<usize> {
-        RealClient::read_with(self, key, dest)
+    fn read_values_with(&self, keys: &[String], dest: &mut DestFn<'_>) -> Vec<Result<usize>> {
+        RealClient::read_values_with(self, keys, dest)
     }
     fn read_ranges(&self, reqs: &[RangeRead]) -> Vec<Result<u64>> {
         RealClient::read_ranges(self, reqs)

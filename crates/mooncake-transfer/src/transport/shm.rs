@@ -174,6 +174,45 @@ impl ShmTransport {
     }
 }
 
+impl ShmTransport {
+    /// Copies between `local` and `[remote, remote+len)` of a same-host
+    /// peer's shared buffer, in the calling thread. `Ok(false)` (nothing
+    /// copied) when shared memory does not serve that range, or the owner
+    /// freed the buffer (TCP then asks the owner); an error when the owner
+    /// freed it during the copy.
+    ///
+    /// # Safety
+    /// `local..local+len` must be valid for writes (`Read`) or reads
+    /// (`Write`) for the duration of the call.
+    pub(crate) unsafe fn copy_direct(
+        &self,
+        segment: &OpenSegment,
+        opcode: Opcode,
+        local: usize,
+        remote: u64,
+        len: usize,
+    ) -> Result<bool, ErrorCode> {
+        let Some(view) = self.view(segment) else {
+            return Ok(false);
+        };
+        let Some((mapped, map)) = view.resolve(remote, len).filter(|(_, map)| map.is_live()) else {
+            return Ok(false);
+        };
+        let (dst, src) = match opcode {
+            Opcode::Read => (local, mapped),
+            Opcode::Write => (mapped, local),
+        };
+        // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
+        // by `PeerMapping::range`); the caller vouches for `local`.
+        unsafe { rawmem::copy(dst, src, len) };
+        if map.is_live() {
+            Ok(true)
+        } else {
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        }
+    }
+}
+
 impl Transport for ShmTransport {
     fn name(&self) -> &'static str {
         "shm"
