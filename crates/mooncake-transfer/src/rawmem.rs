@@ -251,6 +251,14 @@ impl SharedRegion {
     }
 }
 
+impl Drop for SharedRegion {
+    /// However the region goes (freed, or its engine dropped), peers that
+    /// mapped it stop copying into it.
+    fn drop(&mut self) {
+        self.mark_freed();
+    }
+}
+
 /// A peer's [`SharedRegion`], mapped into this process.
 pub(crate) struct PeerMapping {
     map: Mapping,
@@ -411,6 +419,12 @@ mod tests {
         assert!(!m.is_live());
         drop(r);
         assert!(!m.is_live(), "the mapping outlives the owner's");
+        // Dropping a region marks it freed too.
+        let r = SharedRegion::create("dropped", 4096).unwrap();
+        let m = PeerMapping::open(std::process::id(), r.raw_fd(), r.file_id(), 4096).unwrap();
+        assert!(m.is_live());
+        drop(r);
+        assert!(!m.is_live());
     }
 
     #[test]

@@ -492,6 +492,12 @@ fn freed_peer_buffer_is_not_written_through_a_stale_mapping() {
         .unwrap();
     assert!(again.iter().all(|&x| x == 3));
     assert_eq!(a.transport_stats().shm, 2, "the new buffer is mapped");
+
+    // A peer engine dropped (its process lives on) takes its buffers along.
+    drop(b);
+    let r = a.transfer_sync(&[req(Opcode::Write, local, seg, again.as_ptr() as u64, LEN)]);
+    assert!(r.is_err(), "write into a dropped engine's buffer: {r:?}");
+    assert_eq!(a.transport_stats().shm, 2);
 }
 
 /// `copy_shared` never serves a buffer its same-host owner has freed.
