@@ -73,7 +73,7 @@ def parse_args() -> argparse.Namespace:
                          "or auto (mooncake_client when the system has it)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="store_bench rounds; systems alternate within a round, medians are reported")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,redis")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,memcpy,redis")
     return ap.parse_args()
 
 
@@ -212,7 +212,7 @@ def run_redis(args: argparse.Namespace, workdir: Path) -> list[dict]:
                 v = r.get(f"bench/{size}/{i % done}")
                 lat.append(time.perf_counter_ns() - t0)
                 off = ((i % done) * 64) % (64 * KiB)
-                bad += v != mv[off:off + size]
+                bad += v != pattern[off:off + size]  # bytes vs bytes: a memcmp
                 if i >= 7 and time.perf_counter() > deadline:
                     break
             results.append({"op": "get", "size": size, **stats(lat, size, 1), "verify_errors": bad})
@@ -221,6 +221,90 @@ def run_redis(args: argparse.Namespace, workdir: Path) -> list[dict]:
     finally:
         proc.stop()
     return results
+
+
+# ---------------------------------------------------------------- memcpy ceiling
+def run_memcpy(args: argparse.Namespace) -> list[dict]:
+    """memcpy bandwidth of this machine for the store's large sizes: copies from
+    one warm buffer into successive slots of a warm 512 MiB region, as a store
+    moving values into a segment does (numpy's copyto is a plain memcpy)."""
+    import numpy as np
+
+    region = np.ones(512 * MiB, dtype=np.uint8)  # touched: warm pages
+    out = []
+    for size in (1 * MiB, 4 * MiB):
+        src = np.full(size, 7, dtype=np.uint8)
+        slots = len(region) // size
+        lat = []
+        deadline = time.perf_counter() + args.seconds
+        i = 0
+        while i < 64 or time.perf_counter() < deadline:
+            off = (i % slots) * size
+            t0 = time.perf_counter_ns()
+            np.copyto(region[off:off + size], src)
+            lat.append(time.perf_counter_ns() - t0)
+            i += 1
+        lat.sort()
+        out.append({"size": size, "p50_us": lat[len(lat) // 2] / 1e3,
+                    "gb_s": round(size * len(lat) / sum(lat), 3)})
+        log(f"memcpy {size}: {out[-1]['gb_s']} GB/s")
+    return out
+
+
+# Targets of the issue: (label, topology/mode, ops, sizes, metric, bound).
+# metric "p50_us": ours/reference p50 must be <= bound; "gb_s": ours/reference
+# throughput (items for batches) must be >= bound.
+TARGETS = [
+    ("4 KiB put and get p50 <= 1/3 of the reference (local)", "local/default", ("put", "get"), (4 * KiB,), "p50_us", 1 / 3),
+    ("4 KiB put and get p50 <= 1/3 of the reference (remote)", "remote/default", ("put", "get"), (4 * KiB,), "p50_us", 1 / 3),
+    ("1/4 MiB put (put, put_batch, put_from) >= 5x", "remote/default", ("put", "put_batch", "put_from"),
+     (MiB, 4 * MiB), "gb_s", 5.0),
+    ("1/4 MiB get (get, get_batch, get_into) >= 2x", "remote/default", ("get", "get_batch", "get_into"),
+     (MiB, 4 * MiB), "gb_s", 2.0),
+    ("batch-16 4 KiB put/get >= 2x ops/s", "remote/default", ("put_batch", "get_batch"), (4 * KiB,), "gb_s", 2.0),
+    ("forced TCP: every case >= 1.5x", "remote/tcp", ("put", "get", "put_batch", "get_batch", "put_from", "get_into"),
+     tuple(SIZES), "gb_s", 1.5),
+]
+
+
+def targets_section(results: dict, names: list[str]) -> list[str]:
+    base, ours = names[0], names[-1]
+    if len(names) < 2 or "store" not in results["systems"][base] or "store" not in results["systems"][ours]:
+        return []
+    a, b = store_rows(results["systems"][ours]), store_rows(results["systems"][base])
+    lines = ["\n### Targets (ours/reference in this run, remote topology unless noted)\n",
+             "| target | worst case | its ratio | met |", "|---|---|---|---|"]
+    for label, key, ops, sizes, metric, bound in TARGETS:
+        worst = None
+        for op in ops:
+            for size in sizes:
+                ra, rb = a.get((key, op, size)), b.get((key, op, size))
+                if not ra or not rb or not ra.get(metric) or not rb.get(metric):
+                    continue
+                r = ra[metric] / rb[metric]
+                score = r if metric == "gb_s" else -r
+                if worst is None or score < worst[0]:
+                    worst = (score, f"{op} {fmt_size(size)}", r)
+        if worst is None:
+            lines.append(f"| {label} | - | n/a | n/a |")
+            continue
+        _, case, r = worst
+        met = r >= bound if metric == "gb_s" else r <= bound
+        lines.append(f"| {label} | {case} | {r:.2f} | {'yes' if met else '**no**'} |")
+    memcpy = {m["size"]: m["gb_s"] for m in results.get("memcpy", [])}
+    for size in (MiB, 4 * MiB):
+        if size not in memcpy:
+            continue
+        worst = None
+        for op in ("put", "get", "put_from", "get_into"):
+            r = a.get(("remote/default", op, size))
+            if r and (worst is None or r["gb_s"] < worst[1]):
+                worst = (op, r["gb_s"])
+        if worst:
+            share = worst[1] / memcpy[size]
+            lines.append(f"| remote same-host {fmt_size(size)} >= 50% of memcpy ({memcpy[size]:.1f} GB/s) | "
+                         f"{worst[0]} {worst[1]:.2f} GB/s | {share:.0%} | {'yes' if share >= 0.5 else '**no**'} |")
+    return lines
 
 
 # ---------------------------------------------------------------- report
@@ -286,6 +370,13 @@ def build_table(results: dict, names: list[str]) -> str:
                 row = [op, fmt_size(block)] + [str(vals.get((n, p), "-")) for n, p, _ in cols]
                 row += [ratio(vals.get((n, p)), vals.get((base, "te"))) for n, p, _ in cols[1:]]
                 lines.append("| " + " | ".join(row) + " |")
+    lines += targets_section(results, names)
+    if results.get("memcpy"):
+        lines.append("\n### memcpy ceiling (numpy copyto into a warm 512 MiB region)\n")
+        lines.append("| size | p50 µs | GB/s |")
+        lines.append("|---|---|---|")
+        for m in results["memcpy"]:
+            lines.append(f"| {fmt_size(m['size'])} | {m['p50_us']:.0f} | {m['gb_s']:.2f} |")
     if results.get("redis"):
         lines.append("\n### Redis baseline (redis-py SET/GET, one connection)\n")
         lines.append("| op | size | p50 µs | p99 µs | GB/s | ops/s |")
@@ -414,6 +505,11 @@ def main() -> int:
                 log(f"{system.name} transfer_engine_bench failed: {e}")
                 res.setdefault("errors", []).append(f"te: {e}")
         (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    if "memcpy" not in skip:
+        try:
+            results["memcpy"] = run_memcpy(args)
+        except ImportError as e:
+            log(f"no memcpy ceiling: {e}")
     if "redis" not in skip:
         try:
             results["redis"] = run_redis(args, out / "runs" / "redis")
