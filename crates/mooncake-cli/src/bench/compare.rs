@@ -316,10 +316,13 @@ fn command_line(args: &CompareArgs) -> String {
         s.push_str(" --install-reference");
     }
     if let Some(v) = &args.reference_venv {
-        s.push_str(&format!(" --reference-venv {}", v.display()));
+        s.push_str(&format!(" --reference_venv {}", v.display()));
+    }
+    if let Some(v) = &args.ours_venv {
+        s.push_str(&format!(" --ours_venv {}", v.display()));
     }
     if let Some(v) = &args.tools_venv {
-        s.push_str(&format!(" --tools-venv {}", v.display()));
+        s.push_str(&format!(" --tools_venv {}", v.display()));
     }
     s.push_str(&format!(
         " --seconds {} --repeat {} --update-docs",
