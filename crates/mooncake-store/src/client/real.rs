@@ -80,6 +80,103 @@ struct LocalCopy {
     len: usize,
 }
 
+/// An engine batch that requests join as they are planned, so the engine
+/// moves early requests while later ones are still being prepared (a put of
+/// many `bytes` values stages value i+1 while value i is on the wire).
+/// [`Flight::finish`] does the local copies, waits, and reports one outcome
+/// per submitted request, in submission order.
+struct Flight<'c> {
+    client: &'c RealClient,
+    /// `Err`: the batch could not be allocated; every request fails with it.
+    batch: Result<Option<mooncake_transfer::BatchId>>,
+    /// Per request: its index in the batch, or why it never joined.
+    joined: Vec<Result<usize>>,
+    in_batch: usize,
+}
+
+impl<'c> Flight<'c> {
+    /// Room for `capacity` requests (an upper bound; 0 allocates nothing).
+    fn new(client: &'c RealClient, capacity: usize) -> Self {
+        let batch = if capacity == 0 {
+            Ok(None)
+        } else {
+            client.engine.allocate_batch(capacity).map(Some)
+        };
+        Flight {
+            client,
+            batch,
+            joined: Vec::new(),
+            in_batch: 0,
+        }
+    }
+
+    /// Starts `requests` now; a refused submission fails only them.
+    fn submit(&mut self, requests: &[TransferRequest]) {
+        if requests.is_empty() {
+            return;
+        }
+        let outcome = match &self.batch {
+            Ok(Some(batch)) => self.client.engine.submit(*batch, requests),
+            Ok(None) => Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                "transfer batch sized for no requests",
+            )),
+            Err(e) => Err(e.clone()),
+        };
+        match outcome {
+            Ok(()) => {
+                self.joined
+                    .extend((0..requests.len()).map(|i| Ok(self.in_batch + i)));
+                self.in_batch += requests.len();
+            }
+            Err(e) => self.joined.extend(requests.iter().map(|_| Err(e.clone()))),
+        }
+    }
+
+    /// Runs `copies` while the batch is in flight, waits for it, frees it.
+    fn finish(self, copies: &[LocalCopy]) -> Vec<Result<()>> {
+        for c in copies {
+            // SAFETY: every LocalCopy was built from a source checked with
+            // `check_local` (or a live slice / staging buffer) and a
+            // destination inside this process's own segment or a checked
+            // caller buffer; ranges of distinct copies never overlap
+            // because each belongs to a distinct allocation.
+            unsafe { std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len) };
+        }
+        let Ok(Some(batch)) = self.batch else {
+            return self.joined.into_iter().map(|r| r.map(|_| ())).collect();
+        };
+        let engine = &self.client.engine;
+        if self.in_batch > 0 {
+            self.client.poll_batch(batch);
+            let _ = engine.wait_batch(batch);
+        }
+        let out = self
+            .joined
+            .into_iter()
+            .map(|slot| {
+                let i = slot?;
+                match engine.transfer_status(batch, i) {
+                    Ok(s) if s.state == TransferState::Completed => Ok(()),
+                    Ok(s) => Err(Error::new(
+                        ErrorCode::TRANSFER_FAIL,
+                        format!(
+                            "transfer {:?}{}",
+                            s.state,
+                            s.error.map(|c| format!(" ({c})")).unwrap_or_default()
+                        ),
+                    )),
+                    Err(e) => Err(e),
+                }
+            })
+            .collect();
+        if let Err(e) = engine.free_batch(batch) {
+            tracing::warn!(error = %e, "free_batch failed");
+        }
+        out
+    }
+}
+
 pub(crate) struct RealClient {
     id: ClientId,
     master: MasterClient,
@@ -331,57 +428,9 @@ impl RealClient {
     /// Runs `requests` as one engine batch and `copies` (local memcpys) while
     /// it is in flight. Returns one outcome per request.
     fn run_transfers(&self, requests: &[TransferRequest], copies: &[LocalCopy]) -> Vec<Result<()>> {
-        let do_copies = || {
-            for c in copies {
-                // SAFETY: every LocalCopy was built from a source checked with
-                // `check_local` (or a live slice / staging buffer) and a
-                // destination inside this process's own segment or a checked
-                // caller buffer; ranges of distinct copies never overlap
-                // because each belongs to a distinct allocation.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len)
-                };
-            }
-        };
-        if requests.is_empty() {
-            do_copies();
-            return Vec::new();
-        }
-        let fail_all = |e: Error| requests.iter().map(|_| Err(e.clone())).collect::<Vec<_>>();
-        let batch = match self.engine.allocate_batch(requests.len()) {
-            Ok(b) => b,
-            Err(e) => {
-                do_copies();
-                return fail_all(e);
-            }
-        };
-        let submitted = self.engine.submit(batch, requests);
-        do_copies();
-        let out = match submitted {
-            Err(e) => fail_all(e),
-            Ok(()) => {
-                self.poll_batch(batch);
-                let _ = self.engine.wait_batch(batch);
-                (0..requests.len())
-                    .map(|i| match self.engine.transfer_status(batch, i) {
-                        Ok(s) if s.state == TransferState::Completed => Ok(()),
-                        Ok(s) => Err(Error::new(
-                            ErrorCode::TRANSFER_FAIL,
-                            format!(
-                                "transfer {:?}{}",
-                                s.state,
-                                s.error.map(|c| format!(" ({c})")).unwrap_or_default()
-                            ),
-                        )),
-                        Err(e) => Err(e),
-                    })
-                    .collect()
-            }
-        };
-        if let Err(e) = self.engine.free_batch(batch) {
-            tracing::warn!(error = %e, "free_batch failed");
-        }
-        out
+        let mut flight = Flight::new(self, requests.len());
+        flight.submit(requests);
+        flight.finish(copies)
     }
 
     /// Polls a submitted batch for a short window before `wait_batch` puts
@@ -486,7 +535,27 @@ impl RealClient {
             }
         };
 
-        // 3. Plan the copies: memcpy into own segments, engine writes elsewhere.
+        // 3. Plan the copies: memcpy into own segments, engine writes
+        // elsewhere, each object's requests started as soon as they are
+        // planned (its value staged), so staging overlaps sending.
+        let capacity: usize = started
+            .iter()
+            .zip(&live)
+            .filter_map(|(r, &i)| Some((r.as_ref().ok()?, i)))
+            .map(|(replicas, i)| {
+                let parts = match &payloads[i] {
+                    Payload::Mem(parts) => parts.len().max(1),
+                    Payload::Bytes(_) => 1,
+                };
+                replicas
+                    .iter()
+                    .filter_map(ReplicaDesc::memory)
+                    .filter(|t| !self.is_own(t))
+                    .count()
+                    * parts
+            })
+            .sum();
+        let mut flight = Flight::new(self, capacity);
         let mut requests: Vec<TransferRequest> = Vec::new();
         let mut req_owner: Vec<usize> = Vec::new(); // index into `live`
         let mut copies: Vec<LocalCopy> = Vec::new();
@@ -502,6 +571,7 @@ impl RealClient {
                 }
             };
             written[li] = true;
+            let first = requests.len();
             if let Err(e) = self.plan_write(
                 &payloads[i],
                 lens[li],
@@ -514,14 +584,11 @@ impl RealClient {
             ) {
                 results[i] = Err(e);
             }
+            flight.submit(&requests[first..]);
         }
 
-        // 4. Move the bytes.
-        for (r, &li) in self
-            .run_transfers(&requests, &copies)
-            .into_iter()
-            .zip(&req_owner)
-        {
+        // 4. The local copies, while the engine moves the rest.
+        for (r, &li) in flight.finish(&copies).into_iter().zip(&req_owner) {
             if let Err(e) = r {
                 let slot = &mut results[live[li]];
                 if slot.is_ok() {
