@@ -356,17 +356,22 @@ fn next_request(
     payload: &mut Vec<u8>,
     idle: Option<Duration>,
     limit: Duration,
+    window: &mut spin::AdaptiveWindow,
 ) -> io::Result<bool> {
-    // A client that just got an answer often calls again at once (a put's
-    // end after its start): poll briefly before sleeping (see `proto::spin`).
-    if reader.buffer().is_empty() {
-        spin::await_readable(reader.get_ref(), spin::server_window());
-    }
+    // A client that just got an answer often calls again soon (a put's end
+    // after its start and copy): poll for a while before sleeping (see
+    // `proto::spin`), as long as this client's last gap suggests.
     let since = Instant::now();
+    if reader.buffer().is_empty() {
+        spin::await_readable(reader.get_ref(), window.window(spin::server_window()));
+    }
     loop {
         match reader.fill_buf() {
             Ok([]) => return Ok(false),
-            Ok(_) => break,
+            Ok(_) => {
+                window.observe(since.elapsed());
+                break;
+            }
             // The socket's read timeout: only an idle limit ends the wait.
             Err(e)
                 if matches!(
@@ -398,8 +403,9 @@ fn serve_connection(stream: std::net::TcpStream, shared: &Shared) -> io::Result<
     let mut reader = io::BufReader::with_capacity(READ_BUFFER, stream);
     let mut payload = Vec::new();
     let mut out = Vec::with_capacity(256);
+    let mut window = spin::AdaptiveWindow::default();
     loop {
-        match next_request(&mut reader, &mut payload, idle, limit) {
+        match next_request(&mut reader, &mut payload, idle, limit, &mut window) {
             Ok(true) => {}
             Ok(false) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
