@@ -52,6 +52,36 @@ impl View {
             Some((map.range(off, len)?, &**map))
         })
     }
+
+    /// Copies between `local` and `[remote, remote+len)` of a live mapped
+    /// buffer. `None` when no live buffer holds the range (nothing copied);
+    /// `Some(Err)` when the owner freed the buffer during the copy (the
+    /// bytes went, or came from, nowhere).
+    ///
+    /// # Safety
+    /// `local..local+len` must be valid for writes (`Read`) or reads
+    /// (`Write`) for the duration of the call.
+    unsafe fn copy(
+        &self,
+        opcode: Opcode,
+        local: usize,
+        remote: u64,
+        len: usize,
+    ) -> Option<Result<(), ErrorCode>> {
+        let (mapped, map) = self.resolve(remote, len).filter(|(_, map)| map.is_live())?;
+        let (dst, src) = match opcode {
+            Opcode::Read => (local, mapped),
+            Opcode::Write => (mapped, local),
+        };
+        // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
+        // by `PeerMapping::range`); the caller vouches for `local`.
+        unsafe { rawmem::copy(dst, src, len) };
+        Some(if map.is_live() {
+            Ok(())
+        } else {
+            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        })
+    }
 }
 
 impl ShmTransport {
@@ -195,20 +225,10 @@ impl ShmTransport {
         let Some(view) = self.view(segment) else {
             return Ok(false);
         };
-        let Some((mapped, map)) = view.resolve(remote, len).filter(|(_, map)| map.is_live()) else {
-            return Ok(false);
-        };
-        let (dst, src) = match opcode {
-            Opcode::Read => (local, mapped),
-            Opcode::Write => (mapped, local),
-        };
-        // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
-        // by `PeerMapping::range`); the caller vouches for `local`.
-        unsafe { rawmem::copy(dst, src, len) };
-        if map.is_live() {
-            Ok(true)
-        } else {
-            Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+        // SAFETY: forwarded from the caller.
+        match unsafe { view.copy(opcode, local, remote, len) } {
+            None => Ok(false),
+            Some(r) => r.map(|()| true),
         }
     }
 }
@@ -244,27 +264,11 @@ impl Route for ShmRoute {
     fn submit(&self, work: Vec<Work>) {
         for w in work {
             w.task.expect_slices(1);
-            let Some((mapped, map)) = self
-                .view
-                .resolve(w.remote, w.len)
-                .filter(|(_, map)| map.is_live())
-            else {
-                w.task
-                    .slice_done(Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED));
-                continue;
-            };
-            let (dst, src) = match w.opcode {
-                Opcode::Read => (w.local, mapped),
-                Opcode::Write => (mapped, w.local),
-            };
-            // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
-            // by `PeerMapping::range`); `local` was checked against the registry.
-            unsafe { rawmem::copy(dst, src, w.len) };
-            // Freed during the copy: the bytes went (or came from) nowhere.
-            let result = if map.is_live() {
-                Ok(w.len)
-            } else {
-                Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED)
+            // SAFETY: `local` was checked against the registry.
+            let result = match unsafe { self.view.copy(w.opcode, w.local, w.remote, w.len) } {
+                // Not (or no longer) a live buffer.
+                None => Err(ErrorCode::ERR_ADDRESS_NOT_REGISTERED),
+                Some(r) => r.map(|()| w.len),
             };
             w.task.slice_done(result);
         }
