@@ -439,7 +439,7 @@ fn copy_shared_moves_bytes_to_and_from_unregistered_memory() {
     // An unknown segment handle is an error, not a copy.
     // SAFETY: as above.
     let r = unsafe { a.copy_shared(999, Opcode::Read, spare.as_mut_ptr() as usize, base, 8) };
-    assert!(r.is_err());
+    assert_eq!(r.unwrap_err().code, ErrorCode::ERR_INVALID_ARGUMENT);
 
     // With shared memory off (MC_FORCE_TCP), nothing is served directly.
     let (c, d) = (engine(true), engine(true));
