@@ -179,9 +179,11 @@ def test_register_memory_codes(pair):
     assert a.unregister_memory(p) == -3, "not registered"
     assert a.register_memory(p, 0) == -1, "zero length"
     assert a.register_memory(8, 4096) == -1, "not memory of this process"
+    assert a.register_memory(0, 4096) == -1, "null (the reference says 0)"
     assert a.batch_register_memory([p, p + 4096], [1024, 1024]) == 0
-    assert a.batch_register_memory([p], [1, 2]) == -1, "length mismatch"
     assert a.batch_unregister_memory([p, p + 4096]) == 0
+    assert a.batch_register_memory([p], [1, 2]) == -1, "length mismatch"
+    assert a.unregister_memory(p) == -3, "a refused batch registers nothing"
     assert a.batch_unregister_memory([p]) == -3
     assert a.register_memory(p, 4096, "cpu:0") == 0
     assert a.unregister_memory(p) == 0
