@@ -145,7 +145,7 @@ mod tests {
             "--client_ttl",
             "3",
             "--eviction_ratio=0.1",
-            "--enable_ha",
+            "--enable_snapshot",
             "--logtostderr",
             "--v=2",
         ])
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(c.eviction_ratio, 0.1);
         assert_eq!(
             c.unsupported,
-            [("enable_ha".to_string(), "true".to_string())]
+            [("enable_snapshot".to_string(), "true".to_string())]
         );
     }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
+use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
 use crate::proto::{spin, Request, Response};
 use crate::types::{
@@ -32,7 +33,10 @@ pub struct MasterClient {
 
 struct Inner {
     addr: String,
-    resolved: Vec<SocketAddr>,
+    /// The master's socket addresses; in HA mode the current leader's.
+    resolved: Mutex<Vec<SocketAddr>>,
+    /// HA mode: where to look the leader up when it cannot be reached.
+    election: Option<(ha::Backend, String)>,
     idle: Mutex<Vec<Connection>>,
     connect_timeout: Duration,
     call_timeout: Duration,
@@ -64,30 +68,22 @@ impl MasterClient {
         connect_timeout: Duration,
         call_timeout: Duration,
     ) -> Result<MasterClient> {
-        if master_addr.starts_with("etcd://") || master_addr.starts_with("redis://") {
-            return Err(Error::new(
-                ErrorCode::UNAVAILABLE_IN_CURRENT_MODE,
-                format!("HA master address {master_addr:?} is not supported yet"),
-            ));
-        }
-        let resolved: Vec<SocketAddr> = master_addr
-            .to_socket_addrs()
-            .map_err(|e| {
-                Error::new(
-                    ErrorCode::INVALID_PARAMS,
-                    format!("bad master address {master_addr:?}: {e}"),
-                )
-            })?
-            .collect();
-        if resolved.is_empty() {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("master address {master_addr:?} resolves to nothing"),
-            ));
-        }
+        // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`) names the coordination
+        // service; the master is whoever leads the cluster there.
+        let election = if master_addr.starts_with("etcd://") || master_addr.starts_with("redis://")
+        {
+            Some((ha::Backend::parse(master_addr, false)?, cluster_id()))
+        } else {
+            None
+        };
+        let resolved = match &election {
+            Some((backend, cluster)) => leader_addrs(backend, cluster)?,
+            None => socket_addrs(master_addr)?,
+        };
         let inner = Inner {
             addr: master_addr.to_string(),
-            resolved,
+            resolved: Mutex::new(resolved),
+            election,
             idle: Mutex::new(Vec::new()),
             connect_timeout,
             call_timeout,
@@ -447,10 +443,63 @@ impl MasterClient {
     }
 }
 
+/// The cluster an HA client follows (`MC_STORE_CLUSTER_ID`, as the
+/// reference's clients read it).
+fn cluster_id() -> String {
+    std::env::var("MC_STORE_CLUSTER_ID")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "mooncake_cluster".to_string())
+}
+
+fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
+    let resolved: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("bad master address {addr:?}: {e}"),
+            )
+        })?
+        .collect();
+    if resolved.is_empty() {
+        return Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("master address {addr:?} resolves to nothing"),
+        ));
+    }
+    Ok(resolved)
+}
+
+/// The current leader's socket addresses; `RPC_FAIL` while none leads.
+fn leader_addrs(backend: &ha::Backend, cluster: &str) -> Result<Vec<SocketAddr>> {
+    match ha::find_leader(backend, cluster)? {
+        Some(leader) => socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
+        None => Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
+    }
+}
+
 impl Inner {
+    /// Opens a connection to the master; in HA mode, when the known leader
+    /// cannot be reached, looks the leader up again and tries that.
     fn open(&self) -> Result<Connection> {
+        let known = self.resolved.lock().clone();
+        let e = match self.open_any(&known) {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        let Some((backend, cluster)) = &self.election else {
+            return Err(e);
+        };
+        let leader = leader_addrs(backend, cluster)?;
+        let conn = self.open_any(&leader)?;
+        *self.resolved.lock() = leader;
+        Ok(conn)
+    }
+
+    fn open_any(&self, addrs: &[SocketAddr]) -> Result<Connection> {
         let mut last = None;
-        for addr in &self.resolved {
+        for addr in addrs {
             match TcpStream::connect_timeout(addr, self.connect_timeout) {
                 Ok(stream) => {
                     let setup = stream

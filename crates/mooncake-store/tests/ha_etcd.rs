@@ -9,8 +9,8 @@ mod services;
 
 use std::time::Duration;
 
-use mooncake_store::ha::etcd::{election_name, find_leader, EtcdElection};
-use mooncake_store::ha::LeaderElection;
+use mooncake_store::ha::etcd::{election_name, EtcdElection};
+use mooncake_store::ha::{find_leader, Backend, LeaderElection};
 
 /// Lease TTL for tests: short so failover tests are quick.
 const TTL: Duration = Duration::from_secs(2);
@@ -52,8 +52,8 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
     let la = a.campaign("10.0.0.1:50051").await.unwrap();
     assert!(la.is_held());
     assert_eq!(b.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
-    let (endpoints, cid) = (vec![etcd.addr.clone()], id.clone());
-    let found = tokio::task::spawn_blocking(move || find_leader(&endpoints, &cid))
+    let (backend, cid) = (Backend::Etcd(vec![etcd.addr.clone()]), id.clone());
+    let found = tokio::task::spawn_blocking(move || find_leader(&backend, &cid))
         .await
         .unwrap()
         .unwrap();

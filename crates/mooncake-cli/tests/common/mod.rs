@@ -51,8 +51,8 @@ impl Proc {
     }
 }
 
-/// Spawns `bin` and returns it with the first stdout line containing `marker`.
-pub fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, String) {
+/// Spawns `bin`; its stdout lines containing `marker` arrive on the receiver.
+pub fn spawn_watching(bin: &str, args: &[String], marker: &str) -> (Proc, mpsc::Receiver<String>) {
     let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
@@ -60,20 +60,25 @@ pub fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, Stri
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let proc = Proc(child);
     let (tx, rx) = mpsc::channel();
     let marker = marker.to_owned();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { return };
-            if line.contains(&marker) {
-                let _ = tx.send(line);
+            if line.contains(&marker) && tx.send(line).is_err() {
+                return;
             }
         }
     });
-    let line = rx
+    (Proc(child), rx)
+}
+
+/// Spawns `bin` and returns it with the first stdout line containing `marker`.
+pub fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, String) {
+    let (proc, lines) = spawn_watching(bin, args, marker);
+    let line = lines
         .recv_timeout(WAIT)
-        .unwrap_or_else(|_| panic!("{bin} printed no {:?} line", "ready"));
+        .unwrap_or_else(|_| panic!("{bin} printed no {marker:?} line"));
     (proc, line)
 }
 
@@ -108,15 +113,21 @@ pub struct Storage {
     pub dummy_addr: String,
 }
 
+/// A `mooncake_http_metadata_server` on a free port, and its URL.
+pub fn metadata_server() -> (Proc, String) {
+    let (meta, line) = spawn_until_line(
+        METADATA,
+        &["-port=0".into(), "--host=127.0.0.1".into()],
+        "listening on",
+    );
+    let meta_addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+    (meta, format!("http://{meta_addr}/metadata"))
+}
+
 impl Cluster {
     pub fn start(extra_master_flags: &[&str]) -> Cluster {
         let mport = free_port();
-        let (meta, line) = spawn_until_line(
-            METADATA,
-            &["-port=0".into(), "--host=127.0.0.1".into()],
-            "listening on",
-        );
-        let meta_addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+        let (meta, metadata) = metadata_server();
         let mut args = vec![
             format!("--rpc_port={mport}"),
             "--rpc_address=127.0.0.1".into(),
@@ -137,7 +148,7 @@ impl Cluster {
         wait_port(mport);
         Cluster {
             master_addr: format!("127.0.0.1:{mport}"),
-            metadata: format!("http://{meta_addr}/metadata"),
+            metadata,
             _procs: vec![meta, master],
         }
     }

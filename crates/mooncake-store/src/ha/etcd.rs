@@ -7,8 +7,8 @@
 //! The election is `mooncake-store/<cluster_id>/leader`; the value of a
 //! candidate's key is its RPC address, which is what clients look up.
 //!
-//! Runs on the caller's tokio runtime (the master's); [`find_leader`] is a
-//! blocking lookup for synchronous clients.
+//! Runs on the caller's tokio runtime (the master's); [`super::find_leader`]
+//! is a blocking lookup for synchronous clients.
 
 use std::future::Future;
 use std::time::Duration;
@@ -24,10 +24,6 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
 use super::{BoxFuture, LeaderElection, Leadership, ResignRequest};
-
-/// Lease TTL when none is configured: a dead leader is replaced within
-/// about this long.
-pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
 /// Bound on one unary etcd call (grant, get, revoke).
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -390,37 +386,6 @@ where
     }
 }
 
-/// Blocking lookup of the current leader of `cluster_id`, for synchronous
-/// clients resolving an `etcd://` master address. Safe on any thread: the
-/// lookup runs on a short-lived thread with a runtime of its own.
-pub fn find_leader(endpoints: &[String], cluster_id: &str) -> Result<Option<String>> {
-    let (endpoints, cluster_id) = (endpoints.to_vec(), cluster_id.to_string());
-    let lookup = std::thread::Builder::new()
-        .name("mc-find-leader".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| {
-                    Error::new(ErrorCode::ETCD_OPERATION_ERROR, format!("runtime: {e}"))
-                })?;
-            rt.block_on(async {
-                let election =
-                    EtcdElection::connect(&endpoints, &cluster_id, DEFAULT_LEASE_TTL).await?;
-                election.leader().await
-            })
-        })
-        .map_err(|e| {
-            Error::new(
-                ErrorCode::ETCD_OPERATION_ERROR,
-                format!("cannot start lookup thread: {e}"),
-            )
-        })?;
-    lookup
-        .join()
-        .map_err(|_| Error::new(ErrorCode::ETCD_OPERATION_ERROR, "leader lookup panicked"))?
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,7 +434,8 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e = find_leader(&[format!("http://127.0.0.1:{port}")], "c").unwrap_err();
+        let backend = super::super::Backend::Etcd(vec![format!("http://127.0.0.1:{port}")]);
+        let e = super::super::find_leader(&backend, "c").unwrap_err();
         assert_eq!(e.code, ErrorCode::ETCD_OPERATION_ERROR);
     }
 }

@@ -14,9 +14,99 @@ pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
-use mooncake_common::Result;
+use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::{oneshot, watch};
+
+/// Leadership lease: a dead leader is replaced within about this long.
+pub const LEASE_TTL: Duration = Duration::from_secs(5);
+
+/// Where the election of a cluster's masters runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// etcd endpoint URLs.
+    Etcd(Vec<String>),
+    /// One redis server, `host:port`.
+    Redis(String),
+}
+
+impl Backend {
+    /// Parses a coordination address: `etcd://h1:p1;h2:p2`, `redis://h:p`,
+    /// or bare `;`-separated endpoints, which are etcd unless `redis` is set.
+    pub fn parse(s: &str, redis: bool) -> Result<Backend> {
+        let s = s.trim();
+        if let Some(rest) = s.strip_prefix("redis://") {
+            return Self::redis(rest);
+        }
+        if redis && !s.starts_with("etcd://") {
+            return Self::redis(s);
+        }
+        etcd::parse_endpoints(s)
+            .map(Backend::Etcd)
+            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.context))
+    }
+
+    fn redis(s: &str) -> Result<Backend> {
+        let nodes: Vec<&str> = s
+            .split(';')
+            .map(|n| n.trim().trim_start_matches("redis://"))
+            .filter(|n| !n.is_empty())
+            .collect();
+        match nodes[..] {
+            [one] => Ok(Backend::Redis(one.to_string())),
+            [] => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "no redis address given",
+            )),
+            _ => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("redis HA takes one server, got {s:?} (redis cluster is not supported)"),
+            )),
+        }
+    }
+
+    /// Joins the election of `cluster_id` with leases of `ttl`.
+    pub async fn connect(
+        &self,
+        cluster_id: &str,
+        ttl: Duration,
+    ) -> Result<Arc<dyn LeaderElection>> {
+        Ok(match self {
+            Backend::Etcd(endpoints) => {
+                Arc::new(etcd::EtcdElection::connect(endpoints, cluster_id, ttl).await?)
+            }
+            Backend::Redis(addr) => {
+                Arc::new(redis::RedisElection::connect(addr, cluster_id, ttl).await?)
+            }
+        })
+    }
+}
+
+/// Blocking lookup of the current leader of `cluster_id`, for synchronous
+/// clients resolving an HA master address. Safe on any thread: the lookup
+/// runs on a short-lived thread with a runtime of its own.
+pub fn find_leader(backend: &Backend, cluster_id: &str) -> Result<Option<String>> {
+    let (backend, cluster_id) = (backend.clone(), cluster_id.to_string());
+    let failed = |what: String| Error::new(ErrorCode::RPC_FAIL, what);
+    let lookup = std::thread::Builder::new()
+        .name("mc-find-leader".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| failed(format!("leader lookup runtime: {e}")))?;
+            rt.block_on(async {
+                let election = backend.connect(&cluster_id, LEASE_TTL).await?;
+                election.leader().await
+            })
+        })
+        .map_err(|e| failed(format!("cannot start leader lookup: {e}")))?;
+    lookup
+        .join()
+        .map_err(|_| failed("leader lookup panicked".into()))?
+}
 
 /// A boxed future, so [`LeaderElection`] stays object-safe (the backend is
 /// picked at run time by `--ha_backend_type`).
@@ -108,6 +198,31 @@ impl std::fmt::Debug for Leadership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_from_address() {
+        let etcd = |v: &[&str]| Backend::Etcd(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            Backend::parse("etcd://h1:1;h2:2", false).unwrap(),
+            etcd(&["http://h1:1", "http://h2:2"])
+        );
+        assert_eq!(Backend::parse("h:1", false).unwrap(), etcd(&["http://h:1"]));
+        assert_eq!(
+            Backend::parse("redis://h:6379", false).unwrap(),
+            Backend::Redis("h:6379".into())
+        );
+        assert_eq!(
+            Backend::parse("h:6379", true).unwrap(),
+            Backend::Redis("h:6379".into())
+        );
+        for bad in ["", "redis://", "redis://a:1;redis://b:1", "h", "etcd://"] {
+            assert_eq!(
+                Backend::parse(bad, false).unwrap_err().code,
+                ErrorCode::INVALID_PARAMS,
+                "{bad:?}"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn resign_asks_the_holder_and_waits() {

@@ -166,7 +166,7 @@ pub const FLAGS: &[Flag] = &[
     later("dynamic_replication_mode", Str, "off", "Dynamic MEMORY replica fanout mode: off, observe, or enforce"),
     later("enable_cxl", Bool, "false", "Whether to enable CXL memory support"),
     later("enable_disk_eviction", Bool, "true", "Enable disk eviction feature for storage backend (default: true)"),
-    later("enable_ha", Bool, "false", "Enable high availability using the configured HA backend"),
+    flag("enable_ha", Bool, "false", "Campaign for leadership through the HA backend; serve only while leading"),
     later("enable_kv_events", Bool, "false", "Enable RFC #1527 KV cache event publisher over ZMQ"),
     later("enable_metadata_cleanup_on_timeout", Bool, "false", "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/..."),
     later("enable_multi_tenants", Bool, "false", "Enable strict multi-tenant namespace and quota admission"),
@@ -174,10 +174,10 @@ pub const FLAGS: &[Flag] = &[
     later("enable_oplog", Bool, "false", "Enable HA metadata replication through batch-record OpLog"),
     later("enable_snapshot", Bool, "false", "Enable periodic snapshot of master data"),
     later("enable_snapshot_restore", Bool, "false", "enable restore from snapshot"),
-    later("etcd_endpoints", Str, "", "Endpoints of ETCD server, separated by semicolon, required in HA mode"),
+    flag("etcd_endpoints", Str, "", "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"),
     later("global_file_segment_size", Int, "9223372036854775807", "Size of global NFS/3FS segment in bytes"),
-    later("ha_backend_connstring", Str, "", "HA backend connection string. If unset, only backend_type=etcd fall..."),
-    later("ha_backend_type", Str, "etcd", "HA backend type, e.g. etcd | redis | k8s"),
+    flag("ha_backend_connstring", Str, "", "HA backend connection string; if unset, --etcd_endpoints is used"),
+    flag("ha_backend_type", Str, "etcd", "HA backend type: etcd or redis"),
     later("kv_events_additional_salt", Str, "", "Deprecated: not emitted on events; use indexer POST /register"),
     later("kv_events_backend_id", Str, "", "backend_id for published KV events (cache owner identity)"),
     later("kv_events_bind_endpoint", Str, "", "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557"),
@@ -301,6 +301,11 @@ pub struct MasterConfig {
     /// `None` = no timeout.
     pub pending_task_timeout: Option<Duration>,
     pub processing_task_timeout: Option<Duration>,
+    /// Leader election (`--enable_ha`) and where it runs.
+    pub enable_ha: bool,
+    pub etcd_endpoints: String,
+    pub ha_backend_type: String,
+    pub ha_backend_connstring: String,
     /// Flags accepted for compatibility whose feature is not implemented,
     /// set to a non-default value: `(name, value)`; the server logs them.
     pub unsupported: Vec<(String, String)>,
@@ -339,6 +344,10 @@ impl Default for MasterConfig {
             max_total_processing_tasks: 0,
             pending_task_timeout: None,
             processing_task_timeout: None,
+            enable_ha: false,
+            etcd_endpoints: String::new(),
+            ha_backend_type: String::new(),
+            ha_backend_connstring: String::new(),
             unsupported: Vec::new(),
         };
         for f in FLAGS {
@@ -438,6 +447,15 @@ impl MasterConfig {
                 let d = secs()?;
                 self.processing_task_timeout = (!d.is_zero()).then_some(d);
             }
+            "enable_ha" => self.enable_ha = bool_()?,
+            "etcd_endpoints" => self.etcd_endpoints = v.to_string(),
+            "ha_backend_type" => {
+                if !matches!(v, "etcd" | "redis") {
+                    return Err(invalid(name, value, "HA backends are etcd and redis"));
+                }
+                self.ha_backend_type = v.to_string();
+            }
+            "ha_backend_connstring" => self.ha_backend_connstring = v.to_string(),
             // Read by `load`; meaningless inside a file.
             "config_path" => {}
             _ => {
@@ -549,7 +567,35 @@ impl MasterConfig {
                 "eviction_ratio must not exceed eviction_high_watermark_ratio",
             ));
         }
+        if self.enable_ha {
+            self.ha_backend()?;
+            if self.rpc_listen_port() == 0 {
+                // The port is published as the leader's address before binding.
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    "HA mode needs a fixed --rpc_port",
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The coordination service of HA mode: `--ha_backend_connstring`, else
+    /// `--etcd_endpoints`; a `redis://` address means redis whatever
+    /// `--ha_backend_type` says, as in the reference's deployment guide.
+    pub fn ha_backend(&self) -> Result<crate::ha::Backend> {
+        let conn = if self.ha_backend_connstring.is_empty() {
+            &self.etcd_endpoints
+        } else {
+            &self.ha_backend_connstring
+        };
+        if conn.trim().is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "HA mode needs --etcd_endpoints (or --ha_backend_connstring)",
+            ));
+        }
+        crate::ha::Backend::parse(conn, self.ha_backend_type == "redis")
     }
 
     /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).
@@ -631,12 +677,15 @@ mod tests {
     #[test]
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
-        c.set("enable_ha", "false").unwrap();
+        c.set("enable_snapshot", "false").unwrap();
         c.set("snapshot_retention_count", "2").unwrap();
         assert!(c.unsupported.is_empty());
-        c.set("enable_ha", "true").unwrap();
-        c.set("enable_ha", "1").unwrap();
-        assert_eq!(c.unsupported, [("enable_ha".to_string(), "1".to_string())]);
+        c.set("enable_snapshot", "true").unwrap();
+        c.set("enable_snapshot", "1").unwrap();
+        assert_eq!(
+            c.unsupported,
+            [("enable_snapshot".to_string(), "1".to_string())]
+        );
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //!   and [`tasks`] (copy and move tasks);
 //! - [`config::MasterConfig`] holds the flags;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
-//!   service (metrics and admin queries, [`metrics`]).
+//!   service (metrics and admin queries, [`metrics`]); [`ha`] serves only
+//!   while this master leads its cluster.
 
 pub mod allocator;
 pub mod clients;
 pub mod config;
 pub mod eviction;
+pub mod ha;
 pub mod http;
 pub mod leases;
 pub mod metrics;

@@ -232,11 +232,11 @@ pub async fn serve(config: MasterConfig, shutdown: impl Future<Output = ()>) -> 
 
 /// Builds a runtime with `rpc_thread_num` workers and serves until
 /// `shutdown` resolves (blocking). `on_bound` sees the bound server first
-/// (to print its addresses).
-pub fn run<F, B>(config: MasterConfig, shutdown: F, on_bound: B) -> Result<()>
+/// (to print its addresses); in HA mode, at the start of each term as leader.
+pub fn run<F, B>(config: MasterConfig, shutdown: F, mut on_bound: B) -> Result<()>
 where
     F: Future<Output = ()> + Send + 'static,
-    B: FnOnce(&MasterServer),
+    B: FnMut(&MasterServer),
 {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(config.worker_threads())
@@ -250,6 +250,9 @@ where
             )
         })?;
     rt.block_on(async move {
+        if config.enable_ha {
+            return super::ha::serve_ha(config, shutdown, on_bound).await;
+        }
         let server = MasterServer::bind(config).await?;
         on_bound(&server);
         server.serve(shutdown).await

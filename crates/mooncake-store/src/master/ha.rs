@@ -1,0 +1,111 @@
+//! HA mode (`--enable_ha`): masters of one cluster campaign through the
+//! coordination service ([`crate::ha`]); the winner binds its ports and
+//! serves, the others wait as standbys. A leader that loses its lease (it
+//! stopped renewing, or the coordination service is out of reach) stops
+//! serving at once and campaigns again, so two masters never serve one
+//! cluster together.
+//!
+//! A new leader starts with empty metadata, as the reference's does without
+//! snapshots: clients find it through the coordination service, see their
+//! heartbeat answered with `CLIENT_NOT_FOUND` and mount their segments again.
+
+use std::future::Future;
+use std::pin::pin;
+
+use mooncake_common::Result;
+
+use super::{MasterConfig, MasterServer};
+use crate::ha::LEASE_TTL;
+
+/// The address published for clients: `--rpc_address` unless it is a
+/// wildcard, else this host's name; with the RPC port.
+pub fn advertised_address(config: &MasterConfig) -> String {
+    let host = match config.rpc_address.as_str() {
+        "" | "0.0.0.0" | "::" | "[::]" => gethostname::gethostname().to_string_lossy().into_owned(),
+        h => h.to_string(),
+    };
+    format!("{host}:{}", config.rpc_listen_port())
+}
+
+/// Campaigns, serves while leading, campaigns again after a loss, until
+/// `shutdown` resolves. `on_bound` sees each term's freshly bound server.
+pub async fn serve_ha<F, B>(config: MasterConfig, shutdown: F, mut on_bound: B) -> Result<()>
+where
+    F: Future<Output = ()>,
+    B: FnMut(&MasterServer),
+{
+    config.validate()?;
+    let backend = config.ha_backend()?;
+    let me = advertised_address(&config);
+    let mut shutdown = pin!(shutdown);
+    let election = tokio::select! {
+        e = backend.connect(&config.cluster_id, LEASE_TTL) => e?,
+        _ = &mut shutdown => return Ok(()),
+    };
+    tracing::info!(candidate = %me, cluster = %config.cluster_id, "standby: campaigning for leadership");
+    loop {
+        let mut leadership = tokio::select! {
+            l = election.campaign(&me) => l?,
+            _ = &mut shutdown => return Ok(()),
+        };
+        tracing::info!(leader = %me, "elected leader: serving");
+        let server = match MasterServer::bind(config.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = leadership.resign().await;
+                return Err(e);
+            }
+        };
+        on_bound(&server);
+        let mut lost = false;
+        server
+            .serve(async {
+                tokio::select! {
+                    _ = leadership.lost() => lost = true,
+                    _ = &mut shutdown => {}
+                }
+            })
+            .await?;
+        if !lost {
+            // Hand over at once rather than after the lease runs out.
+            return leadership.resign().await;
+        }
+        tracing::warn!("leadership lost: stopped serving; campaigning again");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mooncake_common::ErrorCode;
+
+    #[test]
+    fn advertises_a_reachable_host() {
+        let mut c = MasterConfig::default();
+        c.set("rpc_port", "50051").unwrap();
+        assert!(!advertised_address(&c).starts_with("0.0.0.0"));
+        assert!(advertised_address(&c).ends_with(":50051"));
+        c.set("rpc_address", "10.1.2.3").unwrap();
+        assert_eq!(advertised_address(&c), "10.1.2.3:50051");
+    }
+
+    #[test]
+    fn ha_settings_are_checked() {
+        let mut c = MasterConfig::default();
+        c.validate().unwrap();
+        c.set("enable_ha", "true").unwrap();
+        assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
+        c.set("etcd_endpoints", "127.0.0.1:2379").unwrap();
+        c.set("rpc_port", "0").unwrap();
+        c.set("port", "0").unwrap();
+        assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
+        c.set("rpc_port", "50051").unwrap();
+        c.validate().unwrap();
+        c.set("etcd_endpoints", "redis://a:1;redis://b:1").unwrap();
+        assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
+        assert_eq!(
+            c.set("ha_backend_type", "k8s").unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+    }
+}
