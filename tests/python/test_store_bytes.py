@@ -95,7 +95,7 @@ def test_unusual_keys(store):
         assert store.put(key, b"long key") == 0, n
         assert store.get(key) == b"long key", n
         assert store.is_exist(key) == 1, n
-        assert store.remove(key) == 0, n
+        assert store.remove(key, force=True) == 0, n
 
 
 def test_large_values(store):
