@@ -46,6 +46,11 @@ impl FreezeProxy {
     pub fn freeze(&self) {
         self.frozen.store(true, Ordering::SeqCst);
     }
+
+    /// Lets traffic pass again, held bytes first.
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
+    }
 }
 
 fn relay(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
@@ -55,7 +60,7 @@ fn relay(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        // Frozen: hold what arrived, forever (until the process ends).
+        // Frozen: hold what arrived until thawed.
         while frozen.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(50));
         }
