@@ -4,6 +4,8 @@
 //! Waits are bounded hang guards, never speed checks; "still waiting"
 //! checks can only pass wrongly, never fail wrongly.
 
+#[path = "support/freeze_proxy.rs"]
+mod freeze_proxy;
 #[path = "../../mooncake-transfer/tests/support/services.rs"]
 mod services;
 
@@ -196,4 +198,26 @@ async fn leader_outlives_several_lease_periods() {
     assert!(la.is_held());
     assert_eq!(a.leader().await.unwrap().as_deref(), Some("a:1"));
     la.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_etcd_gives_up_before_another_can_win() {
+    let etcd = services::etcd();
+    let id = cluster("partition");
+    let proxy = freeze_proxy::FreezeProxy::start(&etcd.addr);
+    let a = EtcdElection::connect(std::slice::from_ref(&proxy.addr), &id, TTL)
+        .await
+        .unwrap();
+    let b = election(&etcd, &id).await;
+    let la = a.campaign("10.0.0.1:50051").await.unwrap();
+
+    // A's keep-alives now hang rather than fail; its lease expires in etcd
+    // and B wins. By then A must already have stopped believing it leads.
+    proxy.freeze();
+    let lb = tokio::time::timeout(GUARD, b.campaign("10.0.0.2:50051"))
+        .await
+        .expect("b never won")
+        .unwrap();
+    assert!(!la.is_held(), "two leaders: A still leads while B won");
+    lb.resign().await.unwrap();
 }

@@ -4,6 +4,8 @@
 //! Waits are bounded hang guards, never speed checks; "still waiting"
 //! checks can only pass wrongly, never fail wrongly.
 
+#[path = "support/freeze_proxy.rs"]
+mod freeze_proxy;
 #[path = "../../mooncake-transfer/tests/support/services.rs"]
 mod services;
 
@@ -196,4 +198,93 @@ async fn password_and_db_index() {
         .err()
         .unwrap();
     assert_eq!(e.code, ErrorCode::ETCD_OPERATION_ERROR);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_redis_gives_up_before_another_can_win() {
+    let redis = services::redis();
+    let id = cluster("partition");
+    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let a = RedisElection::connect_with(&proxy.addr, &RedisOptions::default(), &id, TTL)
+        .await
+        .unwrap();
+    let b = election(&redis, &id).await;
+    let la = a.campaign("10.0.0.1:50051").await.unwrap();
+
+    // A's renewals now hang rather than fail; its key expires in redis and
+    // B wins. By then A must already have stopped believing it leads.
+    proxy.freeze();
+    let lb = tokio::time::timeout(GUARD, b.campaign("10.0.0.2:50051"))
+        .await
+        .expect("b never won")
+        .unwrap();
+    assert!(!la.is_held(), "two leaders: A still leads while B won");
+    lb.resign().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_keeps_campaigning_through_a_redis_outage() {
+    use mooncake_store::master::{ha::serve_ha, MasterConfig};
+
+    let redis = services::redis();
+    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let port = services::free_port();
+    let mut config = MasterConfig::default();
+    for (k, v) in [
+        ("enable_ha", "true".to_string()),
+        ("etcd_endpoints", format!("redis://{}", proxy.addr)),
+        ("cluster_id", cluster("outage")),
+        ("rpc_port", port.to_string()),
+        ("rpc_address", "127.0.0.1".into()),
+        ("metrics_host", "127.0.0.1".into()),
+        ("metrics_port", "0".into()),
+    ] {
+        config.set(k, &v).unwrap();
+    }
+    let (terms_tx, mut terms) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut master = tokio::spawn(serve_ha(
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        move |s| {
+            let _ = terms_tx.send(s.rpc_addr());
+        },
+    ));
+    tokio::time::timeout(GUARD, terms.recv())
+        .await
+        .expect("the only candidate leads");
+
+    // Redis out of reach: the leader gives up; its campaigns then fail
+    // (commands time out) for a while. It must keep trying, not exit.
+    proxy.freeze();
+    let listens = || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    tokio::time::timeout(GUARD, async {
+        while listens() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a leader cut off from redis never stopped serving");
+    // Long enough for campaign commands to time out (a pause, not a check).
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert!(
+        !master.is_finished(),
+        "the master gave up: {:?}",
+        (&mut master).await
+    );
+
+    proxy.thaw();
+    tokio::time::timeout(GUARD, terms.recv())
+        .await
+        .expect("never led again once redis was back")
+        .unwrap();
+    assert!(listens());
+    stop.send(()).unwrap();
+    tokio::time::timeout(GUARD, master)
+        .await
+        .expect("shutdown hung")
+        .unwrap()
+        .unwrap();
 }

@@ -131,6 +131,8 @@ impl EtcdElection {
     async fn campaign_as(&self, candidate: &str) -> Result<Leadership> {
         let mut client = self.client.clone();
         let ttl_secs = self.ttl.as_secs().max(1) as i64;
+        // The lease runs from when etcd grants it: at the latest from here.
+        let asked = Instant::now();
         let grant = retrying("lease grant", OP_TIMEOUT, || {
             let mut c = client.clone();
             async move { c.lease_grant(ttl_secs, None).await }
@@ -147,6 +149,7 @@ impl EtcdElection {
             self.client.clone(),
             lease,
             ttl,
+            asked,
             lost_tx,
             resign_rx,
             elected_rx,
@@ -254,17 +257,22 @@ impl LeaderElection for EtcdElection {
 /// flags `lost` when the lease expired, the leader key vanished or no
 /// renewal got through for 2/3 of the TTL (the leader must stop before etcd
 /// lets the next one in), and revokes the lease on resign or when the
-/// [`Leadership`] is dropped.
+/// [`Leadership`] is dropped. `granted` is when the grant was asked for.
+///
+/// A renewal that hangs (etcd cut off without a reset) is given up at that
+/// 2/3 mark, not waited for: the mark is a deadline, checked on the clock.
 async fn hold(
     mut client: Client,
     lease: i64,
     ttl: Duration,
+    granted: Instant,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
     mut elected: oneshot::Receiver<Vec<u8>>,
 ) {
     let every = ttl / 3;
-    let mut renewed_at = Instant::now(); // the grant, just before
+    let grace = ttl * 2 / 3;
+    let mut renewed_at = granted;
     let mut keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut key: Option<Vec<u8>> = None;
     let mut awaiting_key = true;
@@ -279,7 +287,8 @@ async fn hold(
             }
             _ = tick.tick() => {
                 let sent = Instant::now();
-                match tokio::time::timeout(every, renew(&mut client, &mut keeper, lease)).await {
+                let by = (sent + every).min(renewed_at + grace);
+                match tokio::time::timeout_at(by, renew(&mut client, &mut keeper, lease)).await {
                     Ok(Ok(true)) => renewed_at = sent,
                     Ok(Ok(false)) => {
                         tracing::warn!(lease, "leader lease expired");
@@ -291,14 +300,15 @@ async fn hold(
                     }
                     Err(_) => keeper = None,
                 }
-                if sent.duration_since(renewed_at) >= ttl * 2 / 3 {
+                if Instant::now() >= renewed_at + grace {
                     tracing::warn!(lease, "etcd unreachable for too long; giving leadership up");
                     break None;
                 }
                 if let Some(k) = &key {
                     let mut kv = client.kv_client();
+                    let by = (Instant::now() + every).min(renewed_at + grace);
                     let gone = matches!(
-                        tokio::time::timeout(every, kv.get(k.clone(), Some(GetOptions::new().with_count_only()))).await,
+                        tokio::time::timeout_at(by, kv.get(k.clone(), Some(GetOptions::new().with_count_only()))).await,
                         Ok(Ok(resp)) if resp.count() == 0
                     );
                     if gone {

@@ -118,7 +118,9 @@ impl RedisElection {
     async fn campaign_as(&self, candidate: &str) -> Result<Leadership> {
         let s = &self.shared;
         let ttl_ms = s.ttl.as_millis() as u64;
-        loop {
+        let asked = loop {
+            // The key expires `ttl` after redis sets it: at the latest from here.
+            let asked = Instant::now();
             let won: Option<String> = s
                 .run("SET NX", |mut c, key| {
                     let value = candidate.to_string();
@@ -135,15 +137,16 @@ impl RedisElection {
                 })
                 .await?;
             if won.is_some() {
-                break;
+                break asked;
             }
             tokio::time::sleep(self.poll_every()).await;
-        }
+        };
         let (lost_tx, lost_rx) = watch::channel(false);
         let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
         tokio::spawn(hold(
             self.shared.clone(),
             candidate.to_string(),
+            asked,
             lost_tx,
             resign_rx,
         ));
@@ -267,17 +270,22 @@ impl Shared {
 /// The holder task: renews every `ttl / 3`, flags `lost` when the key is
 /// gone or someone else's, or when no renewal got through for 2/3 of the
 /// TTL; deletes the key (if still ours) on resign or when the
-/// [`Leadership`] is dropped.
+/// [`Leadership`] is dropped. `won` is when the winning `SET` was sent.
+///
+/// A renewal that hangs (redis cut off without a reset) is given up at that
+/// 2/3 mark, not waited for: the mark is a deadline, checked on the clock.
 async fn hold(
     s: Arc<Shared>,
     candidate: String,
+    won: Instant,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
 ) {
     let (renew, release) = (Script::new(RENEW), Script::new(RELEASE));
     let every = s.ttl / 3;
+    let grace = s.ttl * 2 / 3;
     let ttl_ms = s.ttl.as_millis() as u64;
-    let mut renewed_at = Instant::now();
+    let mut renewed_at = won;
     let mut tick = tokio::time::interval_at(Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let reply = loop {
@@ -285,15 +293,20 @@ async fn hold(
             r = &mut resign => break r.ok(),
             _ = tick.tick() => {
                 let sent = Instant::now();
-                match s.script("renew", &renew, &candidate, Some(ttl_ms)).await {
-                    Ok(true) => renewed_at = sent,
-                    Ok(false) => {
+                let renewal = s.script("renew", &renew, &candidate, Some(ttl_ms));
+                match tokio::time::timeout_at(renewed_at + grace, renewal).await {
+                    Ok(Ok(true)) => renewed_at = sent,
+                    Ok(Ok(false)) => {
                         tracing::warn!(key = %s.key, "leader key expired or taken over");
                         break None;
                     }
-                    Err(e) => tracing::debug!("leader renewal failed: {e}"),
+                    Ok(Err(e)) => tracing::debug!("leader renewal failed: {e}"),
+                    Err(_) => {
+                        // Hung: the connection may be dead; start a new one.
+                        s.conn.lock().take();
+                    }
                 }
-                if sent.duration_since(renewed_at) >= s.ttl * 2 / 3 {
+                if Instant::now() >= renewed_at + grace {
                     tracing::warn!(key = %s.key, "redis unreachable for too long; giving leadership up");
                     break None;
                 }

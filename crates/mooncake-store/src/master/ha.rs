@@ -11,11 +11,15 @@
 
 use std::future::Future;
 use std::pin::pin;
+use std::time::Duration;
 
 use mooncake_common::Result;
 
 use super::{MasterConfig, MasterServer};
 use crate::ha::LEASE_TTL;
+
+/// Pause before campaigning again after a failed campaign.
+const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 
 /// The address published for clients: `--rpc_address` unless it is a
 /// wildcard, else this host's name; with the RPC port.
@@ -27,7 +31,8 @@ pub fn advertised_address(config: &MasterConfig) -> String {
     format!("{host}:{}", config.rpc_listen_port())
 }
 
-/// Campaigns, serves while leading, campaigns again after a loss, until
+/// Campaigns, serves while leading, campaigns again after a loss (and
+/// after a failed campaign, once the coordination service answers), until
 /// `shutdown` resolves. `on_bound` sees each term's freshly bound server.
 pub async fn serve_ha<F, B>(config: MasterConfig, shutdown: F, mut on_bound: B) -> Result<()>
 where
@@ -44,9 +49,21 @@ where
     };
     tracing::info!(candidate = %me, cluster = %config.cluster_id, "standby: campaigning for leadership");
     loop {
-        let mut leadership = tokio::select! {
-            l = election.campaign(&me) => l?,
+        let campaign = tokio::select! {
+            l = election.campaign(&me) => l,
             _ = &mut shutdown => return Ok(()),
+        };
+        let mut leadership = match campaign {
+            Ok(l) => l,
+            Err(e) => {
+                // The coordination service is out of reach (restarting,
+                // partitioned): a standby waits it out rather than exit.
+                tracing::warn!("campaign failed: {e}; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(CAMPAIGN_RETRY) => continue,
+                    _ = &mut shutdown => return Ok(()),
+                }
+            }
         };
         tracing::info!(leader = %me, "elected leader: serving");
         let server = match MasterServer::bind(config.clone()).await {
