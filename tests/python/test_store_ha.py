@@ -26,11 +26,13 @@ def etcd():
         pytest.skip("no etcd: set MOONCAKE_TEST_ETCD or install etcd-server")
     client, peer = procs.free_port(), procs.free_port()
     with tempfile.TemporaryDirectory() as data:
+        peer_url = f"http://{procs.LOOPBACK}:{peer}"
         p = procs.Proc([
-            "etcd", f"--data-dir={data}",
+            "etcd", "--name=test", f"--data-dir={data}",
             f"--listen-client-urls=http://{procs.LOOPBACK}:{client}",
             f"--advertise-client-urls=http://{procs.LOOPBACK}:{client}",
-            f"--listen-peer-urls=http://{procs.LOOPBACK}:{peer}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=test={peer_url}",
         ])
         try:
             p.wait_port(client)

@@ -366,7 +366,7 @@ fn next_request(
     // `proto::spin`), as long as this client's last gap suggests.
     let since = Instant::now();
     if reader.buffer().is_empty() {
-        spin::await_readable(reader.get_ref(), window.window(spin::server_window()));
+        window.await_next(reader.get_ref(), spin::server_window());
     }
     loop {
         match reader.fill_buf() {
