@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Longest key the master accepts, in bytes (longer keys are `INVALID_KEY`).
-pub const MAX_KEY_LEN: usize = 4096;
+/// The reference takes 4 MiB keys (measured), so callers may rely on them.
+pub const MAX_KEY_LEN: usize = 4 << 20;
 /// Largest single value the master accepts (larger values are `INVALID_PARAMS`;
 /// values that fit this limit but no segment are `NO_AVAILABLE_HANDLE`).
 pub const MAX_VALUE_LEN: u64 = 1 << 40;
