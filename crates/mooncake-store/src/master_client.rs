@@ -442,7 +442,14 @@ impl MasterClient {
                     resp => Ok(resp),
                 }
             }
-            Err(e) => Err(rpc_fail(format!("master {}: {e}", inner.addr))),
+            Err(e) => {
+                // The master did not answer (gone dark, or gone): the idle
+                // connections lead to it too, and a call that took one
+                // would wait out its own timeout. Later calls connect anew
+                // (and an HA client looks the leader up if that fails).
+                inner.idle.lock().clear();
+                Err(rpc_fail(format!("master {}: {e}", inner.addr)))
+            }
         }
     }
 }
