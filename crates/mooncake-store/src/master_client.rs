@@ -7,7 +7,7 @@
 use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
@@ -36,7 +36,7 @@ struct Inner {
     /// The master's socket addresses; in HA mode the current leader's.
     resolved: Mutex<Vec<SocketAddr>>,
     /// HA mode: where to look the leader up when it cannot be reached.
-    election: Option<(ha::Backend, String)>,
+    election: Option<Election>,
     idle: Mutex<Vec<Connection>>,
     connect_timeout: Duration,
     call_timeout: Duration,
@@ -72,12 +72,16 @@ impl MasterClient {
         // service; the master is whoever leads the cluster there.
         let election = if master_addr.starts_with("etcd://") || master_addr.starts_with("redis://")
         {
-            Some((ha::Backend::parse(master_addr, false)?, cluster_id()))
+            Some(Election {
+                backend: ha::Backend::parse(master_addr, false)?,
+                cluster: cluster_id(),
+                last: Mutex::new(None),
+            })
         } else {
             None
         };
         let resolved = match &election {
-            Some((backend, cluster)) => leader_addrs(backend, cluster)?,
+            Some(e) => e.look_up()?,
             None => socket_addrs(master_addr)?,
         };
         let inner = Inner {
@@ -438,7 +442,14 @@ impl MasterClient {
                     resp => Ok(resp),
                 }
             }
-            Err(e) => Err(rpc_fail(format!("master {}: {e}", inner.addr))),
+            Err(e) => {
+                // The master did not answer (gone dark, or gone): the idle
+                // connections lead to it too, and a call that took one
+                // would wait out its own timeout. Later calls connect anew
+                // (and an HA client looks the leader up if that fails).
+                inner.idle.lock().clear();
+                Err(rpc_fail(format!("master {}: {e}", inner.addr)))
+            }
         }
     }
 }
@@ -471,11 +482,48 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
     Ok(resolved)
 }
 
-/// The current leader's socket addresses; `RPC_FAIL` while none leads.
-fn leader_addrs(backend: &ha::Backend, cluster: &str) -> Result<Vec<SocketAddr>> {
-    match ha::find_leader(backend, cluster)? {
-        Some(leader) => socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
-        None => Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
+/// How long one leader lookup's outcome stands. While no master leads (a
+/// failover takes seconds) every call fails, and each would otherwise start
+/// a lookup of its own: a thread, a runtime and a connection to the
+/// coordination service per call.
+const LOOKUP_REUSE: Duration = Duration::from_millis(500);
+
+/// HA mode: the cluster whose leader is the master, and where it is found.
+struct Election {
+    backend: ha::Backend,
+    cluster: String,
+    /// The last lookup: when it ended, and what it found. Locked for the
+    /// whole lookup, so callers that need one at once share it.
+    last: Mutex<Option<(Instant, Result<Vec<SocketAddr>>)>>,
+}
+
+impl Election {
+    /// Looks the leader up now: its socket addresses; `RPC_FAIL` while none
+    /// leads or the coordination service is out of reach (to the caller,
+    /// both mean the master cannot be reached).
+    fn look_up(&self) -> Result<Vec<SocketAddr>> {
+        let cluster = &self.cluster;
+        match ha::find_leader(&self.backend, cluster) {
+            Ok(Some(leader)) => socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
+            Ok(None) => Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
+            Err(e) => Err(rpc_fail(format!(
+                "cannot look the leader of cluster {cluster:?} up: {e}"
+            ))),
+        }
+    }
+
+    /// The leader's addresses, as found by a lookup ended at most
+    /// [`LOOKUP_REUSE`] ago or by a new one.
+    fn leader(&self) -> Result<Vec<SocketAddr>> {
+        let mut last = self.last.lock();
+        if let Some((at, found)) = &*last {
+            if at.elapsed() < LOOKUP_REUSE {
+                return found.clone();
+            }
+        }
+        let found = self.look_up();
+        *last = Some((Instant::now(), found.clone()));
+        found
     }
 }
 
@@ -488,10 +536,13 @@ impl Inner {
             Ok(conn) => return Ok(conn),
             Err(e) => e,
         };
-        let Some((backend, cluster)) = &self.election else {
+        let Some(election) = &self.election else {
             return Err(e);
         };
-        let leader = leader_addrs(backend, cluster)?;
+        let leader = election.leader()?;
+        if leader == known {
+            return Err(e); // still the one that just failed
+        }
         let conn = self.open_any(&leader)?;
         *self.resolved.lock() = leader;
         Ok(conn)

@@ -288,3 +288,96 @@ async fn a_master_keeps_campaigning_through_a_redis_outage() {
         .unwrap()
         .unwrap();
 }
+
+#[test]
+fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
+    use mooncake_store::master::{MasterConfig, MasterHandle};
+    use mooncake_store::MasterClient;
+
+    // The only test here that sets it; clients read it at connect.
+    let id = cluster("client");
+    std::env::set_var("MC_STORE_CLUSTER_ID", &id);
+    let redis = services::start_redis(&[]);
+    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let mut config = MasterConfig::default();
+    for (k, v) in [
+        ("rpc_address", "127.0.0.1"),
+        ("rpc_port", "0"),
+        ("metrics_host", "127.0.0.1"),
+        ("metrics_port", "0"),
+    ] {
+        config.set(k, v).unwrap();
+    }
+    let master = MasterHandle::spawn(config).unwrap();
+    // Published as a leader would be.
+    let _: () = redis::cmd("SET")
+        .arg(leader_key(&id))
+        .arg(master.rpc_addr().to_string())
+        .query(&mut raw(&redis))
+        .unwrap();
+    let client = MasterClient::connect(&format!("redis://{}", proxy.addr)).unwrap();
+    assert!(!client.exist_key("k").unwrap());
+
+    // The leader is gone and none follows: every call fails, with RPC_FAIL,
+    // without a lookup (a connection to redis) per call.
+    master.stop().unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(leader_key(&id))
+        .query(&mut raw(&redis))
+        .unwrap();
+    let before = proxy.connections();
+    const CALLS: usize = 20;
+    for _ in 0..CALLS {
+        assert_eq!(client.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
+    }
+    let lookups = proxy.connections() - before;
+    assert!(lookups < CALLS / 2, "{lookups} lookups for {CALLS} calls");
+
+    // Redis itself gone: still RPC_FAIL (a transport failure to the
+    // caller), not the coordination service's own code.
+    drop(redis);
+    std::thread::sleep(Duration::from_secs(2)); // past any reuse of the last lookup
+    assert_eq!(client.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_stopped_while_redis_is_out_of_reach_stops_cleanly() {
+    use mooncake_store::master::{ha::serve_ha, MasterConfig};
+
+    let redis = services::redis();
+    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let mut config = MasterConfig::default();
+    for (k, v) in [
+        ("enable_ha", "true".to_string()),
+        ("etcd_endpoints", format!("redis://{}", proxy.addr)),
+        ("cluster_id", cluster("stop")),
+        ("rpc_port", services::free_port().to_string()),
+        ("rpc_address", "127.0.0.1".into()),
+        ("metrics_host", "127.0.0.1".into()),
+        ("metrics_port", "0".into()),
+    ] {
+        config.set(k, &v).unwrap();
+    }
+    let (bound_tx, mut bound) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let master = tokio::spawn(serve_ha(
+        config,
+        async {
+            let _ = stopped.await;
+        },
+        move |_| {
+            let _ = bound_tx.send(());
+        },
+    ));
+    tokio::time::timeout(GUARD, bound.recv()).await.unwrap();
+
+    // SIGTERM while redis does not answer: the key cannot be released (it
+    // expires by itself), which is no reason to fail the shutdown.
+    proxy.freeze();
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(GUARD, master)
+        .await
+        .expect("shutdown hung")
+        .unwrap();
+    assert!(ended.is_ok(), "{ended:?}");
+}

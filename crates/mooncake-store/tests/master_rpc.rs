@@ -2,7 +2,11 @@
 //! one pooled `MasterClient` on overlapping keys, batches as one call, and
 //! a client reconnecting after the master restarts.
 
+#[path = "support/freeze_proxy.rs"]
+mod freeze_proxy;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 use mooncake_store::master::{MasterConfig, MasterHandle};
@@ -203,4 +207,43 @@ fn tasks_over_rpc() {
     // Leases are off in this config: the replica on b can be cleared.
     assert_eq!(c.batch_replica_clear(1, &["k".into()], "b").unwrap(), ["k"]);
     assert_eq!(c.get_replica_list("k").unwrap().replicas.len(), 1);
+}
+
+#[test]
+fn after_a_call_times_out_pooled_connections_are_not_waited_on_again() {
+    let master = MasterHandle::spawn(config()).unwrap();
+    let proxy = freeze_proxy::FreezeProxy::start(&master.rpc_addr().to_string());
+    let client = MasterClient::connect_with_timeouts(
+        &proxy.addr,
+        Duration::from_secs(5),
+        Duration::from_millis(300),
+    )
+    .unwrap();
+    // Overlapping calls leave several connections in the pool.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while proxy.connections() < 3 {
+        assert!(std::time::Instant::now() < deadline, "pool never grew");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..20 {
+                        client.exist_key("k").unwrap();
+                    }
+                });
+            }
+        });
+    }
+
+    // The master stops answering (a host gone dark behind its connections).
+    proxy.freeze();
+    assert_eq!(client.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
+    // The other pooled connections lead to the same silent master: the next
+    // call must not spend its time on one of them, but open a new one
+    // (which, for an HA client, is where a new leader gets looked up).
+    let opened = proxy.connections();
+    assert_eq!(client.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
+    assert!(
+        proxy.connections() > opened,
+        "the call waited on another pooled connection to the silent master"
+    );
 }

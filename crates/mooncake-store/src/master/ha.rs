@@ -84,8 +84,15 @@ where
             })
             .await?;
         if !lost {
-            // Hand over at once rather than after the lease runs out.
-            return leadership.resign().await;
+            // Hand over at once rather than after the lease runs out. If the
+            // coordination service cannot be told, the lease still runs
+            // out: the shutdown itself went well.
+            if let Err(e) = leadership.resign().await {
+                tracing::warn!(
+                    "could not resign ({e}); a standby takes over once the lease expires"
+                );
+            }
+            return Ok(());
         }
         tracing::warn!("leadership lost: stopped serving; campaigning again");
     }

@@ -6,7 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ pub struct FreezeProxy {
     /// `host:port` to connect to instead of the upstream.
     pub addr: String,
     frozen: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
 }
 
 impl FreezeProxy {
@@ -23,10 +24,12 @@ impl FreezeProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let frozen = Arc::new(AtomicBool::new(false));
-        let (upstream, flag) = (upstream.to_string(), frozen.clone());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (upstream, flag, count) = (upstream.to_string(), frozen.clone(), accepted.clone());
         std::thread::spawn(move || {
             for down in listener.incoming() {
                 let Ok(down) = down else { return };
+                count.fetch_add(1, Ordering::SeqCst);
                 let Ok(up) = TcpStream::connect(&upstream) else {
                     continue;
                 };
@@ -39,7 +42,16 @@ impl FreezeProxy {
                 }
             }
         });
-        FreezeProxy { addr, frozen }
+        FreezeProxy {
+            addr,
+            frozen,
+            accepted,
+        }
+    }
+
+    /// Connections made through the proxy so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// From now on nothing passes, in either direction.
