@@ -5,6 +5,7 @@
 pub mod duration;
 pub mod error;
 pub mod gflags;
+pub mod malloc;
 pub mod size;
 
 pub use error::{Error, ErrorCode, Result};

@@ -76,22 +76,10 @@ fn _programs() -> Vec<&'static str> {
 /// `MC_MALLOC_TUNING=0`, or by setting glibc's own `MALLOC_TRIM_THRESHOLD_` /
 /// `MALLOC_MMAP_THRESHOLD_`, which then win.
 fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let set = |name: &str| std::env::var_os(name).is_some();
-        if std::env::var_os("MC_MALLOC_TUNING").is_some_and(|v| v == "0")
-            || set("MALLOC_TRIM_THRESHOLD_")
-            || set("MALLOC_MMAP_THRESHOLD_")
-        {
-            return;
-        }
-        // SAFETY: mallopt only changes allocator parameters; it is safe to
-        // call at any time, from any thread.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-        }
-    }
+    mooncake_common::malloc::tune(mooncake_common::malloc::Thresholds {
+        mmap: Some(32 << 20),
+        trim: Some(256 << 20),
+    });
 }
 
 #[pymodule]
