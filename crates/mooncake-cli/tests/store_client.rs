@@ -14,7 +14,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::{ReplicateConfig, MAX_KEY_LEN};
 use mooncake_store::{MasterClient, MooncakeStore};
 
 const UMBRELLA: &str = env!("CARGO_BIN_EXE_mooncake");
@@ -380,7 +380,7 @@ fn bad_inputs_get_codes_and_the_master_keeps_serving() {
         ErrorCode::INVALID_PARAMS
     );
     assert_eq!(
-        code(client.put(&"k".repeat(5000), b"v", &cfg)),
+        code(client.put(&"k".repeat(MAX_KEY_LEN + 1), b"v", &cfg)),
         ErrorCode::INVALID_KEY
     );
     assert_eq!(code(client.put("k", b"", &cfg)), ErrorCode::INVALID_PARAMS);
