@@ -1,5 +1,6 @@
 # Sourced by test.sh: starts throwaway etcd and redis servers on loopback and
-# exports their addresses; both stop when the calling shell exits.
+# exports their addresses; both stop, and their data is removed, when the
+# calling shell exits.
 start_services() {
     local dir
     dir=$(mktemp -d /tmp/mooncake-services.XXXXXX)
@@ -14,7 +15,11 @@ start_services() {
     redis-server --port "$MOONCAKE_TEST_REDIS_PORT" --bind 127.0.0.1 --save '' \
         --appendonly no >"$dir/redis.log" 2>&1 &
     SERVICES_REDIS_PID=$!
-    trap 'kill $SERVICES_ETCD_PID $SERVICES_REDIS_PID 2>/dev/null || true' EXIT
+    SERVICES_DIR=$dir
+    # Stop both and drop their data (etcd's is ~64 MB) when the shell exits.
+    trap 'kill $SERVICES_ETCD_PID $SERVICES_REDIS_PID 2>/dev/null
+          wait $SERVICES_ETCD_PID $SERVICES_REDIS_PID 2>/dev/null
+          rm -rf "$SERVICES_DIR"' EXIT
     export MOONCAKE_TEST_ETCD="127.0.0.1:$MOONCAKE_TEST_ETCD_PORT"
     export MOONCAKE_TEST_REDIS="127.0.0.1:$MOONCAKE_TEST_REDIS_PORT"
     for _ in $(seq 1 50); do
@@ -24,6 +29,7 @@ start_services() {
         fi
         sleep 0.2
     done
-    echo "etcd or redis did not start; logs in $dir" >&2
+    echo "etcd or redis did not start:" >&2
+    tail -n 20 "$dir"/*.log >&2
     return 1
 }
