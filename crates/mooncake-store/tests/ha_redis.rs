@@ -212,18 +212,24 @@ async fn a_leader_cut_off_from_redis_gives_up_before_another_can_win() {
     freeze_proxy::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_keeps_campaigning_through_a_redis_outage() {
+/// An HA master (`serve_ha`) on the current runtime, electing through the
+/// redis at `redis_addr`, serving RPC on loopback `port`.
+struct HaMaster {
+    task: tokio::task::JoinHandle<mooncake_common::Result<()>>,
+    /// The RPC address of each term it starts as leader.
+    terms: tokio::sync::mpsc::UnboundedReceiver<std::net::SocketAddr>,
+    /// Send to shut it down (as SIGTERM does).
+    stop: tokio::sync::oneshot::Sender<()>,
+}
+
+fn spawn_ha_master(redis_addr: &str, cluster_id: &str, port: u16) -> HaMaster {
     use mooncake_store::master::{ha::serve_ha, MasterConfig};
 
-    let redis = services::redis();
-    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
-    let port = services::free_port();
     let mut config = MasterConfig::default();
     for (k, v) in [
         ("enable_ha", "true".to_string()),
-        ("etcd_endpoints", format!("redis://{}", proxy.addr)),
-        ("cluster_id", cluster("outage")),
+        ("etcd_endpoints", format!("redis://{redis_addr}")),
+        ("cluster_id", cluster_id.to_string()),
         ("rpc_port", port.to_string()),
         ("rpc_address", "127.0.0.1".into()),
         ("metrics_host", "127.0.0.1".into()),
@@ -231,9 +237,9 @@ async fn a_master_keeps_campaigning_through_a_redis_outage() {
     ] {
         config.set(k, &v).unwrap();
     }
-    let (terms_tx, mut terms) = tokio::sync::mpsc::unbounded_channel();
+    let (terms_tx, terms) = tokio::sync::mpsc::unbounded_channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut master = tokio::spawn(serve_ha(
+    let task = tokio::spawn(serve_ha(
         config,
         async {
             let _ = stopped.await;
@@ -242,6 +248,19 @@ async fn a_master_keeps_campaigning_through_a_redis_outage() {
             let _ = terms_tx.send(s.rpc_addr());
         },
     ));
+    HaMaster { task, terms, stop }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_keeps_campaigning_through_a_redis_outage() {
+    let redis = services::redis();
+    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let port = services::free_port();
+    let HaMaster {
+        task: mut master,
+        mut terms,
+        stop,
+    } = spawn_ha_master(&proxy.addr, &cluster("outage"), port);
     tokio::time::timeout(GUARD, terms.recv())
         .await
         .expect("the only candidate leads");
@@ -332,34 +351,14 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_while_redis_is_out_of_reach_stops_cleanly() {
-    use mooncake_store::master::{ha::serve_ha, MasterConfig};
-
     let redis = services::redis();
     let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
-    let mut config = MasterConfig::default();
-    for (k, v) in [
-        ("enable_ha", "true".to_string()),
-        ("etcd_endpoints", format!("redis://{}", proxy.addr)),
-        ("cluster_id", cluster("stop")),
-        ("rpc_port", services::free_port().to_string()),
-        ("rpc_address", "127.0.0.1".into()),
-        ("metrics_host", "127.0.0.1".into()),
-        ("metrics_port", "0".into()),
-    ] {
-        config.set(k, &v).unwrap();
-    }
-    let (bound_tx, mut bound) = tokio::sync::mpsc::unbounded_channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let master = tokio::spawn(serve_ha(
-        config,
-        async {
-            let _ = stopped.await;
-        },
-        move |_| {
-            let _ = bound_tx.send(());
-        },
-    ));
-    tokio::time::timeout(GUARD, bound.recv()).await.unwrap();
+    let HaMaster {
+        task: master,
+        mut terms,
+        stop,
+    } = spawn_ha_master(&proxy.addr, &cluster("stop"), services::free_port());
+    tokio::time::timeout(GUARD, terms.recv()).await.unwrap();
 
     // SIGTERM while redis does not answer: the key cannot be released (it
     // expires by itself), which is no reason to fail the shutdown.
