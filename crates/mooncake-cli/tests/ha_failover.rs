@@ -132,8 +132,12 @@ fn bad_ha_settings_exit_with_a_message() {
             .args(&args)
             .output()
             .unwrap();
-        assert!(!out.status.success(), "{args:?}");
+        // A settings error: exit code 2 and the reference's code in the message.
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("mooncake_master:"), "{args:?}: {err}");
+        assert!(
+            err.contains("mooncake_master: INVALID_PARAMS (-600)"),
+            "{args:?}: {err}"
+        );
     }
 }
