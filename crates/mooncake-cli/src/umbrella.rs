@@ -6,7 +6,7 @@
 use clap::{Parser, Subcommand};
 use mooncake_common::size::{format_size, parse_size};
 use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
-use mooncake_store::master::server::MasterHandle;
+use mooncake_store::master::MasterHandle;
 use mooncake_store::master::MasterConfig;
 
 use crate::client::parse;

@@ -435,9 +435,9 @@ impl RealClient {
 
     /// Polls a submitted batch for a short window before `wait_batch` puts
     /// this thread to sleep: small transfers finish within microseconds, and
-    /// being woken costs more than that on a VM (see `proto::spin`).
+    /// being woken costs more than that on a VM (see `rpc::poll`).
     fn poll_batch(&self, batch: mooncake_transfer::BatchId) {
-        let window = crate::proto::spin::client_window();
+        let window = crate::rpc::poll::client_window();
         let start = std::time::Instant::now();
         let mut spins = 0u32;
         while start.elapsed() < window {

@@ -9,25 +9,29 @@
 //!   and [`tasks`] (copy and move tasks);
 //! - [`config::MasterConfig`] holds the flags;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
-//!   service (metrics and admin queries, [`metrics`]); [`ha`] serves only
-//!   while this master leads its cluster.
+//!   service (metrics and admin queries, [`metrics`]); both hold the
+//!   `shared` state; [`ha`] serves only while this master leads its
+//!   cluster; `run` picks HA or plain serving and owns the runtime.
 
 pub mod allocator;
 pub mod clients;
 pub mod config;
 pub mod eviction;
 pub mod ha;
-pub mod http;
+mod http;
 pub mod leases;
 pub mod metrics;
 pub mod objects;
 pub mod segments;
+mod run;
 pub mod server;
 pub mod service;
+mod shared;
 pub mod tasks;
 
 pub use config::{AllocationStrategy, MasterConfig};
-pub use server::{run, serve, MasterHandle, MasterServer};
+pub use run::{run, serve, MasterHandle};
+pub use server::MasterServer;
 pub use service::{MasterService, MasterStats, Policy, SegmentSummary, TickReport};
 
 #[cfg(test)]

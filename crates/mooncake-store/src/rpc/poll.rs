@@ -1,4 +1,4 @@
-//! Short busy-waits on a socket before blocking on it.
+//! Polling policy: short busy-waits on a socket before blocking on it.
 //!
 //! On a virtual machine whose vCPUs halt when idle, a blocking read that has
 //! to be woken costs far more than the round trip itself: on the 2-vCPU test
@@ -21,9 +21,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a client polls for its answer before blocking.
-pub const DEFAULT_CLIENT_SPIN: Duration = Duration::from_micros(100);
+pub(crate) const DEFAULT_CLIENT_SPIN: Duration = Duration::from_micros(100);
 /// How long the master polls for a client's next call after answering one.
-pub const DEFAULT_SERVER_SPIN: Duration = Duration::from_micros(50);
+pub(crate) const DEFAULT_SERVER_SPIN: Duration = Duration::from_micros(50);
 
 /// `MC_RPC_SPIN_US` (microseconds; `0` turns polling off) scales both
 /// windows: the client polls for that long, the master for half of it.
@@ -38,12 +38,12 @@ fn env_spin() -> Option<Duration> {
 }
 
 /// The client's window.
-pub fn client_window() -> Duration {
+pub(crate) fn client_window() -> Duration {
     env_spin().unwrap_or(DEFAULT_CLIENT_SPIN)
 }
 
 /// The master's window.
-pub fn server_window() -> Duration {
+pub(crate) fn server_window() -> Duration {
     env_spin().map_or(DEFAULT_SERVER_SPIN, |d| d / 2)
 }
 
@@ -56,19 +56,19 @@ pub fn server_window() -> Duration {
 /// recent gaps were all long gets only the base window, so idle connections
 /// cost no more polling than before.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct AdaptiveWindow {
+pub(crate) struct AdaptiveWindow {
     gaps: [Option<Duration>; 2],
 }
 
 impl AdaptiveWindow {
     /// The longest window it grows to: a same-host 1 MiB `get_into` and the
     /// check of its buffer take ~0.3 ms between calls on the test VM.
-    pub const MAX: Duration = Duration::from_millis(1);
+    pub(crate) const MAX: Duration = Duration::from_millis(1);
 
     /// The window for the next wait: half again the longest recent gap of at
     /// most [`Self::MAX`] (within `[base, MAX]`), else `base`; zero when
     /// polling is off (`base` zero).
-    pub fn window(&self, base: Duration) -> Duration {
+    pub(crate) fn window(&self, base: Duration) -> Duration {
         if base.is_zero() {
             return Duration::ZERO;
         }
@@ -85,14 +85,14 @@ impl AdaptiveWindow {
     }
 
     /// Records how long the client took to call again after an answer.
-    pub fn observe(&mut self, gap: Duration) {
+    pub(crate) fn observe(&mut self, gap: Duration) {
         self.gaps = [Some(gap), self.gaps[0]];
     }
 
     /// Polls `stream` for the client's next call for this window (the part
     /// beyond `base` only with a slot of [`LongPolls::shared`]); see
     /// [`await_readable`].
-    pub fn await_next(&self, stream: &TcpStream, base: Duration) -> bool {
+    pub(crate) fn await_next(&self, stream: &TcpStream, base: Duration) -> bool {
         let window = self.window(base);
         if window <= base {
             return await_readable(stream, window);
@@ -107,14 +107,14 @@ impl AdaptiveWindow {
 /// Slots for polling longer than the base window: spinning threads past the
 /// number of slots would take CPU from the work their clients wait for.
 #[derive(Debug)]
-pub struct LongPolls {
+pub(crate) struct LongPolls {
     active: AtomicUsize,
     limit: usize,
 }
 
 /// A taken slot; dropping it gives the slot back.
 #[derive(Debug)]
-pub struct LongPoll<'a>(&'a LongPolls);
+pub(crate) struct LongPoll<'a>(&'a LongPolls);
 
 impl Drop for LongPoll<'_> {
     fn drop(&mut self) {
@@ -123,7 +123,7 @@ impl Drop for LongPoll<'_> {
 }
 
 impl LongPolls {
-    pub const fn new(limit: usize) -> LongPolls {
+    pub(crate) const fn new(limit: usize) -> LongPolls {
         LongPolls {
             active: AtomicUsize::new(0),
             limit,
@@ -131,7 +131,7 @@ impl LongPolls {
     }
 
     /// The process's slots: half the cores, at least one.
-    pub fn shared() -> &'static LongPolls {
+    pub(crate) fn shared() -> &'static LongPolls {
         static SHARED: OnceLock<LongPolls> = OnceLock::new();
         SHARED.get_or_init(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -140,7 +140,7 @@ impl LongPolls {
     }
 
     /// A slot, unless all are taken.
-    pub fn take(&self) -> Option<LongPoll<'_>> {
+    pub(crate) fn take(&self) -> Option<LongPoll<'_>> {
         let taken = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -153,7 +153,7 @@ impl LongPolls {
 /// Polls `stream` until it has bytes to read (or an error or end of stream
 /// to report) or `window` has passed. Returns whether it is readable; the
 /// caller then reads as usual (blocking when it is not).
-pub fn await_readable(stream: &TcpStream, window: Duration) -> bool {
+pub(crate) fn await_readable(stream: &TcpStream, window: Duration) -> bool {
     if window.is_zero() {
         return false;
     }
