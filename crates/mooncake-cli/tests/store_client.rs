@@ -767,6 +767,7 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
         limits: ServiceLimits {
             max_connections: 3,
             frame_timeout: Duration::from_secs(1),
+            ..ServiceLimits::default()
         },
     })
     .unwrap();

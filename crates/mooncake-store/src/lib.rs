@@ -10,6 +10,7 @@
 //! - [`client`]: the store client (put/get over the transfer engine), dummy
 //!   clients and the standalone store service.
 
+mod allocator;
 pub mod client;
 pub mod ha;
 pub mod master;

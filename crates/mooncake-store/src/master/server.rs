@@ -141,12 +141,7 @@ impl MasterServer {
         let rpc = rpc
             .into_std()
             .and_then(|l| Server::start(l, Arc::new(Rpc(shared.clone())), rpc_options(config)))
-            .map_err(|e| {
-                Error::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    format!("cannot serve RPC: {e}"),
-                )
-            })?;
+            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("cannot serve RPC: {e}")))?;
 
         let (stop_tx, stop_rx) = watch::channel(false);
         let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -250,4 +245,3 @@ async fn timer_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
     }
 }
-

@@ -138,10 +138,6 @@ impl<C: Connector> Pool<C> {
         &self.connector
     }
 
-    pub(crate) fn options(&self) -> &ClientOptions {
-        &self.opts
-    }
-
     /// A new connection, handshake done.
     pub(crate) fn open(&self) -> Result<Connection> {
         let stream = self.connector.connect(self.opts.connect_timeout)?;
@@ -163,6 +159,7 @@ impl<C: Connector> Pool<C> {
     }
 
     /// Connections waiting for a call.
+    #[cfg(test)]
     pub(crate) fn idle_count(&self) -> usize {
         self.idle.lock().len()
     }

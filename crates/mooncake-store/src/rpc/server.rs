@@ -150,11 +150,6 @@ impl Server {
         self.addr
     }
 
-    /// Connections being served now.
-    pub(crate) fn connections(&self) -> usize {
-        self.registry.conns.lock().open.len()
-    }
-
     /// Stops accepting, closes every connection (a call being answered
     /// finishes first) and waits for their threads.
     pub(crate) fn stop(mut self) {
@@ -344,7 +339,14 @@ fn serve_connection<H: Handler>(
     let mut out = Vec::with_capacity(256);
     let mut window = AdaptiveWindow::default();
     loop {
-        let next = next_request(&mut reader, &mut payload, idle, limit, &mut window, opts.poll);
+        let next = next_request(
+            &mut reader,
+            &mut payload,
+            idle,
+            limit,
+            &mut window,
+            opts.poll,
+        );
         match next {
             Ok(true) => {}
             Ok(false) => return Ok(()),
