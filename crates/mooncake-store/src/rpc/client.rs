@@ -164,6 +164,15 @@ impl<C: Connector> Pool<C> {
         self.idle.lock().len()
     }
 
+    /// Whether the oldest idle connection has something to read (an end of
+    /// stream: the server closed it) within `wait`.
+    #[cfg(test)]
+    pub(crate) fn oldest_idle_readable_within(&self, wait: Duration) -> bool {
+        let idle = self.idle.lock();
+        idle.first()
+            .is_some_and(|c| poll::await_readable(c.stream.get_ref(), wait))
+    }
+
     /// Drops the idle connections; later calls fail.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -17,3 +17,6 @@ pub(crate) mod server;
 
 pub(crate) use client::{connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
 pub(crate) use server::{Handler, Server, ServerOptions, WhenFull};
+
+#[cfg(test)]
+mod tests;
