@@ -148,7 +148,7 @@ impl<const ALIGN: u64> OffsetAllocator<ALIGN> {
 
     /// Checks the internal invariants (tests).
     #[cfg(test)]
-    pub fn check(&self) {
+    pub(crate) fn check(&self) {
         let mut free = 0;
         let mut prev_end = None;
         for (&off, &len) in &self.by_offset {

@@ -94,7 +94,7 @@ wire_enum! {
 }
 
 /// Turns an unexpected answer into an error.
-pub fn unexpected(resp: &DummyResponse) -> Error {
+pub(crate) fn unexpected(resp: &DummyResponse) -> Error {
     Error::new(
         mooncake_common::ErrorCode::RPC_FAIL,
         format!("unexpected answer {}", resp.name()),

@@ -18,14 +18,14 @@ use crate::allocator::OffsetAllocator;
 
 /// Every allocation starts on a cache line, so concurrent buffers never
 /// share one.
-pub const ALIGN: u64 = 64;
+pub(crate) const ALIGN: u64 = 64;
 
 /// The pool's allocator.
 type RangeAllocator = OffsetAllocator<ALIGN>;
 
 /// A memory region this process can read and write for its whole lifetime
 /// (an anonymous mapping or a shared-memory mapping), seen as `(addr, len)`.
-pub trait Region: Send + Sync + 'static {
+pub(crate) trait Region: Send + Sync + 'static {
     fn addr(&self) -> usize;
     fn size(&self) -> usize;
 }
@@ -48,14 +48,14 @@ struct PoolInner {
 
 /// A registered region handed out in [`StagingBuf`]s. Cheap to clone.
 #[derive(Clone)]
-pub struct StagingPool {
+pub(crate) struct StagingPool {
     inner: Arc<PoolInner>,
 }
 
 impl StagingPool {
     /// `wait_limit` bounds how long an allocation waits for other buffers to
     /// be returned when the pool is momentarily full.
-    pub fn new(region: Box<dyn Region>, wait_limit: Duration) -> Self {
+    pub(crate) fn new(region: Box<dyn Region>, wait_limit: Duration) -> Self {
         let alloc = Mutex::new(RangeAllocator::new(region.size() as u64));
         StagingPool {
             inner: Arc::new(PoolInner {
@@ -67,20 +67,21 @@ impl StagingPool {
         }
     }
 
-    pub fn base(&self) -> usize {
+    pub(crate) fn base(&self) -> usize {
         self.inner.region.addr()
     }
 
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.inner.alloc.lock().capacity()
     }
 
-    pub fn used(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> u64 {
         self.inner.alloc.lock().used()
     }
 
     /// Whether `[addr, addr+len)` lies inside the pool's region.
-    pub fn contains(&self, addr: usize, len: usize) -> bool {
+    pub(crate) fn contains(&self, addr: usize, len: usize) -> bool {
         let base = self.base();
         addr >= base
             && addr
@@ -90,7 +91,7 @@ impl StagingPool {
 
     /// A buffer of `len` bytes. Waits up to the pool's wait limit for space;
     /// a request larger than the whole pool fails at once.
-    pub fn allocate(&self, len: u64) -> Result<StagingBuf> {
+    pub(crate) fn allocate(&self, len: u64) -> Result<StagingBuf> {
         let mut alloc = self.inner.alloc.lock();
         let reserved = RangeAllocator::reserved_len(len).unwrap_or(u64::MAX);
         if reserved > alloc.capacity() {
@@ -133,38 +134,29 @@ impl StagingPool {
 }
 
 /// An allocation in a [`StagingPool`], returned on drop.
-pub struct StagingBuf {
+pub(crate) struct StagingBuf {
     pool: StagingPool,
     offset: u64,
     len: usize,
 }
 
 impl StagingBuf {
-    pub fn addr(&self) -> usize {
+    pub(crate) fn addr(&self) -> usize {
         self.pool.base() + self.offset as usize
     }
 
-    /// Offset inside the pool's region.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: [addr, addr+len) lies in the pool's region, which lives as
         // long as `self.pool`; the allocator gives this range to no one else
         // until `self` drops.
         unsafe { std::slice::from_raw_parts(self.addr() as *const u8, self.len) }
     }
 
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and `&mut self` makes the access unique.
         unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut u8, self.len) }
     }
@@ -188,11 +180,11 @@ impl std::fmt::Debug for StagingBuf {
 /// Buffers handed out by address (`alloc_from_mem_pool`) and kept until
 /// freed by address.
 #[derive(Default)]
-pub struct PoolAllocations(Mutex<HashMap<usize, StagingBuf>>);
+pub(crate) struct PoolAllocations(Mutex<HashMap<usize, StagingBuf>>);
 
 impl PoolAllocations {
     /// A buffer of `size` bytes from `pool`; returns its address.
-    pub fn allocate(&self, pool: &StagingPool, size: usize) -> Result<usize> {
+    pub(crate) fn allocate(&self, pool: &StagingPool, size: usize) -> Result<usize> {
         let buf = pool.allocate(size as u64)?;
         let addr = buf.addr();
         self.0.lock().insert(addr, buf);
@@ -200,7 +192,7 @@ impl PoolAllocations {
     }
 
     /// Returns the buffer at `addr` to its pool.
-    pub fn free(&self, addr: usize) -> Result<()> {
+    pub(crate) fn free(&self, addr: usize) -> Result<()> {
         self.0.lock().remove(&addr).map(drop).ok_or_else(|| {
             Error::new(
                 ErrorCode::INVALID_PARAMS,
@@ -210,7 +202,7 @@ impl PoolAllocations {
     }
 
     /// The length of the buffer that starts at `addr`, if one does.
-    pub fn len_at(&self, addr: usize) -> Option<usize> {
+    pub(crate) fn len_at(&self, addr: usize) -> Option<usize> {
         self.0.lock().get(&addr).map(StagingBuf::len)
     }
 }

@@ -33,7 +33,7 @@ use crate::proto::{Request, Response};
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
 /// How often the timers run.
-pub const TICK_INTERVAL: Duration = Duration::from_millis(100);
+pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
 /// Most client connections served at once; more wait in the accept queue.
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.

@@ -2,7 +2,7 @@ use std::net::TcpListener;
 use std::sync::mpsc;
 
 use super::*;
-use crate::proto::frame::{read_frame, write_frames};
+use crate::proto::frame::{encode_frame, read_frame, write_frames};
 
 /// A store service that answers `Hello` (when `hello`) and then never
 /// answers anything, on any connection.
