@@ -14,7 +14,7 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::dummy_proto::{
-    unexpected, DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
+    unexpected, Batch, DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
 use super::real::{Payload, RangeRead};
 use super::registry::BufferRegistry;
@@ -224,25 +224,14 @@ impl DummyClient {
         Ok((item, Some((r.buffer + r.dst_off as usize, buf))))
     }
 
-    /// Sends a batch's prepared items in one call (none: no call) and
-    /// spreads the answer over its results. Returns every input's result
-    /// and, per sent item, its input's index and what it kept.
-    fn send<I, K, T>(
+    /// Sends a batch's prepared items in one call (see [`Batch::finish`]).
+    fn send<I, K, T: Default>(
         &self,
         batch: Batch<I, K, T>,
         request: impl FnOnce(Vec<I>) -> DummyRequest,
         pick: impl FnOnce(DummyResponse) -> Result<Vec<Result<T>>>,
     ) -> (Vec<Result<T>>, Vec<(usize, K)>) {
-        let Batch {
-            items,
-            owners,
-            kept,
-            mut results,
-        } = batch;
-        if !items.is_empty() {
-            spread(self.call(&request(items)), &owners, &mut results, pick);
-        }
-        (results, owners.into_iter().zip(kept).collect())
+        batch.finish(|items| self.call(&request(items)).and_then(pick))
     }
 
     /// A caller buffer as a span: in place when it is in the shared region,
@@ -507,71 +496,6 @@ fn filled_lens(size: u64, parts: &[(usize, usize)]) -> Vec<usize> {
             n as usize
         })
         .collect()
-}
-
-/// A batch call's inputs: the items that could be prepared (each with what
-/// it keeps until the answer) and every input's result slot (an error for
-/// those that could not).
-struct Batch<I, K, T> {
-    items: Vec<I>,
-    /// The input of each item.
-    owners: Vec<usize>,
-    kept: Vec<K>,
-    results: Vec<Result<T>>,
-}
-
-impl<I, K, T: Default> Batch<I, K, T> {
-    fn prepare(inputs: impl IntoIterator<Item = Result<(I, K)>>) -> Self {
-        let mut b = Batch {
-            items: Vec::new(),
-            owners: Vec::new(),
-            kept: Vec::new(),
-            results: Vec::new(),
-        };
-        for (i, input) in inputs.into_iter().enumerate() {
-            match input {
-                Ok((item, keep)) => {
-                    b.items.push(item);
-                    b.owners.push(i);
-                    b.kept.push(keep);
-                    b.results.push(Ok(T::default()));
-                }
-                Err(e) => b.results.push(Err(e)),
-            }
-        }
-        b
-    }
-}
-
-/// Spreads a batch answer over `results[owners[i]]`; a failed call or a
-/// short answer fails every owner.
-fn spread<T>(
-    answer: Result<DummyResponse>,
-    owners: &[usize],
-    results: &mut [Result<T>],
-    pick: impl FnOnce(DummyResponse) -> Result<Vec<Result<T>>>,
-) {
-    match answer.and_then(pick) {
-        Ok(v) if v.len() == owners.len() => {
-            for (r, &i) in v.into_iter().zip(owners) {
-                results[i] = r;
-            }
-        }
-        Ok(v) => {
-            let e = Error::new(
-                ErrorCode::RPC_FAIL,
-                format!("answer for {} of {} items", v.len(), owners.len()),
-            );
-            for &i in owners {
-                results[i] = Err(e.clone());
-            }
-        }
-        Err(e) => {
-            for &i in owners {
-                results[i] = Err(e.clone());
-            }
-        }
-    }
 }
 
 mod session;

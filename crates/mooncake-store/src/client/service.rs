@@ -28,7 +28,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use super::config::ClientConfig;
-use super::dummy_proto::{DummyRequest, DummyResponse, RangeItem, Span};
+use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
 use super::real::{Payload, RangeRead, RealClient};
 use super::shm::ShmRegion;
 use super::staging::Region;
@@ -114,6 +114,11 @@ impl Session {
             ));
         }
         Ok((self.base() + span.off as usize, span.len as usize))
+    }
+
+    /// The addresses of `spans`, if all lie in the region.
+    fn addrs(&self, spans: &[Span]) -> Result<Vec<(usize, usize)>> {
+        spans.iter().map(|&span| self.addr(span)).collect()
     }
 }
 
@@ -308,31 +313,15 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<()>> = Vec::with_capacity(items.len());
-            let (mut keys, mut payloads, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-            for (i, item) in items.into_iter().enumerate() {
-                match item
-                    .parts
-                    .iter()
-                    .map(|&p| s.addr(p))
-                    .collect::<Result<Vec<_>>>()
-                {
-                    Ok(parts) => {
-                        keys.push(item.key);
-                        payloads.push(Payload::Mem(parts));
-                        owners.push(i);
-                        results.push(Ok(()));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client
-                .write(&keys, payloads, &config, upsert)
-                .into_iter()
-                .zip(owners)
-            {
-                results[i] = r;
-            }
+            let batch = Batch::prepare(
+                items
+                    .into_iter()
+                    .map(|item| Ok(((item.key, Payload::Mem(s.addrs(&item.parts)?)), ()))),
+            );
+            let (results, _) = batch.finish(|items| {
+                let (keys, payloads): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+                Ok(client.write(&keys, payloads, &config, upsert))
+            });
             DummyResponse::Units {
                 result: Ok(results),
             }
@@ -341,27 +330,15 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<u64>> = Vec::with_capacity(items.len());
-            let (mut keys, mut dests, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-            for (i, item) in items.into_iter().enumerate() {
-                match item
-                    .dests
-                    .iter()
-                    .map(|&p| s.addr(p))
-                    .collect::<Result<Vec<_>>>()
-                {
-                    Ok(d) => {
-                        keys.push(item.key);
-                        dests.push(d);
-                        owners.push(i);
-                        results.push(Ok(0));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client.read_into(&keys, &dests).into_iter().zip(owners) {
-                results[i] = r;
-            }
+            let batch = Batch::prepare(
+                items
+                    .into_iter()
+                    .map(|item| Ok(((item.key, s.addrs(&item.dests)?), ()))),
+            );
+            let (results, _) = batch.finish(|items| {
+                let (keys, dests): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+                Ok(client.read_into(&keys, &dests))
+            });
             DummyResponse::Counts {
                 result: Ok(results),
             }
@@ -370,38 +347,26 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<u64>> = Vec::with_capacity(items.len());
-            let (mut reqs, mut owners) = (Vec::new(), Vec::new());
-            for (
-                i,
-                RangeItem {
+            let batch = Batch::prepare(items.into_iter().map(|item| {
+                let RangeItem {
                     buffer,
                     key,
                     dst_off,
                     src_off,
                     len,
-                },
-            ) in items.into_iter().enumerate()
-            {
-                match s.addr(buffer) {
-                    Ok((addr, blen)) => {
-                        reqs.push(RangeRead {
-                            buffer: addr,
-                            buffer_len: Some(blen),
-                            key,
-                            dst_off,
-                            src_off,
-                            len: len as usize,
-                        });
-                        owners.push(i);
-                        results.push(Ok(0));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client.read_ranges(&reqs).into_iter().zip(owners) {
-                results[i] = r;
-            }
+                } = item;
+                let (addr, buffer_len) = s.addr(buffer)?;
+                let read = RangeRead {
+                    buffer: addr,
+                    buffer_len: Some(buffer_len),
+                    key,
+                    dst_off,
+                    src_off,
+                    len: len as usize,
+                };
+                Ok((read, ()))
+            }));
+            let (results, _) = batch.finish(|reqs| Ok(client.read_ranges(&reqs)));
             DummyResponse::Counts {
                 result: Ok(results),
             }
