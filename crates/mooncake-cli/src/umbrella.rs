@@ -6,8 +6,8 @@
 use clap::{Parser, Subcommand};
 use mooncake_common::size::{format_size, parse_size};
 use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
-use mooncake_store::master::MasterHandle;
 use mooncake_store::master::MasterConfig;
+use mooncake_store::master::MasterHandle;
 
 use crate::client::parse;
 

@@ -68,7 +68,7 @@ pub(crate) enum WhenFull {
 /// The limits and socket policy of one server.
 #[derive(Clone, Debug)]
 pub(crate) struct ServerOptions {
-    /// Names the threads and the log lines.
+    /// Names the connection threads and the log lines.
     pub name: &'static str,
     /// Connections served at once (one thread each).
     pub max_connections: usize,
@@ -252,7 +252,7 @@ fn spawn_connection<H: Handler>(
         id
     };
     let (registry, handler, thread_opts) = (reg.clone(), handler.clone(), opts.clone());
-    let mut builder = std::thread::Builder::new().name(format!("{}-conn", opts.name));
+    let mut builder = std::thread::Builder::new().name(opts.name.to_owned());
     if let Some(size) = opts.stack_size {
         builder = builder.stack_size(size);
     }
