@@ -17,11 +17,14 @@ cd "$(dirname "$0")/.."
 venv=${MOONCAKE_TEST_VENV:-.venv-test}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 venv=$(cd "$venv" && pwd)
-"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv
 if [ "${MOONCAKE_TEST_TORCH:-1}" != 0 ]; then
-    # No --upgrade: a venv that has them already skips the download.
+    # uv hard-links packages from its cache, so every venv on the machine
+    # shares one 5 GB copy of torch; no --upgrade: a venv that has them already
+    # skips the download.
     start=$SECONDS
-    "$venv/bin/python" -m pip install -q torch safetensors
+    "$venv/bin/uv" pip install -q --python "$venv/bin/python" --link-mode=hardlink \
+        torch safetensors
     echo "torch and safetensors ready in $((SECONDS - start)) s" >&2
     export MOONCAKE_TEST_REQUIRE_TORCH=1
 fi
