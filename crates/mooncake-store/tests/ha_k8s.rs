@@ -23,11 +23,12 @@ use mooncake_store::ha::LeaderElection;
 use serde_json::json;
 use tokio::time::{sleep, timeout, Instant};
 
-/// Short timings so that expiry tests are quick.
+/// Short timings so that expiry tests are quick, with a renew deadline of
+/// four renewals so that a holder starved on a busy machine keeps its lease.
 const TIMINGS: Timings = Timings {
-    lease: Duration::from_secs(1),
-    renew_deadline: Duration::from_millis(600),
-    retry: Duration::from_millis(200),
+    lease: Duration::from_secs(2),
+    renew_deadline: Duration::from_millis(1200),
+    retry: Duration::from_millis(300),
 };
 /// Hang guard for anything that must happen eventually.
 const GUARD: Duration = Duration::from_secs(30);
@@ -101,7 +102,7 @@ async fn single_election() {
     assert_eq!(h.transitions, 0);
     let s = spec(&api);
     assert_eq!(s["holderIdentity"], "node-1:8080");
-    assert_eq!(s["leaseDurationSeconds"], 1);
+    assert_eq!(s["leaseDurationSeconds"], 2);
     // Concurrent lookups during the election all see the holder.
     let lookups: Vec<_> = (0..5)
         .map(|_| {
@@ -309,14 +310,15 @@ async fn a_lease_renewed_by_someone_else_is_left_alone_until_it_expires() {
         "{}/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
         api.url
     );
-    // Another program's lease, renewed with a renewTime in 2001: expiry is
-    // judged by when a change was seen here, not by that clock.
+    // Another program's 3 s lease, renewed every retry period (15 rounds
+    // outlast it) with a renewTime in 2001: expiry is judged by when a
+    // change was seen here, not by that clock.
     let mut obj: serde_json::Value = http
         .post(&url)
         .bearer_auth(TOKEN)
         .json(&json!({
             "metadata": {"name": "store-leader"},
-            "spec": {"holderIdentity": "other:1", "leaseDurationSeconds": 1,
+            "spec": {"holderIdentity": "other:1", "leaseDurationSeconds": 3,
                      "leaseTransitions": 7, "renewTime": "2001-01-01T00:00:00.000000Z"},
         }))
         .send()
@@ -355,8 +357,8 @@ async fn a_lease_renewed_by_someone_else_is_left_alone_until_it_expires() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_outage_makes_the_leader_give_up_before_its_lease_runs_out() {
     let api = api().await;
-    // Longer than TIMINGS so that scheduling delays on a busy machine stay
-    // well inside the margin between renew deadline and lease.
+    // A full second between renew deadline and lease, so that scheduling
+    // delays on a busy machine stay inside the margin.
     let timings = Timings {
         lease: Duration::from_secs(2),
         renew_deadline: Duration::from_millis(1000),
