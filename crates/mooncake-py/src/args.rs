@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 /// too-large value is a `TypeError`, as pybind11's unsigned conversion
 /// reports it (pyo3 alone would raise `OverflowError`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Unsigned(pub u64);
+pub(crate) struct Unsigned(pub(crate) u64);
 
 impl Unsigned {
-    pub fn usize(self) -> usize {
+    pub(crate) fn usize(self) -> usize {
         // Addresses and sizes are 64-bit on every platform we build for.
         self.0 as usize
     }
@@ -28,15 +28,23 @@ impl<'py> FromPyObject<'py> for Unsigned {
     }
 }
 
-pub fn usizes(v: &[Unsigned]) -> Vec<usize> {
+pub(crate) fn usizes(v: &[Unsigned]) -> Vec<usize> {
     v.iter().map(|u| u.usize()).collect()
+}
+
+pub(crate) fn usize_lists(v: &[Vec<Unsigned>]) -> Vec<Vec<usize>> {
+    v.iter().map(|l| usizes(l)).collect()
+}
+
+pub(crate) fn u64s(v: &[Unsigned]) -> Vec<u64> {
+    v.iter().map(|u| u.0).collect()
 }
 
 /// A boolean argument converted as pybind11 does: `True`/`False`, `None`
 /// (false), or any object with a numeric truth value (`1`, `0`,
 /// `numpy.bool_`). Strings and other non-numbers are a `TypeError`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Flag(pub bool);
+pub(crate) struct Flag(pub(crate) bool);
 
 impl<'py> FromPyObject<'py> for Flag {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -68,7 +76,7 @@ impl<'py> FromPyObject<'py> for Flag {
 /// An object key: `str`, or `bytes` decoded as UTF-8 (pybind11 converts
 /// bytes to `std::string` too). Anything else is a `TypeError`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Key(pub String);
+pub(crate) struct Key(pub(crate) String);
 
 impl<'py> FromPyObject<'py> for Key {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -92,6 +100,6 @@ impl<'py> FromPyObject<'py> for Key {
     }
 }
 
-pub fn keys(v: Vec<Key>) -> Vec<String> {
+pub(crate) fn keys(v: Vec<Key>) -> Vec<String> {
     v.into_iter().map(|k| k.0).collect()
 }
