@@ -63,13 +63,7 @@ impl<'py> FromPyObject<'py> for Flag {
         if has_nb_bool {
             return ob.is_truthy().map(Flag);
         }
-        Err(PyTypeError::new_err(format!(
-            "incompatible function arguments: expected a bool, got {}",
-            ob.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        )))
+        Err(incompatible("a bool", ob))
     }
 }
 
@@ -90,16 +84,26 @@ impl<'py> FromPyObject<'py> for Key {
                     PyTypeError::new_err("incompatible function arguments: key bytes are not UTF-8")
                 });
         }
-        Err(PyTypeError::new_err(format!(
-            "incompatible function arguments: expected a str key, got {}",
-            ob.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        )))
+        Err(incompatible("a str key", ob))
     }
 }
 
 pub(crate) fn keys(v: Vec<Key>) -> Vec<String> {
     v.into_iter().map(|k| k.0).collect()
+}
+
+/// pybind11's `TypeError` for an argument that is not `expected`.
+pub(crate) fn incompatible(expected: &str, ob: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "incompatible function arguments: expected {expected}, got {}",
+        type_name(ob)
+    ))
+}
+
+/// The name of `ob`'s type, for error messages.
+pub(crate) fn type_name(ob: &Bound<'_, PyAny>) -> String {
+    ob.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }

@@ -70,10 +70,7 @@ impl Bytes {
         Exported::get(ob).map(Bytes::Buf).map_err(|_| {
             PyTypeError::new_err(format!(
                 "expected bytes, bytearray, str or another contiguous buffer, got {}",
-                ob.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                crate::args::type_name(ob)
             ))
         })
     }

@@ -21,6 +21,7 @@ mod enums;
 mod handle;
 mod hostmem;
 mod mem;
+mod running;
 mod store;
 
 /// Runs the command-line program `name` (e.g. `mooncake_master`) with `argv`

@@ -30,7 +30,7 @@ impl PyEngine {
     /// Whether `len` bytes at `addr` may be touched with `access`: memory the
     /// engine knows, or mapped memory of this process.
     fn usable(&self, addr: usize, len: usize, access: Access) -> bool {
-        match self.ready() {
+        match self.ready.get() {
             Some(r) => r.usable(addr, len, access),
             None => mem::accessible(addr, len, access),
         }
@@ -43,7 +43,7 @@ impl PyEngine {
     fn allocate_managed_buffer(&self, py: Python<'_>, length: Unsigned) -> usize {
         // A zero-byte request still gets a distinct buffer, as in the reference.
         let len = length.usize().max(1);
-        self.with_ready(py, 0, |r| {
+        self.ready.with(py, 0, |r| {
             // Shared memory is sparse: a buffer larger than the machine's
             // memory would be granted and then fault (SIGBUS) when touched.
             if len as u64 > physical_memory() {
@@ -67,7 +67,7 @@ impl PyEngine {
     fn free_managed_buffer(&self, py: Python<'_>, buffer_addr: Unsigned, length: Unsigned) -> i32 {
         let _ = length;
         let addr = buffer_addr.usize();
-        self.with_ready(py, 0, |r| {
+        self.ready.with(py, 0, |r| {
             let Some(len) = r.regions.lock().remove(addr) else {
                 return 0;
             };
@@ -139,12 +139,13 @@ impl PyEngine {
         location: &str,
     ) -> i32 {
         let (addr, len) = (buffer_addr.usize(), capacity.usize());
-        self.with_ready(py, -1, |r| engine_status(r.register(addr, len, location)))
+        self.ready
+            .with(py, -1, |r| engine_status(r.register(addr, len, location)))
     }
 
     fn unregister_memory(&self, py: Python<'_>, buffer_addr: Unsigned) -> i32 {
         let addr = buffer_addr.usize();
-        self.with_ready(py, -1, |r| {
+        self.ready.with(py, -1, |r| {
             let res = r.engine.unregister_local_memory(addr);
             if res.is_ok() {
                 r.regions.lock().remove(addr);
@@ -162,7 +163,7 @@ impl PyEngine {
         location: &str,
     ) -> i32 {
         let (addrs, lens) = (usizes(&buffer_addresses), usizes(&capacities));
-        self.with_ready(py, -1, |r| {
+        self.ready.with(py, -1, |r| {
             if addrs.len() != lens.len() {
                 return -1;
             }
@@ -186,7 +187,7 @@ impl PyEngine {
 
     fn batch_unregister_memory(&self, py: Python<'_>, buffer_addresses: Vec<Unsigned>) -> i32 {
         let addrs = usizes(&buffer_addresses);
-        self.with_ready(py, -1, |r| {
+        self.ready.with(py, -1, |r| {
             let res = r.engine.unregister_local_memory_batch(&addrs);
             if res.is_ok() {
                 let mut regions = r.regions.lock();
@@ -201,7 +202,7 @@ impl PyEngine {
     /// Address of the first registered buffer of `segment_name`; 0 when the
     /// segment is unknown or has none.
     fn get_first_buffer_address(&self, py: Python<'_>, segment_name: &str) -> u64 {
-        self.with_ready(py, 0, |r| {
+        self.ready.with(py, 0, |r| {
             r.engine.first_buffer_address(segment_name).unwrap_or(0)
         })
     }

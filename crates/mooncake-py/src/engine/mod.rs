@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use mooncake_transfer::{EngineConfig, TransferEngine};
-use parking_lot::RwLock;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+use crate::running::Running;
 use ready::Ready;
 use request::{PyNotify, PyOpcode};
 
@@ -40,58 +40,21 @@ pub(crate) struct InnerEngine {
 /// `mooncake.engine.TransferEngine`.
 #[pyclass(frozen, module = "mooncake.engine", name = "TransferEngine")]
 pub(crate) struct PyEngine {
-    state: RwLock<Option<Arc<Ready>>>,
-}
-
-impl Drop for PyEngine {
-    /// Stopping an engine removes its metadata keys (network calls): done
-    /// without holding the GIL.
-    fn drop(&mut self) {
-        if let Some(ready) = self.state.get_mut().take() {
-            Python::with_gil(|py| py.allow_threads(move || drop(ready)));
-        }
-    }
+    ready: Running<Ready>,
 }
 
 impl PyEngine {
-    fn ready(&self) -> Option<Arc<Ready>> {
-        self.state.read().clone()
-    }
-
-    /// `f` on the running engine with the GIL released; `idle` before
-    /// `initialize`.
-    fn with_ready<T: Send>(
-        &self,
-        py: Python<'_>,
-        idle: T,
-        f: impl FnOnce(&Ready) -> T + Send,
-    ) -> T {
-        match self.ready() {
-            Some(r) => py.allow_threads(|| f(&r)),
-            None => idle,
-        }
-    }
-
-    fn start(
-        &self,
-        py: Python<'_>,
-        local_hostname: &str,
-        metadata_server: &str,
-        protocol: &str,
-        device_name: &str,
-    ) -> i32 {
-        let metadata_server = metadata_or_env(metadata_server);
-        let mut config = EngineConfig::new(&metadata_server, local_hostname);
-        config.protocol = protocol.to_owned();
-        config.device_name = device_name.to_owned();
+    /// Starts an engine of `config`, replacing the running one; 0, or -1 on
+    /// failure.
+    fn start(&self, py: Python<'_>, config: EngineConfig) -> i32 {
         // The previous engine goes first: the new one may reuse its name and port.
-        let old = self.state.write().take();
+        let old = self.ready.take();
         match py.allow_threads(move || {
             drop(old);
             TransferEngine::new(config)
         }) {
             Ok(engine) => {
-                *self.state.write() = Some(Arc::new(Ready::new(engine)));
+                self.ready.set(Ready::new(engine));
                 0
             }
             Err(e) => {
@@ -102,13 +65,27 @@ impl PyEngine {
     }
 }
 
+/// What `initialize` starts: `metadata_server` (or `MC_METADATA_SERVER`)
+/// with this engine's name, transport and devices.
+fn engine_config(
+    local_hostname: &str,
+    metadata_server: &str,
+    protocol: &str,
+    device_name: &str,
+) -> EngineConfig {
+    let mut config = EngineConfig::new(&metadata_or_env(metadata_server), local_hostname);
+    config.protocol = protocol.to_owned();
+    config.device_name = device_name.to_owned();
+    config
+}
+
 #[pymethods]
 impl PyEngine {
     #[new]
     fn new() -> Self {
         crate::init_logging();
         PyEngine {
-            state: RwLock::new(None),
+            ready: Running::new(),
         }
     }
 
@@ -122,7 +99,8 @@ impl PyEngine {
         protocol: &str,
         device_name: &str,
     ) -> i32 {
-        self.start(py, local_hostname, metadata_server, protocol, device_name)
+        let config = engine_config(local_hostname, metadata_server, protocol, device_name);
+        self.start(py, config)
     }
 
     /// Like `initialize`, with the metadata backend named separately
@@ -145,16 +123,20 @@ impl PyEngine {
         } else {
             format!("{}://{metadata_server}", metadata_type.to_ascii_lowercase())
         };
-        self.start(py, local_hostname, &server, protocol, device_name)
+        self.start(
+            py,
+            engine_config(local_hostname, &server, protocol, device_name),
+        )
     }
 
     /// The engine's RPC port (the port peers reach it on); 0 before `initialize`.
     fn get_rpc_port(&self) -> u16 {
-        self.ready().map_or(0, |r| r.engine.rpc_port())
+        self.ready.get().map_or(0, |r| r.engine.rpc_port())
     }
 
     fn get_engine(&self) -> PyResult<InnerEngine> {
-        self.ready()
+        self.ready
+            .get()
             .map(|r| InnerEngine {
                 _engine: r.engine.clone(),
             })
@@ -163,21 +145,23 @@ impl PyEngine {
 
     /// An opaque non-zero id of the underlying engine (0 before `initialize`).
     fn get_engine_ptr(&self) -> usize {
-        self.ready().map_or(0, |r| Arc::as_ptr(&r) as usize)
+        self.ready.get().map_or(0, |r| Arc::as_ptr(&r) as usize)
     }
 
     /// Checks that `peer_server_name` is reachable; 0 when it is, the
     /// reference's metadata failure code (-200) when not.
     fn send_probe(&self, py: Python<'_>, peer_server_name: &str) -> i32 {
-        self.with_ready(py, -1, |r| match r.segment(peer_server_name) {
-            Ok(_) => 0,
-            Err(_) => -200,
-        })
+        self.ready
+            .with(py, -1, |r| match r.segment(peer_server_name) {
+                Ok(_) => 0,
+                Err(_) => -200,
+            })
     }
 
     /// Drains the notifications other engines sent to this one.
     fn get_notifies(&self, py: Python<'_>) -> Vec<PyNotify> {
-        self.with_ready(py, Vec::new(), |r| r.engine.get_notifies())
+        self.ready
+            .with(py, Vec::new(), |r| r.engine.get_notifies())
             .into_iter()
             .map(|n| PyNotify {
                 name: n.name,

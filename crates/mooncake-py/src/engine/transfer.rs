@@ -1,6 +1,7 @@
 //! The `transfer_*` methods. They differ only in how many ranges they take,
 //! the opcode, and whether they wait: each builds a [`Ranges`] and a
-//! [`Completion`] and calls [`PyEngine::transfer`].
+//! [`Completion`] and calls [`PyEngine::transfer`]. Those with a fixed
+//! opcode are the table of `one_range!`/`many_ranges!` lines below.
 //!
 //! `transport_hint` is accepted for the reference's signature; the engine
 //! picks its transport per segment.
@@ -22,24 +23,24 @@ enum Completion {
     Submit,
 }
 
-impl Ranges {
-    fn one(buffer: Unsigned, peer_buffer_address: Unsigned, length: Unsigned) -> Ranges {
+impl From<(Unsigned, Unsigned, Unsigned)> for Ranges {
+    fn from((buffer, peer_buffer_address, length): (Unsigned, Unsigned, Unsigned)) -> Ranges {
         Ranges {
             locals: vec![buffer.usize()],
             remotes: vec![peer_buffer_address.0],
             lens: vec![length.usize()],
         }
     }
+}
 
-    fn many(
-        buffers: &[Unsigned],
-        peer_buffer_addresses: &[Unsigned],
-        lengths: &[Unsigned],
+impl From<(Vec<Unsigned>, Vec<Unsigned>, Vec<Unsigned>)> for Ranges {
+    fn from(
+        (buffers, peer_buffer_addresses, lengths): (Vec<Unsigned>, Vec<Unsigned>, Vec<Unsigned>),
     ) -> Ranges {
         Ranges {
-            locals: usizes(buffers),
-            remotes: u64s(peer_buffer_addresses),
-            lens: usizes(lengths),
+            locals: usizes(&buffers),
+            remotes: u64s(&peer_buffer_addresses),
+            lens: usizes(&lengths),
         }
     }
 }
@@ -63,7 +64,7 @@ impl PyEngine {
             Completion::Wait(_) => -1,
             Completion::Submit => 0,
         };
-        self.with_ready(py, failed, |r| {
+        self.ready.with(py, failed, |r| {
             let requests = r.requests(target, op, &ranges);
             let res = match completion {
                 Completion::Wait(notify) => requests
@@ -81,38 +82,76 @@ impl PyEngine {
     }
 }
 
+/// A transfer method with a fixed opcode and completion, `(target_hostname,
+/// <local>, <remote>, <length>, transport_hint="")`: one range, or lists of
+/// ranges.
+macro_rules! fixed_opcode {
+    (
+        $(#[$doc:meta])*
+        $name:ident($local:ident, $remote:ident, $len:ident: $ty:ty), $op:expr, $completion:expr
+    ) => {
+        #[pymethods]
+        impl PyEngine {
+            $(#[$doc])*
+            #[pyo3(signature = (target_hostname, $local, $remote, $len, transport_hint = ""))]
+            fn $name(
+                &self,
+                py: Python<'_>,
+                target_hostname: &str,
+                $local: $ty,
+                $remote: $ty,
+                $len: $ty,
+                transport_hint: &str,
+            ) -> i64 {
+                let _ = transport_hint;
+                let ranges = Ranges::from(($local, $remote, $len));
+                self.transfer(py, target_hostname, $op, ranges, $completion)
+            }
+        }
+    };
+}
+
+fixed_opcode!(
+    transfer_sync_write(buffer, peer_buffer_address, length: Unsigned),
+    Opcode::Write,
+    Completion::Wait(None)
+);
+fixed_opcode!(
+    transfer_sync_read(buffer, peer_buffer_address, length: Unsigned),
+    Opcode::Read,
+    Completion::Wait(None)
+);
+fixed_opcode!(
+    /// Starts one write and returns its batch id (0 on failure); poll it
+    /// with `transfer_check_status`.
+    transfer_submit_write(buffer, peer_buffer_address, length: Unsigned),
+    Opcode::Write,
+    Completion::Submit
+);
+fixed_opcode!(
+    batch_transfer_sync_write(buffers, peer_buffer_addresses, lengths: Vec<Unsigned>),
+    Opcode::Write,
+    Completion::Wait(None)
+);
+fixed_opcode!(
+    batch_transfer_sync_read(buffers, peer_buffer_addresses, lengths: Vec<Unsigned>),
+    Opcode::Read,
+    Completion::Wait(None)
+);
+fixed_opcode!(
+    batch_transfer_async_write(buffers, peer_buffer_addresses, lengths: Vec<Unsigned>),
+    Opcode::Write,
+    Completion::Submit
+);
+fixed_opcode!(
+    batch_transfer_async_read(buffers, peer_buffer_addresses, lengths: Vec<Unsigned>),
+    Opcode::Read,
+    Completion::Submit
+);
+
+/// The methods that take the opcode (and a notification) from Python.
 #[pymethods]
 impl PyEngine {
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_sync_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: Unsigned,
-        peer_buffer_address: Unsigned,
-        length: Unsigned,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::one(buffer, peer_buffer_address, length);
-        self.transfer(py, target_hostname, Opcode::Write, ranges, wait(None))
-    }
-
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_sync_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: Unsigned,
-        peer_buffer_address: Unsigned,
-        length: Unsigned,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::one(buffer, peer_buffer_address, length);
-        self.transfer(py, target_hostname, Opcode::Read, ranges, wait(None))
-    }
-
     #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, opcode, notify = None, transport_hint = ""))]
     #[allow(clippy::too_many_arguments)]
     fn transfer_sync(
@@ -127,66 +166,8 @@ impl PyEngine {
         transport_hint: &str,
     ) -> i64 {
         let _ = transport_hint;
-        let ranges = Ranges::one(buffer, peer_buffer_address, length);
+        let ranges = Ranges::from((buffer, peer_buffer_address, length));
         self.transfer(py, target_hostname, opcode.into(), ranges, wait(notify))
-    }
-
-    /// Starts one write and returns its batch id (0 on failure); poll it with
-    /// `transfer_check_status`.
-    #[pyo3(signature = (target_hostname, buffer, peer_buffer_address, length, transport_hint = ""))]
-    fn transfer_submit_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffer: Unsigned,
-        peer_buffer_address: Unsigned,
-        length: Unsigned,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::one(buffer, peer_buffer_address, length);
-        self.transfer(
-            py,
-            target_hostname,
-            Opcode::Write,
-            ranges,
-            Completion::Submit,
-        )
-    }
-
-    /// 1 completed, 0 still running, -1 failed, -2 timed out.
-    fn transfer_check_status(&self, py: Python<'_>, batch_id: Unsigned) -> i32 {
-        self.with_ready(py, -1, |r| r.check(batch_id.0))
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_sync_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<Unsigned>,
-        peer_buffer_addresses: Vec<Unsigned>,
-        lengths: Vec<Unsigned>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
-        self.transfer(py, target_hostname, Opcode::Write, ranges, wait(None))
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_sync_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<Unsigned>,
-        peer_buffer_addresses: Vec<Unsigned>,
-        lengths: Vec<Unsigned>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
-        self.transfer(py, target_hostname, Opcode::Read, ranges, wait(None))
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, notify = None, transport_hint = ""))]
@@ -203,50 +184,8 @@ impl PyEngine {
         transport_hint: &str,
     ) -> i64 {
         let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
+        let ranges = Ranges::from((buffers, peer_buffer_addresses, lengths));
         self.transfer(py, target_hostname, opcode.into(), ranges, wait(notify))
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_async_write(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<Unsigned>,
-        peer_buffer_addresses: Vec<Unsigned>,
-        lengths: Vec<Unsigned>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
-        self.transfer(
-            py,
-            target_hostname,
-            Opcode::Write,
-            ranges,
-            Completion::Submit,
-        )
-    }
-
-    #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint = ""))]
-    fn batch_transfer_async_read(
-        &self,
-        py: Python<'_>,
-        target_hostname: &str,
-        buffers: Vec<Unsigned>,
-        peer_buffer_addresses: Vec<Unsigned>,
-        lengths: Vec<Unsigned>,
-        transport_hint: &str,
-    ) -> i64 {
-        let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
-        self.transfer(
-            py,
-            target_hostname,
-            Opcode::Read,
-            ranges,
-            Completion::Submit,
-        )
     }
 
     #[pyo3(signature = (target_hostname, buffers, peer_buffer_addresses, lengths, opcode, transport_hint = ""))]
@@ -262,7 +201,7 @@ impl PyEngine {
         transport_hint: &str,
     ) -> i64 {
         let _ = transport_hint;
-        let ranges = Ranges::many(&buffers, &peer_buffer_addresses, &lengths);
+        let ranges = Ranges::from((buffers, peer_buffer_addresses, lengths));
         self.transfer(
             py,
             target_hostname,
@@ -272,10 +211,15 @@ impl PyEngine {
         )
     }
 
+    /// 1 completed, 0 still running, -1 failed, -2 timed out.
+    fn transfer_check_status(&self, py: Python<'_>, batch_id: Unsigned) -> i32 {
+        self.ready.with(py, -1, |r| r.check(batch_id.0))
+    }
+
     /// Waits for every batch in `batch_ids`; 0 when all completed, -1 when any
     /// failed, timed out or is unknown. Each batch is freed.
     fn get_batch_transfer_status(&self, py: Python<'_>, batch_ids: Vec<Unsigned>) -> i32 {
-        self.with_ready(py, -1, |r| {
+        self.ready.with(py, -1, |r| {
             // Wait for all of them even after a failure, so none is left behind.
             let mut ok = true;
             for id in &batch_ids {

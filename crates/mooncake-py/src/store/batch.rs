@@ -50,7 +50,7 @@ impl PyStore {
         wrap: fn(T) -> BufferHandle,
     ) -> Vec<Option<BufferHandle>> {
         let keys = args::keys(keys);
-        let Some(live) = self.live() else {
+        let Some(live) = self.live.get() else {
             return keys.iter().map(|_| None).collect();
         };
         if keys.is_empty() {
@@ -63,36 +63,24 @@ impl PyStore {
     }
 }
 
+put_and_upsert! {
+    /// Stores `values[i]` under `keys[i]`; one int for the whole batch: 0,
+    /// or the first failure's code.
+    #[pyo3(signature = (keys, values, config = None))]
+    put_batch / upsert_batch(
+        keys: Vec<Key>,
+        values: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> => write_values
+}
+
 #[pymethods]
 impl PyStore {
-    /// One int for the whole batch: 0, or the first failure's code.
-    #[pyo3(signature = (keys, values, config = None))]
-    fn put_batch(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Key>,
-        values: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> PyResult<i32> {
-        self.write_values(py, keys, values, config, Write::Put)
-    }
-
-    #[pyo3(signature = (keys, values, config = None))]
-    fn upsert_batch(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Key>,
-        values: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> PyResult<i32> {
-        self.write_values(py, keys, values, config, Write::Upsert)
-    }
-
     /// Values in key order, `b""` for missing ones. Like the reference, an
     /// empty key list gives `[b""]`.
     fn get_batch<'py>(&self, py: Python<'py>, keys: Vec<Key>) -> Vec<Bound<'py, PyBytes>> {
         let keys = args::keys(keys);
-        let Some(live) = self.live() else {
+        let Some(live) = self.live.get() else {
             return vec![PyBytes::new(py, b""); keys.len().max(1)];
         };
         if keys.is_empty() {

@@ -56,10 +56,22 @@ impl PyStore {
         py.allow_threads(|| status(write.parts(&live.client, key, &slices, &cfg)))
     }
 
+    fn write_value(
+        &self,
+        py: Python<'_>,
+        key: Key,
+        value: &Bound<'_, PyAny>,
+        cfg: Option<PyRef<'_, ReplicateConfig>>,
+        write: Write,
+    ) -> PyResult<i32> {
+        let v = [Exported::get(value)?];
+        Ok(self.write_parts(py, &key.0, &v, cfg, write))
+    }
+
     fn write_tuple(
         &self,
         py: Python<'_>,
-        key: &str,
+        key: Key,
         parts: &Bound<'_, PyTuple>,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         write: Write,
@@ -71,7 +83,7 @@ impl PyStore {
         if parts.is_empty() {
             return Ok(0);
         }
-        Ok(self.write_parts(py, key, &parts, cfg, write))
+        Ok(self.write_parts(py, &key.0, &parts, cfg, write))
     }
 
     /// A `BufferHandle` of `key`'s bytes from `fetch`; `None` when missing
@@ -83,37 +95,26 @@ impl PyStore {
         fetch: impl FnOnce(&Client, &str) -> Result<T, Error> + Send,
         wrap: fn(T) -> BufferHandle,
     ) -> Option<BufferHandle> {
-        let live = self.live()?;
+        let live = self.live.get()?;
         py.allow_threads(|| fetch(&live.client, key)).ok().map(wrap)
     }
 }
 
+put_and_upsert! {
+    /// Stores `value` (bytes, bytearray, memoryview or another contiguous
+    /// buffer) under `key`; 0 or a negative code.
+    #[pyo3(signature = (key, value, config = None))]
+    put / upsert(
+        key: Key,
+        value: &Bound<'_, PyAny>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> PyResult<i32> => write_value
+}
+
+// Not through `put_and_upsert!`: pyo3's `*parts` handling does not survive
+// macro hygiene.
 #[pymethods]
 impl PyStore {
-    #[pyo3(signature = (key, value, config = None))]
-    fn put(
-        &self,
-        py: Python<'_>,
-        key: Key,
-        value: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> PyResult<i32> {
-        let v = [Exported::get(value)?];
-        Ok(self.write_parts(py, &key.0, &v, config, Write::Put))
-    }
-
-    #[pyo3(signature = (key, value, config = None))]
-    fn upsert(
-        &self,
-        py: Python<'_>,
-        key: Key,
-        value: &Bound<'_, PyAny>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> PyResult<i32> {
-        let v = [Exported::get(value)?];
-        Ok(self.write_parts(py, &key.0, &v, config, Write::Upsert))
-    }
-
     /// Stores the concatenation of `parts` as one object.
     #[pyo3(signature = (key, *parts, config = None))]
     fn put_parts(
@@ -123,7 +124,7 @@ impl PyStore {
         parts: &Bound<'_, PyTuple>,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> PyResult<i32> {
-        self.write_tuple(py, &key.0, parts, config, Write::Put)
+        self.write_tuple(py, key, parts, config, Write::Put)
     }
 
     #[pyo3(signature = (key, *parts, config = None))]
@@ -134,12 +135,15 @@ impl PyStore {
         parts: &Bound<'_, PyTuple>,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> PyResult<i32> {
-        self.write_tuple(py, &key.0, parts, config, Write::Upsert)
+        self.write_tuple(py, key, parts, config, Write::Upsert)
     }
+}
 
+#[pymethods]
+impl PyStore {
     /// The object's bytes; `b""` when it is missing (or on any failure).
     fn get<'py>(&self, py: Python<'py>, key: Key) -> Bound<'py, PyBytes> {
-        let Some(live) = self.live() else {
+        let Some(live) = self.live.get() else {
             return PyBytes::new(py, b"");
         };
         // The bytes object is allocated (uninitialised) once the size is

@@ -6,7 +6,7 @@ use mooncake_common::{Error, ErrorCode};
 use pyo3::prelude::*;
 
 use super::memory::{copy_out, Mem};
-use super::{pick, scatter, Live, PyStore};
+use super::{pick, scatter, Live, MultiBuffers, PyStore};
 use crate::args::{self, usizes, Flag, Key, Unsigned};
 use crate::codes::{code, count, INVALID, NOT_READY};
 use crate::mem::Access;
@@ -30,16 +30,17 @@ unsafe fn copy_into(got: Result<Vec<u8>, Error>, addr: usize, len: usize) -> i64
 }
 
 impl Live {
-    /// One object scattered over `addrs`/`sizes` in order: the object's
+    /// Object `i` of `mb` scattered over its buffers in order: the object's
     /// size, or a negative code.
-    fn get_into_parts(&self, key: &str, addrs: &[usize], sizes: &[usize], same_node: bool) -> i64 {
+    fn get_into_parts(&self, mb: &MultiBuffers, i: usize, same_node: bool) -> i64 {
+        let (key, addrs, sizes) = (&mb.keys[i], &mb.addrs[i], &mb.sizes[i]);
         match self.memory.classify_all(addrs, sizes, Access::Write) {
             Mem::Bad => INVALID as i64,
             Mem::Direct => {
                 let r = self.client.batch_get_into_multi_buffers(
-                    &[key.to_owned()],
-                    &[addrs.to_vec()],
-                    &[sizes.to_vec()],
+                    &mb.keys[i..=i],
+                    &mb.addrs[i..=i],
+                    &mb.sizes[i..=i],
                     same_node,
                 );
                 match r {
@@ -72,7 +73,7 @@ impl PyStore {
     /// code (-600 when the buffer is too small, -704 when missing).
     fn get_into(&self, py: Python<'_>, key: Key, buffer_ptr: Unsigned, size: Unsigned) -> i64 {
         let addr = buffer_ptr.usize();
-        self.with_live(py, NOT_READY as i64, |live| {
+        self.live.with(py, NOT_READY as i64, |live| {
             let len = live.memory.clamp(addr, size.usize());
             match live.memory.classify(addr, len, Access::Write) {
                 Mem::Direct => count(live.client.get_into(&key.0, addr, len)),
@@ -93,7 +94,7 @@ impl PyStore {
         let keys = args::keys(keys);
         let n = keys.len();
         let (addrs, sizes) = (usizes(&buffer_ptrs), usizes(&sizes));
-        self.with_live(py, vec![NOT_READY as i64; n], |live| {
+        self.live.with(py, vec![NOT_READY as i64; n], |live| {
             if addrs.len() != n || sizes.len() != n {
                 return vec![INVALID as i64; n];
             }
@@ -146,22 +147,18 @@ impl PyStore {
         all_sizes: Vec<Vec<Unsigned>>,
         prefer_alloc_in_same_node: Flag,
     ) -> Vec<i64> {
-        let keys = args::keys(keys);
-        let n = keys.len();
-        let (addrs, sizes) = (
-            args::usize_lists(&all_buffer_ptrs),
-            args::usize_lists(&all_sizes),
-        );
-        self.with_live(py, vec![NOT_READY as i64; n], |live| {
-            if addrs.len() != n || sizes.len() != n {
+        let mb = MultiBuffers::new(keys, &all_buffer_ptrs, &all_sizes);
+        let n = mb.keys.len();
+        self.live.with(py, vec![NOT_READY as i64; n], |live| {
+            if !mb.shape_ok() {
                 return vec![INVALID as i64; n];
             }
             (0..n)
                 .map(|i| {
-                    if addrs[i].len() != sizes[i].len() {
+                    if !mb.parts_ok(i) {
                         return INVALID as i64;
                     }
-                    live.get_into_parts(&keys[i], &addrs[i], &sizes[i], prefer_alloc_in_same_node.0)
+                    live.get_into_parts(&mb, i, prefer_alloc_in_same_node.0)
                 })
                 .collect()
         })
@@ -187,7 +184,7 @@ impl PyStore {
         let ptrs = usizes(&buffer_ptrs);
         let keys: Vec<Vec<String>> = all_keys.into_iter().map(args::keys).collect();
         let (dst, src, sizes) = (u3(all_dst_offsets), u3(all_src_offsets), u3(all_sizes));
-        let Some(live) = self.live() else {
+        let Some(live) = self.live.get() else {
             return keys
                 .iter()
                 .map(|k| k.iter().map(|_| vec![NOT_READY as i64]).collect())

@@ -22,25 +22,14 @@ use std::sync::Arc;
 use mooncake_common::Error;
 use mooncake_store::types;
 use mooncake_store::Client;
-use parking_lot::RwLock;
 use pyo3::prelude::*;
 
+use crate::args::{self, Key, Unsigned};
 use crate::codes::{INVALID, NOT_READY};
 use crate::config::ReplicateConfig;
 use crate::handle::BufferHandle;
+use crate::running::Running;
 use memory::KnownMemory;
-
-mod batch;
-mod bytes;
-mod descriptors;
-mod get_into;
-mod memory;
-mod objects;
-mod put_from;
-mod replica;
-mod setup;
-mod tasks;
-mod tensor;
 
 /// A set-up client and the memory this binding vouches for.
 struct Live {
@@ -56,33 +45,10 @@ struct Live {
     name = "MooncakeDistributedStore"
 )]
 pub(crate) struct PyStore {
-    state: RwLock<Option<Arc<Live>>>,
-}
-
-impl Drop for PyStore {
-    /// A store collected while set up leaves the cluster without holding the
-    /// GIL (its engine may wait on a metadata server served by Python).
-    fn drop(&mut self) {
-        if let Some(live) = self.state.get_mut().take() {
-            Python::with_gil(|py| py.allow_threads(move || drop(live)));
-        }
-    }
+    live: Running<Live>,
 }
 
 impl PyStore {
-    fn live(&self) -> Option<Arc<Live>> {
-        self.state.read().clone()
-    }
-
-    /// `f` on the set-up store with the GIL released; `idle` when the store
-    /// is not set up.
-    fn with_live<T: Send>(&self, py: Python<'_>, idle: T, f: impl FnOnce(&Live) -> T + Send) -> T {
-        match self.live() {
-            Some(live) => py.allow_threads(|| f(&live)),
-            None => idle,
-        }
-    }
-
     /// The set-up store and the placement of a write, or what the call
     /// answers: NOT_READY when not set up, INVALID_PARAMS when the arguments
     /// do not match (`!shape_ok`) or the config asks for no replica.
@@ -91,14 +57,14 @@ impl PyStore {
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         shape_ok: bool,
     ) -> Result<(Arc<Live>, types::ReplicateConfig), i32> {
-        let live = self.live().ok_or(NOT_READY)?;
+        let live = self.live.get().ok_or(NOT_READY)?;
         if !shape_ok {
             return Err(INVALID);
         }
         Ok((live, placement(cfg)?))
     }
 
-    /// [`with_live`](Self::with_live) for a call with one answer per key:
+    /// [`Running::with`] for a call with one answer per key:
     /// `idle` for each key when not set up, `[]` for no keys.
     fn per_key<T: Clone + Send>(
         &self,
@@ -107,20 +73,46 @@ impl PyStore {
         idle: T,
         f: impl FnOnce(&Live) -> Vec<T> + Send,
     ) -> Vec<T> {
-        let n = keys.len();
-        self.with_live(
-            py,
-            vec![idle; n],
-            |live| {
-                if n == 0 {
-                    Vec::new()
-                } else {
-                    f(live)
-                }
-            },
-        )
+        if keys.is_empty() {
+            return Vec::new();
+        }
+        self.live.with(py, vec![idle; keys.len()], f)
     }
 }
+
+/// The `put_*` and `upsert_*` twins of one call: the same arguments, handed
+/// with the [`Write`] mode to one implementation.
+macro_rules! put_and_upsert {
+    (
+        $(#[$attr:meta])*
+        $put:ident / $upsert:ident ($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty => $imp:ident
+    ) => {
+        #[pymethods]
+        impl PyStore {
+            $(#[$attr])*
+            fn $put(&self, py: Python<'_>, $($arg: $ty),*) -> $ret {
+                self.$imp(py, $($arg,)* Write::Put)
+            }
+
+            $(#[$attr])*
+            fn $upsert(&self, py: Python<'_>, $($arg: $ty),*) -> $ret {
+                self.$imp(py, $($arg,)* Write::Upsert)
+            }
+        }
+    };
+}
+
+mod batch;
+mod bytes;
+mod descriptors;
+mod get_into;
+mod memory;
+mod objects;
+mod put_from;
+mod replica;
+mod setup;
+mod tasks;
+mod tensor;
 
 /// Whether a write may replace an existing object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -220,6 +212,34 @@ fn placement(cfg: Option<PyRef<'_, ReplicateConfig>>) -> Result<types::Replicate
         preferred_segments: c.preferred_segments.clone(),
         prefer_alloc_in_same_node: c.prefer_alloc_in_same_node,
     })
+}
+
+/// The arguments of the multi-buffer calls: the value of `keys[i]` is the
+/// concatenation of the buffers `addrs[i][j]` of `sizes[i][j]` bytes.
+struct MultiBuffers {
+    keys: Vec<String>,
+    addrs: Vec<Vec<usize>>,
+    sizes: Vec<Vec<usize>>,
+}
+
+impl MultiBuffers {
+    fn new(keys: Vec<Key>, all_buffer_ptrs: &[Vec<Unsigned>], all_sizes: &[Vec<Unsigned>]) -> Self {
+        MultiBuffers {
+            keys: args::keys(keys),
+            addrs: args::usize_lists(all_buffer_ptrs),
+            sizes: args::usize_lists(all_sizes),
+        }
+    }
+
+    /// Whether there is one list of buffers and one of sizes per key.
+    fn shape_ok(&self) -> bool {
+        self.addrs.len() == self.keys.len() && self.sizes.len() == self.keys.len()
+    }
+
+    /// Whether key `i` has as many sizes as buffers.
+    fn parts_ok(&self, i: usize) -> bool {
+        self.addrs[i].len() == self.sizes[i].len()
+    }
 }
 
 /// The items of `v` at `idx`, in that order.

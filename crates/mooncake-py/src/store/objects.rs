@@ -10,7 +10,7 @@ use crate::codes::{self, count, per_key, status, NOT_FOUND, NOT_READY};
 impl PyStore {
     /// Size in bytes, or a negative code (-704 when missing).
     fn get_size(&self, py: Python<'_>, key: Key) -> i64 {
-        self.with_live(py, NOT_READY as i64, |live| {
+        self.live.with(py, NOT_READY as i64, |live| {
             if key.0.is_empty() {
                 return NOT_FOUND as i64;
             }
@@ -20,7 +20,7 @@ impl PyStore {
 
     /// 1 exists, 0 missing, -1 error.
     fn is_exist(&self, py: Python<'_>, key: Key) -> i32 {
-        self.with_live(py, -1, |live| {
+        self.live.with(py, -1, |live| {
             if key.0.is_empty() {
                 return 0;
             }
@@ -45,7 +45,7 @@ impl PyStore {
     /// 0, or -704 missing, -706 leased (unless `force`).
     #[pyo3(signature = (key, force = Flag(false)))]
     fn remove(&self, py: Python<'_>, key: Key, force: Flag) -> i32 {
-        self.with_live(py, NOT_READY, |live| {
+        self.live.with(py, NOT_READY, |live| {
             if key.0.is_empty() {
                 return NOT_FOUND;
             }
@@ -64,14 +64,14 @@ impl PyStore {
     /// Number of objects removed, or a negative code (-600 for a bad regex).
     #[pyo3(signature = (regex_pattern, force = Flag(false)))]
     fn remove_by_regex(&self, py: Python<'_>, regex_pattern: String, force: Flag) -> i64 {
-        self.with_live(py, NOT_READY as i64, |live| {
+        self.live.with(py, NOT_READY as i64, |live| {
             count(live.client.remove_by_regex(&regex_pattern, force.0))
         })
     }
 
     #[pyo3(signature = (force = Flag(false)))]
     fn remove_all(&self, py: Python<'_>, force: Flag) -> i64 {
-        self.with_live(py, NOT_READY as i64, |live| {
+        self.live.with(py, NOT_READY as i64, |live| {
             count(live.client.remove_all(force.0))
         })
     }

@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 
 use super::memory::{view, Mem};
-use super::{pick, scatter, PyStore, Write};
+use super::{pick, scatter, MultiBuffers, PyStore, Write};
 use crate::args::{self, usizes, Key, Unsigned};
 use crate::codes::{per_key, status, INVALID};
 use crate::config::ReplicateConfig;
@@ -15,12 +15,13 @@ impl PyStore {
     fn write_from(
         &self,
         py: Python<'_>,
-        key: &str,
-        addr: usize,
-        size: usize,
+        key: Key,
+        buffer_ptr: Unsigned,
+        size: Unsigned,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         write: Write,
     ) -> i32 {
+        let (key, addr, size) = (key.0.as_str(), buffer_ptr.usize(), size.usize());
         let (live, cfg) = match self.writer(cfg, true) {
             Ok(w) => w,
             Err(c) => return c,
@@ -91,34 +92,31 @@ impl PyStore {
     }
 }
 
+put_and_upsert! {
+    /// Stores `size` bytes at `buffer_ptr` under `key`.
+    #[pyo3(signature = (key, buffer_ptr, size, config = None))]
+    put_from / upsert_from(
+        key: Key,
+        buffer_ptr: Unsigned,
+        size: Unsigned,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> i32 => write_from
+}
+
+put_and_upsert! {
+    /// Stores `sizes[i]` bytes at `buffer_ptrs[i]` under `keys[i]`; a code
+    /// per key.
+    #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
+    batch_put_from / batch_upsert_from(
+        keys: Vec<Key>,
+        buffer_ptrs: Vec<Unsigned>,
+        sizes: Vec<Unsigned>,
+        config: Option<PyRef<'_, ReplicateConfig>>,
+    ) -> Vec<i32> => batch_write_from
+}
+
 #[pymethods]
 impl PyStore {
-    #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn put_from(
-        &self,
-        py: Python<'_>,
-        key: Key,
-        buffer_ptr: Unsigned,
-        size: Unsigned,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> i32 {
-        let (addr, size) = (buffer_ptr.usize(), size.usize());
-        self.write_from(py, &key.0, addr, size, config, Write::Put)
-    }
-
-    #[pyo3(signature = (key, buffer_ptr, size, config = None))]
-    fn upsert_from(
-        &self,
-        py: Python<'_>,
-        key: Key,
-        buffer_ptr: Unsigned,
-        size: Unsigned,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> i32 {
-        let (addr, size) = (buffer_ptr.usize(), size.usize());
-        self.write_from(py, &key.0, addr, size, config, Write::Upsert)
-    }
-
     /// Stores `[metadata][data]` as one object.
     #[pyo3(signature = (key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config = None))]
     #[allow(clippy::too_many_arguments)]
@@ -159,30 +157,6 @@ impl PyStore {
         })
     }
 
-    #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_put_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Key>,
-        buffer_ptrs: Vec<Unsigned>,
-        sizes: Vec<Unsigned>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> Vec<i32> {
-        self.batch_write_from(py, keys, buffer_ptrs, sizes, config, Write::Put)
-    }
-
-    #[pyo3(signature = (keys, buffer_ptrs, sizes, config = None))]
-    fn batch_upsert_from(
-        &self,
-        py: Python<'_>,
-        keys: Vec<Key>,
-        buffer_ptrs: Vec<Unsigned>,
-        sizes: Vec<Unsigned>,
-        config: Option<PyRef<'_, ReplicateConfig>>,
-    ) -> Vec<i32> {
-        self.batch_write_from(py, keys, buffer_ptrs, sizes, config, Write::Upsert)
-    }
-
     /// Each key's value is the concatenation of its buffers.
     #[pyo3(signature = (keys, all_buffer_ptrs, all_sizes, config = None))]
     fn batch_put_from_multi_buffers(
@@ -193,43 +167,39 @@ impl PyStore {
         all_sizes: Vec<Vec<Unsigned>>,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> Vec<i32> {
-        let keys = args::keys(keys);
-        let n = keys.len();
-        let shape_ok = all_buffer_ptrs.len() == n && all_sizes.len() == n;
-        let (live, cfg) = match self.writer(config, shape_ok) {
+        let mb = MultiBuffers::new(keys, &all_buffer_ptrs, &all_sizes);
+        let n = mb.keys.len();
+        let (live, cfg) = match self.writer(config, mb.shape_ok()) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };
-        let (addrs, sizes) = (
-            args::usize_lists(&all_buffer_ptrs),
-            args::usize_lists(&all_sizes),
-        );
         py.allow_threads(|| {
             (0..n)
                 .map(|i| {
-                    if addrs[i].len() != sizes[i].len() {
+                    if !mb.parts_ok(i) {
                         return INVALID;
                     }
-                    match live.memory.classify_all(&addrs[i], &sizes[i], Access::Read) {
+                    let (addrs, sizes) = (&mb.addrs[i], &mb.sizes[i]);
+                    match live.memory.classify_all(addrs, sizes, Access::Read) {
                         Mem::Bad => INVALID,
                         Mem::Direct => {
                             let r = live.client.batch_put_from_multi_buffers(
-                                &keys[i..=i],
-                                &addrs[i..=i],
-                                &sizes[i..=i],
+                                &mb.keys[i..=i],
+                                &mb.addrs[i..=i],
+                                &mb.sizes[i..=i],
                                 &cfg,
                             );
                             per_key(1, r).pop().unwrap_or(INVALID)
                         }
                         Mem::Copy => {
-                            let parts: Vec<&[u8]> = addrs[i]
+                            let parts: Vec<&[u8]> = addrs
                                 .iter()
-                                .zip(&sizes[i])
+                                .zip(sizes)
                                 // SAFETY: `classify_all` answered `Copy`: every
                                 // part is `Direct` or `Copy`.
                                 .map(|(&a, &s)| unsafe { view(a, s) })
                                 .collect();
-                            status(live.client.put_parts(&keys[i], &parts, &cfg))
+                            status(live.client.put_parts(&mb.keys[i], &parts, &cfg))
                         }
                     }
                 })

@@ -11,7 +11,7 @@ use crate::args::{self, Key};
 impl PyStore {
     /// The object's replicas; `[]` when it is missing.
     fn get_replica_desc(&self, py: Python<'_>, key: Key) -> Vec<ReplicaDescriptor> {
-        self.with_live(py, Vec::new(), |live| {
+        self.live.with(py, Vec::new(), |live| {
             live.client
                 .get_replica_desc(&key.0)
                 .map(|v| v.into_iter().map(ReplicaDescriptor::from).collect())
@@ -53,7 +53,7 @@ impl PyStore {
         segment_name: String,
     ) -> Vec<String> {
         let keys = args::keys(keys);
-        self.with_live(py, Vec::new(), |live| {
+        self.live.with(py, Vec::new(), |live| {
             if keys.is_empty() {
                 return Vec::new();
             }

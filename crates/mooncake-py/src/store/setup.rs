@@ -1,13 +1,10 @@
 //! Joining and leaving the cluster, health, and the memory a script hands
 //! the store (`register_buffer`, `alloc_from_mem_pool`).
 
-use std::sync::Arc;
-
 use mooncake_common::size::parse_size;
 use mooncake_common::Error;
 use mooncake_store::client::ClientConfig;
 use mooncake_store::Client;
-use parking_lot::RwLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -18,6 +15,7 @@ use crate::args::{Flag, Unsigned};
 use crate::codes::{self, code, INVALID, NOT_READY};
 use crate::engine::InnerEngine;
 use crate::mem::{self, Access};
+use crate::running::Running;
 
 const MIB: u64 = 1 << 20;
 
@@ -98,7 +96,7 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 impl PyStore {
     fn start(&self, py: Python<'_>, make: impl FnOnce() -> Result<Client, Error> + Send) -> i32 {
         // A second setup on a live object replaces it, as in the reference.
-        let old = self.state.write().take();
+        let old = self.live.take();
         py.allow_threads(|| {
             if let Some(old) = old {
                 let _ = old.client.close();
@@ -109,7 +107,7 @@ impl PyStore {
                         client,
                         memory: KnownMemory::default(),
                     };
-                    *self.state.write() = Some(Arc::new(live));
+                    self.live.set(live);
                     0
                 }
                 Err(e) => {
@@ -138,7 +136,7 @@ impl PyStore {
     fn new() -> Self {
         crate::init_logging();
         PyStore {
-            state: RwLock::new(None),
+            live: Running::new(),
         }
     }
 
@@ -246,7 +244,7 @@ impl PyStore {
     /// Leaves the cluster (this client's segment and its objects go away).
     /// Always 0; the object can be set up again.
     fn close(&self, py: Python<'_>) -> i32 {
-        let old = self.state.write().take();
+        let old = self.live.take();
         if let Some(old) = old {
             // Dropping the client stops its engine, which may talk to the
             // metadata server: not with the GIL held.
@@ -262,20 +260,22 @@ impl PyStore {
 
     /// `host:port` of this client; `""` when not set up.
     fn get_hostname(&self) -> String {
-        self.live()
+        self.live
+            .get()
             .map(|l| l.client.get_hostname())
             .unwrap_or_default()
     }
 
     /// 0 healthy, 1 not set up (or closed), 2 master unreachable.
     fn health_check(&self, py: Python<'_>) -> i32 {
-        self.with_live(py, 1, |live| codes::health(live.client.health_check()))
+        self.live
+            .with(py, 1, |live| codes::health(live.client.health_check()))
     }
 
     /// Registers `size` bytes at `buffer_ptr` for the zero-copy calls.
     fn register_buffer(&self, py: Python<'_>, buffer_ptr: Unsigned, size: Unsigned) -> i32 {
         let (addr, len) = (buffer_ptr.usize(), size.usize());
-        self.with_live(py, NOT_READY, |live| {
+        self.live.with(py, NOT_READY, |live| {
             if len == 0 || !mem::accessible(addr, len, Access::Write) {
                 return INVALID;
             }
@@ -292,7 +292,7 @@ impl PyStore {
 
     fn unregister_buffer(&self, py: Python<'_>, buffer_ptr: Unsigned) -> i32 {
         let addr = buffer_ptr.usize();
-        self.with_live(py, NOT_READY, |live| {
+        self.live.with(py, NOT_READY, |live| {
             match live.client.unregister_buffer(addr) {
                 Ok(()) => {
                     live.memory.unregister(addr);
@@ -306,12 +306,13 @@ impl PyStore {
     /// Memory usable by the zero-copy calls without registering; 0 on failure.
     fn alloc_from_mem_pool(&self, py: Python<'_>, size: Unsigned) -> usize {
         let len = size.usize();
-        self.with_live(py, 0, |live| match live.client.alloc_from_mem_pool(len) {
-            Ok(addr) => {
-                live.memory.pooled(addr, len);
-                addr
-            }
-            Err(_) => 0,
-        })
+        self.live
+            .with(py, 0, |live| match live.client.alloc_from_mem_pool(len) {
+                Ok(addr) => {
+                    live.memory.pooled(addr, len);
+                    addr
+                }
+                Err(_) => 0,
+            })
     }
 }

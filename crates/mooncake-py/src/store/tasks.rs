@@ -17,7 +17,7 @@ impl PyStore {
         key: Key,
         targets: Vec<String>,
     ) -> ((u64, u64), i32) {
-        self.with_live(py, ((0, 0), NOT_READY), |live| {
+        self.live.with(py, ((0, 0), NOT_READY), |live| {
             codes::task(live.client.create_copy_task(&key.0, &targets))
         })
     }
@@ -31,7 +31,7 @@ impl PyStore {
         source: String,
         target: String,
     ) -> ((u64, u64), i32) {
-        self.with_live(py, ((0, 0), NOT_READY), |live| {
+        self.live.with(py, ((0, 0), NOT_READY), |live| {
             codes::task(live.client.create_move_task(&key.0, &source, &target))
         })
     }
@@ -39,7 +39,7 @@ impl PyStore {
     /// `(QueryTaskResponse, 0)`, or `(None, code)` (-1400 for an unknown task).
     fn query_task(&self, py: Python<'_>, task_id: (u64, u64)) -> (Option<QueryTaskResponse>, i32) {
         let id = join_uuid(task_id);
-        self.with_live(py, (None, NOT_READY), |live| {
+        self.live.with(py, (None, NOT_READY), |live| {
             match live.client.query_task(id) {
                 Ok(info) => (Some(QueryTaskResponse::from(info)), 0),
                 Err(e) => (None, code(&e)),
