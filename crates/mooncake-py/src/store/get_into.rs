@@ -11,8 +11,8 @@ use crate::args::{self, usizes, Flag, Key, Unsigned};
 use crate::codes::{code, count, INVALID, NOT_READY};
 use crate::mem::Access;
 
-/// Reads `key` through a copy into `len` bytes at `addr`; the object's size,
-/// or INVALID_PARAMS when it does not fit.
+/// Copies a fetched object into the `len` bytes at `addr`: its size, or
+/// INVALID_PARAMS when it does not fit (or the fetch's code).
 ///
 /// # Safety
 /// `classify(addr, len, Access::Write)` must have answered `Direct` or
@@ -130,7 +130,6 @@ impl PyStore {
                     // SAFETY: `classify` answered `Copy` for `lens[i]` bytes at `addrs[i]`.
                     unsafe { copy_into(r, addrs[i], lens[i]) }
                 });
-                let read: Vec<i64> = read.collect();
                 scatter(&mut out, &copied, read);
             }
             out
