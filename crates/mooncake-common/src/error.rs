@@ -82,6 +82,8 @@ error_codes! {
     ETCD_TRANSACTION_FAIL = -1002,
     ETCD_CTX_CANCELLED = -1003,
     OPLOG_ENTRY_NOT_FOUND = -1004,
+    // The reference's Kubernetes Lease backend (newer than 0.3.13).
+    K8S_LEASE_OPERATION_ERROR = -1005,
     UNAVAILABLE_IN_CURRENT_STATUS = -1010,
     UNAVAILABLE_IN_CURRENT_MODE = -1011,
     FILE_NOT_FOUND = -1100,
