@@ -548,7 +548,7 @@ mod tests {
     }
 
     /// A timeout is reported only after a response being written into local
-    /// memory is done; later responses are refused a landing. (Review #6.)
+    /// memory is done; later responses are refused a landing.
     #[test]
     fn timeout_is_reported_after_landings_end() {
         let b = Arc::new(Batch::new(1, Duration::from_secs(5)));

@@ -1007,7 +1007,7 @@ mod tests {
     }
 
     /// A `transfer_sync` batch still draining after a timeout is parked, not
-    /// leaked, and freed by a later allocation once idle. (Review #10.)
+    /// leaked, and freed by a later allocation once idle.
     #[test]
     fn parked_batches_are_reaped_once_idle() {
         let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");

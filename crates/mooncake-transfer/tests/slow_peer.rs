@@ -1,6 +1,6 @@
 //! A peer that trickles its frames (slowloris) must not stall the engine:
 //! no registry lock is held while a peer's bytes cross the socket, and a
-//! frame is cut off after at most twice MC_TRANSFER_TIMEOUT. (Review #1.)
+//! frame is cut off after at most twice MC_TRANSFER_TIMEOUT.
 //!
 //! Timeouts here only guard against hangs; nothing asserts on durations.
 

@@ -1,12 +1,9 @@
 //! Two engines in separate processes: this test binary re-executes itself as
 //! the peer (`peer_process`, ignored unless asked for) and drives it through
-//! stdin/stdout. Covers both transports, every metadata backend, and the bad
-//! inputs of issue 2: wrong addresses, unknown segments, an unreachable
+//! stdin/stdout. Covers both transports, every metadata backend, and bad
+//! inputs: wrong addresses, unknown segments, an unreachable
 //! metadata server, a peer that dies or stalls mid-batch, and malformed
 //! frames sent straight to the engine's port.
-
-#[path = "support/services.rs"]
-mod services;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -20,6 +17,7 @@ use mooncake_transfer::metadata::{connect, segment_key, MetadataUri};
 use mooncake_transfer::{
     EngineConfig, Notify, Opcode, TransferEngine, TransferRequest, TransferState,
 };
+use test_support::services;
 
 const PEER_LEN: usize = 4 << 20;
 

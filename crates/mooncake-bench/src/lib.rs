@@ -1,29 +1,34 @@
-//! `mooncake bench`: measurements of this build, and the side-by-side
-//! comparison with the reference.
+//! `mooncake-bench`: measurements of this build, and the side-by-side
+//! comparison with the reference. A development tool: it is not part of
+//! the Python wheel or of the `mooncake-cli` programs.
 //!
-//! - `mooncake bench store`: the store workload on the Rust API
+//! - `mooncake-bench store`: the store workload on the Rust API
 //!   ([`store`]), local and remote topologies, optionally forced TCP;
-//! - `mooncake bench rpc`: master round trips alone ([`rpc`]);
-//! - `mooncake bench baseline`: loopback TCP ping-pong and memcpy bandwidth
+//! - `mooncake-bench rpc`: master round trips alone ([`rpc`]);
+//! - `mooncake-bench baseline`: loopback TCP ping-pong and memcpy bandwidth
 //!   ([`baseline`]), the floor and ceiling the store numbers sit between;
-//! - `mooncake bench memory`: master RSS per object ([`memory`]);
-//! - `mooncake bench --compare-reference`: `benchmarks/compare.py` on the
+//! - `mooncake-bench memory`: master RSS per object ([`memory`]);
+//! - `mooncake-bench --compare-reference`: `benchmarks/compare.py` on the
 //!   reference's venv and ours ([`compare`]), then the ratio table, chart and
 //!   `docs/benchmarks.md`.
 //!
 //! Each subcommand is a thin shell over the library function of its module.
+//! The master and storage processes a benchmark starts are this executable
+//! re-run as `mooncake_master` / `mooncake_client` ([`cluster`]): the same
+//! entry points as those binaries, always of this build.
 
-pub mod baseline;
-pub mod cluster;
-pub mod compare;
-pub mod memory;
-pub mod rpc;
-pub mod stats;
-pub mod store;
+mod baseline;
+mod cluster;
+mod compare;
+mod memory;
+mod rpc;
+mod stats;
+mod store;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use mooncake_common::gflags::normalize;
 use mooncake_common::size::parse_size;
 
 use store::{Op, StoreBenchConfig, Topology};
@@ -32,7 +37,12 @@ use store::{Op, StoreBenchConfig, Topology};
 pub const FORCE_TCP_ENV: [(&str, &str); 2] = [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
 
 #[derive(Parser, Debug)]
-#[command(rename_all = "snake_case", args_conflicts_with_subcommands = true)]
+#[command(
+    name = "mooncake-bench",
+    about = "Benchmarks of this build, and the comparison with the reference",
+    rename_all = "snake_case",
+    args_conflicts_with_subcommands = true
+)]
 pub struct BenchArgs {
     #[command(subcommand)]
     pub command: Option<BenchCmd>,
@@ -120,8 +130,20 @@ pub struct MemoryArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Runs `mooncake bench …`; returns the exit code.
-pub fn main(args: BenchArgs) -> i32 {
+/// Runs `mooncake-bench` with `argv` (argv[0] = program name); returns
+/// the exit code.
+pub fn main(argv: Vec<String>) -> i32 {
+    if let Some(code) = cluster::run_as_program(&argv) {
+        return code;
+    }
+    let args = match BenchArgs::try_parse_from(normalize(argv, &[])) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    mooncake_cli::logging::init();
     let result = match args.command {
         Some(BenchCmd::Store(a)) => run_store(a),
         Some(BenchCmd::Rpc(a)) => run_rpc(a),
@@ -136,7 +158,7 @@ pub fn main(args: BenchArgs) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("mooncake bench: {e}");
+            eprintln!("mooncake-bench: {e}");
             1
         }
     }
