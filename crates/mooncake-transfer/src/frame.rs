@@ -67,6 +67,7 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
     pub kind: Kind,
+    /// 0, or the failure's `ErrorCode::wire` number (responses).
     pub status: i32,
     pub seq: u32,
     pub addr: u64,

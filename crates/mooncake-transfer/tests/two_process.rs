@@ -672,12 +672,12 @@ fn malformed_and_oversized_frames_close_the_connection() {
     s.write_all(&[0xee; 16]).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (2, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code(), 7, 0)
+        (2, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire(), 7, 0)
     );
     s.write_all(&header(3, 8, 4096, 16)).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (4, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code(), 8, 0)
+        (4, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire(), 8, 0)
     );
     s.write_all(&header(3, 9, peer.addr, 16)).unwrap();
     let (kind, status, seq, len) = read_response(&mut s);
@@ -690,7 +690,7 @@ fn malformed_and_oversized_frames_close_the_connection() {
     s.write_all(&[1, 0, 0, 0, 0xff]).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (8, ErrorCode::ERR_INVALID_ARGUMENT.code(), 10, 0)
+        (8, ErrorCode::ERR_INVALID_ARGUMENT.wire(), 10, 0)
     );
     drop(s);
 

@@ -416,7 +416,7 @@ fn recv_responses(
                 h.seq, slice.seq
             )));
         }
-        let status = || Err(ErrorCode::from_i32(h.status));
+        let status = || Err(ErrorCode::from_wire(h.status).unwrap_or(ErrorCode::INTERNAL_ERROR));
         match (h.kind, slice.op) {
             (Kind::WriteAck, Opcode::Write) if h.status == 0 => {
                 let n = slice.len;
