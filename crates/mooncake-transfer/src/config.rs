@@ -35,11 +35,11 @@ pub struct EngineConfig {
     pub tcp_connections: usize,
 }
 
-pub const DEFAULT_SLICE_SIZE: usize = 65536;
-pub const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
+pub(crate) const DEFAULT_SLICE_SIZE: usize = 65536;
+pub(crate) const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
 /// Most data connections per peer opened by default.
-pub const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
+pub(crate) const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
 
 /// One connection per core, between 2 and 4. Each connection costs a
 /// sender and a receiver thread here and a serving thread at the peer; the
@@ -47,13 +47,13 @@ pub const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
 /// wakeups: on the 2-vCPU test VM, 2 connections gave ~13% more store
 /// throughput over TCP than 4 at equal transfer-engine throughput
 /// (docs/benchmarks.md), while 1 leaves a core idle.
-pub fn default_tcp_connections() -> usize {
+pub(crate) fn default_tcp_connections() -> usize {
     std::thread::available_parallelism()
         .map_or(MAX_DEFAULT_TCP_CONNECTIONS, usize::from)
         .clamp(2, MAX_DEFAULT_TCP_CONNECTIONS)
 }
 /// Longest transfer timeout honoured; longer values are cut to it.
-pub const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl EngineConfig {
     /// Defaults, then environment variables (`MC_*`) applied.

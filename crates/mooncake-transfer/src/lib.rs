@@ -11,16 +11,18 @@
 //!   (descriptors in the reference's JSON shape), [`metadata`] (KV backends);
 //! - `rawmem`: the only module that dereferences raw addresses or maps memory.
 
-pub mod batch;
-pub mod config;
+#![warn(unreachable_pub)]
+
+mod batch;
+mod config;
 mod conn;
-pub mod engine;
+mod engine;
 mod frame;
 mod memory;
 pub mod metadata;
 mod rawmem;
 mod rpc;
-pub mod segment;
+mod segment;
 mod transport;
 
 pub use batch::{TransferState, TransferStatus};

@@ -117,7 +117,7 @@ impl RpcMeta {
 
 /// Identifies "this boot of this machine, this PID namespace": two engines
 /// with equal ids can open each other's `/proc/<pid>/fd/<fd>`.
-pub fn local_host_id() -> String {
+pub(crate) fn local_host_id() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let pidns = std::fs::read_link("/proc/self/ns/pid")
         .map(|p| p.display().to_string())

@@ -9,7 +9,7 @@
 //! [`MetadataStoreExt`] adds JSON get/put on top of any of them.
 
 pub mod etcd;
-pub mod http;
+mod http;
 pub mod http_server;
 pub mod redis;
 
