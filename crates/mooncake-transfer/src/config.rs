@@ -7,9 +7,9 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// `P2PHANDSHAKE`, `http://h:p/metadata`, `etcd://h:p`, bare `h:p`, or `redis://h:p`.
-    pub metadata_server: String,
+    pub(crate) metadata_server: String,
     /// `host` or `host:port`. In P2P mode the published name becomes `host:rpc_port`.
-    pub local_server_name: String,
+    pub(crate) local_server_name: String,
     /// `tcp` (default) or `rdma` (only with the `rdma` cargo feature).
     pub protocol: String,
     /// RDMA NIC name; ignored by `tcp` (scripts often pass one anyway).
@@ -26,12 +26,12 @@ pub struct EngineConfig {
     /// Large requests are cut into slices of this many bytes (`MC_SLICE_SIZE`).
     pub slice_size: usize,
     /// Port range searched for a free RPC port (`MC_MIN_PRC_PORT`, `MC_MAX_PRC_PORT`).
-    pub min_rpc_port: u16,
-    pub max_rpc_port: u16,
+    pub(crate) min_rpc_port: u16,
+    pub(crate) max_rpc_port: u16,
     /// Largest control payload (handshake descriptor, notify) accepted (`MC_HANDSHAKE_MAX_LENGTH`).
     pub handshake_max_length: usize,
     /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`,
-    /// 1..=64; default [`default_tcp_connections`]).
+    /// 1..=64; default one per core, between 2 and 4).
     pub tcp_connections: usize,
 }
 
@@ -140,7 +140,7 @@ impl EngineConfig {
     /// The configuration with out-of-range values replaced: a zero timeout by
     /// the default, an excessive one by [`MAX_TRANSFER_TIMEOUT`], zero sizes
     /// and counts by 1.
-    pub fn sanitized(mut self) -> EngineConfig {
+    pub(crate) fn sanitized(mut self) -> EngineConfig {
         if self.transfer_timeout.is_zero() {
             self.transfer_timeout = DEFAULT_TRANSFER_TIMEOUT;
         }
@@ -149,13 +149,6 @@ impl EngineConfig {
         self.tcp_connections = self.tcp_connections.clamp(1, 64);
         self.handshake_max_length = self.handshake_max_length.max(1024);
         self
-    }
-
-    /// True when descriptors are exchanged peer to peer.
-    pub fn is_p2p(&self) -> bool {
-        self.metadata_server
-            .trim()
-            .eq_ignore_ascii_case("P2PHANDSHAKE")
     }
 }
 
@@ -182,7 +175,7 @@ mod tests {
         assert_eq!(c.transfer_timeout, Duration::from_secs(30));
         assert_eq!((c.min_rpc_port, c.max_rpc_port), (15000, 17000));
         assert!(!c.force_tcp);
-        assert!(c.is_p2p());
+        assert_eq!(c.metadata_server, "P2PHANDSHAKE");
         assert!((2..=MAX_DEFAULT_TCP_CONNECTIONS).contains(&c.tcp_connections));
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         assert_eq!(

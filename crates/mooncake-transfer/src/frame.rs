@@ -66,12 +66,12 @@ impl Kind {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
-    pub kind: Kind,
+    pub(crate) kind: Kind,
     /// 0, or the failure's `ErrorCode::wire` number (responses).
-    pub status: i32,
-    pub seq: u32,
-    pub addr: u64,
-    pub len: u64,
+    pub(crate) status: i32,
+    pub(crate) seq: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,7 +192,10 @@ impl Header {
     }
 
     /// Decodes and validates a frame arriving at a listening engine.
-    pub(crate) fn decode_request(b: &[u8; HEADER_LEN], control_max: u64) -> Result<Header, FrameError> {
+    pub(crate) fn decode_request(
+        b: &[u8; HEADER_LEN],
+        control_max: u64,
+    ) -> Result<Header, FrameError> {
         let h = Header::decode(b)?;
         if !h.kind.is_request() {
             return Err(FrameError::WrongDirection(h.kind));
@@ -202,7 +205,10 @@ impl Header {
     }
 
     /// Decodes and validates a frame arriving at an initiator.
-    pub(crate) fn decode_response(b: &[u8; HEADER_LEN], control_max: u64) -> Result<Header, FrameError> {
+    pub(crate) fn decode_response(
+        b: &[u8; HEADER_LEN],
+        control_max: u64,
+    ) -> Result<Header, FrameError> {
         let h = Header::decode(b)?;
         if h.kind.is_request() {
             return Err(FrameError::WrongDirection(h.kind));

@@ -29,17 +29,17 @@ const MAX_CONNECTIONS: usize = 4096;
 
 /// What the listener needs from the engine.
 pub(crate) struct LocalState {
-    pub name: String,
-    pub protocol: String,
-    pub rpc_port: u16,
+    pub(crate) name: String,
+    pub(crate) protocol: String,
+    pub(crate) rpc_port: u16,
     /// Published so same-host peers may map our shared buffers (None with force_tcp).
-    pub host_id: Option<String>,
-    pub registry: RwLock<Registry>,
-    pub notifies: Mutex<NotifyQueue>,
-    pub control_max: u64,
+    pub(crate) host_id: Option<String>,
+    pub(crate) registry: RwLock<Registry>,
+    pub(crate) notifies: Mutex<NotifyQueue>,
+    pub(crate) control_max: u64,
     /// Bounds how long a peer may stall in the middle of a frame (each
     /// socket call); a whole frame is cut off after twice this.
-    pub io_timeout: Duration,
+    pub(crate) io_timeout: Duration,
 }
 
 /// Most notifies held until the application drains them, and most bytes

@@ -52,17 +52,17 @@ pub struct BufferDesc {
 /// which must be the file `(dev, ino)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShmDesc {
-    pub pid: u32,
-    pub fd: i32,
-    pub dev: u64,
-    pub ino: u64,
+    pub(crate) pid: u32,
+    pub(crate) fd: i32,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// `mooncake/rpc_meta/<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RpcMeta {
-    pub ip_or_host_name: String,
-    pub rpc_port: u16,
+    pub(crate) ip_or_host_name: String,
+    pub(crate) rpc_port: u16,
 }
 
 impl SegmentDesc {
@@ -70,7 +70,7 @@ impl SegmentDesc {
         serde_json::to_vec(self).expect("descriptor serializes")
     }
 
-    pub fn from_json(bytes: &[u8]) -> Result<SegmentDesc> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<SegmentDesc> {
         serde_json::from_slice(bytes).map_err(|e| {
             Error::new(
                 ErrorCode::ERR_MALFORMED_JSON,
@@ -80,7 +80,7 @@ impl SegmentDesc {
     }
 
     /// The buffer holding all of `[addr, addr+len)`.
-    pub fn find_buffer(&self, addr: u64, len: u64) -> Option<&BufferDesc> {
+    pub(crate) fn find_buffer(&self, addr: u64, len: u64) -> Option<&BufferDesc> {
         self.buffers.iter().find(|b| b.contains(addr, len))
     }
 
@@ -91,7 +91,7 @@ impl SegmentDesc {
 }
 
 impl BufferDesc {
-    pub fn contains(&self, addr: u64, len: u64) -> bool {
+    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
         match (
             usize::try_from(self.addr),
             usize::try_from(self.length),
@@ -109,7 +109,7 @@ impl RpcMeta {
         serde_json::to_vec(self).expect("rpc meta serializes")
     }
 
-    pub fn from_json(bytes: &[u8]) -> Result<RpcMeta> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<RpcMeta> {
         serde_json::from_slice(bytes)
             .map_err(|e| Error::new(ErrorCode::ERR_MALFORMED_JSON, format!("rpc meta: {e}")))
     }

@@ -165,7 +165,8 @@ impl HttpStore {
         })
     }
 
-    pub(super) fn url(&self) -> &str {
+    #[cfg(test)]
+    fn url(&self) -> &str {
         &self.url
     }
 

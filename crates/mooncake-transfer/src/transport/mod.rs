@@ -27,22 +27,22 @@ pub(crate) mod tcp;
 /// One request, already validated by the engine: `local` lies in registered
 /// memory and `[remote, remote+len)` in a buffer of the target's descriptor.
 pub(crate) struct Work {
-    pub task: Arc<Task>,
-    pub opcode: Opcode,
-    pub local: usize,
-    pub remote: u64,
-    pub len: usize,
+    pub(crate) task: Arc<Task>,
+    pub(crate) opcode: Opcode,
+    pub(crate) local: usize,
+    pub(crate) remote: u64,
+    pub(crate) len: usize,
 }
 
 /// An opened segment as the transports see it.
 pub(crate) struct OpenSegment {
-    pub handle: SegmentHandle,
-    pub name: String,
+    pub(crate) handle: SegmentHandle,
+    pub(crate) name: String,
     /// This engine's own segment.
-    pub is_local: bool,
+    pub(crate) is_local: bool,
     /// Where the owner's RPC/data port listens (None for the local segment).
-    pub rpc_addr: Option<SocketAddr>,
-    pub desc: RwLock<Arc<SegmentDesc>>,
+    pub(crate) rpc_addr: Option<SocketAddr>,
+    pub(crate) desc: RwLock<Arc<SegmentDesc>>,
 }
 
 impl OpenSegment {

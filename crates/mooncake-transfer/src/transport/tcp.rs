@@ -41,12 +41,12 @@ pub(crate) struct TcpTransport {
 /// Bounds on a connection's waits and frames.
 #[derive(Clone, Copy)]
 pub(crate) struct Limits {
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// A write blocked this long (peer not reading) breaks the connection,
     /// so a submitting thread never hangs on a stalled peer.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Largest control payload accepted in a response.
-    pub control_max: u64,
+    pub(crate) control_max: u64,
 }
 
 impl TcpTransport {
