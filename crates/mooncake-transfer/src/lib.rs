@@ -36,4 +36,4 @@ pub use config::EngineConfig;
 pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };
-pub use segment::{BufferDesc, RpcMeta, SegmentDesc};
+pub use segment::{BufferDesc, SegmentDesc};

@@ -60,7 +60,7 @@ pub struct ShmDesc {
 
 /// `mooncake/rpc_meta/<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RpcMeta {
+pub(crate) struct RpcMeta {
     pub(crate) ip_or_host_name: String,
     pub(crate) rpc_port: u16,
 }
@@ -105,7 +105,7 @@ impl BufferDesc {
 }
 
 impl RpcMeta {
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("rpc meta serializes")
     }
 
