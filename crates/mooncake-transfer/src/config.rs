@@ -10,7 +10,7 @@ pub struct EngineConfig {
     pub(crate) metadata_server: String,
     /// `host` or `host:port`. In P2P mode the published name becomes `host:rpc_port`.
     pub(crate) local_server_name: String,
-    /// `tcp` (default) or `rdma` (only with the `rdma` cargo feature).
+    /// `tcp` (default); `rdma` is refused (no RDMA transport in this build).
     pub protocol: String,
     /// RDMA NIC name; ignored by `tcp` (scripts often pass one anyway).
     pub device_name: String,

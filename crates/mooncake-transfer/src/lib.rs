@@ -10,7 +10,7 @@
 //! - `engine/`: [`TransferEngine`] (registration, segments, batches and
 //!   submission, notifies, one file each) and the routing of requests to
 //!   transports;
-//! - `transport/`: one file per transport (`local`, `shm`, `tcp`, `rdma`);
+//! - `transport/`: one file per transport (`local`, `shm`, `tcp`);
 //! - `frame` (wire format, no I/O), `conn` (socket helpers), `rpc` (the
 //!   engine's listening port: data frames, P2P handshake, notifies);
 //! - `memory` (registered ranges), `batch` (request status), `segment`

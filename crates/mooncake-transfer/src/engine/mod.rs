@@ -241,21 +241,13 @@ impl TransferEngine {
     }
 }
 
+/// `protocol=rdma`: refused with the reference's code for a missing device
+/// rather than served over TCP behind the caller's back.
 fn rdma_unavailable(device: &str) -> Error {
-    #[cfg(feature = "rdma")]
-    {
-        match crate::transport::rdma::open(device) {
-            Err(e) => e,
-            Ok(never) => match never {},
-        }
-    }
-    #[cfg(not(feature = "rdma"))]
-    {
-        Error::new(
-            ErrorCode::ERR_DEVICE_NOT_FOUND,
-            format!("protocol rdma (device {device:?}): this build has no RDMA support (cargo feature `rdma`)"),
-        )
-    }
+    Error::new(
+        ErrorCode::ERR_DEVICE_NOT_FOUND,
+        format!("protocol rdma (device {device:?}): this build has no RDMA transport"),
+    )
 }
 
 impl Inner {

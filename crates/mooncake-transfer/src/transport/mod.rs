@@ -3,11 +3,17 @@
 //! - `local`: the target is this engine's own segment, so a memcpy;
 //! - `shm`: the target lives on the same host and its buffer is engine-managed
 //!   shared memory, mapped once and then memcpy'd;
-//! - `tcp`: everything else, pipelined over a few long-lived connections;
-//! - `rdma` (cargo feature `rdma`): the seam where verbs would plug in.
+//! - `tcp`: everything else, pipelined over a few long-lived connections.
 //!
 //! The engine asks each transport in that order whether it [`Transport::serves`]
 //! a request and hands the request to the first that does.
+//!
+//! A new transport (RDMA, say) is one more [`Transport`]: it registers local
+//! buffers with its device when the engine registers them, publishes what
+//! peers need (keys, device addresses) in the segment descriptor's `devices`
+//! and `buffers[].rkey` fields, exchanges connection details over the engine
+//! RPC port (a frame kind next to `DescReq`), and reports each slice through
+//! `Task::slice_done`. Until one exists, `protocol=rdma` is refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,8 +25,6 @@ use crate::segment::SegmentDesc;
 use crate::{Opcode, SegmentHandle};
 
 pub(crate) mod local;
-#[cfg(feature = "rdma")]
-pub(crate) mod rdma;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 
