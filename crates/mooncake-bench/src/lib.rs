@@ -34,7 +34,8 @@ use mooncake_common::size::parse_size;
 use store::{Op, StoreBenchConfig, Topology};
 
 /// Variables that force TCP in both systems (the reference honours them too).
-pub(crate) const FORCE_TCP_ENV: [(&str, &str); 2] = [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
+pub(crate) const FORCE_TCP_ENV: [(&str, &str); 2] =
+    [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
 
 #[derive(Parser, Debug)]
 #[command(
