@@ -22,8 +22,6 @@ struct Cli {
 enum Cmd {
     /// Start a single-node cluster (master, metadata server, storage) and wait for Ctrl-C.
     Up(UpArgs),
-    /// Benchmarks: `bench store|rpc|baseline|memory`, or `bench --compare-reference`.
-    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Parser, Debug, Clone)]
@@ -139,7 +137,6 @@ pub fn main(argv: Vec<String>) -> i32 {
     crate::logging::init();
     match cli.command {
         Cmd::Up(args) => up(args),
-        Cmd::Bench(args) => crate::bench::main(*args),
     }
 }
 

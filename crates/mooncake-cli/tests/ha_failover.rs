@@ -7,8 +7,6 @@
 //! Waits are bounded hang guards, never speed checks.
 
 mod common;
-#[path = "../../mooncake-transfer/tests/support/services.rs"]
-mod services;
 
 use std::net::TcpStream;
 
@@ -18,6 +16,7 @@ use common::{
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::MasterClient;
+use test_support::services;
 
 fn ha_master(etcd: &str, cluster: &str, port: u16) -> (Proc, std::sync::mpsc::Receiver<String>) {
     let args = [

@@ -2,9 +2,6 @@
 //! one pooled `MasterClient` on overlapping keys, batches as one call, and
 //! a client reconnecting after the master restarts.
 
-#[path = "support/freeze_proxy.rs"]
-mod freeze_proxy;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -212,7 +209,7 @@ fn tasks_over_rpc() {
 #[test]
 fn after_a_call_times_out_pooled_connections_are_not_waited_on_again() {
     let master = MasterHandle::spawn(config()).unwrap();
-    let proxy = freeze_proxy::FreezeProxy::start(&master.rpc_addr().to_string());
+    let proxy = test_support::FreezeProxy::start(&master.rpc_addr().to_string());
     let client = MasterClient::connect_with_timeouts(
         &proxy.addr,
         Duration::from_secs(5),

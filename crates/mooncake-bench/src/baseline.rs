@@ -12,7 +12,7 @@ use std::time::Instant;
 use mooncake_common::{Error, ErrorCode, Result};
 use serde::Serialize;
 
-use super::stats::{summarize, Summary};
+use crate::stats::{summarize, Summary};
 
 fn io_err(what: &str, e: std::io::Error) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, format!("{what}: {e}"))

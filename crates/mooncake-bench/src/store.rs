@@ -15,8 +15,8 @@ use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 use serde::Serialize;
 
-use super::cluster::{self, Master, Proc};
-use super::stats::{self, summarize, Summary};
+use crate::cluster::{self, Master, Proc};
+use crate::stats::{self, summarize, Summary};
 
 /// Distinct value per key: key `i` holds the pattern at `(i * STRIDE) % WINDOW`.
 const STRIDE: usize = 64;

@@ -2,7 +2,6 @@
 //! carry nothing more, as behind a network partition (no reset, no close),
 //! which is how a coordination service becomes unreachable without the
 //! client being told.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -81,24 +80,4 @@ fn relay(mut from: TcpStream, mut to: TcpStream, frozen: &AtomicBool) {
         }
     }
     let _ = to.shutdown(Shutdown::Write);
-}
-
-/// The partition scenario, the same for every election backend: `a`,
-/// connected only through `proxy`, leads; the proxy freezes, so A's renewals
-/// hang rather than fail and its lease expires at the service; `b` wins
-/// (within `guard`). By then A must already have stopped believing it leads.
-pub async fn partitioned_leader_gives_up(
-    a: &dyn mooncake_store::ha::LeaderElection,
-    b: &dyn mooncake_store::ha::LeaderElection,
-    proxy: &FreezeProxy,
-    guard: Duration,
-) {
-    let la = a.campaign("10.0.0.1:50051").await.unwrap();
-    proxy.freeze();
-    let lb = tokio::time::timeout(guard, b.campaign("10.0.0.2:50051"))
-        .await
-        .expect("b never won")
-        .unwrap();
-    assert!(!la.is_held(), "two leaders: A still leads while B won");
-    lb.resign().await.unwrap();
 }

@@ -1,5 +1,5 @@
 //! Master round trips with no data path: what one metadata call costs, for
-//! comparison with the raw loopback ping-pong of [`super::baseline`].
+//! comparison with the raw loopback ping-pong of [`crate::baseline`].
 
 use std::time::Instant;
 
@@ -7,8 +7,8 @@ use mooncake_common::{ErrorCode, Result};
 use mooncake_store::master_client::MasterClient;
 use serde::Serialize;
 
-use super::cluster;
-use super::stats::{self, summarize, Summary};
+use crate::cluster;
+use crate::stats::{self, summarize, Summary};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RpcResult {

@@ -4,11 +4,12 @@
 //! name running servers; when unset, the server is started here from PATH on
 //! free loopback ports with a temporary directory, and killed (by pid) when
 //! the [`Service`] is dropped.
-#![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+pub use crate::process::free_port;
 
 pub struct Service {
     /// `host:port` clients connect to.
@@ -31,15 +32,6 @@ impl Drop for Service {
             let _ = child.wait();
         }
     }
-}
-
-/// A loopback port nothing listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// etcd from `MOONCAKE_TEST_ETCD`, or a fresh one.

@@ -1,8 +1,10 @@
 //! The processes a benchmark runs against: a `mooncake_master` and, for the
-//! remote topology, a `mooncake_client` holding the segment. They are the
-//! same programs users run (found next to this executable, else on `PATH`),
-//! started on loopback with port 0 and read back from their ready lines, so
-//! nothing races for ports.
+//! remote topology, a `mooncake_client` holding the segment. They are this
+//! executable re-run as those programs (`--run-as NAME`, which calls the
+//! same library entry point as the binary of that name), so a benchmark
+//! always measures the code it was built with, never a stale binary on
+//! `PATH`. They start on loopback with port 0 and are read back from their
+//! ready lines, so nothing races for ports.
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
@@ -16,29 +18,31 @@ use mooncake_common::{Error, ErrorCode, Result};
 /// How long a process may take to print its ready line.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// First argument that turns this executable into one of the programs.
+const RUN_AS: &str = "--run-as";
+
 fn err(msg: impl Into<String>) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, msg)
 }
 
-/// `name` next to the running executable (a venv's `bin/`, or cargo's
-/// `target/<profile>/`), else the first match on `PATH`.
-pub fn find_program(name: &str) -> Result<PathBuf> {
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-    {
-        let p = dir.join(name);
-        if p.is_file() {
-            return Ok(p);
-        }
+/// `argv` = `[_, "--run-as", NAME, ARGS…]`: runs program NAME with `ARGS`
+/// as its own binary would and returns its exit code; `None` for any other
+/// command line.
+pub(crate) fn run_as_program(argv: &[String]) -> Option<i32> {
+    if argv.get(1).map(String::as_str) != Some(RUN_AS) {
+        return None;
     }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-        .ok_or_else(|| err(format!("{name} not found next to this program or on PATH")))
+    let Some(name) = argv.get(2) else {
+        eprintln!("mooncake-bench {RUN_AS}: which program?");
+        return Some(2);
+    };
+    Some(mooncake_cli::entry::run(name, argv[2..].to_vec()))
+}
+
+/// This executable and the arguments that make it run program `name`.
+fn program(name: &str) -> Result<(PathBuf, Vec<String>)> {
+    let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?;
+    Ok((exe, vec![RUN_AS.to_string(), name.to_string()]))
 }
 
 /// A child process stopped (SIGTERM, then SIGKILL) when dropped.
@@ -140,11 +144,7 @@ impl Proc {
     }
 
     /// SIGTERM, up to 10 s to exit, then SIGKILL.
-    pub fn stop(mut self) {
-        self.stop_inner();
-    }
-
-    fn stop_inner(&mut self) {
+    fn stop(&mut self) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
@@ -166,7 +166,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        self.stop_inner();
+        self.stop();
     }
 }
 
@@ -184,8 +184,6 @@ pub struct Master {
     pub rpc: String,
     /// `http://host:port/metadata`.
     pub metadata_server: String,
-    /// `http://host:port` of the metrics/admin service.
-    pub admin_url: String,
 }
 
 /// Where child processes write their logs.
@@ -199,22 +197,23 @@ pub fn work_dir() -> Result<PathBuf> {
 /// Starts `mooncake_master` with the same flags `benchmarks/compare.py`
 /// gives both systems (ports chosen by the kernel).
 pub fn start_master(env: &[(String, String)], extra: &[String]) -> Result<Master> {
-    let program = find_program("mooncake_master")?;
-    let mut args: Vec<String> = [
-        "--port=0",
-        "--rpc_port=0",
-        "--rpc_address=127.0.0.1",
-        "--enable_http_metadata_server=true",
-        "--http_metadata_server_host=127.0.0.1",
-        "--http_metadata_server_port=0",
-        "--metrics_host=127.0.0.1",
-        "--metrics_port=0",
-    ]
-    .map(String::from)
-    .to_vec();
+    let (exe, mut args) = program("mooncake_master")?;
+    args.extend(
+        [
+            "--port=0",
+            "--rpc_port=0",
+            "--rpc_address=127.0.0.1",
+            "--enable_http_metadata_server=true",
+            "--http_metadata_server_host=127.0.0.1",
+            "--http_metadata_server_port=0",
+            "--metrics_host=127.0.0.1",
+            "--metrics_port=0",
+        ]
+        .map(String::from),
+    );
     args.extend(extra.iter().cloned());
     let log = work_dir()?.join("master.log");
-    let (proc, line) = Proc::spawn("mooncake_master", &program, &args, env, log, "listening")?;
+    let (proc, line) = Proc::spawn("mooncake_master", &exe, &args, env, log, "listening")?;
     let get = |k: &str| {
         field(&line, k)
             .map(str::to_owned)
@@ -223,24 +222,23 @@ pub fn start_master(env: &[(String, String)], extra: &[String]) -> Result<Master
     Ok(Master {
         rpc: get("rpc")?,
         metadata_server: format!("http://{}/metadata", get("metadata")?),
-        admin_url: format!("http://{}", get("http")?),
         proc,
     })
 }
 
 /// Starts a `mooncake_client` contributing `segment` bytes to `master`.
 pub fn start_storage(master: &Master, segment: u64, env: &[(String, String)]) -> Result<Proc> {
-    let program = find_program("mooncake_client")?;
-    let args = [
+    let (exe, mut args) = program("mooncake_client")?;
+    args.extend([
         format!("--master_server_address={}", master.rpc),
         format!("--metadata_server={}", master.metadata_server),
         format!("--global_segment_size={segment}"),
         "--host=127.0.0.1".into(),
         "--port=0".into(),
         "--protocol=tcp".into(),
-    ];
+    ]);
     let log = work_dir()?.join("storage.log");
-    let (proc, _) = Proc::spawn("mooncake_client", &program, args, env, log, "ready")?;
+    let (proc, _) = Proc::spawn("mooncake_client", &exe, args, env, log, "ready")?;
     Ok(proc)
 }
 
@@ -281,7 +279,14 @@ mod tests {
     }
 
     #[test]
-    fn missing_program() {
-        assert!(find_program("no-such-program-mooncake").is_err());
+    fn runs_as_a_program_only_when_asked() {
+        let argv = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(run_as_program(&argv(&["mooncake-bench", "store"])), None);
+        assert_eq!(run_as_program(&argv(&["mooncake-bench"])), None);
+        assert_eq!(run_as_program(&argv(&["mooncake-bench", RUN_AS])), Some(2));
+        assert_eq!(
+            run_as_program(&argv(&["mooncake-bench", RUN_AS, "no_such_program"])),
+            Some(127)
+        );
     }
 }

@@ -1,6 +1,6 @@
-//! `mooncake bench` end to end, with tiny budgets: the real `mooncake`,
-//! `mooncake_master` and `mooncake_client` binaries, every phase verified.
-//! (Speed is never asserted here; the benchmarks measure it.)
+//! `mooncake-bench` end to end, with tiny budgets: the real executable,
+//! which runs itself as `mooncake_master` and `mooncake_client`, every
+//! phase verified. (Speed is never asserted here; the benchmarks measure it.)
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mooncake");
+const BIN: &str = env!("CARGO_BIN_EXE_mooncake-bench");
 const TIMEOUT: Duration = Duration::from_secs(240);
 
-/// Runs `mooncake args…` with a deadline (killed past it).
-fn mooncake(args: &[&str], cwd: &Path) -> Output {
+/// Runs `mooncake-bench args…` with a deadline (killed past it).
+fn bench(args: &[&str], cwd: &Path) -> Output {
     let mut child = Command::new(BIN)
         .args(args)
         .current_dir(cwd)
@@ -24,7 +24,7 @@ fn mooncake(args: &[&str], cwd: &Path) -> Output {
     while child.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("mooncake {args:?} did not finish in {TIMEOUT:?}");
+            panic!("mooncake-bench {args:?} did not finish in {TIMEOUT:?}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -41,7 +41,6 @@ fn check_store_run(args: &[&str], topologies: &[&str], mode: &str) {
     let json = dir.path().join("store.json");
     let json_s = json.to_str().unwrap();
     let mut all = vec![
-        "bench",
         "store",
         "--sizes",
         "4096,65536",
@@ -57,7 +56,7 @@ fn check_store_run(args: &[&str], topologies: &[&str], mode: &str) {
         json_s,
     ];
     all.extend_from_slice(args);
-    let out = mooncake(&all, dir.path());
+    let out = bench(&all, dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -104,9 +103,8 @@ fn store_bench_forced_tcp() {
 fn memory_bench_counts_objects() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("mem.json");
-    let out = mooncake(
+    let out = bench(
         &[
-            "bench",
             "memory",
             "--objects",
             "3000",
@@ -131,7 +129,7 @@ fn memory_bench_counts_objects() {
 #[test]
 fn rpc_and_baseline_print_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let out = mooncake(&["bench", "rpc", "--calls", "50"], dir.path());
+    let out = bench(&["rpc", "--calls", "50"], dir.path());
     assert!(
         out.status.success(),
         "{}",
@@ -139,7 +137,7 @@ fn rpc_and_baseline_print_tables() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("get_replica_list"), "{text}");
-    let out = mooncake(&["bench", "baseline", "--iters", "50"], dir.path());
+    let out = bench(&["baseline", "--iters", "50"], dir.path());
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("memcpy 4 MiB"));
 }
@@ -148,16 +146,16 @@ fn rpc_and_baseline_print_tables() {
 fn bad_usage_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
     // Nothing to do.
-    let out = mooncake(&["bench"], dir.path());
+    let out = bench(&[], dir.path());
     assert_eq!(out.status.code(), Some(1));
     // Bad op / topology names.
-    let out = mooncake(&["bench", "store", "--ops", "fly"], dir.path());
+    let out = bench(&["store", "--ops", "fly"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("fly"));
-    let out = mooncake(&["bench", "store", "--topology", "far"], dir.path());
+    let out = bench(&["store", "--topology", "far"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     // The comparison needs the repository.
-    let out = mooncake(&["bench", "--compare-reference"], dir.path());
+    let out = bench(&["--compare-reference"], dir.path());
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--repo"));
 }

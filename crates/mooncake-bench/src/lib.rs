@@ -1,47 +1,58 @@
-//! `mooncake bench`: measurements of this build, and the side-by-side
-//! comparison with the reference.
+//! `mooncake-bench`: measurements of this build, and the side-by-side
+//! comparison with the reference. A development tool: it is not part of
+//! the Python wheel or of the `mooncake-cli` programs.
 //!
-//! - `mooncake bench store`: the store workload on the Rust API
+//! - `mooncake-bench store`: the store workload on the Rust API
 //!   ([`store`]), local and remote topologies, optionally forced TCP;
-//! - `mooncake bench rpc`: master round trips alone ([`rpc`]);
-//! - `mooncake bench baseline`: loopback TCP ping-pong and memcpy bandwidth
+//! - `mooncake-bench rpc`: master round trips alone ([`rpc`]);
+//! - `mooncake-bench baseline`: loopback TCP ping-pong and memcpy bandwidth
 //!   ([`baseline`]), the floor and ceiling the store numbers sit between;
-//! - `mooncake bench memory`: master RSS per object ([`memory`]);
-//! - `mooncake bench --compare-reference`: `benchmarks/compare.py` on the
+//! - `mooncake-bench memory`: master RSS per object ([`memory`]);
+//! - `mooncake-bench --compare-reference`: `benchmarks/compare.py` on the
 //!   reference's venv and ours ([`compare`]), then the ratio table, chart and
 //!   `docs/benchmarks.md`.
 //!
 //! Each subcommand is a thin shell over the library function of its module.
+//! The master and storage processes a benchmark starts are this executable
+//! re-run as `mooncake_master` / `mooncake_client` ([`cluster`]): the same
+//! entry points as those binaries, always of this build.
 
-pub mod baseline;
-pub mod cluster;
-pub mod compare;
-pub mod memory;
-pub mod rpc;
-pub mod stats;
-pub mod store;
+mod baseline;
+mod cluster;
+mod compare;
+mod memory;
+mod rpc;
+mod stats;
+mod store;
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use mooncake_common::gflags::normalize;
 use mooncake_common::size::parse_size;
 
 use store::{Op, StoreBenchConfig, Topology};
 
 /// Variables that force TCP in both systems (the reference honours them too).
-pub const FORCE_TCP_ENV: [(&str, &str); 2] = [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
+pub(crate) const FORCE_TCP_ENV: [(&str, &str); 2] =
+    [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
 
 #[derive(Parser, Debug)]
-#[command(rename_all = "snake_case", args_conflicts_with_subcommands = true)]
-pub struct BenchArgs {
+#[command(
+    name = "mooncake-bench",
+    about = "Benchmarks of this build, and the comparison with the reference",
+    rename_all = "snake_case",
+    args_conflicts_with_subcommands = true
+)]
+pub(crate) struct BenchArgs {
     #[command(subcommand)]
-    pub command: Option<BenchCmd>,
+    pub(crate) command: Option<BenchCmd>,
     #[command(flatten)]
-    pub compare: compare::CompareArgs,
+    pub(crate) compare: compare::CompareArgs,
 }
 
 #[derive(Subcommand, Debug)]
-pub enum BenchCmd {
+pub(crate) enum BenchCmd {
     /// Store put/get/batch/zero-copy latency and throughput on the Rust API.
     Store(StoreArgs),
     /// Master RPC round trips (no data path).
@@ -58,70 +69,82 @@ fn size_arg(s: &str) -> Result<u64, String> {
 
 #[derive(Args, Debug)]
 #[command(rename_all = "snake_case")]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Comma list of `local`, `remote`.
     #[arg(long, default_value = "local,remote")]
-    pub topology: String,
+    pub(crate) topology: String,
     /// Comma list of value sizes (`4096`, `64KiB`, `1MB`…).
     #[arg(long, default_value = "4096,65536,1048576,4194304")]
-    pub sizes: String,
+    pub(crate) sizes: String,
     #[arg(long, default_value = "put,get,put_batch,get_batch,put_from,get_into")]
-    pub ops: String,
+    pub(crate) ops: String,
     /// Time budget per phase, seconds.
     #[arg(long, default_value_t = 1.0)]
-    pub seconds: f64,
+    pub(crate) seconds: f64,
     #[arg(long, default_value_t = 2000)]
-    pub max_iters: usize,
+    pub(crate) max_iters: usize,
     #[arg(long, default_value_t = 16)]
-    pub batch: usize,
+    pub(crate) batch: usize,
     #[arg(long, default_value = "1536MiB", value_parser = size_arg)]
-    pub segment_size: u64,
+    pub(crate) segment_size: u64,
     #[arg(long, default_value = "256MiB", value_parser = size_arg)]
-    pub local_buffer_size: u64,
+    pub(crate) local_buffer_size: u64,
     /// Move bytes over TCP even on one host (`MC_FORCE_TCP=1 MC_STORE_MEMCPY=0`
     /// in this process and the ones it starts).
     #[arg(long)]
-    pub force_tcp: bool,
+    pub(crate) force_tcp: bool,
     /// Skip the untimed pass that writes one phase's budget before measuring.
     #[arg(long)]
-    pub no_touch: bool,
+    pub(crate) no_touch: bool,
     /// Also write the results here as JSON.
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
 #[command(rename_all = "snake_case")]
-pub struct RpcArgs {
+pub(crate) struct RpcArgs {
     #[arg(long, default_value_t = 20000)]
-    pub calls: usize,
+    pub(crate) calls: usize,
     /// Client threads calling at once.
     #[arg(long, default_value_t = 1)]
-    pub threads: usize,
+    pub(crate) threads: usize,
 }
 
 #[derive(Args, Debug)]
 #[command(rename_all = "snake_case")]
-pub struct BaselineArgs {
+pub(crate) struct BaselineArgs {
     #[arg(long, default_value_t = 20000)]
-    pub iters: usize,
+    pub(crate) iters: usize,
 }
 
 #[derive(Args, Debug)]
 #[command(rename_all = "snake_case")]
-pub struct MemoryArgs {
+pub(crate) struct MemoryArgs {
     #[arg(long, default_value_t = 1_000_000)]
-    pub objects: usize,
+    pub(crate) objects: usize,
     #[arg(long, default_value = "4096", value_parser = size_arg)]
-    pub size: u64,
+    pub(crate) size: u64,
     #[arg(long, default_value_t = 512)]
-    pub batch: usize,
+    pub(crate) batch: usize,
     #[arg(long)]
-    pub json: Option<PathBuf>,
+    pub(crate) json: Option<PathBuf>,
 }
 
-/// Runs `mooncake bench …`; returns the exit code.
-pub fn main(args: BenchArgs) -> i32 {
+/// Runs `mooncake-bench` with `argv` (argv[0] = program name); returns
+/// the exit code.
+pub fn main(argv: Vec<String>) -> i32 {
+    if let Some(code) = cluster::run_as_program(&argv) {
+        return code;
+    }
+    let args = match BenchArgs::try_parse_from(normalize(argv, &[])) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    mooncake_cli::logging::init();
     let result = match args.command {
         Some(BenchCmd::Store(a)) => run_store(a),
         Some(BenchCmd::Rpc(a)) => run_rpc(a),
@@ -136,7 +159,7 @@ pub fn main(args: BenchArgs) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("mooncake bench: {e}");
+            eprintln!("mooncake-bench: {e}");
             1
         }
     }

@@ -11,7 +11,7 @@ use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 use serde::Serialize;
 
-use super::cluster;
+use crate::cluster;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryReport {
