@@ -553,6 +553,7 @@ impl PyStore {
             master_server_address: master_server_addr
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            ..ClientConfig::default()
         };
         Ok(self.setup_config(py, cfg))
     }
@@ -1526,6 +1527,7 @@ impl PyStore {
                 .or_else(|| dict_str(d, "master_server_address"))
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            ..ClientConfig::default()
         };
         self.setup_config(py, cfg)
     }

@@ -304,10 +304,16 @@ mod tests {
         assert!(cfg.local_memcpy);
         assert_eq!(cfg.cluster_id, "mooncake_cluster");
 
-        cfg.apply_env(env(&[("MC_STORE_MEMCPY", "0"), ("MC_STORE_CLUSTER_ID", "c1")]));
+        cfg.apply_env(env(&[
+            ("MC_STORE_MEMCPY", "0"),
+            ("MC_STORE_CLUSTER_ID", "c1"),
+        ]));
         assert!(!cfg.local_memcpy);
         assert_eq!(cfg.cluster_id, "c1");
-        cfg.apply_env(env(&[("MC_STORE_MEMCPY", "maybe"), ("MC_STORE_CLUSTER_ID", "")]));
+        cfg.apply_env(env(&[
+            ("MC_STORE_MEMCPY", "maybe"),
+            ("MC_STORE_CLUSTER_ID", ""),
+        ]));
         assert!(!cfg.local_memcpy, "not a boolean: ignored");
         assert_eq!(cfg.cluster_id, "c1", "empty: ignored");
         cfg.apply_env(env(&[("MC_STORE_MEMCPY", "true")]));

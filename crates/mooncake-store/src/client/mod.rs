@@ -339,7 +339,11 @@ impl Client {
     }
 
     pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
-        self.write(key, Payload::Bytes(parts.to_vec()), &WriteOptions::upsert(cfg))
+        self.write(
+            key,
+            Payload::Bytes(parts.to_vec()),
+            &WriteOptions::upsert(cfg),
+        )
     }
 
     pub fn put_batch(
@@ -370,7 +374,11 @@ impl Client {
         size: usize,
         cfg: &ReplicateConfig,
     ) -> Result<()> {
-        self.write(key, Payload::Mem(vec![(addr, size)]), &WriteOptions::put(cfg))
+        self.write(
+            key,
+            Payload::Mem(vec![(addr, size)]),
+            &WriteOptions::put(cfg),
+        )
     }
 
     pub fn upsert_from(

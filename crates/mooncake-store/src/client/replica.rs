@@ -139,7 +139,10 @@ mod tests {
         };
         assert!(site.is_own(&at("me:1", 0x1000, 0x100)));
         assert!(site.is_own(&at("me:1", 0x4008, 8)));
-        assert!(!site.is_own(&at("me:1", 0x10ff, 2)), "runs past the segment");
+        assert!(
+            !site.is_own(&at("me:1", 0x10ff, 2)),
+            "runs past the segment"
+        );
         assert!(!site.is_own(&at("me:1", 0x2000, 1)), "between segments");
         assert!(!site.is_own(&at("me:2", 0x1000, 1)), "a peer on this host");
         assert!(!site.owns(u64::MAX, 2), "wraps around");
