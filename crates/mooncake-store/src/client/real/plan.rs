@@ -265,3 +265,331 @@ pub(crate) fn check_source_range(key: &str, size: u64, src_off: u64, len: usize)
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{DiskDescriptor, ReplicaKind, ReplicaStatus};
+
+    const OWN: u64 = 0x10_0000; // base of our one segment
+    const PEER: u64 = 0x90_0000;
+
+    fn site(memcpy: bool) -> Site {
+        Site {
+            endpoint: "me:1".into(),
+            host: "me".into(),
+            segments: vec![(OWN, 0x1000)],
+            memcpy,
+        }
+    }
+
+    fn mem(endpoint: &str, addr: u64, size: u64) -> MemoryDescriptor {
+        MemoryDescriptor {
+            segment_name: endpoint.into(),
+            transport_endpoint: endpoint.into(),
+            buffer_address: addr,
+            size,
+        }
+    }
+
+    fn replica(endpoint: &str, addr: u64, size: u64) -> ReplicaDesc {
+        ReplicaDesc {
+            kind: ReplicaKind::Memory(mem(endpoint, addr, size)),
+            status: ReplicaStatus::Complete,
+        }
+    }
+
+    fn disk(size: u64) -> ReplicaDesc {
+        ReplicaDesc {
+            kind: ReplicaKind::Disk(DiskDescriptor {
+                file_path: "/ssd/x".into(),
+                object_size: size,
+            }),
+            status: ReplicaStatus::Complete,
+        }
+    }
+
+    fn piece(local: usize, remote: u64, len: usize) -> Piece {
+        Piece { local, remote, len }
+    }
+
+    #[test]
+    fn own_replica_is_a_memcpy_per_part() {
+        let reps = [replica("me:1", OWN + 0x40, 10)];
+        let plan = plan_write(&[(0x5000, 4), (0x7000, 6)], true, &reps, &site(true)).unwrap();
+        assert_eq!(
+            plan.memcpy,
+            [
+                Memcpy {
+                    src: 0x5000,
+                    dst: (OWN + 0x40) as usize,
+                    len: 4
+                },
+                Memcpy {
+                    src: 0x7000,
+                    dst: (OWN + 0x44) as usize,
+                    len: 6
+                },
+            ]
+        );
+        assert!(plan.peers.is_empty());
+        assert_eq!(plan.max_requests(), 0, "no engine batch needed");
+    }
+
+    #[test]
+    fn caller_bytes_try_shared_memory_then_a_staged_copy() {
+        let reps = [replica("me:2", PEER, 16)];
+        let plan = plan_write(&[(0x5000, 3), (0x6000, 5)], true, &reps, &site(true)).unwrap();
+        assert!(plan.memcpy.is_empty());
+        assert_eq!(
+            plan.peers,
+            [PeerWrite {
+                endpoint: "me:2",
+                shared: Some(vec![piece(0x5000, PEER, 3), piece(0x6000, PEER + 3, 5)]),
+                engine: EngineWrite::Staged {
+                    remote: PEER,
+                    len: 8
+                },
+            }]
+        );
+        assert_eq!(
+            plan.max_requests(),
+            1,
+            "the staged copy goes in one request"
+        );
+    }
+
+    #[test]
+    fn registered_memory_goes_to_the_engine_part_by_part() {
+        let reps = [replica("far:1", PEER, 8)];
+        let plan = plan_write(&[(0x5000, 3), (0x6000, 5)], false, &reps, &site(true)).unwrap();
+        assert_eq!(
+            plan.peers,
+            [PeerWrite {
+                endpoint: "far:1",
+                shared: None,
+                engine: EngineWrite::Parts(vec![
+                    piece(0x5000, PEER, 3),
+                    piece(0x6000, PEER + 3, 5)
+                ]),
+            }]
+        );
+        assert_eq!(plan.max_requests(), 2);
+    }
+
+    #[test]
+    fn every_replica_in_the_masters_order() {
+        // Own, same host, remote, and a disk replica the client does not write.
+        let reps = [
+            replica("far:1", PEER, 4),
+            disk(4),
+            replica("me:1", OWN, 4),
+            replica("me:2", PEER + 0x100, 4),
+        ];
+        let plan = plan_write(&[(0x5000, 4)], false, &reps, &site(true)).unwrap();
+        assert_eq!(
+            plan.memcpy,
+            [Memcpy {
+                src: 0x5000,
+                dst: OWN as usize,
+                len: 4
+            }]
+        );
+        let peers: Vec<(&str, &EngineWrite)> =
+            plan.peers.iter().map(|p| (p.endpoint, &p.engine)).collect();
+        assert_eq!(
+            peers,
+            [
+                ("far:1", &EngineWrite::Parts(vec![piece(0x5000, PEER, 4)])),
+                (
+                    "me:2",
+                    &EngineWrite::Parts(vec![piece(0x5000, PEER + 0x100, 4)])
+                ),
+            ]
+        );
+        assert_eq!(plan.max_requests(), 2);
+    }
+
+    #[test]
+    fn with_memcpy_off_our_own_segment_is_a_peer() {
+        let reps = [replica("me:1", OWN, 4)];
+        let plan = plan_write(&[(0x5000, 4)], true, &reps, &site(false)).unwrap();
+        assert!(plan.memcpy.is_empty());
+        assert_eq!(plan.peers.len(), 1);
+        assert_eq!(plan.peers[0].endpoint, "me:1");
+        assert_eq!(plan.peers[0].shared, Some(vec![piece(0x5000, OWN, 4)]));
+    }
+
+    #[test]
+    fn a_replica_outside_our_segments_is_a_peer_even_at_our_endpoint() {
+        // The master says "ours", but the address lies past our segment.
+        let reps = [replica("me:1", OWN + 0xffe, 4)];
+        let plan = plan_write(&[(0x5000, 4)], false, &reps, &site(true)).unwrap();
+        assert!(plan.memcpy.is_empty());
+        assert_eq!(plan.max_requests(), 1);
+    }
+
+    #[test]
+    fn empty_parts_move_nothing_but_keep_offsets() {
+        let reps = [replica("me:1", OWN, 6), replica("far:1", PEER, 6)];
+        let parts = [(0x5000, 0), (0x6000, 2), (0x7000, 0), (0x8000, 4)];
+        let plan = plan_write(&parts, false, &reps, &site(true)).unwrap();
+        let own: Vec<(usize, usize, usize)> =
+            plan.memcpy.iter().map(|c| (c.src, c.dst, c.len)).collect();
+        assert_eq!(
+            own,
+            [(0x6000, OWN as usize, 2), (0x8000, OWN as usize + 2, 4)]
+        );
+        assert_eq!(
+            plan.peers[0].engine,
+            EngineWrite::Parts(vec![piece(0x6000, PEER, 2), piece(0x8000, PEER + 2, 4)])
+        );
+    }
+
+    #[test]
+    fn edge_sizes() {
+        // One byte; a value exactly the replica's size; a larger replica.
+        for (len, size) in [(1usize, 1u64), (4096, 4096), (3, 64)] {
+            let reps = [replica("me:1", OWN, size), replica("me:2", PEER, size)];
+            let plan = plan_write(&[(0x5000, len)], true, &reps, &site(true)).unwrap();
+            assert_eq!(plan.memcpy.len(), 1);
+            assert_eq!(plan.memcpy[0].len, len);
+            assert_eq!(
+                plan.peers[0].engine,
+                EngineWrite::Staged { remote: PEER, len }
+            );
+        }
+        // Nothing to move for a value of no bytes (the client refuses those
+        // before planning; the planner still answers sanely).
+        let reps = [replica("me:1", OWN, 0), replica("me:2", PEER, 0)];
+        let plan = plan_write(&[], true, &reps, &site(true)).unwrap();
+        assert!(plan.memcpy.is_empty());
+        assert_eq!(plan.peers[0].shared, Some(vec![]));
+        assert_eq!(plan.max_requests(), 0);
+    }
+
+    #[test]
+    fn replicas_that_cannot_hold_the_value_are_refused() {
+        let too_small = [replica("me:1", OWN, 8), replica("me:2", PEER, 7)];
+        let e = plan_write(&[(0x5000, 8)], true, &too_small, &site(true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_REPLICA);
+        let disk_only = [disk(8)];
+        let e = plan_write(&[(0x5000, 8)], true, &disk_only, &site(true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_REPLICA);
+        let e = plan_write(&[(0x5000, 8)], true, &[], &site(true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_REPLICA);
+    }
+
+    #[test]
+    fn scatter_splits_in_order() {
+        let f = scatter(10, &[(100, 4), (200, 4), (300, 8)]).unwrap();
+        let got: Vec<(u64, usize, usize)> = f.iter().map(|f| (f.src_off, f.dst, f.len)).collect();
+        assert_eq!(got, [(0, 100, 4), (4, 200, 4), (8, 300, 2)]);
+        assert_eq!(
+            scatter(10, &[(100, 9)]).unwrap_err().code,
+            ErrorCode::BUFFER_OVERFLOW
+        );
+        assert!(scatter(0, &[(100, 9)]).unwrap().is_empty());
+        // Empty destination parts are skipped; parts past the object unused.
+        let f = scatter(4, &[(100, 0), (200, 4), (300, 4)]).unwrap();
+        assert_eq!(
+            f,
+            [Frag {
+                src_off: 0,
+                dst: 200,
+                len: 4
+            }]
+        );
+    }
+
+    fn frag(src_off: u64, dst: usize, len: usize) -> Frag {
+        Frag { src_off, dst, len }
+    }
+
+    #[test]
+    fn reads_the_best_replica_own_then_same_host_then_remote() {
+        let reps = [
+            replica("far:1", PEER, 16),
+            replica("me:2", PEER + 0x100, 16),
+            replica("me:1", OWN + 0x10, 16),
+        ];
+        let s = site(true);
+        let ranked = s.rank(&reps);
+        let order: Vec<&str> = ranked
+            .iter()
+            .map(|d| d.transport_endpoint.as_str())
+            .collect();
+        assert_eq!(order, ["me:1", "me:2", "far:1"]);
+        let frags = [frag(0, 0x5000, 10), frag(10, 0x6000, 6)];
+        assert_eq!(
+            plan_read(&ranked[0], &frags, &s).unwrap(),
+            ReadPlan::Memcpy(vec![
+                Memcpy {
+                    src: (OWN + 0x10) as usize,
+                    dst: 0x5000,
+                    len: 10
+                },
+                Memcpy {
+                    src: (OWN + 0x1a) as usize,
+                    dst: 0x6000,
+                    len: 6
+                },
+            ])
+        );
+        // The fallbacks, in order: the same-host peer, then the remote one.
+        for (rep, endpoint) in [(&ranked[1], "me:2"), (&ranked[2], "far:1")] {
+            let base = rep.buffer_address;
+            assert_eq!(
+                plan_read(rep, &frags, &s).unwrap(),
+                ReadPlan::Peer {
+                    endpoint,
+                    pieces: vec![piece(0x5000, base, 10), piece(0x6000, base + 10, 6)],
+                }
+            );
+        }
+        // Memcpy off: our own replica is read like a peer's.
+        assert!(matches!(
+            plan_read(&ranked[0], &frags, &site(false)).unwrap(),
+            ReadPlan::Peer {
+                endpoint: "me:1",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn reads_past_the_object_are_refused() {
+        let rep = mem("me:2", PEER, 16);
+        let s = site(true);
+        plan_read(&rep, &[frag(0, 0x5000, 16)], &s).unwrap();
+        plan_read(&rep, &[frag(15, 0x5000, 1)], &s).unwrap();
+        for bad in [
+            frag(0, 0x5000, 17),
+            frag(16, 0x5000, 1),
+            frag(u64::MAX, 0, 2),
+        ] {
+            let e = plan_read(&rep, &[frag(0, 0x4000, 1), bad], &s).unwrap_err();
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad:?}");
+        }
+        assert_eq!(
+            plan_read(&rep, &[], &s).unwrap(),
+            ReadPlan::Peer {
+                endpoint: "me:2",
+                pieces: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn ranged_fragments_lie_inside_the_object() {
+        check_source_range("k", 10, 0, 10).unwrap();
+        check_source_range("k", 10, 9, 1).unwrap();
+        for (off, len) in [(0, 0), (0, 11), (10, 1), (u64::MAX, 1)] {
+            assert_eq!(
+                check_source_range("k", 10, off, len).unwrap_err().code,
+                ErrorCode::INVALID_PARAMS,
+                "{off}+{len}"
+            );
+        }
+    }
+}
