@@ -161,8 +161,11 @@ fn one<T>(mut v: Vec<Result<T>>) -> Result<T> {
         .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty batch answer")))
 }
 
+/// A value's or a destination's memory: `(addr, len)` parts in order.
+type Buffers = Vec<(usize, usize)>;
+
 /// `(addrs[i], sizes[i])` for each of `n` keys.
-fn buffers(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Vec<(usize, usize)>> {
+fn buffers(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Buffers> {
     same_len("buffer_ptrs", n, addrs.len())?;
     same_len("sizes", n, sizes.len())?;
     Ok(addrs.iter().copied().zip(sizes.iter().copied()).collect())
@@ -174,7 +177,7 @@ fn buffer_lists(
     n: usize,
     all_addrs: &[Vec<usize>],
     all_sizes: &[Vec<usize>],
-) -> Result<Vec<Result<Vec<(usize, usize)>>>> {
+) -> Result<Vec<Result<Buffers>>> {
     same_len("all_buffer_ptrs", n, all_addrs.len())?;
     same_len("all_sizes", n, all_sizes.len())?;
     Ok(all_addrs
