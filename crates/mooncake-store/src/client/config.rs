@@ -202,7 +202,7 @@ impl ClientConfig {
 }
 
 /// Splits `host[:port]`; IPv6 literals are written `[::1]:port`.
-pub fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
+pub(crate) fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('[') {
         let (host, tail) = rest

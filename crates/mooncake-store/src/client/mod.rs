@@ -171,6 +171,19 @@ fn buffers(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Buffers> {
     Ok(addrs.iter().copied().zip(sizes.iter().copied()).collect())
 }
 
+/// One value per slice.
+fn byte_values<'a>(values: &[&'a [u8]]) -> Vec<Payload<'a>> {
+    values.iter().map(|v| Payload::Bytes(vec![*v])).collect()
+}
+
+/// One value per registered buffer `(addrs[i], sizes[i])`, for `n` keys.
+fn mem_values(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Vec<Payload<'static>>> {
+    Ok(buffers(n, addrs, sizes)?
+        .into_iter()
+        .map(|b| Payload::Mem(vec![b]))
+        .collect())
+}
+
 /// Each of `n` keys' buffer list `(all_addrs[i][j], all_sizes[i][j])`; a key
 /// whose two lists differ in length gets `INVALID_PARAMS`.
 fn buffer_lists(
@@ -197,7 +210,7 @@ fn buffer_lists(
 
 /// Runs `run` on the keys whose item is `Ok` and answers every key: with its
 /// item's error, or with what `run` answered for it.
-fn per_key<T, R>(
+fn run_valid<T, R>(
     keys: &[String],
     items: Vec<Result<T>>,
     run: impl FnOnce(&[String], Vec<T>) -> Vec<Result<R>>,
@@ -355,8 +368,7 @@ impl Client {
         values: &[&[u8]],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        let values = values.iter().map(|v| Payload::Bytes(vec![*v])).collect();
-        self.write_batch(keys, values, &WriteOptions::put(cfg))
+        self.write_batch(keys, byte_values(values), &WriteOptions::put(cfg))
     }
 
     pub fn upsert_batch(
@@ -365,8 +377,7 @@ impl Client {
         values: &[&[u8]],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        let values = values.iter().map(|v| Payload::Bytes(vec![*v])).collect();
-        self.write_batch(keys, values, &WriteOptions::upsert(cfg))
+        self.write_batch(keys, byte_values(values), &WriteOptions::upsert(cfg))
     }
 
     /// Stores `size` bytes at `addr` (a registered buffer or pool memory).
@@ -377,11 +388,8 @@ impl Client {
         size: usize,
         cfg: &ReplicateConfig,
     ) -> Result<()> {
-        self.write(
-            key,
-            Payload::Mem(vec![(addr, size)]),
-            &WriteOptions::put(cfg),
-        )
+        let opts = WriteOptions::put(cfg);
+        self.write(key, Payload::Mem(vec![(addr, size)]), &opts)
     }
 
     pub fn upsert_from(
@@ -416,9 +424,11 @@ impl Client {
         sizes: &[usize],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        let values = buffers(keys.len(), addrs, sizes)?;
-        let values = values.into_iter().map(|b| Payload::Mem(vec![b])).collect();
-        self.write_batch(keys, values, &WriteOptions::put(cfg))
+        self.write_batch(
+            keys,
+            mem_values(keys.len(), addrs, sizes)?,
+            &WriteOptions::put(cfg),
+        )
     }
 
     pub fn batch_upsert_from(
@@ -428,9 +438,11 @@ impl Client {
         sizes: &[usize],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        let values = buffers(keys.len(), addrs, sizes)?;
-        let values = values.into_iter().map(|b| Payload::Mem(vec![b])).collect();
-        self.write_batch(keys, values, &WriteOptions::upsert(cfg))
+        self.write_batch(
+            keys,
+            mem_values(keys.len(), addrs, sizes)?,
+            &WriteOptions::upsert(cfg),
+        )
     }
 
     /// Each key's value is the concatenation of its buffers.
@@ -443,7 +455,7 @@ impl Client {
     ) -> Result<Vec<Result<()>>> {
         let lists = buffer_lists(keys.len(), all_addrs, all_sizes)?;
         let opts = WriteOptions::put(cfg);
-        Ok(per_key(keys, lists, |keys, lists| {
+        Ok(run_valid(keys, lists, |keys, lists| {
             let values = lists.into_iter().map(Payload::Mem).collect();
             self.inner.write(keys, values, &opts)
         }))
@@ -569,7 +581,7 @@ impl Client {
         _prefer_same_node: bool,
     ) -> Result<Vec<Result<u64>>> {
         let lists = buffer_lists(keys.len(), all_addrs, all_sizes)?;
-        Ok(per_key(keys, lists, |keys, dests| {
+        Ok(run_valid(keys, lists, |keys, dests| {
             self.inner.read_into(keys, &dests)
         }))
     }

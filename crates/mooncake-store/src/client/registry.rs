@@ -12,7 +12,7 @@ use parking_lot::{Mutex, RwLock};
 use super::staging::StagingBuf;
 
 #[derive(Default)]
-pub struct BufferRegistry {
+pub(crate) struct BufferRegistry {
     /// start address → length; ranges never overlap.
     ranges: RwLock<BTreeMap<usize, usize>>,
 }
@@ -81,7 +81,7 @@ impl BufferRegistry {
 /// Pool memory handed out by `alloc_from_mem_pool`, held until
 /// `free_to_mem_pool` gives its address back.
 #[derive(Default)]
-pub struct PoolAllocations {
+pub(crate) struct PoolAllocations {
     by_addr: Mutex<HashMap<usize, StagingBuf>>,
 }
 

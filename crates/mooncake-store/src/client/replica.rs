@@ -5,14 +5,14 @@
 use crate::types::{MemoryDescriptor, ReplicaDesc, ReplicaStatus};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Locality {
+pub(crate) enum Locality {
     Own,
     SameHost,
     Remote,
 }
 
 /// Host part of an engine endpoint `host:port` (`[v6]:port` too).
-pub fn endpoint_host(endpoint: &str) -> &str {
+pub(crate) fn endpoint_host(endpoint: &str) -> &str {
     if let Some(rest) = endpoint.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
@@ -24,7 +24,7 @@ pub fn endpoint_host(endpoint: &str) -> &str {
 
 /// Where a replica lives relative to a client whose engine is `own_endpoint`
 /// on `own_host`.
-pub fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> Locality {
+pub(crate) fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> Locality {
     if desc.transport_endpoint == own_endpoint {
         Locality::Own
     } else if endpoint_host(&desc.transport_endpoint) == own_host {
@@ -36,7 +36,11 @@ pub fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> 
 
 /// The complete memory replicas, best first. The order among equally good
 /// replicas is kept (the master already spreads load).
-pub fn rank(replicas: &[ReplicaDesc], own_endpoint: &str, own_host: &str) -> Vec<MemoryDescriptor> {
+pub(crate) fn rank(
+    replicas: &[ReplicaDesc],
+    own_endpoint: &str,
+    own_host: &str,
+) -> Vec<MemoryDescriptor> {
     let mut mem: Vec<&MemoryDescriptor> = replicas
         .iter()
         .filter(|r| r.status == ReplicaStatus::Complete)
@@ -50,7 +54,7 @@ pub fn rank(replicas: &[ReplicaDesc], own_endpoint: &str, own_host: &str) -> Vec
 /// engine endpoint and host, the segments it mounted, and whether replicas
 /// in them are copied with a plain memcpy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Site {
+pub(crate) struct Site {
     pub endpoint: String,
     pub host: String,
     /// `(base, len)` of each of this client's own segments.

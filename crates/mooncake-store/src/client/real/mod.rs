@@ -64,7 +64,7 @@ fn closed_err() -> Error {
 
 /// A batch call's answer spread over its `n` keys: a failed call fails
 /// every key.
-fn per_key<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
+fn batch_answer<T: Clone>(answer: Result<Vec<Result<T>>>, n: usize) -> Vec<Result<T>> {
     match answer {
         Ok(v) if v.len() == n => v,
         Ok(v) => {

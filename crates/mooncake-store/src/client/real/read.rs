@@ -8,7 +8,7 @@ use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
-use super::{per_key, RealClient};
+use super::{batch_answer, RealClient};
 use crate::types::MemoryDescriptor;
 
 /// The fragments one key reads, from its replicas (best first).
@@ -31,7 +31,7 @@ impl RealClient {
         let ask_keys: Vec<String> = ask.iter().map(|&i| keys[i].clone()).collect();
         let answers = match ask_keys.as_slice() {
             [key] => vec![self.master.get_replica_list(key)],
-            _ => per_key(
+            _ => batch_answer(
                 self.master.batch_get_replica_list(&ask_keys),
                 ask_keys.len(),
             ),

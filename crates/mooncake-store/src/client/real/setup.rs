@@ -20,7 +20,7 @@ use crate::types::{ClientId, SegmentInfo};
 /// Largest single buffer one mounted segment uses; bigger contributions are
 /// mounted as several segments so each stays one shared-memory mapping of
 /// bounded size.
-pub const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
+const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
 /// Port range the reference picks from when `local_hostname` has no port.
 const AUTO_PORT_RANGE: std::ops::Range<u16> = 12300..14300;
 /// How long a staging allocation waits for room when the pool is full.

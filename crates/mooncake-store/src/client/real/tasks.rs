@@ -16,7 +16,7 @@ use crate::types::{MemoryDescriptor, ReplicaDesc, TaskAssignment};
 
 /// How often a client holding a segment asks the master for copy and move
 /// tasks to execute.
-pub const TASK_POLL_INTERVAL: Duration = Duration::from_millis(100);
+const TASK_POLL_INTERVAL: Duration = Duration::from_millis(100);
 /// Tasks taken per poll; the rest wait for the next one.
 const TASKS_PER_POLL: u32 = 16;
 

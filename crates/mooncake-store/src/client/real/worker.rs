@@ -12,7 +12,7 @@ use crate::types::{ClientId, SegmentInfo};
 
 /// How often the client tells the master it is alive (well under any sane
 /// `client_ttl`).
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
+const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(500);
 
 /// A background thread running `tick` every `interval` until it returns
 /// false or the worker is stopped.

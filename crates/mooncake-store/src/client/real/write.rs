@@ -10,7 +10,7 @@ use super::super::staging::StagingBuf;
 use super::super::validate::{validate_key, validate_value_len};
 use super::flight::Flight;
 use super::plan::{plan_write, EngineWrite, Piece, WritePlan};
-use super::{per_key, RealClient};
+use super::{batch_answer, RealClient};
 use crate::client::Payload;
 use crate::types::{ReplicaDesc, WriteOptions};
 
@@ -90,7 +90,7 @@ impl RealClient {
         }
         let lens: Vec<u64> = payloads.iter().map(|p| p.len()).collect();
         let answer = self.master.batch_put_start(self.id, keys, &lens, opts);
-        per_key(answer, keys.len())
+        batch_answer(answer, keys.len())
     }
 
     /// Plans every started value, then moves them: each value's engine
@@ -260,7 +260,7 @@ impl RealClient {
             let end_keys: Vec<String> = to_end.iter().map(|&i| keys[i].clone()).collect();
             let ended = match end_keys.as_slice() {
                 [key] => vec![self.master.put_end(self.id, key)],
-                _ => per_key(
+                _ => batch_answer(
                     self.master.batch_put_end(self.id, &end_keys),
                     end_keys.len(),
                 ),
