@@ -114,6 +114,7 @@ impl RealClient {
                 }
                 Ok(replicas) => match plan_write(parts, caller_bytes, replicas, &self.site) {
                     Ok(plan) => {
+                        // Until a copy or a transfer fails.
                         sent.push(Sent::Written);
                         plans.push(Some(plan));
                     }
