@@ -6,16 +6,33 @@
 # MOONCAKE_WHEEL_PROFILE=dev (what test.sh uses) builds the extension with the
 # dev profile, reusing what `cargo test` just compiled; the default is the
 # release build users get.
+#
+# The tensor tests run against real PyTorch and safetensors, installed into the
+# venv once (PyPI's default torch wheel: ~5.4 GB with its CUDA libraries, about
+# 90 s on a fresh machine; it runs on CPU without a GPU). MOONCAKE_TEST_TORCH=0
+# skips that install for a quick run: the tensor tests then run on the numpy
+# stand-in (tests/python/fake_torch.py) and the real-torch ones are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${MOONCAKE_TEST_VENV:-.venv-test}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy
+venv=$(cd "$venv" && pwd)
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv
+if [ "${MOONCAKE_TEST_TORCH:-1}" != 0 ]; then
+    # uv hard-links packages from its cache, so every venv on the machine
+    # shares one 5 GB copy of torch; no --upgrade: a venv that has them already
+    # skips the download.
+    start=$SECONDS
+    "$venv/bin/uv" pip install -q --python "$venv/bin/python" --link-mode=hardlink \
+        torch safetensors
+    echo "torch and safetensors ready in $((SECONDS - start)) s" >&2
+    export MOONCAKE_TEST_REQUIRE_TORCH=1
+fi
 if [ -n "${MOONCAKE_WHEEL_PROFILE:-}" ]; then
     export MATURIN_PEP517_ARGS="--profile $MOONCAKE_WHEEL_PROFILE"
 fi
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps .
-export PATH="$PWD/$venv/bin:$PATH"
+export PATH="$venv/bin:$PATH"
 # Run from the tests' directory so `import mooncake` finds the installed
 # package, not the sources under python/.
 cd tests/python

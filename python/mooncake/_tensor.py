@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 from math import prod
 from typing import Any, NamedTuple, Optional, Sequence
 
@@ -68,8 +69,18 @@ class Meta(NamedTuple):
     data_bytes: int
 
 
+def loaded_torch():
+    """The ``torch`` module if this process has imported it, else None.
+
+    Without torch imported no object can be a tensor, so the put calls answer
+    INVALID_PARAMS for anything they are given, as the reference does, instead
+    of importing torch (seconds) or demanding it."""
+    return sys.modules.get("torch")
+
+
 def torch_module():
-    """The ``torch`` module; a clear ``ImportError`` when it is missing."""
+    """The ``torch`` module, for building a tensor out of stored bytes; a clear
+    ``ImportError`` when it is missing."""
     try:
         import torch
     except ImportError as e:
@@ -90,8 +101,9 @@ def encode(
     global_shape: Optional[Sequence[int]] = None,
     shard: Optional[tuple] = None,
 ) -> bytes:
-    """The header for a tensor of ``dtype`` and ``shape``. For a TP shard pass
-    the full tensor's ``global_shape`` and ``shard = (rank, size, split_dim)``."""
+    """The header for a tensor of ``dtype`` and ``shape`` (``()`` for a 0-d
+    tensor: ndim 0, one element). For a TP shard pass the full tensor's
+    ``global_shape`` and ``shard = (rank, size, split_dim)``."""
     shape = tuple(shape)
     nbytes = prod(shape) * DTYPES[dtype][1]
     out = bytearray(HEADER_SIZE)
@@ -171,18 +183,22 @@ class Source(NamedTuple):
 
 def from_tensor(torch, tensor) -> Optional[Source]:
     """The bytes of a CPU copy of ``tensor`` in C order, without copying when
-    it is already a contiguous CPU tensor. None for a non-tensor, an
-    unsupported dtype or more than 8 dimensions."""
-    if not isinstance(tensor, torch.Tensor):
+    it is already a contiguous CPU tensor. None for a non-tensor (always, when
+    ``torch`` is None), an unsupported dtype, more than 8 dimensions or a
+    tensor without plain strided data (sparse, ``meta``)."""
+    if torch is None or not isinstance(tensor, torch.Tensor):
         return None
     code = CODES.get(str(tensor.dtype).rsplit(".", 1)[-1])
     if code is None:
         return None
-    t = tensor.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
-    shape = tuple(t.shape) or (1,)
+    try:
+        t = tensor.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        t = t.contiguous()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    shape = tuple(t.shape)
     if len(shape) > MAX_DIMS:
         return None
     nbytes = t.numel() * t.element_size()
@@ -194,7 +210,9 @@ def to_tensor(torch, meta: Meta, buf, offset: int = 0):
     meta.data_offset`` (sharing, not copying, the memory; the tensor keeps
     ``buf`` alive)."""
     dtype = getattr(torch, DTYPES[meta.dtype][0])
-    count = prod(meta.shape)
+    # A 0-d tensor comes back with shape (1,), as from the reference.
+    shape = meta.shape or (1,)
+    count = prod(shape)
     if count == 0:
-        return torch.empty(meta.shape, dtype=dtype)
-    return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset + meta.data_offset).reshape(meta.shape)
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype, count=count, offset=offset + meta.data_offset).reshape(shape)

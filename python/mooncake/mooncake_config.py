@@ -21,6 +21,13 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 2
 _TRUE = {"true", "1", "yes", "on", "enable"}
 _FALSE = {"false", "0", "no", "off", "disable", ""}
 _REQUIRED = ("local_hostname", "metadata_server", "master_server_address")
+# Protocol names a Mooncake config may carry (transports of either
+# implementation's engine and store modes). Others pass through with a
+# warning, since the engine, not the config, decides what it supports.
+KNOWN_PROTOCOLS = frozenset({
+    "tcp", "rdma", "efa", "nvmeof", "nvlink", "musa", "nvlink_intra", "hip", "barex",
+    "cxl", "ascend", "ub", "ubshmem", "maca", "sunrise_link", "rpc_only",
+})
 
 
 def parse_size(value: Any) -> int:
@@ -72,6 +79,11 @@ class MooncakeConfig:
         if not isinstance(self.protocol, str) or not self.protocol.strip():
             raise ValueError(f"Invalid protocol: {self.protocol!r}")
         self.protocol = self.protocol.strip().lower()
+        if self.protocol not in KNOWN_PROTOCOLS:
+            logger.warning(
+                "Unrecognised protocol %r; passing it through to the Mooncake engine unchanged. "
+                "Known protocols are: %s.", self.protocol, ", ".join(sorted(KNOWN_PROTOCOLS)),
+            )
         for name in ("global_segment_size", "local_buffer_size"):
             if getattr(self, name) < 0:
                 raise ValueError(f"Invalid {name}: {getattr(self, name)}. Size must be non-negative.")
@@ -146,4 +158,8 @@ class MooncakeConfig:
         }
 
 
-__all__ = ["MooncakeConfig", "DEFAULT_GLOBAL_SEGMENT_SIZE", "DEFAULT_LOCAL_BUFFER_SIZE", "parse_size", "parse_bool"]
+# The reference module's names for the two parsers.
+_parse_segment_size = parse_size
+_parse_bool = parse_bool
+
+__all__ = ["MooncakeConfig", "KNOWN_PROTOCOLS", "DEFAULT_GLOBAL_SEGMENT_SIZE", "DEFAULT_LOCAL_BUFFER_SIZE", "parse_size", "parse_bool"]

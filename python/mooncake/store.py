@@ -9,6 +9,7 @@ and stores objects as bytes. The tensor calls (``put_tensor``,
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import List, Optional
 
@@ -57,8 +58,16 @@ for _enum in (ReplicaStatus, ObjectDataType, TaskStatus, TaskType):
 del _enum, _name, _member
 
 
-def _tp_valid(tp_rank: int, tp_size: int) -> bool:
-    return tp_size >= 1 and 0 <= tp_rank < tp_size
+FILE_NOT_FOUND = -1100
+_REQUIRED = object()
+
+_log = logging.getLogger("mooncake.store")
+
+
+def _shard_key(key: str, tp_rank: int, tp_size: int) -> str:
+    """Where a rank's shard lives: ``key_tp_{rank}``, or ``key`` itself when
+    ``tp_size <= 1`` (no split), as in the reference."""
+    return key if tp_size <= 1 else _tensor.shard_key(key, tp_rank)
 
 
 class MooncakeDistributedStore(_Store):
@@ -70,9 +79,9 @@ class MooncakeDistributedStore(_Store):
     # ---- tensors: put ---------------------------------------------------------
 
     def _put_tensors(self, keys, tensors, config=None, upsert=False) -> List[int]:
-        torch = _tensor.torch_module()
         if len(keys) != len(tensors):
             return [INVALID_PARAMS] * len(keys)
+        torch = _tensor.loaded_torch()
         codes = [INVALID_PARAMS] * len(keys)
         todo, parts, keep = [], [], []
         for i, tensor in enumerate(tensors):
@@ -113,55 +122,59 @@ class MooncakeDistributedStore(_Store):
         return self._put_tensors(list(keys), list(tensors_list), config, upsert=True)
 
     # ---- tensors: get ---------------------------------------------------------
+    # Missing keys and bytes that are not a tensor give None without torch;
+    # torch is imported only to build a tensor.
 
-    def _decode(self, torch, handle):
+    def _decode(self, handle):
         if handle is None:
             return None
         meta = _tensor.decode(memoryview(handle))
         if meta is None:
             return None
-        return _tensor.to_tensor(torch, meta, handle)
+        return _tensor.to_tensor(_tensor.torch_module(), meta, handle)
 
     def get_tensor(self, key: str):
-        """The tensor stored under ``key``, or None."""
-        torch = _tensor.torch_module()
-        return self._decode(torch, self._get_owned(key))
+        """The tensor stored under ``key`` (a copy this call owns), or None."""
+        return self._decode(self._get_owned(key))
 
     def batch_get_tensor(self, keys: List[str]) -> list:
-        torch = _tensor.torch_module()
-        return [self._decode(torch, h) for h in self._batch_get_owned(list(keys))]
+        return [self._decode(h) for h in self._batch_get_owned(list(keys))]
 
     def get_tensor_into(self, key: str, buffer_ptr: int, size: int):
         """Reads the object into the registered buffer and returns a tensor
         over that memory (no copy), or None."""
-        torch = _tensor.torch_module()
-        return self._into(torch, self.get_into(key, buffer_ptr, size), buffer_ptr)
+        return self._into(self.get_into(key, buffer_ptr, size), buffer_ptr)
 
     def batch_get_tensor_into(self, keys: List[str], buffer_ptrs: List[int], sizes: List[int]) -> list:
-        torch = _tensor.torch_module()
-        got = self.batch_get_into(list(keys), list(buffer_ptrs), list(sizes))
-        return [self._into(torch, n, p) for n, p in zip(got, buffer_ptrs)]
+        """One tensor (or None) per key; when the lists differ in length or a
+        pointer is null, INVALID_PARAMS for every key, as in the reference."""
+        keys, buffer_ptrs, sizes = list(keys), list(buffer_ptrs), list(sizes)
+        if not (len(keys) == len(buffer_ptrs) == len(sizes)) or 0 in buffer_ptrs:
+            return [INVALID_PARAMS] * len(keys)
+        got = self.batch_get_into(keys, buffer_ptrs, sizes)
+        return [self._into(n, p) for n, p in zip(got, buffer_ptrs)]
 
-    def _into(self, torch, n: int, ptr: int):
+    def _into(self, n: int, ptr: int):
         if n <= 0:
             return None
         view = _tensor.memory_at(ptr, n)
         meta = _tensor.decode(view)
-        return None if meta is None else _tensor.to_tensor(torch, meta, view)
+        return None if meta is None else _tensor.to_tensor(_tensor.torch_module(), meta, view)
 
     # ---- tensors: zero-copy puts of serialized buffers ----------------------------
 
     def _put_serialized(self, keys, ptrs, sizes, upsert) -> List[int]:
+        """Stores buffers laid out as ``[TensorMetadata][data]``. One bad
+        buffer fails the whole batch (INVALID_PARAMS for every key), as in the
+        reference."""
         if not (len(keys) == len(ptrs) == len(sizes)):
             return [INVALID_PARAMS] * len(keys)
-        ok = [self._serialized_meta(p, s) is not None for p, s in zip(ptrs, sizes)]
-        codes = [0 if k else INVALID_PARAMS for k in ok]
-        idx = [i for i, k in enumerate(ok) if k]
-        if idx:
-            call = self.batch_upsert_from if upsert else self.batch_put_from
-            for i, c in zip(idx, call([keys[i] for i in idx], [ptrs[i] for i in idx], [sizes[i] for i in idx])):
-                codes[i] = c
-        return codes
+        if not keys:
+            return []
+        if any(self._serialized_meta(p, n) is None for p, n in zip(ptrs, sizes)):
+            return [INVALID_PARAMS] * len(keys)
+        call = self.batch_upsert_from if upsert else self.batch_put_from
+        return call(keys, ptrs, sizes)
 
     def _serialized_meta(self, ptr: int, size: int):
         """The header of a serialized tensor at ``ptr`` (``size`` bytes),
@@ -192,23 +205,20 @@ class MooncakeDistributedStore(_Store):
         return self._put_serialized(list(keys), list(buffer_ptrs), list(sizes), True)
 
     # ---- tensors: tensor parallelism ----------------------------------------------
+    # ``tp_size <= 1`` means no split: the whole tensor under ``key``, as in the
+    # reference. ``tp_rank`` of the put calls is accepted for compatibility:
+    # every rank's shard is stored.
 
     def _put_shards(self, keys, sources, config, tp_size, split_dim) -> List[int]:
         """Stores each source (dtype, shape, bytes) split into ``tp_size``
-        uniform shards under ``key_tp_{rank}``; ``tp_size == 1`` stores the
-        whole tensor under ``key``."""
+        uniform shards under ``key_tp_{rank}``."""
         codes = [0] * len(keys)
         todo_keys, todo_parts, owners = [], [], []
         for i, (key, src) in enumerate(zip(keys, sources)):
-            if src is None or tp_size < 1:
+            if src is None:
                 codes[i] = INVALID_PARAMS
                 continue
             meta = _tensor.Meta(src[0], tuple(src[1]), 0, len(src[2]))
-            if tp_size == 1:
-                todo_keys.append(key)
-                todo_parts.append([_tensor.encode(meta.dtype, meta.shape), src[2]])
-                owners.append(i)
-                continue
             shards = _tensor.split(meta, src[2], tp_size, split_dim)
             if shards is None:
                 codes[i] = INVALID_PARAMS
@@ -225,7 +235,7 @@ class MooncakeDistributedStore(_Store):
         return codes
 
     def _tensor_sources(self, tensors):
-        torch = _tensor.torch_module()
+        torch = _tensor.loaded_torch()
         out, keep = [], []
         for t in tensors:
             src = _tensor.from_tensor(torch, t)
@@ -235,26 +245,26 @@ class MooncakeDistributedStore(_Store):
 
     def put_tensor_with_tp(self, key: str, tensor, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
         """Splits the tensor into ``tp_size`` uniform shards along
-        ``split_dim`` and stores every shard as ``key_tp_{rank}``
-        (``tp_rank`` is accepted for compatibility)."""
-        src, _keep = self._tensor_sources([tensor])
-        return self._put_shards([key], src, None, tp_size, split_dim)[0]
+        ``split_dim`` and stores every shard as ``key_tp_{rank}``."""
+        return self.pub_tensor_with_tp(key, tensor, None, tp_rank, tp_size, split_dim)
 
     def pub_tensor_with_tp(self, key: str, tensor, config: Optional[ReplicateConfig] = None, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
+        if tp_size <= 1:
+            return self._put_tensors([key], [tensor], config)[0]
         src, _keep = self._tensor_sources([tensor])
         return self._put_shards([key], src, config, tp_size, split_dim)[0]
 
     def batch_put_tensor_with_tp(self, base_keys: List[str], tensors_list: list, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> List[int]:
-        if len(base_keys) != len(tensors_list):
-            return [INVALID_PARAMS] * len(base_keys)
-        src, _keep = self._tensor_sources(tensors_list)
-        return self._put_shards(list(base_keys), src, None, tp_size, split_dim)
+        return self.batch_pub_tensor_with_tp(base_keys, tensors_list, None, tp_rank, tp_size, split_dim)
 
     def batch_pub_tensor_with_tp(self, base_keys: List[str], tensors_list: list, config: Optional[ReplicateConfig] = None, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> List[int]:
+        base_keys, tensors_list = list(base_keys), list(tensors_list)
+        if tp_size <= 1:
+            return self._put_tensors(base_keys, tensors_list, config)
         if len(base_keys) != len(tensors_list):
             return [INVALID_PARAMS] * len(base_keys)
         src, _keep = self._tensor_sources(tensors_list)
-        return self._put_shards(list(base_keys), src, config, tp_size, split_dim)
+        return self._put_shards(base_keys, src, config, tp_size, split_dim)
 
     def _serialized_sources(self, ptrs, sizes):
         out = []
@@ -269,74 +279,77 @@ class MooncakeDistributedStore(_Store):
 
     def put_tensor_with_tp_from(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> int:
         """Like ``put_tensor_with_tp`` for a full tensor serialized in a buffer."""
+        if tp_size <= 1:
+            return self.put_tensor_from(key, buffer_ptr, size)
         return self._put_shards([key], self._serialized_sources([buffer_ptr], [size]), None, tp_size, split_dim)[0]
 
     def batch_put_tensor_with_tp_from(self, base_keys: List[str], buffer_ptrs: List[int], sizes: List[int], tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0) -> List[int]:
+        base_keys, buffer_ptrs, sizes = list(base_keys), list(buffer_ptrs), list(sizes)
+        if tp_size <= 1:
+            return self.batch_put_tensor_from(base_keys, buffer_ptrs, sizes)
         if not (len(base_keys) == len(buffer_ptrs) == len(sizes)):
             return [INVALID_PARAMS] * len(base_keys)
-        return self._put_shards(list(base_keys), self._serialized_sources(buffer_ptrs, sizes), None, tp_size, split_dim)
+        return self._put_shards(base_keys, self._serialized_sources(buffer_ptrs, sizes), None, tp_size, split_dim)
 
     def get_tensor_with_tp(self, key: str, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0):
         """This rank's shard (``key_tp_{tp_rank}``), or the whole tensor when
-        ``tp_size == 1``; None when missing."""
-        torch = _tensor.torch_module()
-        if not _tp_valid(tp_rank, tp_size):
-            return None
-        return self._decode(torch, self._get_owned(key if tp_size == 1 else _tensor.shard_key(key, tp_rank)))
+        ``tp_size <= 1``; None when missing."""
+        return self.get_tensor(_shard_key(key, tp_rank, tp_size))
 
     def batch_get_tensor_with_tp(self, base_keys: List[str], tp_rank: int = 0, tp_size: int = 1) -> list:
-        torch = _tensor.torch_module()
-        if not _tp_valid(tp_rank, tp_size):
-            return [None] * len(base_keys)
-        keys = [k if tp_size == 1 else _tensor.shard_key(k, tp_rank) for k in base_keys]
-        return [self._decode(torch, h) for h in self._batch_get_owned(keys)]
+        return self.batch_get_tensor([_shard_key(k, tp_rank, tp_size) for k in base_keys])
 
     def get_tensor_with_tp_into(self, key: str, buffer_ptr: int, size: int, tp_rank: int = 0, tp_size: int = 1, split_dim: int = 0):
-        torch = _tensor.torch_module()
-        if not _tp_valid(tp_rank, tp_size):
-            return None
-        k = key if tp_size == 1 else _tensor.shard_key(key, tp_rank)
-        return self._into(torch, self.get_into(k, buffer_ptr, size), buffer_ptr)
+        return self.get_tensor_into(_shard_key(key, tp_rank, tp_size), buffer_ptr, size)
 
     def batch_get_tensor_with_tp_into(self, base_keys: List[str], buffer_ptrs: List[int], sizes: List[int], tp_rank: int = 0, tp_size: int = 1) -> list:
-        torch = _tensor.torch_module()
-        if not _tp_valid(tp_rank, tp_size):
-            return [None] * len(base_keys)
-        keys = [k if tp_size == 1 else _tensor.shard_key(k, tp_rank) for k in base_keys]
-        got = self.batch_get_into(keys, list(buffer_ptrs), list(sizes))
-        return [self._into(torch, n, p) for n, p in zip(got, buffer_ptrs)]
+        return self.batch_get_tensor_into([_shard_key(k, tp_rank, tp_size) for k in base_keys], buffer_ptrs, sizes)
 
     # ---- safetensors ------------------------------------------------------------
+    # As in the reference, these answer with codes / None, not exceptions:
+    # torch and safetensors are needed only once there is a tensor to write or
+    # a file to read.
 
     def save_tensor_to_safetensor(self, key: str, file_name: Optional[str] = None) -> int:
         """Writes the tensor under ``key`` to a safetensors file (named
-        ``key`` by default); 0 or a negative code."""
-        tensor = self.get_tensor(key)
+        ``key`` by default) holding it under the name ``key``. 0; -1100
+        (FILE_NOT_FOUND) when ``key`` holds no tensor; -600 when the file
+        cannot be written or torch or safetensors is not installed."""
+        try:
+            tensor = self.get_tensor(key)
+        except ImportError as e:
+            _log.error("save_tensor_to_safetensor(%r): %s", key, e)
+            return INVALID_PARAMS
         if tensor is None:
-            return -704
+            return FILE_NOT_FOUND
         try:
             from safetensors.torch import save_file
-        except ImportError as e:
-            raise ImportError("save_tensor_to_safetensor needs the safetensors package") from e
-        try:
-            save_file({key: tensor.contiguous()}, file_name or key)
-        except Exception:
-            return -1
+
+            save_file({key: tensor.contiguous()}, key if file_name is None else file_name)
+        except Exception as e:  # the reference answers every failure with a code
+            _log.error("save_tensor_to_safetensor(%r): %s: %s", key, type(e).__name__, e)
+            return INVALID_PARAMS
         return 0
 
-    def load_tensor_from_safetensor(self, key: Optional[str] = None, file_name: str = ""):
-        """Loads a tensor from a safetensors file, stores it under ``key``
-        (default: the file name) and returns it; None on failure."""
+    def load_tensor_from_safetensor(self, key: Optional[str] = None, file_name: str = _REQUIRED):
+        """Stores a tensor of a safetensors file under ``key`` (default: the
+        file name) and returns it; None when the file cannot be read, holds no
+        tensor or the put fails. The file's entry named ``key`` is taken, else
+        its first entry. ``file_name`` is required (by keyword after a
+        default ``key``)."""
+        if file_name is _REQUIRED:
+            raise TypeError("load_tensor_from_safetensor() missing required argument 'file_name'")
+        if not file_name or not os.path.isfile(file_name):
+            return None
         try:
             from safetensors.torch import load_file
-        except ImportError as e:
-            raise ImportError("load_tensor_from_safetensor needs the safetensors package") from e
-        if not file_name or not os.path.exists(file_name):
+
+            tensors = load_file(file_name)
+        except Exception as e:
+            _log.error("load_tensor_from_safetensor(%r): %s: %s", file_name, type(e).__name__, e)
             return None
-        tensors = load_file(file_name)
         if not tensors:
             return None
-        name = key if key is not None else file_name
-        tensor = tensors.get(name, next(iter(tensors.values())))
+        name = file_name if key is None else key
+        tensor = tensors[key] if key is not None and key in tensors else next(iter(tensors.values()))
         return tensor if self.put_tensor(name, tensor) == 0 else None
-
