@@ -50,6 +50,7 @@ pub fn run(
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.rpc.clone(),
+        ..ClientConfig::default()
     })?;
     std::thread::sleep(Duration::from_secs(1));
     let before = cluster::rss_bytes(pid)?;

@@ -184,6 +184,7 @@ impl Setup {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: master.rpc.clone(),
+            ..ClientConfig::default()
         })?;
         Ok(Setup {
             client,

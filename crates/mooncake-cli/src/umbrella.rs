@@ -96,6 +96,7 @@ impl Up {
                 protocol: args.protocol.clone(),
                 device_name: args.device_names.clone(),
                 master_server_address: master.rpc_addr().to_string(),
+                ..ClientConfig::default()
             },
             host: args.host.clone(),
             port: args.port,

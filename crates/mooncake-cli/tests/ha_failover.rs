@@ -85,6 +85,7 @@ fn failover(coordination: &str, master: &str) {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.to_string(),
+        ..ClientConfig::default()
     })
     .unwrap();
     let v1 = value("before", 100_000);
@@ -106,7 +107,7 @@ fn failover(coordination: &str, master: &str) {
     assert_eq!(code(client.get("before")), ErrorCode::OBJECT_NOT_FOUND);
 
     // A fresh client resolves the new leader directly.
-    let m = MasterClient::connect(master).unwrap();
+    let m = MasterClient::connect_in_cluster(master, &cluster).unwrap();
     assert!(m.exist_key("after").unwrap());
 }
 

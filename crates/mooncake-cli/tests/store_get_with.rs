@@ -35,6 +35,7 @@ fn client(rpc: &str, meta: &str, segment: u64) -> Client {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: rpc.into(),
+        ..ClientConfig::default()
     })
     .unwrap()
 }

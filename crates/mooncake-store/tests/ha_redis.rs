@@ -301,9 +301,7 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
     use mooncake_store::master::{MasterConfig, MasterHandle};
     use mooncake_store::MasterClient;
 
-    // The only test here that sets it; clients read it at connect.
     let id = cluster("client");
-    std::env::set_var("MC_STORE_CLUSTER_ID", &id);
     let redis = services::start_redis(&[]);
     let proxy = FreezeProxy::start(&redis.addr);
     let mut config = MasterConfig::default();
@@ -322,7 +320,7 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
         .arg(master.rpc_addr().to_string())
         .query(&mut raw(&redis))
         .unwrap();
-    let client = MasterClient::connect(&format!("redis://{}", proxy.addr)).unwrap();
+    let client = MasterClient::connect_in_cluster(&format!("redis://{}", proxy.addr), &id).unwrap();
     assert!(!client.exist_key("k").unwrap());
 
     // The leader is gone and none follows: every call fails, with RPC_FAIL,

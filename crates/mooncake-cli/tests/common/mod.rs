@@ -116,6 +116,7 @@ impl Cluster {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: self.master_addr.clone(),
+            ..ClientConfig::default()
         }
     }
 

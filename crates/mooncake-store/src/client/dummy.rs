@@ -21,14 +21,14 @@ use parking_lot::Mutex;
 use super::dummy_proto::{
     unexpected, DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
-use super::real::{Payload, RangeRead};
 use super::registry::BufferRegistry;
 use super::shm::ShmRegion;
 use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
 use super::{Backend, BufferHandle};
+use super::{Payload, RangeRead};
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
+use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -364,8 +364,7 @@ impl Backend for DummyClient {
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let (mut items, mut owners, mut held) = (Vec::new(), Vec::new(), Vec::new());
@@ -417,8 +416,8 @@ impl Backend for DummyClient {
             return results;
         }
         let answer = self.call(&DummyRequest::Write {
-            upsert,
-            config: cfg.clone(),
+            upsert: opts.upsert,
+            config: opts.config.clone(),
             items,
         });
         drop(held);

@@ -26,10 +26,10 @@ use parking_lot::Mutex;
 
 use super::config::ClientConfig;
 use super::dummy_proto::{DummyRequest, DummyResponse, RangeItem, Span};
-use super::real::{Payload, RangeRead, RealClient};
 use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
+use super::{real::RealClient, Payload, RangeRead};
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
 
 /// Settings of `mooncake_client`.
@@ -395,7 +395,11 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
                 }
             }
             for (r, i) in client
-                .write(&keys, payloads, &config, upsert)
+                .write(
+                    &keys,
+                    payloads,
+                    &crate::types::WriteOptions { config, upsert },
+                )
                 .into_iter()
                 .zip(owners)
             {
