@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages the build and the tests need on a fresh
 # Debian machine: protoc (etcd-client's build), etcd and redis servers (real
-# metadata backends in tests), and Python build tooling for the wheel.
+# metadata backends in tests), Python build tooling for the wheel, and
+# Debian's official Kubernetes Python client (checks the k8s API stand-in).
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -9,6 +10,7 @@ if [ "${1:-}" = "--test" ]; then
     command -v etcd >/dev/null || need+=(etcd-server)
     command -v redis-server >/dev/null || need+=(redis-server)
     python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+    /usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

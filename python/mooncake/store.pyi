@@ -1,16 +1,9 @@
 from typing import Any, Dict, List, Optional, Tuple, Union, overload
 
+from ._mooncake import _IntEnum
+
 _Buffer = Union[bytes, bytearray, memoryview, Any]
 _TaskId = Tuple[int, int]
-
-class _IntEnum:
-    __members__: dict
-    def __init__(self, value: int) -> None: ...
-    def __int__(self) -> int: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> int: ...
 
 class ReplicaStatus(_IntEnum):
     UNDEFINED: "ReplicaStatus"

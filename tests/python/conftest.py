@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -105,3 +106,23 @@ class MooncakeClientProc:
 
     def stop(self) -> int:
         return self.proc.stop()
+
+
+@contextlib.contextmanager
+def storage_cluster(*flags: str, nodes: int = 2, segment: str = "16 MB", local_buffer: int = 32 << 20):
+    """A master (with `flags`), `nodes` storage processes (`mooncake_client`
+    with `segment` each) and a pure client of them; yields `(client, nodes)`
+    and stops everything afterwards."""
+    cluster = Cluster(*flags)
+    storage = []
+    client = None
+    try:
+        storage = [MooncakeClientProc(cluster, segment=segment) for _ in range(nodes)]
+        client = new_store(cluster, segment=0, local_buffer=local_buffer)
+        yield client, storage
+    finally:
+        if client is not None:
+            client.close()
+        for n in storage:
+            n.stop()
+        cluster.stop()

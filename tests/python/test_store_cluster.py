@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from conftest import Cluster, MooncakeClientProc, new_store
+from conftest import Cluster, MooncakeClientProc, new_store, storage_cluster
 from pymeta import PyMetadataServer
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig, ReplicaStatus
 
@@ -84,11 +84,7 @@ def test_setup_dummy_without_server_fails():
 
 
 def test_two_replicas_survive_losing_a_storage_process():
-    cluster = Cluster()
-    nodes = [MooncakeClientProc(cluster, segment="32 MB") for _ in range(2)]
-    reader = None
-    try:
-        reader = new_store(cluster, segment=0, local_buffer=32 * MiB)
+    with storage_cluster(segment="32 MB") as (reader, nodes):
         cfg = ReplicateConfig()
         cfg.replica_num = 2
         values = {f"rep{i}": os.urandom(100_000 + i) for i in range(10)}
@@ -112,12 +108,6 @@ def test_two_replicas_survive_losing_a_storage_process():
         nodes[0].proc.p.wait(10)
         for k, v in values.items():
             assert reader.get(k) == v, k
-    finally:
-        if reader is not None:
-            reader.close()
-        for n in nodes:
-            n.stop()
-        cluster.stop()
 
 
 def test_single_replica_when_one_segment_exists(cluster, store):

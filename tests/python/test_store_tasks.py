@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import Cluster, MooncakeClientProc, new_store
+from conftest import storage_cluster
 from mooncake.store import QueryTaskResponse, ReplicateConfig, TaskStatus, TaskType
 
 MiB = 1 << 20
@@ -17,19 +17,9 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def task_cluster():
-    cluster = Cluster("--default_kv_lease_ttl=50", "--client_ttl=2")
-    nodes = [MooncakeClientProc(cluster, segment="16 MB") for _ in range(2)]
-    client = None
-    try:
-        client = new_store(cluster, segment=0, local_buffer=32 * MiB)
+    with storage_cluster("--default_kv_lease_ttl=50", "--client_ttl=2") as (client, nodes):
         segments = [n.proc.wait_for_line(r"segment (\S+)").group(1) for n in nodes]
         yield client, nodes, segments
-    finally:
-        if client is not None:
-            client.close()
-        for n in nodes:
-            n.stop()
-        cluster.stop()
 
 
 def pinned(segment: str) -> ReplicateConfig:

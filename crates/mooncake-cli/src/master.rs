@@ -30,7 +30,7 @@ fn command() -> Command {
         };
         let note = match f.support {
             Support::Full => "",
-            Support::Later => " [accepted, not supported yet]",
+            Support::NotImplemented => " [accepted, not supported yet]",
             Support::Ignored => " [accepted, no effect]",
         };
         cmd = cmd.arg(

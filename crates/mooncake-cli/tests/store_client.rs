@@ -14,7 +14,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
-use mooncake_store::types::{ReplicateConfig, MAX_KEY_LEN};
+use mooncake_store::types::{ReplicateConfig, WriteOptions, MAX_KEY_LEN};
 use mooncake_store::{MasterClient, MooncakeStore};
 
 const UMBRELLA: &str = env!("CARGO_BIN_EXE_mooncake");
@@ -243,7 +243,7 @@ fn child_mid_put() {
     let m = MasterClient::connect(&master).unwrap();
     let id: u128 = 0xdead_beef;
     let _ = m.ping(id);
-    m.put_start(id, "half-written", 12 << 20, &ReplicateConfig::default())
+    m.put_start(id, "half-written", 12 << 20, &WriteOptions::default())
         .unwrap();
     println!("put started");
     loop {
@@ -956,6 +956,7 @@ fn mooncake_up_serves_embedded_and_dummy_clients() {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.unwrap(),
+        ..ClientConfig::default()
     };
     let client = Client::setup(&config).unwrap();
     client

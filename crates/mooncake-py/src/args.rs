@@ -7,10 +7,10 @@ use pyo3::prelude::*;
 /// too-large value is a `TypeError`, as pybind11's unsigned conversion
 /// reports it (pyo3 alone would raise `OverflowError`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Unsigned(pub u64);
+pub(crate) struct Unsigned(pub(crate) u64);
 
 impl Unsigned {
-    pub fn usize(self) -> usize {
+    pub(crate) fn usize(self) -> usize {
         // Addresses and sizes are 64-bit on every platform we build for.
         self.0 as usize
     }
@@ -28,15 +28,23 @@ impl<'py> FromPyObject<'py> for Unsigned {
     }
 }
 
-pub fn usizes(v: &[Unsigned]) -> Vec<usize> {
+pub(crate) fn usizes(v: &[Unsigned]) -> Vec<usize> {
     v.iter().map(|u| u.usize()).collect()
+}
+
+pub(crate) fn usize_lists(v: &[Vec<Unsigned>]) -> Vec<Vec<usize>> {
+    v.iter().map(|l| usizes(l)).collect()
+}
+
+pub(crate) fn u64s(v: &[Unsigned]) -> Vec<u64> {
+    v.iter().map(|u| u.0).collect()
 }
 
 /// A boolean argument converted as pybind11 does: `True`/`False`, `None`
 /// (false), or any object with a numeric truth value (`1`, `0`,
 /// `numpy.bool_`). Strings and other non-numbers are a `TypeError`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Flag(pub bool);
+pub(crate) struct Flag(pub(crate) bool);
 
 impl<'py> FromPyObject<'py> for Flag {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -55,20 +63,14 @@ impl<'py> FromPyObject<'py> for Flag {
         if has_nb_bool {
             return ob.is_truthy().map(Flag);
         }
-        Err(PyTypeError::new_err(format!(
-            "incompatible function arguments: expected a bool, got {}",
-            ob.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        )))
+        Err(incompatible("a bool", ob))
     }
 }
 
 /// An object key: `str`, or `bytes` decoded as UTF-8 (pybind11 converts
 /// bytes to `std::string` too). Anything else is a `TypeError`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Key(pub String);
+pub(crate) struct Key(pub(crate) String);
 
 impl<'py> FromPyObject<'py> for Key {
     fn extract_bound(ob: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -82,16 +84,26 @@ impl<'py> FromPyObject<'py> for Key {
                     PyTypeError::new_err("incompatible function arguments: key bytes are not UTF-8")
                 });
         }
-        Err(PyTypeError::new_err(format!(
-            "incompatible function arguments: expected a str key, got {}",
-            ob.get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default()
-        )))
+        Err(incompatible("a str key", ob))
     }
 }
 
-pub fn keys(v: Vec<Key>) -> Vec<String> {
+pub(crate) fn keys(v: Vec<Key>) -> Vec<String> {
     v.into_iter().map(|k| k.0).collect()
+}
+
+/// pybind11's `TypeError` for an argument that is not `expected`.
+pub(crate) fn incompatible(expected: &str, ob: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "incompatible function arguments: expected {expected}, got {}",
+        type_name(ob)
+    ))
+}
+
+/// The name of `ob`'s type, for error messages.
+pub(crate) fn type_name(ob: &Bound<'_, PyAny>) -> String {
+    ob.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
 }

@@ -11,7 +11,7 @@ use pyo3::types::PyString;
 /// A held buffer export. While it lives the exporter keeps the memory alive
 /// and unmoved (a bytearray refuses to resize), so the bytes may be read
 /// with the GIL released.
-pub struct Exported {
+pub(crate) struct Exported {
     view: Box<ffi::Py_buffer>,
 }
 
@@ -22,7 +22,7 @@ unsafe impl Sync for Exported {}
 
 impl Exported {
     /// Exports `ob`'s buffer as C-contiguous bytes of any item format.
-    pub fn get(ob: &Bound<'_, PyAny>) -> PyResult<Exported> {
+    pub(crate) fn get(ob: &Bound<'_, PyAny>) -> PyResult<Exported> {
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `ob` is a live object; on success the view must be
         // released exactly once, which Drop does.
@@ -35,7 +35,7 @@ impl Exported {
         Ok(Exported { view })
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         let len = self.view.len as usize;
         if len == 0 || self.view.buf.is_null() {
             return &[];
@@ -57,28 +57,25 @@ impl Drop for Exported {
 
 /// Bytes of a value argument: a `str` is taken as UTF-8 (as pybind11 does
 /// for `std::string` parameters), anything else must export a buffer.
-pub enum Bytes {
+pub(crate) enum Bytes {
     Str(String),
     Buf(Exported),
 }
 
 impl Bytes {
-    pub fn get(ob: &Bound<'_, PyAny>) -> PyResult<Bytes> {
+    pub(crate) fn get(ob: &Bound<'_, PyAny>) -> PyResult<Bytes> {
         if let Ok(s) = ob.downcast::<PyString>() {
             return Ok(Bytes::Str(s.to_str()?.to_owned()));
         }
         Exported::get(ob).map(Bytes::Buf).map_err(|_| {
             PyTypeError::new_err(format!(
                 "expected bytes, bytearray, str or another contiguous buffer, got {}",
-                ob.get_type()
-                    .name()
-                    .map(|n| n.to_string())
-                    .unwrap_or_default()
+                crate::args::type_name(ob)
             ))
         })
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             Bytes::Str(s) => s.as_bytes(),
             Bytes::Buf(b) => b.as_slice(),

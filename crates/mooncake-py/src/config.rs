@@ -13,31 +13,31 @@ use crate::enums::{ObjectDataType, SoftPinAction};
 /// `with_soft_pin` flag is kept as a view of `soft_pin_action`.
 #[pyclass(module = "mooncake.store", name = "ReplicateConfig")]
 #[derive(Clone, Debug)]
-pub struct ReplicateConfig {
+pub(crate) struct ReplicateConfig {
     #[pyo3(get)]
-    pub replica_num: u64,
+    pub(crate) replica_num: u64,
     #[pyo3(get)]
-    pub nof_replica_num: u64,
+    pub(crate) nof_replica_num: u64,
     #[pyo3(get)]
-    pub dfs_replica_num: u64,
+    pub(crate) dfs_replica_num: u64,
     #[pyo3(get, set)]
-    pub soft_pin_action: SoftPinAction,
+    pub(crate) soft_pin_action: SoftPinAction,
     #[pyo3(get)]
-    pub soft_pin_ttl_ms: Option<u64>,
+    pub(crate) soft_pin_ttl_ms: Option<u64>,
     #[pyo3(get)]
-    pub with_hard_pin: bool,
+    pub(crate) with_hard_pin: bool,
     #[pyo3(get)]
-    pub preferred_segment: String,
+    pub(crate) preferred_segment: String,
     #[pyo3(get)]
-    pub preferred_segments: Vec<String>,
+    pub(crate) preferred_segments: Vec<String>,
     #[pyo3(get)]
-    pub preferred_nof_segments: Vec<String>,
+    pub(crate) preferred_nof_segments: Vec<String>,
     #[pyo3(get)]
-    pub prefer_alloc_in_same_node: bool,
+    pub(crate) prefer_alloc_in_same_node: bool,
     #[pyo3(get, set)]
-    pub data_type: ObjectDataType,
+    pub(crate) data_type: ObjectDataType,
     #[pyo3(get)]
-    pub group_ids: Option<Vec<String>>,
+    pub(crate) group_ids: Option<Vec<String>>,
 }
 
 impl Default for ReplicateConfig {

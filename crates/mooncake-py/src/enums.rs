@@ -12,18 +12,18 @@ macro_rules! py_enum {
         #[pyclass(module = $module, name = $py, eq, eq_int, hash, frozen)]
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
-        pub enum $rust {
+        pub(crate) enum $rust {
             $($member = $value,)+
         }
 
         impl $rust {
-            pub const ALL: &'static [$rust] = &[$($rust::$member,)+];
+            pub(crate) const ALL: &'static [$rust] = &[$($rust::$member,)+];
 
-            pub fn name(self) -> &'static str {
+            pub(crate) fn name(self) -> &'static str {
                 match self { $($rust::$member => stringify!($member),)+ }
             }
 
-            pub fn from_value(v: i64) -> Option<$rust> {
+            pub(crate) fn from_value(v: i64) -> Option<$rust> {
                 match v { $($value => Some($rust::$member),)+ _ => None }
             }
         }
@@ -96,7 +96,7 @@ py_enum!(
     TaskType, "TaskType", "mooncake.store" { REPLICA_COPY = 0, REPLICA_MOVE = 1 }
 );
 
-pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ReplicaStatus>()?;
     m.add_class::<SoftPinAction>()?;
     m.add_class::<ObjectDataType>()?;

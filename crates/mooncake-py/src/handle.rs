@@ -35,18 +35,18 @@ impl Drop for Bytes {
 /// An object's bytes: `ptr()`, `size()`, `len()`, and a writable buffer
 /// (`memoryview(h)`, `bytes(h)`, `numpy.frombuffer(h, ...)`, `torch.frombuffer`).
 #[pyclass(frozen, module = "mooncake.store", name = "BufferHandle")]
-pub struct BufferHandle {
+pub(crate) struct BufferHandle {
     bytes: Bytes,
 }
 
 impl BufferHandle {
-    pub fn staged(b: ClientBuffer) -> BufferHandle {
+    pub(crate) fn staged(b: ClientBuffer) -> BufferHandle {
         BufferHandle {
             bytes: Bytes::Staged(b),
         }
     }
 
-    pub fn heap(v: Vec<u8>) -> BufferHandle {
+    pub(crate) fn heap(v: Vec<u8>) -> BufferHandle {
         let len = v.len();
         let ptr = Box::into_raw(v.into_boxed_slice()) as *mut u8;
         BufferHandle {

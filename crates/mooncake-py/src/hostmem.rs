@@ -13,7 +13,7 @@ use crate::mem::{self, Access};
 /// Page-aligned, zeroed memory shared-mapped (so it can be handed to another
 /// process on this host), for buffers that `register_buffer` then uses.
 #[pyclass(frozen, module = "mooncake.store", name = "MooncakeHostMemAllocator")]
-pub struct HostMemAllocator {
+pub(crate) struct HostMemAllocator {
     /// addr -> length of live mappings made here.
     maps: Mutex<HashMap<usize, usize>>,
 }
@@ -79,7 +79,7 @@ impl HostMemAllocator {
 /// Prefers CPUs and memory of NUMA node `node` for the calling thread
 /// (best effort, as in the reference: an unknown node changes nothing).
 #[pyfunction]
-pub fn bind_to_numa_node(node: i64) {
+pub(crate) fn bind_to_numa_node(node: i64) {
     let Ok(node) = u32::try_from(node) else {
         return;
     };
@@ -122,7 +122,7 @@ fn parse_cpulist(s: &str) -> Vec<usize> {
 /// Whether `size` bytes at `ptr` are readable memory of this process (used
 /// by the Python tensor helpers before they view raw memory).
 #[pyfunction]
-pub fn _readable(ptr: Unsigned, size: Unsigned) -> bool {
+pub(crate) fn _readable(ptr: Unsigned, size: Unsigned) -> bool {
     mem::accessible(ptr.usize(), size.usize(), Access::Read)
 }
 

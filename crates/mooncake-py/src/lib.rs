@@ -2,20 +2,26 @@
 //! (`mooncake.engine`, `mooncake.store`) re-export what is defined here.
 //!
 //! - `engine`: `TransferEngine`, `TransferOpcode`, `TransferNotify`;
+//! - `store`: `MooncakeDistributedStore` and the classes its calls return;
 //! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
-//! - `args`, `buffer`, `mem`: argument conversions, borrowed Python buffers
-//!   and the checks that keep raw addresses from crashing the process.
+//! - `hostmem`: `MooncakeHostMemAllocator`, `bind_to_numa_node`;
+//! - `codes`: the ints both APIs return for failures;
+//! - `args`, `buffer`, `handle`, `mem`: argument conversions, borrowed and
+//!   lent Python buffers, and the checks that keep raw addresses from
+//!   crashing the process.
 
 use pyo3::prelude::*;
 
 mod args;
 mod buffer;
+mod codes;
 mod config;
 mod engine;
 mod enums;
 mod handle;
 mod hostmem;
 mod mem;
+mod running;
 mod store;
 
 /// Runs the command-line program `name` (e.g. `mooncake_master`) with `argv`

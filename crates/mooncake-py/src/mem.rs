@@ -14,14 +14,14 @@ use parking_lot::Mutex;
 
 /// Access a caller needs on a memory range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     Read,
     Write,
 }
 
 /// `[addr, addr + len)` as a range, or None when it is empty-at-null or
 /// wraps around the address space.
-pub fn span(addr: usize, len: usize) -> Option<Range<usize>> {
+pub(crate) fn span(addr: usize, len: usize) -> Option<Range<usize>> {
     let end = addr.checked_add(len)?;
     (addr != 0).then_some(addr..end)
 }
@@ -67,7 +67,7 @@ fn covered(maps: &str, range: &Range<usize>, access: Access) -> bool {
 
 /// True when `len` bytes at `addr` are mapped in this process with `access`.
 /// A zero-length range at a non-null address is trivially accessible.
-pub fn accessible(addr: usize, len: usize, access: Access) -> bool {
+pub(crate) fn accessible(addr: usize, len: usize, access: Access) -> bool {
     let Some(range) = span(addr, len) else {
         return false;
     };
@@ -86,7 +86,7 @@ pub fn accessible(addr: usize, len: usize, access: Access) -> bool {
 ///
 /// # Safety
 /// `dst` must be valid for writes of `src.len()` bytes.
-pub unsafe fn copy_to(dst: usize, src: &[u8]) {
+pub(crate) unsafe fn copy_to(dst: usize, src: &[u8]) {
     // SAFETY: guaranteed by the caller; `copy` tolerates overlap.
     unsafe { std::ptr::copy(src.as_ptr(), dst as *mut u8, src.len()) }
 }
@@ -97,7 +97,7 @@ pub unsafe fn copy_to(dst: usize, src: &[u8]) {
 /// `addr..addr + len` must be readable memory of this process that nobody
 /// writes for the lifetime of the returned slice (or the caller accepts
 /// reading a torn value, which is what a racing writer means for raw bytes).
-pub unsafe fn slice_at<'a>(addr: usize, len: usize) -> &'a [u8] {
+pub(crate) unsafe fn slice_at<'a>(addr: usize, len: usize) -> &'a [u8] {
     if len == 0 {
         return &[];
     }
@@ -112,7 +112,7 @@ static REGISTERED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 /// Whether any byte of `[addr, addr + len)` is registered with a store or an
 /// engine. Memory must not be unmapped while it is: transfers would then
 /// write into whatever is mapped there next, or fault.
-pub fn is_registered(addr: usize, len: usize) -> bool {
+pub(crate) fn is_registered(addr: usize, len: usize) -> bool {
     let end = addr.saturating_add(len);
     REGISTERED
         .lock()
@@ -124,12 +124,12 @@ pub fn is_registered(addr: usize, len: usize) -> bool {
 /// the process-wide table [`is_registered`] reads; dropping it forgets its
 /// ranges there.
 #[derive(Default)]
-pub struct Regions {
+pub(crate) struct Regions {
     map: BTreeMap<usize, usize>,
 }
 
 impl Regions {
-    pub fn insert(&mut self, addr: usize, len: usize) {
+    pub(crate) fn insert(&mut self, addr: usize, len: usize) {
         let mut all = REGISTERED.lock();
         if let Some(old) = self.map.insert(addr, len) {
             forget(&mut all, addr, old);
@@ -137,19 +137,15 @@ impl Regions {
         all.push((addr, len));
     }
 
-    pub fn remove(&mut self, addr: usize) -> Option<usize> {
+    pub(crate) fn remove(&mut self, addr: usize) -> Option<usize> {
         let len = self.map.remove(&addr)?;
         forget(&mut REGISTERED.lock(), addr, len);
         Some(len)
     }
 
     /// The region holding `addr`, as `(start, len)`.
-    pub fn containing(&self, addr: usize) -> Option<(usize, usize)> {
-        self.map
-            .range(..=addr)
-            .next_back()
-            .map(|(&a, &l)| (a, l))
-            .filter(|&(a, l)| addr - a < l)
+    pub(crate) fn containing(&self, addr: usize) -> Option<(usize, usize)> {
+        containing(&self.map, addr)
     }
 }
 
@@ -160,6 +156,15 @@ impl Drop for Regions {
             forget(&mut all, a, l);
         }
     }
+}
+
+/// The entry of `map` (`addr -> len`, not overlapping) whose range holds
+/// `addr`, as `(start, len)`.
+pub(crate) fn containing(map: &BTreeMap<usize, usize>, addr: usize) -> Option<(usize, usize)> {
+    map.range(..=addr)
+        .next_back()
+        .map(|(&a, &l)| (a, l))
+        .filter(|&(a, l)| addr - a < l)
 }
 
 fn forget(all: &mut Vec<(usize, usize)>, addr: usize, len: usize) {

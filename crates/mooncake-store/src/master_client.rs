@@ -17,8 +17,8 @@ use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskId, TaskInfo,
+    ClientId, GetReplicaListResponse, ReplicaDesc, SegmentInfo, TaskAssignment, TaskId, TaskInfo,
+    WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
@@ -27,6 +27,9 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Read buffer per pooled connection: most answers arrive in one read.
 const READ_BUFFER: usize = 16 << 10;
+/// The HA cluster a client follows unless told otherwise (the reference's
+/// default `MC_STORE_CLUSTER_ID`).
+pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 
 /// A handle to the master; cheap to clone, usable from any thread.
 #[derive(Clone)]
@@ -37,13 +40,40 @@ pub struct MasterClient {
 impl MasterClient {
     /// Connects to the master at `"host:port"` (one connection is opened now,
     /// so an unreachable master fails here with `RPC_FAIL`).
+    /// An HA address (`etcd://…`, `redis://…`) follows the leader of
+    /// [`DEFAULT_CLUSTER_ID`].
     pub fn connect(master_addr: &str) -> Result<MasterClient> {
-        Self::connect_with_timeouts(master_addr, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CALL_TIMEOUT)
+        Self::connect_in_cluster(master_addr, DEFAULT_CLUSTER_ID)
+    }
+
+    /// Like [`connect`](Self::connect); an HA address follows the leader of
+    /// `cluster_id`.
+    pub fn connect_in_cluster(master_addr: &str, cluster_id: &str) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            cluster_id,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_CALL_TIMEOUT,
+        )
     }
 
     /// Like [`connect`](Self::connect), with explicit connect and per-call timeouts.
     pub fn connect_with_timeouts(
         master_addr: &str,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            DEFAULT_CLUSTER_ID,
+            connect_timeout,
+            call_timeout,
+        )
+    }
+
+    fn connect_with(
+        master_addr: &str,
+        cluster_id: &str,
         connect_timeout: Duration,
         call_timeout: Duration,
     ) -> Result<MasterClient> {
@@ -53,7 +83,7 @@ impl MasterClient {
         {
             Some(Election {
                 backend: ha::Backend::parse(master_addr, false)?,
-                cluster: cluster_id(),
+                cluster: cluster_id.to_owned(),
                 last: Mutex::new(None),
             })
         } else {
@@ -114,42 +144,21 @@ impl MasterClient {
         })?)
     }
 
-    /// Allocates space for a new object; write every replica, then `put_end`.
+    /// Allocates space for a new object (with `opts.upsert`, for the new
+    /// value of an existing one); write every replica, then `put_end`.
     pub fn put_start(
         &self,
         client_id: ClientId,
         key: &str,
         value_len: u64,
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDesc>> {
-        self.start(client_id, key, value_len, cfg, false)
-    }
-
-    /// Like `put_start`, but replaces an existing object.
-    pub fn upsert_start(
-        &self,
-        client_id: ClientId,
-        key: &str,
-        value_len: u64,
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDesc>> {
-        self.start(client_id, key, value_len, cfg, true)
-    }
-
-    fn start(
-        &self,
-        client_id: ClientId,
-        key: &str,
-        value_len: u64,
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Result<Vec<ReplicaDesc>> {
         let req = Request::PutStart {
             client_id,
             key,
             value_len,
-            config: cfg.clone(),
-            upsert,
+            config: opts.config.clone(),
+            upsert: opts.upsert,
         };
         match self.call(&req)? {
             Response::Replicas { result } => result,
@@ -165,33 +174,13 @@ impl MasterClient {
         unit(self.call(&Request::PutRevoke { client_id, key })?)
     }
 
+    /// [`put_start`](Self::put_start) for many keys in one round trip.
     pub fn batch_put_start(
         &self,
         client_id: ClientId,
         keys: &[String],
         value_lens: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
-        self.batch_start(client_id, keys, value_lens, cfg, false)
-    }
-
-    pub fn batch_upsert_start(
-        &self,
-        client_id: ClientId,
-        keys: &[String],
-        value_lens: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
-        self.batch_start(client_id, keys, value_lens, cfg, true)
-    }
-
-    fn batch_start(
-        &self,
-        client_id: ClientId,
-        keys: &[String],
-        value_lens: &[u64],
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
         if keys.len() != value_lens.len() {
             return Err(Error::new(
@@ -203,8 +192,8 @@ impl MasterClient {
             client_id,
             keys: strs(keys),
             value_lens: value_lens.to_vec(),
-            config: cfg.clone(),
-            upsert,
+            config: opts.config.clone(),
+            upsert: opts.upsert,
         };
         match self.call(&req)? {
             Response::BatchReplicas { results } => same_len(results, keys.len()),
@@ -412,15 +401,6 @@ impl MasterClient {
             resp => Ok(resp),
         }
     }
-}
-
-/// The cluster an HA client follows (`MC_STORE_CLUSTER_ID`, as the
-/// reference's clients read it).
-fn cluster_id() -> String {
-    std::env::var("MC_STORE_CLUSTER_ID")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "mooncake_cluster".to_string())
 }
 
 fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {

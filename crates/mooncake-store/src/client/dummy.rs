@@ -16,14 +16,15 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::dummy_proto::{
     unexpected, Batch, DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
-use super::real::{Payload, RangeRead};
 use super::registry::BufferRegistry;
+use super::registry::PoolAllocations;
 use super::shm::ShmRegion;
-use super::staging::{PoolAllocations, Region, StagingBuf, StagingPool};
+use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
 use super::{Backend, BufferHandle};
+use super::{Payload, RangeRead};
 use crate::rpc::Pool;
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
+use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
 use session::{Service, Timeouts};
 
 /// A window `[off, off+len)` of the shared region.
@@ -281,7 +282,7 @@ impl Backend for DummyClient {
                 "mem_pool_size is 0: no memory pool",
             )
         })?;
-        self.pool_allocs.allocate(pool, size)
+        Ok(self.pool_allocs.keep(pool.allocate(size as u64)?))
     }
 
     fn free_to_mem_pool(&self, addr: usize) -> Result<()> {
@@ -292,8 +293,7 @@ impl Backend for DummyClient {
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Vec<Result<()>> {
         let mut held = Vec::new();
         let batch = Batch::prepare(keys.iter().zip(&payloads).map(|(key, p)| {
@@ -301,7 +301,8 @@ impl Backend for DummyClient {
             let key = key.clone();
             Ok((WriteItem { key, parts }, ()))
         }));
-        let config = cfg.clone();
+        let config = opts.config.clone();
+        let upsert = opts.upsert;
         let request = |items| DummyRequest::Write {
             upsert,
             config,

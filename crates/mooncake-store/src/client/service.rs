@@ -29,11 +29,12 @@ use parking_lot::Mutex;
 
 use super::config::ClientConfig;
 use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
-use super::real::{Payload, RangeRead, RealClient};
 use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
+use super::{real::RealClient, Payload, RangeRead};
 use crate::rpc::{Handler, Server, ServerOptions, WhenFull};
+use crate::types::WriteOptions;
 
 /// Settings of `mooncake_client`.
 #[derive(Clone, Debug)]
@@ -320,7 +321,7 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             );
             let (results, _) = batch.finish(|items| {
                 let (keys, payloads): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-                Ok(client.write(&keys, payloads, &config, upsert))
+                Ok(client.write(&keys, payloads, &WriteOptions { config, upsert }))
             });
             DummyResponse::Units {
                 result: Ok(results),

@@ -4,10 +4,8 @@
 //!
 //! The crate's best-fit offset allocator places buffers; [`StagingPool`]
 //! adds the memory, a lock and a bounded wait when the pool is momentarily
-//! full. [`PoolAllocations`] keeps the buffers handed out by address
-//! (`alloc_from_mem_pool`).
+//! full.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,36 +172,6 @@ impl std::fmt::Debug for StagingBuf {
             .field("addr", &self.addr())
             .field("len", &self.len)
             .finish()
-    }
-}
-
-/// Buffers handed out by address (`alloc_from_mem_pool`) and kept until
-/// freed by address.
-#[derive(Default)]
-pub(crate) struct PoolAllocations(Mutex<HashMap<usize, StagingBuf>>);
-
-impl PoolAllocations {
-    /// A buffer of `size` bytes from `pool`; returns its address.
-    pub(crate) fn allocate(&self, pool: &StagingPool, size: usize) -> Result<usize> {
-        let buf = pool.allocate(size as u64)?;
-        let addr = buf.addr();
-        self.0.lock().insert(addr, buf);
-        Ok(addr)
-    }
-
-    /// Returns the buffer at `addr` to its pool.
-    pub(crate) fn free(&self, addr: usize) -> Result<()> {
-        self.0.lock().remove(&addr).map(drop).ok_or_else(|| {
-            Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("{addr:#x} was not allocated from the memory pool"),
-            )
-        })
-    }
-
-    /// The length of the buffer that starts at `addr`, if one does.
-    pub(crate) fn len_at(&self, addr: usize) -> Option<usize> {
-        self.0.lock().get(&addr).map(StagingBuf::len)
     }
 }
 

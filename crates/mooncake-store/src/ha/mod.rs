@@ -3,13 +3,14 @@
 //! time, through a lease it must keep renewing. Clients and standbys follow
 //! the leader's value (its RPC address).
 //!
-//! [`LeaderElection`] is the seam; [`etcd`] and [`redis`] implement it. A
+//! [`LeaderElection`] is the seam; [`etcd`], [`redis`] and [`k8s`] implement it. A
 //! won election is a [`Leadership`] handle, the same for every backend: its
 //! holder task (spawned by the backend) renews the lease, flags loss, and
 //! gives the lease up on [`Leadership::resign`] or when the handle is
 //! dropped.
 
 pub mod etcd;
+pub mod k8s;
 pub mod redis;
 
 use std::future::Future;
@@ -30,6 +31,9 @@ pub enum Backend {
     Etcd(Vec<String>),
     /// One redis server, `host:port`.
     Redis(String),
+    /// A Kubernetes Lease, `<namespace>/<lease>` ([`k8s::LeaseRef::parse`]);
+    /// the Lease names the election, so the cluster id plays no part.
+    K8s(k8s::LeaseRef),
 }
 
 impl Backend {
@@ -80,6 +84,10 @@ impl Backend {
             Backend::Redis(addr) => {
                 Arc::new(redis::RedisElection::connect(addr, cluster_id, ttl).await?)
             }
+            Backend::K8s(lease) => Arc::new(k8s::K8sElection::connect(
+                lease.clone(),
+                k8s::Timings::for_lease(ttl),
+            )?),
         })
     }
 }
