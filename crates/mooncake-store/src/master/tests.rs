@@ -2,9 +2,7 @@
 
 use mooncake_common::ErrorCode;
 
-use super::config::AllocationStrategy;
-use super::leases::LeasePolicy;
-use super::service::{MasterService, Policy};
+use super::{AllocationStrategy, LeasePolicy, MasterService, Policy, TaskPolicy, TickReport};
 use crate::proto::{Request, Response};
 use crate::types::{
     ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig, SegmentInfo, MAX_KEY_LEN,
@@ -64,7 +62,7 @@ fn put(
 }
 
 /// Runs the timers with segment owner A alive.
-fn tick(s: &MasterService, now: u64) -> super::service::TickReport {
+fn tick(s: &MasterService, now: u64) -> TickReport {
     let _ = s.ping(A, now);
     s.tick(now)
 }
@@ -1083,9 +1081,11 @@ fn revoked_or_abandoned_transfers_free_their_space() {
 
 #[test]
 fn tasks_time_out_or_fail_with_their_executor() {
-    let mut s = two_owners();
-    s.task_policy.pending_timeout = 1_000;
-    s.task_policy.max_finished = 2;
+    let s = two_owners().with_task_policy(TaskPolicy {
+        pending_timeout: 1_000,
+        max_finished: 2,
+        ..TaskPolicy::default()
+    });
     put(
         &s,
         "k",
