@@ -18,6 +18,7 @@ use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+use parse::invalid;
 
 /// Kind of value a flag takes (for `--help` and boolean spellings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -293,13 +294,6 @@ pub fn bool_flag_names() -> Vec<&'static str> {
         .collect()
 }
 
-fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorCode::INVALID_PARAMS,
-        format!("invalid value {value:?} for {name}: {why}"),
-    )
-}
-
 /// Value parsers of the flag table: `(flag name, value as given, value
 /// trimmed)` in, the field's value or an `INVALID_PARAMS` naming the flag out.
 mod parse {
@@ -307,10 +301,17 @@ mod parse {
 
     use mooncake_common::duration::parse_duration;
     use mooncake_common::gflags::parse_bool;
-    use mooncake_common::Result;
+    use mooncake_common::{Error, ErrorCode, Result};
 
-    use super::invalid;
     use crate::master::policy::AllocationStrategy;
+
+    /// The error for a value `name` does not take.
+    pub(super) fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
+        Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("invalid value {value:?} for {name}: {why}"),
+        )
+    }
 
     pub(super) fn boolean(name: &str, value: &str, v: &str) -> Result<bool> {
         parse_bool(v).map_err(|e| invalid(name, value, e))

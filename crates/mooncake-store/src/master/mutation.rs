@@ -18,6 +18,7 @@ use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskId, TaskStatus};
 
 /// One change to the master's replicated state.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) enum Mutation<'a> {
     /// A change to the object `key`, under its shard's lock.
     Object {
@@ -35,6 +36,7 @@ pub(crate) enum Mutation<'a> {
 
 /// A change to one object.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) enum ObjectOp<'a> {
     /// PutStart or upsert: a new version is being written by `client`.
     /// The replicas in `write` are already reserved in their segments (on
@@ -84,6 +86,7 @@ pub(crate) enum ObjectOp<'a> {
 
 /// Where a `PutStart` writes.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) enum Write {
     /// A new object (the key was absent).
     Fresh(Replicas),
@@ -103,6 +106,7 @@ pub(crate) enum Segments<'a> {
 }
 
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) enum SegmentOp<'a> {
     /// A new segment, under the id the leader gave it.
     Mount {
@@ -125,6 +129,7 @@ pub(crate) enum ClientOp {
 }
 
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
 pub(crate) enum TaskOp<'a> {
     /// A task is queued for `executor` (`task.id` is chosen by the leader).
     Create {

@@ -47,6 +47,8 @@ mod mounts;
 mod put;
 mod read;
 mod remove;
+#[cfg(test)]
+mod tests;
 mod tick;
 mod transfer;
 
