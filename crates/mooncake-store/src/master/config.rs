@@ -621,6 +621,17 @@ mod tests {
     }
 
     #[test]
+    fn implemented_flags_and_only_they_set_a_field() {
+        let mut c = MasterConfig::default();
+        for f in FLAGS {
+            let set = c.set_field(f.name, f.default, f.default);
+            assert_eq!(set.is_some(), f.support == Support::Full, "{}", f.name);
+            assert!(set.is_none_or(|r| r.is_ok()), "{}", f.name);
+        }
+        assert_eq!(c, MasterConfig::default(), "defaults are a fixed point");
+    }
+
+    #[test]
     fn parses_units_and_rejects_garbage() {
         let mut c = MasterConfig::default();
         c.set("default_kv_lease_ttl", "5s").unwrap();

@@ -34,7 +34,7 @@ mod tasks;
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
 pub use server::{run, serve, MasterHandle, MasterServer};
-pub use service::{Counters, MasterService, MasterStats, SegmentSummary, TickReport};
+pub use service::{MasterService, MasterStats, SegmentSummary, TickReport};
 
 #[cfg(test)]
 mod tests;

@@ -174,11 +174,7 @@ impl MasterService {
             .store(epoch_ms_at_zero, Ordering::Relaxed);
     }
 
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 

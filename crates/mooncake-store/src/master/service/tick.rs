@@ -67,7 +67,7 @@ impl MasterService {
     }
 
     /// Runs an eviction round if usage calls for one; returns (keys, bytes) freed.
-    pub fn evict_if_needed(&self, now: u64) -> (usize, u64) {
+    fn evict_if_needed(&self, now: u64) -> (usize, u64) {
         let forced = self.eviction.take_request();
         let (used, capacity) = self.segments.usage();
         let Some(target) = eviction::round_target(&self.policy, used, capacity, forced) else {
