@@ -242,6 +242,11 @@ impl ObjectMap {
     pub(crate) fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
         self.shards[i].0.lock()
     }
+
+    /// Every shard in turn, each locked while the caller holds it.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
+        self.shards.iter().map(|s| s.0.lock())
+    }
 }
 
 #[cfg(test)]

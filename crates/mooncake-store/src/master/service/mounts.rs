@@ -13,7 +13,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::apply::Fate;
 use super::{MasterService, MasterStats, SegmentSummary};
 use crate::master::mutation::{ClientOp, ObjectOp, SegmentOp, Segments};
-use crate::master::objects::{ObjectMeta, PendingKind, SHARDS};
+use crate::master::objects::{ObjectMeta, PendingKind};
 use crate::types::{ClientId, SegmentInfo};
 
 impl MasterService {
@@ -110,8 +110,7 @@ impl MasterService {
     /// Removes every reference to unmounted segments, and abandons puts in
     /// flight by `dead_clients`.
     fn drop_unmounted(&self, dead_clients: &[ClientId], now: u64) {
-        for i in 0..SHARDS {
-            let mut shard = self.objects.lock_shard(i);
+        for mut shard in self.objects.shards() {
             shard
                 .map
                 .retain(|key, obj| self.keep_live_parts(key, obj, dead_clients, now));
@@ -203,8 +202,7 @@ impl MasterService {
             active_clients: self.clients.lock().len() as u64,
             ..Default::default()
         };
-        for i in 0..SHARDS {
-            let shard = self.objects.lock_shard(i);
+        for shard in self.objects.shards() {
             for obj in shard.map.values() {
                 if obj.is_complete() {
                     s.key_count += 1;

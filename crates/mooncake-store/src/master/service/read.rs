@@ -4,12 +4,18 @@
 use mooncake_common::Result;
 
 use super::{check_key, not_found, not_ready, MasterService};
-use crate::master::objects::SHARDS;
+use crate::master::objects::ObjectMeta;
 use crate::types::{GetReplicaListResponse, ReplicaDesc, ReplicaStatus};
 
 impl MasterService {
-    /// The complete replicas of `key`; grants the read lease.
-    pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
+    /// Runs `read` on `key`'s complete object; when it succeeds, the read
+    /// lease is granted.
+    fn read_complete<R>(
+        &self,
+        key: &str,
+        now: u64,
+        read: impl FnOnce(&ObjectMeta) -> Result<R>,
+    ) -> Result<R> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
@@ -17,20 +23,29 @@ impl MasterService {
         if !obj.is_complete() {
             return Err(not_ready(key));
         }
-        let replicas: Vec<ReplicaDesc> = obj
-            .replicas
-            .as_slice()
-            .iter()
-            .filter(|p| p.segment.is_mounted())
-            .map(|p| {
-                p.segment
-                    .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
-            })
-            .collect();
-        if replicas.is_empty() {
-            return Err(not_found(key));
-        }
+        let r = read(obj)?;
         self.policy.lease.on_read(obj, now);
+        Ok(r)
+    }
+
+    /// The complete replicas of `key`; grants the read lease.
+    pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
+        let replicas = self.read_complete(key, now, |obj| {
+            let replicas: Vec<ReplicaDesc> = obj
+                .replicas
+                .as_slice()
+                .iter()
+                .filter(|p| p.segment.is_mounted())
+                .map(|p| {
+                    p.segment
+                        .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
+                })
+                .collect();
+            if replicas.is_empty() {
+                return Err(not_found(key));
+            }
+            Ok(replicas)
+        })?;
         Ok(GetReplicaListResponse {
             replicas,
             lease_ttl_ms: self.policy.lease.lease_ttl,
@@ -54,15 +69,7 @@ impl MasterService {
 
     /// Size of a complete object; grants the lease.
     pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
-        check_key(key)?;
-        let mut shard = self.objects.lock(key);
-        let now = shard.clock(now);
-        let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
-        if !obj.is_complete() {
-            return Err(not_ready(key));
-        }
-        self.policy.lease.on_read(obj, now);
-        Ok(obj.size)
+        self.read_complete(key, now, |obj| Ok(obj.size))
     }
 
     /// Replicas of a complete object, without granting a lease (admin queries).
@@ -79,8 +86,7 @@ impl MasterService {
     /// Every complete object's key.
     pub fn all_keys(&self) -> Vec<String> {
         let mut keys = Vec::new();
-        for i in 0..SHARDS {
-            let shard = self.objects.lock_shard(i);
+        for shard in self.objects.shards() {
             keys.extend(
                 shard
                     .map

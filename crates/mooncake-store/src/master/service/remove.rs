@@ -5,7 +5,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::apply::Fate;
 use super::{check_key, not_found, not_ready, MasterService};
 use crate::master::mutation::{ObjectOp, Segments};
-use crate::master::objects::{ObjectMeta, PendingKind, SHARDS};
+use crate::master::objects::{ObjectMeta, PendingKind};
 
 impl MasterService {
     /// Removes an object. Without `force`, a leased or hard-pinned object is
@@ -75,8 +75,7 @@ impl MasterService {
 
     fn remove_where(&self, now: u64, pred: impl Fn(&str, &ObjectMeta) -> bool) -> u64 {
         let mut n = 0;
-        for i in 0..SHARDS {
-            let mut shard = self.objects.lock_shard(i);
+        for mut shard in self.objects.shards() {
             shard.map.retain(|key, obj| {
                 if !pred(key, obj) {
                     return true;

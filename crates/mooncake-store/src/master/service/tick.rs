@@ -7,7 +7,6 @@ use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::eviction::{self, eligible, footprint};
 use crate::master::mutation::ObjectOp;
-use crate::master::objects::SHARDS;
 
 impl MasterService {
     /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
@@ -29,8 +28,7 @@ impl MasterService {
     fn sweep_stale_puts(&self, now: u64) -> usize {
         let discard_after = self.policy.discard_after;
         let mut n = 0;
-        for i in 0..SHARDS {
-            let mut shard = self.objects.lock_shard(i);
+        for mut shard in self.objects.shards() {
             if shard.oldest_pending.saturating_add(discard_after) > now {
                 continue;
             }
@@ -124,8 +122,7 @@ impl MasterService {
         // Pass 1: find the lease time below which evicting frees enough,
         // without copying keys.
         let mut candidates: Vec<(u64, u64)> = Vec::new();
-        for i in 0..SHARDS {
-            let shard = self.objects.lock_shard(i);
+        for shard in self.objects.shards() {
             candidates.extend(
                 shard
                     .map
@@ -141,11 +138,10 @@ impl MasterService {
 
         // Pass 2: evict up to the threshold (objects may have changed since).
         let (mut keys, mut bytes) = (0, 0);
-        for i in 0..SHARDS {
+        for mut shard in self.objects.shards() {
             if bytes >= target {
                 break;
             }
-            let mut shard = self.objects.lock_shard(i);
             shard.map.retain(|key, obj| {
                 if bytes >= target
                     || obj.lease_until > threshold

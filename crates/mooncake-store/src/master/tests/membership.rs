@@ -6,26 +6,14 @@ use super::*;
 fn expired_clients_lose_segments_and_objects() {
     let s = with_segment(1 << 20);
     s.mount_segment(B, &seg("b", 1 << 40, 1 << 20), 0).unwrap();
-    let on_b = ReplicateConfig {
-        preferred_segment: "b".into(),
-        ..one()
-    };
+    let on_b = on("b");
     let both = ReplicateConfig {
         replica_num: 2,
         ..one()
     };
     put(&s, "only-b", 100, &on_b, 0);
     put(&s, "both", 100, &both, 0);
-    put(
-        &s,
-        "only-a",
-        100,
-        &ReplicateConfig {
-            preferred_segment: "a".into(),
-            ..one()
-        },
-        0,
-    );
+    put(&s, "only-a", 100, &on("a"), 0);
     s.get_replica_list("only-b", 400).unwrap(); // a lease does not keep a dead segment alive
 
     // A keeps pinging, B goes silent.
@@ -78,10 +66,6 @@ fn a_writer_that_dies_mid_put_leaves_nothing_behind() {
 fn unmounting_a_segment_drops_its_replicas() {
     let s = with_segment(1 << 20);
     s.mount_segment(A, &seg("a2", 1 << 40, 1 << 20), 0).unwrap();
-    let on = |n: &str| ReplicateConfig {
-        preferred_segment: n.into(),
-        ..one()
-    };
     put(&s, "x", 10, &on("a2"), 0);
     s.put_start(W, "inflight", 10, &on("a2"), false, 0).unwrap();
     put(&s, "y", 10, &on("a"), 0);

@@ -55,6 +55,14 @@ pub(super) fn one() -> ReplicateConfig {
     ReplicateConfig::default()
 }
 
+/// One replica, on segment `name` if it has room.
+pub(super) fn on(name: &str) -> ReplicateConfig {
+    ReplicateConfig {
+        preferred_segment: name.into(),
+        ..one()
+    }
+}
+
 pub(super) fn put(
     s: &MasterService,
     key: &str,

@@ -5,11 +5,7 @@ use super::*;
 #[test]
 fn task_creation_checks_its_inputs() {
     let s = two_owners();
-    let on_a = ReplicateConfig {
-        preferred_segment: "a".into(),
-        ..one()
-    };
-    put(&s, "k", 100, &on_a, 0);
+    put(&s, "k", 100, &on("a"), 0);
     assert_eq!(
         code(s.create_copy_task("missing", &["b"], 1)),
         ErrorCode::OBJECT_NOT_FOUND
@@ -46,16 +42,7 @@ fn task_creation_checks_its_inputs() {
 fn a_copy_task_runs_to_completion() {
     let s = two_owners();
     s.set_epoch_offset(1_000_000);
-    put(
-        &s,
-        "k",
-        100,
-        &ReplicateConfig {
-            preferred_segment: "a".into(),
-            ..one()
-        },
-        0,
-    );
+    put(&s, "k", 100, &on("a"), 0);
     let id = s.create_copy_task("k", &["b"], 10).unwrap();
     let info = s.query_task(id).unwrap();
     assert_eq!(
@@ -140,16 +127,7 @@ fn a_copy_task_runs_to_completion() {
 #[test]
 fn a_move_drops_the_source_after_readers_leases() {
     let s = two_owners();
-    put(
-        &s,
-        "k",
-        100,
-        &ReplicateConfig {
-            preferred_segment: "a".into(),
-            ..one()
-        },
-        0,
-    );
+    put(&s, "k", 100, &on("a"), 0);
     s.create_move_task("k", "a", "b", 1).unwrap();
     s.fetch_tasks(B, 1, 1);
     s.replica_transfer_start(B, "k", "a", &["b"], 2).unwrap();
@@ -176,16 +154,7 @@ fn a_move_drops_the_source_after_readers_leases() {
 #[test]
 fn revoked_or_abandoned_transfers_free_their_space() {
     let s = two_owners();
-    put(
-        &s,
-        "k",
-        100,
-        &ReplicateConfig {
-            preferred_segment: "a".into(),
-            ..one()
-        },
-        0,
-    );
+    put(&s, "k", 100, &on("a"), 0);
     s.replica_transfer_start(B, "k", "", &["b"], 1).unwrap();
     assert_eq!(used(&s), 208);
     s.replica_transfer_revoke(B, "k").unwrap();
@@ -213,16 +182,7 @@ fn tasks_time_out_or_fail_with_their_executor() {
         max_finished: 2,
         ..TaskPolicy::default()
     });
-    put(
-        &s,
-        "k",
-        100,
-        &ReplicateConfig {
-            preferred_segment: "a".into(),
-            ..one()
-        },
-        0,
-    );
+    put(&s, "k", 100, &on("a"), 0);
     let stale = s.create_copy_task("k", &["b"], 0).unwrap();
     s.ping(B, 400).unwrap();
     s.ping(B, 800).unwrap();
