@@ -238,7 +238,8 @@ impl ObjectMap {
         self.shards[self.shard_of(key)].0.lock()
     }
 
-    /// Locks shard `i` (for sweeps over every object, one shard at a time).
+    /// Locks shard `i`.
+    #[cfg(test)]
     pub(crate) fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
         self.shards[i].0.lock()
     }

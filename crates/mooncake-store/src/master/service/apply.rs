@@ -31,7 +31,7 @@ impl MasterService {
 
     /// Applies `op` to `key`'s object in its locked `shard`: a new entry
     /// for a fresh put, removed when the object goes.
-    pub(super) fn apply_in(&self, shard: &mut Shard, key: &str, op: ObjectOp<'_>) -> Fate {
+    pub(super) fn apply_in(&self, shard: &mut Shard, key: &str, op: ObjectOp<'_>) {
         if let ObjectOp::PutStart { now, .. } | ObjectOp::TransferStart { now, .. } = op {
             shard.note_pending(now);
         }
@@ -43,11 +43,9 @@ impl MasterService {
         } else {
             shard.map.get_mut(key).expect("decided on a present object")
         };
-        let fate = self.apply_object(key, obj, op);
-        if fate == Fate::Drop {
+        if self.apply_object(key, obj, op) == Fate::Drop {
             shard.map.remove(key);
         }
-        fate
     }
 
     /// Applies `op` to `obj`, the object `key` names, in a shard the caller
@@ -330,7 +328,7 @@ impl MasterService {
                     let state = if fresh { "exists" } else { "is absent" };
                     return diverged(format!("object {key:?} {state}"));
                 }
-                let _ = self.apply_in(&mut shard, key, op);
+                self.apply_in(&mut shard, key, op);
             }
             Mutation::Segment(op) => {
                 let mut w = self.segments.write();

@@ -81,7 +81,7 @@ impl MasterService {
             // The earlier writer is a zombie: discard its put, then go on.
             self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);
             let discard = ObjectOp::DiscardPut { free_at: None, now };
-            let _ = self.apply_in(&mut shard, key, discard);
+            self.apply_in(&mut shard, key, discard);
         }
         let (write, descs) = match shard.map.get(key) {
             Some(_) if !upsert => {
@@ -118,7 +118,7 @@ impl MasterService {
             now,
             write,
         };
-        let _ = self.apply_in(&mut shard, key, start);
+        self.apply_in(&mut shard, key, start);
         Ok(descs)
     }
 
@@ -137,7 +137,7 @@ impl MasterService {
             now,
             readers_until: obj.lease_until,
         };
-        let _ = self.apply_in(&mut shard, key, end);
+        self.apply_in(&mut shard, key, end);
         Ok(())
     }
 
@@ -156,7 +156,7 @@ impl MasterService {
             }
             Some(p) => check_writer(key, &p.kind, p.client, client)?,
         }
-        let _ = self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
+        self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
         Ok(())
     }
 }

@@ -42,7 +42,7 @@ impl MasterService {
                 ));
             }
         }
-        let _ = self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+        self.apply_in(&mut shard, key, ObjectOp::Remove { now });
         Ok(())
     }
 
@@ -104,7 +104,7 @@ impl MasterService {
                 continue;
             }
             if segment_name.is_empty() {
-                let _ = self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+                self.apply_in(&mut shard, key, ObjectOp::Remove { now });
                 cleared.push(key.to_string());
                 continue;
             }
@@ -121,9 +121,9 @@ impl MasterService {
                 free_at: now,
                 now,
             };
-            let _ = self.apply_in(&mut shard, key, drop);
+            self.apply_in(&mut shard, key, drop);
             if shard.map.get(key).is_some_and(|o| o.replicas.is_empty()) {
-                let _ = self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+                self.apply_in(&mut shard, key, ObjectOp::Remove { now });
             }
             cleared.push(key.to_string());
         }

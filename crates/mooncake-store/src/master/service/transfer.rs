@@ -263,7 +263,7 @@ impl MasterService {
                     free_at: obj.lease_until,
                     now,
                 };
-                let _ = self.apply_in(&mut shard, key, drop);
+                self.apply_in(&mut shard, key, drop);
             }
             return Ok(Vec::new());
         }
@@ -295,7 +295,7 @@ impl MasterService {
             replicas,
             drop_source,
         };
-        let _ = self.apply_in(&mut shard, key, start);
+        self.apply_in(&mut shard, key, start);
         Ok(descs)
     }
 
@@ -311,7 +311,7 @@ impl MasterService {
             now,
             readers_until: obj.lease_until,
         };
-        let _ = self.apply_in(&mut shard, key, end);
+        self.apply_in(&mut shard, key, end);
         Ok(())
     }
 
@@ -321,7 +321,7 @@ impl MasterService {
         let mut shard = self.objects.lock(key);
         let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
         check_transfer(obj, client, key)?;
-        let _ = self.apply_in(&mut shard, key, ObjectOp::TransferRevoke);
+        self.apply_in(&mut shard, key, ObjectOp::TransferRevoke);
         Ok(())
     }
 }
