@@ -11,6 +11,13 @@
 //! Mutations borrow keys and names from the request that caused them, so
 //! deciding and applying allocate nothing beyond what the state keeps.
 //! See `service` for where they are applied and observed.
+//!
+//! Placements travel as [`Replicas`], i.e. segments and offsets; a log
+//! records each as (`Segment::id`, offset). A standby turns them back into
+//! replicas by reserving exactly those ranges in its own segments (same
+//! ids, since mounts are replayed with the leader's ids), then replays the
+//! mutation with `MasterService::replay`. Each range of a `TransferStart`
+//! has the object's size.
 
 use super::objects::Replicas;
 use super::segments::SegmentId;
@@ -28,7 +35,9 @@ pub(crate) enum Mutation<'a> {
     Segment(SegmentOp<'a>),
     Client(ClientOp),
     Task(TaskOp<'a>),
-    /// Frees the retired space due at `now`.
+    /// Frees the retired space due at `now`. (A range retired concurrently
+    /// with it may be freed by a standby here and by the leader only at the
+    /// next one; it was due either way.)
     FreeRetired {
         now: u64,
     },
