@@ -2,7 +2,6 @@
 //! and admin queries, with the reference's paths and body formats.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -10,7 +9,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use mooncake_common::size::format_size;
 use mooncake_common::Error;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -57,26 +55,8 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 /// One line describing the master, for `/metrics/summary` and the periodic log.
 pub(crate) fn summary_line(s: &Shared) -> String {
     let st = s.service.stats(s.clock.now_ms());
-    let pct = if st.capacity_bytes == 0 {
-        0.0
-    } else {
-        st.allocated_bytes as f64 * 100.0 / st.capacity_bytes as f64
-    };
-    let mut line = format!(
-        "role=leader, state=serving, service_ready=true, master={{Mem Storage: {} / {} ({pct:.1}%) | Segments: {} | Keys: {} (soft-pinned: {}) | Clients: {} | Requests (Success/Total):",
-        format_size(st.allocated_bytes),
-        format_size(st.capacity_bytes),
-        st.segment_count,
-        st.key_count,
-        st.soft_pin_key_count,
-        st.active_clients,
-    );
-    for (i, (name, total, failed)) in s.metrics.request_counts().into_iter().enumerate() {
-        let sep = if i == 0 { " " } else { ", " };
-        let _ = write!(line, "{sep}{name}={}/{total}", total - failed);
-    }
-    line.push('}');
-    line
+    let body = s.metrics.summary(&s.service, &st);
+    format!("role=leader, state=serving, service_ready=true, {body}")
 }
 
 async fn summary(State(s): State<Arc<Shared>>) -> Response {

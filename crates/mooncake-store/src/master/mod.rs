@@ -22,7 +22,7 @@ mod eviction;
 pub mod ha;
 mod http;
 mod leases;
-mod metrics;
+pub mod metrics;
 mod mutation;
 mod objects;
 mod policy;

@@ -207,11 +207,10 @@ impl Handler for Rpc {
     /// Answers one request on the calling (connection) thread.
     fn handle(&self, _: &mut (), req: Request<'_>) -> Response {
         let shared = &*self.0;
-        shared.metrics.observe_values(&req);
-        let tag = req.tag();
+        let call = shared.metrics.classify(&shared.service, &req);
         let now = shared.clock.now_ms();
         let resp = shared.service.handle(req, now);
-        shared.metrics.observe(tag, &resp);
+        shared.metrics.observe(call, &resp);
         resp
     }
 

@@ -76,6 +76,8 @@ pub struct Counters {
     pub evicted_keys: AtomicU64,
     pub evicted_bytes: AtomicU64,
     pub discarded_puts: AtomicU64,
+    /// Discarded puts whose staging space was freed.
+    pub released_puts: AtomicU64,
     pub expired_clients: AtomicU64,
 }
 

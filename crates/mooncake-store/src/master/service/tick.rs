@@ -59,6 +59,11 @@ impl MasterService {
         self.apply_free_retired(now)
     }
 
+    /// Staging bytes of discarded puts not yet released.
+    pub fn discarded_staging_bytes(&self) -> u64 {
+        self.retired.staging_bytes()
+    }
+
     /// Allocated bytes waiting in the retired list (on mounted segments).
     pub fn retired_bytes(&self) -> u64 {
         self.retired.bytes()
