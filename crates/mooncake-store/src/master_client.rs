@@ -6,12 +6,13 @@
 //! `RPC_FAIL`.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
+use crate::client::metrics::ClientMetrics;
 use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
@@ -35,6 +36,8 @@ pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 #[derive(Clone)]
 pub struct MasterClient {
     pool: Arc<Pool<MasterAddr>>,
+    /// Times every call, once a store client's metrics are attached.
+    rpc_metrics: Arc<OnceLock<Arc<ClientMetrics>>>,
 }
 
 impl MasterClient {
@@ -114,6 +117,7 @@ impl MasterClient {
         pool.put_idle(conn);
         Ok(MasterClient {
             pool: Arc::new(pool),
+            rpc_metrics: Arc::default(),
         })
     }
 
@@ -388,7 +392,21 @@ impl MasterClient {
     }
 
     /// Sends one request and waits for its answer (see [`rpc::client`]).
+    /// Records every later call (and its clones') in `metrics`.
+    pub(crate) fn observe_rpcs(&self, metrics: Arc<ClientMetrics>) {
+        let _ = self.rpc_metrics.set(metrics);
+    }
+
     fn call(&self, req: &Request<'_>) -> Result<Response> {
+        let started = Instant::now();
+        let resp = self.call_unmetered(req);
+        if let Some(m) = self.rpc_metrics.get() {
+            m.observe_rpc(req.name(), started.elapsed());
+        }
+        resp
+    }
+
+    fn call_unmetered(&self, req: &Request<'_>) -> Result<Response> {
         let mut frame = Vec::with_capacity(64);
         encode_frame(req, &mut frame)
             .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;

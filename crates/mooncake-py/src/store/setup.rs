@@ -3,6 +3,7 @@
 
 use mooncake_common::size::parse_size;
 use mooncake_common::Error;
+use mooncake_store::client::http::DEFAULT_CLIENT_HTTP_PORT;
 use mooncake_store::client::ClientConfig;
 use mooncake_store::Client;
 use pyo3::exceptions::PyTypeError;
@@ -28,6 +29,18 @@ struct SetupArgs {
     protocol: Option<String>,
     device_name: Option<String>,
     master_server_addr: Option<String>,
+    /// `enable_client_http_server`: the port of the client HTTP server.
+    http_port: Option<u16>,
+}
+
+/// The client HTTP port asked for: `client_http_port` (default 9300) when
+/// `enable_client_http_server`; a port out of range is INVALID_PARAMS.
+fn http_port(enable: bool, port: Option<u64>) -> Result<Option<u16>, i32> {
+    if !enable {
+        return Ok(None);
+    }
+    let port = port.unwrap_or(u64::from(DEFAULT_CLIENT_HTTP_PORT));
+    u16::try_from(port).map(Some).map_err(|_| INVALID)
 }
 
 impl SetupArgs {
@@ -68,6 +81,18 @@ impl SetupArgs {
             device_name: dict_str(d, "rdma_devices").or_else(|| dict_str(d, "device_name")),
             master_server_addr: dict_str(d, "master_server_addr")
                 .or_else(|| dict_str(d, "master_server_address")),
+            http_port: http_port(
+                d.get_item("enable_client_http_server")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.extract::<Flag>().ok())
+                    .is_some_and(|f| f.0),
+                d.get_item("client_http_port")
+                    .ok()
+                    .flatten()
+                    .map(|v| v.extract::<u64>().map_err(|_| INVALID))
+                    .transpose()?,
+            )?,
         })
     }
 }
@@ -96,6 +121,16 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 
 impl PyStore {
     fn start(&self, py: Python<'_>, make: impl FnOnce() -> Result<Client, Error> + Send) -> i32 {
+        self.start_serving(py, make, None)
+    }
+
+    /// [`start`](Self::start), with the client HTTP server on `http_port`.
+    fn start_serving(
+        &self,
+        py: Python<'_>,
+        make: impl FnOnce() -> Result<Client, Error> + Send,
+        http_port: Option<u16>,
+    ) -> i32 {
         // A second setup on a live object replaces it, as in the reference.
         let old = self.live.take();
         py.allow_threads(|| {
@@ -104,9 +139,19 @@ impl PyStore {
             }
             match make() {
                 Ok(client) => {
+                    let http = match http_port.map(|p| client.start_http_server("0.0.0.0", p)) {
+                        None => None,
+                        Some(Ok(server)) => Some(server),
+                        Some(Err(e)) => {
+                            tracing::error!("client HTTP server: {e}");
+                            let _ = client.close();
+                            return codes::setup(&e);
+                        }
+                    };
                     let live = Live {
                         client,
                         memory: KnownMemory::default(),
+                        _http: http,
                     };
                     self.live.set(live);
                     0
@@ -119,7 +164,11 @@ impl PyStore {
         })
     }
 
-    fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+    fn setup_config(&self, py: Python<'_>, cfg: ClientConfig) -> i32 {
+        self.setup_serving(py, cfg, None)
+    }
+
+    fn setup_serving(&self, py: Python<'_>, mut cfg: ClientConfig, http_port: Option<u16>) -> i32 {
         cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
@@ -127,7 +176,7 @@ impl PyStore {
         if let Err(e) = cfg.validate() {
             return code(&e);
         }
-        self.start(py, move || Client::setup(&cfg))
+        self.start_serving(py, move || Client::setup(&cfg), http_port)
     }
 }
 
@@ -170,14 +219,7 @@ impl PyStore {
         enable_client_http_server: Flag,
         client_http_port: Option<Unsigned>,
     ) -> PyResult<i32> {
-        let _ = (
-            engine,
-            enable_ssd_offload,
-            ssd_offload_path,
-            tenant_id,
-            enable_client_http_server,
-            client_http_port,
-        );
+        let _ = (engine, enable_ssd_offload, ssd_offload_path, tenant_id);
         let args = if let Ok(d) = local_hostname.downcast::<PyDict>() {
             if metadata_server.is_some() {
                 return Err(PyTypeError::new_err(
@@ -204,9 +246,17 @@ impl PyStore {
                 protocol,
                 device_name: rdma_devices,
                 master_server_addr,
+                http_port: match http_port(
+                    enable_client_http_server.0,
+                    client_http_port.map(|u| u.0),
+                ) {
+                    Ok(p) => p,
+                    Err(c) => return Ok(c),
+                },
             }
         };
-        Ok(self.setup_config(py, args.config()))
+        let http = args.http_port;
+        Ok(self.setup_serving(py, args.config(), http))
     }
 
     /// Joins as a "dummy" client of the `mooncake_client` at `server_address`.

@@ -18,6 +18,9 @@ pub mod config;
 pub mod dummy;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
+pub mod http;
+mod metered;
+pub mod metrics;
 mod ranges;
 mod real;
 mod registry;
@@ -34,6 +37,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
+pub use http::ClientHttpServer;
+pub use metrics::ClientMetrics;
 pub use rust_api::{MooncakeStore, StoreError, StoreResult};
 pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
@@ -154,6 +159,7 @@ pub(crate) trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<dyn Backend>,
+    metrics: Option<Arc<ClientMetrics>>,
 }
 
 fn one<T>(mut v: Vec<Result<T>>) -> Result<T> {
@@ -248,7 +254,43 @@ impl Client {
     pub fn setup(config: &ClientConfig) -> Result<Client> {
         let client = Arc::new(real::RealClient::setup(config)?);
         client.start_executor();
-        Ok(Client { inner: client })
+        let metrics = client.metrics.clone();
+        Ok(Client::metered(client, metrics))
+    }
+
+    /// `inner`, its data calls counted in `metrics` when there are any.
+    fn metered(inner: Arc<dyn Backend>, metrics: Option<Arc<ClientMetrics>>) -> Client {
+        let inner: Arc<dyn Backend> = match &metrics {
+            Some(m) => Arc::new(metered::Metered {
+                inner,
+                metrics: m.clone(),
+            }),
+            None => inner,
+        };
+        Client { inner, metrics }
+    }
+
+    /// This client's metrics (`None` with `MC_STORE_CLIENT_METRIC=0`).
+    pub fn metrics(&self) -> Option<&Arc<ClientMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// Serves `/metrics` and `/health` on `host:port` until the returned
+    /// server is dropped. Fails when metrics are off or the port is taken.
+    pub fn start_http_server(&self, host: &str, port: u16) -> Result<ClientHttpServer> {
+        let metrics = self.metrics.clone().ok_or_else(|| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "the client HTTP server needs client metrics (MC_STORE_CLIENT_METRIC=0 turned them off)",
+            )
+        })?;
+        let inner = self.inner.clone();
+        ClientHttpServer::start(
+            host,
+            port,
+            metrics,
+            Arc::new(move || inner.health_check().is_ok()),
+        )
     }
 
     /// Starts a dummy client that forwards to the `mooncake_client` at
@@ -262,13 +304,14 @@ impl Client {
         local_buffer_size: u64,
         server_address: &str,
     ) -> Result<Client> {
-        Ok(Client {
-            inner: Arc::new(dummy::DummyClient::connect(
-                mem_pool_size,
-                local_buffer_size,
-                server_address,
-            )?),
-        })
+        let inner = Arc::new(dummy::DummyClient::connect(
+            mem_pool_size,
+            local_buffer_size,
+            server_address,
+        )?);
+        let cluster = config::process_env("MC_STORE_CLUSTER_ID");
+        let metrics = metrics::from_env("dummy", cluster.as_deref(), config::process_env);
+        Ok(Client::metered(inner, metrics))
     }
 
     /// Unmounts this client's segments and stops its heartbeat. Later calls

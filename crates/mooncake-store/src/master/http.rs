@@ -20,6 +20,7 @@ type Params = Query<HashMap<String, String>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/metrics/summary", get(summary))
         .route("/health", get(health))
@@ -57,6 +58,35 @@ pub(crate) fn summary_line(s: &Shared) -> String {
     let st = s.service.stats(s.clock.now_ms());
     let body = s.metrics.summary(&s.service, &st);
     format!("role=leader, state=serving, service_ready=true, {body}")
+}
+
+/// The status page (see `status`).
+async fn status_page(State(s): State<Arc<Shared>>) -> Response {
+    let body = tokio::task::block_in_place(|| {
+        let stats = s.service.stats(s.clock.now_ms());
+        let segments = s.service.segment_summaries();
+        let view = s.metrics.status_numbers();
+        let page = super::status::StatusView {
+            role: "leader",
+            stats: &stats,
+            segments: &segments,
+            totals: view.totals,
+            file_used: view.file_used,
+            file_capacity: view.file_capacity,
+            ha_lag: view.ha_lag,
+            ha_state: view.ha_state,
+            gets: view.gets,
+        };
+        super::status::render(&page)
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 async fn summary(State(s): State<Arc<Shared>>) -> Response {

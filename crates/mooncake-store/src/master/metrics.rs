@@ -20,8 +20,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-pub use ops::{BatchOp, Op};
 use ops::{BatchCounters, OpCounters};
+pub use ops::{BatchOp, Op};
 use tiers::{FileTierMetrics, HaMetrics, NofMetrics, PromotionMetrics};
 
 use super::service::{MasterService, MasterStats};
@@ -104,6 +104,7 @@ pub struct MasterMetrics {
     released_puts: Gauge,
     discarded_staging: Gauge,
     expired_clients: Counter,
+    leader: Gauge,
     /// Fed by the HA replication log.
     pub ha: HaMetrics,
     /// Fed by the file (SSD / DFS) tier.
@@ -180,6 +181,7 @@ impl MasterMetrics {
             released_puts: Gauge::default(),
             discarded_staging: Gauge::default(),
             expired_clients: Counter::default(),
+            leader: Gauge::default(),
             ha: HaMetrics::default(),
             file_tier: FileTierMetrics::default(),
             promotion: PromotionMetrics::default(),
@@ -191,12 +193,20 @@ impl MasterMetrics {
             registry,
         };
         m.register_rest();
+        // A master serves its HTTP port while it leads.
+        m.leader.set(1);
         m
+    }
+
+    /// Whether this master leads (1) or stands by (0): `master_is_leader`.
+    pub fn set_leader(&self, leads: bool) {
+        self.leader.set(i64::from(leads));
     }
 
     fn register_rest(&mut self) {
         let r = &mut self.registry;
-        let gauges: [(&str, &str, &Gauge); 15] = [
+        let gauges: [(&str, &str, &Gauge); 16] = [
+            ("master_is_leader", "1 while this master leads its cluster, 0 while it stands by", &self.leader),
             ("master_allocated_bytes", "Total memory bytes currently allocated across all segments", &self.allocated),
             ("master_total_capacity_bytes", "Total memory capacity across all mounted segments", &self.capacity),
             ("master_key_count", "Total number of keys managed by the master", &self.keys),
@@ -293,22 +303,21 @@ impl MasterMetrics {
                 });
             }
             Request::ReplicaTransferEnd { key, .. } => {
-                call.transfer = svc.transfer_is_move(key).map(|mv| {
-                    if mv {
-                        Op::MoveEnd
-                    } else {
-                        Op::CopyEnd
-                    }
-                });
+                call.transfer =
+                    svc.transfer_is_move(key)
+                        .map(|mv| if mv { Op::MoveEnd } else { Op::CopyEnd });
             }
             Request::ReplicaTransferRevoke { key, .. } => {
-                call.transfer = svc.transfer_is_move(key).map(|mv| {
-                    if mv {
-                        Op::MoveRevoke
-                    } else {
-                        Op::CopyRevoke
-                    }
-                });
+                call.transfer =
+                    svc.transfer_is_move(key).map(
+                        |mv| {
+                            if mv {
+                                Op::MoveRevoke
+                            } else {
+                                Op::CopyRevoke
+                            }
+                        },
+                    );
             }
             _ => {}
         }
@@ -442,6 +451,48 @@ impl MasterMetrics {
         (c.requests.get(), c.failures.get())
     }
 
+    /// The numbers of the status page that only the metrics know.
+    pub(crate) fn status_numbers(&self) -> StatusNumbers {
+        let total = |op: Op, label: &'static str, metric: &'static str| {
+            (label, metric, self.single(op).requests.get())
+        };
+        let batch_items = |op: BatchOp, label: &'static str, metric: &'static str| {
+            (label, metric, self.batch(op).items.get())
+        };
+        let [_, _, lag, _, _, state] = self.ha.snapshot();
+        StatusNumbers {
+            totals: vec![
+                total(Op::PutStart, "Put", "master_put_start_requests_total"),
+                batch_items(
+                    BatchOp::PutStart,
+                    "Batch put (keys)",
+                    "master_batch_put_start_items_total",
+                ),
+                total(
+                    Op::GetReplicaList,
+                    "Get",
+                    "master_get_replica_list_requests_total",
+                ),
+                batch_items(
+                    BatchOp::GetReplicaList,
+                    "Batch get (keys)",
+                    "master_batch_get_replica_list_items_total",
+                ),
+                total(Op::ExistKey, "Exist", "master_exist_key_requests_total"),
+                total(Op::Remove, "Remove", "master_remove_requests_total"),
+                total(Op::Ping, "Ping", "master_ping_requests_total"),
+            ],
+            file_used: self.file_tier.allocated.get().max(0) as u64,
+            file_capacity: self.file_tier.capacity.get().max(0) as u64,
+            ha_lag: lag,
+            ha_state: state,
+            gets: (
+                self.reads.valid.get().max(0) as u64,
+                self.reads.total.get().max(0) as u64,
+            ),
+        }
+    }
+
     /// Refreshes the gauges from the service.
     fn refresh(&self, svc: &MasterService, stats: &MasterStats) {
         self.allocated.set(as_i64(stats.allocated_bytes));
@@ -489,6 +540,16 @@ impl MasterMetrics {
         }
         out
     }
+}
+
+/// See [`MasterMetrics::status_numbers`].
+pub(crate) struct StatusNumbers {
+    pub totals: Vec<(&'static str, &'static str, u64)>,
+    pub file_used: u64,
+    pub file_capacity: u64,
+    pub ha_lag: i64,
+    pub ha_state: i64,
+    pub gets: (u64, u64),
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ mod segments;
 pub mod server;
 mod service;
 mod shared;
+mod status;
 mod tasks;
 
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};

@@ -7,6 +7,7 @@
 //! - `notify`: notifies to and from peers.
 
 mod batches;
+mod metrics;
 mod notify;
 mod registration;
 mod segments;
@@ -70,6 +71,10 @@ pub struct TransportStats {
     pub local: u64,
     pub shm: u64,
     pub tcp: u64,
+    /// Bytes submitted to each transport.
+    pub local_bytes: u64,
+    pub shm_bytes: u64,
+    pub tcp_bytes: u64,
 }
 
 /// The transfer engine. Cheap to clone; all calls block and are safe from
@@ -96,8 +101,8 @@ struct Inner {
     tcp: TcpTransport,
     server: Mutex<Option<RpcServer>>,
     closed: AtomicBool,
-    /// Requests routed to local, shm, tcp (the order of `transports()`).
-    routed: [AtomicU64; 3],
+    /// Requests and bytes per transport, completion latencies.
+    metrics: Arc<metrics::EngineMetrics>,
 }
 
 fn invalid(msg: impl Into<String>) -> Error {
@@ -187,8 +192,11 @@ impl TransferEngine {
             next_batch: AtomicU64::new(1),
             server: Mutex::new(Some(server)),
             closed: AtomicBool::new(false),
-            routed: Default::default(),
+            metrics: Arc::default(),
         };
+        if let Some(every) = metrics::config_from_env(|k| std::env::var(k).ok()) {
+            metrics::start_reporting(&inner.metrics, every);
+        }
         if let Some(store) = &inner.metadata {
             let meta = RpcMeta {
                 ip_or_host_name: inner.hostname.clone(),
@@ -226,11 +234,16 @@ impl TransferEngine {
 
     /// Requests carried by each transport so far.
     pub fn transport_stats(&self) -> TransportStats {
-        let n = |i: usize| self.inner.routed[i].load(Ordering::Relaxed);
+        let m = &self.inner.metrics;
+        let n = |i: usize| m.requests[i].load(Ordering::Relaxed);
+        let b = |i: usize| m.bytes[i].load(Ordering::Relaxed);
         TransportStats {
             local: n(0),
             shm: n(1),
             tcp: n(2),
+            local_bytes: b(0),
+            shm_bytes: b(1),
+            tcp_bytes: b(2),
         }
     }
 

@@ -21,11 +21,13 @@ mod write;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::metrics::{ClientMetrics, Route};
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -56,6 +58,17 @@ pub(crate) struct RealClient {
     closed: AtomicBool,
     heartbeat: Mutex<Option<Worker>>,
     executor: Mutex<Option<Worker>>,
+    /// Store client metrics (`MC_STORE_CLIENT_METRIC`).
+    pub(crate) metrics: Option<Arc<ClientMetrics>>,
+}
+
+impl RealClient {
+    /// Counts `bytes` moved over `route`, when metrics are on.
+    pub(super) fn count_route(&self, route: Route, write: bool, bytes: usize) {
+        if let (Some(m), true) = (&self.metrics, bytes > 0) {
+            m.observe_route(route, write, bytes as u64);
+        }
+    }
 }
 
 fn closed_err() -> Error {

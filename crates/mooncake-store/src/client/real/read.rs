@@ -5,6 +5,7 @@
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 
+use super::super::metrics::Route;
 use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
@@ -73,7 +74,11 @@ impl RealClient {
                 };
                 match plan_read(rep, frags, &self.site) {
                     Err(e) => failed_now.push((p, e)),
-                    Ok(ReadPlan::Memcpy(c)) => copies.extend(c),
+                    Ok(ReadPlan::Memcpy(c)) => {
+                        let bytes = c.iter().map(|c| c.len).sum();
+                        self.count_route(Route::Local, false, bytes);
+                        copies.extend(c);
+                    }
                     Ok(ReadPlan::Peer { endpoint, pieces }) => match self.handle(endpoint) {
                         Ok(target) => {
                             for piece in pieces {
@@ -82,6 +87,7 @@ impl RealClient {
                                 // checked registered buffer, or a fresh heap
                                 // buffer).
                                 if unsafe { self.read_shared(target, &piece) } {
+                                    self.count_route(Route::Shm, false, piece.len);
                                     continue;
                                 }
                                 requests.push(TransferRequest {
@@ -99,11 +105,14 @@ impl RealClient {
                 }
             }
             let outcomes = Flight::run(&self.engine, &requests, &copies);
-            for (r, &p) in outcomes.into_iter().zip(&req_owner) {
-                if let Err(e) = r {
-                    failed_now.push((p, e));
+            let mut fetched = 0;
+            for ((r, &p), req) in outcomes.into_iter().zip(&req_owner).zip(&requests) {
+                match r {
+                    Err(e) => failed_now.push((p, e)),
+                    Ok(_) => fetched += req.length,
                 }
             }
+            self.count_route(Route::Engine, false, fetched);
             let mut retry = Vec::new();
             failed_now.sort_by_key(|(p, _)| *p);
             failed_now.dedup_by_key(|(p, _)| *p);
@@ -186,6 +195,7 @@ impl RealClient {
                             )
                         };
                     }
+                    self.count_route(Route::Local, false, size);
                     return true;
                 }
                 ReadPlan::Peer { endpoint, pieces } => {
@@ -197,6 +207,7 @@ impl RealClient {
                         .iter()
                         .all(|p| unsafe { self.read_shared(target, p) })
                     {
+                        self.count_route(Route::Shm, false, size);
                         return true;
                     }
                 }

@@ -10,6 +10,7 @@ use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::metrics;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
@@ -58,7 +59,21 @@ impl RealClient {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             executor: Mutex::new(None),
+            metrics: None,
         };
+        let cluster = process_env("MC_STORE_CLUSTER_ID");
+        client.metrics = metrics::from_env("real", cluster.as_deref(), process_env);
+        if let Some(m) = &client.metrics {
+            client.master.observe_rpcs(m.clone());
+            let engine = client.engine.clone();
+            m.set_engine_source(move || {
+                let s = engine.transport_stats();
+                [
+                    [s.local, s.shm, s.tcp],
+                    [s.local_bytes, s.shm_bytes, s.tcp_bytes],
+                ]
+            });
+        }
         // Introduce ourselves (a pure client mounts nothing), then mount.
         match client.master.ping(id) {
             Ok(()) => {}

@@ -229,11 +229,31 @@ pub(super) fn register_batches(r: &mut Registry) -> Vec<BatchCounters> {
             let c = BatchCounters::default();
             let p = format!("master_batch_{name}");
             let families = [
-                ("requests", format!("Total number of {rpc} requests received"), &c.requests),
-                ("failures", format!("Total number of {rpc} requests where every item failed"), &c.failures),
-                ("partial_successes", format!("Total number of {rpc} requests where some items failed"), &c.partial_successes),
-                ("items", format!("Total number of items in {rpc} requests"), &c.items),
-                ("failed_items", format!("Total number of failed items in {rpc} requests"), &c.failed_items),
+                (
+                    "requests",
+                    format!("Total number of {rpc} requests received"),
+                    &c.requests,
+                ),
+                (
+                    "failures",
+                    format!("Total number of {rpc} requests where every item failed"),
+                    &c.failures,
+                ),
+                (
+                    "partial_successes",
+                    format!("Total number of {rpc} requests where some items failed"),
+                    &c.partial_successes,
+                ),
+                (
+                    "items",
+                    format!("Total number of items in {rpc} requests"),
+                    &c.items,
+                ),
+                (
+                    "failed_items",
+                    format!("Total number of failed items in {rpc} requests"),
+                    &c.failed_items,
+                ),
             ];
             for (suffix, help, counter) in families {
                 r.register(format!("{p}_{suffix}"), help, counter.clone());

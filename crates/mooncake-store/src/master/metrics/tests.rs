@@ -103,7 +103,10 @@ fn fewer_replicas_than_asked_is_a_partial_allocation() {
     put(&m, &svc, "one", 100, 1, 0);
     put(&m, &svc, "three", 100, 3, 0);
     let t = render(&m, &svc, 0);
-    assert_eq!(sample(&t, "master_put_start_partial_allocations_total"), 1.0);
+    assert_eq!(
+        sample(&t, "master_put_start_partial_allocations_total"),
+        1.0
+    );
     assert_eq!(sample(&t, "master_put_start_requests_total"), 2.0);
 }
 
@@ -125,7 +128,15 @@ fn transfers_count_as_copies_or_moves() {
         upsert: false,
     };
     call(&m, &svc, start, 0);
-    call(&m, &svc, Request::PutEnd { client_id: 1, key: "k" }, 0);
+    call(
+        &m,
+        &svc,
+        Request::PutEnd {
+            client_id: 1,
+            key: "k",
+        },
+        0,
+    );
     let copy = |targets| Request::ReplicaTransferStart {
         client_id: 1,
         key: "k",
@@ -133,7 +144,15 @@ fn transfers_count_as_copies_or_moves() {
         targets,
     };
     call(&m, &svc, copy(vec!["b"]), 1);
-    call(&m, &svc, Request::ReplicaTransferEnd { client_id: 1, key: "k" }, 1);
+    call(
+        &m,
+        &svc,
+        Request::ReplicaTransferEnd {
+            client_id: 1,
+            key: "k",
+        },
+        1,
+    );
     let mv = Request::ReplicaTransferStart {
         client_id: 1,
         key: "k",
@@ -141,9 +160,25 @@ fn transfers_count_as_copies_or_moves() {
         targets: vec!["c"],
     };
     call(&m, &svc, mv, 2);
-    call(&m, &svc, Request::ReplicaTransferRevoke { client_id: 1, key: "k" }, 2);
+    call(
+        &m,
+        &svc,
+        Request::ReplicaTransferRevoke {
+            client_id: 1,
+            key: "k",
+        },
+        2,
+    );
     // No transfer in flight: the end fails and is neither a copy nor a move.
-    call(&m, &svc, Request::ReplicaTransferEnd { client_id: 1, key: "k" }, 3);
+    call(
+        &m,
+        &svc,
+        Request::ReplicaTransferEnd {
+            client_id: 1,
+            key: "k",
+        },
+        3,
+    );
     let t = render(&m, &svc, 3);
     for (name, v) in [
         ("master_copy_start_requests_total", 1.0),
@@ -175,7 +210,10 @@ fn discarded_puts_are_released_after_the_release_timeout() {
     let t = render(&m, &svc, 150);
     assert_eq!(sample(&t, "master_put_start_discard_cnt"), 1.0);
     assert_eq!(sample(&t, "master_put_start_release_cnt"), 0.0);
-    assert_eq!(sample(&t, "master_put_start_discarded_staging_size"), 4096.0);
+    assert_eq!(
+        sample(&t, "master_put_start_discarded_staging_size"),
+        4096.0
+    );
     svc.tick(250);
     let t = render(&m, &svc, 250);
     assert_eq!(sample(&t, "master_put_start_release_cnt"), 1.0);

@@ -41,9 +41,8 @@ pub struct HaMetrics {
 
 impl HaMetrics {
     pub(super) fn register(&self, r: &mut Registry) {
-        let g = |r: &mut Registry, name: &str, help: &str, m: &Gauge| {
-            r.register(name, help, m.clone())
-        };
+        let g =
+            |r: &mut Registry, name: &str, help: &str, m: &Gauge| r.register(name, help, m.clone());
         g(
             r,
             "ha_oplog_last_sequence_id",
