@@ -80,10 +80,18 @@ fn mooncake_client_serves_metrics_and_health() {
             &format!("{name}{{client_mode=\"real\",op_name=\"{op}\"}}"),
         )
     };
-    // The real client wrote and read on the dummy's behalf.
-    assert_eq!(real("mooncake_transfer_write_operation_count", "put"), 5.0);
+    // The real client wrote and read on the dummy's behalf, from and into
+    // the memory they share.
     assert_eq!(
-        real("mooncake_transfer_write_operation_bytes", "put"),
+        real("mooncake_transfer_write_operation_count", "put_from"),
+        5.0
+    );
+    assert_eq!(
+        real("mooncake_transfer_read_operation_count", "get_into"),
+        5.0
+    );
+    assert_eq!(
+        real("mooncake_transfer_write_operation_bytes", "put_from"),
         5000.0
     );
     assert_eq!(
