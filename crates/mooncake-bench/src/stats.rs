@@ -83,7 +83,7 @@ pub fn bars(title: &str, unit: &str, rows: &[(String, f64)]) -> String {
         // Eighths of a cell, so small differences still show.
         let eighths = (cells * 8.0).round() as usize;
         let mut bar = "█".repeat(eighths / 8);
-        if eighths % 8 > 0 {
+        if !eighths.is_multiple_of(8) {
             bar.push(['▏', '▎', '▍', '▌', '▋', '▊', '▉'][eighths % 8 - 1]);
         }
         let pad = label_w - label.chars().count();

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use mooncake_common::Result;
 
-use super::metrics::ClientMetrics;
+use super::metrics::{ClientMetrics, Outcome};
 use super::{Backend, BufferHandle, DestFn, Payload, RangeRead};
 use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
 
@@ -40,15 +40,13 @@ impl Metered {
             .collect();
         let failed = (results.len() - ok.len()) as u64;
         let bytes = ok.iter().sum();
-        self.metrics.observe_op(
-            false,
-            op,
-            n != 1,
-            ok.len() as u64,
+        let outcome = Outcome {
+            ok: ok.len() as u64,
             failed,
             bytes,
-            t.elapsed(),
-        );
+        };
+        self.metrics
+            .observe_op(false, op, n != 1, outcome, t.elapsed());
     }
 }
 
@@ -102,8 +100,13 @@ impl Backend for Metered {
             }
         }
         let failed = results.len() as u64 - ok;
-        self.metrics
-            .observe_op(true, op, keys.len() != 1, ok, failed, bytes, t.elapsed());
+        self.metrics.observe_op(
+            true,
+            op,
+            keys.len() != 1,
+            Outcome { ok, failed, bytes },
+            t.elapsed(),
+        );
         results
     }
 

@@ -50,6 +50,14 @@ fn histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS_US.into_iter())
 }
 
+/// What one interface call did: keys served and failed, bytes moved.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Outcome {
+    pub ok: u64,
+    pub failed: u64,
+    pub bytes: u64,
+}
+
 /// Where a piece of a value went or came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
@@ -335,11 +343,10 @@ impl ClientMetrics {
         write: bool,
         op: &'static str,
         batch: bool,
-        ok: u64,
-        failed: u64,
-        bytes: u64,
+        outcome: Outcome,
         took: Duration,
     ) {
+        let Outcome { ok, failed, bytes } = outcome;
         let us = took.as_secs_f64() * 1e6;
         if failed > 0 {
             self.op_errors
@@ -569,9 +576,19 @@ mod tests {
     #[test]
     fn an_operation_moves_its_families() {
         let m = ClientMetrics::new("real", None);
-        m.observe_op(true, "put", false, 1, 0, 1000, Duration::from_micros(60));
-        m.observe_op(false, "get", false, 1, 0, 1000, Duration::from_micros(120));
-        m.observe_op(false, "get", false, 0, 1, 0, Duration::from_micros(10));
+        let one = |bytes| Outcome {
+            ok: 1,
+            failed: 0,
+            bytes,
+        };
+        m.observe_op(true, "put", false, one(1000), Duration::from_micros(60));
+        m.observe_op(false, "get", false, one(1000), Duration::from_micros(120));
+        let miss = Outcome {
+            ok: 0,
+            failed: 1,
+            bytes: 0,
+        };
+        m.observe_op(false, "get", false, miss, Duration::from_micros(10));
         m.observe_route(Route::Local, true, 1000);
         m.observe_rpc("PutStart", Duration::from_micros(30));
         let t = m.render();
