@@ -199,6 +199,19 @@ impl Master {
         assert_eq!(unsafe { libc::kill(self.proc.0.id() as i32, sig) }, 0);
     }
 
+    /// Waits until the log has a line containing `what` (printing the log
+    /// if it never does).
+    fn wait_logged(&self, what: &str) {
+        let start = Instant::now();
+        while !self.logged(what) {
+            if start.elapsed() > WAIT {
+                let log = self.log.lock().unwrap().join("\n");
+                panic!("never logged {what:?}; the log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn logged(&self, what: &str) -> bool {
         self.log.lock().unwrap().iter().any(|l| l.contains(what))
     }
@@ -348,17 +361,20 @@ fn three_start_together_one_wins_and_a_client_follows_it_across_kill_9() {
 fn sigterm_hands_over_and_unlabels() {
     let api = shared_api();
     let lease = "sigterm";
-    // A pod left labelled by an earlier run: the label goes at start.
+    // A pod left labelled by an earlier run: the label goes at start, even
+    // on a standby (someone else holds its lease).
     api.standin.add_pod(NS, "stale");
-    let e = api.election(lease, Timings::default());
+    let e = api.election("stale", Timings::default());
+    let (held, _) = api.rt.block_on(e.campaign_with_term("someone-else:1")).unwrap();
     api.rt
         .block_on(e.label_pod(NS, "stale", "mooncake.io/store-role", Some("leader")))
         .unwrap();
-    let stale = Master::start(api, "other-lease", "stale", &[]);
-    eventually("a label left from an earlier run is removed", || {
-        api.leader_label("stale").is_none()
-    });
+    let stale = Master::start(api, "stale", "stale", &[]);
+    stale.wait_logged("pod leader label updated");
+    assert_eq!(api.leader_label("stale"), None, "a label left from an earlier run is removed");
+    assert!(!serves(stale.port));
     drop(stale);
+    api.rt.block_on(held.resign()).unwrap();
 
     let mut masters = start_three(api, lease, &[]);
     let watch = Watch::new(masters.iter().map(|m| m.port).collect());
@@ -368,14 +384,17 @@ fn sigterm_hands_over_and_unlabels() {
 
     let stopped = Instant::now();
     masters[a].signal(libc::SIGTERM);
-    first_put(&client, "after");
-    let took = stopped.elapsed();
-    println!(
-        "k8s failover, SIGTERM of the leader: first put after {:.2} s",
-        took.as_secs_f64()
-    );
+    // Puts start once it is gone, so that none lands on it.
     let status = masters[a].proc.0.wait().unwrap();
+    let exited = stopped.elapsed();
     assert!(status.success(), "a SIGTERM'd master exits cleanly: {status:?}");
+    first_put(&client, "after");
+    println!(
+        "k8s failover, SIGTERM of the leader: it exited after {:.2} s, first put after {:.2} s",
+        exited.as_secs_f64(),
+        stopped.elapsed().as_secs_f64()
+    );
+    assert_eq!(client.get("after").unwrap(), value("after", 10_000));
     assert!(masters[a].logged("leader lease released"));
     let b = the_leader(&masters);
     assert_ne!(a, b);
@@ -502,10 +521,11 @@ fn an_unreachable_api_server_means_retrying_and_serving_nothing() {
 fn an_rbac_denial_is_logged_with_verb_and_resource() {
     let api = Api::start();
     api.standin.deny("create", "leases");
+    api.standin.add_pod(NS, "denied-0");
     let m = Master::start(&api, "denied", "denied-0", &[]);
-    eventually("the denial is logged", || {
-        m.logged(r#"forbids verb "create" on resource "leases" in namespace "mooncake""#)
-    });
+    m.wait_logged(
+        r#"forbids verb "create" on resource "leases.coordination.k8s.io" in namespace "mooncake""#,
+    );
     assert!(!serves(m.port));
     api.standin.allow("create", "leases");
     m.up.recv_timeout(WAIT).expect("leads once allowed");
