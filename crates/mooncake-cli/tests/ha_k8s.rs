@@ -110,8 +110,12 @@ impl Api {
             insecure_skip_tls_verify: false,
             auth: Auth::Token(TOKEN.into()),
         };
-        K8sElection::new(&config, LeaseRef::parse(&format!("{NS}/{name}")).unwrap(), timings)
-            .unwrap()
+        K8sElection::new(
+            &config,
+            LeaseRef::parse(&format!("{NS}/{name}")).unwrap(),
+            timings,
+        )
+        .unwrap()
     }
 }
 
@@ -365,13 +369,20 @@ fn sigterm_hands_over_and_unlabels() {
     // on a standby (someone else holds its lease).
     api.standin.add_pod(NS, "stale");
     let e = api.election("stale", Timings::default());
-    let (held, _) = api.rt.block_on(e.campaign_with_term("someone-else:1")).unwrap();
+    let (held, _) = api
+        .rt
+        .block_on(e.campaign_with_term("someone-else:1"))
+        .unwrap();
     api.rt
         .block_on(e.label_pod(NS, "stale", "mooncake.io/store-role", Some("leader")))
         .unwrap();
     let stale = Master::start(api, "stale", "stale", &[]);
     stale.wait_logged("pod leader label updated");
-    assert_eq!(api.leader_label("stale"), None, "a label left from an earlier run is removed");
+    assert_eq!(
+        api.leader_label("stale"),
+        None,
+        "a label left from an earlier run is removed"
+    );
     assert!(!serves(stale.port));
     drop(stale);
     api.rt.block_on(held.resign()).unwrap();
@@ -387,7 +398,10 @@ fn sigterm_hands_over_and_unlabels() {
     // Puts start once it is gone, so that none lands on it.
     let status = masters[a].proc.0.wait().unwrap();
     let exited = stopped.elapsed();
-    assert!(status.success(), "a SIGTERM'd master exits cleanly: {status:?}");
+    assert!(
+        status.success(),
+        "a SIGTERM'd master exits cleanly: {status:?}"
+    );
     first_put(&client, "after");
     println!(
         "k8s failover, SIGTERM of the leader: it exited after {:.2} s, first put after {:.2} s",
@@ -399,7 +413,11 @@ fn sigterm_hands_over_and_unlabels() {
     let b = the_leader(&masters);
     assert_ne!(a, b);
     assert_eq!(api.holder(lease), masters[b].identity());
-    assert_eq!(api.leader_label(&masters[a].pod), None, "unlabelled on exit");
+    assert_eq!(
+        api.leader_label(&masters[a].pod),
+        None,
+        "unlabelled on exit"
+    );
     eventually("the new leader's pod is labelled", || {
         api.leader_label(&masters[b].pod).as_deref() == Some("leader")
     });
@@ -420,13 +438,18 @@ fn a_lease_renewed_by_someone_else_is_left_alone_then_taken_once_it_expires() {
         .build()
         .unwrap();
     let e = api.election(lease, Timings::default());
-    let held = foreign_rt.block_on(e.campaign_with_term("someone-else:1")).unwrap();
+    let held = foreign_rt
+        .block_on(e.campaign_with_term("someone-else:1"))
+        .unwrap();
     let masters = start_three(&api, lease, &[]);
     let watch = Watch::new(masters.iter().map(|m| m.port).collect());
     // Two lease durations of renewals by the other holder.
     let until = Instant::now() + Duration::from_secs(10);
     while Instant::now() < until {
-        assert!(masters.iter().all(|m| !serves(m.port)), "a master took a renewed lease");
+        assert!(
+            masters.iter().all(|m| !serves(m.port)),
+            "a master took a renewed lease"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(api.holder(lease), "someone-else:1");
@@ -450,7 +473,9 @@ fn an_api_outage_stops_the_leader_before_its_lease_runs_out_and_a_leader_returns
     // The last renewal that got through, as the API server stored it.
     let last = api.lease(lease).unwrap();
     let frozen = Instant::now();
-    eventually("the cut-off leader stops serving", || !serves(masters[a].port));
+    eventually("the cut-off leader stops serving", || {
+        !serves(masters[a].port)
+    });
     let stopped_at = SystemTime::now();
     println!(
         "k8s API frozen: the leader stopped serving after {:.2} s",
@@ -463,7 +488,10 @@ fn an_api_outage_stops_the_leader_before_its_lease_runs_out_and_a_leader_returns
         "the leader served past its lease ({stopped_at:?} >= {runs_out:?})"
     );
     std::thread::sleep(Duration::from_secs(2));
-    assert!(masters.iter().all(|m| !serves(m.port)), "nobody serves without the API");
+    assert!(
+        masters.iter().all(|m| !serves(m.port)),
+        "nobody serves without the API"
+    );
     api.standin.thaw();
     the_leader(&masters);
     watch.check();
@@ -478,7 +506,9 @@ fn a_stopped_leader_is_fenced_after_it_resumes() {
     masters[a].signal(libc::SIGSTOP);
     let mut b = a;
     eventually("a standby takes over", || {
-        b = (0..3).find(|&i| i != a && serves(masters[i].port)).unwrap_or(a);
+        b = (0..3)
+            .find(|&i| i != a && serves(masters[i].port))
+            .unwrap_or(a);
         b != a
     });
     masters[a].signal(libc::SIGCONT);
@@ -539,8 +569,14 @@ fn bad_k8s_settings_exit_with_a_message() {
         (vec!["--ha_backend_connstring=a/b/c"], "more than one '/'"),
         (vec!["--ha_backend_connstring=/lease"], "empty namespace"),
         (vec!["--ha_backend_connstring=ns/"], "empty namespace"),
-        (vec![ok, "--k8s_lease_duration_sec=2500ms"], "whole number of seconds"),
-        (vec![ok, "--k8s_renew_deadline_sec=6"], "longer than the renew deadline"),
+        (
+            vec![ok, "--k8s_lease_duration_sec=2500ms"],
+            "whole number of seconds",
+        ),
+        (
+            vec![ok, "--k8s_renew_deadline_sec=6"],
+            "longer than the renew deadline",
+        ),
         (vec![ok, "--pod_name=m-0"], "--pod_namespace"),
     ] {
         let mut argv = vec!["--enable_ha", "--rpc_port=50051", "--ha_backend_type=k8s"];

@@ -11,14 +11,15 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 fn manifest(name: &str) -> Vec<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/k8s").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/k8s")
+        .join(name);
     let text = std::fs::read_to_string(&path).unwrap();
     serde_yaml::Deserializer::from_str(&text)
         .map(|d| Value::deserialize(d).unwrap())
         .filter(|v| !v.is_null())
         .collect()
 }
-
 
 /// `command` + `args` of the workload's first container, `$(VAR)` expanded.
 fn argv(workload: &Value) -> Vec<String> {
@@ -91,8 +92,16 @@ fn the_role_grants_what_the_masters_use() {
             .unwrap()
             .iter()
             .filter(|r| {
-                r["apiGroups"].as_sequence().unwrap().iter().any(|g| g == group)
-                    && r["resources"].as_sequence().unwrap().iter().any(|x| x == resource)
+                r["apiGroups"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .any(|g| g == group)
+                    && r["resources"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .any(|x| x == resource)
             })
             .flat_map(|r| r["verbs"].as_sequence().unwrap().clone())
             .map(|v| v.as_str().unwrap().to_string())

@@ -453,9 +453,7 @@ impl Election {
         let deadline = Instant::now() + wait;
         loop {
             match ha::find_leader(&self.backend, cluster) {
-                Ok(Some(leader)) => {
-                    return socket_addrs(&leader).map_err(|e| rpc_fail(e.context))
-                }
+                Ok(Some(leader)) => return socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
                 Ok(None) if Instant::now() + LEADERLESS_POLL < deadline => {
                     std::thread::sleep(LEADERLESS_POLL)
                 }

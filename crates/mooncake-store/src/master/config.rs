@@ -364,7 +364,11 @@ mod parse {
     pub(super) fn whole_seconds(name: &str, value: &str, v: &str) -> Result<Duration> {
         let d = seconds(name, value, v)?;
         if d.is_zero() || d.subsec_nanos() != 0 {
-            return Err(invalid(name, value, "must be a whole number of seconds, at least 1"));
+            return Err(invalid(
+                name,
+                value,
+                "must be a whole number of seconds, at least 1",
+            ));
         }
         Ok(d)
     }
