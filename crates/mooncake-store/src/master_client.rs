@@ -431,8 +431,9 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
 /// a lookup of its own: a thread, a runtime and a connection to the
 /// coordination service per call.
 const LOOKUP_REUSE: Duration = Duration::from_millis(500);
-/// How often a lookup that found no leader asks again.
-const LEADERLESS_POLL: Duration = Duration::from_millis(200);
+/// How often a lookup that found a Lease without holder asks again: the
+/// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
+const LEADERLESS_POLL: Duration = Duration::from_millis(500);
 
 /// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
@@ -444,17 +445,19 @@ struct Election {
 }
 
 impl Election {
-    /// Looks the leader up now: its socket addresses. While none leads (a
-    /// failover in progress) it polls, for up to `wait`. `RPC_FAIL` when
-    /// still none leads or the coordination service is out of reach (to the
-    /// caller, both mean the master cannot be reached).
+    /// Looks the leader up now: its socket addresses. On a Lease, while it
+    /// has no holder (a failover between the old holder's expiry and the
+    /// new one's win), it polls for up to `wait`. `RPC_FAIL` when none
+    /// leads or the coordination service is out of reach (to the caller,
+    /// both mean the master cannot be reached).
     fn look_up(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
         let cluster = &self.cluster;
         let deadline = Instant::now() + wait;
+        let poll = matches!(self.backend, ha::Backend::K8s(..));
         loop {
             match ha::find_leader(&self.backend, cluster) {
                 Ok(Some(leader)) => return socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
-                Ok(None) if Instant::now() + LEADERLESS_POLL < deadline => {
+                Ok(None) if poll && Instant::now() + LEADERLESS_POLL < deadline => {
                     std::thread::sleep(LEADERLESS_POLL)
                 }
                 Ok(None) => return Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
