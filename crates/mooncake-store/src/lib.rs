@@ -7,13 +7,16 @@
 //! - [`master`]: the master's state machine, config and server;
 //! - [`master_client`]: the blocking, pooled client of the master;
 //! - [`client`]: the store client (put/get over the transfer engine), dummy
-//!   clients and the standalone store service.
+//!   clients and the standalone store service;
+//! - [`tier`]: the SSD tier's storage core (on-disk layouts, verified reads,
+//!   the restart scan, disk eviction).
 
 pub mod client;
 pub mod ha;
 pub mod master;
 pub mod master_client;
 pub mod proto;
+pub mod tier;
 pub mod types;
 
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
