@@ -410,11 +410,13 @@ mod tests {
             ix.lookup(k, *t).unwrap();
         }
         let mut order = Vec::new();
-        for _ in 0..3 {
+        for round in 0..3u64 {
             let b = ix.admit(100, 1).unwrap();
             order.extend(b.keys.iter().cloned());
             ix.finalize(b);
+            // The write that needed the room lands as a newer unit.
             ix.release(100, 1);
+            ix.insert(unit(dir.path(), 10 + round, &[&format!("new{round}")], 100), 50 + round);
         }
         order
     }
