@@ -41,7 +41,10 @@ pub fn meta_path(dir: &Path, id: u64) -> PathBuf {
 pub fn parse_name(name: &str) -> Option<(u64, FileKind)> {
     let rest = name.strip_prefix('b')?;
     let (hex, suffix) = rest.split_at_checked(16)?;
-    if !hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if !hex
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         return None;
     }
     let id = u64::from_str_radix(hex, 16).ok()?;
@@ -89,7 +92,13 @@ pub struct BucketWriter {
 
 impl BucketWriter {
     /// `next_id` must exceed every bucket id already in `dir` (the scan says so).
-    pub fn new(dir: &Path, engine: Arc<dyn IoEngine>, size_limit: u64, keys_limit: u64, next_id: u64) -> Self {
+    pub fn new(
+        dir: &Path,
+        engine: Arc<dyn IoEngine>,
+        size_limit: u64,
+        keys_limit: u64,
+        next_id: u64,
+    ) -> Self {
         BucketWriter {
             dir: dir.to_path_buf(),
             engine,
@@ -116,9 +125,9 @@ impl BucketWriter {
 
     /// The keys an error would discard: everything staged since the last seal.
     pub fn staged_keys(&self) -> Vec<String> {
-        self.open
-            .as_ref()
-            .map_or_else(Vec::new, |o| o.entries.iter().map(|e| e.key.clone()).collect())
+        self.open.as_ref().map_or_else(Vec::new, |o| {
+            o.entries.iter().map(|e| e.key.clone()).collect()
+        })
     }
 
     /// Whether staging a value of `len` bytes seals the open bucket first.
@@ -135,10 +144,17 @@ impl BucketWriter {
     /// On error, every object staged since the last seal is discarded.
     pub fn stage(&mut self, key: &str, tag: u64, parts: &[&[u8]]) -> Result<Option<SealedBucket>> {
         if key.len() > MAX_KEY_LEN {
-            return Err(TierError::Invalid(format!("key of {} bytes exceeds {MAX_KEY_LEN}", key.len())));
+            return Err(TierError::Invalid(format!(
+                "key of {} bytes exceeds {MAX_KEY_LEN}",
+                key.len()
+            )));
         }
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let sealed = if self.would_seal(len) { self.seal()? } else { None };
+        let sealed = if self.would_seal(len) {
+            self.seal()?
+        } else {
+            None
+        };
         if self.open.is_none() {
             let id = self.next_id;
             let path = data_path(&self.dir, id);
@@ -155,7 +171,8 @@ impl BucketWriter {
         let offset = value_start(open.out.end(), len);
         let mut crc = 0;
         let written = (|| {
-            open.out.append(&*engine, &[], (offset - open.out.end()) as usize)?;
+            open.out
+                .append(&*engine, &[], (offset - open.out.end()) as usize)?;
             for part in parts {
                 crc = crc32c::crc32c_append(crc, part);
                 open.out.append(&*engine, part, 0)?;
@@ -247,9 +264,21 @@ mod tests {
         let data = data_path(d, 0xab);
         let name = data.file_name().unwrap().to_str().unwrap();
         assert_eq!(parse_name(name), Some((0xab, FileKind::Data)));
-        assert_eq!(parse_name("b00000000000000ab.meta"), Some((0xab, FileKind::Meta)));
-        assert_eq!(parse_name("b00000000000000ab.meta.tmp"), Some((0xab, FileKind::MetaTemp)));
-        for other in ["12345.bucket", "b00000000000000AB.meta", "b0ab.meta", "b00000000000000ab.metax", "x"] {
+        assert_eq!(
+            parse_name("b00000000000000ab.meta"),
+            Some((0xab, FileKind::Meta))
+        );
+        assert_eq!(
+            parse_name("b00000000000000ab.meta.tmp"),
+            Some((0xab, FileKind::MetaTemp))
+        );
+        for other in [
+            "12345.bucket",
+            "b00000000000000AB.meta",
+            "b0ab.meta",
+            "b00000000000000ab.metax",
+            "x",
+        ] {
             assert_eq!(parse_name(other), None, "{other}");
         }
     }
@@ -258,26 +287,32 @@ mod tests {
     fn seal_writes_a_partly_filled_bucket_that_decodes() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = writer(dir.path(), 1 << 30, 500);
-        let sizes = [0usize, 1, 7, 4095, 4096, 4097, 65536, 65537, 100_000, 20_000];
+        let sizes = [
+            0usize, 1, 7, 4095, 4096, 4097, 65536, 65537, 100_000, 20_000,
+        ];
         for (i, &n) in sizes.iter().enumerate() {
-            assert!(w.stage(&format!("k{i}"), i as u64, &[&value(i, n)]).unwrap().is_none());
+            assert!(w
+                .stage(&format!("k{i}"), i as u64, &[&value(i, n)])
+                .unwrap()
+                .is_none());
         }
         assert_eq!(w.staged().0, sizes.len());
         let sealed = w.seal().unwrap().unwrap();
         assert_eq!(sealed.entries.len(), sizes.len());
         assert!(w.seal().unwrap().is_none());
-        let meta = decode_bucket_meta(&std::fs::read(meta_path(dir.path(), sealed.id)).unwrap()).unwrap();
+        let meta =
+            decode_bucket_meta(&std::fs::read(meta_path(dir.path(), sealed.id)).unwrap()).unwrap();
         assert_eq!(meta.entries, sealed.entries);
         let data = std::fs::read(data_path(dir.path(), sealed.id)).unwrap();
         assert_eq!(data.len() as u64, meta.data_len);
-        assert_eq!(data.len() % DIO_ALIGN, 0);
+        assert!(data.len().is_multiple_of(DIO_ALIGN));
         for (i, e) in meta.entries.iter().enumerate() {
             let got = &data[e.offset as usize..(e.offset + e.len) as usize];
             assert_eq!(got, &value(i, sizes[i])[..]);
             assert_eq!(crc32c::crc32c(got), e.crc);
             assert_eq!(e.tag, i as u64);
             if e.len >= crate::tier::format::VALUE_ALIGN_MIN {
-                assert_eq!(e.offset % DIO_ALIGN as u64, 0);
+                assert!(e.offset.is_multiple_of(DIO_ALIGN as u64));
             }
         }
         assert!(!temp_path(&meta_path(dir.path(), sealed.id)).exists());
@@ -303,7 +338,14 @@ mod tests {
         assert!(a.is_none() && b.is_none());
         // Third key: the key limit seals {a, b}.
         let sealed = w.stage("c", 0, &[&value(2, 100)]).unwrap().unwrap();
-        assert_eq!(sealed.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            sealed
+                .entries
+                .iter()
+                .map(|e| e.key.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         // A value larger than the size limit: seals {c}, then gets a bucket of its own.
         let sealed = w.stage("big", 0, &[&value(3, 5 * 4096)]).unwrap().unwrap();
         assert_eq!(sealed.entries[0].key, "c");

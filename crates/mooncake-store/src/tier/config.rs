@@ -147,9 +147,9 @@ impl Vars<'_> {
         };
         let t = raw.trim();
         let digits = t.strip_prefix('+').unwrap_or(t);
-        digits
-            .parse::<u64>()
-            .map_err(|_| TierError::Config(format!("{name}={raw:?}: expected a non-negative integer")))
+        digits.parse::<u64>().map_err(|_| {
+            TierError::Config(format!("{name}={raw:?}: expected a non-negative integer"))
+        })
     }
 
     /// A signed integer where the reference reads one; negative means "unset"
@@ -169,26 +169,40 @@ impl Vars<'_> {
 
     /// `true`/`false`/`1`/`0` in any case, untrimmed, as the reference's
     /// `kTrueFalse` token set.
-    fn true_false(&self, name: &str, fallback: Option<&str>, default: bool) -> Result<bool, TierError> {
+    fn true_false(
+        &self,
+        name: &str,
+        fallback: Option<&str>,
+        default: bool,
+    ) -> Result<bool, TierError> {
         let Some((name, raw)) = self.get(name, fallback) else {
             return Ok(default);
         };
         match raw.to_ascii_lowercase().as_str() {
             "1" | "true" => Ok(true),
             "0" | "false" => Ok(false),
-            _ => Err(TierError::Config(format!("{name}={raw:?}: expected true, false, 1 or 0"))),
+            _ => Err(TierError::Config(format!(
+                "{name}={raw:?}: expected true, false, 1 or 0"
+            ))),
         }
     }
 
     /// The reference's canonical booleans (also yes/no/on/off/enable/disable), trimmed.
-    fn canonical_bool(&self, name: &str, fallback: Option<&str>, default: bool) -> Result<bool, TierError> {
+    fn canonical_bool(
+        &self,
+        name: &str,
+        fallback: Option<&str>,
+        default: bool,
+    ) -> Result<bool, TierError> {
         let Some((name, raw)) = self.get(name, fallback) else {
             return Ok(default);
         };
         match raw.trim().to_ascii_lowercase().as_str() {
             "1" | "true" | "yes" | "on" | "enable" => Ok(true),
             "0" | "false" | "no" | "off" | "disable" => Ok(false),
-            _ => Err(TierError::Config(format!("{name}={raw:?}: expected a boolean"))),
+            _ => Err(TierError::Config(format!(
+                "{name}={raw:?}: expected a boolean"
+            ))),
         }
     }
 
@@ -201,7 +215,9 @@ impl Vars<'_> {
         }
         match raw.trim_end().parse::<f64>() {
             Ok(v) if v.is_finite() && v > 0.0 && v <= 1.0 => Ok(v),
-            _ => Err(TierError::Config(format!("{name}={raw:?}: expected a ratio in (0, 1]"))),
+            _ => Err(TierError::Config(format!(
+                "{name}={raw:?}: expected a ratio in (0, 1]"
+            ))),
         }
     }
 }
@@ -223,11 +239,13 @@ impl TierConfig {
             Some((_, s)) => match s.as_str() {
                 "bucket_storage_backend" => Backend::Bucket,
                 "file_per_key_storage_backend" => Backend::FilePerKey,
-                "offset_allocator_storage_backend" | "distributed_storage_backend" | "nvme_kv_storage_backend" => {
+                "offset_allocator_storage_backend"
+                | "distributed_storage_backend"
+                | "nvme_kv_storage_backend" => {
                     return Err(TierError::Config(format!(
-                        "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR={s}: not supported by this build \
+                    "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR={s}: not supported by this build \
                          (use bucket_storage_backend or file_per_key_storage_backend)"
-                    )))
+                )))
                 }
                 _ => {
                     return Err(TierError::Config(format!(
@@ -245,7 +263,11 @@ impl TierConfig {
                 "none" => EvictionPolicy::None,
                 "fifo" => EvictionPolicy::Fifo,
                 "lru" => EvictionPolicy::Lru,
-                _ => return Err(TierError::Config(format!("{name}={s:?}: expected none, fifo or lru"))),
+                _ => {
+                    return Err(TierError::Config(format!(
+                        "{name}={s:?}: expected none, fifo or lru"
+                    )))
+                }
             },
         };
         let config = TierConfig {
@@ -254,14 +276,26 @@ impl TierConfig {
                 .map(|(_, p)| PathBuf::from(p))
                 .unwrap_or(d.storage_path),
             backend,
-            local_buffer_size: v.uint("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", None, d.local_buffer_size)?,
+            local_buffer_size: v.uint(
+                "MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES",
+                None,
+                d.local_buffer_size,
+            )?,
             scanmeta_iterator_keys_limit: v.uint(
                 "MOONCAKE_OFFLOAD_SCANMETA_ITERATOR_KEYS_LIMIT",
                 Some("MOONCAKE_SCANMETA_ITERATOR_KEYS_LIMIT"),
                 d.scanmeta_iterator_keys_limit,
             )?,
-            total_keys_limit: v.uint("MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT", None, d.total_keys_limit)?,
-            total_size_limit: v.uint("MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES", None, d.total_size_limit)?,
+            total_keys_limit: v.uint(
+                "MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT",
+                None,
+                d.total_keys_limit,
+            )?,
+            total_size_limit: v.uint(
+                "MOONCAKE_OFFLOAD_TOTAL_SIZE_LIMIT_BYTES",
+                None,
+                d.total_size_limit,
+            )?,
             heartbeat_interval: Duration::from_secs(v.uint(
                 "MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS",
                 None,
@@ -277,7 +311,11 @@ impl TierConfig {
                 None,
                 d.client_buffer_gc_ttl.as_millis() as u64,
             )?),
-            use_uring: v.true_false("MOONCAKE_OFFLOAD_USE_URING", Some("MOONCAKE_USE_URING"), d.use_uring)?,
+            use_uring: v.true_false(
+                "MOONCAKE_OFFLOAD_USE_URING",
+                Some("MOONCAKE_USE_URING"),
+                d.use_uring,
+            )?,
             enable_disk_watermark_eviction: v.true_false(
                 "MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION",
                 None,
@@ -293,15 +331,27 @@ impl TierConfig {
                 Some("MOONCAKE_DISK_EVICTION_LOW_WATERMARK_RATIO"),
                 d.disk_eviction_low_watermark_ratio,
             )?,
-            bucket_size_limit: v.uint("MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES", None, d.bucket_size_limit)?,
-            bucket_keys_limit: v.uint("MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT", None, d.bucket_keys_limit)?,
+            bucket_size_limit: v.uint(
+                "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES",
+                None,
+                d.bucket_size_limit,
+            )?,
+            bucket_keys_limit: v.uint(
+                "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT",
+                None,
+                d.bucket_keys_limit,
+            )?,
             bucket_max_total_size: v.size_or_default(
                 "MOONCAKE_OFFLOAD_BUCKET_MAX_TOTAL_SIZE",
                 Some("MOONCAKE_BUCKET_MAX_TOTAL_SIZE"),
             )?,
-            bucket_max_physical_bytes: v.size_or_default("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", None)?,
+            bucket_max_physical_bytes: v
+                .size_or_default("MOONCAKE_OFFLOAD_BUCKET_MAX_PHYSICAL_BYTES", None)?,
             eviction_policy,
-            fsdir: v.get("MOONCAKE_OFFLOAD_FSDIR", None).map(|(_, s)| s).unwrap_or(d.fsdir),
+            fsdir: v
+                .get("MOONCAKE_OFFLOAD_FSDIR", None)
+                .map(|(_, s)| s)
+                .unwrap_or(d.fsdir),
             file_per_key_eviction: v.canonical_bool(
                 "MOONCAKE_OFFLOAD_ENABLE_EVICTION",
                 Some("ENABLE_EVICTION"),
@@ -334,7 +384,11 @@ impl TierConfig {
         if self.disk_eviction_low_watermark_ratio >= self.disk_eviction_high_watermark_ratio {
             return bad("MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO must be below the high watermark");
         }
-        if self.fsdir.is_empty() || Path::new(&self.fsdir).components().any(|c| !matches!(c, Component::Normal(_))) {
+        if self.fsdir.is_empty()
+            || Path::new(&self.fsdir)
+                .components()
+                .any(|c| !matches!(c, Component::Normal(_)))
+        {
             return bad("MOONCAKE_OFFLOAD_FSDIR must be a plain relative directory name");
         }
         Ok(())
@@ -344,7 +398,12 @@ impl TierConfig {
     /// directory that is not a symlink.
     pub fn validate_path(&self) -> Result<(), TierError> {
         let p = &self.storage_path;
-        let bad = |m: String| Err(TierError::Config(format!("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH={}: {m}", p.display())));
+        let bad = |m: String| {
+            Err(TierError::Config(format!(
+                "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH={}: {m}",
+                p.display()
+            )))
+        };
         if !p.is_absolute() {
             return bad("must be an absolute path".into());
         }
@@ -398,7 +457,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse(vars: &[(&str, &str)]) -> Result<TierConfig, TierError> {
-        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         TierConfig::from_lookup(&move |name| map.get(name).cloned())
     }
 
@@ -421,7 +483,10 @@ mod tests {
     fn every_variable_is_read() {
         let c = parse(&[
             ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "/nvme/x"),
-            ("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", "file_per_key_storage_backend"),
+            (
+                "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR",
+                "file_per_key_storage_backend",
+            ),
             ("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", "4096"),
             ("MOONCAKE_OFFLOAD_SCANMETA_ITERATOR_KEYS_LIMIT", " +7 "),
             ("MOONCAKE_OFFLOAD_TOTAL_KEYS_LIMIT", "9"),
@@ -480,7 +545,11 @@ mod tests {
         assert_eq!(c.bucket_max_total_size, 77);
         assert_eq!(c.scanmeta_iterator_keys_limit, 5);
         assert!(!c.file_per_key_eviction);
-        let c = parse(&[("MOONCAKE_OFFLOAD_USE_URING", "false"), ("MOONCAKE_USE_URING", "true")]).unwrap();
+        let c = parse(&[
+            ("MOONCAKE_OFFLOAD_USE_URING", "false"),
+            ("MOONCAKE_USE_URING", "true"),
+        ])
+        .unwrap();
         assert!(!c.use_uring);
     }
 
@@ -496,7 +565,10 @@ mod tests {
             ("MOONCAKE_OFFLOAD_DISK_EVICTION_HIGH_WATERMARK_RATIO", "1.5"),
             ("MOONCAKE_OFFLOAD_DISK_EVICTION_LOW_WATERMARK_RATIO", "0.95"),
             ("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", "bucket"),
-            ("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", "offset_allocator_storage_backend"),
+            (
+                "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR",
+                "offset_allocator_storage_backend",
+            ),
             ("MOONCAKE_OFFLOAD_FSDIR", "../up"),
         ] {
             let err = parse(&[(k, v)]).expect_err(k).to_string();

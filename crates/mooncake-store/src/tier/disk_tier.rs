@@ -119,7 +119,11 @@ impl DiskTier {
             }
         };
         let byte_limit = config.byte_limit(fs_capacity(&config.storage_path)?);
-        let mut index = TierIndex::new(config.effective_policy(), byte_limit, config.total_keys_limit);
+        let mut index = TierIndex::new(
+            config.effective_policy(),
+            byte_limit,
+            config.total_keys_limit,
+        );
         for unit in &report.units {
             // Never read since the restart: lru evicts these first, in write order.
             index.insert(unit.clone(), 0);
@@ -132,7 +136,9 @@ impl DiskTier {
                 config.bucket_keys_limit,
                 report.next_id,
             )),
-            Backend::FilePerKey => Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id)),
+            Backend::FilePerKey => {
+                Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id))
+            }
         };
         let tier = DiskTier {
             config,
@@ -166,7 +172,10 @@ impl DiskTier {
     fn reservation(&self, key: &str, len: u64) -> u64 {
         match self.config.backend {
             Backend::Bucket => align_up(len, DIO_ALIGN as u64) + 32 + key.len() as u64,
-            Backend::FilePerKey => align_up(ObjectHeader::value_offset_for(key.len()) + len, DIO_ALIGN as u64),
+            Backend::FilePerKey => align_up(
+                ObjectHeader::value_offset_for(key.len()) + len,
+                DIO_ALIGN as u64,
+            ),
         }
     }
 
@@ -186,9 +195,10 @@ impl DiskTier {
 
     fn fail_locked(&self, ws: &mut WriteState, error: TierError) -> WriteError {
         let discarded: Vec<(String, u64)> = ws.pending.drain(..).collect();
-        self.index
-            .lock()
-            .release(discarded.iter().map(|(_, b)| b).sum(), discarded.len() as u64);
+        self.index.lock().release(
+            discarded.iter().map(|(_, b)| b).sum(),
+            discarded.len() as u64,
+        );
         WriteError {
             error,
             discarded: discarded.into_iter().map(|(k, _)| k).collect(),
@@ -197,17 +207,29 @@ impl DiskTier {
 
     /// Stages one object (its value as parts written back to back). `tag` is
     /// the caller's version of the object, kept on disk. See the module docs.
-    pub fn stage(&self, key: &str, tag: u64, parts: &[&[u8]], now: u64) -> Result<StageOutcome, WriteError> {
+    pub fn stage(
+        &self,
+        key: &str,
+        tag: u64,
+        parts: &[&[u8]],
+        now: u64,
+    ) -> Result<StageOutcome, WriteError> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let reserve = self.reservation(key, len);
         let mut ws = self.write.lock();
-        let evicted = self.index.lock().admit(reserve, 1).map_err(|error| WriteError {
-            error,
-            discarded: Vec::new(),
-        })?;
+        let evicted = self
+            .index
+            .lock()
+            .admit(reserve, 1)
+            .map_err(|error| WriteError {
+                error,
+                discarded: Vec::new(),
+            })?;
         ws.pending.push((key.to_string(), reserve));
         let sealed = match &mut ws.writer {
-            Writer::Bucket(w) => w.stage(key, tag, parts).map(|s| s.map(|s| bucket_unit(&self.root, &s))),
+            Writer::Bucket(w) => w
+                .stage(key, tag, parts)
+                .map(|s| s.map(|s| bucket_unit(&self.root, &s))),
             Writer::Files(w) => w.stage(key, tag, parts).map(|()| None),
         };
         match sealed {
@@ -227,8 +249,13 @@ impl DiskTier {
     pub fn commit(&self, now: u64) -> Result<Option<Committed>, WriteError> {
         let mut ws = self.write.lock();
         let sealed = match &mut ws.writer {
-            Writer::Bucket(w) => w.seal().map(|s| s.map(|s| vec![bucket_unit(&self.root, &s)]).unwrap_or_default()),
-            Writer::Files(w) => w.seal().map(|files| files.iter().map(|f| f.to_unit()).collect()),
+            Writer::Bucket(w) => w.seal().map(|s| {
+                s.map(|s| vec![bucket_unit(&self.root, &s)])
+                    .unwrap_or_default()
+            }),
+            Writer::Files(w) => w
+                .seal()
+                .map(|files| files.iter().map(|f| f.to_unit()).collect()),
         };
         match sealed {
             Ok(units) if units.is_empty() => Ok(None),
@@ -244,7 +271,11 @@ impl DiskTier {
 
     /// Every indexed object (key, location): what a restart re-registers.
     pub fn objects(&self) -> Vec<(String, ObjectLocation)> {
-        self.index.lock().keys().map(|(k, l)| (k.clone(), l.clone())).collect()
+        self.index
+            .lock()
+            .keys()
+            .map(|(k, l)| (k.clone(), l.clone()))
+            .collect()
     }
 
     /// A read whose checksum failed: the object leaves the index for good.
@@ -257,7 +288,11 @@ impl DiskTier {
 
     /// Reads `key`'s value into `dst` (exactly its length), verified.
     pub fn read(&self, key: &str, dst: &mut [u8], now: u64) -> Result<()> {
-        let (loc, handle) = self.index.lock().lookup(key, now).ok_or(TierError::NotFound)?;
+        let (loc, handle) = self
+            .index
+            .lock()
+            .lookup(key, now)
+            .ok_or(TierError::NotFound)?;
         let file = DiskFile::open_read(&handle.data)?;
         let v = ValueRef {
             file: &file,
@@ -272,7 +307,11 @@ impl DiskTier {
 
     /// Reads `dst.len()` bytes of `key`'s value from `start`, verified.
     pub fn read_range(&self, key: &str, start: u64, dst: &mut [u8], now: u64) -> Result<()> {
-        let (loc, handle) = self.index.lock().lookup(key, now).ok_or(TierError::NotFound)?;
+        let (loc, handle) = self
+            .index
+            .lock()
+            .lookup(key, now)
+            .ok_or(TierError::NotFound)?;
         let file = DiskFile::open_read(&handle.data)?;
         let v = ValueRef {
             file: &file,
@@ -298,7 +337,8 @@ impl DiskTier {
         let mut results: Vec<Option<Result<()>>> = (0..reads.len()).map(|_| None).collect();
         let mut batch = Vec::new();
         let mut slots = Vec::new();
-        for (i, ((_, dst), (f, file))) in reads.iter_mut().zip(found.iter().zip(&files)).enumerate() {
+        for (i, ((_, dst), (f, file))) in reads.iter_mut().zip(found.iter().zip(&files)).enumerate()
+        {
             match (f, file) {
                 (None, _) => results[i] = Some(Err(TierError::NotFound)),
                 (Some(_), Some(Err(e))) => {
@@ -312,14 +352,17 @@ impl DiskTier {
                             len: loc.len,
                             crc: loc.crc,
                         },
-                        dst: &mut **dst,
+                        dst,
                     });
                     slots.push(i);
                 }
                 (Some(_), None) => unreachable!("a file for every found object"),
             }
         }
-        for (slot, r) in slots.into_iter().zip(read_values(&*self.engine, &mut batch)) {
+        for (slot, r) in slots
+            .into_iter()
+            .zip(read_values(&*self.engine, &mut batch))
+        {
             results[slot] = Some(r);
         }
         drop(found);

@@ -80,11 +80,18 @@ fn check_reads(tier: &DiskTier, n: usize, sizes: &[usize]) {
         }
         // The wrong length is refused.
         let mut wrong = vec![0u8; want.len() + 1];
-        assert!(matches!(tier.read(&key, &mut wrong, 2), Err(TierError::BufferSize { .. })));
+        assert!(matches!(
+            tier.read(&key, &mut wrong, 2),
+            Err(TierError::BufferSize { .. })
+        ));
     }
     let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0u8; sizes[i % sizes.len()]]).collect();
     let keys: Vec<String> = (0..n).map(|i| format!("key-{i}")).collect();
-    let mut reads: Vec<(&str, &mut [u8])> = keys.iter().map(|k| k.as_str()).zip(bufs.iter_mut().map(|b| &mut b[..])).collect();
+    let mut reads: Vec<(&str, &mut [u8])> = keys
+        .iter()
+        .map(|k| k.as_str())
+        .zip(bufs.iter_mut().map(|b| &mut b[..]))
+        .collect();
     for r in tier.read_batch(&mut reads, 3) {
         r.unwrap();
     }
@@ -97,13 +104,17 @@ fn round_trip(backend: Backend, uring: bool) {
     let dir = tempfile::tempdir().unwrap();
     let n = SIZES.len() * 2;
     {
-        let (tier, report) = DiskTier::open(config(dir.path(), backend, uring), Verify::All).unwrap();
+        let (tier, report) =
+            DiskTier::open(config(dir.path(), backend, uring), Verify::All).unwrap();
         assert!(report.units.is_empty() && report.problems.is_empty());
         let committed = stage_all(&tier, n, &SIZES);
         assert_eq!(committed.len(), n);
         check_reads(&tier, n, &SIZES);
         let mut missing = vec![0u8; 1];
-        assert!(matches!(tier.read("nope", &mut missing, 0), Err(TierError::NotFound)));
+        assert!(matches!(
+            tier.read("nope", &mut missing, 0),
+            Err(TierError::NotFound)
+        ));
     }
     // Restart: everything comes back, verified.
     let (tier, report) = DiskTier::open(config(dir.path(), backend, uring), Verify::All).unwrap();
@@ -143,12 +154,19 @@ fn io_uring_round_trips_or_falls_back() {
 #[test]
 fn one_object_is_durable_at_commit_with_default_bucket_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let (tier, _) = DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, _) =
+        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
     let out = tier.stage("lonely", 7, &[b"value"], 1).unwrap();
-    assert!(out.committed.is_none(), "default limits do not fill a bucket");
+    assert!(
+        out.committed.is_none(),
+        "default limits do not fill a bucket"
+    );
     tier.finalize(out.evicted);
     // Not durable yet, so not readable.
-    assert!(matches!(tier.read("lonely", &mut [0u8; 5], 1), Err(TierError::NotFound)));
+    assert!(matches!(
+        tier.read("lonely", &mut [0u8; 5], 1),
+        Err(TierError::NotFound)
+    ));
     let c = tier.commit(1).unwrap().unwrap();
     assert_eq!(c.objects.len(), 1);
     assert_eq!(c.objects[0].0, "lonely");
@@ -158,7 +176,8 @@ fn one_object_is_durable_at_commit_with_default_bucket_limits() {
     assert!(tier.commit(1).unwrap().is_none());
     // A "kill -9" right after the commit: the object is there after restart.
     std::mem::forget(tier);
-    let (tier, report) = DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, report) =
+        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
     assert_eq!(report.objects(), 1);
     tier.read("lonely", &mut got, 1).unwrap();
 }
@@ -171,7 +190,9 @@ fn full_buckets_seal_while_staging() {
     let (tier, _) = DiskTier::open(c, Verify::All).unwrap();
     let mut sealed = Vec::new();
     for i in 0..25 {
-        let out = tier.stage(&format!("k{i}"), 0, &[&value(i, 1000)], 1).unwrap();
+        let out = tier
+            .stage(&format!("k{i}"), 0, &[&value(i, 1000)], 1)
+            .unwrap();
         tier.finalize(out.evicted);
         if let Some(c) = out.committed {
             sealed.push(c.objects.len());
@@ -219,7 +240,10 @@ fn scan_drops_the_objects_of_a_truncated_bucket_file() {
     let dir = tempfile::tempdir().unwrap();
     let ids = three_buckets(dir.path());
     // Cut the middle bucket inside its third object (objects at 0, 10000, 20000, 30000).
-    let f = std::fs::OpenOptions::new().write(true).open(data_path(dir.path(), ids[1])).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(data_path(dir.path(), ids[1]))
+        .unwrap();
     f.set_len(25_000).unwrap();
     let (tier, report) = reopen(dir.path(), Verify::All);
     let truncated: Vec<_> = report
@@ -234,7 +258,11 @@ fn scan_drops_the_objects_of_a_truncated_bucket_file() {
     assert_eq!(readable(&tier), [0, 1, 2, 3, 4, 5, 8, 9, 10, 11]);
     drop(tier);
     let (_, again) = reopen(dir.path(), Verify::All);
-    assert!(again.problems.is_empty(), "reported once: {:?}", again.problems);
+    assert!(
+        again.problems.is_empty(),
+        "reported once: {:?}",
+        again.problems
+    );
 }
 
 #[test]
@@ -265,8 +293,14 @@ fn a_flipped_byte_missed_by_a_structure_scan_is_never_served() {
     let (tier, report) = reopen(dir.path(), Verify::Structure);
     assert!(report.problems.is_empty());
     let mut b = vec![0u8; 10_000];
-    assert!(matches!(tier.read("key-0", &mut b, 1), Err(TierError::Corrupt { .. })));
-    assert!(matches!(tier.read("key-0", &mut b, 1), Err(TierError::NotFound)));
+    assert!(matches!(
+        tier.read("key-0", &mut b, 1),
+        Err(TierError::Corrupt { .. })
+    ));
+    assert!(matches!(
+        tier.read("key-0", &mut b, 1),
+        Err(TierError::NotFound)
+    ));
     assert_eq!(readable(&tier), (1..12).collect::<Vec<_>>());
 }
 
@@ -294,7 +328,16 @@ fn scan_removes_metadata_without_data_orphan_data_temp_files_and_bad_metadata() 
             other => panic!("unexpected {other:?}"),
         })
         .collect();
-    assert_eq!(kinds, ["meta-without-data", "orphan-data", "bad-meta", "temp", "orphan-data"]);
+    assert_eq!(
+        kinds,
+        [
+            "meta-without-data",
+            "orphan-data",
+            "bad-meta",
+            "temp",
+            "orphan-data"
+        ]
+    );
     assert!(readable(&tier).is_empty());
     assert!(report.next_id > 99);
     let left: Vec<String> = std::fs::read_dir(dir.path())
@@ -310,18 +353,26 @@ fn a_kill_during_offload_keeps_only_committed_objects() {
     {
         let (tier, _) = reopen(dir.path(), Verify::All);
         for i in 0..3 {
-            let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1).unwrap();
+            let out = tier
+                .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1)
+                .unwrap();
             tier.finalize(out.evicted);
         }
         tier.commit(1).unwrap().unwrap();
         for i in 3..6 {
-            let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 3 << 20)], 1).unwrap();
+            let out = tier
+                .stage(&format!("key-{i}"), 0, &[&value(i, 3 << 20)], 1)
+                .unwrap();
             tier.finalize(out.evicted);
         }
         std::mem::forget(tier); // no seal, no cleanup: the data file is half written
     }
     let (tier, report) = reopen(dir.path(), Verify::All);
-    assert!(matches!(&report.problems[..], [ScanProblem::OrphanData(_)]), "{:?}", report.problems);
+    assert!(
+        matches!(&report.problems[..], [ScanProblem::OrphanData(_)]),
+        "{:?}",
+        report.problems
+    );
     assert_eq!(readable(&tier), [0, 1, 2]);
 }
 
@@ -340,13 +391,18 @@ fn fifo_eviction_keeps_the_tier_under_its_limit() {
     let tier = limited(dir.path(), EvictionPolicy::Fifo, 5 * 16384);
     let mut evicted = Vec::new();
     for i in 0..12 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], i as u64).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], i as u64)
+            .unwrap();
         evicted.extend(out.evicted.keys.clone());
         tier.finalize(out.evicted);
         tier.commit(i as u64).unwrap().unwrap();
         assert!(tier.usage().bytes <= 5 * 16384);
     }
-    assert_eq!(evicted, (0..7).map(|i| format!("key-{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        evicted,
+        (0..7).map(|i| format!("key-{i}")).collect::<Vec<_>>()
+    );
     assert_eq!(readable(&tier), [7, 8, 9, 10, 11]);
     let files = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(files, 10, "evicted buckets' files are gone");
@@ -358,12 +414,15 @@ fn lru_eviction_spares_what_was_read() {
     let tier = limited(dir.path(), EvictionPolicy::Lru, 3 * 16384);
     let mut evicted = Vec::new();
     for i in 0..6 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 10 + i as u64).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 10 + i as u64)
+            .unwrap();
         evicted.extend(out.evicted.keys.clone());
         tier.finalize(out.evicted);
         tier.commit(10 + i as u64).unwrap();
         // key-0 is read after every write.
-        tier.read("key-0", &mut vec![0u8; 10_000], 100 + i as u64).unwrap();
+        tier.read("key-0", &mut vec![0u8; 10_000], 100 + i as u64)
+            .unwrap();
     }
     assert_eq!(evicted, ["key-1", "key-2", "key-3"]);
 }
@@ -373,13 +432,18 @@ fn none_policy_refuses_writes_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let tier = limited(dir.path(), EvictionPolicy::None, 2 * 16384);
     for i in 0..2 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1)
+            .unwrap();
         tier.finalize(out.evicted);
         tier.commit(1).unwrap();
     }
     let err = tier.stage("key-2", 0, &[&value(2, 10_000)], 1).unwrap_err();
     assert!(matches!(err.error, TierError::Full(_)));
-    assert_eq!(err.error.code(), mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE);
+    assert_eq!(
+        err.error.code(),
+        mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE
+    );
     assert!(err.discarded.is_empty());
     assert_eq!(readable(&tier), [0, 1]);
     // Room again after a removal.
@@ -395,13 +459,18 @@ fn restore_after_a_failed_master_report_keeps_the_victims() {
     let dir = tempfile::tempdir().unwrap();
     let tier = limited(dir.path(), EvictionPolicy::Fifo, 2 * 16384);
     for i in 0..2 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1)
+            .unwrap();
         tier.finalize(out.evicted);
         tier.commit(1).unwrap();
     }
     let out = tier.stage("key-2", 0, &[&value(2, 10_000)], 1).unwrap();
     assert_eq!(out.evicted.keys, ["key-0"]);
-    assert!(matches!(tier.read("key-0", &mut vec![0u8; 10_000], 1), Err(TierError::NotFound)));
+    assert!(matches!(
+        tier.read("key-0", &mut vec![0u8; 10_000], 1),
+        Err(TierError::NotFound)
+    ));
     tier.restore(out.evicted);
     assert_eq!(readable(&tier), [0, 1]);
     tier.commit(1).unwrap();
@@ -434,7 +503,9 @@ fn reads_racing_eviction_get_the_bytes_or_not_found_never_an_error() {
         })
     };
     for i in 0..40 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1)
+            .unwrap();
         tier.finalize(out.evicted);
         tier.commit(1).unwrap();
     }
@@ -453,7 +524,9 @@ fn watermark_eviction_follows_the_configured_ratios() {
     c.disk_eviction_low_watermark_ratio = 0.2;
     let (tier, _) = DiskTier::open(c, Verify::All).unwrap();
     for i in 0..6 {
-        let out = tier.stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1).unwrap();
+        let out = tier
+            .stage(&format!("key-{i}"), 0, &[&value(i, 10_000)], 1)
+            .unwrap();
         tier.finalize(out.evicted);
         tier.commit(1).unwrap();
     }

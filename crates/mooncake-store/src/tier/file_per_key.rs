@@ -114,11 +114,20 @@ impl FilePerKeyWriter {
     }
 
     pub fn staged(&self) -> (usize, u64) {
-        (self.staged.len(), self.staged.iter().map(|s| s.committed.header.value_len).sum())
+        (
+            self.staged.len(),
+            self.staged
+                .iter()
+                .map(|s| s.committed.header.value_len)
+                .sum(),
+        )
     }
 
     pub fn staged_keys(&self) -> Vec<String> {
-        self.staged.iter().map(|s| s.committed.key.clone()).collect()
+        self.staged
+            .iter()
+            .map(|s| s.committed.key.clone())
+            .collect()
     }
 
     /// Writes one object under its temporary name. On error, everything
@@ -133,7 +142,10 @@ impl FilePerKeyWriter {
 
     fn write_one(&mut self, key: &str, tag: u64, parts: &[&[u8]]) -> Result<()> {
         if key.len() > MAX_KEY_LEN {
-            return Err(TierError::Invalid(format!("key of {} bytes exceeds {MAX_KEY_LEN}", key.len())));
+            return Err(TierError::Invalid(format!(
+                "key of {} bytes exceeds {MAX_KEY_LEN}",
+                key.len()
+            )));
         }
         let path = object_path(&self.root, key);
         let dir = path.parent().expect("object paths have a directory");
@@ -152,10 +164,17 @@ impl FilePerKeyWriter {
             value_crc: crc,
         };
         let head = encode_object_header(&header);
-        let mut out = SeqWriter::new(DiskFile::create(&temp)?, self.chunk.min(on_disk(header.value_offset + len) as usize));
+        let mut out = SeqWriter::new(
+            DiskFile::create(&temp)?,
+            self.chunk.min(on_disk(header.value_offset + len) as usize),
+        );
         let written = (|| {
             out.append(&*self.engine, &head, 0)?;
-            out.append(&*self.engine, &[], (header.value_offset as usize) - head.len())?;
+            out.append(
+                &*self.engine,
+                &[],
+                (header.value_offset as usize) - head.len(),
+            )?;
             for p in parts {
                 out.append(&*self.engine, p, 0)?;
             }
@@ -197,11 +216,18 @@ impl FilePerKeyWriter {
                 .sync_data(&s.file)
                 .map_err(|e| TierError::io("fdatasync", &s.temp, e))
                 .and_then(|()| {
-                    std::fs::rename(&s.temp, &s.committed.path).map_err(|e| TierError::io("rename", &s.committed.path, e))
+                    std::fs::rename(&s.temp, &s.committed.path)
+                        .map_err(|e| TierError::io("rename", &s.committed.path, e))
                 });
             match r {
                 Ok(()) => {
-                    dirs.insert(s.committed.path.parent().expect("has a directory").to_path_buf());
+                    dirs.insert(
+                        s.committed
+                            .path
+                            .parent()
+                            .expect("has a directory")
+                            .to_path_buf(),
+                    );
                     done.push(s.committed.clone());
                 }
                 Err(e) => failure = Some(e),
@@ -236,15 +262,23 @@ impl Drop for FilePerKeyWriter {
     }
 }
 
-fn read_header(file: &DiskFile, engine: &dyn IoEngine, file_len: u64) -> std::result::Result<ObjectHeader, String> {
+fn read_header(
+    file: &DiskFile,
+    engine: &dyn IoEngine,
+    file_len: u64,
+) -> std::result::Result<ObjectHeader, String> {
     let mut buf = AlignedBuf::new(DIO_ALIGN);
-    let n = engine.read_at(file, &mut buf, 0).map_err(|e| e.to_string())?;
+    let n = engine
+        .read_at(file, &mut buf, 0)
+        .map_err(|e| e.to_string())?;
     match decode_object_header(&buf[..n]) {
         // A long key: the header needs more than one block (bounded by the
         // decoder's key limit and by the file).
         Err(FormatError::Truncated { need }) if need > n && need as u64 <= file_len => {
             let mut buf = AlignedBuf::new(need);
-            let n = engine.read_at(file, &mut buf, 0).map_err(|e| e.to_string())?;
+            let n = engine
+                .read_at(file, &mut buf, 0)
+                .map_err(|e| e.to_string())?;
             decode_object_header(&buf[..n]).map_err(|e| e.to_string())
         }
         r => r.map_err(|e| e.to_string()),
@@ -307,7 +341,12 @@ pub fn scan_files(root: &Path, engine: &dyn IoEngine, verify: Verify) -> Result<
     Ok(report)
 }
 
-fn scan_one(path: &Path, engine: &dyn IoEngine, verify: Verify, scratch: &mut AlignedBuf) -> std::result::Result<CommittedFile, ScanProblem> {
+fn scan_one(
+    path: &Path,
+    engine: &dyn IoEngine,
+    verify: Verify,
+    scratch: &mut AlignedBuf,
+) -> std::result::Result<CommittedFile, ScanProblem> {
     let bad = |error: String| ScanProblem::BadMeta {
         path: path.to_path_buf(),
         error,
@@ -316,11 +355,21 @@ fn scan_one(path: &Path, engine: &dyn IoEngine, verify: Verify, scratch: &mut Al
     let file_len = file.len().map_err(|e| bad(e.to_string()))?;
     let header = read_header(&file, engine, file_len).map_err(bad)?;
     let unit = header.seq;
-    if object_path(path.parent().and_then(Path::parent).and_then(Path::parent).unwrap_or(path), &header.key) != path {
+    if object_path(
+        path.parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+            .unwrap_or(path),
+        &header.key,
+    ) != path
+    {
         return Err(bad("file name does not match its key".into()));
     }
     if header.value_offset + header.value_len > file_len {
-        return Err(ScanProblem::Truncated { unit, key: header.key });
+        return Err(ScanProblem::Truncated {
+            unit,
+            key: header.key,
+        });
     }
     if verify == Verify::All {
         let len = header.value_len as usize;
@@ -334,7 +383,10 @@ fn scan_one(path: &Path, engine: &dyn IoEngine, verify: Verify, scratch: &mut Al
             crc: header.value_crc,
         };
         if read_value(engine, v, &mut scratch[..len]).is_err() {
-            return Err(ScanProblem::Corrupt { unit, key: header.key });
+            return Err(ScanProblem::Corrupt {
+                unit,
+                key: header.key,
+            });
         }
     }
     Ok(CommittedFile {
@@ -359,7 +411,12 @@ mod tests {
         assert!(p.starts_with(root));
         assert_eq!(p.components().count(), 5);
         let long = "k".repeat(500);
-        let name = object_path(root, &long).file_name().unwrap().to_str().unwrap().to_string();
+        let name = object_path(root, &long)
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         assert!(name.starts_with('~') && name.len() < 64);
     }
 
@@ -380,7 +437,11 @@ mod tests {
         assert!(report.problems.is_empty(), "{:?}", report.problems);
         assert_eq!(report.units.len(), 4);
         assert_eq!(report.next_id, 5);
-        let keys_back: Vec<_> = report.units.iter().map(|u| u.objects[0].0.clone()).collect();
+        let keys_back: Vec<_> = report
+            .units
+            .iter()
+            .map(|u| u.objects[0].0.clone())
+            .collect();
         assert_eq!(keys_back, keys);
         for (i, u) in report.units.iter().enumerate() {
             let loc = &u.objects[0].1;
@@ -421,14 +482,30 @@ mod tests {
         bytes[4096 + 123] ^= 1;
         std::fs::write(&flip, bytes).unwrap();
         let report = scan_files(&root, &PsyncEngine, Verify::All).unwrap();
-        let kept: Vec<_> = report.units.iter().map(|u| u.objects[0].0.as_str()).collect();
+        let kept: Vec<_> = report
+            .units
+            .iter()
+            .map(|u| u.objects[0].0.as_str())
+            .collect();
         assert_eq!(kept, ["good"]);
         assert_eq!(report.problems.len(), 3, "{:?}", report.problems);
-        assert!(report.problems.iter().any(|p| matches!(p, ScanProblem::TempFile(_))));
-        assert!(report.problems.iter().any(|p| matches!(p, ScanProblem::Truncated { key, .. } if key == "cut")));
-        assert!(report.problems.iter().any(|p| matches!(p, ScanProblem::Corrupt { key, .. } if key == "flip")));
+        assert!(report
+            .problems
+            .iter()
+            .any(|p| matches!(p, ScanProblem::TempFile(_))));
+        assert!(report
+            .problems
+            .iter()
+            .any(|p| matches!(p, ScanProblem::Truncated { key, .. } if key == "cut")));
+        assert!(report
+            .problems
+            .iter()
+            .any(|p| matches!(p, ScanProblem::Corrupt { key, .. } if key == "flip")));
         assert!(!cut.exists() && !flip.exists());
         // A second scan finds nothing wrong.
-        assert!(scan_files(&root, &PsyncEngine, Verify::All).unwrap().problems.is_empty());
+        assert!(scan_files(&root, &PsyncEngine, Verify::All)
+            .unwrap()
+            .problems
+            .is_empty());
     }
 }

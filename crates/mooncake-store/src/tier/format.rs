@@ -52,7 +52,9 @@ const OBJECT_HEADER_FIXED: usize = 56;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormatError {
     /// Fewer bytes than the structure needs; `need` is the total it needs.
-    Truncated { need: usize },
+    Truncated {
+        need: usize,
+    },
     BadMagic,
     UnsupportedVersion(u16),
     Checksum,
@@ -107,7 +109,11 @@ pub struct BucketMeta {
 }
 
 pub fn encode_bucket_meta(meta: &BucketMeta) -> Vec<u8> {
-    let body_len: usize = meta.entries.iter().map(|e| META_ENTRY_FIXED + e.key.len()).sum();
+    let body_len: usize = meta
+        .entries
+        .iter()
+        .map(|e| META_ENTRY_FIXED + e.key.len())
+        .sum();
     let mut out = Vec::with_capacity(META_HEADER_LEN + body_len + 4);
     out.extend_from_slice(&BUCKET_META_MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -138,19 +144,31 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], FormatError> {
-        let end = self.pos.checked_add(n).ok_or(FormatError::Invalid("length overflow"))?;
-        let s = self.buf.get(self.pos..end).ok_or(FormatError::Truncated { need: end })?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .ok_or(FormatError::Invalid("length overflow"))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(FormatError::Truncated { need: end })?;
         self.pos = end;
         Ok(s)
     }
     fn u16(&mut self) -> Result<u16, FormatError> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
     }
     fn u32(&mut self) -> Result<u32, FormatError> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, FormatError> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
 }
 
@@ -194,7 +212,7 @@ pub fn decode_bucket_meta(bytes: &[u8]) -> Result<BucketMeta, FormatError> {
     if count > body_len / META_ENTRY_FIXED {
         return Err(FormatError::Invalid("entry count exceeds the body"));
     }
-    if data_len % DIO_ALIGN as u64 != 0 {
+    if !data_len.is_multiple_of(DIO_ALIGN as u64) {
         return Err(FormatError::Invalid("data length is not block aligned"));
     }
     let mut r = Reader {
@@ -213,9 +231,13 @@ pub fn decode_bucket_meta(bytes: &[u8]) -> Result<BucketMeta, FormatError> {
             return Err(FormatError::Invalid("key too long"));
         }
         let key = key_from(r.take(key_len)?)?;
-        let stop = offset.checked_add(len).ok_or(FormatError::Invalid("entry overflows"))?;
+        let stop = offset
+            .checked_add(len)
+            .ok_or(FormatError::Invalid("entry overflows"))?;
         if offset < end || stop > data_len {
-            return Err(FormatError::Invalid("entry out of order or outside the data"));
+            return Err(FormatError::Invalid(
+                "entry out of order or outside the data",
+            ));
         }
         end = stop;
         entries.push(MetaEntry {
@@ -227,7 +249,9 @@ pub fn decode_bucket_meta(bytes: &[u8]) -> Result<BucketMeta, FormatError> {
         });
     }
     if r.pos != r.buf.len() {
-        return Err(FormatError::Invalid("body length does not match its entries"));
+        return Err(FormatError::Invalid(
+            "body length does not match its entries",
+        ));
     }
     Ok(BucketMeta {
         bucket_id,
@@ -364,7 +388,10 @@ mod tests {
             data_len: 0,
             entries: vec![],
         };
-        assert_eq!(decode_bucket_meta(&encode_bucket_meta(&empty)).unwrap(), empty);
+        assert_eq!(
+            decode_bucket_meta(&encode_bucket_meta(&empty)).unwrap(),
+            empty
+        );
     }
 
     #[test]
@@ -383,7 +410,10 @@ mod tests {
         assert!(decode_bucket_meta(&longer).is_err());
         let mut v2 = bytes.clone();
         v2[8] = 2;
-        assert_eq!(decode_bucket_meta(&v2), Err(FormatError::UnsupportedVersion(2)));
+        assert_eq!(
+            decode_bucket_meta(&v2),
+            Err(FormatError::UnsupportedVersion(2))
+        );
     }
 
     /// Re-seals the checksum so only the structural checks can reject.

@@ -91,7 +91,15 @@ struct Unit {
 pub struct EvictionBatch {
     /// The evicted objects' keys: their disk replicas are gone.
     pub keys: Vec<String>,
-    units: Vec<(UnitId, Unit, Vec<(String, ObjectLocation)>)>,
+    units: Vec<Victim>,
+}
+
+/// An evicted unit and the objects it took out of the index.
+#[derive(Debug)]
+struct Victim {
+    id: UnitId,
+    unit: Unit,
+    objects: Vec<(String, ObjectLocation)>,
 }
 
 impl EvictionBatch {
@@ -101,7 +109,7 @@ impl EvictionBatch {
 
     /// Bytes the batch frees once finalized.
     pub fn bytes(&self) -> u64 {
-        self.units.iter().map(|(_, u, _)| u.files.bytes).sum()
+        self.units.iter().map(|v| v.unit.files.bytes).sum()
     }
 }
 
@@ -189,7 +197,10 @@ impl TierIndex {
             }
             keys.push(key);
         }
-        let live = keys.iter().filter(|k| self.objects.get(*k).is_some_and(|l| l.unit == unit.id)).count();
+        let live = keys
+            .iter()
+            .filter(|k| self.objects.get(*k).is_some_and(|l| l.unit == unit.id))
+            .count();
         self.bytes += unit.bytes;
         self.lru.insert((now, unit.id));
         self.units.insert(
@@ -235,7 +246,10 @@ impl TierIndex {
     /// marks its unit used at `now` (LRU).
     pub fn lookup(&mut self, key: &str, now: u64) -> Option<(ObjectLocation, UnitHandle)> {
         let loc = self.objects.get(key)?.clone();
-        let u = self.units.get_mut(&loc.unit).expect("indexed objects have a unit");
+        let u = self
+            .units
+            .get_mut(&loc.unit)
+            .expect("indexed objects have a unit");
         if now > u.last_access {
             self.lru.remove(&(u.last_access, loc.unit));
             u.last_access = now;
@@ -272,7 +286,9 @@ impl TierIndex {
 
     /// Phase 1 on one unit: out of the index, into the batch.
     fn take_unit(&mut self, id: UnitId, batch: &mut EvictionBatch) {
-        let Some(u) = self.units.remove(&id) else { return };
+        let Some(u) = self.units.remove(&id) else {
+            return;
+        };
         self.lru.remove(&(u.last_access, id));
         self.bytes -= u.files.bytes;
         let mut objects = Vec::new();
@@ -283,7 +299,11 @@ impl TierIndex {
                 objects.push((k.clone(), loc));
             }
         }
-        batch.units.push((id, u, objects));
+        batch.units.push(Victim {
+            id,
+            unit: u,
+            objects,
+        });
     }
 
     /// Admits a write of `bytes` and `keys` objects: reserves room for it,
@@ -341,19 +361,24 @@ impl TierIndex {
     /// Phase 2: dooms the batch's files; each is deleted as soon as no reader
     /// holds it (at once if none does).
     pub fn finalize(&self, batch: EvictionBatch) {
-        for (_, u, _) in batch.units {
-            self.doom(&u.files);
+        for v in batch.units {
+            self.doom(&v.unit.files);
         }
     }
 
     /// Undoes phase 1 (the master could not be told). Objects indexed again
     /// meanwhile keep their newer location.
     pub fn restore(&mut self, batch: EvictionBatch) {
-        for (id, mut u, objects) in batch.units {
+        for Victim {
+            id,
+            unit: mut u,
+            objects,
+        } in batch.units
+        {
             let mut live = 0;
             for (k, loc) in objects {
-                if !self.objects.contains_key(&k) {
-                    self.objects.insert(k, loc);
+                if let std::collections::hash_map::Entry::Vacant(e) = self.objects.entry(k) {
+                    e.insert(loc);
                     live += 1;
                 }
             }
@@ -416,20 +441,32 @@ mod tests {
             ix.finalize(b);
             // The write that needed the room lands as a newer unit.
             ix.release(100, 1);
-            ix.insert(unit(dir.path(), 10 + round, &[&format!("new{round}")], 100), 50 + round);
+            ix.insert(
+                unit(dir.path(), 10 + round, &[&format!("new{round}")], 100),
+                50 + round,
+            );
         }
         order
     }
 
     #[test]
     fn fifo_evicts_oldest_first_whatever_was_read() {
-        assert_eq!(evict_order(EvictionPolicy::Fifo, &[("a", 10)]), ["a", "b", "c"]);
+        assert_eq!(
+            evict_order(EvictionPolicy::Fifo, &[("a", 10)]),
+            ["a", "b", "c"]
+        );
     }
 
     #[test]
     fn lru_evicts_least_recently_read_first() {
-        assert_eq!(evict_order(EvictionPolicy::Lru, &[("a", 10), ("c", 11), ("b", 12)]), ["a", "c", "b"]);
-        assert_eq!(evict_order(EvictionPolicy::Lru, &[("a", 10)]), ["b", "c", "a"]);
+        assert_eq!(
+            evict_order(EvictionPolicy::Lru, &[("a", 10), ("c", 11), ("b", 12)]),
+            ["a", "c", "b"]
+        );
+        assert_eq!(
+            evict_order(EvictionPolicy::Lru, &[("a", 10)]),
+            ["b", "c", "a"]
+        );
     }
 
     #[test]

@@ -62,11 +62,12 @@ fn plan(v: &ValueRef<'_>, dst: &mut [u8]) -> Plan {
         return p;
     }
     let block = DIO_ALIGN as u64;
-    let direct_body = if v.offset % block == 0 && dst.as_ptr() as usize % DIO_ALIGN == 0 {
-        len / DIO_ALIGN * DIO_ALIGN
-    } else {
-        0
-    };
+    let direct_body =
+        if v.offset.is_multiple_of(block) && (dst.as_ptr() as usize).is_multiple_of(DIO_ALIGN) {
+            len / DIO_ALIGN * DIO_ALIGN
+        } else {
+            0
+        };
     if direct_body > 0 {
         p.ops.push(ReadOp {
             fd,
@@ -90,8 +91,12 @@ fn plan(v: &ValueRef<'_>, dst: &mut [u8]) -> Plan {
             result: Ok(0),
         });
         p.need.push((v.offset + len as u64 - a_start) as usize);
-        p.bounces
-            .push((bounce, (start - a_start) as usize, len - direct_body, direct_body));
+        p.bounces.push((
+            bounce,
+            (start - a_start) as usize,
+            len - direct_body,
+            direct_body,
+        ));
     }
     p
 }
@@ -109,7 +114,11 @@ fn finish(v: &ValueRef<'_>, p: Plan, dst: &mut [u8]) -> Result<()> {
                 }
             }
             Err(e) => {
-                return Err(TierError::io("read", path, std::io::Error::new(e.kind(), e.to_string())))
+                return Err(TierError::io(
+                    "read",
+                    path,
+                    std::io::Error::new(e.kind(), e.to_string()),
+                ))
             }
         }
     }
@@ -160,11 +169,22 @@ pub fn read_value(engine: &dyn IoEngine, v: ValueRef<'_>, dst: &mut [u8]) -> Res
 
 /// Reads `dst.len()` bytes of the value starting at `start`. The checksum
 /// covers the whole value, so the whole value is read and verified first.
-pub fn read_range(engine: &dyn IoEngine, v: ValueRef<'_>, start: u64, dst: &mut [u8]) -> Result<()> {
+pub fn read_range(
+    engine: &dyn IoEngine,
+    v: ValueRef<'_>,
+    start: u64,
+    dst: &mut [u8],
+) -> Result<()> {
     let end = start
         .checked_add(dst.len() as u64)
         .filter(|&e| e <= v.len)
-        .ok_or_else(|| TierError::Invalid(format!("range {start}+{} outside a value of {}", dst.len(), v.len)))?;
+        .ok_or_else(|| {
+            TierError::Invalid(format!(
+                "range {start}+{} outside a value of {}",
+                dst.len(),
+                v.len
+            ))
+        })?;
     let mut whole = AlignedBuf::new(v.len as usize);
     read_value(engine, v, &mut whole[..v.len as usize])?;
     dst.copy_from_slice(&whole[start as usize..end as usize]);

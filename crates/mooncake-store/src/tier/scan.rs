@@ -55,11 +55,21 @@ impl fmt::Display for ScanProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ScanProblem::TempFile(p) => write!(f, "{}: unfinished commit, removed", p.display()),
-            ScanProblem::OrphanData(p) => write!(f, "{}: data without metadata, removed", p.display()),
-            ScanProblem::MetaWithoutData(p) => write!(f, "{}: metadata without data, removed", p.display()),
-            ScanProblem::BadMeta { path, error } => write!(f, "{}: {error}, removed", path.display()),
-            ScanProblem::Truncated { unit, key } => write!(f, "unit {unit:x}: {key:?} truncated, dropped"),
-            ScanProblem::Corrupt { unit, key } => write!(f, "unit {unit:x}: {key:?} fails its checksum, dropped"),
+            ScanProblem::OrphanData(p) => {
+                write!(f, "{}: data without metadata, removed", p.display())
+            }
+            ScanProblem::MetaWithoutData(p) => {
+                write!(f, "{}: metadata without data, removed", p.display())
+            }
+            ScanProblem::BadMeta { path, error } => {
+                write!(f, "{}: {error}, removed", path.display())
+            }
+            ScanProblem::Truncated { unit, key } => {
+                write!(f, "unit {unit:x}: {key:?} truncated, dropped")
+            }
+            ScanProblem::Corrupt { unit, key } => {
+                write!(f, "unit {unit:x}: {key:?} fails its checksum, dropped")
+            }
             ScanProblem::Unreadable { path, error } => write!(f, "{}: {error}", path.display()),
         }
     }
@@ -135,7 +145,11 @@ pub fn scan_buckets(dir: &Path, engine: &dyn IoEngine, verify: Verify) -> Result
                 removed_any = true;
             }
             (false, true) => {
-                remove(&meta, ScanProblem::MetaWithoutData(meta.clone()), &mut report);
+                remove(
+                    &meta,
+                    ScanProblem::MetaWithoutData(meta.clone()),
+                    &mut report,
+                );
                 removed_any = true;
             }
             (true, true) => {

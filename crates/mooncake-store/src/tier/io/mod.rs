@@ -70,10 +70,6 @@ impl std::ops::DerefMut for AlignedBuf {
     }
 }
 
-pub fn is_aligned(ptr: *const u8, len: usize, offset: u64) -> bool {
-    (ptr as usize) % DIO_ALIGN == 0 && len % DIO_ALIGN == 0 && offset % DIO_ALIGN as u64 == 0
-}
-
 /// An open tier file that knows whether it bypasses the page cache.
 pub struct DiskFile {
     file: File,
@@ -90,7 +86,10 @@ impl DiskFile {
 
     /// Creates (truncating) `path` for writing, `O_DIRECT` where allowed.
     pub fn create(path: &Path) -> Result<DiskFile, TierError> {
-        Self::open_with(path, OpenOptions::new().write(true).create(true).truncate(true))
+        Self::open_with(
+            path,
+            OpenOptions::new().write(true).create(true).truncate(true),
+        )
     }
 
     fn open_with(path: &Path, opts: &OpenOptions) -> Result<DiskFile, TierError> {
@@ -99,7 +98,9 @@ impl DiskFile {
         let (file, is_direct) = match direct.open(path) {
             Ok(f) => (f, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                let f = opts.open(path).map_err(|e| TierError::io("open", path, e))?;
+                let f = opts
+                    .open(path)
+                    .map_err(|e| TierError::io("open", path, e))?;
                 (f, false)
             }
             Err(e) => return Err(TierError::io("open", path, e)),
@@ -129,7 +130,8 @@ impl DiskFile {
         if unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) } < 0 {
             return Err(io::Error::last_os_error());
         }
-        self.direct.store(false, std::sync::atomic::Ordering::Relaxed);
+        self.direct
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
@@ -142,7 +144,11 @@ impl DiskFile {
     }
 
     pub fn len(&self) -> Result<u64, TierError> {
-        Ok(self.file.metadata().map_err(|e| TierError::io("stat", &self.path, e))?.len())
+        Ok(self
+            .file
+            .metadata()
+            .map_err(|e| TierError::io("stat", &self.path, e))?
+            .len())
     }
 
     pub fn is_empty(&self) -> Result<bool, TierError> {
@@ -151,7 +157,9 @@ impl DiskFile {
 
     /// Sets the file length (drops the block padding of the last write).
     pub fn set_len(&self, len: u64) -> Result<(), TierError> {
-        self.file.set_len(len).map_err(|e| TierError::io("truncate", &self.path, e))
+        self.file
+            .set_len(len)
+            .map_err(|e| TierError::io("truncate", &self.path, e))
     }
 }
 
@@ -180,7 +188,12 @@ impl SeqWriter {
     }
 
     /// Appends `zeros` zero bytes, then `bytes`.
-    pub fn append(&mut self, engine: &dyn IoEngine, mut bytes: &[u8], mut zeros: usize) -> Result<(), TierError> {
+    pub fn append(
+        &mut self,
+        engine: &dyn IoEngine,
+        mut bytes: &[u8],
+        mut zeros: usize,
+    ) -> Result<(), TierError> {
         while !bytes.is_empty() || zeros > 0 {
             let room = self.buf.capacity() - self.staged;
             if zeros > 0 {
@@ -274,7 +287,8 @@ pub fn commit_file(path: &Path, bytes: &[u8]) -> Result<(), TierError> {
     let tmp = temp_path(path);
     let result = (|| {
         let mut f = File::create(&tmp).map_err(|e| TierError::io("create", &tmp, e))?;
-        f.write_all(bytes).map_err(|e| TierError::io("write", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| TierError::io("write", &tmp, e))?;
         f.sync_all().map_err(|e| TierError::io("fsync", &tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| TierError::io("rename", path, e))?;
         sync_dir(path.parent().unwrap_or(Path::new(".")))
@@ -324,9 +338,9 @@ mod tests {
     fn aligned_buf_is_aligned_and_zeroed() {
         for len in [0, 1, 4095, 4096, 4097, 1 << 20] {
             let b = AlignedBuf::new(len);
-            assert_eq!(b.as_ptr() as usize % DIO_ALIGN, 0);
+            assert!((b.as_ptr() as usize).is_multiple_of(DIO_ALIGN));
             assert!(b.capacity() >= len.max(1));
-            assert_eq!(b.capacity() % DIO_ALIGN, 0);
+            assert!(b.capacity().is_multiple_of(DIO_ALIGN));
             assert!(b.iter().all(|&x| x == 0));
         }
     }

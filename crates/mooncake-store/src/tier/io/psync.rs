@@ -40,7 +40,10 @@ unsafe fn pread_full(fd: i32, buf: *mut u8, len: usize, offset: u64) -> io::Resu
 }
 
 /// Retries an operation once without `O_DIRECT` when a direct file refuses it.
-pub(crate) fn with_fallback<T>(file: &DiskFile, mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+pub(crate) fn with_fallback<T>(
+    file: &DiskFile,
+    mut op: impl FnMut() -> io::Result<T>,
+) -> io::Result<T> {
     match op() {
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) && file.is_direct() => {
             file.fall_back_to_buffered()?;
@@ -69,7 +72,12 @@ impl IoEngine for PsyncEngine {
                     )
                 };
                 match errno_result(n) {
-                    Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "pwrite wrote 0 bytes")),
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WriteZero,
+                            "pwrite wrote 0 bytes",
+                        ))
+                    }
                     Ok(n) => done += n,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(e),
@@ -81,7 +89,9 @@ impl IoEngine for PsyncEngine {
 
     fn read_at(&self, file: &DiskFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         // SAFETY: `buf` is a valid writable slice of its length.
-        with_fallback(file, || unsafe { pread_full(file.fd(), buf.as_mut_ptr(), buf.len(), offset) })
+        with_fallback(file, || unsafe {
+            pread_full(file.fd(), buf.as_mut_ptr(), buf.len(), offset)
+        })
     }
 
     unsafe fn read_many(&self, ops: &mut [ReadOp]) {

@@ -224,7 +224,10 @@ impl IoEngine for UringEngine {
                     Err(e) => return Err(e),
                 }
             }
-            let cqe = ring.completion().next().ok_or_else(|| io::Error::other("no completion"))?;
+            let cqe = ring
+                .completion()
+                .next()
+                .ok_or_else(|| io::Error::other("no completion"))?;
             if cqe.result() < 0 {
                 return Err(io::Error::from_raw_os_error(-cqe.result()));
             }
@@ -259,7 +262,10 @@ mod tests {
         assert!(out[..] == buf[..]);
         // Reading past the end returns what is there.
         let mut tail = AlignedBuf::new(8192);
-        assert_eq!(engine.read_at(&r, &mut tail, (5 << 20) - 4096).unwrap(), 4096);
+        assert_eq!(
+            engine.read_at(&r, &mut tail, (5 << 20) - 4096).unwrap(),
+            4096
+        );
         // A batch of reads at different offsets.
         let mut a = AlignedBuf::new(4096);
         let mut b = AlignedBuf::new(4096);
