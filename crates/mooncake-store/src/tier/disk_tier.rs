@@ -28,6 +28,31 @@ use std::sync::Arc;
 
 pub type TierUsage = IndexUsage;
 
+/// The file that names a tier directory across restarts.
+pub const IDENTITY_FILE: &str = "mooncake-tier.id";
+
+/// The directory's identity: 32 hex digits, created (durably) on first use.
+/// A restarted storage client presents it so the master can hand it the disk
+/// replicas a previous process registered from the same directory.
+pub fn tier_identity(dir: &std::path::Path) -> Result<String> {
+    let path = dir.join(IDENTITY_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) if s.trim().len() == 32 && s.trim().bytes().all(|b| b.is_ascii_hexdigit()) => {
+            return Ok(s.trim().to_string())
+        }
+        Ok(_) => {
+            return Err(TierError::Corrupt {
+                what: format!("{}: not a tier identity", path.display()),
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(TierError::io("read", &path, e)),
+    }
+    let id = format!("{:032x}", rand::random::<u128>());
+    super::io::commit_file(&path, id.as_bytes())?;
+    Ok(id)
+}
+
 /// Objects that are durable and readable now, with their locations.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
@@ -156,6 +181,11 @@ impl DiskTier {
 
     pub fn config(&self) -> &TierConfig {
         &self.config
+    }
+
+    /// This directory's identity ([`tier_identity`]).
+    pub fn identity(&self) -> Result<String> {
+        tier_identity(&self.config.storage_path)
     }
 
     /// `"psync"` or `"io_uring"`.

@@ -535,3 +535,22 @@ fn watermark_eviction_follows_the_configured_ratios() {
     tier.finalize(batch);
     assert_eq!(readable(&tier), [4, 5]);
 }
+
+#[test]
+fn the_identity_survives_a_restart_and_damage_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tier, _) =
+        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let id = tier.identity().unwrap();
+    assert_eq!(id.len(), 32);
+    drop(tier);
+    let (tier, report) =
+        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    assert!(
+        report.problems.is_empty(),
+        "the identity file is not a bucket file"
+    );
+    assert_eq!(tier.identity().unwrap(), id);
+    std::fs::write(dir.path().join(super::IDENTITY_FILE), b"junk").unwrap();
+    assert!(matches!(tier.identity(), Err(TierError::Corrupt { .. })));
+}

@@ -27,7 +27,7 @@ pub mod read;
 pub mod scan;
 
 pub use config::{Backend, EvictionPolicy, TierConfig};
-pub use disk_tier::{Committed, DiskTier, StageOutcome, TierUsage};
+pub use disk_tier::{tier_identity, Committed, DiskTier, StageOutcome, TierUsage, WriteError};
 pub use index::{EvictionBatch, ObjectLocation};
 pub use scan::{ScanProblem, ScanReport, Verify};
 
