@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import random
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +36,12 @@ rc = store.setup("127.0.0.1", cfg["metadata"], 0, 64 << 20, "tcp", "", cfg["mast
 assert rc == 0, rc
 rng = random.Random(cfg["seed"])
 sizes = [rng.randint(256 << 10, 1 << 20) for _ in range(cfg["keys"])]
-acked, rejected, failed = [], 0, 0
+acked, rejected, failed, unattempted = [], 0, 0, 0
 t0 = time.monotonic()
 for i, size in enumerate(sizes):
+    if time.monotonic() - t0 > cfg["put_budget"]:
+        unattempted = len(sizes) - i
+        break
     key = f"tier-probe-{i}"
     value = random.Random(i).randbytes(size)
     for attempt in range(200):
@@ -66,6 +69,7 @@ for i in acked:
         wrong += 1
 get_s = time.monotonic() - t1
 print(json.dumps(dict(keys=cfg["keys"], acked=len(acked), failed=failed, rejected_200=rejected,
+                      unattempted_after_budget=unattempted,
                       read_ok=ok, missing=missing, wrong=wrong, put_s=round(put_s, 2),
                       get_s=round(get_s, 2), bytes=sum(sizes))))
 store.close()
@@ -83,9 +87,13 @@ def main() -> int:
     ap.add_argument("--heartbeat", type=int, default=1)
     ap.add_argument("--settle", type=float, default=15.0, help="seconds between the last put and the reads")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--put-budget", type=float, default=300.0,
+                    help="seconds of putting; keys not reached by then are reported, not put")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
 
+    # A SIGTERM (e.g. from `timeout`) still stops the processes we started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     system = mcproc.System.from_venv(Path(args.venv).name, args.venv)
     work = Path(tempfile.mkdtemp(prefix="tier-probe-", dir="/tmp"))
     tier_dir = work / "tier"
@@ -111,8 +119,7 @@ def main() -> int:
         mcproc.wait_tcp(port, 30, storage.popen)
         time.sleep(1.0)
         cfg = dict(master=master.address, metadata=master.metadata_server, keys=args.keys,
-                   seed=args.seed, settle=args.settle)
-        import subprocess
+                   seed=args.seed, settle=args.settle, put_budget=args.put_budget)
         out = subprocess.run([system.python, "-c", CLIENT_PY, json.dumps(cfg)], env=system.env(),
                              capture_output=True, text=True, timeout=1800)
         line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
