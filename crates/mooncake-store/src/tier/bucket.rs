@@ -207,6 +207,9 @@ impl BucketWriter {
         }
         let result = (|| {
             let data_len = open.out.finish(&*self.engine)?;
+            self.engine
+                .sync_data(&open.out.file)
+                .map_err(|e| TierError::io("fdatasync", &data, e))?;
             let entries = std::mem::take(&mut open.entries);
             let meta = BucketMeta {
                 bucket_id: open.id,

@@ -218,8 +218,9 @@ impl SeqWriter {
         Ok(())
     }
 
-    /// Writes what is buffered, zero-padded to a whole block, and `fdatasync`s.
-    /// Returns the file length (a multiple of [`DIO_ALIGN`]).
+    /// Writes what is buffered, zero-padded to a whole block. Returns the file
+    /// length (a multiple of [`DIO_ALIGN`]). Durability is the caller's
+    /// `sync_data`, after any length change.
     pub fn finish(&mut self, engine: &dyn IoEngine) -> Result<u64, TierError> {
         let tail = super::format::align_up(self.staged as u64, DIO_ALIGN as u64) as usize;
         self.buf[self.staged..tail].fill(0);
@@ -228,9 +229,6 @@ impl SeqWriter {
             .map_err(|e| TierError::io("write", self.file.path(), e))?;
         self.flushed += tail as u64;
         self.staged = 0;
-        engine
-            .sync_data(&self.file)
-            .map_err(|e| TierError::io("fdatasync", self.file.path(), e))?;
         Ok(self.flushed)
     }
 }
