@@ -105,6 +105,11 @@ pub struct MasterMetrics {
     evicted_bytes: Gauge,
     discarded_puts: Gauge,
     expired_clients: Counter,
+    /// The SSD tiers (see `disk`).
+    file_allocated: Gauge,
+    file_capacity: Gauge,
+    evict_disk_requests: Counter,
+    evict_disk_failures: Counter,
 }
 
 impl Default for MasterMetrics {
@@ -188,9 +193,33 @@ impl MasterMetrics {
             evicted_bytes: Gauge::default(),
             discarded_puts: Gauge::default(),
             expired_clients: Counter::default(),
+            file_allocated: Gauge::default(),
+            file_capacity: Gauge::default(),
+            evict_disk_requests: Counter::default(),
+            evict_disk_failures: Counter::default(),
             registry,
         };
         let r = &mut m.registry;
+        r.register(
+            "master_allocated_file_size_bytes",
+            "Bytes of objects held in file tiers",
+            m.file_allocated.clone(),
+        );
+        r.register(
+            "master_total_file_capacity_bytes",
+            "Capacity of all file tiers",
+            m.file_capacity.clone(),
+        );
+        r.register(
+            "master_evict_disk_replica_requests",
+            "Disk replica eviction requests",
+            m.evict_disk_requests.clone(),
+        );
+        r.register(
+            "master_evict_disk_replica_failures",
+            "Disk replicas an eviction request named that were not there",
+            m.evict_disk_failures.clone(),
+        );
         r.register(
             "master_value_size_bytes",
             "Sizes of values put",
@@ -401,6 +430,17 @@ impl MasterMetrics {
         sync(
             &self.expired_clients,
             c.expired_clients.load(Ordering::Relaxed),
+        );
+        let (file_used, file_cap, _) = svc.disk_usage();
+        self.file_allocated.set(as_i64(file_used));
+        self.file_capacity.set(as_i64(file_cap));
+        sync(
+            &self.evict_disk_requests,
+            c.evict_disk_replica_requests.load(Ordering::Relaxed),
+        );
+        sync(
+            &self.evict_disk_failures,
+            c.evict_disk_replica_failures.load(Ordering::Relaxed),
         );
         let mut out = String::new();
         // Writing into a String cannot fail.

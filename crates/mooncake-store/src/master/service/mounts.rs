@@ -101,6 +101,7 @@ impl MasterService {
             }
         }
         self.drop_unmounted(&dead, now);
+        self.unmount_tiers(&dead);
         self.counters
             .expired_clients
             .fetch_add(dead.len() as u64, Ordering::Relaxed);
