@@ -28,6 +28,8 @@ struct SetupArgs {
     protocol: Option<String>,
     device_name: Option<String>,
     master_server_addr: Option<String>,
+    enable_ssd_offload: bool,
+    ssd_offload_path: Option<String>,
 }
 
 impl SetupArgs {
@@ -44,6 +46,8 @@ impl SetupArgs {
                 .master_server_addr
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            enable_offload: self.enable_ssd_offload,
+            offload_path: self.ssd_offload_path,
             ..defaults
         }
     }
@@ -68,6 +72,13 @@ impl SetupArgs {
             device_name: dict_str(d, "rdma_devices").or_else(|| dict_str(d, "device_name")),
             master_server_addr: dict_str(d, "master_server_addr")
                 .or_else(|| dict_str(d, "master_server_address")),
+            enable_ssd_offload: d
+                .get_item("enable_ssd_offload")
+                .ok()
+                .flatten()
+                .and_then(|v| v.extract::<bool>().ok())
+                .unwrap_or(false),
+            ssd_offload_path: dict_str(d, "ssd_offload_path"),
         })
     }
 }
@@ -172,8 +183,6 @@ impl PyStore {
     ) -> PyResult<i32> {
         let _ = (
             engine,
-            enable_ssd_offload,
-            ssd_offload_path,
             tenant_id,
             enable_client_http_server,
             client_http_port,
@@ -204,6 +213,8 @@ impl PyStore {
                 protocol,
                 device_name: rdma_devices,
                 master_server_addr,
+                enable_ssd_offload: enable_ssd_offload.0,
+                ssd_offload_path,
             }
         };
         Ok(self.setup_config(py, args.config()))

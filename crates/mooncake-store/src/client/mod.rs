@@ -14,6 +14,7 @@
 //! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
 
 mod buffer;
+pub mod offload;
 pub mod config;
 pub mod dummy;
 // Public for the dummy-protocol tests that speak it byte by byte.

@@ -26,6 +26,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::offload::service::TierPeers;
+use super::offload::Offload;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -56,6 +58,10 @@ pub(crate) struct RealClient {
     closed: AtomicBool,
     heartbeat: Mutex<Option<Worker>>,
     executor: Mutex<Option<Worker>>,
+    /// This client's SSD tier, when it runs one.
+    offload: Mutex<Option<Offload>>,
+    /// Other storage clients' tier services (reads of disk-only objects).
+    tier_peers: TierPeers,
 }
 
 fn closed_err() -> Error {
@@ -156,6 +162,9 @@ impl Backend for RealClient {
         }
         if let Some(ex) = self.executor.lock().take() {
             ex.stop();
+        }
+        if let Some(mut tier) = self.offload.lock().take() {
+            tier.stop();
         }
         self.unmount_all();
         Ok(())

@@ -13,7 +13,10 @@ use super::super::config::{process_env, split_host_port, ClientConfig};
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
+use super::super::offload::service::TierPeers;
+use super::super::offload::{Offload, OffloadSetup};
 use super::{worker, MountedSegment, RealClient};
+use crate::tier::TierConfig;
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, SegmentInfo};
 
@@ -58,6 +61,8 @@ impl RealClient {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             executor: Mutex::new(None),
+            offload: Mutex::new(None),
+            tier_peers: TierPeers::default(),
         };
         // Introduce ourselves (a pure client mounts nothing), then mount.
         match client.master.ping(id) {
@@ -73,7 +78,45 @@ impl RealClient {
             .collect();
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
         *client.heartbeat.lock() = Some(worker::heartbeat(client.master.clone(), id, infos));
+        if config.enable_offload {
+            if let Err(e) = client.start_offload(&config) {
+                client.unmount_all();
+                return Err(e.with_context("starting the SSD tier"));
+            }
+        }
         Ok(client)
+    }
+
+    /// Starts the SSD tier (`MOONCAKE_OFFLOAD_*`, the path from `config`
+    /// first); its staging buffer counts as this client's own memory, so
+    /// reads of its own disk-only objects are plain copies.
+    fn start_offload(&mut self, config: &ClientConfig) -> Result<()> {
+        if self.segments.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "an SSD tier needs a segment (global_segment_size > 0)",
+            ));
+        }
+        let path = config.offload_path.clone().filter(|p| !p.is_empty());
+        let lookup = |name: &str| match (name, &path) {
+            ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Some(p)) => Some(p.clone()),
+            _ => process_env(name),
+        };
+        let tier_config = TierConfig::from_lookup(&lookup)
+            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+        let setup = OffloadSetup {
+            id: self.id,
+            master: self.master.clone(),
+            engine: &self.engine,
+            engine_endpoint: self.site.endpoint.clone(),
+            host: self.site.host.clone(),
+            segments: self.segments.iter().map(|s| (s.addr, s.len)).collect(),
+        };
+        let offload = Offload::start(tier_config, setup)?;
+        let (base, len) = offload.shared().staging_range();
+        self.site.segments.push((base as u64, len as u64));
+        *self.offload.lock() = Some(offload);
+        Ok(())
     }
 
     fn mount_segments(&mut self, total: u64) -> Result<()> {
