@@ -17,8 +17,8 @@ use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment, TaskId, TaskInfo,
-    WriteOptions,
+    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment,
+    TaskId, TaskInfo, WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
@@ -395,7 +395,10 @@ impl MasterClient {
     ) -> Result<Vec<Result<()>>> {
         let n = keys.len();
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-        units(self.call(&Request::EvictDiskReplicas { client_id, keys })?, n)
+        units(
+            self.call(&Request::EvictDiskReplicas { client_id, keys })?,
+            n,
+        )
     }
 
     pub fn mark_task_complete(

@@ -14,9 +14,9 @@
 //! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
 
 mod buffer;
-pub mod offload;
 pub mod config;
 pub mod dummy;
+pub mod offload;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
 mod ranges;

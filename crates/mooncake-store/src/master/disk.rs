@@ -69,6 +69,15 @@ impl DiskTable {
         self.tiers.read().get(&owner).cloned()
     }
 
+    /// The client holding the tier `tier_id`.
+    pub(crate) fn holder_of(&self, tier_id: &str) -> Option<ClientId> {
+        self.tiers
+            .read()
+            .iter()
+            .find(|(_, t)| &*t.tier_id == tier_id)
+            .map(|(&c, _)| c)
+    }
+
     pub(crate) fn has_tier(&self, owner: ClientId) -> bool {
         self.tiers.read().contains_key(&owner)
     }

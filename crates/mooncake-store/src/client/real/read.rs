@@ -5,9 +5,9 @@
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 
-use super::super::validate::validate_read_key;
 use super::super::offload::service::{StagedBatch, TierServe};
 use super::super::offload::TierShared;
+use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
 use super::{batch_answer, RealClient};

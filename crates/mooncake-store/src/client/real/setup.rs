@@ -10,14 +10,14 @@ use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::offload::service::TierPeers;
+use super::super::offload::{Offload, OffloadSetup};
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
-use super::super::offload::service::TierPeers;
-use super::super::offload::{Offload, OffloadSetup};
 use super::{worker, MountedSegment, RealClient};
-use crate::tier::TierConfig;
 use crate::master_client::MasterClient;
+use crate::tier::TierConfig;
 use crate::types::{ClientId, SegmentInfo};
 
 /// Largest single buffer one mounted segment uses; bigger contributions are

@@ -13,7 +13,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, MasterService};
 use crate::master::disk::{DiskCopy, Tier};
-use crate::master::mutation::{DiskOp, Mutation};
+use crate::master::mutation::{ClientOp, DiskOp, Mutation};
 use crate::master::objects::{flags, ObjectMeta};
 use crate::master::policy::OffloadPolicy;
 use crate::types::{
@@ -69,12 +69,34 @@ impl MasterService {
                 Err(e)
             }
         })?;
+        let previous = self.disk.holder_of(tier_id).filter(|&c| c != client);
         self.apply_tiers(DiskOp::MountTier {
             client,
             tier_id,
             endpoint,
             capacity,
         });
+        if let Some(old) = previous {
+            // Only one process serves a directory: the one that held it
+            // before is gone, so its memory replicas are too. Forgetting it
+            // now, not at its TTL, makes its copies readable at once.
+            tracing::warn!(
+                old = %format!("{old:032x}"),
+                new = %format!("{client:032x}"),
+                "SSD tier taken over by a new process; the old one is dropped"
+            );
+            let expired = {
+                let mut clients = self.clients.lock();
+                let known = clients.contains(old);
+                if known {
+                    self.apply_clients(&mut clients, ClientOp::Expire { client: old });
+                }
+                known
+            };
+            if expired {
+                self.retire_clients(&[old], now);
+            }
+        }
         Ok(())
     }
 
@@ -186,7 +208,12 @@ impl MasterService {
     /// Phase 1 of a tier eviction: `client`'s copies of `keys` are
     /// forgotten (objects still in memory stay there). A key whose copy
     /// is not `client`'s is `OBJECT_NOT_FOUND`.
-    pub fn evict_disk_replicas(&self, client: ClientId, keys: &[&str], now: u64) -> Vec<Result<()>> {
+    pub fn evict_disk_replicas(
+        &self,
+        client: ClientId,
+        keys: &[&str],
+        now: u64,
+    ) -> Vec<Result<()>> {
         self.counters
             .evict_disk_replica_requests
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -227,10 +254,7 @@ impl MasterService {
     /// Whether eviction may take `obj` as far as the tiers are concerned
     /// (`force`: a round that may evict objects without a copy).
     pub(super) fn may_leave_memory(&self, obj: &ObjectMeta, force: bool) -> bool {
-        !self.offload.enabled
-            || obj.is_on_disk()
-            || force
-            || self.offload_target(obj).is_none()
+        !self.offload.enabled || obj.is_on_disk() || force || self.offload_target(obj).is_none()
     }
 
     /// Queues `key` for a copy in its owner's tier (at most `limit` keys
