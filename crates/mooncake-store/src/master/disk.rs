@@ -213,6 +213,28 @@ impl DiskTable {
 }
 
 #[cfg(test)]
+impl DiskTable {
+    /// The replicated part, sorted: copies and tiers.
+    pub(crate) fn snapshot(&self) -> (Vec<(String, DiskCopy)>, Vec<(ClientId, String, u64)>) {
+        let mut copies: Vec<(String, DiskCopy)> = self
+            .copies
+            .lock()
+            .iter()
+            .map(|(k, c)| (k.to_string(), *c))
+            .collect();
+        copies.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut tiers: Vec<(ClientId, String, u64)> = self
+            .tiers
+            .read()
+            .iter()
+            .map(|(&c, t)| (c, t.tier_id.to_string(), t.capacity))
+            .collect();
+        tiers.sort();
+        (copies, tiers)
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
