@@ -212,10 +212,13 @@ impl DiskTable {
     }
 }
 
+/// The replicated part of a [`DiskTable`], sorted: copies and tiers.
+#[cfg(test)]
+pub(crate) type DiskSnapshot = (Vec<(String, DiskCopy)>, Vec<(ClientId, String, u64)>);
+
 #[cfg(test)]
 impl DiskTable {
-    /// The replicated part, sorted: copies and tiers.
-    pub(crate) fn snapshot(&self) -> (Vec<(String, DiskCopy)>, Vec<(ClientId, String, u64)>) {
+    pub(crate) fn snapshot(&self) -> DiskSnapshot {
         let mut copies: Vec<(String, DiskCopy)> = self
             .copies
             .lock()
