@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -57,6 +58,14 @@ for i, size in enumerate(sizes):
         failed += 1
 put_s = time.monotonic() - t0
 time.sleep(cfg["settle"])
+try:  # page cache dropped for the reads (needs root; skipped otherwise)
+    import os
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    dropped = True
+except OSError:
+    dropped = False
 ok, missing, wrong = 0, 0, 0
 t1 = time.monotonic()
 for i in acked:
@@ -68,12 +77,60 @@ for i in acked:
     else:
         wrong += 1
 get_s = time.monotonic() - t1
+acked_bytes = sum(sizes[i] for i in acked)
 print(json.dumps(dict(keys=cfg["keys"], acked=len(acked), failed=failed, rejected_200=rejected,
+                      acked_keys=acked, page_cache_dropped=dropped,
+                      put_mb_s=round(acked_bytes / put_s / 1e6, 1),
+                      get_mb_s=round(acked_bytes / max(get_s, 1e-9) / 1e6, 1),
                       unattempted_after_budget=unattempted,
                       read_ok=ok, missing=missing, wrong=wrong, put_s=round(put_s, 2),
                       get_s=round(get_s, 2), bytes=sum(sizes))))
 store.close()
 """
+
+# After a restart of the storage process: how long until the first
+# acknowledged key is readable (from the spawn), and how many come back.
+RESTART_PY = r"""
+import json, random, sys, time
+from mooncake.store import MooncakeDistributedStore
+cfg = json.loads(sys.argv[1])
+store = MooncakeDistributedStore()
+rc = store.setup("127.0.0.1", cfg["metadata"], 0, 64 << 20, "tcp", "", cfg["master"])
+assert rc == 0, rc
+rng = random.Random(cfg["seed"])
+sizes = [rng.randint(256 << 10, 1 << 20) for _ in range(cfg["keys"])]
+acked = cfg["acked"]
+first = None
+deadline = time.time() + cfg["wait"]
+while acked and time.time() < deadline:
+    if store.get(f"tier-probe-{acked[0]}"):
+        first = time.time() - cfg["spawned_at"]
+        break
+    time.sleep(0.01)
+ok = sum(1 for i in acked if store.get(f"tier-probe-{i}") == random.Random(i).randbytes(sizes[i]))
+print(json.dumps(dict(first_readable_s=None if first is None else round(first, 2),
+                      recovered=ok, of=len(acked))))
+store.close()
+"""
+
+
+def dd_rates(directory: Path) -> dict:
+    """`dd` direct write (fdatasync) and direct read of 2 GiB in `directory`."""
+    f = directory / "dd-probe.tmp"
+
+    def rate(argv):
+        out = subprocess.run(argv, capture_output=True, text=True)
+        line = out.stderr.strip().splitlines()[-1]
+        bytes_, secs = int(line.split()[0]), float(line.split(",")[-2].split()[0])
+        return round(bytes_ / secs / 1e6, 1)
+
+    try:
+        w = rate(["dd", "if=/dev/zero", f"of={f}", "bs=8M", "count=256", "oflag=direct",
+                  "conv=fdatasync"])
+        r = rate(["dd", f"if={f}", "of=/dev/null", "bs=8M", "iflag=direct"])
+    finally:
+        f.unlink(missing_ok=True)
+    return dict(dd_direct_write_mb_s=w, dd_direct_read_mb_s=r)
 
 
 def main() -> int:
@@ -90,6 +147,11 @@ def main() -> int:
     ap.add_argument("--put-budget", type=float, default=300.0,
                     help="seconds of putting; keys not reached by then are reported, not put")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--restart", choices=["none", "term", "kill"], default="none",
+                    help="then stop the storage process (SIGTERM or SIGKILL), start it again on "
+                         "the same directory at once and time the first readable key")
+    ap.add_argument("--restart-wait", type=float, default=60.0)
+    ap.add_argument("--dd", action="store_true", help="also measure dd O_DIRECT in the tier directory")
     args = ap.parse_args()
 
     # A SIGTERM (e.g. from `timeout`) still stops the processes we started.
@@ -131,6 +193,22 @@ def main() -> int:
         result.update(system=system.name, mode=args.mode, bucket_keys=args.bucket_keys,
                       bucket_bytes=args.bucket_bytes, tier_files=len(files),
                       tier_bytes=sum(f.stat().st_size for f in files if f.is_file()))
+        acked = result.pop("acked_keys")
+        if args.restart != "none":
+            if args.restart == "kill":
+                os.killpg(storage.popen.pid, signal.SIGKILL)
+                storage.popen.wait()
+            else:
+                storage.stop()
+            spawned_at = time.time()
+            storage = mcproc._spawn("storage-restarted", argv, work, system.env(env))
+            rcfg = dict(cfg, acked=acked, spawned_at=spawned_at, wait=args.restart_wait)
+            out = subprocess.run([system.python, "-c", RESTART_PY, json.dumps(rcfg)],
+                                 env=system.env(), capture_output=True, text=True, timeout=1800)
+            line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "{}"
+            result["restart"] = dict(json.loads(line), how=args.restart)
+        if args.dd:
+            result.update(dd_rates(tier_dir))
         print(json.dumps(result))
     finally:
         storage.stop()
