@@ -278,3 +278,24 @@ fn disk_eviction_keeps_the_tier_under_its_limit() {
     assert!(readable.contains(&key(n - 1)));
     assert!(!readable.contains(&key(0)));
 }
+
+#[test]
+fn a_disk_only_object_read_twice_is_promoted_to_memory() {
+    let cluster = Cluster::start(&[
+        "--enable_offload=true",
+        "--promotion_on_hit=true",
+        "--promotion_admission_threshold=2",
+    ]);
+    let dir = tier_dir("tier-promote");
+    let _storage = tier_storage(&cluster, dir.path(), &[]);
+    let client = cluster.pure_client();
+    let n = 40;
+    put_all(&client, n);
+    let k0 = key(0);
+    eventually("key 0 disk-only", || kinds(&client, &k0) == (false, true));
+    eventually("key 0 back in memory", || {
+        assert!(client.get(&k0).unwrap() == value(&k0, VALUE));
+        kinds(&client, &k0) == (true, true)
+    });
+    assert!(client.get(&k0).unwrap() == value(&k0, VALUE));
+}

@@ -383,6 +383,13 @@ impl MasterClient {
         )
     }
 
+    pub fn promotion_start(&self, client_id: ClientId, key: &str) -> Result<Vec<ReplicaDesc>> {
+        match self.call(&Request::PromotionStart { client_id, key })? {
+            Response::Replicas { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
     pub fn notify_offload_failure(&self, client_id: ClientId, keys: &[String]) -> Result<()> {
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         unit(self.call(&Request::NotifyOffloadFailure { client_id, keys })?)

@@ -228,4 +228,7 @@ pub struct OffloadTask {
 pub struct OffloadBatch {
     pub tasks: Vec<OffloadTask>,
     pub removes: Vec<String>,
+    /// Disk-only objects read often: copy them back to memory
+    /// (`PromotionStart`, then `PutEnd`).
+    pub promotions: Vec<String>,
 }

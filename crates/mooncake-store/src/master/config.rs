@@ -244,10 +244,14 @@ master_flags! {
     pod_namespace: Str = "", NotImplemented, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)";
     processing_task_timeout_sec: Int = "300", Full, "Timeout in seconds for processing tasks (0 = no timeout)"
         => processing_task_timeout: Option<Duration> = seconds_or_never;
-    promotion_admission_threshold: Int = "2", NotImplemented, "Min CountMinSketch count for a key before promotion fires (set 1 to...";
-    promotion_max_per_heartbeat: Int = "1", NotImplemented, "Max promotion tasks returned to a single client per PromotionObject...";
-    promotion_on_hit: Bool = "false", NotImplemented, "Promote LOCAL_DISK-only keys to MEMORY on read access (mirror of of...";
-    promotion_queue_limit: Int = "50000", NotImplemented, "Max in-flight promotion tasks across all shards";
+    promotion_admission_threshold: Int = "2", Full, "Reads of a disk-only key before it is promoted (1 = on the first)"
+        => promotion_admission_threshold: usize = count;
+    promotion_max_per_heartbeat: Int = "1", Full, "Max promotion tasks handed to a client per offload poll"
+        => promotion_max_per_heartbeat: usize = count;
+    promotion_on_hit: Bool = "false", Full, "Promote LOCAL_DISK-only keys to MEMORY on read access"
+        => promotion_on_hit: bool = boolean;
+    promotion_queue_limit: Int = "50000", Full, "Max in-flight promotion tasks"
+        => promotion_queue_limit: usize = count;
     quota_bytes: Int = "0", NotImplemented, "Quota for storage backend in bytes (0 = use default 90% of capacity)";
     root_fs_dir: Str = "", NotImplemented, "Root directory for storage backend, used in HA mode";
     rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
@@ -587,6 +591,10 @@ impl MasterConfig {
             queue_limit: self.offloading_queue_limit.max(1),
             cap_ratio: self.offload_cap_ratio,
             force_evict: self.offload_force_evict,
+            promote_on_hit: self.promotion_on_hit,
+            promote_after: self.promotion_admission_threshold.max(1),
+            promote_per_poll: self.promotion_max_per_heartbeat.max(1),
+            promote_limit: self.promotion_queue_limit,
         }
     }
 

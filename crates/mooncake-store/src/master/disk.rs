@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::types::{ClientId, OffloadTask};
+use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +45,7 @@ struct Mailbox {
     /// Keys queued or handed out and not yet reported: never queued twice.
     queued: HashSet<Box<str>>,
     removes: Vec<String>,
+    promotions: Vec<String>,
 }
 
 #[derive(Default)]
@@ -52,6 +53,10 @@ pub(crate) struct DiskTable {
     copies: Mutex<HashMap<Box<str>, DiskCopy>>,
     tiers: RwLock<HashMap<ClientId, Tier>>,
     mail: Mutex<HashMap<ClientId, Mailbox>>,
+    /// Reads of disk-only objects not promoted yet (volatile).
+    hits: Mutex<HashMap<Box<str>, usize>>,
+    /// Promotions queued or in flight (volatile).
+    promoting: Mutex<HashSet<Box<str>>>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
 }
@@ -186,16 +191,53 @@ impl DiskTable {
         m.removes.push(key.to_string());
     }
 
-    /// Takes up to `max` queued tasks and every queued remove. The tasks
-    /// stay marked as queued until `done`.
-    pub(crate) fn take(&self, owner: ClientId, max: usize) -> (Vec<OffloadTask>, Vec<String>) {
+    /// Takes up to `max` queued tasks, every queued remove and up to
+    /// `max_promotions` promotions. The tasks stay marked as queued until
+    /// `done`, the promotions until `promotion_taken`.
+    pub(crate) fn take(&self, owner: ClientId, max: usize, max_promotions: usize) -> OffloadBatch {
         let mut mail = self.mail.lock();
         let Some(m) = mail.get_mut(&owner) else {
-            return (Vec::new(), Vec::new());
+            return OffloadBatch::default();
         };
         let n = max.min(m.tasks.len());
-        let tasks = m.tasks.drain(..n).collect();
-        (tasks, std::mem::take(&mut m.removes))
+        let p = max_promotions.min(m.promotions.len());
+        OffloadBatch {
+            tasks: m.tasks.drain(..n).collect(),
+            removes: std::mem::take(&mut m.removes),
+            promotions: m.promotions.drain(..p).collect(),
+        }
+    }
+
+    /// A read found `key` on disk only: counts it, and once it was read
+    /// `after` times queues its promotion with `owner` (at most `limit`
+    /// queued or in flight). Returns whether it was queued.
+    pub(crate) fn hit(&self, key: &str, owner: ClientId, after: usize, limit: usize) -> bool {
+        {
+            let mut hits = self.hits.lock();
+            let n = hits.entry(key.into()).or_insert(0);
+            *n += 1;
+            if *n < after {
+                return false;
+            }
+            hits.remove(key);
+        }
+        let mut promoting = self.promoting.lock();
+        if promoting.len() >= limit || !promoting.insert(key.into()) {
+            return false;
+        }
+        drop(promoting);
+        self.mail
+            .lock()
+            .entry(owner)
+            .or_default()
+            .promotions
+            .push(key.to_string());
+        true
+    }
+
+    /// The owner started (or gave up) promoting `key`.
+    pub(crate) fn promotion_taken(&self, key: &str) {
+        self.promoting.lock().remove(key);
     }
 
     /// A handed-out task ended (or was found stale): `key` may be queued again.
@@ -280,16 +322,28 @@ mod tests {
         assert!(!t.queue_offload(1, task("a"), 2), "already queued");
         assert!(t.queue_offload(1, task("b"), 2));
         assert!(!t.queue_offload(1, task("c"), 2), "mailbox full");
-        let (tasks, removes) = t.take(1, 1);
-        assert_eq!(tasks, [task("a")]);
-        assert!(removes.is_empty());
+        let b = t.take(1, 1, 0);
+        assert_eq!(b.tasks, [task("a")]);
+        assert!(b.removes.is_empty());
         assert!(!t.queue_offload(1, task("a"), 3), "in flight");
         t.done(1, "a");
         assert!(t.queue_offload(1, task("a"), 3));
         t.queue_remove(1, "z");
-        let (tasks, removes) = t.take(1, 10);
-        assert_eq!(tasks.len(), 2);
-        assert_eq!(removes, ["z"]);
+        let b = t.take(1, 10, 0);
+        assert_eq!(b.tasks.len(), 2);
+        assert_eq!(b.removes, ["z"]);
         assert_eq!(t.queued_len(1), 2);
+    }
+
+    #[test]
+    fn promotions_fire_at_the_threshold_once() {
+        let t = DiskTable::default();
+        assert!(!t.hit("k", 1, 2, 10));
+        assert!(t.hit("k", 1, 2, 10));
+        assert!(!t.hit("k", 1, 1, 10), "already queued");
+        assert!(!t.hit("j", 1, 1, 1), "limit reached");
+        assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
+        t.promotion_taken("k");
+        assert!(t.hit("k", 1, 1, 10));
     }
 }

@@ -95,6 +95,14 @@ pub struct OffloadPolicy {
     pub cap_ratio: f64,
     /// When eviction cannot free enough, evict objects with no disk copy.
     pub force_evict: bool,
+    /// A disk-only object read `promote_after` times gets a memory copy
+    /// again (its owner is asked to write one).
+    pub promote_on_hit: bool,
+    pub promote_after: usize,
+    /// Promotions handed to an owner per offload poll.
+    pub promote_per_poll: usize,
+    /// Promotions queued or in flight, at most.
+    pub promote_limit: usize,
 }
 
 impl Default for OffloadPolicy {
@@ -105,6 +113,10 @@ impl Default for OffloadPolicy {
             queue_limit: 50_000,
             cap_ratio: 0.5,
             force_evict: false,
+            promote_on_hit: false,
+            promote_after: 2,
+            promote_per_poll: 1,
+            promote_limit: 50_000,
         }
     }
 }

@@ -42,7 +42,11 @@ wire_struct!(LocalDiskDescriptor {
     transport_endpoint
 });
 wire_struct!(OffloadTask { key, size, address });
-wire_struct!(OffloadBatch { tasks, removes });
+wire_struct!(OffloadBatch {
+    tasks,
+    removes,
+    promotions
+});
 wire_struct!(ReplicaDesc { kind, status });
 wire_struct!(GetReplicaListResponse {
     replicas,
@@ -295,6 +299,10 @@ wire_enum! {
         31 => NotifyOffloadFailure { client_id: ClientId, keys: Vec<&'a str> },
         /// Phase 1 of a tier eviction: the master forgets these copies.
         32 => EvictDiskReplicas { client_id: ClientId, keys: Vec<&'a str> },
+        /// Promotion: memory replicas for a disk-only object whose copy
+        /// this client holds; it fills them from its tier and ends with
+        /// PutEnd (or PutRevoke).
+        33 => PromotionStart { client_id: ClientId, key: &'a str },
     }
 }
 

@@ -93,6 +93,16 @@ impl TierShared {
             .then(|| unsafe { std::slice::from_raw_parts(addr as *const u8, len) })
     }
 
+    /// `own_range` for writing: a promotion fills replicas the master just
+    /// placed in this client's segments (nobody reads them before PutEnd).
+    #[allow(clippy::mut_from_ref)]
+    fn own_range_mut(&self, addr: u64, len: u64) -> Option<&'static mut [u8]> {
+        let bytes = self.own_range(addr, len)?;
+        // SAFETY: as `own_range`; the range is a put in flight by this
+        // client, so this is its only user until PutEnd.
+        Some(unsafe { std::slice::from_raw_parts_mut(bytes.as_ptr() as *mut u8, bytes.len()) })
+    }
+
     /// The staging buffer's `(addr, len)`.
     pub(crate) fn staging_range(&self) -> (usize, usize) {
         (self.staging.base(), self.staging.capacity() as usize)

@@ -68,9 +68,12 @@ pub(super) fn run(s: &TierShared) {
                 if !batch.removes.is_empty() {
                     s.tier.remove(&batch.removes);
                 }
-                let any = !batch.tasks.is_empty();
-                if any {
+                let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
+                if !batch.tasks.is_empty() {
                     offload_round(s, &batch.tasks);
+                }
+                for key in &batch.promotions {
+                    promote(s, key);
                 }
                 any
             }
@@ -138,6 +141,36 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
         if let Err(e) = s.master.notify_offload_failure(s.id, &failed) {
             tracing::debug!(error = %e, "reporting failed offloads");
         }
+    }
+}
+
+/// Copies the disk-only object `key` back into memory: the master places
+/// it (on this client's segments when they have room), the tier reads it
+/// there, PutEnd publishes it. A replica elsewhere is given up (the next
+/// hits ask again).
+fn promote(s: &TierShared, key: &str) {
+    let descs = match s.master.promotion_start(s.id, key) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(key, error = %e, "promotion not started");
+            return;
+        }
+    };
+    let now = s.now();
+    let filled = descs.iter().all(|d| {
+        let Some(m) = d.memory() else { return false };
+        match s.own_range_mut(m.buffer_address, m.size) {
+            Some(dst) => s.tier.read(key, dst, now).is_ok(),
+            None => false,
+        }
+    });
+    let done = if filled {
+        s.master.put_end(s.id, key)
+    } else {
+        s.master.put_revoke(s.id, key)
+    };
+    if let Err(e) = done {
+        tracing::debug!(key, error = %e, "ending a promotion failed");
     }
 }
 

@@ -167,6 +167,9 @@ impl MasterService {
             Q::NotifyOffloadFailure { client_id, keys } => A::Unit {
                 result: self.notify_offload_failure(client_id, &keys),
             },
+            Q::PromotionStart { client_id, key } => A::Replicas {
+                result: self.promotion_start(client_id, key, now),
+            },
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },

@@ -111,10 +111,13 @@ impl MasterService {
         if !self.disk.has_tier(client) {
             return Err(no_tier(client));
         }
-        let (tasks, removes) = self.disk.take(client, max as usize);
+        let taken = self
+            .disk
+            .take(client, max as usize, self.offload.promote_per_poll);
+        let tasks = taken.tasks;
         let mut batch = OffloadBatch {
             tasks: Vec::with_capacity(tasks.len()),
-            removes,
+            ..taken
         };
         for task in tasks {
             let mut shard = self.objects.lock(&task.key);
@@ -236,6 +239,73 @@ impl MasterService {
                 Ok(())
             })
             .collect()
+    }
+
+    /// Promotion: memory replicas (preferably on `client`'s own segments)
+    /// for the disk-only object `key` whose copy `client` holds. The object
+    /// is a put in flight by `client` until its PutEnd; its copy stays.
+    pub fn promotion_start(
+        &self,
+        client: ClientId,
+        key: &str,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
+        check_key(key)?;
+        self.disk.promotion_taken(key);
+        let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
+        let copy = self.disk.copy(key).filter(|c| c.owner == client);
+        let Some(copy) = copy.filter(|_| !shard.map.contains_key(key)) else {
+            return Err(Error::new(
+                ErrorCode::OBJECT_NOT_FOUND,
+                format!("{key:?} is not a disk-only object of this tier"),
+            ));
+        };
+        let own: Vec<String> = self
+            .segments
+            .all()
+            .iter()
+            .filter(|s| s.owner == client)
+            .map(|s| s.info.name.clone())
+            .collect();
+        let cfg = crate::types::ReplicateConfig {
+            preferred_segments: own,
+            ..Default::default()
+        };
+        let replicas = crate::master::objects::Replicas::from_vec(self.place(copy.size, &cfg)?);
+        let descs = replicas.descriptors(copy.size, ReplicaStatus::Processing);
+        let start = crate::master::mutation::ObjectOp::PutStart {
+            client,
+            size: copy.size,
+            pins: 0,
+            now,
+            write: crate::master::mutation::Write::Fresh(replicas),
+        };
+        self.apply_in(&mut shard, key, start);
+        Ok(descs)
+    }
+
+    /// A PutEnd of `key` whose copy is still recorded (a promotion): the
+    /// object in memory is flagged as having it.
+    pub(super) fn reflag_copy(&self, key: &str, obj: &mut ObjectMeta) {
+        if let Some(copy) = self.disk.copy(key) {
+            if !obj.is_on_disk() && copy.size == obj.size {
+                let op = DiskOp::AddCopy {
+                    client: copy.owner,
+                    key,
+                    size: copy.size,
+                };
+                self.apply_copy(Some(obj), op);
+            }
+        }
+    }
+
+    /// A read found `key` on disk only: count it towards a promotion.
+    pub(super) fn disk_hit(&self, key: &str, owner: ClientId) {
+        let p = &self.offload;
+        if p.promote_on_hit {
+            self.disk.hit(key, owner, p.promote_after, p.promote_limit);
+        }
     }
 
     // ---- what the rest of the service asks ----------------------------

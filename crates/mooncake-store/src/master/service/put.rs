@@ -149,7 +149,8 @@ impl MasterService {
             readers_until: obj.lease_until,
         };
         self.apply_in(&mut shard, key, end);
-        if let Some(obj) = shard.map.get(key) {
+        if let Some(obj) = shard.map.get_mut(key) {
+            self.reflag_copy(key, obj);
             self.offload_at_put_end(key, obj);
         }
         Ok(())

@@ -52,7 +52,12 @@ impl MasterService {
         });
         let replicas = match in_memory {
             Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
-                Some((d, _)) => vec![d],
+                Some((d, _)) => {
+                    if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
+                        self.disk_hit(key, l.client_id);
+                    }
+                    vec![d]
+                }
                 None => return Err(e),
             },
             r => r?,

@@ -139,3 +139,37 @@ fn tiers_need_offload_enabled() {
         ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS
     );
 }
+
+#[test]
+fn a_disk_only_object_read_often_is_promoted() {
+    let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
+        enabled: true,
+        promote_on_hit: true,
+        promote_after: 2,
+        ..OffloadPolicy::default()
+    });
+    s.mount_segment(A, &seg("a", 0x10_000, 16 * 1024), 0)
+        .unwrap();
+    s.mount_local_disk(A, "dir-a", "a-host:9", 1 << 30, 0)
+        .unwrap();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert!(s
+        .fetch_offload_tasks(A, 10, 2)
+        .unwrap()
+        .promotions
+        .is_empty());
+    s.get_replica_list("p", 3).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 4).unwrap().promotions, ["p"]);
+    // Only the copy's owner promotes.
+    assert!(s.promotion_start(B, "p", 5).is_err());
+    let descs = s.promotion_start(A, "p", 5).unwrap();
+    assert_eq!(descs.len(), 1);
+    assert_eq!(descs[0].memory().unwrap().segment_name, "a");
+    s.put_end(A, "p", 6).unwrap();
+    let reps = s.get_replica_list("p", 7).unwrap().replicas;
+    assert!(matches!(reps[0].kind, ReplicaKind::Memory(_)));
+    assert!(reps.iter().any(is_local_disk), "the copy stays");
+    // In memory with its copy: eviction may take it again at once.
+    assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
+}
