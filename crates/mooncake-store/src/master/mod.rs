@@ -22,6 +22,7 @@ mod disk;
 mod eviction;
 pub mod ha;
 mod http;
+mod leader_label;
 mod leases;
 mod metrics;
 mod mutation;
