@@ -37,6 +37,8 @@ pub struct Args {
     /// Engine name `host[:port]` (default: from `--host`).
     #[arg(long, default_value = "")]
     pub local_hostname: String,
+    /// Run an SSD tier next to the segment, configured by the
+    /// `MOONCAKE_OFFLOAD_*` variables (the master needs `--enable_offload`).
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub enable_offload: bool,
     /// Accepted for compatibility; each dummy connection gets its own thread.
@@ -75,6 +77,7 @@ impl Args {
                 protocol: self.protocol.clone(),
                 device_name: self.device_names.clone(),
                 master_server_address: self.master_server_address.clone(),
+                enable_offload: self.enable_offload,
                 ..ClientConfig::default()
             },
             host: self.host.clone(),
@@ -102,11 +105,6 @@ pub fn main(argv: Vec<String>) -> i32 {
         Err(code) => return code,
     };
     crate::logging::init();
-    if args.enable_offload {
-        tracing::warn!(
-            "--enable_offload: the SSD tier is not part of this build; serving memory only"
-        );
-    }
     let config = args.service_config();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

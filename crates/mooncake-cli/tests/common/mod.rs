@@ -149,7 +149,7 @@ pub fn segments_of(client: &Client, key: &str) -> Vec<String> {
         .into_iter()
         .filter_map(|r| match r.kind {
             ReplicaKind::Memory(m) => Some(m.segment_name),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         })
         .collect();
     v.sort();

@@ -31,6 +31,8 @@ struct SetupArgs {
     master_server_addr: Option<String>,
     /// `enable_client_http_server`: the port of the client HTTP server.
     http_port: Option<u16>,
+    enable_ssd_offload: bool,
+    ssd_offload_path: Option<String>,
 }
 
 /// The client HTTP port asked for: `client_http_port` (default 9300) when
@@ -57,6 +59,8 @@ impl SetupArgs {
                 .master_server_addr
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            enable_offload: self.enable_ssd_offload,
+            offload_path: self.ssd_offload_path,
             ..defaults
         }
     }
@@ -93,6 +97,13 @@ impl SetupArgs {
                     .map(|v| v.extract::<u64>().map_err(|_| INVALID))
                     .transpose()?,
             )?,
+            enable_ssd_offload: d
+                .get_item("enable_ssd_offload")
+                .ok()
+                .flatten()
+                .and_then(|v| v.extract::<bool>().ok())
+                .unwrap_or(false),
+            ssd_offload_path: dict_str(d, "ssd_offload_path"),
         })
     }
 }
@@ -219,7 +230,7 @@ impl PyStore {
         enable_client_http_server: Flag,
         client_http_port: Option<Unsigned>,
     ) -> PyResult<i32> {
-        let _ = (engine, enable_ssd_offload, ssd_offload_path, tenant_id);
+        let _ = (engine, tenant_id);
         let args = if let Ok(d) = local_hostname.downcast::<PyDict>() {
             if metadata_server.is_some() {
                 return Err(PyTypeError::new_err(
@@ -253,6 +264,8 @@ impl PyStore {
                     Ok(p) => p,
                     Err(c) => return Ok(c),
                 },
+                enable_ssd_offload: enable_ssd_offload.0,
+                ssd_offload_path,
             }
         };
         let http = args.http_port;

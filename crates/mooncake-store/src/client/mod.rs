@@ -16,6 +16,7 @@
 mod buffer;
 pub mod config;
 pub mod dummy;
+pub mod offload;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
 mod dummy_server;

@@ -120,7 +120,7 @@ fn replica_json(replicas: &[ReplicaDesc]) -> Vec<ReplicaJson<'_>> {
                 protocol_: "tcp",
                 transport_endpoint_: &m.transport_endpoint,
             }),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         })
         .collect()
 }

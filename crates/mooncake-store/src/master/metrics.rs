@@ -407,13 +407,14 @@ impl MasterMetrics {
         self.reads.valid.inc();
         let mem = found.replicas.iter().find_map(|r| match &r.kind {
             ReplicaKind::Memory(m) => Some(m.size),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         });
         if let Some(size) = mem {
             self.reads.mem_hits.inc();
             self.reads.mem_bytes.inc_by(size);
         } else if let Some(size) = found.replicas.iter().find_map(|r| match &r.kind {
             ReplicaKind::Disk(d) => Some(d.object_size),
+            ReplicaKind::LocalDisk(d) => Some(d.object_size),
             ReplicaKind::Memory(_) => None,
         }) {
             self.reads.file_hits.inc();
@@ -525,6 +526,14 @@ impl MasterMetrics {
         self.released_puts.set(as_i64(load(&c.released_puts)));
         self.discarded_staging
             .set(as_i64(svc.discarded_staging_bytes()));
+        let (file_used, file_cap, file_values) = svc.disk_usage();
+        self.file_tier.set_usage(file_used, file_cap);
+        self.file_tier.set_cached_values(file_values);
+        // Disk-replica evictions are counted by the service (the tier's
+        // eviction calls them), so their families follow its counters.
+        let evict = self.single(Op::EvictDiskReplica);
+        sync(&evict.requests, load(&c.evict_disk_replica_requests));
+        sync(&evict.failures, load(&c.evict_disk_replica_failures));
     }
 
     /// Refreshes the gauges from the service and renders the text format.

@@ -18,6 +18,7 @@
 pub mod allocator;
 mod clients;
 mod config;
+mod disk;
 mod eviction;
 pub mod ha;
 mod http;
@@ -37,7 +38,7 @@ mod status;
 mod tasks;
 
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
-pub use policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+pub use policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};
 pub use server::MasterServer;
 pub use service::{MasterService, MasterStats, SegmentSummary, TickReport};

@@ -28,6 +28,8 @@ use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::metrics::{ClientMetrics, Route};
+use super::offload::service::TierPeers;
+use super::offload::Offload;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -60,6 +62,10 @@ pub(crate) struct RealClient {
     executor: Mutex<Option<Worker>>,
     /// Store client metrics (`MC_STORE_CLIENT_METRIC`).
     pub(crate) metrics: Option<Arc<ClientMetrics>>,
+    /// This client's SSD tier, when it runs one.
+    offload: Mutex<Option<Offload>>,
+    /// Other storage clients' tier services (reads of disk-only objects).
+    tier_peers: TierPeers,
 }
 
 impl RealClient {
@@ -169,6 +175,9 @@ impl Backend for RealClient {
         }
         if let Some(ex) = self.executor.lock().take() {
             ex.stop();
+        }
+        if let Some(mut tier) = self.offload.lock().take() {
+            tier.stop();
         }
         self.unmount_all();
         Ok(())

@@ -11,11 +11,14 @@ use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
 use super::super::metrics;
+use super::super::offload::service::TierPeers;
+use super::super::offload::{Offload, OffloadSetup};
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
 use super::{worker, MountedSegment, RealClient};
 use crate::master_client::MasterClient;
+use crate::tier::TierConfig;
 use crate::types::{ClientId, SegmentInfo};
 
 /// Largest single buffer one mounted segment uses; bigger contributions are
@@ -60,6 +63,8 @@ impl RealClient {
             heartbeat: Mutex::new(None),
             executor: Mutex::new(None),
             metrics: None,
+            offload: Mutex::new(None),
+            tier_peers: TierPeers::default(),
         };
         let cluster = process_env("MC_STORE_CLUSTER_ID");
         client.metrics = metrics::from_env("real", cluster.as_deref(), process_env);
@@ -88,7 +93,45 @@ impl RealClient {
             .collect();
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
         *client.heartbeat.lock() = Some(worker::heartbeat(client.master.clone(), id, infos));
+        if config.enable_offload {
+            if let Err(e) = client.start_offload(&config) {
+                client.unmount_all();
+                return Err(e.with_context("starting the SSD tier"));
+            }
+        }
         Ok(client)
+    }
+
+    /// Starts the SSD tier (`MOONCAKE_OFFLOAD_*`, the path from `config`
+    /// first); its staging buffer counts as this client's own memory, so
+    /// reads of its own disk-only objects are plain copies.
+    fn start_offload(&mut self, config: &ClientConfig) -> Result<()> {
+        if self.segments.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "an SSD tier needs a segment (global_segment_size > 0)",
+            ));
+        }
+        let path = config.offload_path.clone().filter(|p| !p.is_empty());
+        let lookup = |name: &str| match (name, &path) {
+            ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Some(p)) => Some(p.clone()),
+            _ => process_env(name),
+        };
+        let tier_config = TierConfig::from_lookup(&lookup)
+            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+        let setup = OffloadSetup {
+            id: self.id,
+            master: self.master.clone(),
+            engine: &self.engine,
+            engine_endpoint: self.site.endpoint.clone(),
+            host: self.site.host.clone(),
+            segments: self.segments.iter().map(|s| (s.addr, s.len)).collect(),
+        };
+        let offload = Offload::start(tier_config, setup)?;
+        let (base, len) = offload.shared().staging_range();
+        self.site.segments.push((base as u64, len as u64));
+        *self.offload.lock() = Some(offload);
+        Ok(())
     }
 
     fn mount_segments(&mut self, total: u64) -> Result<()> {

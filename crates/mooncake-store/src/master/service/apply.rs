@@ -364,6 +364,7 @@ impl MasterService {
             Mutation::FreeRetired { now } => {
                 self.apply_free_retired(now);
             }
+            Mutation::Disk(op) => self.replay_disk(op),
         }
         Ok(())
     }
