@@ -5,6 +5,7 @@ use mooncake_common::size::parse_size;
 use mooncake_common::Error;
 use mooncake_store::client::ClientConfig;
 use mooncake_store::Client;
+use mooncake_transfer::TransferEngine;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -28,6 +29,52 @@ struct SetupArgs {
     protocol: Option<String>,
     device_name: Option<String>,
     master_server_addr: Option<String>,
+    extras: Extras,
+}
+
+/// The keywords beyond the engine's and the master's.
+#[derive(Default)]
+struct Extras {
+    enable_ssd_offload: bool,
+    ssd_offload_path: Option<String>,
+    tenant_id: Option<String>,
+    enable_client_http_server: bool,
+    client_http_port: Option<u64>,
+}
+
+impl Extras {
+    /// What setup warns about: each keyword given a value this build does
+    /// not act on, with why. `tenant_id` names a namespace only on a master
+    /// with `--enable_multi_tenants`, which ours does not offer; elsewhere
+    /// the reference puts every tenant's objects in the default one too.
+    fn without_effect(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.enable_ssd_offload
+            || self
+                .ssd_offload_path
+                .as_deref()
+                .is_some_and(|p| !p.is_empty())
+        {
+            out.push("enable_ssd_offload/ssd_offload_path: no SSD tier in this build".to_owned());
+        }
+        if let Some(t) = self
+            .tenant_id
+            .as_deref()
+            .filter(|t| !t.is_empty() && *t != "default")
+        {
+            out.push(format!(
+                "tenant_id={t:?}: the master has no multi-tenant mode, objects go to the \
+                 default tenant (as on a reference master without --enable_multi_tenants)"
+            ));
+        }
+        if self.enable_client_http_server || self.client_http_port.is_some() {
+            out.push(
+                "enable_client_http_server/client_http_port: no client HTTP server in this build"
+                    .to_owned(),
+            );
+        }
+        out
+    }
 }
 
 impl SetupArgs {
@@ -68,6 +115,17 @@ impl SetupArgs {
             device_name: dict_str(d, "rdma_devices").or_else(|| dict_str(d, "device_name")),
             master_server_addr: dict_str(d, "master_server_addr")
                 .or_else(|| dict_str(d, "master_server_address")),
+            extras: Extras {
+                enable_ssd_offload: dict_flag(d, "enable_ssd_offload"),
+                ssd_offload_path: dict_str(d, "ssd_offload_path"),
+                tenant_id: dict_str(d, "tenant_id"),
+                enable_client_http_server: dict_flag(d, "enable_client_http_server"),
+                client_http_port: d
+                    .get_item("client_http_port")
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.extract::<u64>().ok()),
+            },
         })
     }
 }
@@ -85,6 +143,15 @@ fn dict_size(d: &Bound<'_, PyDict>, key: &str, default: u64) -> Result<u64, i32>
         Ok(s) => parse_size(&s).map_err(|_| INVALID),
         Err(_) => Err(INVALID),
     }
+}
+
+/// A boolean entry (`True`, `1`, `"true"`, ...); false when absent or unreadable.
+fn dict_flag(d: &Bound<'_, PyDict>, key: &str) -> bool {
+    d.get_item(key)
+        .ok()
+        .flatten()
+        .and_then(|v| v.extract::<Flag>().ok())
+        .is_some_and(|f| f.0)
 }
 
 fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
@@ -119,7 +186,12 @@ impl PyStore {
         })
     }
 
-    fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+    fn setup_config(
+        &self,
+        py: Python<'_>,
+        mut cfg: ClientConfig,
+        engine: Option<TransferEngine>,
+    ) -> i32 {
         cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
@@ -127,7 +199,10 @@ impl PyStore {
         if let Err(e) = cfg.validate() {
             return code(&e);
         }
-        self.start(py, move || Client::setup(&cfg))
+        self.start(py, move || match engine {
+            Some(engine) => Client::setup_with_engine(&cfg, engine),
+            None => Client::setup(&cfg),
+        })
     }
 }
 
@@ -170,14 +245,16 @@ impl PyStore {
         enable_client_http_server: Flag,
         client_http_port: Option<Unsigned>,
     ) -> PyResult<i32> {
-        let _ = (
-            engine,
-            enable_ssd_offload,
+        let extras = Extras {
+            enable_ssd_offload: enable_ssd_offload.0,
             ssd_offload_path,
             tenant_id,
-            enable_client_http_server,
-            client_http_port,
-        );
+            enable_client_http_server: enable_client_http_server.0,
+            client_http_port: client_http_port.map(|p| p.0),
+        };
+        // The engine's Python wrapper keeps it alive; the store holds its own
+        // handle, so the engine also outlives a wrapper dropped first.
+        let engine = engine.map(|e| e.engine().clone());
         let args = if let Ok(d) = local_hostname.downcast::<PyDict>() {
             if metadata_server.is_some() {
                 return Err(PyTypeError::new_err(
@@ -196,6 +273,7 @@ impl PyStore {
                 ));
             };
             SetupArgs {
+                extras,
                 local_hostname,
                 metadata_server,
                 global_segment_size: global_segment_size.map_or(16 * MIB, |u| u.0),
@@ -206,7 +284,10 @@ impl PyStore {
                 master_server_addr,
             }
         };
-        Ok(self.setup_config(py, args.config()))
+        for what in args.extras.without_effect() {
+            tracing::warn!("setup: {what}");
+        }
+        Ok(self.setup_config(py, args.config(), engine))
     }
 
     /// Joins as a "dummy" client of the `mooncake_client` at `server_address`.
@@ -239,7 +320,7 @@ impl PyStore {
         cfg.protocol = protocol;
         cfg.device_name = device_name;
         cfg.global_segment_size = mount_segment_size;
-        self.setup_config(py, cfg)
+        self.setup_config(py, cfg, None)
     }
 
     /// Leaves the cluster (this client's segment and its objects go away).

@@ -31,6 +31,7 @@ mod validate;
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::TransferEngine;
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
@@ -246,7 +247,19 @@ impl Client {
     /// The `MC_STORE_*` environment variables override `config` (see
     /// [`ClientConfig::apply_env`]).
     pub fn setup(config: &ClientConfig) -> Result<Client> {
-        let client = Arc::new(real::RealClient::setup(config)?);
+        let client = Arc::new(real::RealClient::setup(config, None)?);
+        client.start_executor();
+        Ok(Client { inner: client })
+    }
+
+    /// [`Client::setup`] on an engine the caller already runs (and keeps
+    /// using): the client takes the engine's name, metadata server and port,
+    /// and ignores `config`'s `local_hostname`, `metadata_server`, `protocol`
+    /// and `device_name`. Closing the client frees what it put on the engine
+    /// (its segments, staging pool and registered buffers) and leaves the
+    /// engine running.
+    pub fn setup_with_engine(config: &ClientConfig, engine: TransferEngine) -> Result<Client> {
+        let client = Arc::new(real::RealClient::setup(config, Some(engine))?);
         client.start_executor();
         Ok(Client { inner: client })
     }

@@ -146,7 +146,7 @@ pub struct StoreService {
 impl StoreService {
     /// Starts the real client (mounting its segment) and listens for dummies.
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
-        let client = Arc::new(RealClient::setup(&config.client)?);
+        let client = Arc::new(RealClient::setup(&config.client, None)?);
         client.start_executor();
         let socket_error = |e: std::io::Error| {
             Error::new(

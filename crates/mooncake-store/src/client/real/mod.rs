@@ -46,6 +46,8 @@ pub(crate) struct RealClient {
     id: ClientId,
     master: MasterClient,
     engine: TransferEngine,
+    /// The port in this client's name, held while it lives (see `setup`).
+    _name_claim: Option<socket2::Socket>,
     /// The engine endpoint and host, the mounted segments, memcpy on or off.
     site: Site,
     segments: Vec<MountedSegment>,
@@ -126,6 +128,24 @@ impl RealClient {
 impl Drop for RealClient {
     fn drop(&mut self) {
         let _ = Backend::close(self);
+        // No call is in flight any more. The engine may outlive this client
+        // (a shared one): take back what the client put on it, so it never
+        // serves memory unmapped below.
+        for seg in &self.segments {
+            if let Err(e) = self.engine.free_managed_buffer(seg.addr, seg.len) {
+                tracing::warn!(segment = %seg.info.name, error = %e, "freeing segment");
+            }
+        }
+        let buffers = self.registry.all().into_iter().map(|(addr, _)| addr);
+        for addr in self
+            .staging
+            .as_ref()
+            .map(|s| s.base())
+            .into_iter()
+            .chain(buffers)
+        {
+            let _ = self.engine.unregister_local_memory(addr);
+        }
     }
 }
 
