@@ -208,3 +208,42 @@ for hint in ["", "unspec", "rdma", "rdma", "nvlink"]:
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("transport_hint") == 2, out.stderr
     assert '"rdma"' in out.stderr and '"nvlink"' in out.stderr
+
+
+HOLDER_SCRIPT = """
+import sys, time
+from mooncake.store import MooncakeDistributedStore
+s = MooncakeDistributedStore()
+rc = s.setup("127.0.0.1", sys.argv[2], 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
+print("ready", rc, s.put("held-key", b"z" * (1 << 20)), flush=True)
+time.sleep(600)
+"""
+
+
+def test_replica_holder_gone_is_transfer_fail(cluster):
+    """The only replica's holder killed (its segment still listed): reads
+    answer TRANSFER_FAIL (-800) as the reference's do, never an engine
+    number that reads as a store code (ERR_METADATA -200, ERR_SOCKET -102)."""
+    import ctypes
+    import signal
+
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER_SCRIPT, cluster.master, cluster.metadata],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert p.stdout.readline().split() == ["ready", "0", "0"]
+        s = new_store(cluster, segment=0)
+        buf = ctypes.create_string_buffer(2 * MB)
+        addr = ctypes.addressof(buf)
+        assert s.register_buffer(addr, 2 * MB) == 0
+        assert s.get_into("held-key", addr, 2 * MB) == MB
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        assert s.get_into("held-key", addr, 2 * MB) == -800
+        assert s.batch_get_into(["held-key"], [addr], [2 * MB]) == [-800]
+        assert s.get("held-key") == b""
+        s.close()
+    finally:
+        p.kill()
+        p.wait()

@@ -16,6 +16,10 @@ pub(crate) const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 /// The number a failed store call returns: a destination smaller than the
 /// object, a bad key or an unregistered destination are INVALID_PARAMS; a
 /// cluster without a segment to place an object in is NO_AVAILABLE_HANDLE.
+/// Any other engine failure (`ERR_*`: a peer's segment not published, a
+/// refused connection, ...) is TRANSFER_FAIL, as the reference's store
+/// reports every failed open, submit or transfer; its engine numbers would
+/// read as store codes (`ERR_METADATA` -200 is `NO_AVAILABLE_HANDLE`).
 pub(crate) fn code(e: &Error) -> i32 {
     match e.code {
         ErrorCode::BUFFER_OVERFLOW
@@ -23,8 +27,15 @@ pub(crate) fn code(e: &Error) -> i32 {
         | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
         | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
         ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
+        c if is_engine(c) => ErrorCode::TRANSFER_FAIL.code(),
         c => c.code(),
     }
+}
+
+/// The transfer engine's codes (the reference's `error.h`), as opposed to
+/// the store's.
+fn is_engine(c: ErrorCode) -> bool {
+    c.name().starts_with("ERR_")
 }
 
 /// 0 or the code. A put of an existing key is a success that keeps the
@@ -177,6 +188,23 @@ mod tests {
             assert_eq!(code(&err(c)), -600, "{c}");
         }
         assert_eq!(code(&err(ErrorCode::SEGMENT_NOT_FOUND)), -200);
+        for c in [
+            ErrorCode::ERR_METADATA,
+            ErrorCode::ERR_ENDPOINT,
+            ErrorCode::ERR_SOCKET,
+            ErrorCode::ERR_DNS,
+            ErrorCode::ERR_MALFORMED_JSON,
+            ErrorCode::ERR_REJECT_HANDSHAKE,
+            ErrorCode::ERR_TOO_MANY_REQUESTS,
+            ErrorCode::ERR_BATCH_BUSY,
+            ErrorCode::ERR_DEVICE_NOT_FOUND,
+            ErrorCode::ERR_ADDRESS_OVERLAPPED,
+        ] {
+            assert_eq!(code(&err(c)), -800, "{c}");
+            assert_eq!(status(Err(err(c))), -800, "{c}");
+        }
+        assert_eq!(per_key(1, Err(err(ErrorCode::ERR_METADATA))), vec![-800]);
+        assert_eq!(count::<u64>(Err(err(ErrorCode::ERR_SOCKET))), -800);
         assert_eq!(code(&err(ErrorCode::NO_AVAILABLE_HANDLE)), -200);
         assert_eq!(code(&err(ErrorCode::OBJECT_NOT_FOUND)), -704);
         assert_eq!(

@@ -19,6 +19,6 @@ pub mod proto;
 mod rpc;
 pub mod types;
 
+pub use client::rust_api::ReplicateConfig;
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
 pub use master_client::MasterClient;
-pub use types::ReplicateConfig;

@@ -11,18 +11,19 @@
 //!   it so object bytes never cross the RPC socket.
 //! - `config`: [`ClientConfig`], including the one place client environment
 //!   variables are read.
-//! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
+//! - `rust_api`: the reference crate's `MooncakeStore` on top of [`Client`].
 
 mod buffer;
 pub mod config;
 pub mod dummy;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
+mod prefault;
 mod ranges;
 mod real;
 mod registry;
 mod replica;
-mod rust_api;
+pub mod rust_api;
 pub mod service;
 mod shm;
 pub mod staging;
@@ -35,7 +36,7 @@ use mooncake_transfer::TransferEngine;
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
-pub use rust_api::{MooncakeStore, StoreError, StoreResult};
+pub use rust_api::{store_code, MooncakeStore, StoreError};
 pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
 pub(crate) use ranges::RangeRead;

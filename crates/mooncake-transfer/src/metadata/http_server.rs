@@ -87,6 +87,8 @@ impl MetadataStore for MemoryStore {
 pub(crate) fn router(store: MemoryStore) -> Router {
     Router::new()
         .route("/metadata", get(get_key).put(put_key).delete(delete_key))
+        // What the reference master's embedded server answers to probes.
+        .route("/health", get(|| async { "OK" }))
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
         .with_state(store)
 }

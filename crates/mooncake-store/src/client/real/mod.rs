@@ -26,6 +26,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::prefault::Prefault;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -58,6 +59,8 @@ pub(crate) struct RealClient {
     closed: AtomicBool,
     heartbeat: Mutex<Option<Worker>>,
     executor: Mutex<Option<Worker>>,
+    /// Faulting in the segments and staging pool after setup.
+    prefault: Mutex<Option<Prefault>>,
 }
 
 fn closed_err() -> Error {
@@ -170,6 +173,9 @@ impl Backend for RealClient {
     fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Some(mut p) = self.prefault.lock().take() {
+            p.stop();
         }
         if let Some(hb) = self.heartbeat.lock().take() {
             hb.stop();

@@ -10,6 +10,7 @@ use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
@@ -78,6 +79,7 @@ impl RealClient {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             executor: Mutex::new(None),
+            prefault: Mutex::new(None),
         };
         // Introduce ourselves (a pure client mounts nothing), then mount.
         match client.master.ping(id) {
@@ -91,6 +93,14 @@ impl RealClient {
             .iter()
             .map(|s| (s.addr as u64, s.len as u64))
             .collect();
+        let mut fresh: Vec<(usize, usize)> =
+            client.segments.iter().map(|s| (s.addr, s.len)).collect();
+        if let Some(pool) = &client.staging {
+            fresh.push((pool.base(), pool.capacity() as usize));
+        }
+        // SAFETY: segments and staging pool stay mapped until the client is
+        // dropped, and `close` (first thing in drop) stops the prefault.
+        *client.prefault.lock() = unsafe { Prefault::start(fresh) };
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
         *client.heartbeat.lock() = Some(worker::heartbeat(client.master.clone(), id, infos));
         Ok(client)
