@@ -13,29 +13,11 @@ pub(crate) const NOT_READY: i32 = ErrorCode::INTERNAL_ERROR as i32;
 pub(crate) const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 pub(crate) const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
-/// The number a failed store call returns: a destination smaller than the
-/// object, a bad key or an unregistered destination are INVALID_PARAMS; a
-/// cluster without a segment to place an object in is NO_AVAILABLE_HANDLE.
-/// Any other engine failure (`ERR_*`: a peer's segment not published, a
-/// refused connection, ...) is TRANSFER_FAIL, as the reference's store
-/// reports every failed open, submit or transfer; its engine numbers would
-/// read as store codes (`ERR_METADATA` -200 is `NO_AVAILABLE_HANDLE`).
+/// The number a failed store call returns, as the reference's store does
+/// (see [`mooncake_store::client::store_code`]: engine failures are
+/// TRANSFER_FAIL, bad destinations INVALID_PARAMS, ...).
 pub(crate) fn code(e: &Error) -> i32 {
-    match e.code {
-        ErrorCode::BUFFER_OVERFLOW
-        | ErrorCode::INVALID_KEY
-        | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
-        | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
-        ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
-        c if is_engine(c) => ErrorCode::TRANSFER_FAIL.code(),
-        c => c.code(),
-    }
-}
-
-/// The transfer engine's codes (the reference's `error.h`), as opposed to
-/// the store's.
-fn is_engine(c: ErrorCode) -> bool {
-    c.name().starts_with("ERR_")
+    mooncake_store::client::store_code(e)
 }
 
 /// 0 or the code. A put of an existing key is a success that keeps the

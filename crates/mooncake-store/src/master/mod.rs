@@ -18,6 +18,8 @@
 pub mod allocator;
 mod clients;
 mod config;
+mod drain;
+mod drain_http;
 mod eviction;
 pub mod ha;
 mod http;
