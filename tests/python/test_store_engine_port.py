@@ -10,13 +10,14 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.parse
 import urllib.request
 
 import procs
-from conftest import new_store
+from conftest import Cluster, new_store
 from mooncake.engine import TransferEngine
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 MB = 1 << 20
 
@@ -153,7 +154,7 @@ def test_store_on_a_shared_engine(cluster):
 
 SETUP_SCRIPT = """
 import sys
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 master, metadata, kw = sys.argv[1], sys.argv[2], eval(sys.argv[3])
 s = MooncakeDistributedStore()
 if kw.pop("_dict", False):
@@ -212,7 +213,7 @@ for hint in ["", "unspec", "rdma", "rdma", "nvlink"]:
 
 HOLDER_SCRIPT = """
 import sys, time
-from mooncake.store import MooncakeDistributedStore
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 s = MooncakeDistributedStore()
 rc = s.setup("127.0.0.1", sys.argv[2], 16 << 20, 16 << 20, "tcp", "", sys.argv[1])
 print("ready", rc, s.put("held-key", b"z" * (1 << 20)), flush=True)
@@ -220,13 +221,15 @@ time.sleep(600)
 """
 
 
-def test_replica_holder_gone_is_transfer_fail(cluster):
+def test_replica_holder_gone_is_transfer_fail():
     """The only replica's holder killed (its segment still listed): reads
     answer TRANSFER_FAIL (-800) as the reference's do, never an engine
-    number that reads as a store code (ERR_METADATA -200, ERR_SOCKET -102)."""
+    number that reads as a store code (ERR_METADATA -200, ERR_SOCKET -102).
+    A cluster of its own: the dead segment stays listed for a while."""
     import ctypes
     import signal
 
+    cluster = Cluster()
     p = subprocess.Popen(
         [sys.executable, "-c", HOLDER_SCRIPT, cluster.master, cluster.metadata],
         stdout=subprocess.PIPE, text=True,
@@ -247,3 +250,77 @@ def test_replica_holder_gone_is_transfer_fail(cluster):
     finally:
         p.kill()
         p.wait()
+        assert cluster.stop() == 0
+
+
+def test_a_name_in_use_is_refused_and_its_owner_keeps_it(cluster):
+    name = f"127.0.0.1:{procs.free_port()}"
+    first, rc = setup_store(cluster, name)
+    assert rc == 0
+    try:
+        owner = rpc_meta(cluster, name)
+        second, rc = setup_store(cluster, name)
+        assert rc == -600, "the metadata server refuses a second rpc_meta value, as the reference's"
+        assert rpc_meta(cluster, name) == owner, "the refused engine removed nothing"
+        assert first.put("name-in-use", b"still mine") == 0
+        other = new_store(cluster)
+        try:
+            assert other.get("name-in-use") == b"still mine"
+        finally:
+            other.close()
+    finally:
+        first.close()
+
+
+def test_metadata_server_keeps_the_first_rpc_meta(cluster):
+    key = urllib.parse.quote(f"mooncake/rpc_meta/dup-{os.getpid()}", safe="")
+    url = f"{cluster.metadata}?key={key}"
+
+    def put(body):
+        req = urllib.request.Request(url, data=body, method="PUT")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    assert put(b'{"a":1}') == (200, b"metadata updated")
+    assert put(b'{"a":1}') == (200, b"metadata unchanged")
+    assert put(b'{"a":2}') == (400, b"Duplicate rpc_meta key not allowed")
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.read() == b'{"a":1}'
+    urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=10).close()
+
+
+def test_rdma_without_a_nic_runs_as_the_reference(cluster):
+    """No RDMA NIC here (nor an RDMA transport in this build): `rdma` without
+    devices serves over TCP, naming devices fails setup (-600 with a named
+    port), and the engine starts either way, as the reference's do."""
+    s = MooncakeDistributedStore()
+    name = f"127.0.0.1:{procs.free_port()}"
+    assert s.setup(name, cluster.metadata, 32 * MB, 16 * MB, "rdma", "", cluster.master) == 0
+    try:
+        # Placed here: the session's cluster may list a killed holder's segment.
+        cfg = ReplicateConfig()
+        cfg.preferred_segment = name
+        assert s.put("rdma-key", b"r" * 100_000, cfg) == 0
+        reader = new_store(cluster, segment=0)
+        try:
+            assert reader.get("rdma-key") == b"r" * 100_000
+        finally:
+            reader.close()
+    finally:
+        s.close()
+    d = MooncakeDistributedStore()
+    assert d.setup(f"127.0.0.1:{procs.free_port()}", cluster.metadata, 32 * MB, 16 * MB, "rdma", "mlx5_0",
+                   cluster.master) == -600
+    for device in ["", "mlx5_0"]:
+        e = TransferEngine()
+        assert e.initialize(f"127.0.0.1:{procs.free_port()}", cluster.metadata, "rdma", device) == 0
+
+
+def test_failed_join_with_a_named_port_is_invalid_params(cluster):
+    dead = f"http://127.0.0.1:{procs.free_port()}/metadata"
+    s = MooncakeDistributedStore()
+    assert s.setup(f"127.0.0.1:{procs.free_port()}", dead, 16 * MB, 16 * MB, "tcp", "", cluster.master) == -600
+    assert s.setup("127.0.0.1", dead, 16 * MB, 16 * MB, "tcp", "", cluster.master) == -1

@@ -75,11 +75,14 @@ pub(crate) fn exist(r: Result<bool, Error>) -> i32 {
     }
 }
 
-/// A failed `setup`: -600 for bad arguments, -1 for any failure to join
-/// (master or metadata server unreachable, unknown protocol), as in the
-/// reference.
-pub(crate) fn setup(e: &Error) -> i32 {
-    if e.code == ErrorCode::INVALID_PARAMS {
+/// A failed `setup`: -600 for bad arguments; any other failure to join
+/// (master or metadata server unreachable, a name already taken, RDMA
+/// devices not found) is -600 when `local_hostname` names a port and -1
+/// when it does not, as in the reference (whose setup reports a failed
+/// client creation as INVALID_PARAMS, and a failed search for a free port
+/// as INTERNAL_ERROR).
+pub(crate) fn setup(e: &Error, named_port: bool) -> i32 {
+    if e.code == ErrorCode::INVALID_PARAMS || named_port {
         INVALID
     } else {
         NOT_READY
@@ -242,9 +245,11 @@ mod tests {
 
     #[test]
     fn setup_and_health() {
-        assert_eq!(setup(&err(ErrorCode::INVALID_PARAMS)), -600);
-        assert_eq!(setup(&err(ErrorCode::RPC_FAIL)), -1);
-        assert_eq!(setup(&err(ErrorCode::ERR_METADATA)), -1);
+        assert_eq!(setup(&err(ErrorCode::INVALID_PARAMS), false), -600);
+        assert_eq!(setup(&err(ErrorCode::RPC_FAIL), false), -1);
+        assert_eq!(setup(&err(ErrorCode::ERR_METADATA), false), -1);
+        assert_eq!(setup(&err(ErrorCode::RPC_FAIL), true), -600);
+        assert_eq!(setup(&err(ErrorCode::ERR_METADATA), true), -600);
         assert_eq!(health(Ok(())), 0);
         assert_eq!(health(Err(err(ErrorCode::RPC_FAIL))), 2);
     }

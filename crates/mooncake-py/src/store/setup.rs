@@ -145,6 +145,19 @@ fn dict_size(d: &Bound<'_, PyDict>, key: &str, default: u64) -> Result<u64, i32>
     }
 }
 
+/// Whether `host:port` (or `[v6]:port`) names a port.
+fn names_port(hostname: &str) -> bool {
+    let h = hostname.trim();
+    let tail = match h.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:").map(|(_, p)| p),
+        None => h
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.contains(':'))
+            .map(|(_, p)| p),
+    };
+    tail.is_some_and(|p| p.parse::<u16>().is_ok())
+}
+
 /// A boolean entry (`True`, `1`, `"true"`, ...); false when absent or unreadable.
 fn dict_flag(d: &Bound<'_, PyDict>, key: &str) -> bool {
     d.get_item(key)
@@ -162,7 +175,12 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 }
 
 impl PyStore {
-    fn start(&self, py: Python<'_>, make: impl FnOnce() -> Result<Client, Error> + Send) -> i32 {
+    fn start(
+        &self,
+        py: Python<'_>,
+        named_port: bool,
+        make: impl FnOnce() -> Result<Client, Error> + Send,
+    ) -> i32 {
         // A second setup on a live object replaces it, as in the reference.
         let old = self.live.take();
         py.allow_threads(|| {
@@ -180,7 +198,7 @@ impl PyStore {
                 }
                 Err(e) => {
                     tracing::error!("store setup failed: {e}");
-                    codes::setup(&e)
+                    codes::setup(&e, named_port)
                 }
             }
         })
@@ -199,7 +217,8 @@ impl PyStore {
         if let Err(e) = cfg.validate() {
             return code(&e);
         }
-        self.start(py, move || match engine {
+        let named_port = names_port(&cfg.local_hostname);
+        self.start(py, named_port, move || match engine {
             Some(engine) => Client::setup_with_engine(&cfg, engine),
             None => Client::setup(&cfg),
         })
@@ -298,7 +317,7 @@ impl PyStore {
         local_buffer_size: Unsigned,
         server_address: String,
     ) -> i32 {
-        self.start(py, move || {
+        self.start(py, false, move || {
             Client::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address)
         })
     }

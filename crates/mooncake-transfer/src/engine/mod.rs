@@ -111,7 +111,15 @@ impl TransferEngine {
         let config = config.sanitized();
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
-            "rdma" => return Err(rdma_unavailable(&config.device_name)),
+            "rdma" => {
+                // As the reference on a host without an RDMA NIC: the
+                // engine starts and moves bytes over TCP; said out loud.
+                tracing::warn!(
+                    "protocol rdma (device {:?}): this build has no RDMA transport, serving over tcp",
+                    config.device_name
+                );
+                "tcp".to_string()
+            }
             other => {
                 return Err(invalid(format!(
                     "unsupported protocol {other:?} (expected tcp or rdma)"
@@ -197,7 +205,15 @@ impl TransferEngine {
                 ip_or_host_name: published_host,
                 rpc_port,
             };
-            store.put(&rpc_meta_key(&inner.name), &meta.to_json())?;
+            if let Err(e) = store.put(&rpc_meta_key(&inner.name), &meta.to_json()) {
+                // The name may belong to a running engine (the HTTP metadata
+                // server refuses a second rpc_meta value): leave its keys.
+                inner.closed.store(true, Ordering::Release);
+                if let Some(mut server) = inner.server.lock().take() {
+                    server.stop();
+                }
+                return Err(e.with_context(format!("publishing {:?}", inner.name)));
+            }
             inner.publish()?;
         }
         tracing::info!(
@@ -278,15 +294,6 @@ fn join_host_port(host: &str, port: u16) -> String {
     } else {
         format!("{host}:{port}")
     }
-}
-
-/// `protocol=rdma`: refused with the reference's code for a missing device
-/// rather than served over TCP behind the caller's back.
-fn rdma_unavailable(device: &str) -> Error {
-    Error::new(
-        ErrorCode::ERR_DEVICE_NOT_FOUND,
-        format!("protocol rdma (device {device:?}): this build has no RDMA transport"),
-    )
 }
 
 impl Inner {

@@ -55,7 +55,10 @@ impl RealClient {
                 }
                 (engine, None)
             }
-            None => start_engine(&config)?,
+            None => {
+                check_rdma_devices(&config)?;
+                start_engine(&config)?
+            }
         };
         let id: ClientId = rand::random();
         let staging = staging_pool(&engine, config.local_buffer_size)?;
@@ -167,6 +170,20 @@ fn staging_pool(engine: &TransferEngine, len: u64) -> Result<Option<StagingPool>
     })?;
     engine.register_local_memory(map.as_ptr() as usize, len, "cpu:0", false)?;
     Ok(Some(StagingPool::new(Box::new(map), STAGING_WAIT)))
+}
+
+/// `protocol="rdma"` naming devices: none can be found, as the reference
+/// finds none on a host without an RDMA NIC (without devices the engine
+/// runs over TCP, as the reference's does).
+fn check_rdma_devices(config: &ClientConfig) -> Result<()> {
+    let devices = config.device_name.trim();
+    if config.protocol.trim() == "rdma" && !devices.is_empty() && devices != "auto-discovery" {
+        return Err(Error::new(
+            ErrorCode::ERR_DEVICE_NOT_FOUND,
+            format!("RDMA devices {devices:?}: this build has no RDMA transport"),
+        ));
+    }
+    Ok(())
 }
 
 /// Starts this client's engine, named `local_hostname`. A name without a
