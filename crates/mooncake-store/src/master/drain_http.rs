@@ -54,16 +54,17 @@ fn failed(code: ErrorCode) -> Response {
     error(http_status(code), code, None)
 }
 
-fn job_id(p: &Params) -> Result<u128, Response> {
-    p.get("job_id")
-        .and_then(|s| parse_job_id(s))
-        .ok_or_else(|| {
-            error(
-                StatusCode::BAD_REQUEST,
-                ErrorCode::INVALID_PARAMS,
-                Some("Missing or invalid job_id".into()),
-            )
-        })
+/// The `job_id` parameter; `None` when missing or not a UUID.
+fn job_id(p: &Params) -> Option<u128> {
+    p.get("job_id").and_then(|s| parse_job_id(s))
+}
+
+fn bad_job_id() -> Response {
+    error(
+        StatusCode::BAD_REQUEST,
+        ErrorCode::INVALID_PARAMS,
+        Some("Missing or invalid job_id".into()),
+    )
 }
 
 async fn create(State(s): State<Arc<Shared>>, body: String) -> Response {
@@ -113,9 +114,8 @@ fn view_json(v: &JobView) -> serde_json::Value {
 }
 
 async fn query(State(s): State<Arc<Shared>>, p: Params) -> Response {
-    let id = match job_id(&p) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Some(id) = job_id(&p) else {
+        return bad_job_id();
     };
     match s.drain.query(id) {
         Ok(v) => Json(view_json(&v)).into_response(),
@@ -124,9 +124,8 @@ async fn query(State(s): State<Arc<Shared>>, p: Params) -> Response {
 }
 
 async fn cancel(State(s): State<Arc<Shared>>, p: Params) -> Response {
-    let id = match job_id(&p) {
-        Ok(id) => id,
-        Err(r) => return r,
+    let Some(id) = job_id(&p) else {
+        return bad_job_id();
     };
     match s.drain.cancel(&s.service, id, wall_ms()) {
         Ok(()) => Json(json!({
