@@ -96,11 +96,13 @@ impl RealClient {
             .iter()
             .map(|s| (s.addr as u64, s.len as u64))
             .collect();
-        let mut fresh: Vec<(usize, usize)> =
-            client.segments.iter().map(|s| (s.addr, s.len)).collect();
-        if let Some(pool) = &client.staging {
-            fresh.push((pool.base(), pool.capacity() as usize));
-        }
+        // The staging pool first: every byte put and get goes through it.
+        let staging = client
+            .staging
+            .as_ref()
+            .map(|p| (p.base(), p.capacity() as usize));
+        let segments = client.segments.iter().map(|s| (s.addr, s.len));
+        let fresh: Vec<(usize, usize)> = staging.into_iter().chain(segments).collect();
         // SAFETY: segments and staging pool stay mapped until the client is
         // dropped, and `close` (first thing in drop) stops the prefault.
         *client.prefault.lock() = unsafe { Prefault::start(fresh) };
