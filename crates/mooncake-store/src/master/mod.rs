@@ -23,6 +23,7 @@ mod drain_http;
 mod eviction;
 pub mod ha;
 mod http;
+mod leader_label;
 mod leases;
 mod metrics;
 mod mutation;
