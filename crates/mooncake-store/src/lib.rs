@@ -22,6 +22,6 @@ mod rpc;
 pub mod tier;
 pub mod types;
 
+pub use client::rust_api::ReplicateConfig;
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
 pub use master_client::MasterClient;
-pub use types::ReplicateConfig;

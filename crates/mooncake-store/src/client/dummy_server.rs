@@ -149,7 +149,7 @@ pub struct StoreService {
 impl StoreService {
     /// Starts the real client (mounting its segment) and listens for dummies.
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
-        let real = Arc::new(RealClient::setup(&config.client)?);
+        let real = Arc::new(RealClient::setup(&config.client, None)?);
         real.start_executor();
         let metrics = real.metrics.clone();
         let client: Arc<dyn Backend> = match &metrics {

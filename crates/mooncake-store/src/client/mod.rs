@@ -11,7 +11,7 @@
 //!   it so object bytes never cross the RPC socket.
 //! - `config`: [`ClientConfig`], including the one place client environment
 //!   variables are read.
-//! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
+//! - `rust_api`: the reference crate's `MooncakeStore` on top of [`Client`].
 
 mod buffer;
 pub mod config;
@@ -23,11 +23,12 @@ mod dummy_server;
 pub mod http;
 mod metered;
 pub mod metrics;
+mod prefault;
 mod ranges;
 mod real;
 mod registry;
 mod replica;
-mod rust_api;
+pub(crate) mod rust_api;
 mod shm;
 pub mod staging;
 mod validate;
@@ -35,13 +36,14 @@ mod validate;
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::TransferEngine;
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
 pub use http::ClientHttpServer;
 pub use metrics::ClientMetrics;
-pub use rust_api::{MooncakeStore, StoreError, StoreResult};
+pub use rust_api::{store_code, MooncakeStore, StoreError};
 
 pub(crate) use ranges::RangeRead;
 
@@ -253,7 +255,20 @@ impl Client {
     /// The `MC_STORE_*` environment variables override `config` (see
     /// [`ClientConfig::apply_env`]).
     pub fn setup(config: &ClientConfig) -> Result<Client> {
-        let client = Arc::new(real::RealClient::setup(config)?);
+        let client = Arc::new(real::RealClient::setup(config, None)?);
+        client.start_executor();
+        let metrics = client.metrics.clone();
+        Ok(Client::metered(client, metrics))
+    }
+
+    /// [`Client::setup`] on an engine the caller already runs (and keeps
+    /// using): the client takes the engine's name, metadata server and port,
+    /// and ignores `config`'s `local_hostname`, `metadata_server`, `protocol`
+    /// and `device_name`. Closing the client frees what it put on the engine
+    /// (its segments, staging pool and registered buffers) and leaves the
+    /// engine running.
+    pub fn setup_with_engine(config: &ClientConfig, engine: TransferEngine) -> Result<Client> {
+        let client = Arc::new(real::RealClient::setup(config, Some(engine))?);
         client.start_executor();
         let metrics = client.metrics.clone();
         Ok(Client::metered(client, metrics))

@@ -29,6 +29,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/get_all_keys", get(all_keys))
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
+        .merge(super::drain_http::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .with_state(shared)

@@ -19,6 +19,8 @@ pub mod allocator;
 mod clients;
 mod config;
 mod disk;
+mod drain;
+mod drain_http;
 mod eviction;
 pub mod ha;
 mod http;

@@ -30,6 +30,7 @@ use parking_lot::{Mutex, RwLock};
 use super::metrics::{ClientMetrics, Route};
 use super::offload::service::TierPeers;
 use super::offload::Offload;
+use super::prefault::Prefault;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -50,6 +51,8 @@ pub(crate) struct RealClient {
     id: ClientId,
     master: MasterClient,
     engine: TransferEngine,
+    /// The port in this client's name, held while it lives (see `setup`).
+    _name_claim: Option<socket2::Socket>,
     /// The engine endpoint and host, the mounted segments, memcpy on or off.
     site: Site,
     segments: Vec<MountedSegment>,
@@ -66,6 +69,8 @@ pub(crate) struct RealClient {
     offload: Mutex<Option<Offload>>,
     /// Other storage clients' tier services (reads of disk-only objects).
     tier_peers: TierPeers,
+    /// Faulting in the segments and staging pool after setup.
+    prefault: Mutex<Option<Prefault>>,
 }
 
 impl RealClient {
@@ -145,6 +150,24 @@ impl RealClient {
 impl Drop for RealClient {
     fn drop(&mut self) {
         let _ = Backend::close(self);
+        // No call is in flight any more. The engine may outlive this client
+        // (a shared one): take back what the client put on it, so it never
+        // serves memory unmapped below.
+        for seg in &self.segments {
+            if let Err(e) = self.engine.free_managed_buffer(seg.addr, seg.len) {
+                tracing::warn!(segment = %seg.info.name, error = %e, "freeing segment");
+            }
+        }
+        let buffers = self.registry.all().into_iter().map(|(addr, _)| addr);
+        for addr in self
+            .staging
+            .as_ref()
+            .map(|s| s.base())
+            .into_iter()
+            .chain(buffers)
+        {
+            let _ = self.engine.unregister_local_memory(addr);
+        }
     }
 }
 
@@ -169,6 +192,9 @@ impl Backend for RealClient {
     fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        if let Some(mut p) = self.prefault.lock().take() {
+            p.stop();
         }
         if let Some(hb) = self.heartbeat.lock().take() {
             hb.stop();

@@ -42,6 +42,7 @@
 //! these locks and must take none of them.
 
 mod apply;
+mod drain;
 mod handle;
 mod mounts;
 mod offload;
