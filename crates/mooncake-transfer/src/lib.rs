@@ -16,6 +16,8 @@ pub mod config;
 mod conn;
 pub mod engine;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod memory;
 pub mod metadata;
 mod rawmem;
