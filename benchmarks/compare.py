@@ -251,7 +251,7 @@ def run_memcpy(args: argparse.Namespace) -> list[dict]:
     return out
 
 
-# Targets of the issue: (label, topology/mode, ops, sizes, metric, bound).
+# The performance targets: (label, topology/mode, ops, sizes, metric, bound).
 # metric "p50_us": ours/reference p50 must be <= bound; "gb_s": ours/reference
 # throughput (items for batches) must be >= bound.
 TARGETS = [

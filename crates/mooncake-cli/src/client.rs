@@ -64,6 +64,7 @@ impl Args {
                 protocol: self.protocol.clone(),
                 device_name: self.device_names.clone(),
                 master_server_address: self.master_server_address.clone(),
+                ..ClientConfig::default()
             },
             host: self.host.clone(),
             port: self.port,

@@ -12,7 +12,6 @@
 //! Set up logs with [`logging::init`] (never `tracing_subscriber`'s `init()`,
 //! which panics inside Python, where a subscriber is already installed).
 
-pub mod bench;
 pub mod client;
 pub mod entry;
 pub mod http_metadata_server;

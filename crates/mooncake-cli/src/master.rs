@@ -10,7 +10,7 @@ use std::io::Write;
 
 use clap::{Arg, ArgAction, Command};
 use mooncake_common::gflags;
-use mooncake_store::master::config::{bool_flag_names, FlagKind, Support, FLAGS};
+use mooncake_store::master::{bool_flag_names, FlagKind, Support, FLAGS};
 use mooncake_store::master::{run, MasterConfig};
 
 use crate::signals::shutdown_signal;
@@ -30,7 +30,7 @@ fn command() -> Command {
         };
         let note = match f.support {
             Support::Full => "",
-            Support::Later => " [accepted, not supported yet]",
+            Support::NotImplemented => " [accepted, not supported yet]",
             Support::Ignored => " [accepted, no effect]",
         };
         cmd = cmd.arg(

@@ -28,7 +28,7 @@ pub struct BenchArgs {
     /// `initiator` issues transfers; `target` exposes a buffer to them.
     #[arg(long, default_value = "initiator")]
     pub mode: String,
-    /// `tcp`, or `rdma` (needs a build with RDMA support).
+    /// `tcp`; `rdma` is refused (no RDMA transport in this build).
     #[arg(long, default_value = "tcp")]
     pub protocol: String,
     /// RDMA NIC (ignored by tcp).

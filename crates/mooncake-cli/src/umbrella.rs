@@ -6,8 +6,8 @@
 use clap::{Parser, Subcommand};
 use mooncake_common::size::{format_size, parse_size};
 use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
-use mooncake_store::master::server::MasterHandle;
 use mooncake_store::master::MasterConfig;
+use mooncake_store::master::MasterHandle;
 
 use crate::client::parse;
 
@@ -22,8 +22,6 @@ struct Cli {
 enum Cmd {
     /// Start a single-node cluster (master, metadata server, storage) and wait for Ctrl-C.
     Up(UpArgs),
-    /// Benchmarks: `bench store|rpc|baseline|memory`, or `bench --compare-reference`.
-    Bench(Box<crate::bench::BenchArgs>),
 }
 
 #[derive(Parser, Debug, Clone)]
@@ -98,6 +96,7 @@ impl Up {
                 protocol: args.protocol.clone(),
                 device_name: args.device_names.clone(),
                 master_server_address: master.rpc_addr().to_string(),
+                ..ClientConfig::default()
             },
             host: args.host.clone(),
             port: args.port,
@@ -139,7 +138,6 @@ pub fn main(argv: Vec<String>) -> i32 {
     crate::logging::init();
     match cli.command {
         Cmd::Up(args) => up(args),
-        Cmd::Bench(args) => crate::bench::main(*args),
     }
 }
 

@@ -7,8 +7,6 @@
 //! Waits are bounded hang guards, never speed checks.
 
 mod common;
-#[path = "../../mooncake-transfer/tests/support/services.rs"]
-mod services;
 
 use std::net::TcpStream;
 
@@ -18,6 +16,7 @@ use common::{
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::MasterClient;
+use test_support::services;
 
 fn ha_master(etcd: &str, cluster: &str, port: u16) -> (Proc, std::sync::mpsc::Receiver<String>) {
     let args = [
@@ -86,6 +85,7 @@ fn failover(coordination: &str, master: &str) {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.to_string(),
+        ..ClientConfig::default()
     })
     .unwrap();
     let v1 = value("before", 100_000);
@@ -107,7 +107,7 @@ fn failover(coordination: &str, master: &str) {
     assert_eq!(code(client.get("before")), ErrorCode::OBJECT_NOT_FOUND);
 
     // A fresh client resolves the new leader directly.
-    let m = MasterClient::connect(master).unwrap();
+    let m = MasterClient::connect_in_cluster(master, &cluster).unwrap();
     assert!(m.exist_key("after").unwrap());
 }
 

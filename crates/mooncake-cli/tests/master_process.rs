@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mooncake_common::ErrorCode;
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::proto::{Request, Response};
-use mooncake_store::types::{ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake_master");
@@ -163,7 +163,7 @@ fn serves_clients_and_survives_malformed_frames() {
     let me = 0xabcd_u128;
 
     assert_eq!(
-        c.put_start(me, "k", 10, &ReplicateConfig::default())
+        c.put_start(me, "k", 10, &WriteOptions::default())
             .unwrap_err()
             .code,
         ErrorCode::SEGMENT_NOT_FOUND
@@ -171,7 +171,7 @@ fn serves_clients_and_survives_malformed_frames() {
     c.mount_segment(me, &segment("seg-a", 1 << 20)).unwrap();
     c.ping(me).unwrap();
     let replicas = c
-        .put_start(me, "k", 4096, &ReplicateConfig::default())
+        .put_start(me, "k", 4096, &WriteOptions::default())
         .unwrap();
     assert_eq!(replicas.len(), 1);
     assert_eq!(
@@ -196,7 +196,7 @@ fn serves_clients_and_survives_malformed_frames() {
     let keys: Vec<String> = (0..20).map(|i| format!("b{i}")).collect();
     let lens = vec![100u64; 20];
     let starts = c
-        .batch_put_start(me, &keys, &lens, &ReplicateConfig::default())
+        .batch_put_start(me, &keys, &lens, &WriteOptions::default())
         .unwrap();
     assert!(starts.iter().all(|r| r.is_ok()));
     assert!(c
@@ -210,7 +210,7 @@ fn serves_clients_and_survives_malformed_frames() {
         .iter()
         .all(|r| *r.as_ref().unwrap()));
     assert_eq!(
-        c.batch_put_start(me, &keys, &lens[..3], &ReplicateConfig::default())
+        c.batch_put_start(me, &keys, &lens[..3], &WriteOptions::default())
             .unwrap_err()
             .code,
         ErrorCode::INVALID_PARAMS
@@ -341,7 +341,7 @@ fn serves_clients_and_survives_malformed_frames() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(
-        c.put_start(me, "k2", 10, &ReplicateConfig::default())
+        c.put_start(me, "k2", 10, &WriteOptions::default())
             .unwrap_err()
             .code,
         ErrorCode::SEGMENT_NOT_FOUND
@@ -371,7 +371,7 @@ fn embedded_metadata_server_and_config_file() {
 
     let c = master.client();
     c.mount_segment(7, &segment("s", 1 << 16)).unwrap();
-    c.put_start(7, "k", 8, &ReplicateConfig::default()).unwrap();
+    c.put_start(7, "k", 8, &WriteOptions::default()).unwrap();
     c.put_end(7, "k").unwrap();
     assert_eq!(
         c.get_replica_list("k").unwrap().lease_ttl_ms,

@@ -14,7 +14,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
-use mooncake_store::types::{ReplicateConfig, MAX_KEY_LEN};
+use mooncake_store::types::{ReplicateConfig, WriteOptions, MAX_KEY_LEN};
 use mooncake_store::{MasterClient, MooncakeStore};
 
 const UMBRELLA: &str = env!("CARGO_BIN_EXE_mooncake");
@@ -243,7 +243,7 @@ fn child_mid_put() {
     let m = MasterClient::connect(&master).unwrap();
     let id: u128 = 0xdead_beef;
     let _ = m.ping(id);
-    m.put_start(id, "half-written", 12 << 20, &ReplicateConfig::default())
+    m.put_start(id, "half-written", 12 << 20, &WriteOptions::default())
         .unwrap();
     println!("put started");
     loop {
@@ -767,6 +767,7 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
         limits: ServiceLimits {
             max_connections: 3,
             frame_timeout: Duration::from_secs(1),
+            ..ServiceLimits::default()
         },
     })
     .unwrap();
@@ -800,6 +801,76 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
     assert_eq!(dummy.get("capped").unwrap(), b"served");
     dummy.close().unwrap();
     drop(idle);
+    service.stop();
+}
+
+/// The dummy service's answer to raw `bytes` on `s`.
+fn dummy_answer(s: &mut TcpStream, bytes: &[u8]) -> DummyResponse {
+    s.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    read_frame(s, &mut buf).unwrap();
+    decode_payload(&buf).unwrap()
+}
+
+fn dummy_error(resp: DummyResponse) -> ErrorCode {
+    match resp {
+        DummyResponse::Unit { result: Err(e) } => e.code,
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_master() {
+    let cluster = Cluster::start(&[]);
+    let service = StoreService::start(&ServiceConfig {
+        client: cluster.config(16 << 20, 0),
+        host: "127.0.0.1".into(),
+        port: 0,
+        limits: ServiceLimits {
+            idle_timeout: Some(Duration::from_secs(1)),
+            ..ServiceLimits::default()
+        },
+    })
+    .unwrap();
+    let addr = service.local_addr();
+    let connect = || {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        s
+    };
+    // A length that cannot be trusted is answered, then the connection closes.
+    for len in [u32::MAX, 0] {
+        let mut s = connect();
+        let e = dummy_error(dummy_answer(&mut s, &len.to_le_bytes()));
+        assert_eq!(e, ErrorCode::DESERIALIZE_FAIL);
+        assert!(closed_by_peer(&mut s), "a bad length kept its connection");
+    }
+    // A well-framed but undecodable payload is answered and the connection goes on.
+    let mut s = connect();
+    let mut garbage = 5u32.to_le_bytes().to_vec();
+    garbage.extend_from_slice(&[1, 200, 1, 2, 3]);
+    assert_eq!(
+        dummy_error(dummy_answer(&mut s, &garbage)),
+        ErrorCode::DESERIALIZE_FAIL
+    );
+    let mut frame = Vec::new();
+    encode_frame(&DummyRequest::Health {}, &mut frame).unwrap();
+    let mut wrong_version = frame.clone();
+    wrong_version[4] = 99;
+    assert_eq!(
+        dummy_error(dummy_answer(&mut s, &wrong_version)),
+        ErrorCode::INVALID_VERSION
+    );
+    assert_eq!(
+        dummy_answer(&mut s, &frame),
+        DummyResponse::Unit { result: Ok(()) }
+    );
+    // Silent past the idle limit: closed by the service, which still serves.
+    assert!(closed_by_peer(&mut s), "an idle connection stayed open");
+    assert_eq!(
+        dummy_answer(&mut connect(), &frame),
+        DummyResponse::Unit { result: Ok(()) }
+    );
     service.stop();
 }
 
@@ -885,6 +956,7 @@ fn mooncake_up_serves_embedded_and_dummy_clients() {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: master.unwrap(),
+        ..ClientConfig::default()
     };
     let client = Client::setup(&config).unwrap();
     client

@@ -2,12 +2,10 @@
 //! size is known, from the own segment (one copy) and from another node's
 //! segment (through staging), against a real `mooncake_master`.
 
-use std::path::Path;
-
-use mooncake_cli::bench::cluster::{field, work_dir, Proc};
 use mooncake_common::{Error, ErrorCode};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
+use test_support::process::{field, spawn_until_line, Proc};
 
 const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
 
@@ -20,17 +18,9 @@ fn master() -> (Proc, String, String) {
         "--http_metadata_server_port=0",
         "--metrics_host=127.0.0.1",
         "--metrics_port=0",
-    ];
-    let log = work_dir().unwrap().join("get_with_master.log");
-    let (proc, line) = Proc::spawn(
-        "mooncake_master",
-        Path::new(MASTER),
-        args,
-        &[],
-        log,
-        "listening",
-    )
-    .unwrap();
+    ]
+    .map(String::from);
+    let (proc, line) = spawn_until_line(MASTER, &args, "listening");
     let rpc = field(&line, "rpc").unwrap().to_string();
     let meta = format!("http://{}/metadata", field(&line, "metadata").unwrap());
     (proc, rpc, meta)
@@ -45,6 +35,7 @@ fn client(rpc: &str, meta: &str, segment: u64) -> Client {
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: rpc.into(),
+        ..ClientConfig::default()
     })
     .unwrap()
 }

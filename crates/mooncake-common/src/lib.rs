@@ -2,6 +2,8 @@
 //! ([`ErrorCode`], [`Error`]), human-readable size and duration parsing
 //! ([`size`], [`duration`]) and gflags-style argument handling ([`gflags`]).
 
+#![warn(unreachable_pub)]
+
 pub mod duration;
 pub mod error;
 pub mod gflags;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use mooncake_store::master::{MasterConfig, MasterHandle, MasterService};
-use mooncake_store::types::{ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{ReplicateConfig, SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 
 fn rss_bytes() -> u64 {
@@ -118,7 +118,7 @@ fn rpc(n: usize) {
     }
     let t = Instant::now();
     for k in &keys {
-        c.put_start(1, k, 4096, &rc).unwrap();
+        c.put_start(1, k, 4096, &WriteOptions::put(&rc)).unwrap();
         c.put_end(1, k).unwrap();
     }
     report("RPC put_start+put_end (2 round trips)", n, t.elapsed());

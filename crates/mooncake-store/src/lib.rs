@@ -6,14 +6,17 @@
 //! - [`proto`]: the master RPC messages, their binary encoding and framing;
 //! - [`master`]: the master's state machine, config and server;
 //! - [`master_client`]: the blocking, pooled client of the master;
+//! - `rpc`: the framed-RPC client pool and server loop both protocols run on;
 //! - [`client`]: the store client (put/get over the transfer engine), dummy
 //!   clients and the standalone store service.
 
+mod allocator;
 pub mod client;
 pub mod ha;
 pub mod master;
 pub mod master_client;
 pub mod proto;
+mod rpc;
 pub mod types;
 
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};

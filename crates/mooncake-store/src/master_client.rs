@@ -1,10 +1,10 @@
 //! Blocking client for the master's RPC service.
 //!
 //! Calls run on the caller's thread over pooled long-lived TCP connections
-//! (TCP_NODELAY): one request frame out, one response frame back, no thread
-//! hops. A batch call is one round trip. Transport failures are `RPC_FAIL`.
+//! (see `crate::rpc`): one request frame out, one response frame back, no
+//! thread hops. A batch call is one round trip. Transport failures are
+//! `RPC_FAIL`.
 
-use std::io::{self, ErrorKind};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,58 +13,67 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use crate::ha;
-use crate::proto::frame::{decode_payload, encode_frame, read_frame, write_frames};
-use crate::proto::{spin, Request, Response};
+use crate::proto::frame::{decode_payload, encode_frame};
+use crate::proto::{Request, Response};
+use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskId, TaskInfo,
+    ClientId, GetReplicaListResponse, ReplicaDesc, SegmentInfo, TaskAssignment, TaskId, TaskInfo,
+    WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
 const MAX_IDLE_CONNECTIONS: usize = 32;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Read buffer per pooled connection: most answers arrive in one read.
+const READ_BUFFER: usize = 16 << 10;
+/// The HA cluster a client follows unless told otherwise (the reference's
+/// default `MC_STORE_CLUSTER_ID`).
+pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 
 /// A handle to the master; cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct MasterClient {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    addr: String,
-    /// The master's socket addresses; in HA mode the current leader's.
-    resolved: Mutex<Vec<SocketAddr>>,
-    /// HA mode: where to look the leader up when it cannot be reached.
-    election: Option<Election>,
-    idle: Mutex<Vec<Connection>>,
-    connect_timeout: Duration,
-    call_timeout: Duration,
-}
-
-struct Connection {
-    /// Buffered so an answer usually takes one read system call.
-    stream: io::BufReader<TcpStream>,
-    buf: Vec<u8>,
-}
-
-/// Read buffer per pooled connection: most answers arrive in one read.
-const READ_BUFFER: usize = 16 << 10;
-
-fn rpc_fail(what: impl std::fmt::Display) -> Error {
-    Error::new(ErrorCode::RPC_FAIL, what.to_string())
+    pool: Arc<Pool<MasterAddr>>,
 }
 
 impl MasterClient {
     /// Connects to the master at `"host:port"` (one connection is opened now,
     /// so an unreachable master fails here with `RPC_FAIL`).
+    /// An HA address (`etcd://…`, `redis://…`) follows the leader of
+    /// [`DEFAULT_CLUSTER_ID`].
     pub fn connect(master_addr: &str) -> Result<MasterClient> {
-        Self::connect_with_timeouts(master_addr, DEFAULT_CONNECT_TIMEOUT, DEFAULT_CALL_TIMEOUT)
+        Self::connect_in_cluster(master_addr, DEFAULT_CLUSTER_ID)
+    }
+
+    /// Like [`connect`](Self::connect); an HA address follows the leader of
+    /// `cluster_id`.
+    pub fn connect_in_cluster(master_addr: &str, cluster_id: &str) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            cluster_id,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_CALL_TIMEOUT,
+        )
     }
 
     /// Like [`connect`](Self::connect), with explicit connect and per-call timeouts.
     pub fn connect_with_timeouts(
         master_addr: &str,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            DEFAULT_CLUSTER_ID,
+            connect_timeout,
+            call_timeout,
+        )
+    }
+
+    fn connect_with(
+        master_addr: &str,
+        cluster_id: &str,
         connect_timeout: Duration,
         call_timeout: Duration,
     ) -> Result<MasterClient> {
@@ -74,7 +83,7 @@ impl MasterClient {
         {
             Some(Election {
                 backend: ha::Backend::parse(master_addr, false)?,
-                cluster: cluster_id(),
+                cluster: cluster_id.to_owned(),
                 last: Mutex::new(None),
             })
         } else {
@@ -84,24 +93,33 @@ impl MasterClient {
             Some(e) => e.look_up()?,
             None => socket_addrs(master_addr)?,
         };
-        let inner = Inner {
+        let target = MasterAddr {
             addr: master_addr.to_string(),
             resolved: Mutex::new(resolved),
             election,
-            idle: Mutex::new(Vec::new()),
+        };
+        let opts = ClientOptions {
             connect_timeout,
             call_timeout,
+            max_idle: MAX_IDLE_CONNECTIONS,
+            read_buffer: READ_BUFFER,
+            poll: rpc::poll::client_window(),
+            // The master did not answer (gone dark, or gone): the idle
+            // connections lead to it too. Later calls connect anew (and an
+            // HA client looks the leader up if that fails).
+            drop_idle_on_failure: true,
         };
-        let conn = inner.open()?;
-        inner.idle.lock().push(conn);
+        let pool = Pool::new(target, opts);
+        let conn = pool.open()?;
+        pool.put_idle(conn);
         Ok(MasterClient {
-            inner: Arc::new(inner),
+            pool: Arc::new(pool),
         })
     }
 
     /// The address this client talks to.
     pub fn address(&self) -> &str {
-        &self.inner.addr
+        &self.pool.connector().addr
     }
 
     /// Heartbeat: the master marks the client alive. `CLIENT_NOT_FOUND` means
@@ -126,42 +144,21 @@ impl MasterClient {
         })?)
     }
 
-    /// Allocates space for a new object; write every replica, then `put_end`.
+    /// Allocates space for a new object (with `opts.upsert`, for the new
+    /// value of an existing one); write every replica, then `put_end`.
     pub fn put_start(
         &self,
         client_id: ClientId,
         key: &str,
         value_len: u64,
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDesc>> {
-        self.start(client_id, key, value_len, cfg, false)
-    }
-
-    /// Like `put_start`, but replaces an existing object.
-    pub fn upsert_start(
-        &self,
-        client_id: ClientId,
-        key: &str,
-        value_len: u64,
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<ReplicaDesc>> {
-        self.start(client_id, key, value_len, cfg, true)
-    }
-
-    fn start(
-        &self,
-        client_id: ClientId,
-        key: &str,
-        value_len: u64,
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Result<Vec<ReplicaDesc>> {
         let req = Request::PutStart {
             client_id,
             key,
             value_len,
-            config: cfg.clone(),
-            upsert,
+            config: opts.config.clone(),
+            upsert: opts.upsert,
         };
         match self.call(&req)? {
             Response::Replicas { result } => result,
@@ -177,33 +174,13 @@ impl MasterClient {
         unit(self.call(&Request::PutRevoke { client_id, key })?)
     }
 
+    /// [`put_start`](Self::put_start) for many keys in one round trip.
     pub fn batch_put_start(
         &self,
         client_id: ClientId,
         keys: &[String],
         value_lens: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
-        self.batch_start(client_id, keys, value_lens, cfg, false)
-    }
-
-    pub fn batch_upsert_start(
-        &self,
-        client_id: ClientId,
-        keys: &[String],
-        value_lens: &[u64],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
-        self.batch_start(client_id, keys, value_lens, cfg, true)
-    }
-
-    fn batch_start(
-        &self,
-        client_id: ClientId,
-        keys: &[String],
-        value_lens: &[u64],
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Result<Vec<Result<Vec<ReplicaDesc>>>> {
         if keys.len() != value_lens.len() {
             return Err(Error::new(
@@ -215,8 +192,8 @@ impl MasterClient {
             client_id,
             keys: strs(keys),
             value_lens: value_lens.to_vec(),
-            config: cfg.clone(),
-            upsert,
+            config: opts.config.clone(),
+            upsert: opts.upsert,
         };
         match self.call(&req)? {
             Response::BatchReplicas { results } => same_len(results, keys.len()),
@@ -410,57 +387,20 @@ impl MasterClient {
         unit(self.call(&Request::ReplicaTransferRevoke { client_id, key })?)
     }
 
-    /// Sends one request and waits for its answer. A stale pooled connection
-    /// (the master restarted or dropped it) is detected by an immediate close
-    /// before any answer byte, and the call is retried once on a new one.
+    /// Sends one request and waits for its answer (see [`rpc::client`]).
     fn call(&self, req: &Request<'_>) -> Result<Response> {
-        let inner = &*self.inner;
         let mut frame = Vec::with_capacity(64);
         encode_frame(req, &mut frame)
             .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
-        let pooled = inner.idle.lock().pop();
-        let (mut conn, reused) = match pooled {
-            Some(c) => (c, true),
-            None => (inner.open()?, false),
-        };
-        let mut result = conn.round_trip(&frame);
-        if reused && matches!(&result, Err(e) if is_stale(e)) {
-            conn = inner.open()?;
-            result = conn.round_trip(&frame);
-        }
-        match result {
-            Ok(()) => {
-                let resp: Response = decode_payload(&conn.buf)
-                    .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))?;
-                let mut idle = inner.idle.lock();
-                if idle.len() < MAX_IDLE_CONNECTIONS {
-                    idle.push(conn);
-                }
-                drop(idle);
-                match resp {
-                    Response::Failed { error } => Err(error),
-                    resp => Ok(resp),
-                }
-            }
-            Err(e) => {
-                // The master did not answer (gone dark, or gone): the idle
-                // connections lead to it too, and a call that took one
-                // would wait out its own timeout. Later calls connect anew
-                // (and an HA client looks the leader up if that fails).
-                inner.idle.lock().clear();
-                Err(rpc_fail(format!("master {}: {e}", inner.addr)))
-            }
+        let resp = self.pool.call(&frame, |payload| {
+            decode_payload::<Response>(payload)
+                .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))
+        })?;
+        match resp {
+            Response::Failed { error } => Err(error),
+            resp => Ok(resp),
         }
     }
-}
-
-/// The cluster an HA client follows (`MC_STORE_CLUSTER_ID`, as the
-/// reference's clients read it).
-fn cluster_id() -> String {
-    std::env::var("MC_STORE_CLUSTER_ID")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "mooncake_cluster".to_string())
 }
 
 fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
@@ -527,13 +467,33 @@ impl Election {
     }
 }
 
-impl Inner {
-    /// Opens a connection to the master; in HA mode, when the known leader
-    /// cannot be reached, looks the leader up again and tries that.
-    fn open(&self) -> Result<Connection> {
+/// The master: where it is, and in HA mode how to find it again.
+struct MasterAddr {
+    addr: String,
+    /// The master's socket addresses; in HA mode the current leader's.
+    resolved: Mutex<Vec<SocketAddr>>,
+    /// HA mode: where to look the leader up when it cannot be reached.
+    election: Option<Election>,
+}
+
+impl MasterAddr {
+    fn connect_to(&self, addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream> {
+        connect_any(addrs, timeout)
+            .map_err(|e| rpc_fail(format!("cannot connect to master {}: {e}", self.addr)))
+    }
+}
+
+impl Connector for MasterAddr {
+    fn peer(&self) -> String {
+        format!("master {}", self.addr)
+    }
+
+    /// Connects to the master; in HA mode, when the known leader cannot be
+    /// reached, looks the leader up again and tries that.
+    fn connect(&self, timeout: Duration) -> Result<TcpStream> {
         let known = self.resolved.lock().clone();
-        let e = match self.open_any(&known) {
-            Ok(conn) => return Ok(conn),
+        let e = match self.connect_to(&known, timeout) {
+            Ok(stream) => return Ok(stream),
             Err(e) => e,
         };
         let Some(election) = &self.election else {
@@ -543,59 +503,10 @@ impl Inner {
         if leader == known {
             return Err(e); // still the one that just failed
         }
-        let conn = self.open_any(&leader)?;
+        let stream = self.connect_to(&leader, timeout)?;
         *self.resolved.lock() = leader;
-        Ok(conn)
+        Ok(stream)
     }
-
-    fn open_any(&self, addrs: &[SocketAddr]) -> Result<Connection> {
-        let mut last = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(addr, self.connect_timeout) {
-                Ok(stream) => {
-                    let setup = stream
-                        .set_nodelay(true)
-                        .and_then(|_| stream.set_read_timeout(Some(self.call_timeout)))
-                        .and_then(|_| stream.set_write_timeout(Some(self.call_timeout)));
-                    if let Err(e) = setup {
-                        last = Some(e);
-                        continue;
-                    }
-                    return Ok(Connection {
-                        stream: io::BufReader::with_capacity(READ_BUFFER, stream),
-                        buf: Vec::new(),
-                    });
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        let e = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
-        Err(rpc_fail(format!(
-            "cannot connect to master {}: {e}",
-            self.addr
-        )))
-    }
-}
-
-impl Connection {
-    fn round_trip(&mut self, frame: &[u8]) -> io::Result<()> {
-        write_frames(&mut self.stream.get_ref(), frame)?;
-        // The answer usually comes within microseconds: poll for it rather
-        // than sleep and be woken (see `proto::spin`).
-        spin::await_readable(self.stream.get_ref(), spin::client_window());
-        read_frame(&mut self.stream, &mut self.buf)
-    }
-}
-
-/// Errors meaning the peer had closed the connection before our request.
-fn is_stale(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::UnexpectedEof
-            | ErrorKind::ConnectionReset
-            | ErrorKind::BrokenPipe
-            | ErrorKind::ConnectionAborted
-    )
 }
 
 fn strs(keys: &[String]) -> Vec<&str> {

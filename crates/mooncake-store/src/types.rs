@@ -41,6 +41,33 @@ impl Default for ReplicateConfig {
     }
 }
 
+/// One write command, as every put and upsert variant passes it down to the
+/// master: where the replicas go, and whether an existing object is
+/// replaced (`upsert`) or makes the put fail.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    pub config: ReplicateConfig,
+    pub upsert: bool,
+}
+
+impl WriteOptions {
+    /// A put: a key that already exists is refused.
+    pub fn put(config: &ReplicateConfig) -> WriteOptions {
+        WriteOptions {
+            config: config.clone(),
+            upsert: false,
+        }
+    }
+
+    /// An upsert: an existing object is replaced.
+    pub fn upsert(config: &ReplicateConfig) -> WriteOptions {
+        WriteOptions {
+            config: config.clone(),
+            upsert: true,
+        }
+    }
+}
+
 /// Identifies a client process: random per process (uuid-like).
 pub type ClientId = u128;
 

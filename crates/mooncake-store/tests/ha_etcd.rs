@@ -4,15 +4,13 @@
 //! Waits are bounded hang guards, never speed checks; "still waiting"
 //! checks can only pass wrongly, never fail wrongly.
 
-#[path = "support/freeze_proxy.rs"]
-mod freeze_proxy;
-#[path = "../../mooncake-transfer/tests/support/services.rs"]
-mod services;
+mod support;
 
 use std::time::Duration;
 
 use mooncake_store::ha::etcd::{election_name, EtcdElection};
 use mooncake_store::ha::{find_leader, Backend, LeaderElection};
+use test_support::{services, FreezeProxy};
 
 /// Lease TTL for tests: short so failover tests are quick.
 const TTL: Duration = Duration::from_secs(2);
@@ -204,10 +202,10 @@ async fn leader_outlives_several_lease_periods() {
 async fn a_leader_cut_off_from_etcd_gives_up_before_another_can_win() {
     let etcd = services::etcd();
     let id = cluster("partition");
-    let proxy = freeze_proxy::FreezeProxy::start(&etcd.addr);
+    let proxy = FreezeProxy::start(&etcd.addr);
     let a = EtcdElection::connect(std::slice::from_ref(&proxy.addr), &id, TTL)
         .await
         .unwrap();
     let b = election(&etcd, &id).await;
-    freeze_proxy::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
+    support::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
 }

@@ -8,8 +8,7 @@
 //! is the property itself: a leader cut off from the API gives up before
 //! its last renewal's lease could run out.
 
-#[path = "support/freeze_proxy.rs"]
-mod freeze_proxy;
+mod support;
 
 use std::io::Write;
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use mooncake_store::ha::k8s::config::{Auth, ClusterConfig};
 use mooncake_store::ha::k8s::{K8sElection, LeaseRef, Timings};
 use mooncake_store::ha::LeaderElection;
 use serde_json::json;
+use test_support::FreezeProxy;
 use tokio::time::{sleep, timeout, Instant};
 
 /// Short timings so that expiry tests are quick, with a renew deadline of
@@ -255,9 +255,9 @@ async fn cancel_means_lost_and_the_holder_released() {
 
 /// A leader whose only route to the API is `proxy` (frozen: it "dies"
 /// without releasing).
-fn behind_proxy(api: &Api) -> (K8sElection, freeze_proxy::FreezeProxy) {
+fn behind_proxy(api: &Api) -> (K8sElection, FreezeProxy) {
     let upstream = api.url.trim_start_matches("http://");
-    let proxy = freeze_proxy::FreezeProxy::start(upstream);
+    let proxy = FreezeProxy::start(upstream);
     (
         election_at(&format!("http://{}", proxy.addr), TIMINGS),
         proxy,
@@ -295,7 +295,7 @@ async fn failover_after_leader_death() {
     let (a, proxy) = behind_proxy(&api);
     let b = election(&api);
     // A leads, is cut off (renewals hang), B wins; by then A has given up.
-    freeze_proxy::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
+    support::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
     let s = spec(&api);
     assert_eq!(s["leaseTransitions"], 1, "{s}");
     assert_eq!(s["holderIdentity"], "", "B resigned: {s}");

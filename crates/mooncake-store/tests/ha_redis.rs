@@ -4,10 +4,7 @@
 //! Waits are bounded hang guards, never speed checks; "still waiting"
 //! checks can only pass wrongly, never fail wrongly.
 
-#[path = "support/freeze_proxy.rs"]
-mod freeze_proxy;
-#[path = "../../mooncake-transfer/tests/support/services.rs"]
-mod services;
+mod support;
 
 use std::time::Duration;
 
@@ -15,6 +12,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::ha::redis::{leader_key, RedisElection};
 use mooncake_store::ha::LeaderElection;
 use mooncake_transfer::metadata::redis::RedisOptions;
+use test_support::{services, FreezeProxy};
 
 /// Key expiry for tests: short so failover tests are quick.
 const TTL: Duration = Duration::from_secs(2);
@@ -204,12 +202,12 @@ async fn password_and_db_index() {
 async fn a_leader_cut_off_from_redis_gives_up_before_another_can_win() {
     let redis = services::redis();
     let id = cluster("partition");
-    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let proxy = FreezeProxy::start(&redis.addr);
     let a = RedisElection::connect_with(&proxy.addr, &RedisOptions::default(), &id, TTL)
         .await
         .unwrap();
     let b = election(&redis, &id).await;
-    freeze_proxy::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
+    support::partitioned_leader_gives_up(&a, &b, &proxy, GUARD).await;
 }
 
 /// An HA master (`serve_ha`) on the current runtime, electing through the
@@ -254,7 +252,7 @@ fn spawn_ha_master(redis_addr: &str, cluster_id: &str, port: u16) -> HaMaster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_keeps_campaigning_through_a_redis_outage() {
     let redis = services::redis();
-    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let proxy = FreezeProxy::start(&redis.addr);
     let port = services::free_port();
     let HaMaster {
         task: mut master,
@@ -303,11 +301,9 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
     use mooncake_store::master::{MasterConfig, MasterHandle};
     use mooncake_store::MasterClient;
 
-    // The only test here that sets it; clients read it at connect.
     let id = cluster("client");
-    std::env::set_var("MC_STORE_CLUSTER_ID", &id);
     let redis = services::start_redis(&[]);
-    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let proxy = FreezeProxy::start(&redis.addr);
     let mut config = MasterConfig::default();
     for (k, v) in [
         ("rpc_address", "127.0.0.1"),
@@ -324,7 +320,7 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
         .arg(master.rpc_addr().to_string())
         .query(&mut raw(&redis))
         .unwrap();
-    let client = MasterClient::connect(&format!("redis://{}", proxy.addr)).unwrap();
+    let client = MasterClient::connect_in_cluster(&format!("redis://{}", proxy.addr), &id).unwrap();
     assert!(!client.exist_key("k").unwrap());
 
     // The leader is gone and none follows: every call fails, with RPC_FAIL,
@@ -352,7 +348,7 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_stopped_while_redis_is_out_of_reach_stops_cleanly() {
     let redis = services::redis();
-    let proxy = freeze_proxy::FreezeProxy::start(&redis.addr);
+    let proxy = FreezeProxy::start(&redis.addr);
     let HaMaster {
         task: master,
         mut terms,

@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use mooncake_common::{ErrorCode, Result};
 use mooncake_store::master::allocator::aligned_len;
-use mooncake_store::master::leases::LeasePolicy;
-use mooncake_store::master::{AllocationStrategy, MasterService, Policy};
+use mooncake_store::master::{AllocationStrategy, LeasePolicy, MasterService, Policy};
 use mooncake_store::types::{ClientId, ReplicaDesc, ReplicateConfig, SegmentInfo};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

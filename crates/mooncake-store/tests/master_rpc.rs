@@ -2,15 +2,12 @@
 //! one pooled `MasterClient` on overlapping keys, batches as one call, and
 //! a client reconnecting after the master restarts.
 
-#[path = "support/freeze_proxy.rs"]
-mod freeze_proxy;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 use mooncake_store::master::{MasterConfig, MasterHandle};
-use mooncake_store::types::{ClientId, ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{ClientId, ReplicateConfig, SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -63,7 +60,7 @@ fn many_threads_share_one_client() {
                     let key = format!("k{}", rng.gen_range(0..16));
                     let r = match rng.gen_range(0..4) {
                         0 => c
-                            .put_start(me, &key, rng.gen_range(1..4096), &cfg)
+                            .put_start(me, &key, rng.gen_range(1..4096), &WriteOptions::put(&cfg))
                             .and_then(|d| {
                                 assert_eq!(d.len(), 2);
                                 c.put_end(me, &key)
@@ -99,7 +96,9 @@ fn batches_answer_per_key_in_one_call() {
     let mut lens = vec![4096u64; 1000];
     lens[7] = 0;
     let cfg = ReplicateConfig::default();
-    let starts = c.batch_put_start(1, &keys, &lens, &cfg).unwrap();
+    let starts = c
+        .batch_put_start(1, &keys, &lens, &WriteOptions::put(&cfg))
+        .unwrap();
     assert_eq!(starts.iter().filter(|r| r.is_err()).count(), 1);
     assert_eq!(
         starts[7].as_ref().unwrap_err().code,
@@ -143,7 +142,7 @@ fn a_client_survives_a_master_restart() {
         "the new master does not know us"
     );
     c.mount_segment(1, &segment("a")).unwrap();
-    c.put_start(1, "k", 1, &ReplicateConfig::default()).unwrap();
+    c.put_start(1, "k", 1, &WriteOptions::default()).unwrap();
     c.put_end(1, "k").unwrap();
     assert!(c.exist_key("k").unwrap());
     drop(master);
@@ -167,7 +166,7 @@ fn tasks_over_rpc() {
         preferred_segment: "a".into(),
         ..Default::default()
     };
-    c.put_start(1, "k", 64, &on_a).unwrap();
+    c.put_start(1, "k", 64, &WriteOptions::put(&on_a)).unwrap();
     c.put_end(1, "k").unwrap();
     assert_eq!(
         c.create_copy_task("k", &["nosuch:1".into()])
@@ -212,7 +211,7 @@ fn tasks_over_rpc() {
 #[test]
 fn after_a_call_times_out_pooled_connections_are_not_waited_on_again() {
     let master = MasterHandle::spawn(config()).unwrap();
-    let proxy = freeze_proxy::FreezeProxy::start(&master.rpc_addr().to_string());
+    let proxy = test_support::FreezeProxy::start(&master.rpc_addr().to_string());
     let client = MasterClient::connect_with_timeouts(
         &proxy.addr,
         Duration::from_secs(5),

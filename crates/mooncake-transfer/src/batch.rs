@@ -110,7 +110,7 @@ impl Task {
     pub(crate) fn fail(&self, code: ErrorCode) {
         let _ = self
             .error
-            .compare_exchange(0, code.code(), Ordering::AcqRel, Ordering::Acquire);
+            .compare_exchange(0, code.wire(), Ordering::AcqRel, Ordering::Acquire);
         self.settle(FAILED);
     }
 
@@ -123,7 +123,7 @@ impl Task {
             Err(code) => {
                 let _ = self.error.compare_exchange(
                     0,
-                    code.code(),
+                    code.wire(),
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 );
@@ -214,7 +214,7 @@ impl Task {
         if now >= self.deadline && self.settle(TIMEOUT) {
             let _ = self.error.compare_exchange(
                 0,
-                ErrorCode::TRANSFER_FAIL.code(),
+                ErrorCode::TRANSFER_FAIL.wire(),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             );
@@ -244,7 +244,7 @@ impl Task {
             state,
             transferred_bytes: self.transferred.load(Ordering::Relaxed),
             error: (code != 0 && state != TransferState::Completed)
-                .then(|| ErrorCode::from_i32(code)),
+                .then(|| ErrorCode::from_wire(code).unwrap_or(ErrorCode::INTERNAL_ERROR)),
         }
     }
 }
@@ -548,7 +548,7 @@ mod tests {
     }
 
     /// A timeout is reported only after a response being written into local
-    /// memory is done; later responses are refused a landing. (Review #6.)
+    /// memory is done; later responses are refused a landing.
     #[test]
     fn timeout_is_reported_after_landings_end() {
         let b = Arc::new(Batch::new(1, Duration::from_secs(5)));

@@ -7,10 +7,10 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// `P2PHANDSHAKE`, `http://h:p/metadata`, `etcd://h:p`, bare `h:p`, or `redis://h:p`.
-    pub metadata_server: String,
+    pub(crate) metadata_server: String,
     /// `host` or `host:port`. In P2P mode the published name becomes `host:rpc_port`.
-    pub local_server_name: String,
-    /// `tcp` (default) or `rdma` (only with the `rdma` cargo feature).
+    pub(crate) local_server_name: String,
+    /// `tcp` (default); `rdma` is refused (no RDMA transport in this build).
     pub protocol: String,
     /// RDMA NIC name; ignored by `tcp` (scripts often pass one anyway).
     pub device_name: String,
@@ -26,20 +26,20 @@ pub struct EngineConfig {
     /// Large requests are cut into slices of this many bytes (`MC_SLICE_SIZE`).
     pub slice_size: usize,
     /// Port range searched for a free RPC port (`MC_MIN_PRC_PORT`, `MC_MAX_PRC_PORT`).
-    pub min_rpc_port: u16,
-    pub max_rpc_port: u16,
+    pub(crate) min_rpc_port: u16,
+    pub(crate) max_rpc_port: u16,
     /// Largest control payload (handshake descriptor, notify) accepted (`MC_HANDSHAKE_MAX_LENGTH`).
     pub handshake_max_length: usize,
     /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`,
-    /// 1..=64; default [`default_tcp_connections`]).
+    /// 1..=64; default one per core, between 2 and 4).
     pub tcp_connections: usize,
 }
 
-pub const DEFAULT_SLICE_SIZE: usize = 65536;
-pub const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
+pub(crate) const DEFAULT_SLICE_SIZE: usize = 65536;
+pub(crate) const DEFAULT_TRANSFER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_HANDSHAKE_MAX_LENGTH: usize = 1 << 20;
 /// Most data connections per peer opened by default.
-pub const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
+pub(crate) const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
 
 /// One connection per core, between 2 and 4. Each connection costs a
 /// sender and a receiver thread here and a serving thread at the peer; the
@@ -47,13 +47,13 @@ pub const MAX_DEFAULT_TCP_CONNECTIONS: usize = 4;
 /// wakeups: on the 2-vCPU test VM, 2 connections gave ~13% more store
 /// throughput over TCP than 4 at equal transfer-engine throughput
 /// (docs/benchmarks.md), while 1 leaves a core idle.
-pub fn default_tcp_connections() -> usize {
+pub(crate) fn default_tcp_connections() -> usize {
     std::thread::available_parallelism()
         .map_or(MAX_DEFAULT_TCP_CONNECTIONS, usize::from)
         .clamp(2, MAX_DEFAULT_TCP_CONNECTIONS)
 }
 /// Longest transfer timeout honoured; longer values are cut to it.
-pub const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const MAX_TRANSFER_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl EngineConfig {
     /// Defaults, then environment variables (`MC_*`) applied.
@@ -140,7 +140,7 @@ impl EngineConfig {
     /// The configuration with out-of-range values replaced: a zero timeout by
     /// the default, an excessive one by [`MAX_TRANSFER_TIMEOUT`], zero sizes
     /// and counts by 1.
-    pub fn sanitized(mut self) -> EngineConfig {
+    pub(crate) fn sanitized(mut self) -> EngineConfig {
         if self.transfer_timeout.is_zero() {
             self.transfer_timeout = DEFAULT_TRANSFER_TIMEOUT;
         }
@@ -149,13 +149,6 @@ impl EngineConfig {
         self.tcp_connections = self.tcp_connections.clamp(1, 64);
         self.handshake_max_length = self.handshake_max_length.max(1024);
         self
-    }
-
-    /// True when descriptors are exchanged peer to peer.
-    pub fn is_p2p(&self) -> bool {
-        self.metadata_server
-            .trim()
-            .eq_ignore_ascii_case("P2PHANDSHAKE")
     }
 }
 
@@ -182,7 +175,7 @@ mod tests {
         assert_eq!(c.transfer_timeout, Duration::from_secs(30));
         assert_eq!((c.min_rpc_port, c.max_rpc_port), (15000, 17000));
         assert!(!c.force_tcp);
-        assert!(c.is_p2p());
+        assert_eq!(c.metadata_server, "P2PHANDSHAKE");
         assert!((2..=MAX_DEFAULT_TCP_CONNECTIONS).contains(&c.tcp_connections));
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         assert_eq!(

@@ -13,16 +13,16 @@
 
 use std::fmt;
 
-pub const MAGIC: u32 = u32::from_le_bytes(*b"MCTE");
-pub const VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 32;
+pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"MCTE");
+pub(crate) const VERSION: u8 = 1;
+pub(crate) const HEADER_LEN: usize = 32;
 /// Largest data payload in one frame. Senders slice below it; it also bounds
 /// what a receiver drains when it refuses a write.
-pub const MAX_DATA_FRAME: u64 = 64 << 20;
+pub(crate) const MAX_DATA_FRAME: u64 = 64 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Write `len` payload bytes at `addr` of the target's memory.
     WriteReq = 1,
     /// Result of a `WriteReq` (`status`), no payload.
@@ -56,7 +56,7 @@ impl Kind {
     }
 
     /// Kinds an engine accepts on its listening port.
-    pub fn is_request(self) -> bool {
+    pub(crate) fn is_request(self) -> bool {
         matches!(
             self,
             Kind::WriteReq | Kind::ReadReq | Kind::DescReq | Kind::NotifyReq
@@ -65,16 +65,17 @@ impl Kind {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Header {
-    pub kind: Kind,
-    pub status: i32,
-    pub seq: u32,
-    pub addr: u64,
-    pub len: u64,
+pub(crate) struct Header {
+    pub(crate) kind: Kind,
+    /// 0, or the failure's `ErrorCode::wire` number (responses).
+    pub(crate) status: i32,
+    pub(crate) seq: u32,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FrameError {
+pub(crate) enum FrameError {
     BadMagic(u32),
     BadVersion(u8),
     UnknownKind(u8),
@@ -110,7 +111,7 @@ impl fmt::Display for FrameError {
 impl std::error::Error for FrameError {}
 
 impl Header {
-    pub fn new(kind: Kind, seq: u32, addr: u64, len: u64) -> Header {
+    pub(crate) fn new(kind: Kind, seq: u32, addr: u64, len: u64) -> Header {
         Header {
             kind,
             status: 0,
@@ -120,7 +121,7 @@ impl Header {
         }
     }
 
-    pub fn encode(&self) -> [u8; HEADER_LEN] {
+    pub(crate) fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
         b[4] = VERSION;
@@ -133,7 +134,7 @@ impl Header {
         b
     }
 
-    pub fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
+    pub(crate) fn decode(b: &[u8; HEADER_LEN]) -> Result<Header, FrameError> {
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
         let magic = u32_at(0);
@@ -158,7 +159,7 @@ impl Header {
     }
 
     /// Bytes of payload that follow this header on the wire.
-    pub fn payload_len(&self) -> u64 {
+    pub(crate) fn payload_len(&self) -> u64 {
         match self.kind {
             Kind::WriteReq | Kind::DescReq | Kind::NotifyReq => self.len,
             Kind::ReadResp | Kind::DescResp if self.status == 0 => self.len,
@@ -168,7 +169,7 @@ impl Header {
 
     /// Checks sizes against the limits; `control_max` bounds descriptor and
     /// notify payloads (`MC_HANDSHAKE_MAX_LENGTH`).
-    pub fn check_limits(&self, control_max: u64) -> Result<(), FrameError> {
+    pub(crate) fn check_limits(&self, control_max: u64) -> Result<(), FrameError> {
         let max = match self.kind {
             Kind::WriteReq | Kind::ReadReq | Kind::ReadResp => MAX_DATA_FRAME,
             Kind::DescReq | Kind::DescResp | Kind::NotifyReq => control_max,
@@ -191,7 +192,10 @@ impl Header {
     }
 
     /// Decodes and validates a frame arriving at a listening engine.
-    pub fn decode_request(b: &[u8; HEADER_LEN], control_max: u64) -> Result<Header, FrameError> {
+    pub(crate) fn decode_request(
+        b: &[u8; HEADER_LEN],
+        control_max: u64,
+    ) -> Result<Header, FrameError> {
         let h = Header::decode(b)?;
         if !h.kind.is_request() {
             return Err(FrameError::WrongDirection(h.kind));
@@ -201,7 +205,10 @@ impl Header {
     }
 
     /// Decodes and validates a frame arriving at an initiator.
-    pub fn decode_response(b: &[u8; HEADER_LEN], control_max: u64) -> Result<Header, FrameError> {
+    pub(crate) fn decode_response(
+        b: &[u8; HEADER_LEN],
+        control_max: u64,
+    ) -> Result<Header, FrameError> {
         let h = Header::decode(b)?;
         if h.kind.is_request() {
             return Err(FrameError::WrongDirection(h.kind));
@@ -210,7 +217,7 @@ impl Header {
         Ok(h)
     }
 
-    pub fn response(kind: Kind, to: &Header, status: i32, len: u64) -> Header {
+    pub(crate) fn response(kind: Kind, to: &Header, status: i32, len: u64) -> Header {
         Header {
             kind,
             status,
@@ -222,7 +229,7 @@ impl Header {
 }
 
 /// Notify payload: `u32 name length`, name, message.
-pub fn encode_notify(name: &str, msg: &str) -> Vec<u8> {
+pub(crate) fn encode_notify(name: &str, msg: &str) -> Vec<u8> {
     let mut v = Vec::with_capacity(4 + name.len() + msg.len());
     v.extend_from_slice(&(name.len() as u32).to_le_bytes());
     v.extend_from_slice(name.as_bytes());
@@ -230,7 +237,7 @@ pub fn encode_notify(name: &str, msg: &str) -> Vec<u8> {
     v
 }
 
-pub fn decode_notify(p: &[u8]) -> Option<(String, String)> {
+pub(crate) fn decode_notify(p: &[u8]) -> Option<(String, String)> {
     let n = u32::from_le_bytes(p.get(0..4)?.try_into().ok()?) as usize;
     let name = p.get(4..4usize.checked_add(n)?)?;
     let msg = &p[4 + n..];

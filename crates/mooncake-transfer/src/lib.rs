@@ -1,20 +1,28 @@
 //! Transfer Engine: moves bytes between registered memory in different
 //! processes and hosts.
 //!
+//! The public API is what this file re-exports, plus [`metadata`] (the
+//! metadata backends and the HTTP metadata server, which the store and the
+//! CLI use directly); everything else is `pub(crate)` (`unreachable_pub`
+//! keeps it so).
+//!
 //! Layout:
-//! - [`engine`]: [`TransferEngine`], the public API (registration, segments,
-//!   batches, notifies) and the routing of requests to transports;
-//! - `transport/`: one file per transport (`local`, `shm`, `tcp`, `rdma`);
+//! - `engine/`: [`TransferEngine`] (registration, segments, batches and
+//!   submission, notifies, one file each) and the routing of requests to
+//!   transports;
+//! - `transport/`: one file per transport (`local`, `shm`, `tcp`);
 //! - `frame` (wire format, no I/O), `conn` (socket helpers), `rpc` (the
 //!   engine's listening port: data frames, P2P handshake, notifies);
-//! - `memory` (registered ranges), `batch` (request status), [`segment`]
+//! - `memory` (registered ranges), `batch` (request status), `segment`
 //!   (descriptors in the reference's JSON shape), [`metadata`] (KV backends);
 //! - `rawmem`: the only module that dereferences raw addresses or maps memory.
 
-pub mod batch;
-pub mod config;
+#![warn(unreachable_pub)]
+
+mod batch;
+mod config;
 mod conn;
-pub mod engine;
+mod engine;
 mod frame;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -22,7 +30,7 @@ mod memory;
 pub mod metadata;
 mod rawmem;
 mod rpc;
-pub mod segment;
+mod segment;
 mod transport;
 
 pub use batch::{TransferState, TransferStatus};
@@ -30,4 +38,4 @@ pub use config::EngineConfig;
 pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };
-pub use segment::{BufferDesc, RpcMeta, SegmentDesc};
+pub use segment::{BufferDesc, SegmentDesc};

@@ -99,16 +99,16 @@ impl Drop for PinGuard {
 /// One registered range.
 #[derive(Clone, Debug)]
 pub(crate) struct Region {
-    pub addr: usize,
-    pub len: usize,
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
     /// `cpu:0`, `*`, … as given at registration (published as the buffer name).
-    pub location: String,
+    pub(crate) location: String,
     /// Whether peers may read and write it (published in the descriptor).
-    pub remote_accessible: bool,
+    pub(crate) remote_accessible: bool,
     /// Set for engine-managed buffers: how a same-host peer maps them.
-    pub shm: Option<ShmDesc>,
+    pub(crate) shm: Option<ShmDesc>,
     /// Frames of peers using this memory now.
-    pub pin: Arc<Pin>,
+    pub(crate) pin: Arc<Pin>,
 }
 
 impl Region {

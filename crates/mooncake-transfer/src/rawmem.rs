@@ -118,9 +118,9 @@ fn page_size() -> usize {
 /// names the memfd a peer published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileId {
-    pub dev: u64,
-    pub ino: u64,
-    pub size: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) size: u64,
 }
 
 fn file_id(fd: &OwnedFd) -> io::Result<FileId> {

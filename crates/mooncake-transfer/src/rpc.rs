@@ -29,17 +29,17 @@ const MAX_CONNECTIONS: usize = 4096;
 
 /// What the listener needs from the engine.
 pub(crate) struct LocalState {
-    pub name: String,
-    pub protocol: String,
-    pub rpc_port: u16,
+    pub(crate) name: String,
+    pub(crate) protocol: String,
+    pub(crate) rpc_port: u16,
     /// Published so same-host peers may map our shared buffers (None with force_tcp).
-    pub host_id: Option<String>,
-    pub registry: RwLock<Registry>,
-    pub notifies: Mutex<NotifyQueue>,
-    pub control_max: u64,
+    pub(crate) host_id: Option<String>,
+    pub(crate) registry: RwLock<Registry>,
+    pub(crate) notifies: Mutex<NotifyQueue>,
+    pub(crate) control_max: u64,
     /// Bounds how long a peer may stall in the middle of a frame (each
     /// socket call); a whole frame is cut off after twice this.
-    pub io_timeout: Duration,
+    pub(crate) io_timeout: Duration,
 }
 
 /// Most notifies held until the application drains them, and most bytes
@@ -383,7 +383,7 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                     }
                     Err(code) => {
                         input.skip_paced(&mut stream, h.len, &mut pace)?;
-                        code.code()
+                        code.wire()
                     }
                 };
                 out.push(Header::response(Kind::WriteAck, &h, status, 0));
@@ -401,7 +401,7 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                         h.len as usize,
                         pin,
                     ),
-                    Err(code) => out.push(Header::response(Kind::ReadResp, &h, code.code(), 0)),
+                    Err(code) => out.push(Header::response(Kind::ReadResp, &h, code.wire(), 0)),
                 }
             }
             Kind::DescReq | Kind::NotifyReq => {
@@ -430,7 +430,7 @@ fn control(
     if h.kind == Kind::DescReq {
         let json = state.descriptor().to_json();
         if json.len() as u64 > state.control_max {
-            let code = ErrorCode::ERR_REJECT_HANDSHAKE.code();
+            let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
             return stream.write_all(&Header::response(Kind::DescResp, h, code, 0).encode());
         }
         let head = Header::response(Kind::DescResp, h, 0, json.len() as u64).encode();
@@ -439,9 +439,9 @@ fn control(
     let status = match decode_notify(payload) {
         Some((name, msg)) => match state.notifies.lock().push(Notify { name, msg }) {
             Ok(()) => 0,
-            Err(code) => code.code(),
+            Err(code) => code.wire(),
         },
-        None => ErrorCode::ERR_INVALID_ARGUMENT.code(),
+        None => ErrorCode::ERR_INVALID_ARGUMENT.wire(),
     };
     stream.write_all(&Header::response(Kind::NotifyAck, h, status, 0).encode())
 }
@@ -533,7 +533,7 @@ pub(crate) fn send_notify(
         .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, format!("notify to {addr}: {e}")))?;
     if h.kind != Kind::NotifyAck || h.status != 0 {
         return Err(Error::new(
-            ErrorCode::from_i32(h.status),
+            ErrorCode::from_wire(h.status).unwrap_or(ErrorCode::INTERNAL_ERROR),
             format!("notify refused by {addr}"),
         ));
     }

@@ -52,17 +52,17 @@ pub struct BufferDesc {
 /// which must be the file `(dev, ino)`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShmDesc {
-    pub pid: u32,
-    pub fd: i32,
-    pub dev: u64,
-    pub ino: u64,
+    pub(crate) pid: u32,
+    pub(crate) fd: i32,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
 }
 
 /// `mooncake/rpc_meta/<name>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RpcMeta {
-    pub ip_or_host_name: String,
-    pub rpc_port: u16,
+pub(crate) struct RpcMeta {
+    pub(crate) ip_or_host_name: String,
+    pub(crate) rpc_port: u16,
 }
 
 impl SegmentDesc {
@@ -70,7 +70,7 @@ impl SegmentDesc {
         serde_json::to_vec(self).expect("descriptor serializes")
     }
 
-    pub fn from_json(bytes: &[u8]) -> Result<SegmentDesc> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<SegmentDesc> {
         serde_json::from_slice(bytes).map_err(|e| {
             Error::new(
                 ErrorCode::ERR_MALFORMED_JSON,
@@ -80,7 +80,7 @@ impl SegmentDesc {
     }
 
     /// The buffer holding all of `[addr, addr+len)`.
-    pub fn find_buffer(&self, addr: u64, len: u64) -> Option<&BufferDesc> {
+    pub(crate) fn find_buffer(&self, addr: u64, len: u64) -> Option<&BufferDesc> {
         self.buffers.iter().find(|b| b.contains(addr, len))
     }
 
@@ -91,7 +91,7 @@ impl SegmentDesc {
 }
 
 impl BufferDesc {
-    pub fn contains(&self, addr: u64, len: u64) -> bool {
+    pub(crate) fn contains(&self, addr: u64, len: u64) -> bool {
         match (
             usize::try_from(self.addr),
             usize::try_from(self.length),
@@ -105,11 +105,11 @@ impl BufferDesc {
 }
 
 impl RpcMeta {
-    pub fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("rpc meta serializes")
     }
 
-    pub fn from_json(bytes: &[u8]) -> Result<RpcMeta> {
+    pub(crate) fn from_json(bytes: &[u8]) -> Result<RpcMeta> {
         serde_json::from_slice(bytes)
             .map_err(|e| Error::new(ErrorCode::ERR_MALFORMED_JSON, format!("rpc meta: {e}")))
     }
@@ -117,7 +117,7 @@ impl RpcMeta {
 
 /// Identifies "this boot of this machine, this PID namespace": two engines
 /// with equal ids can open each other's `/proc/<pid>/fd/<fd>`.
-pub fn local_host_id() -> String {
+pub(crate) fn local_host_id() -> String {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     let pidns = std::fs::read_link("/proc/self/ns/pid")
         .map(|p| p.display().to_string())

@@ -322,7 +322,6 @@ fn notifies_with_and_without_transfer() {
 
 /// Undrained notifies are bounded (64 MiB): past that a peer's notify is
 /// refused with a code, and accepted again once the application drains.
-/// (Review #5.)
 #[test]
 fn notify_queue_is_bounded() {
     let (a, b) = (engine(true), engine(true));
@@ -458,7 +457,7 @@ fn copy_shared_moves_bytes_to_and_from_unregistered_memory() {
 
 /// A same-host peer's freed managed buffer: writes and reads fail as over TCP
 /// (the owner says it is not registered) instead of landing in a stale
-/// mapping, and a buffer the peer allocates later is reachable. (Review #4.)
+/// mapping, and a buffer the peer allocates later is reachable.
 #[test]
 fn freed_peer_buffer_is_not_written_through_a_stale_mapping() {
     let (a, b) = (engine(false), engine(false));

@@ -2,9 +2,6 @@
 //! server (library). One test per server instance runs the shared contract
 //! cases in sequence, so each started server is killed when its test ends.
 
-#[path = "support/services.rs"]
-mod services;
-
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +12,7 @@ use mooncake_transfer::metadata::redis::{RedisOptions, RedisStore};
 use mooncake_transfer::metadata::{
     connect, segment_key, MetadataStore, MetadataStoreExt, MetadataUri,
 };
+use test_support::services;
 
 /// A key prefix unique to this run, so tests sharing an external server
 /// never see each other's keys.

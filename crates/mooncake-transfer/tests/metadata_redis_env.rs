@@ -1,11 +1,9 @@
 //! `connect()` honours `MC_REDIS_PASSWORD` and `MC_REDIS_DB_INDEX`. One test
 //! in its own binary: it sets process environment variables.
 
-#[path = "support/services.rs"]
-mod services;
-
 use mooncake_common::ErrorCode;
 use mooncake_transfer::metadata::{connect, MetadataUri};
+use test_support::services;
 
 #[test]
 fn redis_env_vars_select_password_and_db() {

@@ -1,6 +1,6 @@
 //! A peer that trickles its frames (slowloris) must not stall the engine:
 //! no registry lock is held while a peer's bytes cross the socket, and a
-//! frame is cut off after at most twice MC_TRANSFER_TIMEOUT. (Review #1.)
+//! frame is cut off after at most twice MC_TRANSFER_TIMEOUT.
 //!
 //! Timeouts here only guard against hangs; nothing asserts on durations.
 
@@ -193,7 +193,7 @@ fn idle_connections_hold_no_memory() {
     let mut ack = [0u8; 32];
     s.read_exact(&mut ack).unwrap();
     let status = i32::from_le_bytes(ack[8..12].try_into().unwrap());
-    assert_eq!(status, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code());
+    assert_eq!(status, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire());
     assert_eq!(&buf[..8], b"abcdefgh");
 }
 
@@ -227,7 +227,7 @@ fn unregister_cuts_off_a_peer_trickling_into_that_buffer() {
     let mut ack = [0u8; 32];
     s.read_exact(&mut ack).unwrap();
     let status = i32::from_le_bytes(ack[8..12].try_into().unwrap());
-    assert_eq!(status, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code());
+    assert_eq!(status, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire());
     assert_eq!(buf[..], snapshot[..]);
 }
 

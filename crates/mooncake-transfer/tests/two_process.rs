@@ -1,12 +1,9 @@
 //! Two engines in separate processes: this test binary re-executes itself as
 //! the peer (`peer_process`, ignored unless asked for) and drives it through
-//! stdin/stdout. Covers both transports, every metadata backend, and the bad
-//! inputs of issue 2: wrong addresses, unknown segments, an unreachable
+//! stdin/stdout. Covers both transports, every metadata backend, and bad
+//! inputs: wrong addresses, unknown segments, an unreachable
 //! metadata server, a peer that dies or stalls mid-batch, and malformed
 //! frames sent straight to the engine's port.
-
-#[path = "support/services.rs"]
-mod services;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -20,6 +17,7 @@ use mooncake_transfer::metadata::{connect, segment_key, MetadataUri};
 use mooncake_transfer::{
     EngineConfig, Notify, Opcode, TransferEngine, TransferRequest, TransferState,
 };
+use test_support::services;
 
 const PEER_LEN: usize = 4 << 20;
 
@@ -674,12 +672,12 @@ fn malformed_and_oversized_frames_close_the_connection() {
     s.write_all(&[0xee; 16]).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (2, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code(), 7, 0)
+        (2, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire(), 7, 0)
     );
     s.write_all(&header(3, 8, 4096, 16)).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (4, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.code(), 8, 0)
+        (4, ErrorCode::ERR_ADDRESS_NOT_REGISTERED.wire(), 8, 0)
     );
     s.write_all(&header(3, 9, peer.addr, 16)).unwrap();
     let (kind, status, seq, len) = read_response(&mut s);
@@ -692,7 +690,7 @@ fn malformed_and_oversized_frames_close_the_connection() {
     s.write_all(&[1, 0, 0, 0, 0xff]).unwrap();
     assert_eq!(
         read_response(&mut s),
-        (8, ErrorCode::ERR_INVALID_ARGUMENT.code(), 10, 0)
+        (8, ErrorCode::ERR_INVALID_ARGUMENT.wire(), 10, 0)
     );
     drop(s);
 

@@ -1,103 +1,24 @@
 //! Helpers shared by the store tests that run real processes
 //! (`mooncake_master`, `mooncake_http_metadata_server`, `mooncake_client`):
-//! free ports, child processes killed on drop, a small cluster, bounded waits.
+//! a small cluster, values and replica checks; the generic process helpers
+//! (free ports, child processes killed on drop, bounded waits) are
+//! `test_support`'s.
 
 // Each test crate uses a different subset.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+pub use test_support::process::{
+    eventually, free_port, spawn_until_line, spawn_watching, wait_port, Proc, WAIT,
+};
 
 pub const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
 pub const METADATA: &str = env!("CARGO_BIN_EXE_mooncake_http_metadata_server");
 pub const STORAGE: &str = env!("CARGO_BIN_EXE_mooncake_client");
-pub const WAIT: Duration = Duration::from_secs(60);
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed (by pid) when dropped.
-pub struct Proc(pub Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    pub fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-
-    pub fn kill9(&mut self) {
-        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
-        assert_eq!(unsafe { libc::kill(self.0.id() as i32, libc::SIGKILL) }, 0);
-        let _ = self.0.wait();
-    }
-}
-
-/// Spawns `bin`; its stdout lines containing `marker` arrive on the receiver.
-pub fn spawn_watching(bin: &str, args: &[String], marker: &str) -> (Proc, mpsc::Receiver<String>) {
-    let mut child = Command::new(bin)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let marker = marker.to_owned();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if line.contains(&marker) && tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    (Proc(child), rx)
-}
-
-/// Spawns `bin` and returns it with the first stdout line containing `marker`.
-pub fn spawn_until_line(bin: &str, args: &[String], marker: &str) -> (Proc, String) {
-    let (proc, lines) = spawn_watching(bin, args, marker);
-    let line = lines
-        .recv_timeout(WAIT)
-        .unwrap_or_else(|_| panic!("{bin} printed no {marker:?} line"));
-    (proc, line)
-}
-
-pub fn wait_port(port: u16) {
-    let deadline = Instant::now() + WAIT;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Polls `cond` until it holds (bounded; no timing is asserted).
-pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "never happened: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 pub struct Cluster {
     pub master_addr: String,
@@ -195,6 +116,7 @@ impl Cluster {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: self.master_addr.clone(),
+            ..ClientConfig::default()
         }
     }
 

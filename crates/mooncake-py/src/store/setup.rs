@@ -44,6 +44,7 @@ impl SetupArgs {
                 .master_server_addr
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            ..defaults
         }
     }
 

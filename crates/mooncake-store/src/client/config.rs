@@ -2,6 +2,7 @@
 //! (JSON file or Python dict) or the `MOONCAKE_*` environment variables that
 //! inference-engine integrations read.
 
+use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 use serde_json::Value;
@@ -12,6 +13,7 @@ pub const DEFAULT_GLOBAL_SEGMENT_SIZE: u64 = 16 << 20;
 pub const DEFAULT_LOCAL_BUFFER_SIZE: u64 = 1 << 30;
 pub const DEFAULT_MASTER_ADDRESS: &str = "127.0.0.1:50051";
 pub const DEFAULT_METADATA_SERVER: &str = "http://127.0.0.1:8080/metadata";
+pub use crate::master_client::DEFAULT_CLUSTER_ID;
 
 /// Settings of an embedded ("real") client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,8 +31,14 @@ pub struct ClientConfig {
     pub protocol: String,
     /// NIC names for RDMA; ignored for tcp.
     pub device_name: String,
-    /// `host:port` of the master.
+    /// `host:port` of the master, or an HA address (`etcd://h1:p1;h2:p2`,
+    /// `redis://h:p`) naming where the master's leader is published.
     pub master_server_address: String,
+    /// With an HA master address, the cluster whose leader to follow.
+    pub cluster_id: String,
+    /// Copy with a plain memcpy when a replica lies in this process's own
+    /// segment; off, those bytes go through the engine like any other.
+    pub local_memcpy: bool,
 }
 
 impl Default for ClientConfig {
@@ -43,8 +51,15 @@ impl Default for ClientConfig {
             protocol: "tcp".into(),
             device_name: String::new(),
             master_server_address: DEFAULT_MASTER_ADDRESS.into(),
+            cluster_id: DEFAULT_CLUSTER_ID.into(),
+            local_memcpy: true,
         }
     }
+}
+
+/// The process environment, the one place the client reads it.
+pub(crate) fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
 fn bad(msg: impl Into<String>) -> Error {
@@ -108,7 +123,7 @@ impl ClientConfig {
     /// `MOONCAKE_TE_META_DATA_SERVER`, `MOONCAKE_LOCAL_HOSTNAME`,
     /// `MOONCAKE_GLOBAL_SEGMENT_SIZE`, `MOONCAKE_LOCAL_BUFFER_SIZE` override it.
     pub fn from_env() -> Result<ClientConfig> {
-        Self::from_env_with(|k| std::env::var(k).ok())
+        Self::from_env_with(process_env)
     }
 
     /// [`from_env`](Self::from_env) with an injectable lookup, for tests.
@@ -147,6 +162,29 @@ impl ClientConfig {
         Ok(cfg)
     }
 
+    /// Overrides settings from the variables the reference's client reads
+    /// whatever its configuration (setup calls this, so they win over the
+    /// fields):
+    /// - `MC_STORE_MEMCPY` (a gflags boolean: `0`/`false`/`no`/…): whether
+    ///   replicas in this process's own segment are copied with a memcpy
+    ///   ([`local_memcpy`](Self::local_memcpy)); a value that is not a
+    ///   boolean is ignored;
+    /// - `MC_STORE_CLUSTER_ID`: the HA cluster to follow
+    ///   ([`cluster_id`](Self::cluster_id)); empty is ignored.
+    ///
+    /// The transfer engine reads its own variables (`MC_FORCE_TCP`,
+    /// `MC_TRANSFER_TIMEOUT`, …) in `EngineConfig::apply_env`; the
+    /// integrations' `MOONCAKE_*` variables are read by
+    /// [`from_env`](Self::from_env) only.
+    pub fn apply_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        if let Some(on) = var("MC_STORE_MEMCPY").and_then(|v| parse_bool(&v).ok()) {
+            self.local_memcpy = on;
+        }
+        if let Some(id) = var("MC_STORE_CLUSTER_ID").filter(|id| !id.is_empty()) {
+            self.cluster_id = id;
+        }
+    }
+
     /// Rejects settings no client can start with.
     pub fn validate(&self) -> Result<()> {
         if self.local_hostname.trim().is_empty() {
@@ -164,7 +202,7 @@ impl ClientConfig {
 }
 
 /// Splits `host[:port]`; IPv6 literals are written `[::1]:port`.
-pub fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
+pub(crate) fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
     let s = s.trim();
     if let Some(rest) = s.strip_prefix('[') {
         let (host, tail) = rest
@@ -248,6 +286,38 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(err.code, ErrorCode::FILE_OPEN_FAIL);
+    }
+
+    #[test]
+    fn process_variables_override_the_fields() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(name, _)| *name == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let mut cfg = ClientConfig::default();
+        cfg.apply_env(env(&[]));
+        assert_eq!(cfg, ClientConfig::default(), "nothing set, nothing changes");
+        assert!(cfg.local_memcpy);
+        assert_eq!(cfg.cluster_id, "mooncake_cluster");
+
+        cfg.apply_env(env(&[
+            ("MC_STORE_MEMCPY", "0"),
+            ("MC_STORE_CLUSTER_ID", "c1"),
+        ]));
+        assert!(!cfg.local_memcpy);
+        assert_eq!(cfg.cluster_id, "c1");
+        cfg.apply_env(env(&[
+            ("MC_STORE_MEMCPY", "maybe"),
+            ("MC_STORE_CLUSTER_ID", ""),
+        ]));
+        assert!(!cfg.local_memcpy, "not a boolean: ignored");
+        assert_eq!(cfg.cluster_id, "c1", "empty: ignored");
+        cfg.apply_env(env(&[("MC_STORE_MEMCPY", "true")]));
+        assert!(cfg.local_memcpy);
     }
 
     #[test]

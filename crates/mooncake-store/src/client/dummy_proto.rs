@@ -5,7 +5,7 @@
 //! at [`DummyRequest::Hello`]. Only metadata crosses the socket; object
 //! bytes are read and written in that region by the real client.
 
-use mooncake_common::{Error, Result};
+use mooncake_common::{Error, ErrorCode, Result};
 
 use crate::proto::messages::wire_enum;
 use crate::proto::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
@@ -94,18 +94,92 @@ wire_enum! {
 }
 
 /// Turns an unexpected answer into an error.
-pub fn unexpected(resp: &DummyResponse) -> Error {
+pub(crate) fn unexpected(resp: &DummyResponse) -> Error {
     Error::new(
-        mooncake_common::ErrorCode::RPC_FAIL,
+        ErrorCode::RPC_FAIL,
         format!("unexpected answer {}", resp.name()),
     )
+}
+
+/// A batch call's inputs, as either end of the protocol splits them: the
+/// items that could be prepared (each with what it keeps until the answer)
+/// and every input's result slot (an error for those that could not).
+pub(crate) struct Batch<I, K, T> {
+    items: Vec<I>,
+    /// The input of each item.
+    owners: Vec<usize>,
+    kept: Vec<K>,
+    results: Vec<Result<T>>,
+}
+
+impl<I, K, T: Default> Batch<I, K, T> {
+    pub(crate) fn prepare(inputs: impl IntoIterator<Item = Result<(I, K)>>) -> Self {
+        let mut b = Batch {
+            items: Vec::new(),
+            owners: Vec::new(),
+            kept: Vec::new(),
+            results: Vec::new(),
+        };
+        for (i, input) in inputs.into_iter().enumerate() {
+            match input {
+                Ok((item, keep)) => {
+                    b.items.push(item);
+                    b.owners.push(i);
+                    b.kept.push(keep);
+                    b.results.push(Ok(T::default()));
+                }
+                Err(e) => b.results.push(Err(e)),
+            }
+        }
+        b
+    }
+
+    /// Runs `call` on the prepared items (not at all when there are none)
+    /// and spreads its answers over their inputs' results; a failed call or
+    /// an answer of the wrong length fails every item. Returns every
+    /// input's result and, per item, its input's index and what it kept.
+    pub(crate) fn finish(
+        self,
+        call: impl FnOnce(Vec<I>) -> Result<Vec<Result<T>>>,
+    ) -> (Vec<Result<T>>, Vec<(usize, K)>) {
+        let Batch {
+            items,
+            owners,
+            kept,
+            mut results,
+        } = self;
+        if !items.is_empty() {
+            let n = items.len();
+            let answer = call(items).and_then(|v| {
+                if v.len() == n {
+                    return Ok(v);
+                }
+                Err(Error::new(
+                    ErrorCode::RPC_FAIL,
+                    format!("answer for {} of {n} items", v.len()),
+                ))
+            });
+            match answer {
+                Ok(v) => {
+                    for (r, &i) in v.into_iter().zip(&owners) {
+                        results[i] = r;
+                    }
+                }
+                Err(e) => {
+                    for &i in &owners {
+                        results[i] = Err(e.clone());
+                    }
+                }
+            }
+        }
+        (results, owners.into_iter().zip(kept).collect())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::frame::{decode_payload, encode_frame, LEN_PREFIX};
-    use mooncake_common::ErrorCode;
 
     #[test]
     fn round_trips() {

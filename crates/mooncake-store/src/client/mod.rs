@@ -1,111 +1,70 @@
 //! The store client: put/get over the transfer engine.
 //!
 //! - [`Client`]: the public, blocking API (`Clone + Send + Sync`); one method
-//!   per non-tensor method of the Python `MooncakeDistributedStore`.
+//!   per non-tensor method of the Python `MooncakeDistributedStore`, each a
+//!   thin shape over the [`Backend`] both kinds of client implement.
 //! - `real`: the embedded ("real") client that owns an engine, a staging
-//!   pool and optionally a segment.
+//!   pool and optionally a segment: a pure planner of the bytes each put and
+//!   get moves, and the executors that move them.
 //! - `dummy` / `service`: a dummy client holds no segment and forwards to a
 //!   real client on the same host (`mooncake_client`), sharing memory with
 //!   it so object bytes never cross the RPC socket.
+//! - `config`: [`ClientConfig`], including the one place client environment
+//!   variables are read.
 //! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
 
+mod buffer;
 pub mod config;
 pub mod dummy;
+// Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
-pub mod real;
-pub mod registry;
-pub mod replica;
-pub mod rust_api;
+mod ranges;
+mod real;
+mod registry;
+mod replica;
+mod rust_api;
 pub mod service;
-pub mod shm;
+mod shm;
 pub mod staging;
-pub mod validate;
+mod validate;
 
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
+pub use buffer::BufferHandle;
 pub use config::ClientConfig;
-pub use rust_api::{MooncakeStore, StoreError};
+pub use rust_api::{MooncakeStore, StoreError, StoreResult};
 pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
-use real::{Payload, RangeRead};
-use staging::StagingBuf;
+pub(crate) use ranges::RangeRead;
+
+use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo, WriteOptions};
+use ranges::RangeBatch;
 use validate::same_len;
 
-/// An object's bytes held by the client: in its staging pool (freed when
-/// the handle drops) or on the heap. Derefs to the bytes.
-pub struct BufferHandle {
-    ptr: usize,
-    len: usize,
-    keep: Keep,
+/// Where a value's bytes come from.
+#[derive(Clone, Debug)]
+pub enum Payload<'a> {
+    /// Caller memory the engine does not know: copied straight into a
+    /// same-host replica's shared memory, or staged before the engine sends it.
+    Bytes(Vec<&'a [u8]>),
+    /// Memory in this process registered with [`Client::register_buffer`]
+    /// (or from [`Client::alloc_from_mem_pool`]), as `(addr, len)` parts.
+    Mem(Vec<(usize, usize)>),
 }
 
-enum Keep {
-    Heap(#[allow(dead_code)] Box<[u8]>),
-    Staged(#[allow(dead_code)] StagingBuf),
-}
-
-impl BufferHandle {
-    pub(crate) fn heap(v: Vec<u8>) -> BufferHandle {
-        let mut b = v.into_boxed_slice();
-        BufferHandle {
-            ptr: b.as_mut_ptr() as usize,
-            len: b.len(),
-            keep: Keep::Heap(b),
+impl Payload<'_> {
+    /// The value's length: its parts' lengths added up.
+    pub fn len(&self) -> u64 {
+        match self {
+            Payload::Bytes(parts) => parts.iter().map(|p| p.len() as u64).sum(),
+            Payload::Mem(parts) => parts.iter().map(|p| p.1 as u64).sum(),
         }
     }
 
-    pub(crate) fn staged(mut b: StagingBuf) -> BufferHandle {
-        BufferHandle {
-            ptr: b.as_mut_slice().as_mut_ptr() as usize,
-            len: b.len(),
-            keep: Keep::Staged(b),
-        }
-    }
-
-    pub(crate) fn is_heap(&self) -> bool {
-        matches!(self.keep, Keep::Heap(_))
-    }
-
-    /// Address of the first byte (stable for the handle's life).
-    pub fn ptr(&self) -> usize {
-        self.ptr
-    }
-
-    pub fn size(&self) -> usize {
-        self.len
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr..ptr+len` is owned by `keep` (a boxed slice or a
-        // staging allocation) for as long as `self` lives.
-        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
-    }
-
-    /// The bytes as a vector (moves heap bytes, copies staged ones).
-    pub fn into_vec(self) -> Vec<u8> {
-        match self.keep {
-            Keep::Heap(b) => b.into_vec(),
-            Keep::Staged(ref _s) => self.as_slice().to_vec(),
-        }
-    }
-}
-
-impl std::ops::Deref for BufferHandle {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
-impl std::fmt::Debug for BufferHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BufferHandle")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .finish()
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -126,12 +85,12 @@ pub(crate) trait Backend: Send + Sync {
     fn alloc_from_mem_pool(&self, size: usize) -> Result<usize>;
     fn free_to_mem_pool(&self, addr: usize) -> Result<()>;
 
+    /// Puts or upserts every `(key, payload)`, one outcome per key.
     fn write(
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        cfg: &ReplicateConfig,
-        upsert: bool,
+        opts: &WriteOptions,
     ) -> Vec<Result<()>>;
     fn read_into(&self, keys: &[String], dests: &[Vec<(usize, usize)>]) -> Vec<Result<u64>>;
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>>;
@@ -202,10 +161,90 @@ fn one<T>(mut v: Vec<Result<T>>) -> Result<T> {
         .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty batch answer")))
 }
 
+/// A value's or a destination's memory: `(addr, len)` parts in order.
+type Buffers = Vec<(usize, usize)>;
+
+/// `(addrs[i], sizes[i])` for each of `n` keys.
+fn buffers(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Buffers> {
+    same_len("buffer_ptrs", n, addrs.len())?;
+    same_len("sizes", n, sizes.len())?;
+    Ok(addrs.iter().copied().zip(sizes.iter().copied()).collect())
+}
+
+/// One value per slice.
+fn byte_values<'a>(values: &[&'a [u8]]) -> Vec<Payload<'a>> {
+    values.iter().map(|v| Payload::Bytes(vec![*v])).collect()
+}
+
+/// One value per registered buffer `(addrs[i], sizes[i])`, for `n` keys.
+fn mem_values(n: usize, addrs: &[usize], sizes: &[usize]) -> Result<Vec<Payload<'static>>> {
+    Ok(buffers(n, addrs, sizes)?
+        .into_iter()
+        .map(|b| Payload::Mem(vec![b]))
+        .collect())
+}
+
+/// Each of `n` keys' buffer list `(all_addrs[i][j], all_sizes[i][j])`; a key
+/// whose two lists differ in length gets `INVALID_PARAMS`.
+fn buffer_lists(
+    n: usize,
+    all_addrs: &[Vec<usize>],
+    all_sizes: &[Vec<usize>],
+) -> Result<Vec<Result<Buffers>>> {
+    same_len("all_buffer_ptrs", n, all_addrs.len())?;
+    same_len("all_sizes", n, all_sizes.len())?;
+    Ok(all_addrs
+        .iter()
+        .zip(all_sizes)
+        .map(|(a, s)| {
+            if a.len() != s.len() {
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    "buffer and size lists differ in length",
+                ));
+            }
+            Ok(a.iter().copied().zip(s.iter().copied()).collect())
+        })
+        .collect())
+}
+
+/// Runs `run` on the keys whose item is `Ok` and answers every key: with its
+/// item's error, or with what `run` answered for it.
+fn run_valid<T, R>(
+    keys: &[String],
+    items: Vec<Result<T>>,
+    run: impl FnOnce(&[String], Vec<T>) -> Vec<Result<R>>,
+) -> Vec<Result<R>> {
+    let mut results: Vec<Option<Result<R>>> = Vec::with_capacity(keys.len());
+    let (mut ok_keys, mut ok_items, mut owners) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, item) in items.into_iter().enumerate() {
+        match item {
+            Ok(item) => {
+                ok_keys.push(keys[i].clone());
+                ok_items.push(item);
+                owners.push(i);
+                results.push(None);
+            }
+            Err(e) => results.push(Some(Err(e))),
+        }
+    }
+    for (r, i) in run(&ok_keys, ok_items).into_iter().zip(owners) {
+        results[i] = Some(r);
+    }
+    results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "key not answered")))
+        })
+        .collect()
+}
+
 impl Client {
     /// Starts an embedded client: connects to the master, starts a transfer
     /// engine, allocates the staging pool (`local_buffer_size`) and mounts
     /// `global_segment_size` bytes of shared memory as this node's segment.
+    /// The `MC_STORE_*` environment variables override `config` (see
+    /// [`ClientConfig::apply_env`]).
     pub fn setup(config: &ClientConfig) -> Result<Client> {
         let client = Arc::new(real::RealClient::setup(config)?);
         client.start_executor();
@@ -280,20 +319,47 @@ impl Client {
         self.inner.free_to_mem_pool(addr)
     }
 
-    // ---- plain bytes ----------------------------------------------------
+    // ---- writes ---------------------------------------------------------
+    //
+    // Every put and upsert is one of these two; the named variants below
+    // only shape their arguments (they are the Python methods' names).
+
+    /// Stores `value` under `key`: a put, or with `opts.upsert` an upsert.
+    pub fn write(&self, key: &str, value: Payload<'_>, opts: &WriteOptions) -> Result<()> {
+        one(self.inner.write(&[key.to_owned()], vec![value], opts))
+    }
+
+    /// [`write`](Self::write) for many keys at once (one master round trip
+    /// to start them, one engine batch, one to end them); one outcome per key.
+    pub fn write_batch(
+        &self,
+        keys: &[String],
+        values: Vec<Payload<'_>>,
+        opts: &WriteOptions,
+    ) -> Result<Vec<Result<()>>> {
+        same_len("values", keys.len(), values.len())?;
+        Ok(self.inner.write(keys, values, opts))
+    }
 
     pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
-        self.put_parts(key, &[value], cfg)
+        self.write(key, Payload::Bytes(vec![value]), &WriteOptions::put(cfg))
+    }
+
+    pub fn upsert(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
+        self.write(key, Payload::Bytes(vec![value]), &WriteOptions::upsert(cfg))
     }
 
     /// Stores the concatenation of `parts` as one object.
     pub fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
-        one(self.inner.write(
-            &[key.to_owned()],
-            vec![Payload::Bytes(parts.to_vec())],
-            cfg,
-            false,
-        ))
+        self.write(key, Payload::Bytes(parts.to_vec()), &WriteOptions::put(cfg))
+    }
+
+    pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
+        self.write(
+            key,
+            Payload::Bytes(parts.to_vec()),
+            &WriteOptions::upsert(cfg),
+        )
     }
 
     pub fn put_batch(
@@ -302,26 +368,7 @@ impl Client {
         values: &[&[u8]],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        same_len("put_batch", keys.len(), values.len())?;
-        Ok(self.inner.write(
-            keys,
-            values.iter().map(|v| Payload::Bytes(vec![*v])).collect(),
-            cfg,
-            false,
-        ))
-    }
-
-    pub fn upsert(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
-        self.upsert_parts(key, &[value], cfg)
-    }
-
-    pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
-        one(self.inner.write(
-            &[key.to_owned()],
-            vec![Payload::Bytes(parts.to_vec())],
-            cfg,
-            true,
-        ))
+        self.write_batch(keys, byte_values(values), &WriteOptions::put(cfg))
     }
 
     pub fn upsert_batch(
@@ -330,14 +377,91 @@ impl Client {
         values: &[&[u8]],
         cfg: &ReplicateConfig,
     ) -> Result<Vec<Result<()>>> {
-        same_len("upsert_batch", keys.len(), values.len())?;
-        Ok(self.inner.write(
-            keys,
-            values.iter().map(|v| Payload::Bytes(vec![*v])).collect(),
-            cfg,
-            true,
-        ))
+        self.write_batch(keys, byte_values(values), &WriteOptions::upsert(cfg))
     }
+
+    /// Stores `size` bytes at `addr` (a registered buffer or pool memory).
+    pub fn put_from(
+        &self,
+        key: &str,
+        addr: usize,
+        size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        let opts = WriteOptions::put(cfg);
+        self.write(key, Payload::Mem(vec![(addr, size)]), &opts)
+    }
+
+    pub fn upsert_from(
+        &self,
+        key: &str,
+        addr: usize,
+        size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        let opts = WriteOptions::upsert(cfg);
+        self.write(key, Payload::Mem(vec![(addr, size)]), &opts)
+    }
+
+    /// Stores `[metadata][data]` as one object, read from two registered buffers.
+    pub fn put_from_with_metadata(
+        &self,
+        key: &str,
+        addr: usize,
+        metadata_addr: usize,
+        size: usize,
+        metadata_size: usize,
+        cfg: &ReplicateConfig,
+    ) -> Result<()> {
+        let parts = vec![(metadata_addr, metadata_size), (addr, size)];
+        self.write(key, Payload::Mem(parts), &WriteOptions::put(cfg))
+    }
+
+    pub fn batch_put_from(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        self.write_batch(
+            keys,
+            mem_values(keys.len(), addrs, sizes)?,
+            &WriteOptions::put(cfg),
+        )
+    }
+
+    pub fn batch_upsert_from(
+        &self,
+        keys: &[String],
+        addrs: &[usize],
+        sizes: &[usize],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        self.write_batch(
+            keys,
+            mem_values(keys.len(), addrs, sizes)?,
+            &WriteOptions::upsert(cfg),
+        )
+    }
+
+    /// Each key's value is the concatenation of its buffers.
+    pub fn batch_put_from_multi_buffers(
+        &self,
+        keys: &[String],
+        all_addrs: &[Vec<usize>],
+        all_sizes: &[Vec<usize>],
+        cfg: &ReplicateConfig,
+    ) -> Result<Vec<Result<()>>> {
+        let lists = buffer_lists(keys.len(), all_addrs, all_sizes)?;
+        let opts = WriteOptions::put(cfg);
+        Ok(run_valid(keys, lists, |keys, lists| {
+            let values = lists.into_iter().map(Payload::Mem).collect();
+            self.inner.write(keys, values, &opts)
+        }))
+    }
+
+    // ---- reads ------------------------------------------------------------
 
     /// The object's bytes (`OBJECT_NOT_FOUND` when missing).
     pub fn get(&self, key: &str) -> Result<Vec<u8>> {
@@ -425,133 +549,6 @@ impl Client {
         self.inner.read_values(keys, false)
     }
 
-    // ---- zero copy ------------------------------------------------------
-
-    /// Stores `size` bytes at `addr` (a registered buffer or pool memory).
-    pub fn put_from(
-        &self,
-        key: &str,
-        addr: usize,
-        size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        one(self.inner.write(
-            &[key.to_owned()],
-            vec![Payload::Mem(vec![(addr, size)])],
-            cfg,
-            false,
-        ))
-    }
-
-    pub fn upsert_from(
-        &self,
-        key: &str,
-        addr: usize,
-        size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        one(self.inner.write(
-            &[key.to_owned()],
-            vec![Payload::Mem(vec![(addr, size)])],
-            cfg,
-            true,
-        ))
-    }
-
-    /// Stores `[metadata][data]` as one object, read from two registered buffers.
-    pub fn put_from_with_metadata(
-        &self,
-        key: &str,
-        addr: usize,
-        metadata_addr: usize,
-        size: usize,
-        metadata_size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        let parts = vec![(metadata_addr, metadata_size), (addr, size)];
-        one(self
-            .inner
-            .write(&[key.to_owned()], vec![Payload::Mem(parts)], cfg, false))
-    }
-
-    pub fn batch_put_from(
-        &self,
-        keys: &[String],
-        addrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        self.batch_write_from(keys, addrs, sizes, cfg, false)
-    }
-
-    pub fn batch_upsert_from(
-        &self,
-        keys: &[String],
-        addrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        self.batch_write_from(keys, addrs, sizes, cfg, true)
-    }
-
-    fn batch_write_from(
-        &self,
-        keys: &[String],
-        addrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-        upsert: bool,
-    ) -> Result<Vec<Result<()>>> {
-        same_len("buffer_ptrs", keys.len(), addrs.len())?;
-        same_len("sizes", keys.len(), sizes.len())?;
-        let payloads = addrs
-            .iter()
-            .zip(sizes)
-            .map(|(&a, &s)| Payload::Mem(vec![(a, s)]))
-            .collect();
-        Ok(self.inner.write(keys, payloads, cfg, upsert))
-    }
-
-    /// Each key's value is the concatenation of its buffers.
-    pub fn batch_put_from_multi_buffers(
-        &self,
-        keys: &[String],
-        all_addrs: &[Vec<usize>],
-        all_sizes: &[Vec<usize>],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        same_len("all_buffer_ptrs", keys.len(), all_addrs.len())?;
-        same_len("all_sizes", keys.len(), all_sizes.len())?;
-        let mut results: Vec<Option<Result<()>>> = vec![None; keys.len()];
-        let (mut ok_keys, mut payloads, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, (a, s)) in all_addrs.iter().zip(all_sizes).enumerate() {
-            if a.len() != s.len() {
-                results[i] = Some(Err(Error::new(
-                    ErrorCode::INVALID_PARAMS,
-                    "buffer and size lists differ in length",
-                )));
-                continue;
-            }
-            ok_keys.push(keys[i].clone());
-            payloads.push(Payload::Mem(
-                a.iter().copied().zip(s.iter().copied()).collect(),
-            ));
-            owners.push(i);
-        }
-        for (r, i) in self
-            .inner
-            .write(&ok_keys, payloads, cfg, false)
-            .into_iter()
-            .zip(owners)
-        {
-            results[i] = Some(r);
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every key answered"))
-            .collect())
-    }
-
     /// Reads the whole object into `[addr, addr+size)`; returns its size.
     /// A buffer smaller than the object is `BUFFER_OVERFLOW` and nothing is
     /// written.
@@ -567,12 +564,9 @@ impl Client {
         addrs: &[usize],
         sizes: &[usize],
     ) -> Result<Vec<Result<u64>>> {
-        same_len("buffer_ptrs", keys.len(), addrs.len())?;
-        same_len("sizes", keys.len(), sizes.len())?;
-        let dests: Vec<Vec<(usize, usize)>> = addrs
-            .iter()
-            .zip(sizes)
-            .map(|(&a, &s)| vec![(a, s)])
+        let dests: Vec<Vec<(usize, usize)>> = buffers(keys.len(), addrs, sizes)?
+            .into_iter()
+            .map(|b| vec![b])
             .collect();
         Ok(self.inner.read_into(keys, &dests))
     }
@@ -586,34 +580,10 @@ impl Client {
         all_sizes: &[Vec<usize>],
         _prefer_same_node: bool,
     ) -> Result<Vec<Result<u64>>> {
-        same_len("all_buffer_ptrs", keys.len(), all_addrs.len())?;
-        same_len("all_sizes", keys.len(), all_sizes.len())?;
-        let mut results: Vec<Option<Result<u64>>> = vec![None; keys.len()];
-        let (mut ok_keys, mut dests, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-        for (i, (a, s)) in all_addrs.iter().zip(all_sizes).enumerate() {
-            if a.len() != s.len() {
-                results[i] = Some(Err(Error::new(
-                    ErrorCode::INVALID_PARAMS,
-                    "buffer and size lists differ in length",
-                )));
-                continue;
-            }
-            ok_keys.push(keys[i].clone());
-            dests.push(a.iter().copied().zip(s.iter().copied()).collect());
-            owners.push(i);
-        }
-        for (r, i) in self
-            .inner
-            .read_into(&ok_keys, &dests)
-            .into_iter()
-            .zip(owners)
-        {
-            results[i] = Some(r);
-        }
-        Ok(results
-            .into_iter()
-            .map(|r| r.expect("every key answered"))
-            .collect())
+        let lists = buffer_lists(keys.len(), all_addrs, all_sizes)?;
+        Ok(run_valid(keys, lists, |keys, dests| {
+            self.inner.read_into(keys, &dests)
+        }))
     }
 
     /// Buffer-major ranged reads: `result[i][j][k]` is the outcome of
@@ -628,73 +598,15 @@ impl Client {
         all_src_offsets: &[Vec<Vec<u64>>],
         all_sizes: &[Vec<Vec<u64>>],
     ) -> Vec<Vec<Vec<Result<u64>>>> {
-        let shape_err = || {
-            Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "get_into_ranges: argument shapes differ",
-            ))
-        };
-        let n = buffer_ptrs.len();
-        let top_ok = all_keys.len() == n
-            && all_dst_offsets.len() == n
-            && all_src_offsets.len() == n
-            && all_sizes.len() == n;
-        let mut out: Vec<Vec<Vec<Result<u64>>>> = Vec::with_capacity(n);
-        let mut reqs = Vec::new();
-        let mut slots = Vec::new();
-        for (i, &buffer) in buffer_ptrs.iter().enumerate() {
-            let keys = all_keys.get(i).map(Vec::as_slice).unwrap_or(&[]);
-            let (dsts, srcs, sizes) = (
-                all_dst_offsets.get(i),
-                all_src_offsets.get(i),
-                all_sizes.get(i),
-            );
-            let buf_ok = top_ok
-                && dsts.map(Vec::len) == Some(keys.len())
-                && srcs.map(Vec::len) == Some(keys.len())
-                && sizes.map(Vec::len) == Some(keys.len());
-            let mut per_key = Vec::with_capacity(keys.len());
-            for (j, key) in keys.iter().enumerate() {
-                let d = dsts.and_then(|v| v.get(j));
-                let s = srcs.and_then(|v| v.get(j));
-                let z = sizes.and_then(|v| v.get(j));
-                let nfrag = [d, s, z]
-                    .iter()
-                    .map(|v| v.map_or(0, Vec::len))
-                    .max()
-                    .unwrap_or(0);
-                let frag_ok = buf_ok && [d, s, z].iter().all(|v| v.map(Vec::len) == Some(nfrag));
-                let mut per_frag = Vec::with_capacity(nfrag);
-                for k in 0..nfrag {
-                    if !frag_ok {
-                        per_frag.push(shape_err());
-                        continue;
-                    }
-                    let (d, s, z) = (d.unwrap()[k], s.unwrap()[k], z.unwrap()[k]);
-                    match (usize::try_from(z), usize::try_from(d)) {
-                        (Ok(len), Ok(_)) => {
-                            per_frag.push(Ok(0));
-                            slots.push((i, j, k));
-                            reqs.push(RangeRead {
-                                buffer,
-                                buffer_len: None,
-                                key: key.clone(),
-                                dst_off: d,
-                                src_off: s,
-                                len,
-                            });
-                        }
-                        _ => per_frag.push(shape_err()),
-                    }
-                }
-                per_key.push(per_frag);
-            }
-            out.push(per_key);
-        }
-        for (r, (i, j, k)) in self.inner.read_ranges(&reqs).into_iter().zip(slots) {
-            out[i][j][k] = r;
-        }
-        out
+        let batch = RangeBatch::flatten(
+            buffer_ptrs,
+            all_keys,
+            all_dst_offsets,
+            all_src_offsets,
+            all_sizes,
+        );
+        let outcomes = self.inner.read_ranges(&batch.reads);
+        batch.answer(outcomes)
     }
 
     // ---- metadata -------------------------------------------------------

@@ -1,15 +1,18 @@
 //! The buffers a caller registered for zero-copy calls. The client checks
 //! every caller pointer against them before any byte moves: the local
 //! memcpy paths bypass the engine, so without this check a bad pointer
-//! would be dereferenced instead of rejected.
+//! would be dereferenced instead of rejected. Also the memory a caller took
+//! from the pool with `alloc_from_mem_pool`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
+
+use super::staging::StagingBuf;
 
 #[derive(Default)]
-pub struct BufferRegistry {
+pub(crate) struct BufferRegistry {
     /// start address → length; ranges never overlap.
     ranges: RwLock<BTreeMap<usize, usize>>,
 }
@@ -69,8 +72,40 @@ impl BufferRegistry {
         }
     }
 
+    #[cfg(test)]
     pub fn all(&self) -> Vec<(usize, usize)> {
         self.ranges.read().iter().map(|(&a, &l)| (a, l)).collect()
+    }
+}
+
+/// Pool memory handed out by `alloc_from_mem_pool`, held until
+/// `free_to_mem_pool` gives its address back.
+#[derive(Default)]
+pub(crate) struct PoolAllocations {
+    by_addr: Mutex<HashMap<usize, StagingBuf>>,
+}
+
+impl PoolAllocations {
+    /// Keeps `buf` until it is freed; returns its address.
+    pub fn keep(&self, buf: StagingBuf) -> usize {
+        let addr = buf.addr();
+        self.by_addr.lock().insert(addr, buf);
+        addr
+    }
+
+    /// The length of the allocation that starts at `addr`, if one does.
+    pub fn len_at(&self, addr: usize) -> Option<usize> {
+        self.by_addr.lock().get(&addr).map(StagingBuf::len)
+    }
+
+    /// Frees the allocation at `addr`; `INVALID_PARAMS` when there is none.
+    pub fn free(&self, addr: usize) -> Result<()> {
+        self.by_addr.lock().remove(&addr).map(drop).ok_or_else(|| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("{addr:#x} was not allocated from the memory pool"),
+            )
+        })
     }
 }
 

@@ -5,14 +5,14 @@
 use crate::types::{MemoryDescriptor, ReplicaDesc, ReplicaStatus};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Locality {
+pub(crate) enum Locality {
     Own,
     SameHost,
     Remote,
 }
 
 /// Host part of an engine endpoint `host:port` (`[v6]:port` too).
-pub fn endpoint_host(endpoint: &str) -> &str {
+pub(crate) fn endpoint_host(endpoint: &str) -> &str {
     if let Some(rest) = endpoint.strip_prefix('[') {
         return rest.split(']').next().unwrap_or(rest);
     }
@@ -24,7 +24,7 @@ pub fn endpoint_host(endpoint: &str) -> &str {
 
 /// Where a replica lives relative to a client whose engine is `own_endpoint`
 /// on `own_host`.
-pub fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> Locality {
+pub(crate) fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> Locality {
     if desc.transport_endpoint == own_endpoint {
         Locality::Own
     } else if endpoint_host(&desc.transport_endpoint) == own_host {
@@ -36,7 +36,11 @@ pub fn locality(desc: &MemoryDescriptor, own_endpoint: &str, own_host: &str) -> 
 
 /// The complete memory replicas, best first. The order among equally good
 /// replicas is kept (the master already spreads load).
-pub fn rank(replicas: &[ReplicaDesc], own_endpoint: &str, own_host: &str) -> Vec<MemoryDescriptor> {
+pub(crate) fn rank(
+    replicas: &[ReplicaDesc],
+    own_endpoint: &str,
+    own_host: &str,
+) -> Vec<MemoryDescriptor> {
     let mut mem: Vec<&MemoryDescriptor> = replicas
         .iter()
         .filter(|r| r.status == ReplicaStatus::Complete)
@@ -44,6 +48,44 @@ pub fn rank(replicas: &[ReplicaDesc], own_endpoint: &str, own_host: &str) -> Vec
         .collect();
     mem.sort_by_key(|d| locality(d, own_endpoint, own_host));
     mem.into_iter().cloned().collect()
+}
+
+/// This client's place in the cluster, for choosing how bytes move: its
+/// engine endpoint and host, the segments it mounted, and whether replicas
+/// in them are copied with a plain memcpy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Site {
+    pub endpoint: String,
+    pub host: String,
+    /// `(base, len)` of each of this client's own segments.
+    pub segments: Vec<(u64, u64)>,
+    /// `MC_STORE_MEMCPY`; off, own replicas go through the engine too.
+    pub memcpy: bool,
+}
+
+impl Site {
+    /// Whether `[addr, addr+len)` lies inside one of this client's segments.
+    pub fn owns(&self, addr: u64, len: u64) -> bool {
+        self.segments.iter().any(|&(base, size)| {
+            addr >= base
+                && addr
+                    .checked_add(len)
+                    .is_some_and(|end| base.checked_add(size).is_some_and(|limit| end <= limit))
+        })
+    }
+
+    /// Whether this process copies replica `d` itself, with a memcpy: it is
+    /// in one of its own segments, and memcpy is on.
+    pub fn is_own(&self, d: &MemoryDescriptor) -> bool {
+        self.memcpy
+            && locality(d, &self.endpoint, &self.host) == Locality::Own
+            && self.owns(d.buffer_address, d.size)
+    }
+
+    /// The complete memory replicas, best first (see [`rank`]).
+    pub fn rank(&self, replicas: &[ReplicaDesc]) -> Vec<MemoryDescriptor> {
+        rank(replicas, &self.endpoint, &self.host)
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +125,35 @@ mod tests {
             .map(|d| d.transport_endpoint)
             .collect();
         assert_eq!(order, ["me:1", "me:2", "far:1"]);
+    }
+
+    #[test]
+    fn own_replicas_lie_in_own_segments_with_memcpy_on() {
+        let mut site = Site {
+            endpoint: "me:1".into(),
+            host: "me".into(),
+            segments: vec![(0x1000, 0x100), (0x4000, 0x10)],
+            memcpy: true,
+        };
+        let at = |endpoint: &str, addr: u64, size: u64| MemoryDescriptor {
+            segment_name: endpoint.into(),
+            transport_endpoint: endpoint.into(),
+            buffer_address: addr,
+            size,
+        };
+        assert!(site.is_own(&at("me:1", 0x1000, 0x100)));
+        assert!(site.is_own(&at("me:1", 0x4008, 8)));
+        assert!(
+            !site.is_own(&at("me:1", 0x10ff, 2)),
+            "runs past the segment"
+        );
+        assert!(!site.is_own(&at("me:1", 0x2000, 1)), "between segments");
+        assert!(!site.is_own(&at("me:2", 0x1000, 1)), "a peer on this host");
+        assert!(!site.owns(u64::MAX, 2), "wraps around");
+        assert!(site.owns(0x1000, 0));
+        site.memcpy = false;
+        assert!(!site.is_own(&at("me:1", 0x1000, 1)), "memcpy off");
+        assert!(site.owns(0x1000, 1), "still our segment");
     }
 
     #[test]

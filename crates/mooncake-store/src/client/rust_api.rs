@@ -86,6 +86,7 @@ impl MooncakeStore {
             protocol: protocol.into(),
             device_name: device_name.into(),
             master_server_address: master_server_address.into(),
+            ..ClientConfig::default()
         };
         if self.client.get().is_some() {
             return Err(StoreError::SetupError("already set up".into()));

@@ -7,30 +7,34 @@
 //! the dummy's connections is open; when the last one closes the region is
 //! unregistered and unmapped.
 //!
-//! Each connection has a thread; at most [`ServiceLimits::max_connections`]
-//! are served at once and further ones are closed at accept. A connection may
-//! stay idle between calls for as long as it likes, but a call must arrive
-//! whole within [`ServiceLimits::frame_timeout`] of its first byte, and its
-//! buffer grows only as bytes arrive.
+//! Dummies are served by the framed-RPC server loop (`crate::rpc::server`),
+//! a thread per connection: at most [`ServiceLimits::max_connections`] are
+//! served at once and further ones are closed at accept. A connection may
+//! stay idle between calls up to [`ServiceLimits::idle_timeout`] (by default
+//! as long as it likes: a dummy's session lives while one of its
+//! connections is open), but a call must arrive whole within
+//! [`ServiceLimits::frame_timeout`] of its first byte, and its buffer grows
+//! only as bytes arrive. A frame whose length cannot be trusted is answered
+//! with `DESERIALIZE_FAIL` and its connection closed; one that does not
+//! decode is answered and the connection goes on.
 
 use std::collections::HashMap;
-use std::io::{BufReader, BufWriter};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use super::config::ClientConfig;
-use super::dummy_proto::{DummyRequest, DummyResponse, RangeItem, Span};
-use super::real::{Payload, RangeRead, RealClient};
+use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
 use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
-use crate::proto::frame::{decode_payload, encode_frame, read_frame_within, write_frames};
+use super::{real::RealClient, Payload, RangeRead};
+use crate::rpc::{Handler, Server, ServerOptions, WhenFull};
+use crate::types::WriteOptions;
 
 /// Settings of `mooncake_client`.
 #[derive(Clone, Debug)]
@@ -51,6 +55,9 @@ pub struct ServiceLimits {
     /// Longest a call may take to arrive once its first byte has, and an
     /// answer to be taken.
     pub frame_timeout: Duration,
+    /// Longest a connection may stay silent between calls (`None`: as long
+    /// as it likes). A dummy's session ends with its last connection.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for ServiceLimits {
@@ -58,12 +65,27 @@ impl Default for ServiceLimits {
         ServiceLimits {
             max_connections: 1024,
             frame_timeout: Duration::from_secs(30),
+            idle_timeout: None,
         }
     }
 }
 
-/// Frame buffers larger than this are dropped after use.
-const SHRINK_ABOVE: usize = 1 << 20;
+impl ServiceLimits {
+    fn server_options(&self) -> ServerOptions {
+        ServerOptions {
+            name: "mooncake-client",
+            max_connections: self.max_connections,
+            when_full: WhenFull::Close,
+            idle_timeout: self.idle_timeout,
+            frame_timeout: self.frame_timeout,
+            nodelay: true,
+            read_buffer: 8 << 10,
+            // A dummy's calls wait for the master and transfers: no polling.
+            poll: Duration::ZERO,
+            stack_size: None,
+        }
+    }
+}
 
 struct Session {
     region: ShmRegion,
@@ -94,6 +116,11 @@ impl Session {
         }
         Ok((self.base() + span.off as usize, span.len as usize))
     }
+
+    /// The addresses of `spans`, if all lie in the region.
+    fn addrs(&self, spans: &[Span]) -> Result<Vec<(usize, usize)>> {
+        spans.iter().map(|&span| self.addr(span)).collect()
+    }
 }
 
 impl Drop for Session {
@@ -102,23 +129,18 @@ impl Drop for Session {
     }
 }
 
+/// The dummy protocol's side of the service: the real client and the
+/// sessions of the dummies it serves.
 struct Inner {
     client: Arc<RealClient>,
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
     next_session: AtomicU64,
-    stopping: AtomicBool,
-    streams: Mutex<HashMap<u64, TcpStream>>,
-    next_conn: AtomicU64,
-    /// Connection threads running.
-    live: AtomicUsize,
-    limits: ServiceLimits,
 }
 
 /// A running `mooncake_client`.
 pub struct StoreService {
-    inner: Arc<Inner>,
-    addr: SocketAddr,
-    accept: Option<JoinHandle<()>>,
+    client: Arc<RealClient>,
+    server: Option<Server>,
 }
 
 impl StoreService {
@@ -126,45 +148,38 @@ impl StoreService {
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
         let client = Arc::new(RealClient::setup(&config.client)?);
         client.start_executor();
-        let listener = TcpListener::bind((config.host.as_str(), config.port)).map_err(|e| {
+        let socket_error = |e: std::io::Error| {
             Error::new(
                 ErrorCode::ERR_SOCKET,
                 format!("listen on {}:{}: {e}", config.host, config.port),
             )
-        })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, e.to_string()))?;
+        };
+        let listener =
+            TcpListener::bind((config.host.as_str(), config.port)).map_err(socket_error)?;
         let inner = Arc::new(Inner {
-            client,
+            client: client.clone(),
             sessions: Mutex::new(HashMap::new()),
             next_session: AtomicU64::new(1),
-            stopping: AtomicBool::new(false),
-            streams: Mutex::new(HashMap::new()),
-            next_conn: AtomicU64::new(0),
-            live: AtomicUsize::new(0),
-            limits: config.limits,
         });
-        let acc = inner.clone();
-        let accept = std::thread::Builder::new()
-            .name("mooncake-client-accept".into())
-            .spawn(move || accept_loop(acc, listener))
-            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
-        tracing::info!(%addr, hostname = %inner.client.hostname(), "store service listening for dummy clients");
+        let server =
+            Server::start(listener, inner, config.limits.server_options()).map_err(socket_error)?;
+        tracing::info!(addr = %server.local_addr(), hostname = %client.hostname(), "store service listening for dummy clients");
         Ok(StoreService {
-            inner,
-            addr,
-            accept: Some(accept),
+            client,
+            server: Some(server),
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.server
+            .as_ref()
+            .expect("a service serves until stopped")
+            .local_addr()
     }
 
     /// The real client's engine endpoint (its segment's name).
     pub fn hostname(&self) -> String {
-        self.inner.client.hostname()
+        self.client.hostname()
     }
 
     /// Stops accepting, disconnects dummies and unmounts the segment.
@@ -173,27 +188,10 @@ impl StoreService {
     }
 
     fn stop_inner(&mut self) {
-        if self.inner.stopping.swap(true, Ordering::SeqCst) {
-            return;
+        if let Some(server) = self.server.take() {
+            server.stop();
+            let _ = self.client.close();
         }
-        // Wake the blocking accept.
-        let wake = match self.addr {
-            SocketAddr::V4(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([127, 0, 0, 1], a.port()))
-            }
-            SocketAddr::V6(a) if a.ip().is_unspecified() => {
-                SocketAddr::from(([0u16, 0, 0, 0, 0, 0, 0, 1], a.port()))
-            }
-            a => a,
-        };
-        let _ = TcpStream::connect(wake);
-        if let Some(j) = self.accept.take() {
-            let _ = j.join();
-        }
-        for (_, s) in self.inner.streams.lock().drain() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        let _ = self.inner.client.close();
     }
 }
 
@@ -218,84 +216,24 @@ pub async fn run(
         .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
 }
 
-fn accept_loop(inner: Arc<Inner>, listener: TcpListener) {
-    for stream in listener.incoming() {
-        if inner.stopping.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        if inner.live.load(Ordering::SeqCst) >= inner.limits.max_connections {
-            tracing::warn!(
-                peer = ?stream.peer_addr().ok(),
-                max = inner.limits.max_connections,
-                "too many dummy connections; closing a new one"
-            );
-            continue;
-        }
-        let timeout = Some(inner.limits.frame_timeout);
-        let set = stream
-            .set_read_timeout(timeout)
-            .and_then(|()| stream.set_write_timeout(timeout));
-        if set.is_err() {
-            continue;
-        }
-        let _ = stream.set_nodelay(true);
-        let id = inner.next_conn.fetch_add(1, Ordering::Relaxed);
-        if let Ok(clone) = stream.try_clone() {
-            inner.streams.lock().insert(id, clone);
-        }
-        inner.live.fetch_add(1, Ordering::SeqCst);
-        let conn_inner = inner.clone();
-        let spawned = std::thread::Builder::new()
-            .name("mooncake-client-conn".into())
-            .spawn(move || {
-                serve(&conn_inner, stream);
-                conn_inner.streams.lock().remove(&id);
-                conn_inner.live.fetch_sub(1, Ordering::SeqCst);
-            });
-        if spawned.is_err() {
-            inner.streams.lock().remove(&id);
-            inner.live.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-}
+/// The dummy protocol on the RPC server loop.
+impl Handler for Inner {
+    type Request<'a> = DummyRequest;
+    type Response = DummyResponse;
+    /// The dummy's session, once `Hello` or `Attach` named it.
+    type Session = Option<Arc<Session>>;
+    const OVERSIZED_ANSWER: ErrorCode = ErrorCode::SERIALIZE_FAIL;
 
-fn serve(inner: &Inner, stream: TcpStream) {
-    let Ok(read_half) = stream.try_clone() else {
-        return;
-    };
-    let mut reader = BufReader::new(read_half);
-    let mut writer = BufWriter::new(stream);
-    let mut session: Option<Arc<Session>> = None;
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    let limit = inner.limits.frame_timeout;
-    loop {
-        if read_frame_within(&mut reader, &mut buf, limit, true).is_err() {
-            return; // closed, stalled, or a frame length that cannot be trusted
-        }
-        let resp = match decode_payload::<DummyRequest>(&buf) {
-            Ok(req) => handle(inner, &mut session, req),
-            Err(e) => DummyResponse::Unit {
-                result: Err(e.into()),
-            },
-        };
-        out.clear();
-        if encode_frame(&resp, &mut out).is_err() {
-            let e = Error::new(ErrorCode::SERIALIZE_FAIL, "answer exceeds the frame limit");
-            out.clear();
-            let _ = encode_frame(&DummyResponse::Unit { result: Err(e) }, &mut out);
-        }
-        if write_frames(&mut writer, &out).is_err() {
-            return;
-        }
-        // Do not keep a huge call's buffers for the life of the connection.
-        if buf.capacity() > SHRINK_ABOVE {
-            buf = Vec::new();
-        }
-        if out.capacity() > SHRINK_ABOVE {
-            out = Vec::new();
-        }
+    fn session(&self) -> Option<Arc<Session>> {
+        None
+    }
+
+    fn handle(&self, session: &mut Option<Arc<Session>>, req: DummyRequest) -> DummyResponse {
+        handle(self, session, req)
+    }
+
+    fn failure(&self, error: Error) -> DummyResponse {
+        DummyResponse::Unit { result: Err(error) }
     }
 }
 
@@ -376,31 +314,15 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<()>> = Vec::with_capacity(items.len());
-            let (mut keys, mut payloads, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-            for (i, item) in items.into_iter().enumerate() {
-                match item
-                    .parts
-                    .iter()
-                    .map(|&p| s.addr(p))
-                    .collect::<Result<Vec<_>>>()
-                {
-                    Ok(parts) => {
-                        keys.push(item.key);
-                        payloads.push(Payload::Mem(parts));
-                        owners.push(i);
-                        results.push(Ok(()));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client
-                .write(&keys, payloads, &config, upsert)
-                .into_iter()
-                .zip(owners)
-            {
-                results[i] = r;
-            }
+            let batch = Batch::prepare(
+                items
+                    .into_iter()
+                    .map(|item| Ok(((item.key, Payload::Mem(s.addrs(&item.parts)?)), ()))),
+            );
+            let (results, _) = batch.finish(|items| {
+                let (keys, payloads): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+                Ok(client.write(&keys, payloads, &WriteOptions { config, upsert }))
+            });
             DummyResponse::Units {
                 result: Ok(results),
             }
@@ -409,27 +331,15 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<u64>> = Vec::with_capacity(items.len());
-            let (mut keys, mut dests, mut owners) = (Vec::new(), Vec::new(), Vec::new());
-            for (i, item) in items.into_iter().enumerate() {
-                match item
-                    .dests
-                    .iter()
-                    .map(|&p| s.addr(p))
-                    .collect::<Result<Vec<_>>>()
-                {
-                    Ok(d) => {
-                        keys.push(item.key);
-                        dests.push(d);
-                        owners.push(i);
-                        results.push(Ok(0));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client.read_into(&keys, &dests).into_iter().zip(owners) {
-                results[i] = r;
-            }
+            let batch = Batch::prepare(
+                items
+                    .into_iter()
+                    .map(|item| Ok(((item.key, s.addrs(&item.dests)?), ()))),
+            );
+            let (results, _) = batch.finish(|items| {
+                let (keys, dests): (Vec<_>, Vec<_>) = items.into_iter().unzip();
+                Ok(client.read_into(&keys, &dests))
+            });
             DummyResponse::Counts {
                 result: Ok(results),
             }
@@ -438,38 +348,26 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             let Some(s) = session.as_ref() else {
                 return no_session();
             };
-            let mut results: Vec<Result<u64>> = Vec::with_capacity(items.len());
-            let (mut reqs, mut owners) = (Vec::new(), Vec::new());
-            for (
-                i,
-                RangeItem {
+            let batch = Batch::prepare(items.into_iter().map(|item| {
+                let RangeItem {
                     buffer,
                     key,
                     dst_off,
                     src_off,
                     len,
-                },
-            ) in items.into_iter().enumerate()
-            {
-                match s.addr(buffer) {
-                    Ok((addr, blen)) => {
-                        reqs.push(RangeRead {
-                            buffer: addr,
-                            buffer_len: Some(blen),
-                            key,
-                            dst_off,
-                            src_off,
-                            len: len as usize,
-                        });
-                        owners.push(i);
-                        results.push(Ok(0));
-                    }
-                    Err(e) => results.push(Err(e)),
-                }
-            }
-            for (r, i) in client.read_ranges(&reqs).into_iter().zip(owners) {
-                results[i] = r;
-            }
+                } = item;
+                let (addr, buffer_len) = s.addr(buffer)?;
+                let read = RangeRead {
+                    buffer: addr,
+                    buffer_len: Some(buffer_len),
+                    key,
+                    dst_off,
+                    src_off,
+                    len: len as usize,
+                };
+                Ok((read, ()))
+            }));
+            let (results, _) = batch.finish(|reqs| Ok(client.read_ranges(&reqs)));
             DummyResponse::Counts {
                 result: Ok(results),
             }

@@ -23,7 +23,7 @@ use super::staging::Region;
 const NAME_PREFIX: &str = "mooncake-dummy-";
 
 /// A shared mapping of a sealed memfd.
-pub struct ShmRegion {
+pub(crate) struct ShmRegion {
     map: MmapMut,
     name: String,
     /// Kept open so the peer can reach it through `/proc`.

@@ -7,7 +7,7 @@ use crate::types::{MAX_KEY_LEN, MAX_VALUE_LEN};
 
 /// A key to write: empty is `INVALID_PARAMS` (as the reference answers),
 /// too long is `INVALID_KEY` (as the master answers).
-pub fn validate_key(key: &str) -> Result<()> {
+pub(crate) fn validate_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::new(ErrorCode::INVALID_PARAMS, "empty key"));
     }
@@ -21,14 +21,14 @@ pub fn validate_key(key: &str) -> Result<()> {
 }
 
 /// A key to read or remove: the reference answers "not found" for an empty key.
-pub fn validate_read_key(key: &str) -> Result<()> {
+pub(crate) fn validate_read_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::new(ErrorCode::OBJECT_NOT_FOUND, "empty key"));
     }
     validate_key(key)
 }
 
-pub fn validate_value_len(len: u64) -> Result<()> {
+pub(crate) fn validate_value_len(len: u64) -> Result<()> {
     if len == 0 {
         return Err(Error::new(ErrorCode::INVALID_PARAMS, "empty value"));
     }
@@ -42,7 +42,7 @@ pub fn validate_value_len(len: u64) -> Result<()> {
 }
 
 /// Batch arguments must line up one-to-one.
-pub fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
+pub(crate) fn same_len(what: &str, a: usize, b: usize) -> Result<()> {
     if a != b {
         return Err(Error::new(
             ErrorCode::INVALID_PARAMS,

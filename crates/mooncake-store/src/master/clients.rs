@@ -1,116 +1,72 @@
-//! Client liveness: clients heartbeat (`ping`); one silent for `client_ttl`
-//! is dropped with everything that depended on it: its segments are
-//! unmounted, replicas there are removed (objects left with none are
-//! dropped), and its puts in flight are abandoned with their space freed.
+//! Client liveness: which clients the master knows and when each was last
+//! heard from (a heartbeat or a mount). A client's segments are those the
+//! segment table says it owns; what expiry takes with it (its segments, the
+//! replicas there, its puts in flight) the service composes.
 
-use std::sync::atomic::Ordering;
+use std::collections::HashMap;
 
-use super::objects::{ObjectMeta, PendingKind, SHARDS};
-use super::service::MasterService;
 use crate::types::ClientId;
 
-/// What the master knows about a live client.
-#[derive(Debug, Clone)]
-pub struct ClientState {
-    /// Last heartbeat or mount (ms).
-    pub last_seen: u64,
-    /// Names of the segments it mounted.
-    pub segments: Vec<String>,
+/// The known clients and their last contact (ms). Last contact is
+/// volatile: heartbeats change it on the leader only; registration and
+/// expiry are mutations.
+#[derive(Debug, Default)]
+pub(crate) struct ClientTable {
+    last_seen: HashMap<ClientId, u64>,
 }
 
-impl ClientState {
-    pub fn new(now: u64) -> Self {
-        ClientState {
-            last_seen: now,
-            segments: Vec::new(),
-        }
-    }
-}
-
-impl MasterService {
-    /// Drops clients silent for `client_ttl`; returns how many.
-    pub(super) fn expire_clients(&self, now: u64) -> usize {
-        let ttl = self.policy.client_ttl;
-        let dead: Vec<(ClientId, ClientState)> = {
-            let mut clients = self.clients.lock();
-            let ids: Vec<ClientId> = clients
-                .iter()
-                .filter(|(_, c)| c.last_seen.saturating_add(ttl) <= now)
-                .map(|(id, _)| *id)
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| clients.remove(&id).map(|c| (id, c)))
-                .collect()
-        };
-        if dead.is_empty() {
-            return 0;
-        }
-        for (id, state) in &dead {
-            tracing::warn!(client = %format!("{id:032x}"), segments = ?state.segments, "client expired");
-            for name in &state.segments {
-                self.segments.unmount(name, Some(*id));
+impl ClientTable {
+    /// Notes contact from a known client; false when it is unknown.
+    pub(crate) fn touch(&mut self, client: ClientId, now: u64) -> bool {
+        match self.last_seen.get_mut(&client) {
+            Some(t) => {
+                *t = now;
+                true
             }
-        }
-        let ids: Vec<ClientId> = dead.iter().map(|(id, _)| *id).collect();
-        self.drop_unmounted(&ids, now);
-        self.counters
-            .expired_clients
-            .fetch_add(dead.len() as u64, Ordering::Relaxed);
-        dead.len()
-    }
-
-    /// Removes every reference to unmounted segments, and abandons puts in
-    /// flight by `dead_clients`.
-    pub(super) fn drop_unmounted(&self, dead_clients: &[ClientId], now: u64) {
-        for i in 0..SHARDS {
-            let mut shard = self.objects.lock_shard(i);
-            shard
-                .map
-                .retain(|_, obj| self.keep_live_parts(obj, dead_clients, now));
+            None => false,
         }
     }
 
-    /// Strips dead parts from one object; false when nothing usable is left.
-    fn keep_live_parts(&self, obj: &mut ObjectMeta, dead_clients: &[ClientId], now: u64) -> bool {
-        if obj
-            .pending
-            .as_ref()
-            .is_some_and(|p| dead_clients.contains(&p.client))
-        {
-            // Its writer is gone, so nothing writes into this space any more.
-            self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);
-            if self.discard_pending(obj, Some(now), now) {
-                return false;
-            }
-        }
-        let new_version_lost = obj.pending.as_ref().is_some_and(|p| match &p.kind {
-            PendingKind::Replacing { replicas, .. } | PendingKind::Replicating { replicas, .. } => {
-                replicas.as_slice().iter().any(|r| !r.segment.is_mounted())
-            }
-            _ => false,
-        });
-        if new_version_lost {
-            self.discard_pending(obj, None, now);
-        }
-        if obj
-            .replicas
-            .as_slice()
+    pub(crate) fn insert(&mut self, client: ClientId, now: u64) {
+        self.last_seen.insert(client, now);
+    }
+
+    pub(crate) fn remove(&mut self, client: ClientId) -> bool {
+        self.last_seen.remove(&client).is_some()
+    }
+
+    pub(crate) fn contains(&self, client: ClientId) -> bool {
+        self.last_seen.contains_key(&client)
+    }
+
+    /// Clients not heard from for `ttl` at `now`.
+    pub(crate) fn silent(&self, ttl: u64, now: u64) -> Vec<ClientId> {
+        self.last_seen
             .iter()
-            .all(|r| r.segment.is_mounted())
-        {
-            return true;
-        }
-        if !obj.is_complete() {
-            // A put in flight lost one of its targets: abandon it.
-            self.discard_pending(obj, None, now);
-            return false;
-        }
-        // Space on an unmounted segment is gone with it; nothing to free.
-        obj.replicas.retain(|r| r.segment.is_mounted(), |_| {});
-        if obj.replicas.is_empty() {
-            self.release_object(obj, now);
-            return false;
-        }
-        true
+            .filter(|(_, &t)| t.saturating_add(ttl) <= now)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.last_seen.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_is_measured_from_the_last_contact() {
+        let mut t = ClientTable::default();
+        assert!(!t.touch(1, 0), "unknown clients are not touched");
+        t.insert(1, 0);
+        t.insert(2, 0);
+        assert!(t.touch(2, 50));
+        assert_eq!(t.silent(100, 99), Vec::<ClientId>::new());
+        assert_eq!(t.silent(100, 100), [1]);
+        assert!(t.remove(1) && !t.remove(1));
+        assert_eq!((t.len(), t.contains(2)), (1, true));
     }
 }

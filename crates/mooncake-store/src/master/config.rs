@@ -1,5 +1,10 @@
 //! `MasterConfig`: every `mooncake_master` flag with the reference's default.
 //!
+//! Each flag is declared once, in the [`master_flags!`] table below (name,
+//! kind, default, what it does and, when implemented, the field it sets
+//! and how its value is parsed); the flag list for `--help`, the struct,
+//! its `Default` and [`MasterConfig::set`] are generated from it.
+//!
 //! Flags and config files share one path: each setting is a `(name, value)`
 //! pair applied with [`MasterConfig::set`], so `--client_ttl=5s` and
 //! `client_ttl: 5s` in a YAML or JSON file mean the same. Precedence:
@@ -8,43 +13,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use mooncake_common::duration::parse_duration;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-/// How replicas are spread over segments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AllocationStrategy {
-    /// Random start, then consecutive segments.
-    Random,
-    /// Sample a few segments, fill the emptiest first.
-    FreeRatioFirst,
-}
-
-impl AllocationStrategy {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "random" => Ok(AllocationStrategy::Random),
-            "free_ratio_first" => Ok(AllocationStrategy::FreeRatioFirst),
-            "cxl" => Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "allocation strategy cxl is not supported",
-            )),
-            _ => Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("unknown allocation strategy {s:?} (random, free_ratio_first)"),
-            )),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AllocationStrategy::Random => "random",
-            AllocationStrategy::FreeRatioFirst => "free_ratio_first",
-        }
-    }
-}
+use super::policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+use parse::invalid;
 
 /// Kind of value a flag takes (for `--help` and boolean spellings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +38,9 @@ pub enum FlagKind {
 pub enum Support {
     /// Implemented.
     Full,
-    /// Accepted for compatibility; the feature is not implemented yet (a
-    /// non-default value is reported in the log).
-    Later,
+    /// Accepted for compatibility, feature not implemented: the value's form
+    /// is checked and a non-default value is reported in the log.
+    NotImplemented,
     /// A glog logging flag: accepted, no effect (logging is `--log_level`/`RUST_LOG`).
     Ignored,
 }
@@ -81,288 +55,338 @@ pub struct Flag {
     pub support: Support,
 }
 
-const fn flag(
-    name: &'static str,
-    kind: FlagKind,
-    default: &'static str,
-    help: &'static str,
-) -> Flag {
-    Flag {
-        name,
-        kind,
-        default,
-        help,
-        support: Support::Full,
-    }
+/// Declares the flags. A row is
+/// `name: Kind = "default", Support, "help"`, followed for an implemented
+/// flag by `=> field: Type = parser`, where `parser` is a function of
+/// [`parse`] turning the value into the field's type.
+macro_rules! master_flags {
+    (
+        extra {
+            $( $(#[$xdoc:meta])* $xfield:ident : $xty:ty = $xdefault:expr; )*
+        }
+        $(
+            $name:ident : $kind:ident = $default:literal, $support:ident, $help:literal
+            $( => $field:ident : $ty:ty = $parse:ident )?;
+        )*
+    ) => {
+        /// Every flag the master accepts (the reference's, same names and
+        /// defaults), in `--help` order.
+        pub const FLAGS: &[Flag] = &[
+            $(
+                Flag {
+                    name: stringify!($name),
+                    kind: FlagKind::$kind,
+                    default: $default,
+                    help: $help,
+                    support: Support::$support,
+                },
+            )*
+        ];
+
+        /// Master settings. `Default` gives the reference's defaults.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct MasterConfig {
+            $( $( #[doc = $help] pub $field: $ty, )? )*
+            $( $(#[$xdoc])* pub $xfield: $xty, )*
+        }
+
+        impl Default for MasterConfig {
+            fn default() -> Self {
+                MasterConfig {
+                    $( $(
+                        $field: parse::$parse(stringify!($name), $default, $default)
+                            .expect("flag defaults parse"),
+                    )? )*
+                    $( $xfield: $xdefault, )*
+                }
+            }
+        }
+
+        impl MasterConfig {
+            /// Sets the field of an implemented flag; `None` for the others.
+            fn set_field(&mut self, name: &str, value: &str, v: &str) -> Option<Result<()>> {
+                match name {
+                    $( $(
+                        stringify!($name) => {
+                            Some(parse::$parse(name, value, v).map(|x| self.$field = x))
+                        }
+                    )? )*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-const fn later(
-    name: &'static str,
-    kind: FlagKind,
-    default: &'static str,
-    help: &'static str,
-) -> Flag {
-    Flag {
-        name,
-        kind,
-        default,
-        help,
-        support: Support::Later,
+master_flags! {
+    extra {
+        /// How often the metrics summary is logged.
+        metric_report_interval: Duration = Duration::from_secs(10);
+        /// Flags accepted for compatibility whose feature is not implemented,
+        /// set to a non-default value: `(name, value)`; the server logs them.
+        unsupported: Vec<(String, String)> = Vec::new();
     }
+    rpc_port: Int = "0", Full, "Port of the RPC service (0 = use --port)"
+        => rpc_port: u16 = port;
+    port: Int = "50051", Full, "Port of the RPC service (deprecated, use rpc_port)"
+        => port: u16 = port;
+    rpc_address: Str = "0.0.0.0", Full, "Address the RPC service binds"
+        => rpc_address: String = text;
+    rpc_thread_num: Int = "0", Full, "RPC worker threads (0 = min(max_threads, cores))"
+        => rpc_thread_num: usize = count;
+    max_threads: Int = "16", Full, "Maximum worker threads (deprecated, use rpc_thread_num)"
+        => max_threads: usize = count;
+    rpc_conn_timeout_seconds: Int = "0", Full, "Close idle client connections after this many seconds (0 = never)"
+        => rpc_conn_timeout: Option<Duration> = seconds_or_never;
+    rpc_enable_tcp_no_delay: Bool = "true", Full, "Set TCP_NODELAY on client connections"
+        => rpc_enable_tcp_no_delay: bool = boolean;
+    enable_http_metadata_server: Bool = "false", Full, "Run the transfer-engine HTTP metadata server in the master"
+        => enable_http_metadata_server: bool = boolean;
+    http_metadata_server_host: Str = "0.0.0.0", Full, "Host of the embedded HTTP metadata server"
+        => http_metadata_server_host: String = text;
+    http_metadata_server_port: Int = "8080", Full, "Port of the embedded HTTP metadata server"
+        => http_metadata_server_port: u16 = port;
+    metrics_host: Str = "0.0.0.0", Full, "Address of the HTTP metrics and admin service"
+        => metrics_host: String = text;
+    metrics_port: Int = "9003", Full, "Port of the HTTP metrics and admin service"
+        => metrics_port: u16 = port;
+    enable_metric_reporting: Bool = "true", Full, "Log a metrics summary periodically"
+        => enable_metric_reporting: bool = boolean;
+    default_kv_lease_ttl: Duration = "10000", Full, "Read lease granted on every read, ms (or 5s, 1m)"
+        => default_kv_lease_ttl: Duration = millis;
+    default_kv_soft_pin_ttl: Duration = "1800000", Full, "Soft pin lifetime after the last access, ms"
+        => default_kv_soft_pin_ttl: Duration = millis;
+    allow_evict_soft_pinned_objects: Bool = "true", Full, "Evict soft-pinned objects when nothing else is left"
+        => allow_evict_soft_pinned_objects: bool = boolean;
+    eviction_ratio: Float = "0.05", Full, "Share of capacity freed by one eviction round"
+        => eviction_ratio: f64 = ratio;
+    eviction_high_watermark_ratio: Float = "0.9", Full, "Usage ratio that starts eviction"
+        => eviction_high_watermark_ratio: f64 = ratio;
+    client_ttl: Duration = "10", Full, "Seconds without heartbeat before a client is dropped"
+        => client_ttl: Duration = positive_seconds;
+    put_start_discard_timeout_sec: Duration = "30", Full, "Seconds after which an unfinished put is discarded"
+        => put_start_discard_timeout: Duration = seconds;
+    put_start_release_timeout_sec: Duration = "600", Full, "Seconds after PutStart before a discarded put's space is reused"
+        => put_start_release_timeout: Duration = seconds;
+    cluster_id: Str = "mooncake_cluster", Full, "Cluster id (HA keys, metadata prefixes)"
+        => cluster_id: String = text;
+    allocation_strategy: Str = "random", Full, "Replica placement: random or free_ratio_first"
+        => allocation_strategy: AllocationStrategy = strategy;
+    memory_allocator: Str = "offset", Full, "Segment allocator (offset)"
+        => memory_allocator: String = offset_allocator;
+    log_level: Str = "info", Full, "Log level: trace, debug, info, warn, error (RUST_LOG overrides)"
+        => log_level: String = text;
+    config_path: Str = "", Full, "YAML or JSON file with the same keys as these flags"
+        => config_path: String = text;
+    batch_oplog_retry_timeout_sec: Int = "180", NotImplemented, "Maximum time to retry transient batch OpLog standby errors.";
+    cxl_path: Str = "/dev/dax0.0", NotImplemented, "DAX device path for CXL memory";
+    cxl_size: Int = "8589934592", NotImplemented, "CXL memory size in bytes";
+    dynamic_replication_admission_qps_threshold: Float = "0.8", NotImplemented, "Per-key access frequency threshold for dynamic MEMORY replication";
+    dynamic_replication_heat_window_seconds: Int = "10", NotImplemented, "Heat observation window for dynamic MEMORY replication";
+    dynamic_replication_max_memory_replicas: Int = "2", NotImplemented, "Maximum MEMORY replicas allowed for one dynamically replicated key";
+    dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
+    enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
+    enable_disk_eviction: Bool = "true", NotImplemented, "Enable disk eviction feature for storage backend (default: true)";
+    enable_ha: Bool = "false", Full, "Campaign for leadership through the HA backend; serve only while leading"
+        => enable_ha: bool = boolean;
+    enable_kv_events: Bool = "false", NotImplemented, "Enable RFC #1527 KV cache event publisher over ZMQ";
+    enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
+    enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
+    enable_offload: Bool = "false", NotImplemented, "Enable offload availability";
+    enable_oplog: Bool = "false", NotImplemented, "Enable HA metadata replication through batch-record OpLog";
+    enable_snapshot: Bool = "false", NotImplemented, "Enable periodic snapshot of master data";
+    enable_snapshot_restore: Bool = "false", NotImplemented, "enable restore from snapshot";
+    etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
+        => etcd_endpoints: String = text;
+    global_file_segment_size: Int = "9223372036854775807", NotImplemented, "Size of global NFS/3FS segment in bytes";
+    ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
+        => ha_backend_connstring: String = text;
+    ha_backend_type: Str = "etcd", Full, "HA backend type: etcd or redis"
+        => ha_backend_type: String = ha_backend_type;
+    kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_backend_id: Str = "", NotImplemented, "backend_id for published KV events (cache owner identity)";
+    kv_events_bind_endpoint: Str = "", NotImplemented, "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557";
+    kv_events_block_size: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_dp_rank: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_emit_legacy_compat: Bool = "true", NotImplemented, "Include vLLM/SGLang-compatible type/block_hashes fields";
+    kv_events_emit_object_key: Bool = "true", NotImplemented, "Include Mooncake object_key in published KV events";
+    kv_events_lora_name: Str = "", NotImplemented, "Deprecated: not emitted on events (no LoRA context in master)";
+    kv_events_model_name: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_queue_capacity: Int = "65536", NotImplemented, "Maximum pending KV events; oldest events are dropped when the queue...";
+    kv_events_tenant_id: Str = "default", NotImplemented, "Deprecated: tenant_id comes from each object on events";
+    max_kv_soft_pin_ttl: Str = "86400000", NotImplemented, "Maximum request-level soft pin TTL for kv objects. Supports raw mil...";
+    max_retry_attempts: Int = "10", NotImplemented, "Maximum number of retry attempts for failed tasks";
+    max_total_finished_tasks: Int = "10000", Full, "Maximum number of finished tasks to keep in memory"
+        => max_total_finished_tasks: usize = count;
+    max_total_pending_tasks: Int = "10000", Full, "Maximum number of pending tasks to keep in memory"
+        => max_total_pending_tasks: usize = count;
+    max_total_processing_tasks: Int = "10000", Full, "Maximum number of processing tasks to keep in memory"
+        => max_total_processing_tasks: usize = count;
+    nof_eviction_high_watermark_ratio: Float = "0.9", NotImplemented, "Ratio of high watermark trigger eviction in NoF SSD";
+    nof_eviction_ratio: Float = "0.05", NotImplemented, "Ratio of objects to evict when NoF SSD space is full";
+    nof_heartbeat_failures_threshold: Int = "3", NotImplemented, "Consecutive NoF heartbeat failures required before unmounting a NoF...";
+    nof_heartbeat_interval_sec: Int = "10", NotImplemented, "How often master probes each mounted NoF segment";
+    nof_heartbeat_probe_timeout_ms: Int = "1000", NotImplemented, "Timeout in milliseconds for a single NoF heartbeat probe";
+    offload_cap_ratio: Float = "0.5", NotImplemented, "Per-cycle offload cap as a fraction of offloading_queue_limit. Cont...";
+    offload_force_evict: Bool = "false", NotImplemented, "Force-evict objects exceeding offload cap without disk offload";
+    offload_on_evict: Bool = "false", NotImplemented, "Defer LOCAL_DISK offload to eviction time instead of PutEnd";
+    offloading_queue_limit: Int = "50000", NotImplemented, "Maximum number of objects allowed in the offloading queue per local...";
+    oplog_batch_max_entries: Int = "1024", NotImplemented, "Maximum number of committed/reserved entries in the open batch-reco...";
+    oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
+    pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
+        => pending_task_timeout: Option<Duration> = seconds_or_never;
+    pod_name: Str = "", NotImplemented, "Pod name for K8s label-based routing (default: $POD_NAME)";
+    pod_namespace: Str = "", NotImplemented, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)";
+    processing_task_timeout_sec: Int = "300", Full, "Timeout in seconds for processing tasks (0 = no timeout)"
+        => processing_task_timeout: Option<Duration> = seconds_or_never;
+    promotion_admission_threshold: Int = "2", NotImplemented, "Min CountMinSketch count for a key before promotion fires (set 1 to...";
+    promotion_max_per_heartbeat: Int = "1", NotImplemented, "Max promotion tasks returned to a single client per PromotionObject...";
+    promotion_on_hit: Bool = "false", NotImplemented, "Promote LOCAL_DISK-only keys to MEMORY on read access (mirror of of...";
+    promotion_queue_limit: Int = "50000", NotImplemented, "Max in-flight promotion tasks across all shards";
+    quota_bytes: Int = "0", NotImplemented, "Quota for storage backend in bytes (0 = use default 90% of capacity)";
+    root_fs_dir: Str = "", NotImplemented, "Root directory for storage backend, used in HA mode";
+    rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
+    snapshot_backup_dir: Str = "", NotImplemented, "Optional local directory for snapshot and restore backup. If empty,...";
+    snapshot_catalog_backend_connstring: Str = "", NotImplemented, "Deprecated alias of --snapshot_catalog_store_connstring";
+    snapshot_catalog_backend_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_catalog_store_type";
+    snapshot_catalog_store_connstring: Str = "", NotImplemented, "Optional connection string for snapshot catalog store";
+    snapshot_catalog_store_type: Str = "", NotImplemented, "Snapshot catalog store type: ''/'embedded' or 'redis' ('payload' is...";
+    snapshot_child_timeout_seconds: Int = "300", NotImplemented, "Timeout for snapshot child process in seconds";
+    snapshot_interval_seconds: Int = "600", NotImplemented, "Interval in second between periodic snapshots of master data";
+    snapshot_object_store_type: Str = "", NotImplemented, "Snapshot object store type: 'local' for local filesystem, 's3' for...";
+    snapshot_payload_backend_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_object_store_type";
+    snapshot_payload_store_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_object_store_type";
+    snapshot_retention_count: Int = "2", NotImplemented, "Number of recent snapshots to keep (older snapshots will be automat...";
+    snapshot_backend_type: Str = "local", NotImplemented, "Snapshot backend: local or s3 (older spelling)";
+    tenant_quota_connector_type: Str = "file", NotImplemented, "Tenant quota policy connector type";
+    tenant_quota_connector_uri: Str = "", NotImplemented, "Tenant quota policy connector URI";
+    mmap_arena_pool_size: Int = "8589934592", NotImplemented, "Arena allocator pool size in bytes";
+    use_mmap_arena_allocator: Bool = "false", NotImplemented, "Enable the lock-free mmap arena allocator for mmap buffers";
+    alsologtoemail: Str = "", Ignored, "log messages go to these email addresses in addition to logfiles";
+    alsologtostderr: Bool = "false", Ignored, "log messages go to stderr in addition to logfiles";
+    colorlogtostderr: Bool = "false", Ignored, "color messages logged to stderr (if supported by terminal)";
+    drop_log_memory: Bool = "true", Ignored, "Drop in-memory buffers of log contents. Logs can grow very quickly...";
+    log_backtrace_at: Str = "", Ignored, "Emit a backtrace when logging at file:linenum.";
+    log_dir: Str = "", Ignored, "If specified, logfiles are written into this directory instead of t...";
+    log_link: Str = "", Ignored, "Put additional links to the log files in this directory";
+    log_prefix: Bool = "true", Ignored, "Prepend the log prefix to the start of each log line";
+    logbuflevel: Int = "0", Ignored, "Buffer log messages logged at this level or lower (-1 means don't b...";
+    logbufsecs: Int = "30", Ignored, "Buffer log messages for at most this many seconds";
+    logemaillevel: Int = "999", Ignored, "Email log messages logged at this level or higher (0 means email al...";
+    logfile_mode: Int = "436", Ignored, "Log file mode/permissions.";
+    logmailer: Str = "/bin/mail", Ignored, "Mailer used to send logging email";
+    logtostderr: Bool = "false", Ignored, "log messages go to stderr instead of logfiles";
+    max_log_size: Int = "1800", Ignored, "approx. maximum log file size (in MB). A value of 0 will be silentl...";
+    minloglevel: Int = "0", Ignored, "Messages logged at a lower level than this don't actually get logge...";
+    stderrthreshold: Int = "2", Ignored, "log messages at or above this level are copied to stderr in additio...";
+    stop_logging_if_full_disk: Bool = "false", Ignored, "Stop attempting to log to disk if the disk is full.";
+    symbolize_stacktrace: Bool = "true", Ignored, "Symbolize the stack trace in the tombstone";
+    v: Int = "0", Ignored, "Show all VLOG(m) messages for m <= this. Overridable by --vmodule.";
+    vmodule: Str = "", Ignored, "per-module verbose level. Argument is a comma-separated list of <mo...";
 }
-
-const fn ignored(
-    name: &'static str,
-    kind: FlagKind,
-    default: &'static str,
-    help: &'static str,
-) -> Flag {
-    Flag {
-        name,
-        kind,
-        default,
-        help,
-        support: Support::Ignored,
-    }
-}
-
-use FlagKind::{Bool, Duration as Dur, Float, Int, Str};
-
-/// Every flag the master accepts (the reference's, same names and defaults), in `--help` order.
-#[rustfmt::skip]
-pub const FLAGS: &[Flag] = &[
-    flag("rpc_port", Int, "0", "Port of the RPC service (0 = use --port)"),
-    flag("port", Int, "50051", "Port of the RPC service (deprecated, use rpc_port)"),
-    flag("rpc_address", Str, "0.0.0.0", "Address the RPC service binds"),
-    flag("rpc_thread_num", Int, "0", "RPC worker threads (0 = min(max_threads, cores))"),
-    flag("max_threads", Int, "16", "Maximum worker threads (deprecated, use rpc_thread_num)"),
-    flag("rpc_conn_timeout_seconds", Int, "0", "Close idle client connections after this many seconds (0 = never)"),
-    flag("rpc_enable_tcp_no_delay", Bool, "true", "Set TCP_NODELAY on client connections"),
-    flag("enable_http_metadata_server", Bool, "false", "Run the transfer-engine HTTP metadata server in the master"),
-    flag("http_metadata_server_host", Str, "0.0.0.0", "Host of the embedded HTTP metadata server"),
-    flag("http_metadata_server_port", Int, "8080", "Port of the embedded HTTP metadata server"),
-    flag("metrics_host", Str, "0.0.0.0", "Address of the HTTP metrics and admin service"),
-    flag("metrics_port", Int, "9003", "Port of the HTTP metrics and admin service"),
-    flag("enable_metric_reporting", Bool, "true", "Log a metrics summary periodically"),
-    flag("default_kv_lease_ttl", Dur, "10000", "Read lease granted on every read, ms (or 5s, 1m)"),
-    flag("default_kv_soft_pin_ttl", Dur, "1800000", "Soft pin lifetime after the last access, ms"),
-    flag("allow_evict_soft_pinned_objects", Bool, "true", "Evict soft-pinned objects when nothing else is left"),
-    flag("eviction_ratio", Float, "0.05", "Share of capacity freed by one eviction round"),
-    flag("eviction_high_watermark_ratio", Float, "0.9", "Usage ratio that starts eviction"),
-    flag("client_ttl", Dur, "10", "Seconds without heartbeat before a client is dropped"),
-    flag("put_start_discard_timeout_sec", Dur, "30", "Seconds after which an unfinished put is discarded"),
-    flag("put_start_release_timeout_sec", Dur, "600", "Seconds after PutStart before a discarded put's space is reused"),
-    flag("cluster_id", Str, "mooncake_cluster", "Cluster id (HA keys, metadata prefixes)"),
-    flag("allocation_strategy", Str, "random", "Replica placement: random or free_ratio_first"),
-    flag("memory_allocator", Str, "offset", "Segment allocator (offset)"),
-    flag("log_level", Str, "info", "Log level: trace, debug, info, warn, error (RUST_LOG overrides)"),
-    flag("config_path", Str, "", "YAML or JSON file with the same keys as these flags"),
-    later("batch_oplog_retry_timeout_sec", Int, "180", "Maximum time to retry transient batch OpLog standby errors."),
-    later("cxl_path", Str, "/dev/dax0.0", "DAX device path for CXL memory"),
-    later("cxl_size", Int, "8589934592", "CXL memory size in bytes"),
-    later("dynamic_replication_admission_qps_threshold", Float, "0.8", "Per-key access frequency threshold for dynamic MEMORY replication"),
-    later("dynamic_replication_heat_window_seconds", Int, "10", "Heat observation window for dynamic MEMORY replication"),
-    later("dynamic_replication_max_memory_replicas", Int, "2", "Maximum MEMORY replicas allowed for one dynamically replicated key"),
-    later("dynamic_replication_mode", Str, "off", "Dynamic MEMORY replica fanout mode: off, observe, or enforce"),
-    later("enable_cxl", Bool, "false", "Whether to enable CXL memory support"),
-    later("enable_disk_eviction", Bool, "true", "Enable disk eviction feature for storage backend (default: true)"),
-    flag("enable_ha", Bool, "false", "Campaign for leadership through the HA backend; serve only while leading"),
-    later("enable_kv_events", Bool, "false", "Enable RFC #1527 KV cache event publisher over ZMQ"),
-    later("enable_metadata_cleanup_on_timeout", Bool, "false", "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/..."),
-    later("enable_multi_tenants", Bool, "false", "Enable strict multi-tenant namespace and quota admission"),
-    later("enable_offload", Bool, "false", "Enable offload availability"),
-    later("enable_oplog", Bool, "false", "Enable HA metadata replication through batch-record OpLog"),
-    later("enable_snapshot", Bool, "false", "Enable periodic snapshot of master data"),
-    later("enable_snapshot_restore", Bool, "false", "enable restore from snapshot"),
-    flag("etcd_endpoints", Str, "", "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"),
-    later("global_file_segment_size", Int, "9223372036854775807", "Size of global NFS/3FS segment in bytes"),
-    flag("ha_backend_connstring", Str, "", "HA backend connection string; if unset, --etcd_endpoints is used"),
-    flag("ha_backend_type", Str, "etcd", "HA backend type: etcd or redis"),
-    later("kv_events_additional_salt", Str, "", "Deprecated: not emitted on events; use indexer POST /register"),
-    later("kv_events_backend_id", Str, "", "backend_id for published KV events (cache owner identity)"),
-    later("kv_events_bind_endpoint", Str, "", "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557"),
-    later("kv_events_block_size", Int, "0", "Deprecated: not emitted on events; use indexer POST /register"),
-    later("kv_events_dp_rank", Int, "0", "Deprecated: not emitted on events; use indexer POST /register"),
-    later("kv_events_emit_legacy_compat", Bool, "true", "Include vLLM/SGLang-compatible type/block_hashes fields"),
-    later("kv_events_emit_object_key", Bool, "true", "Include Mooncake object_key in published KV events"),
-    later("kv_events_lora_name", Str, "", "Deprecated: not emitted on events (no LoRA context in master)"),
-    later("kv_events_model_name", Str, "", "Deprecated: not emitted on events; use indexer POST /register"),
-    later("kv_events_queue_capacity", Int, "65536", "Maximum pending KV events; oldest events are dropped when the queue..."),
-    later("kv_events_tenant_id", Str, "default", "Deprecated: tenant_id comes from each object on events"),
-    later("max_kv_soft_pin_ttl", Str, "86400000", "Maximum request-level soft pin TTL for kv objects. Supports raw mil..."),
-    later("max_retry_attempts", Int, "10", "Maximum number of retry attempts for failed tasks"),
-    flag("max_total_finished_tasks", Int, "10000", "Maximum number of finished tasks to keep in memory"),
-    flag("max_total_pending_tasks", Int, "10000", "Maximum number of pending tasks to keep in memory"),
-    flag("max_total_processing_tasks", Int, "10000", "Maximum number of processing tasks to keep in memory"),
-    later("nof_eviction_high_watermark_ratio", Float, "0.9", "Ratio of high watermark trigger eviction in NoF SSD"),
-    later("nof_eviction_ratio", Float, "0.05", "Ratio of objects to evict when NoF SSD space is full"),
-    later("nof_heartbeat_failures_threshold", Int, "3", "Consecutive NoF heartbeat failures required before unmounting a NoF..."),
-    later("nof_heartbeat_interval_sec", Int, "10", "How often master probes each mounted NoF segment"),
-    later("nof_heartbeat_probe_timeout_ms", Int, "1000", "Timeout in milliseconds for a single NoF heartbeat probe"),
-    later("offload_cap_ratio", Float, "0.5", "Per-cycle offload cap as a fraction of offloading_queue_limit. Cont..."),
-    later("offload_force_evict", Bool, "false", "Force-evict objects exceeding offload cap without disk offload"),
-    later("offload_on_evict", Bool, "false", "Defer LOCAL_DISK offload to eviction time instead of PutEnd"),
-    later("offloading_queue_limit", Int, "50000", "Maximum number of objects allowed in the offloading queue per local..."),
-    later("oplog_batch_max_entries", Int, "1024", "Maximum number of committed/reserved entries in the open batch-reco..."),
-    later("oplog_poll_interval_ms", Int, "1000", "Batch-record standby poll interval."),
-    flag("pending_task_timeout_sec", Int, "300", "Timeout in seconds for pending tasks (0 = no timeout)"),
-    later("pod_name", Str, "", "Pod name for K8s label-based routing (default: $POD_NAME)"),
-    later("pod_namespace", Str, "", "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)"),
-    flag("processing_task_timeout_sec", Int, "300", "Timeout in seconds for processing tasks (0 = no timeout)"),
-    later("promotion_admission_threshold", Int, "2", "Min CountMinSketch count for a key before promotion fires (set 1 to..."),
-    later("promotion_max_per_heartbeat", Int, "1", "Max promotion tasks returned to a single client per PromotionObject..."),
-    later("promotion_on_hit", Bool, "false", "Promote LOCAL_DISK-only keys to MEMORY on read access (mirror of of..."),
-    later("promotion_queue_limit", Int, "50000", "Max in-flight promotion tasks across all shards"),
-    later("quota_bytes", Int, "0", "Quota for storage backend in bytes (0 = use default 90% of capacity)"),
-    later("root_fs_dir", Str, "", "Root directory for storage backend, used in HA mode"),
-    later("rpc_interface", Str, "", "Network interface name for RPC server address resolution. When set,..."),
-    later("snapshot_backup_dir", Str, "", "Optional local directory for snapshot and restore backup. If empty,..."),
-    later("snapshot_catalog_backend_connstring", Str, "", "Deprecated alias of --snapshot_catalog_store_connstring"),
-    later("snapshot_catalog_backend_type", Str, "", "Deprecated alias of --snapshot_catalog_store_type"),
-    later("snapshot_catalog_store_connstring", Str, "", "Optional connection string for snapshot catalog store"),
-    later("snapshot_catalog_store_type", Str, "", "Snapshot catalog store type: ''/'embedded' or 'redis' ('payload' is..."),
-    later("snapshot_child_timeout_seconds", Int, "300", "Timeout for snapshot child process in seconds"),
-    later("snapshot_interval_seconds", Int, "600", "Interval in second between periodic snapshots of master data"),
-    later("snapshot_object_store_type", Str, "", "Snapshot object store type: 'local' for local filesystem, 's3' for..."),
-    later("snapshot_payload_backend_type", Str, "", "Deprecated alias of --snapshot_object_store_type"),
-    later("snapshot_payload_store_type", Str, "", "Deprecated alias of --snapshot_object_store_type"),
-    later("snapshot_retention_count", Int, "2", "Number of recent snapshots to keep (older snapshots will be automat..."),
-    later("snapshot_backend_type", Str, "local", "Snapshot backend: local or s3 (older spelling)"),
-    later("tenant_quota_connector_type", Str, "file", "Tenant quota policy connector type"),
-    later("tenant_quota_connector_uri", Str, "", "Tenant quota policy connector URI"),
-    later("mmap_arena_pool_size", Int, "8589934592", "Arena allocator pool size in bytes"),
-    later("use_mmap_arena_allocator", Bool, "false", "Enable the lock-free mmap arena allocator for mmap buffers"),
-    ignored("alsologtoemail", Str, "", "log messages go to these email addresses in addition to logfiles"),
-    ignored("alsologtostderr", Bool, "false", "log messages go to stderr in addition to logfiles"),
-    ignored("colorlogtostderr", Bool, "false", "color messages logged to stderr (if supported by terminal)"),
-    ignored("drop_log_memory", Bool, "true", "Drop in-memory buffers of log contents. Logs can grow very quickly..."),
-    ignored("log_backtrace_at", Str, "", "Emit a backtrace when logging at file:linenum."),
-    ignored("log_dir", Str, "", "If specified, logfiles are written into this directory instead of t..."),
-    ignored("log_link", Str, "", "Put additional links to the log files in this directory"),
-    ignored("log_prefix", Bool, "true", "Prepend the log prefix to the start of each log line"),
-    ignored("logbuflevel", Int, "0", "Buffer log messages logged at this level or lower (-1 means don't b..."),
-    ignored("logbufsecs", Int, "30", "Buffer log messages for at most this many seconds"),
-    ignored("logemaillevel", Int, "999", "Email log messages logged at this level or higher (0 means email al..."),
-    ignored("logfile_mode", Int, "436", "Log file mode/permissions."),
-    ignored("logmailer", Str, "/bin/mail", "Mailer used to send logging email"),
-    ignored("logtostderr", Bool, "false", "log messages go to stderr instead of logfiles"),
-    ignored("max_log_size", Int, "1800", "approx. maximum log file size (in MB). A value of 0 will be silentl..."),
-    ignored("minloglevel", Int, "0", "Messages logged at a lower level than this don't actually get logge..."),
-    ignored("stderrthreshold", Int, "2", "log messages at or above this level are copied to stderr in additio..."),
-    ignored("stop_logging_if_full_disk", Bool, "false", "Stop attempting to log to disk if the disk is full."),
-    ignored("symbolize_stacktrace", Bool, "true", "Symbolize the stack trace in the tombstone"),
-    ignored("v", Int, "0", "Show all VLOG(m) messages for m <= this. Overridable by --vmodule."),
-    ignored("vmodule", Str, "", "per-module verbose level. Argument is a comma-separated list of <mo..."),
-];
 
 /// Names of the boolean flags, for `gflags::normalize`.
 pub fn bool_flag_names() -> Vec<&'static str> {
     FLAGS
         .iter()
-        .filter(|f| f.kind == Bool)
+        .filter(|f| f.kind == FlagKind::Bool)
         .map(|f| f.name)
         .collect()
 }
 
-/// Master settings. `Default` gives the reference's defaults.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MasterConfig {
-    /// 0 = use `port`.
-    pub rpc_port: u16,
-    pub port: u16,
-    pub rpc_address: String,
-    /// 0 = min(max_threads, cores).
-    pub rpc_thread_num: usize,
-    pub max_threads: usize,
-    /// Idle connection timeout; `None` = never close.
-    pub rpc_conn_timeout: Option<Duration>,
-    pub rpc_enable_tcp_no_delay: bool,
-    pub enable_http_metadata_server: bool,
-    pub http_metadata_server_host: String,
-    pub http_metadata_server_port: u16,
-    pub metrics_host: String,
-    pub metrics_port: u16,
-    pub enable_metric_reporting: bool,
-    pub metric_report_interval: Duration,
-    pub default_kv_lease_ttl: Duration,
-    pub default_kv_soft_pin_ttl: Duration,
-    pub allow_evict_soft_pinned_objects: bool,
-    pub eviction_ratio: f64,
-    pub eviction_high_watermark_ratio: f64,
-    pub client_ttl: Duration,
-    pub put_start_discard_timeout: Duration,
-    pub put_start_release_timeout: Duration,
-    pub cluster_id: String,
-    pub allocation_strategy: AllocationStrategy,
-    pub log_level: String,
-    pub max_total_finished_tasks: usize,
-    pub max_total_pending_tasks: usize,
-    pub max_total_processing_tasks: usize,
-    /// `None` = no timeout.
-    pub pending_task_timeout: Option<Duration>,
-    pub processing_task_timeout: Option<Duration>,
-    /// Leader election (`--enable_ha`) and where it runs.
-    pub enable_ha: bool,
-    pub etcd_endpoints: String,
-    pub ha_backend_type: String,
-    pub ha_backend_connstring: String,
-    /// Flags accepted for compatibility whose feature is not implemented,
-    /// set to a non-default value: `(name, value)`; the server logs them.
-    pub unsupported: Vec<(String, String)>,
-}
+/// Value parsers of the flag table: `(flag name, value as given, value
+/// trimmed)` in, the field's value or an `INVALID_PARAMS` naming the flag out.
+mod parse {
+    use std::time::Duration;
 
-impl Default for MasterConfig {
-    fn default() -> Self {
-        let mut c = MasterConfig {
-            rpc_port: 0,
-            port: 0,
-            rpc_address: String::new(),
-            rpc_thread_num: 0,
-            max_threads: 0,
-            rpc_conn_timeout: None,
-            rpc_enable_tcp_no_delay: true,
-            enable_http_metadata_server: false,
-            http_metadata_server_host: String::new(),
-            http_metadata_server_port: 0,
-            metrics_host: String::new(),
-            metrics_port: 0,
-            enable_metric_reporting: true,
-            metric_report_interval: Duration::from_secs(10),
-            default_kv_lease_ttl: Duration::ZERO,
-            default_kv_soft_pin_ttl: Duration::ZERO,
-            allow_evict_soft_pinned_objects: true,
-            eviction_ratio: 0.0,
-            eviction_high_watermark_ratio: 0.0,
-            client_ttl: Duration::ZERO,
-            put_start_discard_timeout: Duration::ZERO,
-            put_start_release_timeout: Duration::ZERO,
-            cluster_id: String::new(),
-            allocation_strategy: AllocationStrategy::Random,
-            log_level: String::new(),
-            max_total_finished_tasks: 0,
-            max_total_pending_tasks: 0,
-            max_total_processing_tasks: 0,
-            pending_task_timeout: None,
-            processing_task_timeout: None,
-            enable_ha: false,
-            etcd_endpoints: String::new(),
-            ha_backend_type: String::new(),
-            ha_backend_connstring: String::new(),
-            unsupported: Vec::new(),
-        };
-        for f in FLAGS {
-            c.set(f.name, f.default).expect("flag defaults parse");
-        }
-        c.unsupported.clear();
-        c
+    use mooncake_common::duration::parse_duration;
+    use mooncake_common::gflags::parse_bool;
+    use mooncake_common::{Error, ErrorCode, Result};
+
+    use crate::master::policy::AllocationStrategy;
+
+    /// The error for a value `name` does not take.
+    pub(super) fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
+        Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("invalid value {value:?} for {name}: {why}"),
+        )
     }
-}
 
-fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
-    Error::new(
-        ErrorCode::INVALID_PARAMS,
-        format!("invalid value {value:?} for {name}: {why}"),
-    )
+    pub(super) fn boolean(name: &str, value: &str, v: &str) -> Result<bool> {
+        parse_bool(v).map_err(|e| invalid(name, value, e))
+    }
+
+    pub(super) fn count(name: &str, value: &str, v: &str) -> Result<usize> {
+        let n = v.parse::<u64>().map_err(|e| invalid(name, value, e))?;
+        Ok(n as usize)
+    }
+
+    pub(super) fn port(name: &str, value: &str, v: &str) -> Result<u16> {
+        v.parse::<u16>().map_err(|e| invalid(name, value, e))
+    }
+
+    pub(super) fn ratio(name: &str, value: &str, v: &str) -> Result<f64> {
+        let r: f64 = v.parse().map_err(|e| invalid(name, value, e))?;
+        if !(0.0..=1.0).contains(&r) {
+            return Err(invalid(name, value, "must be between 0 and 1"));
+        }
+        Ok(r)
+    }
+
+    pub(super) fn text(_: &str, _: &str, v: &str) -> Result<String> {
+        Ok(v.to_string())
+    }
+
+    fn duration(name: &str, value: &str, v: &str, unit: Duration) -> Result<Duration> {
+        parse_duration(v, unit).map_err(|e| invalid(name, value, e.context))
+    }
+
+    /// A duration, bare numbers in milliseconds.
+    pub(super) fn millis(name: &str, value: &str, v: &str) -> Result<Duration> {
+        duration(name, value, v, Duration::from_millis(1))
+    }
+
+    /// A duration, bare numbers in seconds.
+    pub(super) fn seconds(name: &str, value: &str, v: &str) -> Result<Duration> {
+        duration(name, value, v, Duration::from_secs(1))
+    }
+
+    pub(super) fn positive_seconds(name: &str, value: &str, v: &str) -> Result<Duration> {
+        let d = seconds(name, value, v)?;
+        if d.is_zero() {
+            return Err(invalid(name, value, "must be positive"));
+        }
+        Ok(d)
+    }
+
+    /// Seconds, with 0 meaning never.
+    pub(super) fn seconds_or_never(name: &str, value: &str, v: &str) -> Result<Option<Duration>> {
+        let d = seconds(name, value, v)?;
+        Ok((!d.is_zero()).then_some(d))
+    }
+
+    pub(super) fn strategy(_: &str, _: &str, v: &str) -> Result<AllocationStrategy> {
+        AllocationStrategy::parse(v)
+    }
+
+    pub(super) fn offset_allocator(name: &str, value: &str, v: &str) -> Result<String> {
+        if v != "offset" {
+            return Err(invalid(
+                name,
+                value,
+                "only the offset allocator is available",
+            ));
+        }
+        Ok(v.to_string())
+    }
+
+    pub(super) fn ha_backend_type(name: &str, value: &str, v: &str) -> Result<String> {
+        if !matches!(v, "etcd" | "redis") {
+            return Err(invalid(name, value, "HA backends are etcd and redis"));
+        }
+        Ok(v.to_string())
+    }
 }
 
 impl MasterConfig {
@@ -375,107 +399,32 @@ impl MasterConfig {
             )
         })?;
         let v = value.trim();
-        let bool_ = || parse_bool(v).map_err(|e| invalid(name, value, e));
-        let int = || v.parse::<u64>().map_err(|e| invalid(name, value, e));
-        let any_int = || v.parse::<i64>().map_err(|e| invalid(name, value, e));
-        let float = || v.parse::<f64>().map_err(|e| invalid(name, value, e));
-        let port = || v.parse::<u16>().map_err(|e| invalid(name, value, e));
-        let ms = || {
-            parse_duration(v, Duration::from_millis(1)).map_err(|e| invalid(name, value, e.context))
+        if let Some(set) = self.set_field(name, value, v) {
+            return set;
+        }
+        debug_assert!(flag.support != Support::Full, "flag {name} has no field");
+        // Accepted for compatibility: check the value's form and note it.
+        let is_default = match flag.kind {
+            FlagKind::Bool => {
+                parse::boolean(name, value, v)? == parse_bool(flag.default).unwrap_or(false)
+            }
+            FlagKind::Int => {
+                v.parse::<i64>().map_err(|e| invalid(name, value, e))?
+                    == flag.default.parse::<i64>().unwrap_or(0)
+            }
+            FlagKind::Float => {
+                v.parse::<f64>().map_err(|e| invalid(name, value, e))?
+                    == flag.default.parse::<f64>().unwrap_or(0.0)
+            }
+            FlagKind::Size => {
+                parse_size(v).map_err(|e| invalid(name, value, e.context))?
+                    == parse_size(flag.default)?
+            }
+            FlagKind::Str | FlagKind::Duration => v == flag.default,
         };
-        let secs = || {
-            parse_duration(v, Duration::from_secs(1)).map_err(|e| invalid(name, value, e.context))
-        };
-        let ratio = || -> Result<f64> {
-            let r: f64 = v.parse().map_err(|e| invalid(name, value, e))?;
-            if !(0.0..=1.0).contains(&r) {
-                return Err(invalid(name, value, "must be between 0 and 1"));
-            }
-            Ok(r)
-        };
-        match name {
-            "rpc_port" => self.rpc_port = port()?,
-            "port" => self.port = port()?,
-            "rpc_address" => self.rpc_address = v.to_string(),
-            "rpc_thread_num" => self.rpc_thread_num = int()? as usize,
-            "max_threads" => self.max_threads = int()? as usize,
-            "rpc_conn_timeout_seconds" => {
-                let d = secs()?;
-                self.rpc_conn_timeout = (!d.is_zero()).then_some(d);
-            }
-            "rpc_enable_tcp_no_delay" => self.rpc_enable_tcp_no_delay = bool_()?,
-            "enable_http_metadata_server" => self.enable_http_metadata_server = bool_()?,
-            "http_metadata_server_host" => self.http_metadata_server_host = v.to_string(),
-            "http_metadata_server_port" => self.http_metadata_server_port = port()?,
-            "metrics_host" => self.metrics_host = v.to_string(),
-            "metrics_port" => self.metrics_port = port()?,
-            "enable_metric_reporting" => self.enable_metric_reporting = bool_()?,
-            "default_kv_lease_ttl" => self.default_kv_lease_ttl = ms()?,
-            "default_kv_soft_pin_ttl" => self.default_kv_soft_pin_ttl = ms()?,
-            "allow_evict_soft_pinned_objects" => self.allow_evict_soft_pinned_objects = bool_()?,
-            "eviction_ratio" => self.eviction_ratio = ratio()?,
-            "eviction_high_watermark_ratio" => self.eviction_high_watermark_ratio = ratio()?,
-            "client_ttl" => {
-                let d = secs()?;
-                if d.is_zero() {
-                    return Err(invalid(name, value, "must be positive"));
-                }
-                self.client_ttl = d;
-            }
-            "put_start_discard_timeout_sec" => self.put_start_discard_timeout = secs()?,
-            "put_start_release_timeout_sec" => self.put_start_release_timeout = secs()?,
-            "cluster_id" => self.cluster_id = v.to_string(),
-            "allocation_strategy" => self.allocation_strategy = AllocationStrategy::parse(v)?,
-            "memory_allocator" => {
-                if v != "offset" {
-                    return Err(invalid(
-                        name,
-                        value,
-                        "only the offset allocator is available",
-                    ));
-                }
-            }
-            "log_level" => self.log_level = v.to_string(),
-            "max_total_finished_tasks" => self.max_total_finished_tasks = int()? as usize,
-            "max_total_pending_tasks" => self.max_total_pending_tasks = int()? as usize,
-            "max_total_processing_tasks" => self.max_total_processing_tasks = int()? as usize,
-            "pending_task_timeout_sec" => {
-                let d = secs()?;
-                self.pending_task_timeout = (!d.is_zero()).then_some(d);
-            }
-            "processing_task_timeout_sec" => {
-                let d = secs()?;
-                self.processing_task_timeout = (!d.is_zero()).then_some(d);
-            }
-            "enable_ha" => self.enable_ha = bool_()?,
-            "etcd_endpoints" => self.etcd_endpoints = v.to_string(),
-            "ha_backend_type" => {
-                if !matches!(v, "etcd" | "redis") {
-                    return Err(invalid(name, value, "HA backends are etcd and redis"));
-                }
-                self.ha_backend_type = v.to_string();
-            }
-            "ha_backend_connstring" => self.ha_backend_connstring = v.to_string(),
-            // Read by `load`; meaningless inside a file.
-            "config_path" => {}
-            _ => {
-                // Accepted for compatibility: check the value's form and note it.
-                let is_default = match flag.kind {
-                    Bool => bool_()? == parse_bool(flag.default).unwrap_or(false),
-                    Int => any_int()? == flag.default.parse::<i64>().unwrap_or(0),
-                    Float => float()? == flag.default.parse::<f64>().unwrap_or(0.0),
-                    FlagKind::Size => {
-                        parse_size(v).map_err(|e| invalid(name, value, e.context))?
-                            == parse_size(flag.default)?
-                    }
-                    Str | Dur => v == flag.default,
-                };
-                debug_assert!(flag.support != Support::Full, "flag {name} has no setter");
-                self.unsupported.retain(|(n, _)| n != name);
-                if !is_default && flag.support == Support::Later {
-                    self.unsupported.push((name.to_string(), v.to_string()));
-                }
-            }
+        self.unsupported.retain(|(n, _)| n != name);
+        if !is_default && flag.support == Support::NotImplemented {
+            self.unsupported.push((name.to_string(), v.to_string()));
         }
         Ok(())
     }
@@ -607,15 +556,33 @@ impl MasterConfig {
         }
     }
 
+    /// The state machine's rules, in milliseconds.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            lease: LeasePolicy {
+                lease_ttl: ms(self.default_kv_lease_ttl),
+                soft_pin_ttl: ms(self.default_kv_soft_pin_ttl),
+            },
+            client_ttl: ms(self.client_ttl),
+            discard_after: ms(self.put_start_discard_timeout),
+            release_after: ms(self.put_start_release_timeout)
+                .max(ms(self.put_start_discard_timeout)),
+            high_watermark: self.eviction_high_watermark_ratio,
+            eviction_ratio: self.eviction_ratio,
+            evict_soft_pinned: self.allow_evict_soft_pinned_objects,
+            strategy: self.allocation_strategy,
+        }
+    }
+
     /// Task limits and timeouts for the state machine.
-    pub fn task_policy(&self) -> super::tasks::TaskPolicy {
-        let ms = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as u64);
-        super::tasks::TaskPolicy {
+    pub fn task_policy(&self) -> TaskPolicy {
+        let or_zero = |d: Option<Duration>| d.map_or(0, |d| d.as_millis() as u64);
+        TaskPolicy {
             max_pending: self.max_total_pending_tasks,
             max_processing: self.max_total_processing_tasks,
             max_finished: self.max_total_finished_tasks,
-            pending_timeout: ms(self.pending_task_timeout),
-            processing_timeout: ms(self.processing_task_timeout),
+            pending_timeout: or_zero(self.pending_task_timeout),
+            processing_timeout: or_zero(self.processing_task_timeout),
         }
     }
 
@@ -627,6 +594,10 @@ impl MasterConfig {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         cores.min(self.max_threads.max(1))
     }
+}
+
+fn ms(d: Duration) -> u64 {
+    d.as_millis().min(u64::MAX as u128) as u64
 }
 
 #[cfg(test)]
@@ -647,6 +618,17 @@ mod tests {
         assert!(c.allow_evict_soft_pinned_objects);
         assert!(!c.enable_http_metadata_server);
         assert!(c.unsupported.is_empty());
+    }
+
+    #[test]
+    fn implemented_flags_and_only_they_set_a_field() {
+        let mut c = MasterConfig::default();
+        for f in FLAGS {
+            let set = c.set_field(f.name, f.default, f.default);
+            assert_eq!(set.is_some(), f.support == Support::Full, "{}", f.name);
+            assert!(set.is_none_or(|r| r.is_ok()), "{}", f.name);
+        }
+        assert_eq!(c, MasterConfig::default(), "defaults are a fixed point");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Watermark eviction.
+//! Watermark eviction: when to run a round, how much it frees, which
+//! objects qualify and in what order.
 //!
 //! When allocated bytes reach `eviction_high_watermark_ratio` of capacity,
 //! the timer runs a round that frees enough to get `eviction_ratio` of
@@ -9,140 +10,146 @@
 //! objects under a read lease, puts in flight. Soft-pinned objects go only in
 //! a second pass, when the first freed too little and
 //! `allow_evict_soft_pinned_objects` is set.
+//!
+//! Choosing victims is the leader's decision; the service removes each one
+//! with a `Remove` mutation, so a standby never evaluates leases.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::allocator::aligned_len;
-use super::objects::{ObjectMeta, SHARDS};
-use super::service::MasterService;
+use super::objects::ObjectMeta;
+use super::policy::Policy;
 
-impl MasterService {
-    /// Runs an eviction round if usage calls for one; returns (keys, bytes) freed.
-    pub fn evict_if_needed(&self, now: u64) -> (usize, u64) {
-        let forced = self.need_eviction.swap(false, Ordering::Relaxed);
-        let (used, capacity) = self.segments.usage();
-        if capacity == 0 {
-            return (0, 0);
-        }
-        let high = (self.policy.high_watermark * capacity as f64) as u64;
-        if used < high && !forced {
-            return (0, 0);
-        }
-        let ratio_bytes = (self.policy.eviction_ratio * capacity as f64) as u64;
-        let target = used
-            .saturating_sub(high.saturating_sub(ratio_bytes))
-            .max(ratio_bytes);
-        let _round = self.eviction_lock.lock();
-        let freed = self.evict_round(now, target.min(used));
-        self.eviction_generation.fetch_add(1, Ordering::Release);
-        freed
+/// When eviction rounds run: one at a time, with a generation count so a
+/// put that found no space can tell whether a round ran since.
+#[derive(Default)]
+pub(crate) struct Eviction {
+    /// An allocation failed for lack of space: evict at the next tick even
+    /// below the watermark.
+    needed: AtomicBool,
+    /// One eviction round at a time.
+    round: Mutex<()>,
+    /// Bumped after every eviction round.
+    generation: AtomicU64,
+}
+
+impl Eviction {
+    /// Asks for a round at the next tick.
+    pub(crate) fn request(&self) {
+        self.needed.store(true, Ordering::Relaxed);
     }
 
-    /// A put found no space: evict synchronously (at least `need` bytes and
-    /// `eviction_ratio` of capacity) so the caller can retry, as the
-    /// reference does. `seen` is the eviction generation read before the
-    /// failed attempt: if another round ran since, the caller just retries.
-    /// Returns whether a retry may succeed.
-    pub(super) fn evict_for_put(&self, need: u64, seen: u64, now: u64) -> bool {
-        let _round = self.eviction_lock.lock();
-        if self.eviction_generation.load(Ordering::Acquire) != seen {
-            return true;
-        }
-        let (used, capacity) = self.segments.usage();
-        let ratio_bytes = (self.policy.eviction_ratio * capacity as f64) as u64;
-        let (keys, _) = self.evict_round(now, need.max(ratio_bytes).min(used));
-        self.need_eviction.store(false, Ordering::Relaxed);
-        self.eviction_generation.fetch_add(1, Ordering::Release);
-        keys > 0
+    /// Whether a round was asked for; clears the request.
+    pub(crate) fn take_request(&self) -> bool {
+        self.needed.swap(false, Ordering::Relaxed)
     }
 
-    /// One round: frees `target` bytes (if it can), plain objects first.
-    fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
-        if target == 0 {
-            return (0, 0);
-        }
-        self.counters
-            .eviction_rounds
-            .fetch_add(1, Ordering::Relaxed);
-        let (mut keys, mut bytes) = self.evict_pass(now, target, false);
-        if bytes < target && self.policy.evict_soft_pinned {
-            let (k, b) = self.evict_pass(now, target - bytes, true);
-            keys += k;
-            bytes += b;
-        }
-        if keys > 0 {
-            self.counters
-                .eviction_rounds_freeing
-                .fetch_add(1, Ordering::Relaxed);
-            self.counters
-                .evicted_keys
-                .fetch_add(keys as u64, Ordering::Relaxed);
-            self.counters
-                .evicted_bytes
-                .fetch_add(bytes, Ordering::Relaxed);
-            tracing::info!(keys, bytes, target, "evicted objects");
-        }
-        (keys, bytes)
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    /// Evicts the oldest eligible objects until `target` bytes are freed.
-    fn evict_pass(&self, now: u64, target: u64, include_soft_pinned: bool) -> (usize, u64) {
-        let eligible = |obj: &ObjectMeta| {
-            obj.is_complete()
-                && obj.pending.is_none()
-                && !obj.is_hard_pinned()
-                && !obj.is_leased(now)
-                && (include_soft_pinned || !obj.is_soft_pinned(now))
-        };
-        let footprint = |obj: &ObjectMeta| {
-            aligned_len(obj.size).unwrap_or(obj.size) * obj.replicas.len() as u64
-        };
+    /// Holds off other rounds until the guard drops.
+    pub(crate) fn begin_round(&self) -> MutexGuard<'_, ()> {
+        self.round.lock()
+    }
 
-        // Pass 1: find the lease time below which evicting frees enough,
-        // without copying keys.
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
-        for i in 0..SHARDS {
-            let shard = self.objects.lock_shard(i);
-            candidates.extend(
-                shard
-                    .map
-                    .values()
-                    .filter(|o| eligible(o))
-                    .map(|o| (o.lease_until, footprint(o))),
-            );
-        }
-        if candidates.is_empty() {
-            return (0, 0);
-        }
-        candidates.sort_unstable();
-        let mut acc = 0;
-        let mut threshold = candidates.last().expect("not empty").0;
-        for &(t, b) in &candidates {
-            acc += b;
-            if acc >= target {
-                threshold = t;
-                break;
-            }
-        }
-        drop(candidates);
+    pub(crate) fn end_round(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
 
-        // Pass 2: evict up to the threshold (objects may have changed since).
-        let (mut keys, mut bytes) = (0, 0);
-        for i in 0..SHARDS {
-            if bytes >= target {
-                break;
-            }
-            let mut shard = self.objects.lock_shard(i);
-            shard.map.retain(|_, obj| {
-                if bytes >= target || obj.lease_until > threshold || !eligible(obj) {
-                    return true;
-                }
-                bytes += footprint(obj);
-                keys += 1;
-                self.release_object(obj, now);
-                false
-            });
+/// Bytes the timer's round frees at this usage, or `None` below the
+/// watermark (unless `forced`).
+pub(crate) fn round_target(p: &Policy, used: u64, capacity: u64, forced: bool) -> Option<u64> {
+    if capacity == 0 {
+        return None;
+    }
+    let high = (p.high_watermark * capacity as f64) as u64;
+    if used < high && !forced {
+        return None;
+    }
+    let ratio_bytes = ratio_bytes(p, capacity);
+    let target = used
+        .saturating_sub(high.saturating_sub(ratio_bytes))
+        .max(ratio_bytes);
+    Some(target.min(used))
+}
+
+/// `eviction_ratio` of `capacity`, in bytes.
+pub(crate) fn ratio_bytes(p: &Policy, capacity: u64) -> u64 {
+    (p.eviction_ratio * capacity as f64) as u64
+}
+
+/// Whether `obj` may be evicted at `now` (soft-pinned ones only when asked).
+pub(crate) fn eligible(obj: &ObjectMeta, now: u64, include_soft_pinned: bool) -> bool {
+    obj.is_complete()
+        && obj.pending.is_none()
+        && !obj.is_hard_pinned()
+        && !obj.is_leased(now)
+        && (include_soft_pinned || !obj.is_soft_pinned(now))
+}
+
+/// Allocated bytes evicting `obj` gives back.
+pub(crate) fn footprint(obj: &ObjectMeta) -> u64 {
+    aligned_len(obj.size).unwrap_or(obj.size) * obj.replicas.len() as u64
+}
+
+/// The lease time up to which evicting the `(lease_until, footprint)`
+/// candidates, oldest first, frees `target` bytes (all of them when they
+/// hold less). `None` when there is no candidate. Sorts `candidates`.
+pub(crate) fn threshold(candidates: &mut [(u64, u64)], target: u64) -> Option<u64> {
+    candidates.sort_unstable();
+    let mut acc = 0;
+    for &(t, b) in candidates.iter() {
+        acc += b;
+        if acc >= target {
+            return Some(t);
         }
-        (keys, bytes)
+    }
+    candidates.last().map(|&(t, _)| t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::policy::{AllocationStrategy, LeasePolicy};
+
+    fn policy(high_watermark: f64, eviction_ratio: f64) -> Policy {
+        Policy {
+            lease: LeasePolicy {
+                lease_ttl: 0,
+                soft_pin_ttl: 0,
+            },
+            client_ttl: 1,
+            discard_after: 1,
+            release_after: 1,
+            high_watermark,
+            eviction_ratio,
+            evict_soft_pinned: true,
+            strategy: AllocationStrategy::Random,
+        }
+    }
+
+    #[test]
+    fn targets_go_below_the_watermark() {
+        let p = policy(0.9, 0.2);
+        assert_eq!(round_target(&p, 89, 100, false), None);
+        assert_eq!(round_target(&p, 90, 100, false), Some(20));
+        assert_eq!(
+            round_target(&p, 10, 100, true),
+            Some(10),
+            "never more than used"
+        );
+        assert_eq!(round_target(&p, 0, 0, true), None);
+    }
+
+    #[test]
+    fn the_threshold_covers_the_target_oldest_first() {
+        let mut c = [(30, 10), (10, 10), (20, 10)];
+        assert_eq!(threshold(&mut c, 15), Some(20));
+        assert_eq!(threshold(&mut c, 1000), Some(30));
+        assert_eq!(threshold(&mut [], 1), None);
     }
 }

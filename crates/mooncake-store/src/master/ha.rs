@@ -23,7 +23,7 @@ const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 
 /// The address published for clients: `--rpc_address` unless it is a
 /// wildcard, else this host's name; with the RPC port.
-pub fn advertised_address(config: &MasterConfig) -> String {
+pub(crate) fn advertised_address(config: &MasterConfig) -> String {
     let host = match config.rpc_address.as_str() {
         "" | "0.0.0.0" | "::" | "[::]" => gethostname::gethostname().to_string_lossy().into_owned(),
         h => h.to_string(),

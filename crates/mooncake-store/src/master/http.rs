@@ -15,12 +15,12 @@ use mooncake_common::Error;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
-use super::server::Shared;
+use super::shared::Shared;
 use crate::types::{ReplicaDesc, ReplicaKind};
 
 type Params = Query<HashMap<String, String>>;
 
-pub fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/metrics/summary", get(summary))
@@ -55,7 +55,7 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 }
 
 /// One line describing the master, for `/metrics/summary` and the periodic log.
-pub fn summary_line(s: &Shared) -> String {
+pub(crate) fn summary_line(s: &Shared) -> String {
     let st = s.service.stats(s.clock.now_ms());
     let pct = if st.capacity_bytes == 0 {
         0.0

@@ -8,25 +8,22 @@
 //!   with `allow_evict_soft_pinned_objects`).
 //! - A hard pin is permanent: never evicted; only an explicit forced remove,
 //!   or `remove_all`, drops the object.
+//!
+//! Leases and soft-pin deadlines are volatile: reads change them on the
+//! leader only, and no `Mutation` carries them (see `service`).
 
 use super::objects::ObjectMeta;
-
-/// Time-based protection rules, in milliseconds.
-#[derive(Debug, Clone, Copy)]
-pub struct LeasePolicy {
-    pub lease_ttl: u64,
-    pub soft_pin_ttl: u64,
-}
+use super::policy::LeasePolicy;
 
 impl LeasePolicy {
     /// A read: grant (or extend) the lease and refresh the soft pin.
-    pub fn on_read(&self, obj: &mut ObjectMeta, now: u64) {
+    pub(crate) fn on_read(&self, obj: &mut ObjectMeta, now: u64) {
         obj.lease_until = obj.lease_until.max(now.saturating_add(self.lease_ttl));
         self.touch(obj, now);
     }
 
     /// A completed write: the object is fresh for LRU purposes, unleased.
-    pub fn on_write(&self, obj: &mut ObjectMeta, now: u64) {
+    pub(crate) fn on_write(&self, obj: &mut ObjectMeta, now: u64) {
         obj.lease_until = obj.lease_until.max(now);
         self.touch(obj, now);
     }
@@ -40,12 +37,12 @@ impl LeasePolicy {
 
 impl ObjectMeta {
     /// A reader may still be using the object.
-    pub fn is_leased(&self, now: u64) -> bool {
+    pub(crate) fn is_leased(&self, now: u64) -> bool {
         self.lease_until > now
     }
 
     /// The soft pin is set and was refreshed recently enough.
-    pub fn is_soft_pinned(&self, now: u64) -> bool {
+    pub(crate) fn is_soft_pinned(&self, now: u64) -> bool {
         self.has_soft_pin() && self.soft_pin_until > now
     }
 }

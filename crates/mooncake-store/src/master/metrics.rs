@@ -383,7 +383,7 @@ impl MasterMetrics {
                 .get_or_create(&labels)
                 .set(as_i64(s.capacity));
         }
-        let c = &svc.counters;
+        let c = svc.counters();
         sync(
             &self.attempted_evictions,
             c.eviction_rounds.load(Ordering::Relaxed),

@@ -1,34 +1,44 @@
 //! The master: metadata and space allocation for the store; object bytes
 //! never pass through it.
 //!
-//! - [`service::MasterService`] is the state machine (no I/O, no clock:
-//!   time is an argument), built from [`segments`] (mounted segments and
-//!   replica placement), [`allocator`] (offset allocator per segment),
-//!   [`objects`] (sharded object map), [`leases`] (leases and pins),
-//!   [`eviction`] (watermark eviction), [`clients`] (heartbeats, expiry)
-//!   and [`tasks`] (copy and move tasks);
-//! - [`config::MasterConfig`] holds the flags;
+//! - [`MasterService`] is the state machine (no I/O, no clock: time is an
+//!   argument). Its calls decide mutations (`mutation`) and apply them; the
+//!   docs of `service` describe the split, the lock order and the hook
+//!   where an operation log records them. Its tables: `segments` (mounted
+//!   segments and replica placement, over [`allocator`]), `objects`
+//!   (sharded object map; `leases` for leases and pins), `clients`
+//!   (liveness), `tasks` (copy and move tasks) and `retired` (space freed
+//!   later); `eviction` ranks victims; `policy` holds the rules;
+//! - [`MasterConfig`] holds the flags, declared once in `config`;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
-//!   service (metrics and admin queries, [`metrics`]); [`ha`] serves only
-//!   while this master leads its cluster.
+//!   service (metrics and admin queries, `metrics`); both hold the
+//!   `shared` state; [`ha`] serves only while this master leads its
+//!   cluster; `run` picks HA or plain serving and owns the runtime.
 
 pub mod allocator;
-pub mod clients;
-pub mod config;
-pub mod eviction;
+mod clients;
+mod config;
+mod eviction;
 pub mod ha;
-pub mod http;
-pub mod leases;
-pub mod metrics;
-pub mod objects;
-pub mod segments;
+mod http;
+mod leases;
+mod metrics;
+mod mutation;
+mod objects;
+mod policy;
+mod retired;
+mod run;
+mod segments;
 pub mod server;
-pub mod service;
-pub mod tasks;
+mod service;
+mod shared;
+mod tasks;
 
-pub use config::{AllocationStrategy, MasterConfig};
-pub use server::{run, serve, MasterHandle, MasterServer};
-pub use service::{MasterService, MasterStats, Policy, SegmentSummary, TickReport};
+pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
+pub use policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+pub use run::{run, serve, MasterHandle};
+pub use server::MasterServer;
+pub use service::{MasterService, MasterStats, SegmentSummary, TickReport};
 
 #[cfg(test)]
 mod tests;

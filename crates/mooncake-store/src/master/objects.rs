@@ -17,27 +17,27 @@ use super::segments::{Placement, Segment};
 use crate::types::{ClientId, ReplicaDesc, ReplicaStatus};
 
 /// Number of shards; a power of two.
-pub const SHARDS: usize = 64;
+pub(crate) const SHARDS: usize = 64;
 
 /// Object flags.
-pub mod flags {
+pub(crate) mod flags {
     /// PutEnd happened: readable.
-    pub const COMPLETE: u8 = 1;
+    pub(crate) const COMPLETE: u8 = 1;
     /// Never evicted.
-    pub const HARD_PIN: u8 = 2;
+    pub(crate) const HARD_PIN: u8 = 2;
     /// Evicted only after everything else, while accessed within the soft-pin TTL.
-    pub const SOFT_PIN: u8 = 4;
+    pub(crate) const SOFT_PIN: u8 = 4;
 }
 
 /// Where an object's replicas are; one replica is stored inline.
 #[derive(Debug, Clone)]
-pub enum Replicas {
+pub(crate) enum Replicas {
     One(Placement),
     Many(Box<[Placement]>),
 }
 
 impl Replicas {
-    pub fn from_vec(mut v: Vec<Placement>) -> Self {
+    pub(crate) fn from_vec(mut v: Vec<Placement>) -> Self {
         if v.len() == 1 {
             Replicas::One(v.pop().expect("one element"))
         } else {
@@ -45,23 +45,23 @@ impl Replicas {
         }
     }
 
-    pub fn as_slice(&self) -> &[Placement] {
+    pub(crate) fn as_slice(&self) -> &[Placement] {
         match self {
             Replicas::One(p) => std::slice::from_ref(p),
             Replicas::Many(ps) => ps,
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.as_slice().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.as_slice().is_empty()
     }
 
     /// Keeps the replicas `keep` accepts and hands the others to `drop_one`.
-    pub fn retain(
+    pub(crate) fn retain(
         &mut self,
         mut keep: impl FnMut(&Placement) -> bool,
         mut drop_one: impl FnMut(Placement),
@@ -85,29 +85,36 @@ impl Replicas {
         *self = Replicas::from_vec(kept);
     }
 
-    pub fn descriptors(&self, size: u64, status: ReplicaStatus) -> Vec<ReplicaDesc> {
+    pub(crate) fn descriptors(&self, size: u64, status: ReplicaStatus) -> Vec<ReplicaDesc> {
         self.as_slice()
             .iter()
             .map(|p| p.segment.descriptor(p.offset, size, status))
             .collect()
     }
 
-    pub fn on_segment(&self, seg: &Arc<Segment>) -> bool {
+    pub(crate) fn on_segment(&self, seg: &Arc<Segment>) -> bool {
         self.as_slice().iter().any(|p| Arc::ptr_eq(&p.segment, seg))
+    }
+
+    /// Gives every replica's range back to its segment now.
+    pub(crate) fn free_all(&self, size: u64) {
+        for p in self.as_slice() {
+            p.segment.free(p.offset, size);
+        }
     }
 }
 
 /// A put that has started but not ended.
 #[derive(Debug)]
-pub struct PendingPut {
-    pub client: ClientId,
+pub(crate) struct PendingPut {
+    pub(crate) client: ClientId,
     /// When PutStart ran (ms).
-    pub started: u64,
-    pub kind: PendingKind,
+    pub(crate) started: u64,
+    pub(crate) kind: PendingKind,
 }
 
 #[derive(Debug)]
-pub enum PendingKind {
+pub(crate) enum PendingKind {
     /// A new object; its replicas are being written and it is not readable.
     Fresh,
     /// An upsert rewriting the object's own replicas; not readable meanwhile.
@@ -128,42 +135,54 @@ pub enum PendingKind {
 
 /// Metadata of one object.
 #[derive(Debug)]
-pub struct ObjectMeta {
-    pub size: u64,
+pub(crate) struct ObjectMeta {
+    pub(crate) size: u64,
     /// Readers hold a lease until this time (ms); also the LRU clock for eviction.
-    pub lease_until: u64,
+    pub(crate) lease_until: u64,
     /// A soft pin protects the object until this time (ms), refreshed on access.
-    pub soft_pin_until: u64,
-    pub replicas: Replicas,
-    pub pending: Option<Box<PendingPut>>,
-    pub flags: u8,
+    pub(crate) soft_pin_until: u64,
+    pub(crate) replicas: Replicas,
+    pub(crate) pending: Option<Box<PendingPut>>,
+    pub(crate) flags: u8,
 }
 
 impl ObjectMeta {
-    pub fn is_complete(&self) -> bool {
+    /// The empty entry a new put fills in (see `Write::Fresh`).
+    pub(crate) fn absent() -> Self {
+        ObjectMeta {
+            size: 0,
+            lease_until: 0,
+            soft_pin_until: 0,
+            replicas: Replicas::Many(Box::new([])),
+            pending: None,
+            flags: 0,
+        }
+    }
+
+    pub(crate) fn is_complete(&self) -> bool {
         self.flags & flags::COMPLETE != 0
     }
 
-    pub fn is_hard_pinned(&self) -> bool {
+    pub(crate) fn is_hard_pinned(&self) -> bool {
         self.flags & flags::HARD_PIN != 0
     }
 
-    pub fn has_soft_pin(&self) -> bool {
+    pub(crate) fn has_soft_pin(&self) -> bool {
         self.flags & flags::SOFT_PIN != 0
     }
 }
 
 /// One shard's contents.
 #[derive(Default)]
-pub struct Shard {
-    pub map: HashMap<Box<str>, ObjectMeta>,
+pub(crate) struct Shard {
+    pub(crate) map: HashMap<Box<str>, ObjectMeta>,
     /// A lower bound on the start time of puts in flight here (`u64::MAX` =
     /// none): the timeout sweep skips shards whose oldest put is still young.
-    pub oldest_pending: u64,
+    pub(crate) oldest_pending: u64,
     /// The latest `now` any call on this shard has used. Callers stamp `now`
     /// before taking the lock, so two calls on one object can arrive out of
     /// clock order; `clock` makes time monotonic in lock order.
-    pub latest: u64,
+    pub(crate) latest: u64,
 }
 
 impl Shard {
@@ -171,13 +190,13 @@ impl Shard {
     /// never runs "before" one that held the lock earlier: e.g. a remove
     /// stamped at t that locks after a read (or PutEnd) stamped at t+1 must
     /// not see that read's `lease_until = t+1` as a lease with a zero TTL.
-    pub fn clock(&mut self, now: u64) -> u64 {
+    pub(crate) fn clock(&mut self, now: u64) -> u64 {
         self.latest = self.latest.max(now);
         self.latest
     }
 
     /// Notes that a put started at `now` is in flight in this shard.
-    pub fn note_pending(&mut self, now: u64) {
+    pub(crate) fn note_pending(&mut self, now: u64) {
         self.oldest_pending = self.oldest_pending.min(now);
     }
 }
@@ -186,7 +205,7 @@ impl Shard {
 struct PaddedShard(Mutex<Shard>);
 
 /// The sharded object map.
-pub struct ObjectMap {
+pub(crate) struct ObjectMap {
     shards: Box<[PaddedShard]>,
     hasher: RandomState,
 }
@@ -215,21 +234,19 @@ impl ObjectMap {
     }
 
     /// Locks the shard holding `key`.
-    pub fn lock(&self, key: &str) -> MutexGuard<'_, Shard> {
+    pub(crate) fn lock(&self, key: &str) -> MutexGuard<'_, Shard> {
         self.shards[self.shard_of(key)].0.lock()
     }
 
-    /// Locks shard `i` (for sweeps over every object, one shard at a time).
-    pub fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
+    /// Locks shard `i`.
+    #[cfg(test)]
+    pub(crate) fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
         self.shards[i].0.lock()
     }
 
-    pub fn len(&self) -> usize {
-        (0..SHARDS).map(|i| self.lock_shard(i).map.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    /// Every shard in turn, each locked while the caller holds it.
+    pub(crate) fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
+        self.shards.iter().map(|s| s.0.lock())
     }
 }
 

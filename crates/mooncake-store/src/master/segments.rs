@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use rand::Rng;
 
 use super::allocator::{BadFree, OffsetAllocator};
-use super::config::AllocationStrategy;
+use super::policy::AllocationStrategy;
 use crate::types::{
     ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
     SegmentInfo,
 };
 
-pub type SegmentId = u32;
+pub(crate) type SegmentId = u32;
 
 /// How many segments the random strategy tries before giving up on a replica.
 const MAX_PLACEMENT_ATTEMPTS: usize = 100;
@@ -29,11 +29,16 @@ const FREE_RATIO_SAMPLES_PER_REPLICA: usize = 6;
 
 /// A mounted segment.
 #[derive(Debug)]
-pub struct Segment {
-    /// Unique for the master's lifetime (names can be mounted again later).
-    pub id: SegmentId,
-    pub info: SegmentInfo,
-    pub owner: ClientId,
+pub(crate) struct Segment {
+    /// Unique for the master's lifetime (names can be mounted again later);
+    /// a logged placement names its segment by id.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "read by the replicated operation log")
+    )]
+    pub(crate) id: SegmentId,
+    pub(crate) info: SegmentInfo,
+    pub(crate) owner: ClientId,
     alloc: Mutex<OffsetAllocator>,
     used: AtomicU64,
     /// False once unmounted: its space is gone, allocations fail and frees
@@ -54,16 +59,16 @@ impl Segment {
         }
     }
 
-    pub fn capacity(&self) -> u64 {
+    pub(crate) fn capacity(&self) -> u64 {
         self.info.size & !(super::allocator::ALIGNMENT - 1)
     }
 
     /// Bytes allocated (read without the allocator lock).
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
 
-    pub fn free_ratio(&self) -> f64 {
+    pub(crate) fn free_ratio(&self) -> f64 {
         let cap = self.capacity();
         if cap == 0 {
             return 0.0;
@@ -71,12 +76,12 @@ impl Segment {
         cap.saturating_sub(self.used()) as f64 / cap as f64
     }
 
-    pub fn is_mounted(&self) -> bool {
+    pub(crate) fn is_mounted(&self) -> bool {
         self.mounted.load(Ordering::Acquire)
     }
 
     /// Allocates `size` bytes here; `None` when full or unmounted.
-    pub fn allocate(&self, size: u64) -> Option<u64> {
+    pub(crate) fn allocate(&self, size: u64) -> Option<u64> {
         let mut alloc = self.alloc.lock();
         if !self.is_mounted() {
             return None;
@@ -87,7 +92,7 @@ impl Segment {
     }
 
     /// Gives a replica's range back; a no-op on an unmounted segment.
-    pub fn free(&self, offset: u64, size: u64) {
+    pub(crate) fn free(&self, offset: u64, size: u64) {
         let mut alloc = self.alloc.lock();
         if !self.is_mounted() {
             return;
@@ -106,7 +111,7 @@ impl Segment {
     }
 
     /// Describes the replica at `offset` for a client.
-    pub fn descriptor(&self, offset: u64, size: u64, status: ReplicaStatus) -> ReplicaDesc {
+    pub(crate) fn descriptor(&self, offset: u64, size: u64, status: ReplicaStatus) -> ReplicaDesc {
         ReplicaDesc {
             kind: ReplicaKind::Memory(MemoryDescriptor {
                 segment_name: self.info.name.clone(),
@@ -117,18 +122,13 @@ impl Segment {
             status,
         }
     }
-
-    /// Largest allocation that could succeed now.
-    pub fn largest_free(&self) -> u64 {
-        self.alloc.lock().largest_free()
-    }
 }
 
 /// A replica's place: a segment and an offset in it.
 #[derive(Debug, Clone)]
-pub struct Placement {
-    pub segment: Arc<Segment>,
-    pub offset: u64,
+pub(crate) struct Placement {
+    pub(crate) segment: Arc<Segment>,
+    pub(crate) offset: u64,
 }
 
 #[derive(Default, Clone)]
@@ -142,83 +142,64 @@ struct Table {
 /// All mounted segments. Readers (every allocation) load an immutable
 /// snapshot without locking; mount and unmount publish a new one.
 #[derive(Default)]
-pub struct SegmentTable {
+pub(crate) struct SegmentTable {
     table: ArcSwap<Table>,
     /// Serialises writers.
     writer: Mutex<()>,
 }
 
 impl SegmentTable {
-    /// Mounts a segment. Mounting the same segment again (same owner, base
-    /// and size) is accepted, so a client can re-register after a master restart.
-    pub fn mount(&self, owner: ClientId, info: &SegmentInfo) -> Result<Option<Arc<Segment>>> {
-        if info.name.is_empty() {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "segment name is empty",
-            ));
+    /// Takes the writer lock: mounts and unmounts happen one at a time,
+    /// while allocations go on reading the published snapshot.
+    pub(crate) fn write(&self) -> SegmentWriter<'_> {
+        SegmentWriter {
+            _lock: self.writer.lock(),
+            table: &self.table,
         }
-        if info.size == 0 || info.base.checked_add(info.size).is_none() {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!(
-                    "segment {} has invalid range base={:#x} size={}",
-                    info.name, info.base, info.size
-                ),
-            ));
-        }
-        let _w = self.writer.lock();
-        let mut t = Table::clone(&self.table.load());
-        if let Some(existing) = t.by_name.get(&info.name) {
-            if existing.owner == owner && existing.info == *info {
-                return Ok(None);
-            }
-            return Err(Error::new(
-                ErrorCode::SEGMENT_ALREADY_EXISTS,
-                format!("segment {} is already mounted", info.name),
-            ));
-        }
-        let id = t.next_id;
-        t.next_id = t.next_id.wrapping_add(1);
-        let seg = Arc::new(Segment::new(id, info.clone(), owner));
-        t.by_name.insert(info.name.clone(), seg.clone());
-        t.list.push(seg.clone());
-        self.table.store(Arc::new(t));
-        Ok(Some(seg))
     }
 
-    /// Unmounts a segment (only if `owner` owns it, when given) and drops its
-    /// space. Replicas on it must then be removed by the caller: they still
-    /// hold the `Arc`, but it is no longer mounted.
-    pub fn unmount(&self, name: &str, owner: Option<ClientId>) -> Option<Arc<Segment>> {
-        let _w = self.writer.lock();
-        let mut t = Table::clone(&self.table.load());
-        if owner.is_some_and(|o| t.by_name.get(name).is_some_and(|s| s.owner != o)) {
+    /// Checks and mounts in one step (what the service does, without its
+    /// mutation log).
+    #[cfg(test)]
+    pub(crate) fn mount(
+        &self,
+        owner: ClientId,
+        info: &SegmentInfo,
+    ) -> Result<Option<Arc<Segment>>> {
+        let mut w = self.write();
+        if !w.check_mount(owner, info)? {
+            return Ok(None);
+        }
+        let id = w.next_id();
+        Ok(Some(w.insert(id, owner, info)))
+    }
+
+    /// Unmounts `name` if `owner` (when given) owns it.
+    #[cfg(test)]
+    pub(crate) fn unmount(&self, name: &str, owner: Option<ClientId>) -> Option<Arc<Segment>> {
+        let mut w = self.write();
+        if owner.is_some_and(|o| w.get(name).is_some_and(|s| s.owner != o)) {
             return None;
         }
-        let seg = t.by_name.remove(name)?;
-        t.list.retain(|s| !Arc::ptr_eq(s, &seg));
-        self.table.store(Arc::new(t));
-        // Allocations still holding the old snapshot see it unmounted.
-        seg.unmount();
-        Some(seg)
+        w.remove(name)
     }
 
-    pub fn get(&self, name: &str) -> Option<Arc<Segment>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
         self.table.load().by_name.get(name).cloned()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.table.load().list.is_empty()
     }
 
     /// A snapshot of every mounted segment.
-    pub fn all(&self) -> Vec<Arc<Segment>> {
+    pub(crate) fn all(&self) -> Vec<Arc<Segment>> {
         self.table.load().list.clone()
     }
 
     /// Capacity of the largest segment (0 when none is mounted).
-    pub fn max_capacity(&self) -> u64 {
+    pub(crate) fn max_capacity(&self) -> u64 {
         self.table
             .load()
             .list
@@ -229,7 +210,7 @@ impl SegmentTable {
     }
 
     /// (allocated, capacity) summed over all segments.
-    pub fn usage(&self) -> (u64, u64) {
+    pub(crate) fn usage(&self) -> (u64, u64) {
         let t = self.table.load();
         t.list
             .iter()
@@ -239,7 +220,7 @@ impl SegmentTable {
     /// Places up to `config.replica_num` replicas of `size` bytes on distinct
     /// segments: preferred segments first, then by `strategy`. Returns at
     /// least one placement, or `NO_AVAILABLE_HANDLE`.
-    pub fn place(
+    pub(crate) fn place(
         &self,
         size: u64,
         config: &ReplicateConfig,
@@ -328,6 +309,94 @@ impl SegmentTable {
             ));
         }
         Ok(placed)
+    }
+}
+
+/// The segment table under its writer lock. Each change publishes a new
+/// snapshot; allocations holding an older one see a removed segment as
+/// unmounted.
+pub(crate) struct SegmentWriter<'t> {
+    _lock: MutexGuard<'t, ()>,
+    table: &'t ArcSwap<Table>,
+}
+
+impl SegmentWriter<'_> {
+    /// Whether `info` may be mounted by `owner`: `Ok(true)` when it is new,
+    /// `Ok(false)` when the same owner mounts the same segment (same base
+    /// and size) again, which is accepted so that a client can re-register
+    /// after a master restart.
+    pub(crate) fn check_mount(&self, owner: ClientId, info: &SegmentInfo) -> Result<bool> {
+        if info.name.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "segment name is empty",
+            ));
+        }
+        if info.size == 0 || info.base.checked_add(info.size).is_none() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "segment {} has invalid range base={:#x} size={}",
+                    info.name, info.base, info.size
+                ),
+            ));
+        }
+        match self.table.load().by_name.get(&info.name) {
+            None => Ok(true),
+            Some(existing) if existing.owner == owner && existing.info == *info => Ok(false),
+            Some(_) => Err(Error::new(
+                ErrorCode::SEGMENT_ALREADY_EXISTS,
+                format!("segment {} is already mounted", info.name),
+            )),
+        }
+    }
+
+    /// The id the next mounted segment gets.
+    pub(crate) fn next_id(&self) -> SegmentId {
+        self.table.load().next_id
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
+        self.table.load().by_name.get(name).cloned()
+    }
+
+    /// The segments `owner` mounted, in mount order.
+    pub(crate) fn owned_by(&self, owner: ClientId) -> Vec<Arc<Segment>> {
+        let t = self.table.load();
+        t.list
+            .iter()
+            .filter(|s| s.owner == owner)
+            .cloned()
+            .collect()
+    }
+
+    /// Mounts a segment whose name is free, under `id`.
+    pub(crate) fn insert(
+        &mut self,
+        id: SegmentId,
+        owner: ClientId,
+        info: &SegmentInfo,
+    ) -> Arc<Segment> {
+        let mut t = Table::clone(&self.table.load());
+        t.next_id = id.wrapping_add(1);
+        let seg = Arc::new(Segment::new(id, info.clone(), owner));
+        t.by_name.insert(info.name.clone(), seg.clone());
+        t.list.push(seg.clone());
+        self.table.store(Arc::new(t));
+        seg
+    }
+
+    /// Unmounts a segment and drops its space. Replicas on it must then be
+    /// removed by the caller: they still hold the `Arc`, but it is no longer
+    /// mounted.
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Arc<Segment>> {
+        let mut t = Table::clone(&self.table.load());
+        let seg = t.by_name.remove(name)?;
+        t.list.retain(|s| !Arc::ptr_eq(s, &seg));
+        self.table.store(Arc::new(t));
+        // Allocations still holding the old snapshot see it unmounted.
+        seg.unmount();
+        Some(seg)
     }
 }
 

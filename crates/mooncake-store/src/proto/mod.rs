@@ -6,7 +6,6 @@
 
 pub mod frame;
 pub mod messages;
-pub mod spin;
 pub mod wire;
 
 pub use frame::{decode_payload, encode_frame, MAX_FRAME_LEN, PROTOCOL_VERSION};

@@ -341,7 +341,7 @@ impl<'de, T: Decode<'de>> Decode<'de> for Option<T> {
 
 impl Encode for Error {
     fn encode(&self, out: &mut Vec<u8>) {
-        self.code.code().encode(out);
+        self.code.wire().encode(out);
         self.context.encode(out);
     }
 }
@@ -349,14 +349,16 @@ impl Encode for Error {
 impl<'de> Decode<'de> for Error {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
         let num = i32::decode(r)?;
-        let code = ErrorCode::from_i32(num);
         // OK is not an error, and numbers we do not know are not ours.
-        if code == ErrorCode::OK || code.code() != num {
-            return Err(DecodeError::BadTag {
-                what: "error code",
-                tag: num as u32 as u64,
-            });
-        }
+        let code = match ErrorCode::from_wire(num) {
+            Some(code) if code != ErrorCode::OK => code,
+            _ => {
+                return Err(DecodeError::BadTag {
+                    what: "error code",
+                    tag: num as u32 as u64,
+                })
+            }
+        };
         Ok(Error::new(code, String::decode(r)?))
     }
 }

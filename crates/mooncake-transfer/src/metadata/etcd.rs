@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::driver::Driver;
 use super::{MetadataStore, CONNECT_TIMEOUT, REQUEST_TIMEOUT};
 
-pub struct EtcdStore {
+pub(crate) struct EtcdStore {
     client: Client,
     endpoints: Vec<String>,
     // Last, so the client's connections are gone before the runtime stops.
@@ -25,7 +25,7 @@ pub struct EtcdStore {
 impl EtcdStore {
     /// Connects to any of `endpoints` (`host:port`, optionally with an
     /// `http://` scheme) and checks that etcd answers.
-    pub fn connect(endpoints: &[String]) -> Result<EtcdStore> {
+    pub(crate) fn connect(endpoints: &[String]) -> Result<EtcdStore> {
         let endpoints = endpoint_urls(endpoints)?;
         // tonic connects lazily and keeps retrying a dead endpoint; a plain
         // TCP dial first turns "nothing listens" into an immediate error.
@@ -63,10 +63,6 @@ impl EtcdStore {
             endpoints,
             driver,
         })
-    }
-
-    pub fn endpoints(&self) -> &[String] {
-        &self.endpoints
     }
 }
 

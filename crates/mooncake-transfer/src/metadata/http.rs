@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use super::{MetadataStore, CONNECT_TIMEOUT, MAX_VALUE_LEN, REQUEST_TIMEOUT};
 
 /// The body the reference server sends with a 404 for a missing key.
-pub const NOT_FOUND_BODY: &str = "metadata not found";
+pub(super) const NOT_FOUND_BODY: &str = "metadata not found";
 
 /// Key read (never written) by [`HttpStore::connect`] to check, within
 /// [`CONNECT_TIMEOUT`], that the URL really is a metadata server.
@@ -37,7 +37,7 @@ const COALESCE_LEN: usize = 64 << 10;
 /// Most memory reserved for a reply body before its bytes arrive.
 const BODY_RESERVE: usize = 64 << 10;
 
-pub struct HttpStore {
+pub(super) struct HttpStore {
     url: String,
     target: Target,
     idle: Mutex<Vec<Conn>>,
@@ -136,7 +136,7 @@ struct Failure {
 impl HttpStore {
     /// Checks the URL and that a metadata server answers there; a dead
     /// address or something that is not a metadata server is `ERR_METADATA`.
-    pub fn connect(url: &str) -> Result<HttpStore> {
+    pub(super) fn connect(url: &str) -> Result<HttpStore> {
         let store = HttpStore::new(url)?;
         let reply = store.call(Verb::Get, PROBE_KEY, &[], CONNECT_TIMEOUT)?;
         if reply.status == 200 || reply.is_missing_key() {
@@ -147,7 +147,7 @@ impl HttpStore {
     }
 
     /// Builds the client without contacting the server.
-    pub fn new(url: &str) -> Result<HttpStore> {
+    pub(super) fn new(url: &str) -> Result<HttpStore> {
         let url = url.trim();
         if url.starts_with("https://") {
             return Err(Error::new(
@@ -168,7 +168,8 @@ impl HttpStore {
         })
     }
 
-    pub fn url(&self) -> &str {
+    #[cfg(test)]
+    fn url(&self) -> &str {
         &self.url
     }
 

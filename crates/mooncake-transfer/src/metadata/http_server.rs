@@ -49,12 +49,12 @@ impl MemoryStore {
         self.map.read().get(key).cloned()
     }
 
-    pub fn insert(&self, key: String, value: Bytes) {
+    pub(crate) fn insert(&self, key: String, value: Bytes) {
         self.map.write().insert(key, value);
     }
 
     /// Whether the key was there.
-    pub fn remove(&self, key: &str) -> bool {
+    pub(crate) fn remove(&self, key: &str) -> bool {
         self.map.write().remove(key).is_some()
     }
 
@@ -84,7 +84,7 @@ impl MetadataStore for MemoryStore {
 }
 
 /// The routes, over `store`.
-pub fn router(store: MemoryStore) -> Router {
+pub(crate) fn router(store: MemoryStore) -> Router {
     Router::new()
         .route("/metadata", get(get_key).put(put_key).delete(delete_key))
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
@@ -101,7 +101,7 @@ pub async fn serve(
 }
 
 /// [`serve`] over a store the caller keeps a handle to.
-pub async fn serve_store(
+pub(crate) async fn serve_store(
     listener: TcpListener,
     store: MemoryStore,
     shutdown: impl Future<Output = ()> + Send + 'static,

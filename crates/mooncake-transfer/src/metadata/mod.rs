@@ -9,7 +9,7 @@
 //! [`MetadataStoreExt`] adds JSON get/put on top of any of them.
 
 pub mod etcd;
-pub mod http;
+mod http;
 pub mod http_server;
 pub mod redis;
 
@@ -27,14 +27,14 @@ use serde::Serialize;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Bound on one metadata request, connection included.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest value the HTTP client and server accept (segment descriptors
 /// are kilobytes; this only stops a runaway peer).
-pub const MAX_VALUE_LEN: usize = 64 << 20;
+pub(crate) const MAX_VALUE_LEN: usize = 64 << 20;
 
 /// Key under which a server publishes `{ip_or_host_name, rpc_port}`.
-pub fn rpc_meta_key(server_name: &str) -> String {
+pub(crate) fn rpc_meta_key(server_name: &str) -> String {
     format!("mooncake/rpc_meta/{server_name}")
 }
 

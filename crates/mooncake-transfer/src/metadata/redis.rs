@@ -36,7 +36,10 @@ impl RedisOptions {
     }
 
     /// Empty values count as unset; a db index must be a non-negative integer.
-    pub fn from_vars(password: Option<String>, db_index: Option<String>) -> Result<RedisOptions> {
+    pub(crate) fn from_vars(
+        password: Option<String>,
+        db_index: Option<String>,
+    ) -> Result<RedisOptions> {
         let password = password.filter(|p| !p.is_empty());
         let db = match db_index.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
             None => None,
@@ -89,7 +92,7 @@ struct Inner {
 
 impl RedisStore {
     /// Connects with `MC_REDIS_PASSWORD` / `MC_REDIS_DB_INDEX` applied.
-    pub fn connect(addr: &str) -> Result<RedisStore> {
+    pub(crate) fn connect(addr: &str) -> Result<RedisStore> {
         RedisStore::connect_with(addr, &RedisOptions::from_env()?)
     }
 

@@ -3,11 +3,17 @@
 //! - `local`: the target is this engine's own segment, so a memcpy;
 //! - `shm`: the target lives on the same host and its buffer is engine-managed
 //!   shared memory, mapped once and then memcpy'd;
-//! - `tcp`: everything else, pipelined over a few long-lived connections;
-//! - `rdma` (cargo feature `rdma`): the seam where verbs would plug in.
+//! - `tcp`: everything else, pipelined over a few long-lived connections.
 //!
 //! The engine asks each transport in that order whether it [`Transport::serves`]
 //! a request and hands the request to the first that does.
+//!
+//! A new transport (RDMA, say) is one more [`Transport`]: it registers local
+//! buffers with its device when the engine registers them, publishes what
+//! peers need (keys, device addresses) in the segment descriptor's `devices`
+//! and `buffers[].rkey` fields, exchanges connection details over the engine
+//! RPC port (a frame kind next to `DescReq`), and reports each slice through
+//! `Task::slice_done`. Until one exists, `protocol=rdma` is refused.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,30 +25,28 @@ use crate::segment::SegmentDesc;
 use crate::{Opcode, SegmentHandle};
 
 pub(crate) mod local;
-#[cfg(feature = "rdma")]
-pub(crate) mod rdma;
 pub(crate) mod shm;
 pub(crate) mod tcp;
 
 /// One request, already validated by the engine: `local` lies in registered
 /// memory and `[remote, remote+len)` in a buffer of the target's descriptor.
 pub(crate) struct Work {
-    pub task: Arc<Task>,
-    pub opcode: Opcode,
-    pub local: usize,
-    pub remote: u64,
-    pub len: usize,
+    pub(crate) task: Arc<Task>,
+    pub(crate) opcode: Opcode,
+    pub(crate) local: usize,
+    pub(crate) remote: u64,
+    pub(crate) len: usize,
 }
 
 /// An opened segment as the transports see it.
 pub(crate) struct OpenSegment {
-    pub handle: SegmentHandle,
-    pub name: String,
+    pub(crate) handle: SegmentHandle,
+    pub(crate) name: String,
     /// This engine's own segment.
-    pub is_local: bool,
+    pub(crate) is_local: bool,
     /// Where the owner's RPC/data port listens (None for the local segment).
-    pub rpc_addr: Option<SocketAddr>,
-    pub desc: RwLock<Arc<SegmentDesc>>,
+    pub(crate) rpc_addr: Option<SocketAddr>,
+    pub(crate) desc: RwLock<Arc<SegmentDesc>>,
 }
 
 impl OpenSegment {

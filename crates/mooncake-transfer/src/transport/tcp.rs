@@ -41,12 +41,12 @@ pub(crate) struct TcpTransport {
 /// Bounds on a connection's waits and frames.
 #[derive(Clone, Copy)]
 pub(crate) struct Limits {
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// A write blocked this long (peer not reading) breaks the connection,
     /// so a submitting thread never hangs on a stalled peer.
-    pub write_timeout: Duration,
+    pub(crate) write_timeout: Duration,
     /// Largest control payload accepted in a response.
-    pub control_max: u64,
+    pub(crate) control_max: u64,
 }
 
 impl TcpTransport {
@@ -416,7 +416,7 @@ fn recv_responses(
                 h.seq, slice.seq
             )));
         }
-        let status = || Err(ErrorCode::from_i32(h.status));
+        let status = || Err(ErrorCode::from_wire(h.status).unwrap_or(ErrorCode::INTERNAL_ERROR));
         match (h.kind, slice.op) {
             (Kind::WriteAck, Opcode::Write) if h.status == 0 => {
                 let n = slice.len;

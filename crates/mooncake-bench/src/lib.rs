@@ -1,0 +1,309 @@
+//! `mooncake-bench`: measurements of this build, and the side-by-side
+//! comparison with the reference. A development tool: it is not part of
+//! the Python wheel or of the `mooncake-cli` programs.
+//!
+//! - `mooncake-bench store`: the store workload on the Rust API
+//!   ([`store`]), local and remote topologies, optionally forced TCP;
+//! - `mooncake-bench rpc`: master round trips alone ([`rpc`]);
+//! - `mooncake-bench baseline`: loopback TCP ping-pong and memcpy bandwidth
+//!   ([`baseline`]), the floor and ceiling the store numbers sit between;
+//! - `mooncake-bench memory`: master RSS per object ([`memory`]);
+//! - `mooncake-bench --compare-reference`: `benchmarks/compare.py` on the
+//!   reference's venv and ours ([`compare`]), then the ratio table, chart and
+//!   `docs/benchmarks.md`.
+//!
+//! Each subcommand is a thin shell over the library function of its module.
+//! The master and storage processes a benchmark starts are this executable
+//! re-run as `mooncake_master` / `mooncake_client` ([`cluster`]): the same
+//! entry points as those binaries, always of this build.
+
+mod baseline;
+mod cluster;
+mod compare;
+mod memory;
+mod rpc;
+mod stats;
+mod store;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use mooncake_common::gflags::normalize;
+use mooncake_common::size::parse_size;
+
+use store::{Op, StoreBenchConfig, Topology};
+
+/// Variables that force TCP in both systems (the reference honours them too).
+pub(crate) const FORCE_TCP_ENV: [(&str, &str); 2] =
+    [("MC_FORCE_TCP", "1"), ("MC_STORE_MEMCPY", "0")];
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "mooncake-bench",
+    about = "Benchmarks of this build, and the comparison with the reference",
+    rename_all = "snake_case",
+    args_conflicts_with_subcommands = true
+)]
+pub(crate) struct BenchArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<BenchCmd>,
+    #[command(flatten)]
+    pub(crate) compare: compare::CompareArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchCmd {
+    /// Store put/get/batch/zero-copy latency and throughput on the Rust API.
+    Store(StoreArgs),
+    /// Master RPC round trips (no data path).
+    Rpc(RpcArgs),
+    /// Loopback TCP ping-pong and memcpy bandwidth of this machine.
+    Baseline(BaselineArgs),
+    /// Master RSS per object after filling it with small objects.
+    Memory(MemoryArgs),
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s).map_err(|e| e.to_string())
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct StoreArgs {
+    /// Comma list of `local`, `remote`.
+    #[arg(long, default_value = "local,remote")]
+    pub(crate) topology: String,
+    /// Comma list of value sizes (`4096`, `64KiB`, `1MB`…).
+    #[arg(long, default_value = "4096,65536,1048576,4194304")]
+    pub(crate) sizes: String,
+    #[arg(long, default_value = "put,get,put_batch,get_batch,put_from,get_into")]
+    pub(crate) ops: String,
+    /// Time budget per phase, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) seconds: f64,
+    #[arg(long, default_value_t = 2000)]
+    pub(crate) max_iters: usize,
+    #[arg(long, default_value_t = 16)]
+    pub(crate) batch: usize,
+    #[arg(long, default_value = "1536MiB", value_parser = size_arg)]
+    pub(crate) segment_size: u64,
+    #[arg(long, default_value = "256MiB", value_parser = size_arg)]
+    pub(crate) local_buffer_size: u64,
+    /// Move bytes over TCP even on one host (`MC_FORCE_TCP=1 MC_STORE_MEMCPY=0`
+    /// in this process and the ones it starts).
+    #[arg(long)]
+    pub(crate) force_tcp: bool,
+    /// Skip the untimed pass that writes one phase's budget before measuring.
+    #[arg(long)]
+    pub(crate) no_touch: bool,
+    /// Also write the results here as JSON.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct RpcArgs {
+    #[arg(long, default_value_t = 20000)]
+    pub(crate) calls: usize,
+    /// Client threads calling at once.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) threads: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct BaselineArgs {
+    #[arg(long, default_value_t = 20000)]
+    pub(crate) iters: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct MemoryArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) objects: usize,
+    #[arg(long, default_value = "4096", value_parser = size_arg)]
+    pub(crate) size: u64,
+    #[arg(long, default_value_t = 512)]
+    pub(crate) batch: usize,
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+/// Runs `mooncake-bench` with `argv` (argv[0] = program name); returns
+/// the exit code.
+pub fn main(argv: Vec<String>) -> i32 {
+    if let Some(code) = cluster::run_as_program(&argv) {
+        return code;
+    }
+    let args = match BenchArgs::try_parse_from(normalize(argv, &[])) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    mooncake_cli::logging::init();
+    let result = match args.command {
+        Some(BenchCmd::Store(a)) => run_store(a),
+        Some(BenchCmd::Rpc(a)) => run_rpc(a),
+        Some(BenchCmd::Baseline(a)) => run_baseline(a),
+        Some(BenchCmd::Memory(a)) => run_memory(a),
+        None if args.compare.compare_reference => return compare::main(&args.compare),
+        None => Err(
+            "nothing to do: give a subcommand (store, rpc, baseline, memory) or --compare-reference"
+                .to_string(),
+        ),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("mooncake-bench: {e}");
+            1
+        }
+    }
+}
+
+fn list<T>(s: &str, parse: impl Fn(&str) -> mooncake_common::Result<T>) -> Result<Vec<T>, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| parse(x).map_err(|e| e.to_string()))
+        .collect()
+}
+
+/// Prints `text` to stdout; a closed pipe (`| head`) is not an error.
+fn emit(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
+    if let Some(p) = path {
+        let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+        std::fs::write(p, text + "\n").map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn run_store(a: StoreArgs) -> Result<(), String> {
+    let mut env = Vec::new();
+    if a.force_tcp {
+        for (k, v) in FORCE_TCP_ENV {
+            // Read by the engine and the client when they start, below; no
+            // other thread of ours exists yet.
+            std::env::set_var(k, v);
+            env.push((k.to_string(), v.to_string()));
+        }
+    }
+    let cfg = StoreBenchConfig {
+        topologies: list(&a.topology, Topology::parse)?,
+        sizes: list(&a.sizes, |s| {
+            parse_size(s).and_then(|n| {
+                usize::try_from(n).map_err(|_| {
+                    mooncake_common::Error::new(
+                        mooncake_common::ErrorCode::INVALID_PARAMS,
+                        "size too large",
+                    )
+                })
+            })
+        })?,
+        ops: list(&a.ops, Op::parse)?,
+        seconds: a.seconds,
+        max_iters: a.max_iters.max(1),
+        batch: a.batch,
+        segment_size: a.segment_size,
+        local_buffer_size: a.local_buffer_size,
+        budget_fraction: 0.4,
+        child_env: env,
+        mode: if a.force_tcp { "tcp" } else { "default" }.into(),
+        touch: !a.no_touch,
+    };
+    let results = store::run(&cfg, |r| {
+        eprintln!(
+            "  {}/{} {:<10} {:>8}  n={:<5} p50={:>9.1}us p99={:>9.1}us {:>10.0} ops/s {:>7.3} GB/s err={} bad={}",
+            r.topology.name(),
+            r.mode,
+            r.op.name(),
+            stats::fmt_size(r.size),
+            r.summary.n,
+            r.summary.p50_us,
+            r.summary.p99_us,
+            r.summary.ops_s,
+            r.summary.gb_s,
+            r.errors,
+            r.verify_errors
+        );
+    })
+    .map_err(|e| e.to_string())?;
+    emit(&store::render(&results));
+    write_json(&a.json, &results)
+}
+
+fn run_rpc(a: RpcArgs) -> Result<(), String> {
+    let r = rpc::run(a.calls.max(1), a.threads.max(1)).map_err(|e| e.to_string())?;
+    emit(&rpc::render(&r));
+    Ok(())
+}
+
+fn run_baseline(a: BaselineArgs) -> Result<(), String> {
+    let iters = a.iters.max(10);
+    let mut rows = Vec::new();
+    for (msg, spin, server_spin) in [
+        (64, false, false),
+        (4096, false, false),
+        (64, true, false),
+        (64, true, true),
+    ] {
+        let p =
+            baseline::tcp_ping_pong(msg, iters, spin, server_spin).map_err(|e| e.to_string())?;
+        let how = match (spin, server_spin) {
+            (false, _) => "",
+            (true, false) => " (client spins)",
+            (true, true) => " (both spin)",
+        };
+        rows.push(vec![
+            format!("tcp ping-pong {}{how}", stats::fmt_size(msg)),
+            format!("{:.1}", p.summary.p50_us),
+            format!("{:.1}", p.summary.p99_us),
+            "-".into(),
+        ]);
+    }
+    for block in [4 << 10, 64 << 10, 1 << 20, 4 << 20, 64 << 20] {
+        let n = (iters * 4096 / block).clamp(20, iters);
+        let m = baseline::memcpy_bandwidth(block, n);
+        rows.push(vec![
+            format!("memcpy {} (same buffers)", stats::fmt_size(block)),
+            format!("{:.1}", m.p50_us),
+            "-".into(),
+            format!("{:.2}", m.gb_s),
+        ]);
+    }
+    for block in [64 << 10, 1 << 20, 4 << 20] {
+        let region = 512 << 20;
+        let n = (region / block).clamp(20, iters.max(20));
+        let m = baseline::memcpy_streaming(block, region, n);
+        rows.push(vec![
+            format!(
+                "memcpy {} into a warm 512 MiB region",
+                stats::fmt_size(block)
+            ),
+            format!("{:.1}", m.p50_us),
+            "-".into(),
+            format!("{:.2}", m.gb_s),
+        ]);
+    }
+    emit(&stats::table(&["case", "p50 µs", "p99 µs", "GB/s"], &rows));
+    Ok(())
+}
+
+fn run_memory(a: MemoryArgs) -> Result<(), String> {
+    let size = usize::try_from(a.size).map_err(|_| "size too large".to_string())?;
+    let r = memory::run(a.objects, size, a.batch, |n, rss| {
+        eprintln!("{n} objects, master RSS {} MiB", rss >> 20);
+    })
+    .map_err(|e| e.to_string())?;
+    emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+    write_json(&a.json, &r)
+}

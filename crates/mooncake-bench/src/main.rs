@@ -1,0 +1,3 @@
+fn main() {
+    std::process::exit(mooncake_bench::main(std::env::args().collect()))
+}

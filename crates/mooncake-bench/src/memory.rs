@@ -1,0 +1,90 @@
+//! Master memory per object, measured like `benchmarks/master_memory.py`:
+//! a `mooncake_master` process, one client mounting a segment big enough
+//! for every object, N objects of `size` bytes written with
+//! `batch_put_from` from one registered buffer, and the master's RSS growth
+//! divided by N.
+
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::types::ReplicateConfig;
+use serde::Serialize;
+
+use crate::cluster;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    pub objects: usize,
+    pub object_size: usize,
+    pub failed_puts: usize,
+    pub fill_seconds: f64,
+    pub master_rss_before: u64,
+    pub master_rss_after: u64,
+    pub rss_bytes_per_object: f64,
+    pub segment_bytes: u64,
+}
+
+/// Fills a fresh master with `objects` objects of `size` bytes, `batch` per call.
+pub fn run(
+    objects: usize,
+    size: usize,
+    batch: usize,
+    mut progress: impl FnMut(usize, u64),
+) -> Result<MemoryReport> {
+    if objects == 0 || size == 0 || batch == 0 {
+        return Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            "objects, size and batch must be positive",
+        ));
+    }
+    let master = cluster::start_master(&[], &[])?;
+    let pid = master.proc.pid();
+    // Stay below the eviction watermark.
+    let segment = (objects as f64 * size as f64 * 1.3) as u64 + (64 << 20);
+    let client = Client::setup(&ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: master.metadata_server.clone(),
+        global_segment_size: segment,
+        local_buffer_size: 16 << 20,
+        protocol: "tcp".into(),
+        device_name: String::new(),
+        master_server_address: master.rpc.clone(),
+        ..ClientConfig::default()
+    })?;
+    std::thread::sleep(Duration::from_secs(1));
+    let before = cluster::rss_bytes(pid)?;
+    let src = vec![0x5au8; size];
+    let addr = src.as_ptr() as usize;
+    client.register_buffer(addr, size)?;
+    let rc = ReplicateConfig::default();
+    let t0 = Instant::now();
+    let mut failed = 0;
+    for start in (0..objects).step_by(batch) {
+        let n = batch.min(objects - start);
+        let keys: Vec<String> = (start..start + n).map(|i| format!("mem/{i:08}")).collect();
+        let rs = client.batch_put_from(&keys, &vec![addr; n], &vec![size; n], &rc)?;
+        failed += rs.iter().filter(|r| r.is_err()).count();
+        if (start / batch).is_multiple_of(200) {
+            progress(start, cluster::rss_bytes(pid).unwrap_or(0));
+        }
+    }
+    let fill_seconds = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = cluster::rss_bytes(pid)?;
+    let stored = (objects - failed).max(1);
+    let _ = client.unregister_buffer(addr);
+    let _ = client.close();
+    Ok(MemoryReport {
+        objects,
+        object_size: size,
+        failed_puts: failed,
+        fill_seconds: (fill_seconds * 10.0).round() / 10.0,
+        master_rss_before: before,
+        master_rss_after: after,
+        rss_bytes_per_object: ((after.saturating_sub(before)) as f64 / stored as f64 * 10.0)
+            .round()
+            / 10.0,
+        segment_bytes: segment,
+    })
+}

@@ -1,0 +1,137 @@
+//! The engine batch lifecycle: allocate, submit as requests are ready, do
+//! this process's own copies while the engine works, wait, report, free.
+
+use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::{BatchId, TransferEngine, TransferRequest, TransferState};
+
+use super::plan::Memcpy;
+
+/// An engine batch that requests join as they are planned, so the engine
+/// moves early requests while later ones are still being prepared (a put of
+/// many `bytes` values stages value i+1 while value i is on the wire).
+/// [`Flight::finish`] does the local copies, waits, and reports one outcome
+/// per submitted request, in submission order.
+pub(super) struct Flight<'e> {
+    engine: &'e TransferEngine,
+    /// `Err`: the batch could not be allocated; every request fails with it.
+    batch: Result<Option<BatchId>>,
+    /// Per request: its index in the batch, or why it never joined.
+    joined: Vec<Result<usize>>,
+    in_batch: usize,
+}
+
+impl<'e> Flight<'e> {
+    /// Room for `capacity` requests (an upper bound; 0 allocates nothing).
+    pub fn new(engine: &'e TransferEngine, capacity: usize) -> Self {
+        let batch = if capacity == 0 {
+            Ok(None)
+        } else {
+            engine.allocate_batch(capacity).map(Some)
+        };
+        Flight {
+            engine,
+            batch,
+            joined: Vec::new(),
+            in_batch: 0,
+        }
+    }
+
+    /// Runs `requests` as one batch and `copies` while it is in flight.
+    /// Returns one outcome per request.
+    pub fn run(
+        engine: &TransferEngine,
+        requests: &[TransferRequest],
+        copies: &[Memcpy],
+    ) -> Vec<Result<()>> {
+        let mut flight = Flight::new(engine, requests.len());
+        flight.submit(requests);
+        flight.finish(copies)
+    }
+
+    /// Starts `requests` now; a refused submission fails only them.
+    pub fn submit(&mut self, requests: &[TransferRequest]) {
+        if requests.is_empty() {
+            return;
+        }
+        let outcome = match &self.batch {
+            Ok(Some(batch)) => self.engine.submit(*batch, requests),
+            Ok(None) => Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                "transfer batch sized for no requests",
+            )),
+            Err(e) => Err(e.clone()),
+        };
+        match outcome {
+            Ok(()) => {
+                self.joined
+                    .extend((0..requests.len()).map(|i| Ok(self.in_batch + i)));
+                self.in_batch += requests.len();
+            }
+            Err(e) => self.joined.extend(requests.iter().map(|_| Err(e.clone()))),
+        }
+    }
+
+    /// Runs `copies` while the batch is in flight, waits for it, frees it.
+    pub fn finish(self, copies: &[Memcpy]) -> Vec<Result<()>> {
+        for c in copies {
+            // SAFETY: every copy's source was checked with `check_local` (or
+            // is a live slice, a staging buffer or a leased replica in our own
+            // segment) and its destination lies inside this process's own
+            // segment or a checked caller buffer; ranges of distinct copies
+            // never overlap because each belongs to a distinct allocation.
+            unsafe { std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len) };
+        }
+        let Ok(Some(batch)) = self.batch else {
+            return self.joined.into_iter().map(|r| r.map(|_| ())).collect();
+        };
+        let engine = self.engine;
+        if self.in_batch > 0 {
+            poll_batch(engine, batch);
+            let _ = engine.wait_batch(batch);
+        }
+        let out = self
+            .joined
+            .into_iter()
+            .map(|slot| {
+                let i = slot?;
+                match engine.transfer_status(batch, i) {
+                    Ok(s) if s.state == TransferState::Completed => Ok(()),
+                    Ok(s) => Err(Error::new(
+                        ErrorCode::TRANSFER_FAIL,
+                        format!(
+                            "transfer {:?}{}",
+                            s.state,
+                            s.error.map(|c| format!(" ({c})")).unwrap_or_default()
+                        ),
+                    )),
+                    Err(e) => Err(e),
+                }
+            })
+            .collect();
+        if let Err(e) = engine.free_batch(batch) {
+            tracing::warn!(error = %e, "free_batch failed");
+        }
+        out
+    }
+}
+
+/// Polls a submitted batch for a short window before `wait_batch` puts
+/// this thread to sleep: small transfers finish within microseconds, and
+/// being woken costs more than that on a VM (see `rpc::poll`).
+fn poll_batch(engine: &TransferEngine, batch: BatchId) {
+    let window = crate::rpc::poll::client_window();
+    let start = std::time::Instant::now();
+    let mut spins = 0u32;
+    while start.elapsed() < window {
+        match engine.batch_status(batch) {
+            Ok(s) if s.state == TransferState::Waiting => {}
+            _ => return,
+        }
+        spins += 1;
+        if spins.is_multiple_of(16) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The master's state changes as typed commands.
+//!
+//! Every change to replicated state is a [`Mutation`]: the leader decides
+//! it (checks, placement, reading the clock and leases) and then applies
+//! it; a standby applies the same mutations in the same order and ends in
+//! the same state. Applying reads only the mutation, replicated state and
+//! the policy, never volatile state (leases, soft-pin deadlines, heartbeat
+//! times, shard clocks), so what the leader saw in those travels in the
+//! mutation (`readers_until`).
+//!
+//! Mutations borrow keys and names from the request that caused them, so
+//! deciding and applying allocate nothing beyond what the state keeps.
+//! See `service` for where they are applied and observed.
+//!
+//! Placements travel as [`Replicas`], i.e. segments and offsets; a log
+//! records each as (`Segment::id`, offset). A standby turns them back into
+//! replicas by reserving exactly those ranges in its own segments (same
+//! ids, since mounts are replayed with the leader's ids), then replays the
+//! mutation with `MasterService::replay`. Each range of a `TransferStart`
+//! has the object's size.
+
+use super::objects::Replicas;
+use super::segments::SegmentId;
+use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskId, TaskStatus};
+
+/// One change to the master's replicated state.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) enum Mutation<'a> {
+    /// A change to the object `key`, under its shard's lock.
+    Object {
+        key: &'a str,
+        op: ObjectOp<'a>,
+    },
+    Segment(SegmentOp<'a>),
+    Client(ClientOp),
+    Task(TaskOp<'a>),
+    /// Frees the retired space due at `now`. (A range retired concurrently
+    /// with it may be freed by a standby here and by the leader only at the
+    /// next one; it was due either way.)
+    FreeRetired {
+        now: u64,
+    },
+}
+
+/// A change to one object.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) enum ObjectOp<'a> {
+    /// PutStart or upsert: a new version is being written by `client`.
+    /// The replicas in `write` are already reserved in their segments (on
+    /// the leader by placement, on a standby from the logged offsets).
+    PutStart {
+        client: ClientId,
+        size: u64,
+        /// `objects::flags` pin bits of the new version.
+        pins: u8,
+        now: u64,
+        write: Write,
+    },
+    /// PutEnd: the version in flight becomes readable. A replaced version
+    /// is freed at `readers_until` (the old version's lease).
+    PutEnd { now: u64, readers_until: u64 },
+    /// PutRevoke: the version in flight is dropped and its space freed.
+    PutRevoke,
+    /// A put (or transfer) in flight is given up without its writer; its
+    /// space is freed at `free_at`, by default its PutStart plus the
+    /// release timeout. A fresh put takes its object with it.
+    DiscardPut { free_at: Option<u64>, now: u64 },
+    /// The object goes, whatever is in flight; its space is freed (space a
+    /// writer may still touch is retired).
+    Remove { now: u64 },
+    /// Replicas on `on` go; their space is freed at `free_at`. The object
+    /// stays, with the replicas it has left.
+    DropReplicas {
+        on: Segments<'a>,
+        free_at: u64,
+        now: u64,
+    },
+    /// ReplicaTransferStart: `client` writes `replicas` (reserved, as for
+    /// `PutStart`) as extra replicas; a move drops the one on `drop_source`
+    /// at the end.
+    TransferStart {
+        client: ClientId,
+        now: u64,
+        replicas: Replicas,
+        drop_source: Option<&'a str>,
+    },
+    /// ReplicaTransferEnd: the new replicas join the object; a move's
+    /// source replica is freed at `readers_until`.
+    TransferEnd { now: u64, readers_until: u64 },
+    /// ReplicaTransferRevoke: the new replicas are freed.
+    TransferRevoke,
+}
+
+/// Where a `PutStart` writes.
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) enum Write {
+    /// A new object (the key was absent).
+    Fresh(Replicas),
+    /// An upsert rewriting the object's own replicas (same size, no lease).
+    InPlace,
+    /// An upsert into new replicas; the old ones stay readable until PutEnd.
+    Replacing(Replicas),
+}
+
+/// Which replicas `DropReplicas` takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Segments<'a> {
+    /// Those on the segment of this name.
+    Named(&'a str),
+    /// Those on segments no longer mounted.
+    Unmounted,
+}
+
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) enum SegmentOp<'a> {
+    /// A new segment, under the id the leader gave it.
+    Mount {
+        id: SegmentId,
+        owner: ClientId,
+        info: &'a SegmentInfo,
+    },
+    /// The segment goes with its space; replicas there are dropped by the
+    /// object mutations that follow.
+    Unmount { name: &'a str },
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ClientOp {
+    /// A client the master did not know (first contact, or after expiry).
+    Register { client: ClientId, now: u64 },
+    /// A silent client is forgotten; its segments are unmounted by the
+    /// segment mutations that follow.
+    Expire { client: ClientId },
+}
+
+#[derive(Debug)]
+#[cfg_attr(test, derive(Clone))]
+pub(crate) enum TaskOp<'a> {
+    /// A task is queued for `executor` (`task.id` is chosen by the leader).
+    Create {
+        task: TaskAssignment,
+        executor: ClientId,
+        now: u64,
+    },
+    /// FetchTasks handed these pending tasks to their executor.
+    Start { ids: &'a [TaskId], now: u64 },
+    /// The task ended: reported by its executor, or failed by a timeout.
+    Finish {
+        id: TaskId,
+        status: TaskStatus,
+        message: &'a str,
+        now: u64,
+    },
+}
+
+/// Sees every mutation as it is applied: where an operation log plugs in.
+///
+/// `applied` runs before the mutation takes effect, under the lock that
+/// orders it against every other mutation of the same object (or table).
+/// Allocations happen before the mutation that carries them is seen, frees
+/// after the mutation that causes them, so the order in which a sink sees
+/// mutations is one in which a standby can reserve every logged range. It
+/// must not block or call back into the service: append and return;
+/// acknowledging a call only once its mutations are durable is the
+/// server's part.
+pub(crate) trait MutationSink: Send + Sync {
+    fn applied(&self, m: &Mutation<'_>);
+}

@@ -1,0 +1,83 @@
+//! The rules the state machine obeys, as plain values with times in
+//! milliseconds. A leaf: `config` builds them from the flags, every table
+//! reads them, and this module imports none of its siblings.
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+/// How replicas are spread over segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocationStrategy {
+    /// Random start, then consecutive segments.
+    Random,
+    /// Sample a few segments, fill the emptiest first.
+    FreeRatioFirst,
+}
+
+impl AllocationStrategy {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "random" => Ok(AllocationStrategy::Random),
+            "free_ratio_first" => Ok(AllocationStrategy::FreeRatioFirst),
+            "cxl" => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "allocation strategy cxl is not supported",
+            )),
+            _ => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("unknown allocation strategy {s:?} (random, free_ratio_first)"),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AllocationStrategy::Random => "random",
+            AllocationStrategy::FreeRatioFirst => "free_ratio_first",
+        }
+    }
+}
+
+/// Time-based protection of objects (see `leases`).
+#[derive(Debug, Clone, Copy)]
+pub struct LeasePolicy {
+    pub lease_ttl: u64,
+    pub soft_pin_ttl: u64,
+}
+
+/// The master's rules for objects, segments and clients.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub lease: LeasePolicy,
+    pub client_ttl: u64,
+    /// An unfinished put older than this is discarded (key freed).
+    pub discard_after: u64,
+    /// A discarded put's space is reused only this long after its PutStart,
+    /// in case its writer is slow rather than dead.
+    pub release_after: u64,
+    pub high_watermark: f64,
+    pub eviction_ratio: f64,
+    pub evict_soft_pinned: bool,
+    pub strategy: AllocationStrategy,
+}
+
+/// Task limits and timeouts (0 = no timeout).
+#[derive(Debug, Clone, Copy)]
+pub struct TaskPolicy {
+    pub max_pending: usize,
+    pub max_processing: usize,
+    pub max_finished: usize,
+    pub pending_timeout: u64,
+    pub processing_timeout: u64,
+}
+
+impl Default for TaskPolicy {
+    fn default() -> Self {
+        TaskPolicy {
+            max_pending: 10_000,
+            max_processing: 10_000,
+            max_finished: 10_000,
+            pending_timeout: 300_000,
+            processing_timeout: 300_000,
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Retired space: replica ranges that left their object but may still be
+//! read (a reader's lease) or written (a slow writer of a discarded put).
+//! Each is freed at its `free_at` time.
+
+use parking_lot::Mutex;
+
+use super::allocator::aligned_len;
+use super::segments::Placement;
+
+/// Space that may still be in use until `free_at`.
+struct Retired {
+    free_at: u64,
+    placement: Placement,
+    size: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct RetiredSpace {
+    ranges: Mutex<Vec<Retired>>,
+}
+
+impl RetiredSpace {
+    /// Keeps `size` bytes at each of `placements` allocated until `free_at`.
+    pub(crate) fn retire(&self, placements: &[Placement], size: u64, free_at: u64) {
+        let mut ranges = self.ranges.lock();
+        for p in placements {
+            ranges.push(Retired {
+                free_at,
+                placement: p.clone(),
+                size,
+            });
+        }
+    }
+
+    /// Whether some range is due at `now`.
+    pub(crate) fn any_due(&self, now: u64) -> bool {
+        self.ranges.lock().iter().any(|r| r.free_at <= now)
+    }
+
+    /// Frees every range due at `now`; returns how many.
+    pub(crate) fn free_due(&self, now: u64) -> usize {
+        let due: Vec<Retired> = {
+            let mut ranges = self.ranges.lock();
+            let (due, keep) = std::mem::take(&mut *ranges)
+                .into_iter()
+                .partition(|r| r.free_at <= now);
+            *ranges = keep;
+            due
+        };
+        for r in &due {
+            r.placement.segment.free(r.placement.offset, r.size);
+        }
+        due.len()
+    }
+
+    /// Allocated bytes waiting here (on mounted segments).
+    pub(crate) fn bytes(&self) -> u64 {
+        let ranges = self.ranges.lock();
+        let live = ranges.iter().filter(|r| r.placement.segment.is_mounted());
+        live.map(|r| aligned_len(r.size).unwrap_or(r.size)).sum()
+    }
+}

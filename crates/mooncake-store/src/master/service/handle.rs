@@ -1,0 +1,145 @@
+//! The RPC surface: one decoded request in, one response out.
+
+use mooncake_common::{Error, ErrorCode};
+
+use super::MasterService;
+use crate::proto::{Request, Response};
+
+impl MasterService {
+    /// Serves one decoded request.
+    pub fn handle(&self, req: Request<'_>, now: u64) -> Response {
+        use Request as Q;
+        use Response as A;
+        let mismatch = |a: usize, b: usize| A::Failed {
+            error: Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("{a} keys but {b} value lengths"),
+            ),
+        };
+        match req {
+            Q::Ping { client_id } => A::Unit {
+                result: self.ping(client_id, now),
+            },
+            Q::MountSegment { client_id, segment } => A::Unit {
+                result: self.mount_segment(client_id, &segment, now),
+            },
+            Q::UnmountSegment { client_id, name } => A::Unit {
+                result: self.unmount_segment(client_id, name, now),
+            },
+            Q::PutStart {
+                client_id,
+                key,
+                value_len,
+                config,
+                upsert,
+            } => A::Replicas {
+                result: self.put_start(client_id, key, value_len, &config, upsert, now),
+            },
+            Q::BatchPutStart {
+                client_id,
+                keys,
+                value_lens,
+                config,
+                upsert,
+            } => {
+                if keys.len() != value_lens.len() {
+                    return mismatch(keys.len(), value_lens.len());
+                }
+                let results = keys
+                    .iter()
+                    .zip(&value_lens)
+                    .map(|(k, &len)| self.put_start(client_id, k, len, &config, upsert, now))
+                    .collect();
+                A::BatchReplicas { results }
+            }
+            Q::PutEnd { client_id, key } => A::Unit {
+                result: self.put_end(client_id, key, now),
+            },
+            Q::BatchPutEnd { client_id, keys } => A::Units {
+                results: keys
+                    .iter()
+                    .map(|k| self.put_end(client_id, k, now))
+                    .collect(),
+            },
+            Q::PutRevoke { client_id, key } => A::Unit {
+                result: self.put_revoke(client_id, key, now),
+            },
+            Q::BatchPutRevoke { client_id, keys } => A::Units {
+                results: keys
+                    .iter()
+                    .map(|k| self.put_revoke(client_id, k, now))
+                    .collect(),
+            },
+            Q::GetReplicaList { key } => A::ReplicaList {
+                result: self.get_replica_list(key, now),
+            },
+            Q::BatchGetReplicaList { keys } => A::BatchReplicaList {
+                results: keys.iter().map(|k| self.get_replica_list(k, now)).collect(),
+            },
+            Q::ExistKey { key } => A::Bool {
+                result: self.exist_key(key, now),
+            },
+            Q::BatchExistKey { keys } => A::Bools {
+                results: keys.iter().map(|k| self.exist_key(k, now)).collect(),
+            },
+            Q::GetSize { key } => A::Count {
+                result: self.get_size(key, now),
+            },
+            Q::Remove { key, force } => A::Unit {
+                result: self.remove(key, force, now),
+            },
+            Q::BatchRemove { keys, force } => A::Units {
+                results: keys.iter().map(|k| self.remove(k, force, now)).collect(),
+            },
+            Q::RemoveByRegex { pattern, force } => A::Count {
+                result: self.remove_by_regex(pattern, force, now),
+            },
+            Q::BatchReplicaClear {
+                keys, segment_name, ..
+            } => A::Keys {
+                result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
+            },
+            Q::CreateCopyTask { key, targets } => A::Task {
+                result: self.create_copy_task(key, &targets, now),
+            },
+            Q::CreateMoveTask {
+                key,
+                source,
+                target,
+            } => A::Task {
+                result: self.create_move_task(key, source, target, now),
+            },
+            Q::QueryTask { id } => A::TaskState {
+                result: self.query_task(id),
+            },
+            Q::FetchTasks { client_id, max } => A::Tasks {
+                result: Ok(self.fetch_tasks(client_id, max, now)),
+            },
+            Q::MarkTaskComplete {
+                client_id,
+                id,
+                success,
+                message,
+            } => A::Unit {
+                result: self.mark_task_complete(client_id, id, success, message, now),
+            },
+            Q::ReplicaTransferStart {
+                client_id,
+                key,
+                source,
+                targets,
+            } => A::Replicas {
+                result: self.replica_transfer_start(client_id, key, source, &targets, now),
+            },
+            Q::ReplicaTransferEnd { client_id, key } => A::Unit {
+                result: self.replica_transfer_end(client_id, key, now),
+            },
+            Q::ReplicaTransferRevoke { client_id, key } => A::Unit {
+                result: self.replica_transfer_revoke(client_id, key),
+            },
+            Q::RemoveAll { force } => A::Count {
+                result: Ok(self.remove_all(force, now)),
+            },
+        }
+    }
+}

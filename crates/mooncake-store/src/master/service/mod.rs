@@ -1,0 +1,252 @@
+//! `MasterService`: the master's state machine. It does no I/O and reads no
+//! clock: every call takes `now` (milliseconds on a monotonic clock), so
+//! tests drive time by hand.
+//!
+//! # Decide, then apply
+//!
+//! Every call that changes state runs in two steps:
+//!
+//! 1. **Decide** (leader only): check the request, read leases and the
+//!    clock, choose placements (reserving their ranges in the segments'
+//!    allocators) and victims, and express the outcome as
+//!    [`Mutation`](super::mutation::Mutation)s;
+//! 2. **Apply** (`apply.rs`, the same on a leader and a standby): change
+//!    the tables as each mutation says, reading nothing else that differs
+//!    between them.
+//!
+//! Both steps run under the lock of what the call touches, so a decision
+//! still holds when it is applied. Every apply function hands its mutation
+//! to the [`MutationSink`](super::mutation::MutationSink) first
+//! (`MasterService::observe`): the one place where an operation log
+//! records the leader's mutations. A standby applies them with
+//! `MasterService::replay`.
+//!
+//! Reads (`get_replica_list`, `exist_key`, `get_size`) and heartbeats only
+//! change volatile state: read leases, soft-pin deadlines and the time a
+//! client was last heard from. No mutation carries those; what a decision
+//! read from them travels in the mutation it made.
+//!
+//! The tables are `objects` (sharded object map), `segments` (mounted
+//! segments and their allocators), `clients` (liveness), `tasks` (copy and
+//! move tasks) and `retired` (space freed later); `eviction` schedules
+//! rounds and ranks victims. Only this module composes effects across
+//! tables, e.g. an unmount drops the segment, then the replicas there, then
+//! the puts in flight that lost a target.
+//!
+//! # Lock order
+//!
+//! Object shard → one segment's allocator (the segment table is a lock-free
+//! snapshot; its writer lock is taken alone, or before a segment's
+//! allocator); eviction round → object shards; task table → client table.
+//! The retired list and the client table are leaves, and a sink runs under
+//! these locks and must take none of them.
+
+mod apply;
+mod handle;
+mod mounts;
+mod put;
+mod read;
+mod remove;
+#[cfg(test)]
+mod tests;
+mod tick;
+mod transfer;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::Mutex;
+
+use super::clients::ClientTable;
+use super::config::MasterConfig;
+use super::eviction::Eviction;
+use super::mutation::MutationSink;
+use super::objects::{flags, ObjectMap};
+use super::policy::{Policy, TaskPolicy};
+use super::retired::RetiredSpace;
+use super::segments::{Placement, SegmentTable};
+use super::tasks::TaskTable;
+use crate::types::{ClientId, ReplicateConfig, MAX_KEY_LEN, MAX_REPLICA_NUM, MAX_VALUE_LEN};
+
+/// Event counters (monotonic).
+#[derive(Default, Debug)]
+pub struct Counters {
+    pub eviction_rounds: AtomicU64,
+    pub eviction_rounds_freeing: AtomicU64,
+    pub evicted_keys: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    pub discarded_puts: AtomicU64,
+    pub expired_clients: AtomicU64,
+}
+
+/// What one `tick` did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TickReport {
+    pub expired_clients: usize,
+    pub discarded_puts: usize,
+    pub freed_retired: usize,
+    pub failed_tasks: usize,
+    pub evicted_keys: usize,
+    pub evicted_bytes: u64,
+}
+
+/// Totals for metrics and the HTTP service.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MasterStats {
+    pub allocated_bytes: u64,
+    pub capacity_bytes: u64,
+    pub key_count: u64,
+    pub soft_pin_key_count: u64,
+    pub hard_pin_key_count: u64,
+    pub pending_puts: u64,
+    pub active_clients: u64,
+    pub segment_count: u64,
+}
+
+/// One segment as the HTTP service shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentSummary {
+    pub name: String,
+    pub endpoint: String,
+    pub base: u64,
+    pub used: u64,
+    pub capacity: u64,
+    pub owner: ClientId,
+}
+
+pub struct MasterService {
+    policy: Policy,
+    task_policy: TaskPolicy,
+    segments: SegmentTable,
+    objects: ObjectMap,
+    clients: Mutex<ClientTable>,
+    tasks: Mutex<TaskTable>,
+    retired: RetiredSpace,
+    eviction: Eviction,
+    counters: Counters,
+    /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).
+    epoch_offset_ms: AtomicU64,
+    /// Sees every applied mutation (see the module docs).
+    sink: Option<Box<dyn MutationSink>>,
+}
+
+impl MasterService {
+    pub fn new(config: &MasterConfig) -> Self {
+        Self::with_policy(config.policy()).with_task_policy(config.task_policy())
+    }
+
+    pub fn with_policy(policy: Policy) -> Self {
+        MasterService {
+            policy,
+            task_policy: TaskPolicy::default(),
+            segments: SegmentTable::default(),
+            objects: ObjectMap::default(),
+            clients: Mutex::new(ClientTable::default()),
+            tasks: Mutex::new(TaskTable::default()),
+            retired: RetiredSpace::default(),
+            eviction: Eviction::default(),
+            counters: Counters::default(),
+            epoch_offset_ms: AtomicU64::new(0),
+            sink: None,
+        }
+    }
+
+    pub fn with_task_policy(mut self, task_policy: TaskPolicy) -> Self {
+        self.task_policy = task_policy;
+        self
+    }
+
+    /// Hands every mutation this master applies to `sink` (before it takes
+    /// effect, in an order a standby can replay).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the hook of the replicated operation log")
+    )]
+    pub(crate) fn with_sink(mut self, sink: Box<dyn MutationSink>) -> Self {
+        self.sink = Some(sink);
+        self
+    }
+
+    /// Sets the wall-clock time (ms since the epoch) that `now == 0` stands
+    /// for; task timestamps are reported in wall-clock time.
+    pub fn set_epoch_offset(&self, epoch_ms_at_zero: u64) {
+        self.epoch_offset_ms
+            .store(epoch_ms_at_zero, Ordering::Relaxed);
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Places `len` bytes per replica (reserving the ranges); a failure for
+    /// lack of space asks for an eviction round.
+    fn place(&self, len: u64, cfg: &ReplicateConfig) -> Result<Vec<Placement>> {
+        self.segments
+            .place(len, cfg, self.policy.strategy)
+            .inspect_err(|e| {
+                if e.code == ErrorCode::NO_AVAILABLE_HANDLE {
+                    self.eviction.request();
+                }
+            })
+    }
+}
+
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::new(ErrorCode::INVALID_KEY, "empty key"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::new(
+            ErrorCode::INVALID_KEY,
+            format!("key of {} bytes exceeds {MAX_KEY_LEN}", key.len()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_put(len: u64, cfg: &ReplicateConfig) -> Result<()> {
+    if len == 0 {
+        return Err(Error::new(ErrorCode::INVALID_PARAMS, "value is empty"));
+    }
+    if len > MAX_VALUE_LEN {
+        return Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("value of {len} bytes exceeds {MAX_VALUE_LEN}"),
+        ));
+    }
+    if cfg.replica_num == 0 || cfg.replica_num > MAX_REPLICA_NUM {
+        return Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!(
+                "replica_num {} not in 1..={MAX_REPLICA_NUM}",
+                cfg.replica_num
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn not_found(key: &str) -> Error {
+    Error::new(
+        ErrorCode::OBJECT_NOT_FOUND,
+        format!("object {key:?} not found"),
+    )
+}
+
+fn not_ready(key: &str) -> Error {
+    Error::new(
+        ErrorCode::REPLICA_IS_NOT_READY,
+        format!("object {key:?} is being written"),
+    )
+}
+
+fn pin_flags(cfg: &ReplicateConfig) -> u8 {
+    let mut f = 0;
+    if cfg.with_hard_pin {
+        f |= flags::HARD_PIN;
+    }
+    if cfg.with_soft_pin {
+        f |= flags::SOFT_PIN;
+    }
+    f
+}

@@ -1,0 +1,159 @@
+//! Time: the timers (client expiry, put timeouts, delayed frees, task
+//! timeouts) and eviction rounds.
+
+use std::sync::atomic::Ordering;
+
+use super::apply::Fate;
+use super::{MasterService, TickReport};
+use crate::master::eviction::{self, eligible, footprint};
+use crate::master::mutation::ObjectOp;
+
+impl MasterService {
+    /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
+    pub fn tick(&self, now: u64) -> TickReport {
+        let mut r = TickReport {
+            expired_clients: self.expire_clients(now),
+            ..Default::default()
+        };
+        r.discarded_puts = self.sweep_stale_puts(now);
+        r.freed_retired = self.free_retired(now);
+        r.failed_tasks = self.expire_tasks(now);
+        let (keys, bytes) = self.evict_if_needed(now);
+        r.evicted_keys = keys;
+        r.evicted_bytes = bytes;
+        r
+    }
+
+    /// Discards puts in flight for longer than the discard timeout.
+    fn sweep_stale_puts(&self, now: u64) -> usize {
+        let discard_after = self.policy.discard_after;
+        let mut n = 0;
+        for mut shard in self.objects.shards() {
+            if shard.oldest_pending.saturating_add(discard_after) > now {
+                continue;
+            }
+            let mut oldest = u64::MAX;
+            shard.map.retain(|key, obj| {
+                let Some(p) = &obj.pending else { return true };
+                if now.saturating_sub(p.started) < discard_after {
+                    oldest = oldest.min(p.started);
+                    return true;
+                }
+                n += 1;
+                let discard = ObjectOp::DiscardPut { free_at: None, now };
+                self.apply_object(key, obj, discard) == Fate::Keep
+            });
+            shard.oldest_pending = oldest;
+        }
+        self.counters
+            .discarded_puts
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Frees retired space whose time has come; returns how many ranges.
+    fn free_retired(&self, now: u64) -> usize {
+        if !self.retired.any_due(now) {
+            return 0;
+        }
+        self.apply_free_retired(now)
+    }
+
+    /// Allocated bytes waiting in the retired list (on mounted segments).
+    pub fn retired_bytes(&self) -> u64 {
+        self.retired.bytes()
+    }
+
+    /// Runs an eviction round if usage calls for one; returns (keys, bytes) freed.
+    fn evict_if_needed(&self, now: u64) -> (usize, u64) {
+        let forced = self.eviction.take_request();
+        let (used, capacity) = self.segments.usage();
+        let Some(target) = eviction::round_target(&self.policy, used, capacity, forced) else {
+            return (0, 0);
+        };
+        let _round = self.eviction.begin_round();
+        let freed = self.evict_round(now, target);
+        self.eviction.end_round();
+        freed
+    }
+
+    /// A put found no space: evict synchronously (at least `need` bytes and
+    /// `eviction_ratio` of capacity) so the caller can retry, as the
+    /// reference does. `seen` is the eviction generation read before the
+    /// failed attempt: if another round ran since, the caller just retries.
+    /// Returns whether a retry may succeed.
+    pub(super) fn evict_for_put(&self, need: u64, seen: u64, now: u64) -> bool {
+        let _round = self.eviction.begin_round();
+        if self.eviction.generation() != seen {
+            return true;
+        }
+        let (used, capacity) = self.segments.usage();
+        let ratio_bytes = eviction::ratio_bytes(&self.policy, capacity);
+        let (keys, _) = self.evict_round(now, need.max(ratio_bytes).min(used));
+        self.eviction.take_request();
+        self.eviction.end_round();
+        keys > 0
+    }
+
+    /// One round: frees `target` bytes (if it can), plain objects first.
+    fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
+        if target == 0 {
+            return (0, 0);
+        }
+        let c = &self.counters;
+        c.eviction_rounds.fetch_add(1, Ordering::Relaxed);
+        let (mut keys, mut bytes) = self.evict_pass(now, target, false);
+        if bytes < target && self.policy.evict_soft_pinned {
+            let (k, b) = self.evict_pass(now, target - bytes, true);
+            keys += k;
+            bytes += b;
+        }
+        if keys > 0 {
+            c.eviction_rounds_freeing.fetch_add(1, Ordering::Relaxed);
+            c.evicted_keys.fetch_add(keys as u64, Ordering::Relaxed);
+            c.evicted_bytes.fetch_add(bytes, Ordering::Relaxed);
+            tracing::info!(keys, bytes, target, "evicted objects");
+        }
+        (keys, bytes)
+    }
+
+    /// Evicts the oldest eligible objects until `target` bytes are freed.
+    fn evict_pass(&self, now: u64, target: u64, include_soft_pinned: bool) -> (usize, u64) {
+        // Pass 1: find the lease time below which evicting frees enough,
+        // without copying keys.
+        let mut candidates: Vec<(u64, u64)> = Vec::new();
+        for shard in self.objects.shards() {
+            candidates.extend(
+                shard
+                    .map
+                    .values()
+                    .filter(|o| eligible(o, now, include_soft_pinned))
+                    .map(|o| (o.lease_until, footprint(o))),
+            );
+        }
+        let Some(threshold) = eviction::threshold(&mut candidates, target) else {
+            return (0, 0);
+        };
+        drop(candidates);
+
+        // Pass 2: evict up to the threshold (objects may have changed since).
+        let (mut keys, mut bytes) = (0, 0);
+        for mut shard in self.objects.shards() {
+            if bytes >= target {
+                break;
+            }
+            shard.map.retain(|key, obj| {
+                if bytes >= target
+                    || obj.lease_until > threshold
+                    || !eligible(obj, now, include_soft_pinned)
+                {
+                    return true;
+                }
+                bytes += footprint(obj);
+                keys += 1;
+                self.apply_object(key, obj, ObjectOp::Remove { now }) == Fate::Keep
+            });
+        }
+        (keys, bytes)
+    }
+}

@@ -1,0 +1,145 @@
+//! Watermark eviction and eviction for a put that found no space.
+
+use super::*;
+
+/// Fills segment "a" (100 KiB) with 1 KiB objects put at times 0..n.
+fn fill(s: &MasterService, n: u64, cfg: &ReplicateConfig, key: impl Fn(u64) -> String) {
+    for t in 0..n {
+        put(s, &key(t), 1024, cfg, t);
+    }
+}
+
+#[test]
+fn eviction_takes_oldest_first_above_the_watermark() {
+    let s = with_segment(100 * 1024);
+    fill(&s, 89, &one(), |t| format!("k{t}"));
+    // 89% < 90% watermark: nothing happens.
+    assert_eq!(tick(&s, 1000).evicted_keys, 0);
+    put(&s, "k89", 1024, &one(), 89);
+    // 90%: free down to 70% (watermark minus ratio): the 20 oldest go.
+    let r = tick(&s, 1000);
+    assert_eq!(r.evicted_keys, 20);
+    assert_eq!(r.evicted_bytes, 20 * 1024);
+    for t in 0..20 {
+        assert!(
+            !s.exist_key(&format!("k{t}"), NOW).unwrap(),
+            "k{t} should be evicted"
+        );
+    }
+    for t in 20..90 {
+        assert!(
+            s.exist_key(&format!("k{t}"), NOW).unwrap(),
+            "k{t} should stay"
+        );
+    }
+    assert_eq!(used(&s), 70 * 1024);
+}
+
+#[test]
+fn eviction_spares_leased_hard_pinned_and_in_flight_objects() {
+    let s = with_segment(100 * 1024);
+    let hard = ReplicateConfig {
+        with_hard_pin: true,
+        ..one()
+    };
+    // Oldest objects: hard pinned (0..10), leased (10..20), in flight (20..30).
+    fill(&s, 10, &hard, |t| format!("h{t}"));
+    for t in 10..20 {
+        put(&s, &format!("l{t}"), 1024, &one(), t);
+    }
+    for t in 20..30 {
+        s.put_start(W, &format!("p{t}"), 1024, &one(), false, t)
+            .unwrap();
+    }
+    for t in 30..90 {
+        put(&s, &format!("k{t}"), 1024, &one(), t);
+    }
+    for t in 10..20 {
+        s.get_replica_list(&format!("l{t}"), 95).unwrap(); // leased until 195
+    }
+    let r = tick(&s, 100);
+    assert_eq!(r.evicted_keys, 20);
+    for t in 0..10 {
+        assert!(s.exist_key(&format!("h{t}"), NOW).unwrap());
+        assert!(s.exist_key(&format!("l{}", t + 10), NOW).unwrap());
+        s.put_end(W, &format!("p{}", t + 20), 100).unwrap();
+    }
+    for t in 30..50 {
+        assert!(!s.exist_key(&format!("k{t}"), NOW).unwrap());
+    }
+}
+
+#[test]
+fn soft_pinned_objects_go_last_and_only_if_allowed() {
+    for allow in [true, false] {
+        let mut p = policy();
+        p.evict_soft_pinned = allow;
+        let s = MasterService::with_policy(p);
+        s.mount_segment(A, &seg("a", 0, 100 * 1024), 0).unwrap();
+        let soft = ReplicateConfig {
+            with_soft_pin: true,
+            ..one()
+        };
+        // 80 soft-pinned (oldest), 10 plain.
+        fill(&s, 80, &soft, |t| format!("s{t}"));
+        for t in 80..90 {
+            put(&s, &format!("k{t}"), 1024, &one(), t);
+        }
+        assert_eq!(s.stats(100).soft_pin_key_count, 80);
+        let r = tick(&s, 100);
+        for t in 80..90 {
+            assert!(
+                !s.exist_key(&format!("k{t}"), NOW).unwrap(),
+                "plain objects go first"
+            );
+        }
+        if allow {
+            assert_eq!(r.evicted_keys, 20);
+            assert!(!s.exist_key("s0", NOW).unwrap() && s.exist_key("s10", NOW).unwrap());
+        } else {
+            assert_eq!(r.evicted_keys, 10);
+            assert_eq!(s.stats(100).key_count, 80);
+        }
+        // Once the soft pin lapses (no access for its TTL) they are plain objects.
+        assert_eq!(s.stats(5000).soft_pin_key_count, 0);
+    }
+}
+
+#[test]
+fn a_put_that_finds_no_space_evicts_and_succeeds() {
+    let s = with_segment(100 * 1024);
+    // 80% full: below the watermark, 20 KiB free at the end.
+    fill(&s, 80, &one(), |t| format!("k{t}"));
+    s.get_replica_list("k0", 95).unwrap(); // the oldest is leased: it stays
+    let d = s
+        .put_start(W, "big", 25 * 1024, &one(), false, 100)
+        .unwrap();
+    s.put_end(W, "big", 100).unwrap();
+    // The round freed what the put needs, oldest first, sparing the leased one.
+    assert!(s.exist_key("k0", 100).unwrap());
+    for t in 1..=25 {
+        assert!(
+            !s.exist_key(&format!("k{t}"), 100).unwrap(),
+            "k{t} should be evicted"
+        );
+    }
+    for t in 26..80 {
+        assert!(
+            s.exist_key(&format!("k{t}"), 100).unwrap(),
+            "k{t} should stay"
+        );
+    }
+    assert_eq!(
+        addr(&d[0]),
+        0x10_000 + 1024,
+        "the freed range after the leased object"
+    );
+    // No second round at the next tick.
+    assert_eq!(tick(&s, 101).evicted_keys, 0);
+    // A value larger than every segment evicts nothing.
+    assert_eq!(
+        code(s.put_start(W, "huge", 200 * 1024, &one(), false, 102)),
+        ErrorCode::NO_AVAILABLE_HANDLE
+    );
+    assert!(s.exist_key("k26", 102).unwrap());
+}

@@ -1,0 +1,388 @@
+//! The server loop of a framed-RPC protocol.
+//!
+//! One thread accepts; each connection is served on a thread of its own,
+//! blocking on its socket: a request frame in, the [`Handler`]'s answer
+//! frame out, inline. A blocking read wakes exactly the thread that answers,
+//! which saves a reactor's readiness round (a failed read, `epoll_wait`, a
+//! task wake-up): about a third of a loopback round trip. Connections are
+//! long-lived and few per client, so threads stay few.
+//!
+//! What every connection gets, whatever the protocol:
+//! - a cap on connections served at once ([`ServerOptions::max_connections`]);
+//!   past it a new one waits in the accept queue or is closed
+//!   ([`WhenFull`]);
+//! - an optional idle limit between frames, and a deadline for a started
+//!   frame ([`ServerOptions::frame_timeout`]), which also bounds how long an
+//!   answer may wait to be taken;
+//! - malformed frames answered with the protocol's error: a bad length
+//!   closes the connection after the answer (the stream cannot be trusted),
+//!   an undecodable payload does not (the framing is intact);
+//! - frame buffers shrunk after a large call;
+//! - a polling window before blocking for the next call ([`super::poll`]).
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode};
+use parking_lot::{Condvar, Mutex};
+
+use super::poll::AdaptiveWindow;
+use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
+use crate::proto::wire::{Decode, Encode};
+
+/// A protocol as the server loop sees it: how a request decodes, what it is
+/// answered, and how an error travels.
+pub(crate) trait Handler: Send + Sync + 'static {
+    type Request<'a>: Decode<'a>;
+    type Response: Encode;
+    /// What a connection remembers between its calls.
+    type Session: Send;
+    /// Code of the error sent instead of an answer over the frame limit.
+    const OVERSIZED_ANSWER: ErrorCode;
+
+    /// A new connection's state.
+    fn session(&self) -> Self::Session;
+    /// Answers one call, on the connection's thread.
+    fn handle(&self, session: &mut Self::Session, req: Self::Request<'_>) -> Self::Response;
+    /// An answer carrying only `error`: for frames that cannot be read.
+    fn failure(&self, error: Error) -> Self::Response;
+    /// Counts a malformed frame (metrics); called once for each.
+    fn observe_malformed(&self) {}
+}
+
+/// What happens to a connection that arrives when the cap is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WhenFull {
+    /// It waits in the listener's accept queue until a connection closes.
+    Wait,
+    /// It is accepted and closed at once (and logged).
+    Close,
+}
+
+/// The limits and socket policy of one server.
+#[derive(Clone, Debug)]
+pub(crate) struct ServerOptions {
+    /// Names the connection threads and the log lines.
+    pub name: &'static str,
+    /// Connections served at once (one thread each).
+    pub max_connections: usize,
+    pub when_full: WhenFull,
+    /// Longest a connection may stay silent between calls (`None`: forever).
+    pub idle_timeout: Option<Duration>,
+    /// Longest a call may take to arrive once its first byte has, and an
+    /// answer to be taken (the idle limit when that is shorter).
+    pub frame_timeout: Duration,
+    pub nodelay: bool,
+    /// Read buffer per connection: a typical request arrives in one read.
+    pub read_buffer: usize,
+    /// Base polling window for a connection's next call (zero: block at
+    /// once); it adapts per connection, see [`AdaptiveWindow`].
+    pub poll: Duration,
+    /// Stack of a connection thread (`None`: the platform's default).
+    pub stack_size: Option<usize>,
+}
+
+/// Frame buffers larger than this are dropped after use.
+const SHRINK_ABOVE: usize = 1 << 20;
+/// Pause after a failed accept (out of file descriptors and the like)
+/// instead of spinning.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The connections being served, so that a stopping server can close their
+/// sockets (ending each thread's blocking read) and wait for them.
+#[derive(Default)]
+struct Connections {
+    next_id: u64,
+    open: HashMap<u64, TcpStream>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct Registry {
+    stopping: AtomicBool,
+    conns: Mutex<Connections>,
+    /// Signalled when a connection ends (a slot frees) and at stop.
+    freed: Condvar,
+}
+
+/// A running server; dropping it stops it.
+pub(crate) struct Server {
+    addr: SocketAddr,
+    /// A handle on the listening socket, to wake the blocked accept at stop.
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Serves `listener` (blocking mode is set here) until stopped.
+    pub(crate) fn start<H: Handler>(
+        listener: TcpListener,
+        handler: Arc<H>,
+        opts: ServerOptions,
+    ) -> io::Result<Server> {
+        listener.set_nonblocking(false)?;
+        let addr = listener.local_addr()?;
+        let waker = listener.try_clone()?;
+        let registry = Arc::new(Registry {
+            stopping: AtomicBool::new(false),
+            conns: Mutex::new(Connections::default()),
+            freed: Condvar::new(),
+        });
+        let reg = registry.clone();
+        let accept = std::thread::Builder::new()
+            .name(format!("{}-accept", opts.name))
+            .spawn(move || accept_loop(listener, &reg, &handler, &opts))?;
+        Ok(Server {
+            addr,
+            listener: waker,
+            registry,
+            accept: Some(accept),
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes every connection (a call being answered
+    /// finishes first) and waits for their threads.
+    pub(crate) fn stop(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        let Some(accept) = self.accept.take() else {
+            return;
+        };
+        self.registry.stopping.store(true, Ordering::SeqCst);
+        {
+            // Under the lock, so an accept loop waiting for a slot sees it.
+            let _c = self.registry.conns.lock();
+            self.registry.freed.notify_all();
+        }
+        // On Linux, shutting a listening socket down wakes a blocked
+        // accept (EINVAL) and refuses further connections.
+        // SAFETY: a valid socket fd owned by `self.listener`.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = accept.join();
+        let threads = {
+            let mut c = self.registry.conns.lock();
+            for s in c.open.values() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            std::mem::take(&mut c.threads)
+        };
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop_inner();
+    }
+}
+
+fn accept_loop<H: Handler>(
+    listener: TcpListener,
+    reg: &Arc<Registry>,
+    handler: &Arc<H>,
+    opts: &ServerOptions,
+) {
+    let stopping = || reg.stopping.load(Ordering::SeqCst);
+    loop {
+        if opts.when_full == WhenFull::Wait {
+            let mut c = reg.conns.lock();
+            while c.open.len() >= opts.max_connections && !stopping() {
+                reg.freed.wait(&mut c);
+            }
+        }
+        if stopping() {
+            return;
+        }
+        let (stream, peer) = match listener.accept() {
+            Ok(a) => a,
+            Err(_) if stopping() => return,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                tracing::warn!(server = opts.name, "accept failed: {e}");
+                std::thread::sleep(ACCEPT_BACKOFF);
+                continue;
+            }
+        };
+        if stopping() {
+            return;
+        }
+        if reg.conns.lock().open.len() >= opts.max_connections {
+            tracing::warn!(
+                server = opts.name,
+                %peer,
+                max = opts.max_connections,
+                "too many connections; closing a new one"
+            );
+            continue;
+        }
+        if let Err(e) = spawn_connection(stream, peer, reg, handler, opts) {
+            tracing::warn!(server = opts.name, %peer, "cannot serve connection: {e}");
+        }
+    }
+}
+
+/// Serves `stream` on a thread of its own until the peer closes it.
+fn spawn_connection<H: Handler>(
+    stream: TcpStream,
+    peer: SocketAddr,
+    reg: &Arc<Registry>,
+    handler: &Arc<H>,
+    opts: &ServerOptions,
+) -> io::Result<()> {
+    let id = {
+        let mut c = reg.conns.lock();
+        c.threads.retain(|t| !t.is_finished());
+        let id = c.next_id;
+        c.next_id += 1;
+        c.open.insert(id, stream.try_clone()?);
+        id
+    };
+    let (registry, handler, thread_opts) = (reg.clone(), handler.clone(), opts.clone());
+    let mut builder = std::thread::Builder::new().name(opts.name.to_owned());
+    if let Some(size) = opts.stack_size {
+        builder = builder.stack_size(size);
+    }
+    let spawned = builder.spawn(move || {
+        if let Err(e) = serve_connection(stream, &*handler, &thread_opts) {
+            tracing::debug!(server = thread_opts.name, %peer, "connection closed: {e}");
+        }
+        registry.conns.lock().open.remove(&id);
+        registry.freed.notify_one();
+    });
+    let mut c = reg.conns.lock();
+    match spawned {
+        Ok(t) => {
+            c.threads.push(t);
+            Ok(())
+        }
+        Err(e) => {
+            c.open.remove(&id);
+            Err(e)
+        }
+    }
+}
+
+/// Waits for the next request frame: `Ok(false)` when the peer closed the
+/// connection between frames. The wait for its first byte is bounded by
+/// `idle` (`None`: unbounded); the rest must arrive within `limit`.
+fn next_request(
+    reader: &mut BufReader<TcpStream>,
+    payload: &mut Vec<u8>,
+    idle: Option<Duration>,
+    limit: Duration,
+    window: &mut AdaptiveWindow,
+    base: Duration,
+) -> io::Result<bool> {
+    // A client that just got an answer often calls again soon (a put's end
+    // after its start and copy): poll for a while before sleeping, as long
+    // as this client's last gaps suggest.
+    let since = Instant::now();
+    if reader.buffer().is_empty() {
+        window.await_next(reader.get_ref(), base);
+    }
+    loop {
+        match reader.fill_buf() {
+            Ok([]) => return Ok(false),
+            Ok(_) => {
+                window.observe(since.elapsed());
+                break;
+            }
+            // The socket's read timeout: only an idle limit ends the wait.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if idle.is_some_and(|t| since.elapsed() >= t) {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "idle connection"));
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    read_frame_within(reader, payload, limit, false)?;
+    Ok(true)
+}
+
+/// Serves one connection: frame in, frame out, until it closes.
+fn serve_connection<H: Handler>(
+    stream: TcpStream,
+    handler: &H,
+    opts: &ServerOptions,
+) -> io::Result<()> {
+    stream.set_nodelay(opts.nodelay)?;
+    let idle = opts.idle_timeout;
+    let limit = idle.map_or(opts.frame_timeout, |t| t.min(opts.frame_timeout));
+    // Reads wake at least this often so the deadlines above are checked; an
+    // answer not taken within `limit` drops the peer.
+    stream.set_read_timeout(Some(limit))?;
+    stream.set_write_timeout(Some(limit))?;
+    let mut reader = BufReader::with_capacity(opts.read_buffer, stream);
+    let mut session = handler.session();
+    let mut payload = Vec::new();
+    let mut out = Vec::with_capacity(256);
+    let mut window = AdaptiveWindow::default();
+    loop {
+        let next = next_request(
+            &mut reader,
+            &mut payload,
+            idle,
+            limit,
+            &mut window,
+            opts.poll,
+        );
+        match next {
+            Ok(true) => {}
+            Ok(false) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                // A bad length: the stream cannot be resynchronised. Say
+                // why, then close.
+                handler.observe_malformed();
+                let error = Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string());
+                out.clear();
+                encode_frame(&handler.failure(error), &mut out)?;
+                reader.get_ref().write_all(&out)?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+        let resp = match decode_payload::<H::Request<'_>>(&payload) {
+            Ok(req) => handler.handle(&mut session, req),
+            Err(e) => {
+                handler.observe_malformed();
+                tracing::debug!(server = opts.name, "malformed request: {e}");
+                handler.failure(e.into())
+            }
+        };
+        out.clear();
+        if let Err(e) = encode_frame(&resp, &mut out) {
+            let error = Error::new(H::OVERSIZED_ANSWER, e.to_string());
+            encode_frame(&handler.failure(error), &mut out)?;
+        }
+        reader.get_ref().write_all(&out)?;
+        // Do not keep a huge call's buffers for the life of the connection.
+        if payload.capacity() > SHRINK_ABOVE {
+            payload = Vec::new();
+        }
+        if out.capacity() > SHRINK_ABOVE {
+            out = Vec::with_capacity(256);
+        }
+    }
+}

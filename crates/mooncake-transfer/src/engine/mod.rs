@@ -1,0 +1,287 @@
+//! [`TransferEngine`]: its construction and shutdown, and the public types
+//! of its API. The API itself is split by concern:
+//! - `registration`: local and managed memory;
+//! - `segments`: opening and locating segments;
+//! - `batches`: batch lifecycle and `transfer_sync`;
+//! - `submit`: validation and routing of requests to transports;
+//! - `notify`: notifies to and from peers.
+
+mod batches;
+mod notify;
+mod registration;
+mod segments;
+mod submit;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::{Mutex, RwLock};
+
+use crate::config::EngineConfig;
+use crate::metadata::{self, rpc_meta_key, segment_key, MetadataStore, MetadataUri};
+use crate::rawmem::SharedRegion;
+use crate::rpc::{self, LocalState, RpcServer};
+use crate::segment::RpcMeta;
+use crate::transport::local::LocalTransport;
+use crate::transport::shm::ShmTransport;
+use crate::transport::tcp::{Limits, TcpTransport};
+use batches::Batches;
+use segments::{split_host_port, SegmentTable};
+
+/// Identifies an opened segment.
+pub type SegmentHandle = u64;
+/// Identifies an allocated batch (never 0).
+pub type BatchId = u64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opcode {
+    /// Copy from the target segment into local memory.
+    Read,
+    /// Copy from local memory into the target segment.
+    Write,
+}
+
+/// One transfer, as the reference defines it.
+#[derive(Clone, Copy, Debug)]
+pub struct TransferRequest {
+    pub opcode: Opcode,
+    /// Local address; must lie inside registered memory.
+    pub source: usize,
+    pub target_id: SegmentHandle,
+    /// Remote *virtual address* inside a registered buffer of the target.
+    pub target_offset: u64,
+    pub length: usize,
+}
+
+/// A small message delivered to a peer's `get_notifies`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notify {
+    pub name: String,
+    pub msg: String,
+}
+
+/// How many requests each transport has carried (for tests, benchmarks
+/// and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportStats {
+    pub local: u64,
+    pub shm: u64,
+    pub tcp: u64,
+}
+
+/// The transfer engine. Cheap to clone; all calls block and are safe from
+/// any thread. Dropping the last clone (or [`TransferEngine::shutdown`])
+/// stops the listener and removes this engine's metadata keys.
+#[derive(Clone)]
+pub struct TransferEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: EngineConfig,
+    name: String,
+    hostname: String,
+    rpc_port: u16,
+    local: Arc<LocalState>,
+    metadata: Option<Arc<dyn MetadataStore>>,
+    managed: Mutex<HashMap<usize, SharedRegion>>,
+    segments: RwLock<SegmentTable>,
+    batches: Mutex<Batches>,
+    next_batch: AtomicU64,
+    local_transport: LocalTransport,
+    shm: ShmTransport,
+    tcp: TcpTransport,
+    server: Mutex<Option<RpcServer>>,
+    closed: AtomicBool,
+    /// Requests routed to local, shm, tcp (the order of `transports()`).
+    routed: [AtomicU64; 3],
+}
+
+fn invalid(msg: impl Into<String>) -> Error {
+    Error::new(ErrorCode::ERR_INVALID_ARGUMENT, msg)
+}
+
+impl TransferEngine {
+    /// Starts the RPC listener and publishes this engine's `rpc_meta` and
+    /// segment descriptor.
+    pub fn new(config: EngineConfig) -> Result<TransferEngine> {
+        let config = config.sanitized();
+        let protocol = match config.protocol.trim() {
+            "" | "tcp" => "tcp".to_string(),
+            "rdma" => return Err(rdma_unavailable(&config.device_name)),
+            other => {
+                return Err(invalid(format!(
+                    "unsupported protocol {other:?} (expected tcp or rdma)"
+                )))
+            }
+        };
+        let uri = MetadataUri::parse(&config.metadata_server)?;
+        let metadata = match uri {
+            MetadataUri::P2p => None,
+            ref kv => Some(metadata::connect(kv)?),
+        };
+
+        let given = config.local_server_name.trim();
+        let given = if given.is_empty() {
+            "localhost".to_string()
+        } else {
+            given.to_string()
+        };
+        let (hostname, name_port) = split_host_port(&given);
+        let bind_host = config
+            .rpc_bind_address
+            .clone()
+            .unwrap_or_else(|| "0.0.0.0".to_string());
+        let listener = rpc::bind(
+            &bind_host,
+            config.rpc_port.or(name_port),
+            (config.min_rpc_port, config.max_rpc_port),
+        )?;
+        let rpc_port = listener
+            .local_addr()
+            .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, e.to_string()))?
+            .port();
+        let name = if metadata.is_none() {
+            format!("{hostname}:{rpc_port}")
+        } else {
+            given
+        };
+
+        let control_max = config.handshake_max_length as u64;
+        let local = Arc::new(LocalState {
+            name: name.clone(),
+            protocol: protocol.clone(),
+            rpc_port,
+            host_id: rpc::published_host_id(config.force_tcp),
+            registry: RwLock::new(Default::default()),
+            notifies: Mutex::default(),
+            control_max,
+            io_timeout: config.transfer_timeout,
+        });
+        let server = RpcServer::start(listener, local.clone())?;
+        let connect_timeout = config.transfer_timeout.min(Duration::from_secs(5));
+        let inner = Inner {
+            shm: ShmTransport::new(!config.force_tcp, crate::segment::local_host_id()),
+            tcp: TcpTransport::new(
+                config.tcp_connections,
+                config.slice_size,
+                Limits {
+                    connect_timeout,
+                    write_timeout: config.transfer_timeout,
+                    control_max,
+                },
+            ),
+            local_transport: LocalTransport,
+            config,
+            name,
+            hostname,
+            rpc_port,
+            local,
+            metadata,
+            managed: Mutex::new(HashMap::new()),
+            segments: RwLock::new(SegmentTable::new()),
+            batches: Mutex::default(),
+            next_batch: AtomicU64::new(1),
+            server: Mutex::new(Some(server)),
+            closed: AtomicBool::new(false),
+            routed: Default::default(),
+        };
+        if let Some(store) = &inner.metadata {
+            let meta = RpcMeta {
+                ip_or_host_name: inner.hostname.clone(),
+                rpc_port,
+            };
+            store.put(&rpc_meta_key(&inner.name), &meta.to_json())?;
+            inner.publish()?;
+        }
+        tracing::info!(
+            "transfer engine {} listening on port {rpc_port}",
+            inner.name
+        );
+        Ok(TransferEngine {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The segment name peers open to reach this engine.
+    pub fn local_server_name(&self) -> String {
+        self.inner.name.clone()
+    }
+
+    pub fn rpc_port(&self) -> u16 {
+        self.inner.rpc_port
+    }
+
+    /// Host part of the local server name.
+    pub fn hostname(&self) -> String {
+        self.inner.hostname.clone()
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Requests carried by each transport so far.
+    pub fn transport_stats(&self) -> TransportStats {
+        let n = |i: usize| self.inner.routed[i].load(Ordering::Relaxed);
+        TransportStats {
+            local: n(0),
+            shm: n(1),
+            tcp: n(2),
+        }
+    }
+
+    /// Stops the listener and connections and removes the metadata keys.
+    /// Later transfers fail; managed buffers stay mapped until the last clone drops.
+    pub fn shutdown(&self) {
+        self.inner.shutdown();
+    }
+}
+
+/// `protocol=rdma`: refused with the reference's code for a missing device
+/// rather than served over TCP behind the caller's back.
+fn rdma_unavailable(device: &str) -> Error {
+    Error::new(
+        ErrorCode::ERR_DEVICE_NOT_FOUND,
+        format!("protocol rdma (device {device:?}): this build has no RDMA transport"),
+    )
+}
+
+impl Inner {
+    fn shutdown(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(mut server) = self.server.lock().take() {
+            server.stop();
+        }
+        self.tcp.shutdown();
+        if let Some(store) = &self.metadata {
+            for key in [segment_key(&self.name), rpc_meta_key(&self.name)] {
+                if let Err(e) = store.delete(&key) {
+                    tracing::warn!("removing {key}: {e}");
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_is_send_and_sync() {
+        fn check<T: Send + Sync + Clone>() {}
+        check::<TransferEngine>();
+    }
+}

@@ -1,0 +1,15 @@
+//! Helpers the integration tests of several crates share (a dev-dependency
+//! only; never part of a product):
+//! - [`services`]: real etcd and redis servers, from the environment or
+//!   started here;
+//! - [`freeze_proxy`]: a TCP relay that can stop carrying bytes, as behind a
+//!   network partition;
+//! - [`process`]: child processes killed on drop, ready lines, free ports,
+//!   bounded waits.
+
+pub mod freeze_proxy;
+pub mod process;
+pub mod services;
+
+pub use freeze_proxy::FreezeProxy;
+pub use process::{eventually, free_port, Proc, WAIT};
