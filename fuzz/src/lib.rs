@@ -1,10 +1,9 @@
 //! Shared by the fuzz targets: a counting allocator, so that every target
 //! can check that decoding an input costs heap in proportion to its size
-//! (a length field that lies must not buy memory), a reader that hands out
-//! a stream in small pieces, and the round-trip check of the master codec.
+//! (a length field that lies must not buy memory), and the round-trip
+//! check of the master codec.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{self, IoSliceMut, Read};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// The system allocator, counting the bytes live and their peak.
@@ -98,35 +97,6 @@ pub fn within_budget<R>(input_len: usize, per_byte: usize, f: impl FnOnce() -> R
         "decoding {input_len} bytes took {used} bytes of heap at its peak (budget {budget})"
     );
     out
-}
-
-/// Hands out `data` at most `piece` bytes per read call (vectored reads
-/// too), as a socket may.
-pub struct Pieces<'a> {
-    pub data: &'a [u8],
-    pub piece: usize,
-}
-
-impl Read for Pieces<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.piece).min(self.data.len());
-        buf[..n].copy_from_slice(&self.data[..n]);
-        self.data = &self.data[n..];
-        Ok(n)
-    }
-
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        let mut budget = self.piece.min(self.data.len());
-        let mut done = 0;
-        for b in bufs {
-            let n = b.len().min(budget);
-            b[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            budget -= n;
-            done += n;
-        }
-        Ok(done)
-    }
 }
 
 /// Checks a message decoded from `payload` (a master-protocol payload:

@@ -291,8 +291,7 @@ fn responses() -> Vec<(String, Response)> {
             result: Ok(vec![assignment]),
         },
     ];
-    let mut out: Vec<(String, Response)> =
-        ok.into_iter().map(|r| (snake(r.name()), r)).collect();
+    let mut out: Vec<(String, Response)> = ok.into_iter().map(|r| (snake(r.name()), r)).collect();
     // Each single-result answer as an error too.
     for r in [
         Response::Unit { result: err() },
@@ -438,7 +437,10 @@ fn lease_seeds() -> Seeds {
     seeds.insert("held".into(), lease(&held, "100"));
     seeds.insert("renewed".into(), lease(&renewed, "101"));
     seeds.insert("released".into(), lease(&released, "102"));
-    seeds.insert("no_spec".into(), br#"{"kind":"Lease","metadata":{"resourceVersion":"1"}}"#.to_vec());
+    seeds.insert(
+        "no_spec".into(),
+        br#"{"kind":"Lease","metadata":{"resourceVersion":"1"}}"#.to_vec(),
+    );
     seeds.insert(
         "status_conflict".into(),
         serde_json::to_vec(&json!({
@@ -448,7 +450,10 @@ fn lease_seeds() -> Seeds {
         }))
         .unwrap(),
     );
-    seeds.insert("offset_time".into(), b"2024-02-29T23:59:59.999999999+05:30".to_vec());
+    seeds.insert(
+        "offset_time".into(),
+        b"2024-02-29T23:59:59.999999999+05:30".to_vec(),
+    );
     seeds
 }
 
@@ -567,8 +572,13 @@ fn dummy_protocol_seeds() {
 fn k8s_seeds() {
     let kubeconfigs = kubeconfig_seeds();
     for (name, text) in &kubeconfigs {
-        let rest = String::from_utf8_lossy(text).replace("https://", "").replace("http://", "");
-        assert!(!rest.contains(['/', '\\', '!']), "{name}: the target would skip it");
+        let rest = String::from_utf8_lossy(text)
+            .replace("https://", "")
+            .replace("http://", "");
+        assert!(
+            !rest.contains(['/', '\\', '!']),
+            "{name}: the target would skip it"
+        );
     }
     check_or_write("k8s_lease", &lease_seeds());
     check_or_write("kubeconfig", &kubeconfigs);

@@ -376,13 +376,28 @@ fn serve_connection<H: Handler>(
             let error = Error::new(H::OVERSIZED_ANSWER, e.to_string());
             encode_frame(&handler.failure(error), &mut out)?;
         }
+        drop(resp);
         reader.get_ref().write_all(&out)?;
-        // Do not keep a huge call's buffers for the life of the connection.
+        // Do not keep a huge call's buffers for the life of the connection,
+        // nor the heap its answer took (glibc keeps freed arena memory).
+        let large = payload.capacity() > SHRINK_ABOVE || out.capacity() > SHRINK_ABOVE;
         if payload.capacity() > SHRINK_ABOVE {
             payload = Vec::new();
         }
         if out.capacity() > SHRINK_ABOVE {
             out = Vec::with_capacity(256);
         }
+        if large {
+            release_heap();
+        }
+    }
+}
+
+/// Returns freed heap to the system after a large call.
+fn release_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -100,7 +100,7 @@ struct Inner {
     routed: [AtomicU64; 3],
 }
 
-fn invalid(msg: impl Into<String>) -> Error {
+fn invalid(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::ERR_INVALID_ARGUMENT, msg)
 }
 

@@ -674,7 +674,11 @@ mod tests {
             );
             let e = read_reply(&mut r, Instant::now() + Duration::from_secs(5)).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
-            assert!(largest.get() <= BODY_RESERVE, "read into {} bytes", largest.get());
+            assert!(
+                largest.get() <= BODY_RESERVE,
+                "read into {} bytes",
+                largest.get()
+            );
         }
     }
 
