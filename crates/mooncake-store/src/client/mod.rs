@@ -18,6 +18,7 @@ pub mod config;
 pub mod dummy;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
+mod peer;
 mod ranges;
 mod real;
 mod registry;

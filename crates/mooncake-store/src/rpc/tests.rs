@@ -30,7 +30,7 @@ impl Handler for Toy {
     type Session = u64;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self) -> u64 {
+    fn session(&self, _: &TcpStream) -> u64 {
         0
     }
 

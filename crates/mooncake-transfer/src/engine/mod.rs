@@ -100,6 +100,21 @@ struct Inner {
     routed: [AtomicU64; 3],
 }
 
+/// The address the RPC listener binds: `MC_TCP_BIND_ADDRESS` when set,
+/// else the address `local_hostname` names when it is an IP address (peers
+/// reach us there, nothing else needs to), else every interface: a host
+/// name may resolve to another address locally (`127.0.1.1`) than for peers.
+fn listen_host(bind_address: Option<&str>, hostname: &str) -> String {
+    if let Some(a) = bind_address {
+        return a.to_string();
+    }
+    let bare = hostname.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => "0.0.0.0".to_string(),
+    }
+}
+
 fn invalid(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::ERR_INVALID_ARGUMENT, msg)
 }
@@ -131,10 +146,7 @@ impl TransferEngine {
             given.to_string()
         };
         let (hostname, name_port) = split_host_port(&given);
-        let bind_host = config
-            .rpc_bind_address
-            .clone()
-            .unwrap_or_else(|| "0.0.0.0".to_string());
+        let bind_host = listen_host(config.rpc_bind_address.as_deref(), &hostname);
         let listener = rpc::bind(
             &bind_host,
             config.rpc_port.or(name_port),
@@ -278,6 +290,15 @@ impl Drop for Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listens_where_configured() {
+        assert_eq!(listen_host(Some("10.0.0.5"), "127.0.0.1"), "10.0.0.5");
+        assert_eq!(listen_host(None, "127.0.0.1"), "127.0.0.1");
+        assert_eq!(listen_host(None, "[::1]"), "::1");
+        assert_eq!(listen_host(None, "node7"), "0.0.0.0");
+        assert_eq!(listen_host(None, "0.0.0.0"), "0.0.0.0");
+    }
 
     #[test]
     fn engine_is_send_and_sync() {
