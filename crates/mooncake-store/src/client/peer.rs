@@ -13,10 +13,15 @@ pub(crate) struct PeerSocket {
     pub(crate) inode: u64,
 }
 
-/// The peer socket of `conn`, when the peer is on this host (in this
-/// network namespace); `None` for a remote peer or an unreadable table.
-pub(crate) fn local_peer(conn: &TcpStream) -> Option<PeerSocket> {
-    let (peer, local) = (conn.peer_addr().ok()?, conn.local_addr().ok()?);
+/// The two ends of `conn`: `(peer, ours)`.
+pub(crate) fn ends(conn: &TcpStream) -> Option<(SocketAddr, SocketAddr)> {
+    Some((conn.peer_addr().ok()?, conn.local_addr().ok()?))
+}
+
+/// The socket at `peer` connected to `local`, when the peer is on this host
+/// (in this network namespace); `None` for a remote peer or an unreadable
+/// table.
+pub(crate) fn local_peer(peer: SocketAddr, local: SocketAddr) -> Option<PeerSocket> {
     let table = match peer.ip() {
         IpAddr::V4(_) => "/proc/net/tcp",
         IpAddr::V6(_) => "/proc/net/tcp6",
@@ -59,6 +64,9 @@ fn proc_addr(a: SocketAddr) -> String {
 fn find_socket(table: &str, peer: SocketAddr, ours: SocketAddr) -> Option<PeerSocket> {
     let (want_local, want_remote) = (proc_addr(peer), proc_addr(ours));
     table.lines().skip(1).find_map(|line| {
+        if !line.contains(want_local.as_str()) {
+            return None;
+        }
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 10 || f[1] != want_local || f[2] != want_remote {
             return None;
@@ -99,7 +107,8 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
-        let peer = local_peer(&server).expect("a loopback peer is found");
+        let (far, near) = ends(&server).unwrap();
+        let peer = local_peer(far, near).expect("a loopback peer is found");
         // SAFETY: geteuid has no preconditions.
         assert_eq!(peer.uid, unsafe { libc::geteuid() });
         assert!(process_holds(std::process::id(), peer.inode));

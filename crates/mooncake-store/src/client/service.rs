@@ -112,15 +112,18 @@ struct Session {
 
 /// One dummy connection's state.
 pub(crate) struct Conn {
-    /// The peer's socket, when the peer is on this host.
-    peer: Option<PeerSocket>,
+    /// `(peer, ours)`: who the peer is is looked up only when it asks for
+    /// a session, so idle sockets cost no lookups.
+    ends: Option<(SocketAddr, SocketAddr)>,
     session: Option<Arc<Session>>,
 }
 
 impl Conn {
-    /// Whether the peer's socket belongs to process `pid`.
+    /// Whether the peer's socket belongs to process `pid` on this host.
     fn from_process(&self, pid: u32) -> bool {
-        self.peer.is_some_and(|p| peer::process_holds(pid, p.inode))
+        self.ends
+            .and_then(|(far, near)| peer::local_peer(far, near))
+            .is_some_and(|p: PeerSocket| peer::process_holds(pid, p.inode))
     }
 }
 
@@ -259,7 +262,7 @@ impl Handler for Inner {
 
     fn session(&self, conn: &TcpStream) -> Conn {
         Conn {
-            peer: peer::local_peer(conn),
+            ends: peer::ends(conn),
             session: None,
         }
     }

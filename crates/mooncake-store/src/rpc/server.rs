@@ -73,13 +73,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn observe_malformed(&self) {}
 }
 
-/// What happens to a connection that arrives when the cap is reached.
+/// What happens to a connection that arrives when the cap is reached and
+/// no connection is evictable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WhenFull {
-    /// It waits in the listener's accept queue until a connection closes.
+    /// It waits in the listener's accept queue until a connection closes
+    /// (one that slips past the check is closed, and logged).
     Wait,
-    /// It is accepted and closed at once (and logged).
-    Close,
 }
 
 /// The limits and socket policy of one server.
@@ -111,7 +111,12 @@ const SHRINK_ABOVE: usize = 1 << 20;
 /// instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
-/// Refused connections are logged at most this often (with a count).
+/// How often a full server waiting for a slot looks for an evictable
+/// connection again.
+const EVICT_RECHECK: Duration = Duration::from_millis(100);
+
+/// Connections held for a slot are logged at most this often (with a
+/// count).
 pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One served connection, as the accept loop sees it.
@@ -131,6 +136,12 @@ struct Connections {
 }
 
 impl Connections {
+    fn any_evictable(&self) -> bool {
+        self.open
+            .values()
+            .any(|c| c.evictable.load(Ordering::Relaxed))
+    }
+
     /// Closes the oldest evictable connection; whether there was one.
     fn evict_one(&mut self) -> bool {
         let victim = self
@@ -147,7 +158,8 @@ impl Connections {
     }
 }
 
-/// Counts refusals and logs them at most once per [`REFUSAL_LOG_EVERY`].
+/// Counts connections held for a slot and logs them at most once per
+/// [`REFUSAL_LOG_EVERY`].
 struct RefusalLog {
     start: Instant,
     /// Milliseconds since `start` of the last line written (0: none yet).
@@ -276,9 +288,11 @@ fn accept_loop<H: Handler>(
     let refusals = RefusalLog::new();
     loop {
         if opts.when_full == WhenFull::Wait {
+            // Accept only when a slot is free or can be made by eviction
+            // (timed: a connection becoming evictable signals nothing).
             let mut c = reg.conns.lock();
-            while c.open.len() >= opts.max_connections && !stopping() && !c.evict_one() {
-                reg.freed.wait(&mut c);
+            while c.open.len() >= opts.max_connections && !stopping() && !c.any_evictable() {
+                reg.freed.wait_for(&mut c, EVICT_RECHECK);
             }
         }
         if stopping() {
@@ -294,24 +308,26 @@ fn accept_loop<H: Handler>(
                 continue;
             }
         };
+        // Make room: evict, or hold the new connection until a slot frees.
+        {
+            let mut c = reg.conns.lock();
+            let mut counted = false;
+            while c.open.len() >= opts.max_connections && !stopping() && !c.evict_one() {
+                let first = !std::mem::replace(&mut counted, true);
+                if let Some(suppressed) = first.then(|| refusals.should_log()).flatten() {
+                    tracing::warn!(
+                        server = opts.name,
+                        %peer,
+                        max = opts.max_connections,
+                        suppressed,
+                        "too many connections; a new one waits for a slot"
+                    );
+                }
+                reg.freed.wait_for(&mut c, EVICT_RECHECK);
+            }
+        }
         if stopping() {
             return;
-        }
-        let full = {
-            let mut c = reg.conns.lock();
-            c.open.len() >= opts.max_connections && !c.evict_one()
-        };
-        if full {
-            if let Some(suppressed) = refusals.should_log() {
-                tracing::warn!(
-                    server = opts.name,
-                    %peer,
-                    max = opts.max_connections,
-                    suppressed,
-                    "too many connections; closing a new one"
-                );
-            }
-            continue;
         }
         if let Err(e) = spawn_connection(stream, peer, reg, handler, opts) {
             tracing::warn!(server = opts.name, %peer, "cannot serve connection: {e}");
