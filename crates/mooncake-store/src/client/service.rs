@@ -120,7 +120,7 @@ pub(crate) struct Conn {
 
 impl Conn {
     /// Whether the peer's socket belongs to process `pid` on this host.
-    fn from_process(&self, pid: u32) -> bool {
+    fn is_process(&self, pid: u32) -> bool {
         self.ends
             .and_then(|(far, near)| peer::local_peer(far, near))
             .is_some_and(|p: PeerSocket| peer::process_holds(pid, p.inode))
@@ -317,7 +317,7 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
             let found = inner.sessions.lock().get(&id).and_then(Weak::upgrade);
             // A stranger learns nothing: a wrong token and another
             // process's token are the same error.
-            match found.filter(|s| conn.session.is_none() && conn.from_process(s.owner_pid)) {
+            match found.filter(|s| conn.session.is_none() && conn.is_process(s.owner_pid)) {
                 Some(s) => {
                     conn.session = Some(s);
                     DummyResponse::Session {
@@ -469,7 +469,7 @@ fn hello(
         .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "region too large"))?;
     // Only the process holding the memory may share it: otherwise any
     // peer could name another process's descriptor.
-    if !conn.from_process(pid) {
+    if !conn.is_process(pid) {
         return Err(Error::new(
             ErrorCode::ILLEGAL_CLIENT,
             format!("Hello for process {pid} must come from a socket of that process on this host"),
