@@ -2,7 +2,9 @@
 # Installs the system packages the build and the tests need on a fresh
 # Debian machine: protoc (etcd-client's build), etcd and redis servers (real
 # metadata backends in tests), Python build tooling for the wheel, and
-# Debian's official Kubernetes Python client (checks the k8s API stand-in).
+# Debian's official Kubernetes Python client (checks the k8s API stand-in),
+# Prometheus (scrapes a live cluster to check the dashboard's queries) and
+# Chromium (loads the master's status page headless).
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -11,6 +13,8 @@ if [ "${1:-}" = "--test" ]; then
     command -v redis-server >/dev/null || need+=(redis-server)
     python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
     /usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
+    command -v prometheus >/dev/null || need+=(prometheus)
+    command -v chromium >/dev/null || need+=(chromium)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -71,3 +71,18 @@ def test_master_and_client_stop_cleanly_on_signals(sig):
 def test_master_bad_flag():
     out = subprocess.run([procs.program("mooncake_master"), "--rpc_port=notaport"], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
+
+
+def test_master_version():
+    out = subprocess.run([procs.program("mooncake_master"), "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("mooncake_master version "), out.stdout
+    assert "build" in out.stdout
+
+
+def test_embedded_metadata_server_health(cluster):
+    import urllib.request
+
+    base = cluster.metadata.rsplit("/", 1)[0]
+    with urllib.request.urlopen(f"{base}/health", timeout=10) as r:
+        assert (r.status, r.read()) == (200, b"OK")

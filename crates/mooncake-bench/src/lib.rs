@@ -254,18 +254,21 @@ fn run_store(a: StoreArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     emit(&store::render(&results));
+    emit(&store::chart(&results));
     write_json(&a.json, &results)
 }
 
 fn run_rpc(a: RpcArgs) -> Result<(), String> {
     let r = rpc::run(a.calls.max(1), a.threads.max(1)).map_err(|e| e.to_string())?;
     emit(&rpc::render(&r));
+    emit(&rpc::chart(&r));
     Ok(())
 }
 
 fn run_baseline(a: BaselineArgs) -> Result<(), String> {
     let iters = a.iters.max(10);
     let mut rows = Vec::new();
+    let (mut latency, mut bandwidth) = (Vec::new(), Vec::new());
     for (msg, spin, server_spin) in [
         (64, false, false),
         (4096, false, false),
@@ -279,6 +282,9 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
             (true, false) => " (client spins)",
             (true, true) => " (both spin)",
         };
+        let case = format!("tcp ping-pong {}{how}", stats::fmt_size(msg));
+        eprintln!("  {case}: p50 {:.1} µs", p.summary.p50_us);
+        latency.push((case, p.summary.p50_us));
         rows.push(vec![
             format!("tcp ping-pong {}{how}", stats::fmt_size(msg)),
             format!("{:.1}", p.summary.p50_us),
@@ -289,6 +295,9 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
     for block in [4 << 10, 64 << 10, 1 << 20, 4 << 20, 64 << 20] {
         let n = (iters * 4096 / block).clamp(20, iters);
         let m = baseline::memcpy_bandwidth(block, n);
+        let case = format!("memcpy {}", stats::fmt_size(block));
+        eprintln!("  {case}: {:.2} GB/s", m.gb_s);
+        bandwidth.push((case, m.gb_s));
         rows.push(vec![
             format!("memcpy {} (same buffers)", stats::fmt_size(block)),
             format!("{:.1}", m.p50_us),
@@ -300,6 +309,9 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
         let region = 512 << 20;
         let n = (region / block).clamp(20, iters.max(20));
         let m = baseline::memcpy_streaming(block, region, n);
+        let case = format!("memcpy {} into 512 MiB", stats::fmt_size(block));
+        eprintln!("  {case}: {:.2} GB/s", m.gb_s);
+        bandwidth.push((case, m.gb_s));
         rows.push(vec![
             format!(
                 "memcpy {} into a warm 512 MiB region",
@@ -311,6 +323,12 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
         ]);
     }
     emit(&stats::table(&["case", "p50 µs", "p99 µs", "GB/s"], &rows));
+    emit(&stats::bars(
+        "Loopback TCP round trip (p50)",
+        "µs",
+        &latency,
+    ));
+    emit(&stats::bars("memcpy bandwidth", "GB/s", &bandwidth));
     Ok(())
 }
 

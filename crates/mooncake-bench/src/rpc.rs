@@ -85,8 +85,18 @@ pub fn run(calls: usize, threads: usize) -> Result<Vec<RpcResult>> {
             summary: summarize(&mut lat, 0, 1),
             total_ops_s: n as f64 / secs,
         });
+        eprintln!("  {name}: {n} calls, {:.0} calls/s", n as f64 / secs);
     }
     Ok(out)
+}
+
+/// Calls per second per case, drawn.
+pub fn chart(results: &[RpcResult]) -> String {
+    let rows: Vec<(String, f64)> = results
+        .iter()
+        .map(|r| (format!("{} x{}", r.call, r.threads), r.total_ops_s))
+        .collect();
+    stats::bars("Master round trips", "calls/s", &rows)
 }
 
 pub fn render(results: &[RpcResult]) -> String {

@@ -71,9 +71,47 @@ pub fn table(head: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
+/// A horizontal bar chart of `rows` (label, value) in text, scaled to the
+/// largest value: what a table shows, drawn.
+pub fn bars(title: &str, unit: &str, rows: &[(String, f64)]) -> String {
+    const WIDTH: f64 = 40.0;
+    let max = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+    let label_w = rows.iter().map(|r| r.0.chars().count()).max().unwrap_or(0);
+    let mut s = format!("{title}\n");
+    for (label, v) in rows {
+        let cells = if max > 0.0 { v / max * WIDTH } else { 0.0 };
+        // Eighths of a cell, so small differences still show.
+        let eighths = (cells * 8.0).round() as usize;
+        let mut bar = "█".repeat(eighths / 8);
+        if !eighths.is_multiple_of(8) {
+            bar.push(['▏', '▎', '▍', '▌', '▋', '▊', '▉'][eighths % 8 - 1]);
+        }
+        let pad = label_w - label.chars().count();
+        s.push_str(&format!(
+            "{label}{} │{bar} {v:.2} {unit}\n",
+            " ".repeat(pad)
+        ));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bars_scale_to_the_largest() {
+        let chart = bars(
+            "t",
+            "GB/s",
+            &[("a".into(), 2.0), ("bb".into(), 1.0), ("c".into(), 0.0)],
+        );
+        let lines: Vec<&str> = chart.lines().collect();
+        assert_eq!(lines[0], "t");
+        assert_eq!(lines[1], format!("a  │{} 2.00 GB/s", "█".repeat(40)));
+        assert_eq!(lines[2], format!("bb │{} 1.00 GB/s", "█".repeat(20)));
+        assert_eq!(lines[3], "c  │ 0.00 GB/s");
+    }
 
     #[test]
     fn nearest_rank_percentiles() {

@@ -487,6 +487,24 @@ impl<'a> Workload<'a> {
     }
 }
 
+/// Throughput per case, drawn.
+pub fn chart(results: &[CaseResult]) -> String {
+    let rows: Vec<(String, f64)> = results
+        .iter()
+        .map(|r| {
+            let label = format!(
+                "{}/{} {} {}",
+                r.topology.name(),
+                r.mode,
+                r.op.name(),
+                stats::fmt_size(r.size)
+            );
+            (label, r.summary.gb_s)
+        })
+        .collect();
+    stats::bars("Throughput by case", "GB/s", &rows)
+}
+
 /// The report as a markdown table.
 pub fn render(results: &[CaseResult]) -> String {
     let rows: Vec<Vec<String>> = results

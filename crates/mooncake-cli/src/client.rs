@@ -5,6 +5,7 @@
 use clap::{ArgAction, Parser};
 use mooncake_common::gflags::{normalize, parse_bool};
 use mooncake_common::size::{format_size, parse_size};
+use mooncake_store::client::http::{ClientHttpServer, DEFAULT_CLIENT_HTTP_PORT};
 use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreService};
 
 #[derive(Parser, Debug)]
@@ -38,12 +39,23 @@ pub struct Args {
     /// Engine name `host[:port]` (default: from `--host`).
     #[arg(long, default_value = "")]
     pub local_hostname: String,
+    /// Run an SSD tier next to the segment, configured by the
+    /// `MOONCAKE_OFFLOAD_*` variables (the master needs `--enable_offload`).
     #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
     pub enable_offload: bool,
     /// Accepted for compatibility; each dummy connection gets its own thread.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Serve `/metrics` and `/health` over HTTP on `--http_port`.
+    #[arg(long, default_value = "false", value_parser = parse_bool, action = ArgAction::Set)]
+    pub enable_http_server: bool,
+    /// Port of the HTTP server (only with `--enable_http_server`).
+    #[arg(long, default_value_t = DEFAULT_CLIENT_HTTP_PORT)]
+    pub http_port: u16,
 }
+
+/// Flags that may be given without a value.
+const BOOL_FLAGS: &[&str] = &["enable_offload", "enable_http_server"];
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| e.to_string())
@@ -68,6 +80,7 @@ impl Args {
                 protocol: self.protocol.clone(),
                 device_name: self.device_names.clone(),
                 master_server_address: self.master_server_address.clone(),
+                enable_offload: self.enable_offload,
                 ..ClientConfig::default()
             },
             host: match host {
@@ -93,16 +106,11 @@ pub(crate) fn parse<T: Parser>(argv: Vec<String>, bools: &[&str]) -> Result<T, i
 }
 
 pub fn main(argv: Vec<String>) -> i32 {
-    let args: Args = match parse(argv, &["enable_offload"]) {
+    let args: Args = match parse(argv, BOOL_FLAGS) {
         Ok(a) => a,
         Err(code) => return code,
     };
     crate::logging::init();
-    if args.enable_offload {
-        tracing::warn!(
-            "--enable_offload: the SSD tier is not part of this build; serving memory only"
-        );
-    }
     let config = args.service_config();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -127,6 +135,21 @@ pub fn main(argv: Vec<String>) -> i32 {
                 return 1;
             }
         };
+        let http = if args.enable_http_server {
+            // Metrics are scraped from other hosts: all interfaces unless
+            // --host names one (the dummy service itself stays on loopback).
+            let host = args.host.as_deref().unwrap_or("0.0.0.0");
+            match http_server(&service, host, args.http_port) {
+                Ok(server) => Some(server),
+                Err(e) => {
+                    eprintln!("mooncake_client: {e}");
+                    let _ = tokio::task::spawn_blocking(move || service.stop()).await;
+                    return 1;
+                }
+            }
+        } else {
+            None
+        };
         // Handlers first: a stop sent right after "ready" must not be lost.
         let stop = crate::signals::shutdown_signal();
         println!(
@@ -135,10 +158,30 @@ pub fn main(argv: Vec<String>) -> i32 {
             service.hostname(),
             format_size(args.global_segment_size)
         );
+        if let Some(h) = &http {
+            println!("mooncake_client http: /metrics and /health on {}", h.addr());
+        }
         stop.await;
+        drop(http);
         let _ = tokio::task::spawn_blocking(move || service.stop()).await;
         0
     })
+}
+
+/// The client HTTP server over the service's metrics and health.
+fn http_server(
+    service: &StoreService,
+    host: &str,
+    port: u16,
+) -> mooncake_common::Result<ClientHttpServer> {
+    let metrics = service.metrics().cloned().ok_or_else(|| {
+        mooncake_common::Error::new(
+            mooncake_common::ErrorCode::INVALID_PARAMS,
+            "--enable_http_server needs client metrics (MC_STORE_CLIENT_METRIC=0 turned them off)",
+        )
+    })?;
+    let health = service.health_probe();
+    ClientHttpServer::start(host, port, metrics, health)
 }
 
 #[cfg(test)]
@@ -159,15 +202,19 @@ mod tests {
                 "--enable_offload",
                 "--threads=4",
                 "--host=127.0.0.1",
+                "--enable_http_server",
+                "--http_port=9400",
             ]
             .map(String::from)
             .to_vec(),
-            &["enable_offload"],
+            BOOL_FLAGS,
         )
         .unwrap();
         assert_eq!(args.port, 50099);
         assert_eq!(args.global_segment_size, 4 << 30);
         assert!(args.enable_offload);
+        assert!(args.enable_http_server);
+        assert_eq!(args.http_port, 9400);
         let cfg = args.service_config();
         assert_eq!(cfg.client.local_hostname, "127.0.0.1");
         assert_eq!(cfg.client.device_name, "mlx5_0");

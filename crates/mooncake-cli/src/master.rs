@@ -99,8 +99,41 @@ fn tune_malloc() {
     });
 }
 
+/// gflags' `--version` (also `-version`, `--version=true`): print the
+/// version and build type and exit 0, before any other flag is looked at.
+fn wants_version(argv: &[String]) -> bool {
+    argv.iter().skip(1).fold(false, |on, a| {
+        let flag = a.strip_prefix("--").or_else(|| a.strip_prefix('-'));
+        match flag {
+            Some("version") => true,
+            Some("noversion") => false,
+            Some(f) => match f.strip_prefix("version=") {
+                Some(v) => gflags::parse_bool(v).unwrap_or(on),
+                None => on,
+            },
+            None => on,
+        }
+    })
+}
+
+fn version_text() -> String {
+    let build = if cfg!(debug_assertions) {
+        "Debug build"
+    } else {
+        "Release build"
+    };
+    format!(
+        "mooncake_master version {} (mooncake-rs)\n{build}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 /// Entry point (see [`crate::entry`]): argv in, exit code out.
 pub fn main(argv: Vec<String>) -> i32 {
+    if wants_version(&argv) {
+        println!("{}", version_text());
+        return 0;
+    }
     tune_malloc();
     let config = match parse(argv) {
         Ok(c) => c,
@@ -147,6 +180,33 @@ mod tests {
                 .map(String::from)
                 .collect(),
         )
+    }
+
+    #[test]
+    fn version_flag() {
+        let argv = |args: &[&str]| -> Vec<String> {
+            std::iter::once("mooncake_master")
+                .chain(args.iter().copied())
+                .map(String::from)
+                .collect()
+        };
+        for on in [
+            &["--version"][..],
+            &["-version"],
+            &["--version=true"],
+            &["--rpc_port=1", "--version=1"],
+        ] {
+            assert!(wants_version(&argv(on)), "{on:?}");
+        }
+        for off in [
+            &[][..],
+            &["--version=false"],
+            &["--version", "--noversion"],
+            &["--rpc_port=1"],
+        ] {
+            assert!(!wants_version(&argv(off)), "{off:?}");
+        }
+        assert!(version_text().starts_with("mooncake_master version "));
     }
 
     #[test]

@@ -877,10 +877,25 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
     service.stop();
 }
 
+#[path = "../../mooncake-store/examples/basic_usage.rs"]
+mod basic_usage;
+
+/// The Rust API example, run against a cluster.
 #[test]
-fn seed_shaped_rust_api() {
+fn rust_api_example_runs() {
+    let cluster = Cluster::start(&[]);
+    basic_usage::run(&cluster.master_addr, &cluster.metadata).unwrap();
+}
+
+#[test]
+fn rust_api_answers_the_reference_codes() {
+    use mooncake_store::{ReplicateConfig, StoreError};
     let cluster = Cluster::start(&[]);
     let store = MooncakeStore::new().unwrap();
+    assert!(matches!(
+        store.health_check(),
+        Err(StoreError::OperationFailed(1))
+    ));
     store
         .setup(
             "127.0.0.1",
@@ -892,25 +907,38 @@ fn seed_shaped_rust_api() {
             &cluster.master_addr,
         )
         .unwrap();
-    store.put("my-key", b"hello, mooncake!", None).unwrap();
-    let config = ReplicateConfig {
-        replica_num: 2,
-        with_soft_pin: true,
-        ..Default::default()
-    };
-    store
-        .put("replicated-key", b"replicated value", Some(&config))
-        .unwrap();
-    assert!(store.is_exist("my-key").unwrap());
-    assert_eq!(store.get_size("my-key").unwrap(), 16);
-    assert_eq!(store.get("my-key").unwrap(), b"hello, mooncake!");
-    let mut buf = [0u8; 32];
-    assert_eq!(store.get_into("replicated-key", &mut buf).unwrap(), 16);
-    assert_eq!(&buf[..16], b"replicated value");
+    store.health_check().unwrap();
+    assert!(store.get_hostname().unwrap().starts_with("127.0.0.1:"));
+    let zero = ReplicateConfig::default();
+    assert_eq!(store.put("k0", b"v", Some(&zero)).unwrap_err().code(), -600);
+    store.put("k", b"first", None).unwrap();
+    store.put("k", b"second", None).unwrap();
+    assert_eq!(store.get("k").unwrap(), b"first", "first write wins");
     let e = store.get("absent").unwrap_err();
     assert_eq!(e.code(), ErrorCode::OBJECT_NOT_FOUND.code());
-    eventually("lease expires", || store.remove("my-key", false).is_ok());
-    assert!(!store.is_exist("my-key").unwrap());
+    let mut buf = [0u8; 8];
+    let ptr = buf.as_mut_ptr().cast();
+    // Unregistered destination: INVALID_PARAMS; too small: INVALID_PARAMS.
+    assert_eq!(
+        unsafe { store.get_into("k", ptr, 8) }.unwrap_err().code(),
+        -600
+    );
+    unsafe { store.register_buffer(ptr, 8).unwrap() };
+    assert_eq!(
+        unsafe { store.get_into("k", ptr, 2) }.unwrap_err().code(),
+        -600
+    );
+    assert_eq!(unsafe { store.get_into("k", ptr, 8) }.unwrap(), 5);
+    let got = unsafe { store.batch_get_into(&["k", "absent"], &[ptr, ptr], &[8, 8]) };
+    assert_eq!(got.unwrap(), [5, -704]);
+    unsafe { store.unregister_buffer(ptr).unwrap() };
+    assert_eq!(store.remove_by_regex("^nothing", false).unwrap(), 0);
+    assert_eq!(store.remove_all(true).unwrap(), 1);
+    drop(cluster);
+    assert!(matches!(
+        store.health_check(),
+        Err(StoreError::OperationFailed(2))
+    ));
 }
 
 #[test]

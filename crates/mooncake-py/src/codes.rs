@@ -13,18 +13,11 @@ pub(crate) const NOT_READY: i32 = ErrorCode::INTERNAL_ERROR as i32;
 pub(crate) const INVALID: i32 = ErrorCode::INVALID_PARAMS as i32;
 pub(crate) const NOT_FOUND: i32 = ErrorCode::OBJECT_NOT_FOUND as i32;
 
-/// The number a failed store call returns: a destination smaller than the
-/// object, a bad key or an unregistered destination are INVALID_PARAMS; a
-/// cluster without a segment to place an object in is NO_AVAILABLE_HANDLE.
+/// The number a failed store call returns, as the reference's store does
+/// (see [`mooncake_store::client::store_code`]: engine failures are
+/// TRANSFER_FAIL, bad destinations INVALID_PARAMS, ...).
 pub(crate) fn code(e: &Error) -> i32 {
-    match e.code {
-        ErrorCode::BUFFER_OVERFLOW
-        | ErrorCode::INVALID_KEY
-        | ErrorCode::ERR_ADDRESS_NOT_REGISTERED
-        | ErrorCode::ERR_INVALID_ARGUMENT => INVALID,
-        ErrorCode::SEGMENT_NOT_FOUND => ErrorCode::NO_AVAILABLE_HANDLE.code(),
-        c => c.code(),
-    }
+    mooncake_store::client::store_code(e)
 }
 
 /// 0 or the code. A put of an existing key is a success that keeps the
@@ -82,11 +75,14 @@ pub(crate) fn exist(r: Result<bool, Error>) -> i32 {
     }
 }
 
-/// A failed `setup`: -600 for bad arguments, -1 for any failure to join
-/// (master or metadata server unreachable, unknown protocol), as in the
-/// reference.
-pub(crate) fn setup(e: &Error) -> i32 {
-    if e.code == ErrorCode::INVALID_PARAMS {
+/// A failed `setup`: -600 for bad arguments; any other failure to join
+/// (master or metadata server unreachable, a name already taken, RDMA
+/// devices not found) is -600 when `local_hostname` names a port and -1
+/// when it does not, as in the reference (whose setup reports a failed
+/// client creation as INVALID_PARAMS, and a failed search for a free port
+/// as INTERNAL_ERROR).
+pub(crate) fn setup(e: &Error, named_port: bool) -> i32 {
+    if e.code == ErrorCode::INVALID_PARAMS || named_port {
         INVALID
     } else {
         NOT_READY
@@ -177,6 +173,23 @@ mod tests {
             assert_eq!(code(&err(c)), -600, "{c}");
         }
         assert_eq!(code(&err(ErrorCode::SEGMENT_NOT_FOUND)), -200);
+        for c in [
+            ErrorCode::ERR_METADATA,
+            ErrorCode::ERR_ENDPOINT,
+            ErrorCode::ERR_SOCKET,
+            ErrorCode::ERR_DNS,
+            ErrorCode::ERR_MALFORMED_JSON,
+            ErrorCode::ERR_REJECT_HANDSHAKE,
+            ErrorCode::ERR_TOO_MANY_REQUESTS,
+            ErrorCode::ERR_BATCH_BUSY,
+            ErrorCode::ERR_DEVICE_NOT_FOUND,
+            ErrorCode::ERR_ADDRESS_OVERLAPPED,
+        ] {
+            assert_eq!(code(&err(c)), -800, "{c}");
+            assert_eq!(status(Err(err(c))), -800, "{c}");
+        }
+        assert_eq!(per_key(1, Err(err(ErrorCode::ERR_METADATA))), vec![-800]);
+        assert_eq!(count::<u64>(Err(err(ErrorCode::ERR_SOCKET))), -800);
         assert_eq!(code(&err(ErrorCode::NO_AVAILABLE_HANDLE)), -200);
         assert_eq!(code(&err(ErrorCode::OBJECT_NOT_FOUND)), -704);
         assert_eq!(
@@ -232,9 +245,11 @@ mod tests {
 
     #[test]
     fn setup_and_health() {
-        assert_eq!(setup(&err(ErrorCode::INVALID_PARAMS)), -600);
-        assert_eq!(setup(&err(ErrorCode::RPC_FAIL)), -1);
-        assert_eq!(setup(&err(ErrorCode::ERR_METADATA)), -1);
+        assert_eq!(setup(&err(ErrorCode::INVALID_PARAMS), false), -600);
+        assert_eq!(setup(&err(ErrorCode::RPC_FAIL), false), -1);
+        assert_eq!(setup(&err(ErrorCode::ERR_METADATA), false), -1);
+        assert_eq!(setup(&err(ErrorCode::RPC_FAIL), true), -600);
+        assert_eq!(setup(&err(ErrorCode::ERR_METADATA), true), -600);
         assert_eq!(health(Ok(())), 0);
         assert_eq!(health(Err(err(ErrorCode::RPC_FAIL))), 2);
     }

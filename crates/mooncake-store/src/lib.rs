@@ -8,7 +8,9 @@
 //! - [`master_client`]: the blocking, pooled client of the master;
 //! - `rpc`: the framed-RPC client pool and server loop both protocols run on;
 //! - [`client`]: the store client (put/get over the transfer engine), dummy
-//!   clients and the standalone store service.
+//!   clients and the standalone store service;
+//! - [`tier`]: the SSD tier's storage core (on-disk layouts, verified reads,
+//!   the restart scan, disk eviction).
 
 mod allocator;
 pub mod client;
@@ -17,8 +19,9 @@ pub mod master;
 pub mod master_client;
 pub mod proto;
 mod rpc;
+pub mod tier;
 pub mod types;
 
+pub use client::rust_api::ReplicateConfig;
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};
 pub use master_client::MasterClient;
-pub use types::ReplicateConfig;

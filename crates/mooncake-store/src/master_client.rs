@@ -6,19 +6,20 @@
 //! `RPC_FAIL`.
 
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
+use crate::client::metrics::ClientMetrics;
 use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, ReplicaDesc, SegmentInfo, TaskAssignment, TaskId, TaskInfo,
-    WriteOptions,
+    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment,
+    TaskId, TaskInfo, WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
@@ -35,6 +36,8 @@ pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 #[derive(Clone)]
 pub struct MasterClient {
     pool: Arc<Pool<MasterAddr>>,
+    /// Times every call, once a store client's metrics are attached.
+    rpc_metrics: Arc<OnceLock<Arc<ClientMetrics>>>,
 }
 
 impl MasterClient {
@@ -118,6 +121,7 @@ impl MasterClient {
         pool.put_idle(conn);
         Ok(MasterClient {
             pool: Arc::new(pool),
+            rpc_metrics: Arc::default(),
         })
     }
 
@@ -344,6 +348,74 @@ impl MasterClient {
     }
 
     /// Executor side: reports a fetched task's outcome.
+    /// Mounts this client's SSD tier (see `Request::MountLocalDisk`).
+    pub fn mount_local_disk(
+        &self,
+        client_id: ClientId,
+        tier_id: &str,
+        endpoint: &str,
+        capacity: u64,
+    ) -> Result<()> {
+        unit(self.call(&Request::MountLocalDisk {
+            client_id,
+            tier_id,
+            endpoint,
+            capacity,
+        })?)
+    }
+
+    pub fn fetch_offload_tasks(&self, client_id: ClientId, max: u32) -> Result<OffloadBatch> {
+        match self.call(&Request::FetchOffloadTasks { client_id, max })? {
+            Response::Offload { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Reports copies durable in this client's tier; one result per key.
+    pub fn notify_offload(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+        sizes: &[u64],
+        restore: bool,
+    ) -> Result<Vec<Result<()>>> {
+        let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
+        units(
+            self.call(&Request::NotifyOffload {
+                client_id,
+                keys: keys_ref,
+                sizes: sizes.to_vec(),
+                restore,
+            })?,
+            keys.len(),
+        )
+    }
+
+    pub fn promotion_start(&self, client_id: ClientId, key: &str) -> Result<Vec<ReplicaDesc>> {
+        match self.call(&Request::PromotionStart { client_id, key })? {
+            Response::Replicas { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    pub fn notify_offload_failure(&self, client_id: ClientId, keys: &[String]) -> Result<()> {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        unit(self.call(&Request::NotifyOffloadFailure { client_id, keys })?)
+    }
+
+    pub fn evict_disk_replicas(
+        &self,
+        client_id: ClientId,
+        keys: &[String],
+    ) -> Result<Vec<Result<()>>> {
+        let n = keys.len();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        units(
+            self.call(&Request::EvictDiskReplicas { client_id, keys })?,
+            n,
+        )
+    }
+
     pub fn mark_task_complete(
         &self,
         client_id: ClientId,
@@ -392,7 +464,21 @@ impl MasterClient {
     }
 
     /// Sends one request and waits for its answer (see [`rpc::client`]).
+    /// Records every later call (and its clones') in `metrics`.
+    pub(crate) fn observe_rpcs(&self, metrics: Arc<ClientMetrics>) {
+        let _ = self.rpc_metrics.set(metrics);
+    }
+
     fn call(&self, req: &Request<'_>) -> Result<Response> {
+        let started = Instant::now();
+        let resp = self.call_unmetered(req);
+        if let Some(m) = self.rpc_metrics.get() {
+            m.observe_rpc(req.name(), started.elapsed());
+        }
+        resp
+    }
+
+    fn call_unmetered(&self, req: &Request<'_>) -> Result<Response> {
         let mut frame = Vec::with_capacity(64);
         encode_frame(req, &mut frame)
             .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;

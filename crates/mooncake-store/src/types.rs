@@ -111,10 +111,22 @@ pub struct DiskDescriptor {
     pub object_size: u64,
 }
 
+/// A copy in a storage client's SSD tier (the reference's `LOCAL_DISK`):
+/// readable through its owner, which stages it for the reader.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalDiskDescriptor {
+    /// The storage client holding the copy.
+    pub client_id: ClientId,
+    pub object_size: u64,
+    /// The owner's tier service, `host:port`.
+    pub transport_endpoint: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplicaKind {
     Memory(MemoryDescriptor),
     Disk(DiskDescriptor),
+    LocalDisk(LocalDiskDescriptor),
 }
 
 /// One replica of an object.
@@ -129,7 +141,7 @@ impl ReplicaDesc {
     pub fn memory(&self) -> Option<&MemoryDescriptor> {
         match &self.kind {
             ReplicaKind::Memory(m) => Some(m),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         }
     }
 
@@ -138,6 +150,7 @@ impl ReplicaDesc {
         match &self.kind {
             ReplicaKind::Memory(m) => m.size,
             ReplicaKind::Disk(d) => d.object_size,
+            ReplicaKind::LocalDisk(d) => d.object_size,
         }
     }
 }
@@ -196,4 +209,26 @@ pub struct TaskAssignment {
     /// Move only: the segment whose replica goes away.
     pub source: String,
     pub targets: Vec<String>,
+}
+
+/// An object a storage client is asked to copy to its SSD tier: its bytes
+/// are at `address` in the client's own segment (a read lease keeps them
+/// there while the task is fresh).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OffloadTask {
+    pub key: String,
+    pub size: u64,
+    pub address: u64,
+}
+
+/// What `FetchOffloadTasks` hands a storage client: objects to write to its
+/// tier, and keys whose tier copies are no longer wanted (removed or
+/// replaced objects).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OffloadBatch {
+    pub tasks: Vec<OffloadTask>,
+    pub removes: Vec<String>,
+    /// Disk-only objects read often: copy them back to memory
+    /// (`PromotionStart`, then `PutEnd`).
+    pub promotions: Vec<String>,
 }

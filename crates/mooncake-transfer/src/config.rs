@@ -14,11 +14,19 @@ pub struct EngineConfig {
     pub protocol: String,
     /// RDMA NIC name; ignored by `tcp` (scripts often pass one anyway).
     pub device_name: String,
-    /// Address the RPC listener binds (`MC_TCP_BIND_ADDRESS`); default all interfaces.
+    /// Address the RPC listener binds (`MC_TCP_BIND_ADDRESS`); default all
+    /// interfaces. With a metadata server, a specific address is also the one
+    /// published to peers (else the host of `local_server_name`).
     pub rpc_bind_address: Option<String>,
-    /// `None`: the port in `local_server_name`, else a free port in
-    /// `min_rpc_port..max_rpc_port`.
+    /// Port the RPC listener binds. `None` (the default): a free port in
+    /// `min_rpc_port..max_rpc_port`, published in the metadata, so the port
+    /// in `local_server_name` is only part of the segment's name; with
+    /// [`Self::legacy_rpc_port_binding`], the named port.
     pub rpc_port: Option<u16>,
+    /// Bind the port named in `local_server_name` rather than a free one
+    /// (`MC_LEGACY_RPC_PORT_BINDING`, set to anything). No effect in P2P
+    /// mode, where the name always becomes `host:<listening port>`.
+    pub legacy_rpc_port_binding: bool,
     /// Never use the same-host shared-memory path (`MC_FORCE_TCP`).
     pub force_tcp: bool,
     /// A request not finished after this long ends `TIMEOUT` (`MC_TRANSFER_TIMEOUT`, seconds).
@@ -77,6 +85,7 @@ impl EngineConfig {
             device_name: String::new(),
             rpc_bind_address: None,
             rpc_port: None,
+            legacy_rpc_port_binding: false,
             force_tcp: false,
             transfer_timeout: DEFAULT_TRANSFER_TIMEOUT,
             slice_size: DEFAULT_SLICE_SIZE,
@@ -114,6 +123,10 @@ impl EngineConfig {
             if n > 0 {
                 self.slice_size = n;
             }
+        }
+        // The reference only tests that the variable is set.
+        if var("MC_LEGACY_RPC_PORT_BINDING").is_some() {
+            self.legacy_rpc_port_binding = true;
         }
         if let Some(addr) = var("MC_TCP_BIND_ADDRESS").filter(|a| !a.trim().is_empty()) {
             self.rpc_bind_address = Some(addr.trim().to_string());
@@ -201,7 +214,10 @@ mod tests {
             ("MC_MIN_PRC_PORT", "20000"),
             ("MC_MAX_PRC_PORT", "20010"),
             ("MC_HANDSHAKE_MAX_LENGTH", "4096"),
+            ("MC_LEGACY_RPC_PORT_BINDING", "0"),
         ]);
+        assert!(c.legacy_rpc_port_binding, "set at all: legacy binding");
+        assert!(!with_env(&[]).legacy_rpc_port_binding);
         assert!(c.force_tcp);
         assert_eq!(c.transfer_timeout, Duration::from_secs(2));
         assert_eq!(c.slice_size, 1 << 20);

@@ -257,11 +257,39 @@ fn metadata_server_must_be_reachable_or_valid() {
         TransferEngine::new(c).err().unwrap().code,
         ErrorCode::ERR_METADATA
     );
+}
+
+/// As the reference on a host without an RDMA NIC: `rdma` starts and moves
+/// bytes (over TCP here).
+#[test]
+fn rdma_runs_over_tcp() {
     let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.1");
     c.protocol = "rdma".into();
+    c.device_name = "mlx5_0".into();
+    c.force_tcp = true;
+    let a = TransferEngine::new(c).unwrap();
+    let b = engine(true);
+    let src = a.allocate_managed_buffer(4096).unwrap();
+    let dst = b.allocate_managed_buffer(4096).unwrap();
+    // SAFETY: `src` is a 4096-byte managed buffer of `a`.
+    unsafe { std::ptr::write_bytes(src as *mut u8, 0x5a, 4096) };
+    let seg = a.open_segment(&b.local_server_name()).unwrap();
+    let req = TransferRequest {
+        opcode: Opcode::Write,
+        source: src,
+        target_id: seg,
+        target_offset: dst as u64,
+        length: 4096,
+    };
+    a.transfer_sync(&[req]).unwrap();
+    // SAFETY: `dst` is a 4096-byte managed buffer of `b`, written above.
+    let got = unsafe { std::slice::from_raw_parts(dst as *const u8, 4096) };
+    assert!(got.iter().all(|&x| x == 0x5a));
     assert_eq!(
-        TransferEngine::new(c).err().unwrap().code,
-        ErrorCode::ERR_DEVICE_NOT_FOUND
+        a.segment_descriptor(a.open_segment(&a.local_server_name()).unwrap())
+            .unwrap()
+            .protocol,
+        "tcp"
     );
 }
 

@@ -22,6 +22,8 @@ pub const STORAGE: &str = env!("CARGO_BIN_EXE_mooncake_client");
 
 pub struct Cluster {
     pub master_addr: String,
+    /// The master's HTTP service (metrics, status page).
+    pub http_addr: String,
     pub metadata: String,
     _procs: Vec<Proc>,
 }
@@ -47,13 +49,13 @@ pub fn metadata_server() -> (Proc, String) {
 
 impl Cluster {
     pub fn start(extra_master_flags: &[&str]) -> Cluster {
-        let mport = free_port();
+        let (mport, hport) = (free_port(), free_port());
         let (meta, metadata) = metadata_server();
         let mut args = vec![
             format!("--rpc_port={mport}"),
             "--rpc_address=127.0.0.1".into(),
             "--metrics_host=127.0.0.1".into(),
-            "--metrics_port=0".into(),
+            format!("--metrics_port={hport}"),
             "--client_ttl=2".into(),
             "--default_kv_lease_ttl=50".into(),
         ];
@@ -67,8 +69,10 @@ impl Cluster {
                 .unwrap(),
         );
         wait_port(mport);
+        wait_port(hport);
         Cluster {
             master_addr: format!("127.0.0.1:{mport}"),
+            http_addr: format!("127.0.0.1:{hport}"),
             metadata,
             _procs: vec![meta, master],
         }
@@ -145,7 +149,7 @@ pub fn segments_of(client: &Client, key: &str) -> Vec<String> {
         .into_iter()
         .filter_map(|r| match r.kind {
             ReplicaKind::Memory(m) => Some(m.segment_name),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         })
         .collect();
     v.sort();

@@ -29,12 +29,19 @@ mod topology;
 mod transfer;
 
 /// The underlying engine, as `get_engine()` hands it out.
-/// `MooncakeDistributedStore.setup(engine=...)` takes it for the reference's
-/// signature, but the store still starts an engine of its own.
+/// `MooncakeDistributedStore.setup(engine=...)` runs the store on it: its
+/// name, metadata server, port and registered memory.
 #[pyclass(frozen, module = "mooncake.engine", name = "InnerTransferEngine")]
 pub(crate) struct InnerEngine {
     /// Keeps the engine running while Python holds this object.
-    _engine: TransferEngine,
+    engine: TransferEngine,
+}
+
+impl InnerEngine {
+    /// The engine, for a store set up on it (`setup(..., engine=...)`).
+    pub(crate) fn engine(&self) -> &TransferEngine {
+        &self.engine
+    }
 }
 
 /// `mooncake.engine.TransferEngine`.
@@ -138,7 +145,7 @@ impl PyEngine {
         self.ready
             .get()
             .map(|r| InnerEngine {
-                _engine: r.engine.clone(),
+                engine: r.engine.clone(),
             })
             .ok_or_else(|| PyValueError::new_err("TransferEngine is not initialized"))
     }

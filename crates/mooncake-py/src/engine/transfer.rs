@@ -3,8 +3,10 @@
 //! [`Completion`] and calls [`PyEngine::transfer`]. Those with a fixed
 //! opcode are the table of `one_range!`/`many_ranges!` lines below.
 //!
-//! `transport_hint` is accepted for the reference's signature; the engine
-//! picks its transport per segment.
+//! `transport_hint` is accepted for the reference's signature (whose
+//! non-TENT builds ignore it too); the engine picks its transport per
+//! segment, and a hint other than `""`/`"unspec"` is logged once per value
+//! ([`note_hint`]) so it is never dropped silently.
 
 use mooncake_transfer::{Notify, Opcode};
 use pyo3::prelude::*;
@@ -82,6 +84,27 @@ impl PyEngine {
     }
 }
 
+/// Warns, once per distinct value, that a transport hint has no effect.
+fn note_hint(hint: &str) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if hint.is_empty() || hint == "unspec" {
+        return;
+    }
+    let mut warned = WARNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    // Bounded: a caller cycling through junk values cannot grow it forever.
+    if warned.len() < 64 && warned.insert(hint.to_owned()) {
+        tracing::warn!(
+            "transport_hint={hint:?} has no effect: this engine picks the transport per \
+             segment (shm on the same host, else tcp)"
+        );
+    }
+}
+
 /// A transfer method with a fixed opcode and completion, `(target_hostname,
 /// <local>, <remote>, <length>, transport_hint="")`: one range, or lists of
 /// ranges.
@@ -103,7 +126,7 @@ macro_rules! fixed_opcode {
                 $len: $ty,
                 transport_hint: &str,
             ) -> i64 {
-                let _ = transport_hint;
+                note_hint(transport_hint);
                 let ranges = Ranges::from(($local, $remote, $len));
                 self.transfer(py, target_hostname, $op, ranges, $completion)
             }
@@ -165,7 +188,7 @@ impl PyEngine {
         notify: Option<PyRef<'_, PyNotify>>,
         transport_hint: &str,
     ) -> i64 {
-        let _ = transport_hint;
+        note_hint(transport_hint);
         let ranges = Ranges::from((buffer, peer_buffer_address, length));
         self.transfer(py, target_hostname, opcode.into(), ranges, wait(notify))
     }
@@ -183,7 +206,7 @@ impl PyEngine {
         notify: Option<PyRef<'_, PyNotify>>,
         transport_hint: &str,
     ) -> i64 {
-        let _ = transport_hint;
+        note_hint(transport_hint);
         let ranges = Ranges::from((buffers, peer_buffer_addresses, lengths));
         self.transfer(py, target_hostname, opcode.into(), ranges, wait(notify))
     }
@@ -200,7 +223,7 @@ impl PyEngine {
         opcode: PyOpcode,
         transport_hint: &str,
     ) -> i64 {
-        let _ = transport_hint;
+        note_hint(transport_hint);
         let ranges = Ranges::from((buffers, peer_buffer_addresses, lengths));
         self.transfer(
             py,

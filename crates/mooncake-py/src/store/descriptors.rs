@@ -92,7 +92,7 @@ impl ReplicaDescriptor {
     }
 
     fn is_local_disk_replica(&self) -> bool {
-        false
+        matches!(self.kind, ReplicaKind::LocalDisk(_))
     }
 
     fn get_memory_descriptor(&self) -> PyResult<MemoryDescriptor> {

@@ -37,6 +37,8 @@ use memory::KnownMemory;
 struct Live {
     client: Client,
     memory: KnownMemory,
+    /// `enable_client_http_server`: serves the client's `/metrics`.
+    _http: Option<mooncake_store::client::ClientHttpServer>,
 }
 
 /// `mooncake.store.MooncakeDistributedStore`.

@@ -3,8 +3,10 @@
 
 use mooncake_common::size::parse_size;
 use mooncake_common::Error;
+use mooncake_store::client::http::DEFAULT_CLIENT_HTTP_PORT;
 use mooncake_store::client::ClientConfig;
 use mooncake_store::Client;
+use mooncake_transfer::TransferEngine;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -28,6 +30,32 @@ struct SetupArgs {
     protocol: Option<String>,
     device_name: Option<String>,
     master_server_addr: Option<String>,
+    /// `enable_client_http_server`: the port of the client HTTP server.
+    http_port: Option<u16>,
+    enable_ssd_offload: bool,
+    ssd_offload_path: Option<String>,
+    tenant_id: Option<String>,
+}
+
+/// The client HTTP port asked for: `client_http_port` (default 9300) when
+/// `enable_client_http_server`; a port out of range is INVALID_PARAMS.
+fn http_port(enable: bool, port: Option<u64>) -> Result<Option<u16>, i32> {
+    if !enable {
+        return Ok(None);
+    }
+    let port = port.unwrap_or(u64::from(DEFAULT_CLIENT_HTTP_PORT));
+    u16::try_from(port).map(Some).map_err(|_| INVALID)
+}
+
+/// What setup warns about: `tenant_id` names a namespace only on a master
+/// with `--enable_multi_tenants`, which ours does not offer; elsewhere the
+/// reference puts every tenant's objects in the default one too.
+fn tenant_warning(tenant_id: Option<&str>) -> Option<String> {
+    let t = tenant_id.filter(|t| !t.is_empty() && *t != "default")?;
+    Some(format!(
+        "tenant_id={t:?}: the master has no multi-tenant mode, objects go to the \
+         default tenant (as on a reference master without --enable_multi_tenants)"
+    ))
 }
 
 impl SetupArgs {
@@ -44,6 +72,8 @@ impl SetupArgs {
                 .master_server_addr
                 .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
                 .unwrap_or(defaults.master_server_address),
+            enable_offload: self.enable_ssd_offload,
+            offload_path: self.ssd_offload_path,
             ..defaults
         }
     }
@@ -68,6 +98,17 @@ impl SetupArgs {
             device_name: dict_str(d, "rdma_devices").or_else(|| dict_str(d, "device_name")),
             master_server_addr: dict_str(d, "master_server_addr")
                 .or_else(|| dict_str(d, "master_server_address")),
+            http_port: http_port(
+                dict_flag(d, "enable_client_http_server"),
+                d.get_item("client_http_port")
+                    .ok()
+                    .flatten()
+                    .map(|v| v.extract::<u64>().map_err(|_| INVALID))
+                    .transpose()?,
+            )?,
+            enable_ssd_offload: dict_flag(d, "enable_ssd_offload"),
+            ssd_offload_path: dict_str(d, "ssd_offload_path"),
+            tenant_id: dict_str(d, "tenant_id"),
         })
     }
 }
@@ -87,6 +128,28 @@ fn dict_size(d: &Bound<'_, PyDict>, key: &str, default: u64) -> Result<u64, i32>
     }
 }
 
+/// Whether `host:port` (or `[v6]:port`) names a port.
+fn names_port(hostname: &str) -> bool {
+    let h = hostname.trim();
+    let tail = match h.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:").map(|(_, p)| p),
+        None => h
+            .rsplit_once(':')
+            .filter(|(host, _)| !host.contains(':'))
+            .map(|(_, p)| p),
+    };
+    tail.is_some_and(|p| p.parse::<u16>().is_ok())
+}
+
+/// A boolean entry (`True`, `1`, `"true"`, ...); false when absent or unreadable.
+fn dict_flag(d: &Bound<'_, PyDict>, key: &str) -> bool {
+    d.get_item(key)
+        .ok()
+        .flatten()
+        .and_then(|v| v.extract::<Flag>().ok())
+        .is_some_and(|f| f.0)
+}
+
 fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
     d.get_item(key)
         .ok()
@@ -95,7 +158,15 @@ fn dict_str(d: &Bound<'_, PyDict>, key: &str) -> Option<String> {
 }
 
 impl PyStore {
-    fn start(&self, py: Python<'_>, make: impl FnOnce() -> Result<Client, Error> + Send) -> i32 {
+    /// Starts the client `make` builds, with the client HTTP server on
+    /// `http_port` when asked; `named_port`: how a failed join is coded.
+    fn start(
+        &self,
+        py: Python<'_>,
+        named_port: bool,
+        make: impl FnOnce() -> Result<Client, Error> + Send,
+        http_port: Option<u16>,
+    ) -> i32 {
         // A second setup on a live object replaces it, as in the reference.
         let old = self.live.take();
         py.allow_threads(|| {
@@ -104,22 +175,38 @@ impl PyStore {
             }
             match make() {
                 Ok(client) => {
+                    let http = match http_port.map(|p| client.start_http_server("0.0.0.0", p)) {
+                        None => None,
+                        Some(Ok(server)) => Some(server),
+                        Some(Err(e)) => {
+                            tracing::error!("client HTTP server: {e}");
+                            let _ = client.close();
+                            return codes::setup(&e, named_port);
+                        }
+                    };
                     let live = Live {
                         client,
                         memory: KnownMemory::default(),
+                        _http: http,
                     };
                     self.live.set(live);
                     0
                 }
                 Err(e) => {
                     tracing::error!("store setup failed: {e}");
-                    codes::setup(&e)
+                    codes::setup(&e, named_port)
                 }
             }
         })
     }
 
-    fn setup_config(&self, py: Python<'_>, mut cfg: ClientConfig) -> i32 {
+    fn setup_config(
+        &self,
+        py: Python<'_>,
+        mut cfg: ClientConfig,
+        engine: Option<TransferEngine>,
+        http_port: Option<u16>,
+    ) -> i32 {
         cfg.metadata_server = crate::engine::metadata_or_env(&cfg.metadata_server);
         if cfg.protocol.is_empty() {
             cfg.protocol = "tcp".into();
@@ -127,7 +214,16 @@ impl PyStore {
         if let Err(e) = cfg.validate() {
             return code(&e);
         }
-        self.start(py, move || Client::setup(&cfg))
+        let named_port = names_port(&cfg.local_hostname);
+        self.start(
+            py,
+            named_port,
+            move || match engine {
+                Some(engine) => Client::setup_with_engine(&cfg, engine),
+                None => Client::setup(&cfg),
+            },
+            http_port,
+        )
     }
 }
 
@@ -170,14 +266,9 @@ impl PyStore {
         enable_client_http_server: Flag,
         client_http_port: Option<Unsigned>,
     ) -> PyResult<i32> {
-        let _ = (
-            engine,
-            enable_ssd_offload,
-            ssd_offload_path,
-            tenant_id,
-            enable_client_http_server,
-            client_http_port,
-        );
+        // The engine's Python wrapper keeps it alive; the store holds its own
+        // handle, so the engine also outlives a wrapper dropped first.
+        let engine = engine.map(|e| e.engine().clone());
         let args = if let Ok(d) = local_hostname.downcast::<PyDict>() {
             if metadata_server.is_some() {
                 return Err(PyTypeError::new_err(
@@ -196,6 +287,7 @@ impl PyStore {
                 ));
             };
             SetupArgs {
+                tenant_id,
                 local_hostname,
                 metadata_server,
                 global_segment_size: global_segment_size.map_or(16 * MIB, |u| u.0),
@@ -204,9 +296,22 @@ impl PyStore {
                 protocol,
                 device_name: rdma_devices,
                 master_server_addr,
+                http_port: match http_port(
+                    enable_client_http_server.0,
+                    client_http_port.map(|u| u.0),
+                ) {
+                    Ok(p) => p,
+                    Err(c) => return Ok(c),
+                },
+                enable_ssd_offload: enable_ssd_offload.0,
+                ssd_offload_path,
             }
         };
-        Ok(self.setup_config(py, args.config()))
+        if let Some(what) = tenant_warning(args.tenant_id.as_deref()) {
+            tracing::warn!("setup: {what}");
+        }
+        let http = args.http_port;
+        Ok(self.setup_config(py, args.config(), engine, http))
     }
 
     /// Joins as a "dummy" client of the `mooncake_client` at `server_address`.
@@ -217,9 +322,12 @@ impl PyStore {
         local_buffer_size: Unsigned,
         server_address: String,
     ) -> i32 {
-        self.start(py, move || {
-            Client::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address)
-        })
+        self.start(
+            py,
+            false,
+            move || Client::setup_dummy(mem_pool_size.0, local_buffer_size.0, &server_address),
+            None,
+        )
     }
 
     /// `setup` with the integration environment (`MOONCAKE_*`) for everything
@@ -239,7 +347,7 @@ impl PyStore {
         cfg.protocol = protocol;
         cfg.device_name = device_name;
         cfg.global_segment_size = mount_segment_size;
-        self.setup_config(py, cfg)
+        self.setup_config(py, cfg, None, None)
     }
 
     /// Leaves the cluster (this client's segment and its objects go away).

@@ -40,6 +40,13 @@ pub struct ClientConfig {
     /// Copy with a plain memcpy when a replica lies in this process's own
     /// segment; off, those bytes go through the engine like any other.
     pub local_memcpy: bool,
+    /// Runs an SSD tier next to the segment (`mooncake_client
+    /// --enable_offload`, Python `enable_ssd_offload`), configured by the
+    /// `MOONCAKE_OFFLOAD_*` variables.
+    pub enable_offload: bool,
+    /// The tier directory, instead of `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`
+    /// (Python `ssd_offload_path`).
+    pub offload_path: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -54,6 +61,8 @@ impl Default for ClientConfig {
             master_server_address: DEFAULT_MASTER_ADDRESS.into(),
             cluster_id: DEFAULT_CLUSTER_ID.into(),
             local_memcpy: true,
+            enable_offload: false,
+            offload_path: None,
         }
     }
 }

@@ -37,6 +37,8 @@ use parking_lot::Mutex;
 
 use super::config::ClientConfig;
 use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
+use super::metered::Metered;
+use super::metrics::ClientMetrics;
 use super::peer::{self, PeerSocket};
 use super::shm::ShmRegion;
 use super::staging::Region;
@@ -105,7 +107,7 @@ impl ServiceLimits {
 
 struct Session {
     region: ShmRegion,
-    client: Arc<RealClient>,
+    client: Arc<dyn Backend>,
     /// The process that shared the region: only its sockets may join.
     owner_pid: u32,
 }
@@ -167,7 +169,7 @@ impl Drop for Session {
 /// The dummy protocol's side of the service: the real client and the
 /// sessions of the dummies it serves.
 struct Inner {
-    client: Arc<RealClient>,
+    client: Arc<dyn Backend>,
     /// Sessions by token.
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
     handshake_timeout: Duration,
@@ -175,15 +177,24 @@ struct Inner {
 
 /// A running `mooncake_client`.
 pub struct StoreService {
-    client: Arc<RealClient>,
+    client: Arc<dyn Backend>,
+    metrics: Option<Arc<ClientMetrics>>,
     server: Option<Server>,
 }
 
 impl StoreService {
     /// Starts the real client (mounting its segment) and listens for dummies.
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
-        let client = Arc::new(RealClient::setup(&config.client)?);
-        client.start_executor();
+        let real = Arc::new(RealClient::setup(&config.client, None)?);
+        real.start_executor();
+        let metrics = real.metrics.clone();
+        let client: Arc<dyn Backend> = match &metrics {
+            Some(m) => Arc::new(Metered {
+                inner: real,
+                metrics: m.clone(),
+            }),
+            None => real,
+        };
         let socket_error = |e: std::io::Error| {
             Error::new(
                 ErrorCode::ERR_SOCKET,
@@ -202,8 +213,22 @@ impl StoreService {
         tracing::info!(addr = %server.local_addr(), hostname = %client.hostname(), "store service listening for dummy clients");
         Ok(StoreService {
             client,
+            metrics,
             server: Some(server),
         })
+    }
+
+    /// The real client's metrics, counting what it serves for dummies
+    /// (`None` with `MC_STORE_CLIENT_METRIC=0`).
+    pub fn metrics(&self) -> Option<&Arc<ClientMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// Whether the real client reaches the master, as the HTTP server's
+    /// `/health` asks it.
+    pub fn health_probe(&self) -> super::http::HealthCheck {
+        let client = self.client.clone();
+        Arc::new(move || client.health_check().is_ok())
     }
 
     pub fn local_addr(&self) -> SocketAddr {

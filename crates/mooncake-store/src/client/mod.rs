@@ -11,20 +11,25 @@
 //!   it so object bytes never cross the RPC socket.
 //! - `config`: [`ClientConfig`], including the one place client environment
 //!   variables are read.
-//! - `rust_api`: the seed's `MooncakeStore` shape on top of [`Client`].
+//! - `rust_api`: the reference crate's `MooncakeStore` on top of [`Client`].
 
 mod buffer;
 pub mod config;
 pub mod dummy;
+pub mod offload;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
 mod dummy_server;
+pub mod http;
+mod metered;
+pub mod metrics;
 mod peer;
+mod prefault;
 mod ranges;
 mod real;
 mod registry;
 mod replica;
-mod rust_api;
+pub(crate) mod rust_api;
 mod shm;
 pub mod staging;
 mod validate;
@@ -32,11 +37,14 @@ mod validate;
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::TransferEngine;
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
-pub use rust_api::{MooncakeStore, StoreError, StoreResult};
+pub use http::ClientHttpServer;
+pub use metrics::ClientMetrics;
+pub use rust_api::{store_code, MooncakeStore, StoreError};
 
 pub(crate) use ranges::RangeRead;
 
@@ -155,6 +163,7 @@ pub(crate) trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<dyn Backend>,
+    metrics: Option<Arc<ClientMetrics>>,
 }
 
 fn one<T>(mut v: Vec<Result<T>>) -> Result<T> {
@@ -247,9 +256,58 @@ impl Client {
     /// The `MC_STORE_*` environment variables override `config` (see
     /// [`ClientConfig::apply_env`]).
     pub fn setup(config: &ClientConfig) -> Result<Client> {
-        let client = Arc::new(real::RealClient::setup(config)?);
+        let client = Arc::new(real::RealClient::setup(config, None)?);
         client.start_executor();
-        Ok(Client { inner: client })
+        let metrics = client.metrics.clone();
+        Ok(Client::metered(client, metrics))
+    }
+
+    /// [`Client::setup`] on an engine the caller already runs (and keeps
+    /// using): the client takes the engine's name, metadata server and port,
+    /// and ignores `config`'s `local_hostname`, `metadata_server`, `protocol`
+    /// and `device_name`. Closing the client frees what it put on the engine
+    /// (its segments, staging pool and registered buffers) and leaves the
+    /// engine running.
+    pub fn setup_with_engine(config: &ClientConfig, engine: TransferEngine) -> Result<Client> {
+        let client = Arc::new(real::RealClient::setup(config, Some(engine))?);
+        client.start_executor();
+        let metrics = client.metrics.clone();
+        Ok(Client::metered(client, metrics))
+    }
+
+    /// `inner`, its data calls counted in `metrics` when there are any.
+    fn metered(inner: Arc<dyn Backend>, metrics: Option<Arc<ClientMetrics>>) -> Client {
+        let inner: Arc<dyn Backend> = match &metrics {
+            Some(m) => Arc::new(metered::Metered {
+                inner,
+                metrics: m.clone(),
+            }),
+            None => inner,
+        };
+        Client { inner, metrics }
+    }
+
+    /// This client's metrics (`None` with `MC_STORE_CLIENT_METRIC=0`).
+    pub fn metrics(&self) -> Option<&Arc<ClientMetrics>> {
+        self.metrics.as_ref()
+    }
+
+    /// Serves `/metrics` and `/health` on `host:port` until the returned
+    /// server is dropped. Fails when metrics are off or the port is taken.
+    pub fn start_http_server(&self, host: &str, port: u16) -> Result<ClientHttpServer> {
+        let metrics = self.metrics.clone().ok_or_else(|| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "the client HTTP server needs client metrics (MC_STORE_CLIENT_METRIC=0 turned them off)",
+            )
+        })?;
+        let inner = self.inner.clone();
+        ClientHttpServer::start(
+            host,
+            port,
+            metrics,
+            Arc::new(move || inner.health_check().is_ok()),
+        )
     }
 
     /// Starts a dummy client that forwards to the `mooncake_client` at
@@ -263,13 +321,14 @@ impl Client {
         local_buffer_size: u64,
         server_address: &str,
     ) -> Result<Client> {
-        Ok(Client {
-            inner: Arc::new(dummy::DummyClient::connect(
-                mem_pool_size,
-                local_buffer_size,
-                server_address,
-            )?),
-        })
+        let inner = Arc::new(dummy::DummyClient::connect(
+            mem_pool_size,
+            local_buffer_size,
+            server_address,
+        )?);
+        let cluster = config::process_env("MC_STORE_CLUSTER_ID");
+        let metrics = metrics::from_env("dummy", cluster.as_deref(), config::process_env);
+        Ok(Client::metered(inner, metrics))
     }
 
     /// Unmounts this client's segments and stops its heartbeat. Later calls

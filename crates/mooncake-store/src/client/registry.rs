@@ -72,7 +72,6 @@ impl BufferRegistry {
         }
     }
 
-    #[cfg(test)]
     pub fn all(&self) -> Vec<(usize, usize)> {
         self.ranges.read().iter().map(|(&a, &l)| (a, l)).collect()
     }

@@ -17,7 +17,7 @@ use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+use super::policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use parse::invalid;
 
 /// Kind of value a flag takes (for `--help` and boolean spellings).
@@ -192,7 +192,8 @@ master_flags! {
     enable_kv_events: Bool = "false", NotImplemented, "Enable RFC #1527 KV cache event publisher over ZMQ";
     enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
     enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
-    enable_offload: Bool = "false", NotImplemented, "Enable offload availability";
+    enable_offload: Bool = "false", Full, "Enable offload availability: storage clients may mount an SSD tier and objects are copied there"
+        => enable_offload: bool = boolean;
     enable_oplog: Bool = "false", NotImplemented, "Enable HA metadata replication through batch-record OpLog";
     enable_snapshot: Bool = "false", NotImplemented, "Enable periodic snapshot of master data";
     enable_snapshot_restore: Bool = "false", NotImplemented, "enable restore from snapshot";
@@ -233,10 +234,14 @@ master_flags! {
     nof_heartbeat_failures_threshold: Int = "3", NotImplemented, "Consecutive NoF heartbeat failures required before unmounting a NoF...";
     nof_heartbeat_interval_sec: Int = "10", NotImplemented, "How often master probes each mounted NoF segment";
     nof_heartbeat_probe_timeout_ms: Int = "1000", NotImplemented, "Timeout in milliseconds for a single NoF heartbeat probe";
-    offload_cap_ratio: Float = "0.5", NotImplemented, "Per-cycle offload cap as a fraction of offloading_queue_limit. Cont...";
-    offload_force_evict: Bool = "false", NotImplemented, "Force-evict objects exceeding offload cap without disk offload";
-    offload_on_evict: Bool = "false", NotImplemented, "Defer LOCAL_DISK offload to eviction time instead of PutEnd";
-    offloading_queue_limit: Int = "50000", NotImplemented, "Maximum number of objects allowed in the offloading queue per local...";
+    offload_cap_ratio: Float = "0.5", Full, "Per-cycle offload cap as a fraction of offloading_queue_limit"
+        => offload_cap_ratio: f64 = ratio;
+    offload_force_evict: Bool = "false", Full, "Force-evict objects exceeding offload cap without disk offload"
+        => offload_force_evict: bool = boolean;
+    offload_on_evict: Bool = "false", Full, "Defer LOCAL_DISK offload to eviction time instead of PutEnd"
+        => offload_on_evict: bool = boolean;
+    offloading_queue_limit: Int = "50000", Full, "Maximum number of objects allowed in the offloading queue per local disk owner"
+        => offloading_queue_limit: usize = count;
     oplog_batch_max_entries: Int = "1024", NotImplemented, "Maximum number of committed/reserved entries in the open batch-reco...";
     oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
     pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
@@ -247,10 +252,14 @@ master_flags! {
         => pod_namespace: String = text;
     processing_task_timeout_sec: Int = "300", Full, "Timeout in seconds for processing tasks (0 = no timeout)"
         => processing_task_timeout: Option<Duration> = seconds_or_never;
-    promotion_admission_threshold: Int = "2", NotImplemented, "Min CountMinSketch count for a key before promotion fires (set 1 to...";
-    promotion_max_per_heartbeat: Int = "1", NotImplemented, "Max promotion tasks returned to a single client per PromotionObject...";
-    promotion_on_hit: Bool = "false", NotImplemented, "Promote LOCAL_DISK-only keys to MEMORY on read access (mirror of of...";
-    promotion_queue_limit: Int = "50000", NotImplemented, "Max in-flight promotion tasks across all shards";
+    promotion_admission_threshold: Int = "2", Full, "Reads of a disk-only key before it is promoted (1 = on the first)"
+        => promotion_admission_threshold: usize = count;
+    promotion_max_per_heartbeat: Int = "1", Full, "Max promotion tasks handed to a client per offload poll"
+        => promotion_max_per_heartbeat: usize = count;
+    promotion_on_hit: Bool = "false", Full, "Promote LOCAL_DISK-only keys to MEMORY on read access"
+        => promotion_on_hit: bool = boolean;
+    promotion_queue_limit: Int = "50000", Full, "Max in-flight promotion tasks"
+        => promotion_queue_limit: usize = count;
     quota_bytes: Int = "0", NotImplemented, "Quota for storage backend in bytes (0 = use default 90% of capacity)";
     root_fs_dir: Str = "", NotImplemented, "Root directory for storage backend, used in HA mode";
     rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
@@ -613,6 +622,21 @@ impl MasterConfig {
             eviction_ratio: self.eviction_ratio,
             evict_soft_pinned: self.allow_evict_soft_pinned_objects,
             strategy: self.allocation_strategy,
+        }
+    }
+
+    /// The SSD tier's rules.
+    pub fn offload_policy(&self) -> OffloadPolicy {
+        OffloadPolicy {
+            enabled: self.enable_offload,
+            on_evict: self.offload_on_evict,
+            queue_limit: self.offloading_queue_limit.max(1),
+            cap_ratio: self.offload_cap_ratio,
+            force_evict: self.offload_force_evict,
+            promote_on_hit: self.promotion_on_hit,
+            promote_after: self.promotion_admission_threshold.max(1),
+            promote_per_poll: self.promotion_max_per_heartbeat.max(1),
+            promote_limit: self.promotion_queue_limit,
         }
     }
 

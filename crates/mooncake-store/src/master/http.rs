@@ -2,7 +2,6 @@
 //! and admin queries, with the reference's paths and body formats.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -10,7 +9,6 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use mooncake_common::size::format_size;
 use mooncake_common::Error;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -22,6 +20,7 @@ type Params = Query<HashMap<String, String>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/metrics/summary", get(summary))
         .route("/health", get(health))
@@ -30,6 +29,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/get_all_keys", get(all_keys))
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
+        .merge(super::drain_http::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .with_state(shared)
@@ -57,26 +57,37 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 /// One line describing the master, for `/metrics/summary` and the periodic log.
 pub(crate) fn summary_line(s: &Shared) -> String {
     let st = s.service.stats(s.clock.now_ms());
-    let pct = if st.capacity_bytes == 0 {
-        0.0
-    } else {
-        st.allocated_bytes as f64 * 100.0 / st.capacity_bytes as f64
-    };
-    let mut line = format!(
-        "role=leader, state=serving, service_ready=true, master={{Mem Storage: {} / {} ({pct:.1}%) | Segments: {} | Keys: {} (soft-pinned: {}) | Clients: {} | Requests (Success/Total):",
-        format_size(st.allocated_bytes),
-        format_size(st.capacity_bytes),
-        st.segment_count,
-        st.key_count,
-        st.soft_pin_key_count,
-        st.active_clients,
-    );
-    for (i, (name, total, failed)) in s.metrics.request_counts().into_iter().enumerate() {
-        let sep = if i == 0 { " " } else { ", " };
-        let _ = write!(line, "{sep}{name}={}/{total}", total - failed);
-    }
-    line.push('}');
-    line
+    let body = s.metrics.summary(&s.service, &st);
+    format!("role=leader, state=serving, service_ready=true, {body}")
+}
+
+/// The status page (see `status`).
+async fn status_page(State(s): State<Arc<Shared>>) -> Response {
+    let body = tokio::task::block_in_place(|| {
+        let stats = s.service.stats(s.clock.now_ms());
+        let segments = s.service.segment_summaries();
+        let view = s.metrics.status_numbers();
+        let page = super::status::StatusView {
+            role: "leader",
+            stats: &stats,
+            segments: &segments,
+            totals: view.totals,
+            file_used: view.file_used,
+            file_capacity: view.file_capacity,
+            ha_lag: view.ha_lag,
+            ha_state: view.ha_state,
+            gets: view.gets,
+        };
+        super::status::render(&page)
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
 }
 
 async fn summary(State(s): State<Arc<Shared>>) -> Response {
@@ -110,7 +121,7 @@ fn replica_json(replicas: &[ReplicaDesc]) -> Vec<ReplicaJson<'_>> {
                 protocol_: "tcp",
                 transport_endpoint_: &m.transport_endpoint,
             }),
-            ReplicaKind::Disk(_) => None,
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
         })
         .collect()
 }

@@ -1,12 +1,18 @@
-//! Prometheus metrics with the reference's names.
+//! Prometheus metrics with the reference's names, types and meanings.
 //!
 //! Per-call counters are bumped on the RPC path (one atomic add each);
 //! gauges (capacity, keys, clients) are read from the state machine when
 //! `/metrics` is scraped, and event counters kept by the state machine are
-//! copied over at the same time.
+//! copied over at the same time. Families of subsystems that feed their own
+//! numbers (HA log, file tier, promotion) live in [`tiers`].
+
+mod ops;
+mod summary;
+pub mod tiers;
 
 use std::sync::atomic::Ordering;
 
+use parking_lot::Mutex;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,8 +20,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use ops::{BatchCounters, OpCounters};
+pub use ops::{BatchOp, Op};
+use tiers::{FileTierMetrics, HaMetrics, NofMetrics, PromotionMetrics};
+
 use super::service::{MasterService, MasterStats};
 use crate::proto::{Request, Response};
+use crate::types::{GetReplicaListResponse, ReplicaKind};
 
 /// Bucket bounds of `master_value_size_bytes`, as the reference prints them.
 const VALUE_SIZE_BUCKETS: [f64; 9] = [
@@ -30,81 +41,82 @@ const VALUE_SIZE_BUCKETS: [f64; 9] = [
     1073741824.0,
 ];
 
-/// Calls counted one by one: (request tag, metric name part).
-const SINGLE_OPS: &[(u8, &str)] = &[
-    (1, "ping"),
-    (2, "mount_segment"),
-    (3, "unmount_segment"),
-    (4, "put_start"),
-    (6, "put_end"),
-    (8, "put_revoke"),
-    (10, "get_replica_list"),
-    (12, "exist_key"),
-    (14, "get_size"),
-    (15, "remove"),
-    (17, "remove_by_regex"),
-    (18, "remove_all"),
-    (20, "create_copy_task"),
-    (21, "create_move_task"),
-    (22, "query_task"),
-    (23, "fetch_tasks"),
-    (24, "update_task"),
-    (25, "replica_transfer_start"),
-    (26, "replica_transfer_end"),
-    (27, "replica_transfer_revoke"),
+/// Counters the reference names without `_total`. They are kept in gauges
+/// (which print the bare name) and declared `counter` when rendered.
+const BARE_COUNTERS: [&str; 8] = [
+    "mem_cache_hit_nums_",
+    "file_cache_hit_nums_",
+    "valid_get_nums_",
+    "total_get_nums_",
+    "master_evicted_key_count",
+    "master_evicted_size_bytes",
+    "master_put_start_discard_cnt",
+    "master_put_start_release_cnt",
 ];
-
-/// Batch calls: (request tag, metric name part).
-const BATCH_OPS: &[(u8, &str)] = &[
-    (5, "put_start"),
-    (7, "put_end"),
-    (9, "put_revoke"),
-    (11, "get_replica_list"),
-    (13, "exist_key"),
-    (16, "remove"),
-    (19, "replica_clear"),
-];
-
-#[derive(Default, Clone)]
-struct OpCounters {
-    requests: Counter,
-    failures: Counter,
-}
-
-#[derive(Default, Clone)]
-struct BatchCounters {
-    requests: Counter,
-    failures: Counter,
-    partial_successes: Counter,
-    items: Counter,
-    failed_items: Counter,
-}
 
 type Labels = Vec<(String, String)>;
 
+/// What a request is counted as, decided before it is served.
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    single: Option<Op>,
+    /// The copy or move family of a replica transfer.
+    transfer: Option<Op>,
+    batch: Option<BatchOp>,
+    /// Replicas asked for by a put (to spot partial allocations).
+    wanted_replicas: usize,
+}
+
+/// Reads served by tier, from `GetReplicaList` answers.
+#[derive(Default)]
+struct ReadHits {
+    total: Gauge,
+    valid: Gauge,
+    mem_hits: Gauge,
+    mem_bytes: Counter,
+    file_hits: Gauge,
+    file_bytes: Counter,
+}
+
 pub struct MasterMetrics {
     registry: Registry,
-    /// Indexed by request tag.
-    singles: Vec<Option<OpCounters>>,
-    batches: Vec<Option<BatchCounters>>,
+    singles: Vec<OpCounters>,
+    batches: Vec<BatchCounters>,
     value_size: Histogram,
     allocated: Gauge,
     capacity: Gauge,
     keys: Gauge,
     soft_pinned: Gauge,
     clients: Gauge,
+    mem_cached_values: Gauge,
     segment_allocated: Family<Labels, Gauge>,
     segment_capacity: Family<Labels, Gauge>,
+    reads: ReadHits,
     malformed: Counter,
     alloc_failures: Counter,
+    partial_allocations: Counter,
     // Copies of the state machine's event counters.
     attempted_evictions: Counter,
     successful_evictions: Counter,
-    // The reference exposes these three as plain values (no _total).
     evicted_keys: Gauge,
     evicted_bytes: Gauge,
     discarded_puts: Gauge,
+    released_puts: Gauge,
+    discarded_staging: Gauge,
     expired_clients: Counter,
+    leader: Gauge,
+    /// Fed by the HA replication log.
+    pub ha: HaMetrics,
+    /// Fed by the file (SSD / DFS) tier.
+    pub file_tier: FileTierMetrics,
+    /// Fed by promotion from the local disk tier.
+    pub promotion: PromotionMetrics,
+    nof: NofMetrics,
+    snapshots_ok: Counter,
+    snapshots_failed: Counter,
+    /// Counts at the previous summary, for its per-second rates.
+    last_summary: Mutex<Option<summary::Snapshot>>,
+    created: std::time::Instant,
 }
 
 impl Default for MasterMetrics {
@@ -120,55 +132,31 @@ fn sync(counter: &Counter, total: u64) {
     }
 }
 
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn error_of(resp: &Response) -> Option<&mooncake_common::Error> {
+    match resp {
+        Response::Unit { result } => result.as_ref().err(),
+        Response::Replicas { result } => result.as_ref().err(),
+        Response::ReplicaList { result } => result.as_ref().err(),
+        Response::Bool { result } => result.as_ref().err(),
+        Response::Count { result } => result.as_ref().err(),
+        Response::Task { result } => result.as_ref().err(),
+        Response::TaskState { result } => result.as_ref().err(),
+        Response::Tasks { result } => result.as_ref().err(),
+        Response::Keys { result } => result.as_ref().err(),
+        Response::Failed { error } => Some(error),
+        _ => None,
+    }
+}
+
 impl MasterMetrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let mut singles = vec![None; 256];
-        for &(tag, name) in SINGLE_OPS {
-            let c = OpCounters::default();
-            registry.register(
-                format!("master_{name}_requests"),
-                format!("{name} calls"),
-                c.requests.clone(),
-            );
-            registry.register(
-                format!("master_{name}_failures"),
-                format!("{name} calls that failed"),
-                c.failures.clone(),
-            );
-            singles[tag as usize] = Some(c);
-        }
-        let mut batches = vec![None; 256];
-        for &(tag, name) in BATCH_OPS {
-            let c = BatchCounters::default();
-            let p = format!("master_batch_{name}");
-            registry.register(
-                format!("{p}_requests"),
-                format!("batch {name} calls"),
-                c.requests.clone(),
-            );
-            registry.register(
-                format!("{p}_failures"),
-                format!("batch {name} calls where every item failed"),
-                c.failures.clone(),
-            );
-            registry.register(
-                format!("{p}_partial_successes"),
-                format!("batch {name} calls where some items failed"),
-                c.partial_successes.clone(),
-            );
-            registry.register(
-                format!("{p}_items"),
-                format!("items in batch {name} calls"),
-                c.items.clone(),
-            );
-            registry.register(
-                format!("{p}_failed_items"),
-                format!("failed items in batch {name} calls"),
-                c.failed_items.clone(),
-            );
-            batches[tag as usize] = Some(c);
-        }
+        let singles = ops::register_singles(&mut registry);
+        let batches = ops::register_batches(&mut registry);
         let mut m = MasterMetrics {
             singles,
             batches,
@@ -178,173 +166,259 @@ impl MasterMetrics {
             keys: Gauge::default(),
             soft_pinned: Gauge::default(),
             clients: Gauge::default(),
+            mem_cached_values: Gauge::default(),
             segment_allocated: Family::default(),
             segment_capacity: Family::default(),
+            reads: ReadHits::default(),
             malformed: Counter::default(),
             alloc_failures: Counter::default(),
+            partial_allocations: Counter::default(),
             attempted_evictions: Counter::default(),
             successful_evictions: Counter::default(),
             evicted_keys: Gauge::default(),
             evicted_bytes: Gauge::default(),
             discarded_puts: Gauge::default(),
+            released_puts: Gauge::default(),
+            discarded_staging: Gauge::default(),
             expired_clients: Counter::default(),
+            leader: Gauge::default(),
+            ha: HaMetrics::default(),
+            file_tier: FileTierMetrics::default(),
+            promotion: PromotionMetrics::default(),
+            nof: NofMetrics::default(),
+            snapshots_ok: Counter::default(),
+            snapshots_failed: Counter::default(),
+            last_summary: Mutex::new(None),
+            created: std::time::Instant::now(),
             registry,
         };
-        let r = &mut m.registry;
-        r.register(
-            "master_value_size_bytes",
-            "Sizes of values put",
-            m.value_size.clone(),
-        );
-        r.register(
-            "master_allocated_bytes",
-            "Bytes allocated in all segments",
-            m.allocated.clone(),
-        );
-        r.register(
-            "master_total_capacity_bytes",
-            "Capacity of all segments",
-            m.capacity.clone(),
-        );
-        r.register("master_key_count", "Complete objects", m.keys.clone());
-        r.register(
-            "master_soft_pin_key_count",
-            "Objects whose soft pin is in force",
-            m.soft_pinned.clone(),
-        );
-        r.register(
-            "master_active_clients",
-            "Clients with a live heartbeat",
-            m.clients.clone(),
-        );
-        r.register(
-            "segment_allocated_bytes",
-            "Bytes allocated per segment",
-            m.segment_allocated.clone(),
-        );
-        r.register(
-            "segment_total_capacity_bytes",
-            "Capacity per segment",
-            m.segment_capacity.clone(),
-        );
-        r.register(
-            "master_malformed_requests",
-            "Frames that did not decode",
-            m.malformed.clone(),
-        );
-        r.register(
-            "master_put_start_alloc_failures",
-            "PutStart calls refused for lack of space",
-            m.alloc_failures.clone(),
-        );
-        r.register(
-            "master_attempted_evictions",
-            "Eviction rounds started",
-            m.attempted_evictions.clone(),
-        );
-        r.register(
-            "master_successful_evictions",
-            "Eviction rounds that freed space",
-            m.successful_evictions.clone(),
-        );
-        r.register(
-            "master_evicted_key_count",
-            "Objects evicted",
-            m.evicted_keys.clone(),
-        );
-        r.register(
-            "master_evicted_size_bytes",
-            "Bytes evicted",
-            m.evicted_bytes.clone(),
-        );
-        r.register(
-            "master_put_start_discard_cnt",
-            "Unfinished puts discarded",
-            m.discarded_puts.clone(),
-        );
-        r.register(
-            "master_expired_clients",
-            "Clients dropped for missing heartbeats",
-            m.expired_clients.clone(),
-        );
+        m.register_rest();
+        // A master serves its HTTP port while it leads.
+        m.leader.set(1);
         m
     }
 
-    /// Records the value sizes of a put.
-    pub fn observe_values(&self, req: &Request<'_>) {
+    /// Whether this master leads (1) or stands by (0): `master_is_leader`.
+    pub fn set_leader(&self, leads: bool) {
+        self.leader.set(i64::from(leads));
+    }
+
+    fn register_rest(&mut self) {
+        let r = &mut self.registry;
+        let gauges: [(&str, &str, &Gauge); 16] = [
+            ("master_is_leader", "1 while this master leads its cluster, 0 while it stands by", &self.leader),
+            ("master_allocated_bytes", "Total memory bytes currently allocated across all segments", &self.allocated),
+            ("master_total_capacity_bytes", "Total memory capacity across all mounted segments", &self.capacity),
+            ("master_key_count", "Total number of keys managed by the master", &self.keys),
+            ("master_soft_pin_key_count", "Total number of soft-pinned keys managed by the master", &self.soft_pinned),
+            ("master_active_clients", "Total number of active clients", &self.clients),
+            ("mem_cache_nums_", "Current number of cached values in the memory pool", &self.mem_cached_values),
+            ("mem_cache_hit_nums_", "Total number of GetReplicaList results served from the memory pool", &self.reads.mem_hits),
+            ("file_cache_hit_nums_", "Total number of GetReplicaList results served from the SSD cache", &self.reads.file_hits),
+            ("valid_get_nums_", "Total number of GetReplicaList operations that returned at least one completed replica", &self.reads.valid),
+            ("total_get_nums_", "Total number of GetReplicaList operations", &self.reads.total),
+            ("master_evicted_key_count", "Total number of keys evicted", &self.evicted_keys),
+            ("master_evicted_size_bytes", "Total bytes of evicted objects", &self.evicted_bytes),
+            ("master_put_start_discard_cnt", "Total number of discarded PutStart operations", &self.discarded_puts),
+            ("master_put_start_release_cnt", "Total number of released PutStart operations", &self.released_puts),
+            ("master_put_start_discarded_staging_size", "Total size of memory replicas in discarded but not yet released PutStart operations", &self.discarded_staging),
+        ];
+        for (name, help, g) in gauges {
+            r.register(name, help, g.clone());
+        }
+        let counters: [(&str, &str, &Counter); 10] = [
+            ("mem_cache_hit_bytes", "Total bytes of GetReplicaList results served from the memory pool", &self.reads.mem_bytes),
+            ("file_cache_hit_bytes", "Total bytes of GetReplicaList results served from the SSD cache", &self.reads.file_bytes),
+            ("master_put_start_alloc_failures", "Total number of PutStart requests that failed to allocate space", &self.alloc_failures),
+            ("master_put_start_partial_allocations", "Total number of PutStart requests that succeeded with fewer replicas than requested (best-effort degradation)", &self.partial_allocations),
+            ("master_attempted_evictions", "Total number of attempted eviction operations", &self.attempted_evictions),
+            ("master_successful_evictions", "Total number of successful eviction operations", &self.successful_evictions),
+            ("master_malformed_requests", "Frames that did not decode", &self.malformed),
+            ("master_expired_clients", "Clients dropped for missing heartbeats", &self.expired_clients),
+            ("master_snapshot_successes", "Metadata snapshots written", &self.snapshots_ok),
+            ("master_snapshot_failures", "Metadata snapshots that failed", &self.snapshots_failed),
+        ];
+        for (name, help, c) in counters {
+            r.register(name, help, c.clone());
+        }
+        r.register(
+            "master_value_size_bytes",
+            "Distribution of object value sizes",
+            self.value_size.clone(),
+        );
+        r.register(
+            "segment_allocated_bytes",
+            "Total memory bytes currently allocated of the segment",
+            self.segment_allocated.clone(),
+        );
+        r.register(
+            "segment_total_capacity_bytes",
+            "Total memory capacity of the mounted segment",
+            self.segment_capacity.clone(),
+        );
+        self.nof.register(r);
+        self.file_tier.register(r);
+        self.promotion.register(r);
+        self.ha.register(r);
+    }
+
+    fn single(&self, op: Op) -> &OpCounters {
+        &self.singles[op as usize]
+    }
+
+    fn batch(&self, op: BatchOp) -> &BatchCounters {
+        &self.batches[op as usize]
+    }
+
+    /// Decides what `req` counts as and records its value sizes. Called
+    /// before the request is served: a transfer's end or revoke is a copy or
+    /// a move depending on the transfer still in flight.
+    pub fn classify(&self, svc: &MasterService, req: &Request<'_>) -> Call {
+        let mut call = Call {
+            single: Op::of(req),
+            transfer: None,
+            batch: BatchOp::of(req),
+            wanted_replicas: 0,
+        };
         match req {
-            Request::PutStart { value_len, .. } => self.value_size.observe(*value_len as f64),
-            Request::BatchPutStart { value_lens, .. } => {
+            Request::PutStart {
+                value_len, config, ..
+            } => {
+                self.value_size.observe(*value_len as f64);
+                call.wanted_replicas = config.replica_num;
+            }
+            Request::BatchPutStart {
+                value_lens, config, ..
+            } => {
                 for &len in value_lens {
                     self.value_size.observe(len as f64);
                 }
+                call.wanted_replicas = config.replica_num;
+            }
+            Request::ReplicaTransferStart { source, .. } => {
+                call.transfer = Some(if source.is_empty() {
+                    Op::CopyStart
+                } else {
+                    Op::MoveStart
+                });
+            }
+            Request::ReplicaTransferEnd { key, .. } => {
+                call.transfer =
+                    svc.transfer_is_move(key)
+                        .map(|mv| if mv { Op::MoveEnd } else { Op::CopyEnd });
+            }
+            Request::ReplicaTransferRevoke { key, .. } => {
+                call.transfer =
+                    svc.transfer_is_move(key).map(
+                        |mv| {
+                            if mv {
+                                Op::MoveRevoke
+                            } else {
+                                Op::CopyRevoke
+                            }
+                        },
+                    );
             }
             _ => {}
         }
+        call
     }
 
-    /// Counts one served call (by request tag) and its outcome.
-    pub fn observe(&self, tag: u8, resp: &Response) {
-        let tag = tag as usize;
-        if let Some(c) = &self.singles[tag] {
+    /// Counts one served call and its outcome.
+    pub fn observe(&self, call: Call, resp: &Response) {
+        for op in [call.single, call.transfer].into_iter().flatten() {
+            let c = self.single(op);
             c.requests.inc();
-            let failed = match resp {
-                Response::Unit { result } => result.as_ref().err(),
-                Response::Replicas { result } => result.as_ref().err(),
-                Response::ReplicaList { result } => result.as_ref().err(),
-                Response::Bool { result } => result.as_ref().err(),
-                Response::Count { result } => result.as_ref().err(),
-                Response::Task { result } => result.as_ref().err(),
-                Response::TaskState { result } => result.as_ref().err(),
-                Response::Tasks { result } => result.as_ref().err(),
-                Response::Failed { error } => Some(error),
-                _ => None,
-            };
-            if let Some(e) = failed {
+            if error_of(resp).is_some() {
                 c.failures.inc();
-                if tag == 4 && e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE {
+            }
+        }
+        match (call.single, resp) {
+            (Some(Op::PutStart), Response::Replicas { result }) => match result {
+                Ok(r) if r.len() < call.wanted_replicas => {
+                    self.partial_allocations.inc();
+                }
+                Err(e) if e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE => {
                     self.alloc_failures.inc();
                 }
+                _ => {}
+            },
+            (Some(Op::GetReplicaList), Response::ReplicaList { result }) => {
+                self.observe_read(result.as_ref().ok());
             }
-        } else if let Some(c) = &self.batches[tag] {
-            c.requests.inc();
-            let (items, failed) = match resp {
-                Response::Units { results } => {
-                    (results.len(), results.iter().filter(|r| r.is_err()).count())
-                }
-                Response::BatchReplicas { results } => {
-                    (results.len(), results.iter().filter(|r| r.is_err()).count())
-                }
-                Response::BatchReplicaList { results } => {
-                    (results.len(), results.iter().filter(|r| r.is_err()).count())
-                }
-                Response::Bools { results } => {
-                    (results.len(), results.iter().filter(|r| r.is_err()).count())
-                }
-                Response::Keys { result: Ok(keys) } => (keys.len(), 0),
-                _ => (0, 0),
-            };
-            c.items.inc_by(items as u64);
-            c.failed_items.inc_by(failed as u64);
-            if matches!(resp, Response::Failed { .. }) || (items > 0 && failed == items) {
-                c.failures.inc();
-            } else if failed > 0 {
-                c.partial_successes.inc();
+            (Some(Op::GetReplicaList), _) => self.observe_read(None),
+            _ => {}
+        }
+        if let Some(op) = call.batch {
+            self.observe_batch(op, call, resp);
+        }
+    }
+
+    fn observe_batch(&self, op: BatchOp, call: Call, resp: &Response) {
+        let c = self.batch(op);
+        c.requests.inc();
+        let count = |n: usize, failed: usize| (n, failed);
+        let (items, failed) = match resp {
+            Response::Units { results } => {
+                count(results.len(), results.iter().filter(|r| r.is_err()).count())
             }
-            if tag == 5 {
-                let no_space = match resp {
-                    Response::BatchReplicas { results } => results
-                        .iter()
-                        .filter(|r| {
-                            r.as_ref().is_err_and(|e| {
-                                e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE
-                            })
-                        })
-                        .count(),
-                    _ => 0,
-                };
-                self.alloc_failures.inc_by(no_space as u64);
+            Response::BatchReplicas { results } => {
+                for r in results {
+                    match r {
+                        Ok(r) if r.len() < call.wanted_replicas => {
+                            self.partial_allocations.inc();
+                        }
+                        Err(e) if e.code == mooncake_common::ErrorCode::NO_AVAILABLE_HANDLE => {
+                            self.alloc_failures.inc();
+                        }
+                        _ => {}
+                    }
+                }
+                count(results.len(), results.iter().filter(|r| r.is_err()).count())
             }
+            Response::BatchReplicaList { results } => {
+                for r in results {
+                    self.observe_read(r.as_ref().ok());
+                }
+                count(results.len(), results.iter().filter(|r| r.is_err()).count())
+            }
+            Response::Bools { results } => {
+                count(results.len(), results.iter().filter(|r| r.is_err()).count())
+            }
+            Response::Keys { result: Ok(keys) } => (keys.len(), 0),
+            _ => (0, 0),
+        };
+        c.items.inc_by(items as u64);
+        c.failed_items.inc_by(failed as u64);
+        if matches!(resp, Response::Failed { .. }) || (items > 0 && failed == items) {
+            c.failures.inc();
+        } else if failed > 0 {
+            c.partial_successes.inc();
+        }
+    }
+
+    /// One `GetReplicaList` result: served from memory if it has a memory
+    /// replica, else from the file tier.
+    fn observe_read(&self, found: Option<&GetReplicaListResponse>) {
+        self.reads.total.inc();
+        let Some(found) = found.filter(|f| !f.replicas.is_empty()) else {
+            return;
+        };
+        self.reads.valid.inc();
+        let mem = found.replicas.iter().find_map(|r| match &r.kind {
+            ReplicaKind::Memory(m) => Some(m.size),
+            ReplicaKind::Disk(_) | ReplicaKind::LocalDisk(_) => None,
+        });
+        if let Some(size) = mem {
+            self.reads.mem_hits.inc();
+            self.reads.mem_bytes.inc_by(size);
+        } else if let Some(size) = found.replicas.iter().find_map(|r| match &r.kind {
+            ReplicaKind::Disk(d) => Some(d.object_size),
+            ReplicaKind::LocalDisk(d) => Some(d.object_size),
+            ReplicaKind::Memory(_) => None,
+        }) {
+            self.reads.file_hits.inc();
+            self.reads.file_bytes.inc_by(size);
         }
     }
 
@@ -353,25 +427,83 @@ impl MasterMetrics {
         self.malformed.inc();
     }
 
-    /// Requests served and failed per single call, for the summary line.
-    pub fn request_counts(&self) -> Vec<(&'static str, u64, u64)> {
-        SINGLE_OPS
-            .iter()
-            .filter_map(|&(tag, name)| {
-                let c = self.singles[tag as usize].as_ref()?;
-                Some((name, c.requests.get(), c.failures.get()))
-            })
-            .collect()
+    /// Counts a call served outside the RPC loop (e.g. by the file tier's
+    /// `EvictDiskReplica` handler).
+    pub fn observe_op(&self, op: Op, ok: bool) {
+        let c = self.single(op);
+        c.requests.inc();
+        if !ok {
+            c.failures.inc();
+        }
     }
 
-    /// Refreshes the gauges from the service and renders the text format.
-    pub fn render(&self, svc: &MasterService, stats: &MasterStats) -> String {
-        let as_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    /// Counts a metadata snapshot written (or not).
+    pub fn observe_snapshot(&self, ok: bool) {
+        if ok {
+            self.snapshots_ok.inc();
+        } else {
+            self.snapshots_failed.inc();
+        }
+    }
+
+    /// (requests, failures) of a single call.
+    pub fn op_counts(&self, op: Op) -> (u64, u64) {
+        let c = self.single(op);
+        (c.requests.get(), c.failures.get())
+    }
+
+    /// The numbers of the status page that only the metrics know.
+    pub(crate) fn status_numbers(&self) -> StatusNumbers {
+        let total = |op: Op, label: &'static str, metric: &'static str| {
+            (label, metric, self.single(op).requests.get())
+        };
+        let batch_items = |op: BatchOp, label: &'static str, metric: &'static str| {
+            (label, metric, self.batch(op).items.get())
+        };
+        let [_, _, lag, _, _, state] = self.ha.snapshot();
+        StatusNumbers {
+            totals: vec![
+                total(Op::PutStart, "Put", "master_put_start_requests_total"),
+                batch_items(
+                    BatchOp::PutStart,
+                    "Batch put (keys)",
+                    "master_batch_put_start_items_total",
+                ),
+                total(
+                    Op::GetReplicaList,
+                    "Get",
+                    "master_get_replica_list_requests_total",
+                ),
+                batch_items(
+                    BatchOp::GetReplicaList,
+                    "Batch get (keys)",
+                    "master_batch_get_replica_list_items_total",
+                ),
+                total(Op::ExistKey, "Exist", "master_exist_key_requests_total"),
+                total(Op::Remove, "Remove", "master_remove_requests_total"),
+                total(Op::Ping, "Ping", "master_ping_requests_total"),
+            ],
+            file_used: self.file_tier.allocated.get().max(0) as u64,
+            file_capacity: self.file_tier.capacity.get().max(0) as u64,
+            ha_lag: lag,
+            ha_state: state,
+            gets: (
+                self.reads.valid.get().max(0) as u64,
+                self.reads.total.get().max(0) as u64,
+            ),
+        }
+    }
+
+    /// Refreshes the gauges from the service.
+    fn refresh(&self, svc: &MasterService, stats: &MasterStats) {
         self.allocated.set(as_i64(stats.allocated_bytes));
         self.capacity.set(as_i64(stats.capacity_bytes));
         self.keys.set(as_i64(stats.key_count));
         self.soft_pinned.set(as_i64(stats.soft_pin_key_count));
         self.clients.set(as_i64(stats.active_clients));
+        // Every complete object has its memory replicas (the disk tier
+        // counts its own objects in `file_cache_nums_`).
+        self.mem_cached_values.set(as_i64(stats.key_count));
         self.segment_allocated.clear();
         self.segment_capacity.clear();
         for s in svc.segment_summaries() {
@@ -384,27 +516,50 @@ impl MasterMetrics {
                 .set(as_i64(s.capacity));
         }
         let c = svc.counters();
-        sync(
-            &self.attempted_evictions,
-            c.eviction_rounds.load(Ordering::Relaxed),
-        );
-        sync(
-            &self.successful_evictions,
-            c.eviction_rounds_freeing.load(Ordering::Relaxed),
-        );
-        self.evicted_keys
-            .set(as_i64(c.evicted_keys.load(Ordering::Relaxed)));
-        self.evicted_bytes
-            .set(as_i64(c.evicted_bytes.load(Ordering::Relaxed)));
-        self.discarded_puts
-            .set(as_i64(c.discarded_puts.load(Ordering::Relaxed)));
-        sync(
-            &self.expired_clients,
-            c.expired_clients.load(Ordering::Relaxed),
-        );
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        sync(&self.attempted_evictions, load(&c.eviction_rounds));
+        sync(&self.successful_evictions, load(&c.eviction_rounds_freeing));
+        sync(&self.expired_clients, load(&c.expired_clients));
+        self.evicted_keys.set(as_i64(load(&c.evicted_keys)));
+        self.evicted_bytes.set(as_i64(load(&c.evicted_bytes)));
+        self.discarded_puts.set(as_i64(load(&c.discarded_puts)));
+        self.released_puts.set(as_i64(load(&c.released_puts)));
+        self.discarded_staging
+            .set(as_i64(svc.discarded_staging_bytes()));
+        let (file_used, file_cap, file_values) = svc.disk_usage();
+        self.file_tier.set_usage(file_used, file_cap);
+        self.file_tier.set_cached_values(file_values);
+        // Disk-replica evictions are counted by the service (the tier's
+        // eviction calls them), so their families follow its counters.
+        let evict = self.single(Op::EvictDiskReplica);
+        sync(&evict.requests, load(&c.evict_disk_replica_requests));
+        sync(&evict.failures, load(&c.evict_disk_replica_failures));
+    }
+
+    /// Refreshes the gauges from the service and renders the text format.
+    pub fn render(&self, svc: &MasterService, stats: &MasterStats) -> String {
+        self.refresh(svc, stats);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
+        for name in BARE_COUNTERS {
+            let from = format!("# TYPE {name} gauge\n");
+            let to = format!("# TYPE {name} counter\n");
+            out = out.replacen(&from, &to, 1);
+        }
         out
     }
 }
+
+/// See [`MasterMetrics::status_numbers`].
+pub(crate) struct StatusNumbers {
+    pub totals: Vec<(&'static str, &'static str, u64)>,
+    pub file_used: u64,
+    pub file_capacity: u64,
+    pub ha_lag: i64,
+    pub ha_state: i64,
+    pub gets: (u64, u64),
+}
+
+#[cfg(test)]
+mod tests;

@@ -35,6 +35,8 @@ pub(crate) enum Mutation<'a> {
     Segment(SegmentOp<'a>),
     Client(ClientOp),
     Task(TaskOp<'a>),
+    /// A change to the SSD tiers and their copies (`disk`).
+    Disk(DiskOp<'a>),
     /// Frees the retired space due at `now`. (A range retired concurrently
     /// with it may be freed by a standby here and by the leader only at the
     /// next one; it was due either way.)
@@ -155,6 +157,32 @@ pub(crate) enum TaskOp<'a> {
         message: &'a str,
         now: u64,
     },
+}
+
+/// A change to the SSD tiers. Copies are `LOCAL_DISK` replicas: they exist
+/// only once durable in their tier.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum DiskOp<'a> {
+    /// `client` mounts its tier; copies in a tier of the same id that
+    /// another client held (an earlier process on the same directory) pass
+    /// to `client`.
+    MountTier {
+        client: ClientId,
+        tier_id: &'a str,
+        endpoint: &'a str,
+        capacity: u64,
+    },
+    /// The tier goes (its copies are dropped by `DropCopy`s first).
+    UnmountTier { client: ClientId },
+    /// `key` has a durable copy of `size` bytes in `client`'s tier (under
+    /// the object's shard lock: the object, if in memory, is flagged).
+    AddCopy {
+        client: ClientId,
+        key: &'a str,
+        size: u64,
+    },
+    /// `key`'s copy is forgotten (under the object's shard lock).
+    DropCopy { key: &'a str },
 }
 
 /// Sees every mutation as it is applied: where an operation log plugs in.

@@ -27,6 +27,8 @@ pub(crate) mod flags {
     pub(crate) const HARD_PIN: u8 = 2;
     /// Evicted only after everything else, while accessed within the soft-pin TTL.
     pub(crate) const SOFT_PIN: u8 = 4;
+    /// A durable copy is in an SSD tier (`disk`): memory may let it go.
+    pub(crate) const ON_DISK: u8 = 8;
 }
 
 /// Where an object's replicas are; one replica is stored inline.
@@ -165,6 +167,10 @@ impl ObjectMeta {
 
     pub(crate) fn is_hard_pinned(&self) -> bool {
         self.flags & flags::HARD_PIN != 0
+    }
+
+    pub(crate) fn is_on_disk(&self) -> bool {
+        self.flags & flags::ON_DISK != 0
     }
 
     pub(crate) fn has_soft_pin(&self) -> bool {

@@ -81,3 +81,49 @@ impl Default for TaskPolicy {
         }
     }
 }
+
+/// The SSD tier's rules (`--enable_offload` and the flags around it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OffloadPolicy {
+    /// Tiers may mount and objects are copied to them.
+    pub enabled: bool,
+    /// Copy at eviction time instead of at PutEnd.
+    pub on_evict: bool,
+    /// Most keys queued or in flight per tier owner.
+    pub queue_limit: usize,
+    /// Share of `queue_limit` one eviction round may queue.
+    pub cap_ratio: f64,
+    /// When eviction cannot free enough, evict objects with no disk copy.
+    pub force_evict: bool,
+    /// A disk-only object read `promote_after` times gets a memory copy
+    /// again (its owner is asked to write one).
+    pub promote_on_hit: bool,
+    pub promote_after: usize,
+    /// Promotions handed to an owner per offload poll.
+    pub promote_per_poll: usize,
+    /// Promotions queued or in flight, at most.
+    pub promote_limit: usize,
+}
+
+impl Default for OffloadPolicy {
+    fn default() -> Self {
+        OffloadPolicy {
+            enabled: false,
+            on_evict: false,
+            queue_limit: 50_000,
+            cap_ratio: 0.5,
+            force_evict: false,
+            promote_on_hit: false,
+            promote_after: 2,
+            promote_per_poll: 1,
+            promote_limit: 50_000,
+        }
+    }
+}
+
+impl OffloadPolicy {
+    /// Most tasks one eviction round queues per owner.
+    pub fn per_round(&self) -> usize {
+        ((self.queue_limit as f64 * self.cap_ratio) as usize).max(1)
+    }
+}

@@ -12,6 +12,10 @@ struct Retired {
     free_at: u64,
     placement: Placement,
     size: u64,
+    /// Staging space of a discarded put (not a reader's lease).
+    staging: bool,
+    /// The first range of that put, so each put is counted once.
+    first_of_put: bool,
 }
 
 #[derive(Default)]
@@ -22,12 +26,24 @@ pub(crate) struct RetiredSpace {
 impl RetiredSpace {
     /// Keeps `size` bytes at each of `placements` allocated until `free_at`.
     pub(crate) fn retire(&self, placements: &[Placement], size: u64, free_at: u64) {
+        self.push(placements, size, free_at, false);
+    }
+
+    /// Keeps a discarded put's staging space until `free_at` (a slow
+    /// writer may still be writing into it).
+    pub(crate) fn retire_staging(&self, placements: &[Placement], size: u64, free_at: u64) {
+        self.push(placements, size, free_at, true);
+    }
+
+    fn push(&self, placements: &[Placement], size: u64, free_at: u64, staging: bool) {
         let mut ranges = self.ranges.lock();
-        for p in placements {
+        for (i, p) in placements.iter().enumerate() {
             ranges.push(Retired {
                 free_at,
                 placement: p.clone(),
                 size,
+                staging,
+                first_of_put: staging && i == 0,
             });
         }
     }
@@ -37,8 +53,9 @@ impl RetiredSpace {
         self.ranges.lock().iter().any(|r| r.free_at <= now)
     }
 
-    /// Frees every range due at `now`; returns how many.
-    pub(crate) fn free_due(&self, now: u64) -> usize {
+    /// Frees every range due at `now`; returns how many, and how many
+    /// discarded puts had their staging space released.
+    pub(crate) fn free_due(&self, now: u64) -> (usize, usize) {
         let due: Vec<Retired> = {
             let mut ranges = self.ranges.lock();
             let (due, keep) = std::mem::take(&mut *ranges)
@@ -50,7 +67,8 @@ impl RetiredSpace {
         for r in &due {
             r.placement.segment.free(r.placement.offset, r.size);
         }
-        due.len()
+        let puts = due.iter().filter(|r| r.first_of_put).count();
+        (due.len(), puts)
     }
 
     /// Allocated bytes waiting here (on mounted segments).
@@ -58,5 +76,12 @@ impl RetiredSpace {
         let ranges = self.ranges.lock();
         let live = ranges.iter().filter(|r| r.placement.segment.is_mounted());
         live.map(|r| aligned_len(r.size).unwrap_or(r.size)).sum()
+    }
+
+    /// Bytes of discarded puts' staging space not yet released.
+    pub(crate) fn staging_bytes(&self) -> u64 {
+        let ranges = self.ranges.lock();
+        let staging = ranges.iter().filter(|r| r.staging);
+        staging.map(|r| aligned_len(r.size).unwrap_or(r.size)).sum()
     }
 }

@@ -5,7 +5,7 @@
 //! one segment's allocator lock, so puts to different segments never contend.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -44,6 +44,37 @@ pub(crate) struct Segment {
     /// False once unmounted: its space is gone, allocations fail and frees
     /// are no-ops. Changed only under the allocator lock.
     mounted: AtomicBool,
+    /// [`SegmentStatus`] as a number: only `Ok` takes new allocations.
+    status: AtomicU8,
+}
+
+/// Where a segment is in a drain, with the reference's numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum SegmentStatus {
+    Ok = 1,
+    /// Readable; takes no new replicas while a drain job moves its objects.
+    Draining = 2,
+    /// Drained: empty of objects, awaiting unmount; takes no new replicas.
+    Drained = 3,
+}
+
+impl SegmentStatus {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SegmentStatus::Ok => "OK",
+            SegmentStatus::Draining => "DRAINING",
+            SegmentStatus::Drained => "DRAINED",
+        }
+    }
+
+    fn from_u8(v: u8) -> SegmentStatus {
+        match v {
+            2 => SegmentStatus::Draining,
+            3 => SegmentStatus::Drained,
+            _ => SegmentStatus::Ok,
+        }
+    }
 }
 
 impl Segment {
@@ -56,7 +87,17 @@ impl Segment {
             alloc: Mutex::new(alloc),
             used: AtomicU64::new(0),
             mounted: AtomicBool::new(true),
+            status: AtomicU8::new(SegmentStatus::Ok as u8),
         }
+    }
+
+    pub(crate) fn status(&self) -> SegmentStatus {
+        SegmentStatus::from_u8(self.status.load(Ordering::Acquire))
+    }
+
+    /// Set by drain jobs on the leader; a segment mounted again starts `Ok`.
+    pub(crate) fn set_status(&self, status: SegmentStatus) {
+        self.status.store(status as u8, Ordering::Release);
     }
 
     pub(crate) fn capacity(&self) -> u64 {
@@ -80,10 +121,11 @@ impl Segment {
         self.mounted.load(Ordering::Acquire)
     }
 
-    /// Allocates `size` bytes here; `None` when full or unmounted.
+    /// Allocates `size` bytes here; `None` when full, unmounted or being
+    /// drained.
     pub(crate) fn allocate(&self, size: u64) -> Option<u64> {
         let mut alloc = self.alloc.lock();
-        if !self.is_mounted() {
+        if !self.is_mounted() || self.status() != SegmentStatus::Ok {
             return None;
         }
         let off = alloc.allocate(size)?;

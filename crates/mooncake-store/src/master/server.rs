@@ -207,11 +207,10 @@ impl Handler for Rpc {
     /// Answers one request on the calling (connection) thread.
     fn handle(&self, _: &mut (), req: Request<'_>) -> Response {
         let shared = &*self.0;
-        shared.metrics.observe_values(&req);
-        let tag = req.tag();
+        let call = shared.metrics.classify(&shared.service, &req);
         let now = shared.clock.now_ms();
         let resp = shared.service.handle(req, now);
-        shared.metrics.observe(tag, &resp);
+        shared.metrics.observe(call, &resp);
         resp
     }
 
@@ -235,7 +234,13 @@ async fn timer_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             _ = stop.wait_for(|s| *s) => return,
         }
         let now = shared.clock.now_ms();
-        let report = tokio::task::block_in_place(|| shared.service.tick(now));
+        let report = tokio::task::block_in_place(|| {
+            let report = shared.service.tick(now);
+            shared
+                .drain
+                .step(&shared.service, now, super::shared::wall_ms());
+            report
+        });
         if report.expired_clients > 0 || report.discarded_puts > 0 {
             tracing::info!(?report, "timers");
         }

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use super::config::MasterConfig;
+use super::drain::DrainJobs;
 use super::metrics::MasterMetrics;
 use super::service::MasterService;
 
@@ -26,6 +27,13 @@ impl Clock {
     }
 }
 
+/// Milliseconds since the Unix epoch (for timestamps users read).
+pub(crate) fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()
@@ -38,6 +46,8 @@ pub(crate) struct Shared {
     pub(crate) metrics: MasterMetrics,
     pub(crate) clock: Clock,
     pub(crate) config: MasterConfig,
+    /// Drain jobs, stepped by the timer loop.
+    pub(crate) drain: DrainJobs,
 }
 
 impl Shared {
@@ -54,6 +64,7 @@ impl Shared {
             metrics: MasterMetrics::new(),
             clock,
             config,
+            drain: DrainJobs::default(),
         }
     }
 }

@@ -7,9 +7,9 @@ use mooncake_common::{Error, Result};
 
 use super::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
 use crate::types::{
-    ClientId, DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
-    ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment, TaskId, TaskInfo, TaskStatus,
-    TaskType,
+    ClientId, DiskDescriptor, GetReplicaListResponse, LocalDiskDescriptor, MemoryDescriptor,
+    OffloadBatch, OffloadTask, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
+    SegmentInfo, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
 };
 
 wire_struct!(ReplicateConfig {
@@ -35,6 +35,17 @@ wire_struct!(MemoryDescriptor {
 wire_struct!(DiskDescriptor {
     file_path,
     object_size
+});
+wire_struct!(LocalDiskDescriptor {
+    client_id,
+    object_size,
+    transport_endpoint
+});
+wire_struct!(OffloadTask { key, size, address });
+wire_struct!(OffloadBatch {
+    tasks,
+    removes,
+    promotions
 });
 wire_struct!(ReplicaDesc { kind, status });
 wire_struct!(GetReplicaListResponse {
@@ -141,6 +152,10 @@ impl Encode for ReplicaKind {
                 out.push(1);
                 d.encode(out);
             }
+            ReplicaKind::LocalDisk(d) => {
+                out.push(2);
+                d.encode(out);
+            }
         }
     }
 }
@@ -150,6 +165,7 @@ impl<'de> Decode<'de> for ReplicaKind {
         match r.u8()? {
             0 => Ok(ReplicaKind::Memory(Decode::decode(r)?)),
             1 => Ok(ReplicaKind::Disk(Decode::decode(r)?)),
+            2 => Ok(ReplicaKind::LocalDisk(Decode::decode(r)?)),
             t => Err(DecodeError::BadTag {
                 what: "replica kind",
                 tag: t.into(),
@@ -270,6 +286,23 @@ wire_enum! {
         /// Adds the written replicas (and drops the source of a move).
         26 => ReplicaTransferEnd { client_id: ClientId, key: &'a str },
         27 => ReplicaTransferRevoke { client_id: ClientId, key: &'a str },
+        /// A storage client's SSD tier: `tier_id` names its directory across
+        /// restarts (copies another client held in it move to this one),
+        /// `endpoint` is its tier service, `capacity` its byte limit.
+        28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64 },
+        /// The objects to copy to the tier and the copies to delete.
+        29 => FetchOffloadTasks { client_id: ClientId, max: u32 },
+        /// These objects are durable in the tier (`restore`: found by a
+        /// restart scan rather than written for a task).
+        30 => NotifyOffload { client_id: ClientId, keys: Vec<&'a str>, sizes: Vec<u64>, restore: bool },
+        /// These tasks failed; their memory copies stay.
+        31 => NotifyOffloadFailure { client_id: ClientId, keys: Vec<&'a str> },
+        /// Phase 1 of a tier eviction: the master forgets these copies.
+        32 => EvictDiskReplicas { client_id: ClientId, keys: Vec<&'a str> },
+        /// Promotion: memory replicas for a disk-only object whose copy
+        /// this client holds; it fills them from its tier and ends with
+        /// PutEnd (or PutRevoke).
+        33 => PromotionStart { client_id: ClientId, key: &'a str },
     }
 }
 
@@ -292,5 +325,6 @@ wire_enum! {
         12 => Task { result: Result<TaskId> },
         13 => TaskState { result: Result<TaskInfo> },
         14 => Tasks { result: Result<Vec<TaskAssignment>> },
+        15 => Offload { result: Result<OffloadBatch> },
     }
 }

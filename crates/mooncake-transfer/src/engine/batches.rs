@@ -9,7 +9,7 @@ use std::time::Instant;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{invalid, BatchId, Inner, TransferEngine, TransferRequest};
-use crate::batch::{Batch, TransferStatus};
+use crate::batch::{Batch, TransferState, TransferStatus};
 
 #[derive(Default)]
 pub(super) struct Batches {
@@ -53,7 +53,9 @@ impl TransferEngine {
 
     /// Aggregate status of the batch.
     pub fn batch_status(&self, batch: BatchId) -> Result<TransferStatus> {
-        Ok(self.inner.batch(batch)?.status(Instant::now()))
+        let status = self.inner.batch(batch)?.status(Instant::now());
+        self.inner.seen(batch, &status);
+        Ok(status)
     }
 
     /// Blocks (no spinning) until every request of the batch is finished or timed out.
@@ -63,13 +65,16 @@ impl TransferEngine {
     /// into it to end. A timeout does not undo a request, though: bytes of a
     /// write already sent may still land at the target.
     pub fn wait_batch(&self, batch: BatchId) -> Result<TransferStatus> {
-        Ok(self.inner.batch(batch)?.wait())
+        let status = self.inner.batch(batch)?.wait();
+        self.inner.seen(batch, &status);
+        Ok(status)
     }
 
     /// Frees a batch; refused (`ERR_BATCH_BUSY`) while requests run.
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         let b = self.inner.batch(batch)?;
         b.prepare_free()?;
+        self.inner.metrics.forget(batch);
         self.inner.batches.lock().live.remove(&batch);
         Ok(())
     }
@@ -82,7 +87,7 @@ impl TransferEngine {
         let batch = self.allocate_batch(requests.len().max(1))?;
         let result = self
             .submit(batch, requests)
-            .map(|()| self.inner.batch(batch).map(|b| b.wait()));
+            .map(|()| self.wait_batch(batch));
         if let Err(e) = self.free_batch(batch) {
             tracing::debug!("transfer_sync: batch {batch} freed later: {e}");
             self.inner.batches.lock().parked.push(batch);
@@ -99,6 +104,16 @@ impl TransferEngine {
 }
 
 impl Inner {
+    /// A finished batch's completion latency counts (once).
+    fn seen(&self, batch: BatchId, status: &TransferStatus) {
+        if !matches!(
+            status.state,
+            TransferState::Waiting | TransferState::Pending
+        ) {
+            self.metrics.finished(batch);
+        }
+    }
+
     fn add_batch(&self, id: BatchId, batch: Batch) {
         let mut batches = self.batches.lock();
         if !batches.parked.is_empty() {

@@ -7,6 +7,7 @@
 //! - `notify`: notifies to and from peers.
 
 mod batches;
+mod metrics;
 mod notify;
 mod registration;
 mod segments;
@@ -70,6 +71,10 @@ pub struct TransportStats {
     pub local: u64,
     pub shm: u64,
     pub tcp: u64,
+    /// Bytes submitted to each transport.
+    pub local_bytes: u64,
+    pub shm_bytes: u64,
+    pub tcp_bytes: u64,
 }
 
 /// The transfer engine. Cheap to clone; all calls block and are safe from
@@ -96,8 +101,8 @@ struct Inner {
     tcp: TcpTransport,
     server: Mutex<Option<RpcServer>>,
     closed: AtomicBool,
-    /// Requests routed to local, shm, tcp (the order of `transports()`).
-    routed: [AtomicU64; 3],
+    /// Requests and bytes per transport, completion latencies.
+    metrics: Arc<metrics::EngineMetrics>,
 }
 
 /// The address the RPC listener binds: `MC_TCP_BIND_ADDRESS` when set,
@@ -126,7 +131,15 @@ impl TransferEngine {
         let config = config.sanitized();
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
-            "rdma" => return Err(rdma_unavailable(&config.device_name)),
+            "rdma" => {
+                // As the reference on a host without an RDMA NIC: the
+                // engine starts and moves bytes over TCP; said out loud.
+                tracing::warn!(
+                    "protocol rdma (device {:?}): this build has no RDMA transport, serving over tcp",
+                    config.device_name
+                );
+                "tcp".to_string()
+            }
             other => {
                 return Err(invalid(format!(
                     "unsupported protocol {other:?} (expected tcp or rdma)"
@@ -146,22 +159,25 @@ impl TransferEngine {
             given.to_string()
         };
         let (hostname, name_port) = split_host_port(&given);
+        let p2p = metadata.is_none();
         let bind_host = listen_host(config.rpc_bind_address.as_deref(), &hostname);
-        let listener = rpc::bind(
-            &bind_host,
-            config.rpc_port.or(name_port),
-            (config.min_rpc_port, config.max_rpc_port),
-        )?;
+        let port = listening_port(
+            p2p,
+            config.legacy_rpc_port_binding,
+            config.rpc_port,
+            name_port,
+        );
+        let listener = rpc::bind(&bind_host, port, (config.min_rpc_port, config.max_rpc_port))?;
         let rpc_port = listener
             .local_addr()
             .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, e.to_string()))?
             .port();
-        let name = if metadata.is_none() {
-            format!("{hostname}:{rpc_port}")
+        let name = if p2p {
+            join_host_port(&hostname, rpc_port)
         } else {
             given
         };
-
+        let published_host = published_host(&hostname, config.rpc_bind_address.as_deref());
         let control_max = config.handshake_max_length as u64;
         let local = Arc::new(LocalState {
             name: name.clone(),
@@ -199,14 +215,25 @@ impl TransferEngine {
             next_batch: AtomicU64::new(1),
             server: Mutex::new(Some(server)),
             closed: AtomicBool::new(false),
-            routed: Default::default(),
+            metrics: Arc::default(),
         };
+        if let Some(every) = metrics::config_from_env(|k| std::env::var(k).ok()) {
+            metrics::start_reporting(&inner.metrics, every);
+        }
         if let Some(store) = &inner.metadata {
             let meta = RpcMeta {
-                ip_or_host_name: inner.hostname.clone(),
+                ip_or_host_name: published_host,
                 rpc_port,
             };
-            store.put(&rpc_meta_key(&inner.name), &meta.to_json())?;
+            if let Err(e) = store.put(&rpc_meta_key(&inner.name), &meta.to_json()) {
+                // The name may belong to a running engine (the HTTP metadata
+                // server refuses a second rpc_meta value): leave its keys.
+                inner.closed.store(true, Ordering::Release);
+                if let Some(mut server) = inner.server.lock().take() {
+                    server.stop();
+                }
+                return Err(e.with_context(format!("publishing {:?}", inner.name)));
+            }
             inner.publish()?;
         }
         tracing::info!(
@@ -238,11 +265,16 @@ impl TransferEngine {
 
     /// Requests carried by each transport so far.
     pub fn transport_stats(&self) -> TransportStats {
-        let n = |i: usize| self.inner.routed[i].load(Ordering::Relaxed);
+        let m = &self.inner.metrics;
+        let n = |i: usize| m.requests[i].load(Ordering::Relaxed);
+        let b = |i: usize| m.bytes[i].load(Ordering::Relaxed);
         TransportStats {
             local: n(0),
             shm: n(1),
             tcp: n(2),
+            local_bytes: b(0),
+            shm_bytes: b(1),
+            tcp_bytes: b(2),
         }
     }
 
@@ -253,13 +285,40 @@ impl TransferEngine {
     }
 }
 
-/// `protocol=rdma`: refused with the reference's code for a missing device
-/// rather than served over TCP behind the caller's back.
-fn rdma_unavailable(device: &str) -> Error {
-    Error::new(
-        ErrorCode::ERR_DEVICE_NOT_FOUND,
-        format!("protocol rdma (device {device:?}): this build has no RDMA transport"),
-    )
+/// The port the listener binds; `None` picks a free one. In P2P mode and
+/// with a metadata server (the reference's "new RPC mapping") the port in
+/// `local_server_name` only names the segment, so two engines named after
+/// ports other processes hold still start; `MC_LEGACY_RPC_PORT_BINDING`
+/// binds the named port instead (metadata mode only, as in the reference).
+fn listening_port(
+    p2p: bool,
+    legacy: bool,
+    explicit: Option<u16>,
+    name_port: Option<u16>,
+) -> Option<u16> {
+    match explicit {
+        Some(p) => Some(p),
+        None if legacy && !p2p => name_port,
+        None => None,
+    }
+}
+
+/// Where peers connect: a specific bind address (`MC_TCP_BIND_ADDRESS`),
+/// else the host of `local_server_name`.
+fn published_host(hostname: &str, bind_address: Option<&str>) -> String {
+    match bind_address.map(str::parse::<std::net::IpAddr>) {
+        Some(Ok(ip)) if !ip.is_unspecified() => ip.to_string(),
+        Some(Err(_)) => bind_address.unwrap_or(hostname).to_string(),
+        _ => hostname.to_string(),
+    }
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 impl Inner {
@@ -298,6 +357,29 @@ mod tests {
         assert_eq!(listen_host(None, "[::1]"), "::1");
         assert_eq!(listen_host(None, "node7"), "0.0.0.0");
         assert_eq!(listen_host(None, "0.0.0.0"), "0.0.0.0");
+    }
+
+    #[test]
+    fn the_named_port_is_bound_only_in_legacy_metadata_mode() {
+        // (p2p, legacy, explicit, name port) -> port bound
+        assert_eq!(listening_port(false, false, None, Some(12345)), None);
+        assert_eq!(listening_port(false, true, None, Some(12345)), Some(12345));
+        assert_eq!(listening_port(false, true, None, None), None);
+        assert_eq!(listening_port(true, true, None, Some(12345)), None);
+        assert_eq!(listening_port(true, false, None, Some(12345)), None);
+        assert_eq!(listening_port(false, false, Some(7), Some(12345)), Some(7));
+        assert_eq!(listening_port(true, false, Some(7), None), Some(7));
+    }
+
+    #[test]
+    fn a_specific_bind_address_is_published() {
+        assert_eq!(published_host("node1", None), "node1");
+        assert_eq!(published_host("node1", Some("0.0.0.0")), "node1");
+        assert_eq!(published_host("node1", Some("::")), "node1");
+        assert_eq!(published_host("node1", Some("10.1.2.3")), "10.1.2.3");
+        assert_eq!(published_host("node1", Some("node1.lan")), "node1.lan");
+        assert_eq!(join_host_port("::1", 80), "[::1]:80");
+        assert_eq!(join_host_port("h", 80), "h:80");
     }
 
     #[test]

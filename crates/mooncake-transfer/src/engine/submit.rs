@@ -69,7 +69,7 @@ impl TransferEngine {
                 )
             })?;
         if done {
-            self.inner.routed[1].fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.routed(1, 1, len);
         }
         Ok(done)
     }
@@ -86,6 +86,7 @@ impl Inner {
             return Err(Error::new(ErrorCode::INTERNAL_ERROR, "engine is shut down"));
         }
         let batch = self.batch(batch_id)?;
+        self.metrics.submitted(batch_id);
         // The segments named, each looked up once (usually one or two).
         let mut targets: Vec<Target> = Vec::new();
         let mut which: Vec<usize> = Vec::with_capacity(requests.len());
@@ -200,7 +201,8 @@ impl Inner {
                 targets[t].seg.name,
                 transports[*transport].name()
             );
-            self.routed[*transport].fetch_add(work.len() as u64, Ordering::Relaxed);
+            let bytes = work.iter().map(|w| w.len).sum();
+            self.metrics.routed(*transport, work.len(), bytes);
             route.submit(work);
         }
         Ok(())

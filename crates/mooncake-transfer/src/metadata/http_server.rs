@@ -33,6 +33,14 @@ use tokio::sync::oneshot;
 use super::http::NOT_FOUND_BODY;
 use super::{MetadataStore, MAX_VALUE_LEN};
 
+/// What [`MemoryStore::put_checked`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PutOutcome {
+    Updated,
+    Unchanged,
+    DuplicateRpcMeta,
+}
+
 /// The server's KV: a map from key to value. Values are [`Bytes`], so a GET
 /// hands out a reference count rather than a copy. Cheap to clone (shared).
 #[derive(Clone, Default)]
@@ -51,6 +59,24 @@ impl MemoryStore {
 
     pub(crate) fn insert(&self, key: String, value: Bytes) {
         self.map.write().insert(key, value);
+    }
+
+    /// A PUT as the reference's servers take it: an engine's location
+    /// (`.../rpc_meta/<name>`) is never overwritten with another value, so
+    /// a second engine of the same name cannot take over the first's.
+    pub(crate) fn put_checked(&self, key: String, value: Bytes) -> PutOutcome {
+        let mut map = self.map.write();
+        if key.contains("rpc_meta") {
+            if let Some(old) = map.get(&key) {
+                return if *old == value {
+                    PutOutcome::Unchanged
+                } else {
+                    PutOutcome::DuplicateRpcMeta
+                };
+            }
+        }
+        map.insert(key, value);
+        PutOutcome::Updated
     }
 
     /// Whether the key was there.
@@ -87,6 +113,8 @@ impl MetadataStore for MemoryStore {
 pub(crate) fn router(store: MemoryStore) -> Router {
     Router::new()
         .route("/metadata", get(get_key).put(put_key).delete(delete_key))
+        // What the reference master's embedded server answers to probes.
+        .route("/health", get(|| async { "OK" }))
         .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
         .with_state(store)
 }
@@ -154,8 +182,15 @@ async fn put_key(
     Query(param): Query<KeyParam>,
     body: Bytes,
 ) -> std::result::Result<Response, Rejection> {
-    store.insert(param.key()?, body);
-    Ok((StatusCode::OK, "metadata updated").into_response())
+    Ok(match store.put_checked(param.key()?, body) {
+        PutOutcome::Updated => (StatusCode::OK, "metadata updated"),
+        PutOutcome::Unchanged => (StatusCode::OK, "metadata unchanged"),
+        PutOutcome::DuplicateRpcMeta => (
+            StatusCode::BAD_REQUEST,
+            "Duplicate rpc_meta key not allowed",
+        ),
+    }
+    .into_response())
 }
 
 async fn delete_key(

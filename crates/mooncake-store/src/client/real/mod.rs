@@ -21,11 +21,16 @@ mod write;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::metrics::{ClientMetrics, Route};
+use super::offload::service::TierPeers;
+use super::offload::Offload;
+use super::prefault::Prefault;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
@@ -46,6 +51,8 @@ pub(crate) struct RealClient {
     id: ClientId,
     master: MasterClient,
     engine: TransferEngine,
+    /// The port in this client's name, held while it lives (see `setup`).
+    _name_claim: Option<socket2::Socket>,
     /// The engine endpoint and host, the mounted segments, memcpy on or off.
     site: Site,
     segments: Vec<MountedSegment>,
@@ -56,6 +63,23 @@ pub(crate) struct RealClient {
     closed: AtomicBool,
     heartbeat: Mutex<Option<Worker>>,
     executor: Mutex<Option<Worker>>,
+    /// Store client metrics (`MC_STORE_CLIENT_METRIC`).
+    pub(crate) metrics: Option<Arc<ClientMetrics>>,
+    /// This client's SSD tier, when it runs one.
+    offload: Mutex<Option<Offload>>,
+    /// Other storage clients' tier services (reads of disk-only objects).
+    tier_peers: TierPeers,
+    /// Faulting in the segments and staging pool after setup.
+    prefault: Mutex<Option<Prefault>>,
+}
+
+impl RealClient {
+    /// Counts `bytes` moved over `route`, when metrics are on.
+    pub(super) fn count_route(&self, route: Route, write: bool, bytes: usize) {
+        if let (Some(m), true) = (&self.metrics, bytes > 0) {
+            m.observe_route(route, write, bytes as u64);
+        }
+    }
 }
 
 fn closed_err() -> Error {
@@ -126,6 +150,24 @@ impl RealClient {
 impl Drop for RealClient {
     fn drop(&mut self) {
         let _ = Backend::close(self);
+        // No call is in flight any more. The engine may outlive this client
+        // (a shared one): take back what the client put on it, so it never
+        // serves memory unmapped below.
+        for seg in &self.segments {
+            if let Err(e) = self.engine.free_managed_buffer(seg.addr, seg.len) {
+                tracing::warn!(segment = %seg.info.name, error = %e, "freeing segment");
+            }
+        }
+        let buffers = self.registry.all().into_iter().map(|(addr, _)| addr);
+        for addr in self
+            .staging
+            .as_ref()
+            .map(|s| s.base())
+            .into_iter()
+            .chain(buffers)
+        {
+            let _ = self.engine.unregister_local_memory(addr);
+        }
     }
 }
 
@@ -151,11 +193,17 @@ impl Backend for RealClient {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        if let Some(mut p) = self.prefault.lock().take() {
+            p.stop();
+        }
         if let Some(hb) = self.heartbeat.lock().take() {
             hb.stop();
         }
         if let Some(ex) = self.executor.lock().take() {
             ex.stop();
+        }
+        if let Some(mut tier) = self.offload.lock().take() {
+            tier.stop();
         }
         self.unmount_all();
         Ok(())

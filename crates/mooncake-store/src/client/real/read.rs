@@ -5,18 +5,136 @@
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 
+use super::super::metrics::Route;
+use super::super::offload::service::{StagedBatch, TierServe};
+use super::super::offload::TierShared;
 use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
 use super::{batch_answer, RealClient};
-use crate::types::MemoryDescriptor;
+use crate::types::{LocalDiskDescriptor, MemoryDescriptor, ReplicaKind, ReplicaStatus};
 
 /// The fragments one key reads, from its replicas (best first).
 pub(super) type FetchPlan<'r> = (&'r [MemoryDescriptor], Vec<Frag>);
 
+/// Replica lists found by [`RealClient::lookup`]. Objects only on disk
+/// were staged by their tier's owner for this read; the staged copies are
+/// released when this drops, so the caller keeps it until its reads end.
+pub(super) struct Lookup<'c> {
+    found: Vec<Result<Vec<MemoryDescriptor>>>,
+    client: &'c RealClient,
+    /// (tier service, batch) of each staged batch.
+    staged: Vec<(String, u64)>,
+}
+
+impl std::ops::Deref for Lookup<'_> {
+    type Target = Vec<Result<Vec<MemoryDescriptor>>>;
+    fn deref(&self) -> &Self::Target {
+        &self.found
+    }
+}
+
+impl std::ops::DerefMut for Lookup<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.found
+    }
+}
+
+impl Drop for Lookup<'_> {
+    fn drop(&mut self) {
+        for (addr, batch) in self.staged.drain(..) {
+            self.client.release_staged(&addr, batch);
+        }
+    }
+}
+
 impl RealClient {
-    /// Replica lists for `keys`, best replica first (one RPC).
-    pub(super) fn lookup(&self, keys: &[String]) -> Vec<Result<Vec<MemoryDescriptor>>> {
+    /// Replica lists for `keys`, best replica first (one RPC to the master,
+    /// and one per tier owner for objects only on disk).
+    pub(super) fn lookup(&self, keys: &[String]) -> Lookup<'_> {
+        let mut disk: Vec<(usize, LocalDiskDescriptor)> = Vec::new();
+        let found = self.lookup_replicas(keys, &mut disk);
+        let mut out = Lookup {
+            found,
+            client: self,
+            staged: Vec::new(),
+        };
+        if !disk.is_empty() {
+            self.stage_from_tiers(keys, disk, &mut out);
+        }
+        out
+    }
+
+    /// Asks each tier owner to stage the disk-only objects in `disk` and
+    /// points their replica lists at the staged copies.
+    fn stage_from_tiers(
+        &self,
+        keys: &[String],
+        mut disk: Vec<(usize, LocalDiskDescriptor)>,
+        out: &mut Lookup<'_>,
+    ) {
+        disk.sort_by(|a, b| a.1.transport_endpoint.cmp(&b.1.transport_endpoint));
+        for group in disk.chunk_by(|a, b| a.1.transport_endpoint == b.1.transport_endpoint) {
+            let addr = &group[0].1.transport_endpoint;
+            let ks: Vec<&str> = group.iter().map(|(i, _)| keys[*i].as_str()).collect();
+            match self.stage_at(addr, &ks) {
+                Ok(batch) => {
+                    out.staged.push((addr.clone(), batch.batch_id));
+                    for ((i, d), staged) in group.iter().zip(batch.objects) {
+                        out.found[*i] = staged.and_then(|o| {
+                            if o.size != d.object_size {
+                                return Err(Error::new(
+                                    ErrorCode::OBJECT_NOT_FOUND,
+                                    format!("{}: the tier holds another version", keys[*i]),
+                                ));
+                            }
+                            Ok(vec![MemoryDescriptor {
+                                segment_name: batch.endpoint.clone(),
+                                transport_endpoint: batch.endpoint.clone(),
+                                buffer_address: o.address,
+                                size: o.size,
+                            }])
+                        });
+                    }
+                }
+                Err(e) => {
+                    for (i, _) in group {
+                        out.found[*i] = Err(e.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Has the tier service at `addr` stage `keys` (this client's own tier
+    /// without a round trip).
+    fn stage_at(&self, addr: &str, keys: &[&str]) -> Result<StagedBatch> {
+        if let Some(own) = self.own_tier(addr) {
+            return own.stage(keys);
+        }
+        self.tier_peers.stage(addr, keys)
+    }
+
+    fn release_staged(&self, addr: &str, batch: u64) {
+        match self.own_tier(addr) {
+            Some(own) => own.release(batch),
+            None => self.tier_peers.release(addr, batch),
+        }
+    }
+
+    fn own_tier(&self, addr: &str) -> Option<std::sync::Arc<TierShared>> {
+        let offload = self.offload.lock();
+        let shared = offload.as_ref()?.shared();
+        (shared.service_addr == addr).then(|| shared.clone())
+    }
+
+    /// Replica lists for `keys` from the master; keys with no memory
+    /// replica but a copy in an SSD tier are listed in `disk`.
+    fn lookup_replicas(
+        &self,
+        keys: &[String],
+        disk: &mut Vec<(usize, LocalDiskDescriptor)>,
+    ) -> Vec<Result<Vec<MemoryDescriptor>>> {
         if let Err(e) = self.check_open() {
             return vec![Err(e); keys.len()];
         }
@@ -39,6 +157,14 @@ impl RealClient {
         for (a, &i) in answers.into_iter().zip(&ask) {
             out[i] = a.and_then(|resp| {
                 let ranked = self.site.rank(&resp.replicas);
+                let on_disk = resp.replicas.iter().find_map(|r| match &r.kind {
+                    ReplicaKind::LocalDisk(d) if r.status == ReplicaStatus::Complete => Some(d),
+                    _ => None,
+                });
+                if let (true, Some(d)) = (ranked.is_empty(), on_disk) {
+                    disk.push((i, d.clone()));
+                    return Ok(Vec::new());
+                }
                 if ranked.is_empty() {
                     Err(Error::new(
                         ErrorCode::REPLICA_IS_NOT_READY,
@@ -73,7 +199,11 @@ impl RealClient {
                 };
                 match plan_read(rep, frags, &self.site) {
                     Err(e) => failed_now.push((p, e)),
-                    Ok(ReadPlan::Memcpy(c)) => copies.extend(c),
+                    Ok(ReadPlan::Memcpy(c)) => {
+                        let bytes = c.iter().map(|c| c.len).sum();
+                        self.count_route(Route::Local, false, bytes);
+                        copies.extend(c);
+                    }
                     Ok(ReadPlan::Peer { endpoint, pieces }) => match self.handle(endpoint) {
                         Ok(target) => {
                             for piece in pieces {
@@ -82,6 +212,7 @@ impl RealClient {
                                 // checked registered buffer, or a fresh heap
                                 // buffer).
                                 if unsafe { self.read_shared(target, &piece) } {
+                                    self.count_route(Route::Shm, false, piece.len);
                                     continue;
                                 }
                                 requests.push(TransferRequest {
@@ -99,11 +230,14 @@ impl RealClient {
                 }
             }
             let outcomes = Flight::run(&self.engine, &requests, &copies);
-            for (r, &p) in outcomes.into_iter().zip(&req_owner) {
-                if let Err(e) = r {
-                    failed_now.push((p, e));
+            let mut fetched = 0;
+            for ((r, &p), req) in outcomes.into_iter().zip(&req_owner).zip(&requests) {
+                match r {
+                    Err(e) => failed_now.push((p, e)),
+                    Ok(_) => fetched += req.length,
                 }
             }
+            self.count_route(Route::Engine, false, fetched);
             let mut retry = Vec::new();
             failed_now.sort_by_key(|(p, _)| *p);
             failed_now.dedup_by_key(|(p, _)| *p);
@@ -186,6 +320,7 @@ impl RealClient {
                             )
                         };
                     }
+                    self.count_route(Route::Local, false, size);
                     return true;
                 }
                 ReadPlan::Peer { endpoint, pieces } => {
@@ -197,6 +332,7 @@ impl RealClient {
                         .iter()
                         .all(|p| unsafe { self.read_shared(target, p) })
                     {
+                        self.count_route(Route::Shm, false, size);
                         return true;
                     }
                 }

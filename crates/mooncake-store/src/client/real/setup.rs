@@ -10,33 +10,60 @@ use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::metrics;
+use super::super::offload::service::TierPeers;
+use super::super::offload::{Offload, OffloadSetup};
+use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
 use super::{worker, MountedSegment, RealClient};
 use crate::master_client::MasterClient;
+use crate::tier::TierConfig;
 use crate::types::{ClientId, SegmentInfo};
 
 /// Largest single buffer one mounted segment uses; bigger contributions are
 /// mounted as several segments so each stays one shared-memory mapping of
 /// bounded size.
 const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
-/// Port range the reference picks from when `local_hostname` has no port.
-const AUTO_PORT_RANGE: std::ops::Range<u16> = 12300..14300;
+/// Port range the reference names a client after when `local_hostname` has
+/// no port (`MC_STORE_CLIENT_MIN_PORT`, `MC_STORE_CLIENT_MAX_PORT`).
+const AUTO_PORT_RANGE: (u16, u16) = (12300, 14300);
+/// Ports tried for that name (`MC_STORE_CLIENT_SETUP_RETRIES`).
+const AUTO_PORT_TRIES: u32 = 20;
 /// How long a staging allocation waits for room when the pool is full.
 const STAGING_WAIT: Duration = Duration::from_secs(30);
 
 impl RealClient {
-    /// Connects to the master, starts the engine, allocates the staging pool
-    /// and mounts the segments; the environment overrides `config` (see
-    /// [`ClientConfig::apply_env`]).
-    pub(crate) fn setup(config: &ClientConfig) -> Result<RealClient> {
+    /// Connects to the master, starts the engine (or uses `shared`, an
+    /// engine the caller also uses: its name, metadata and port), allocates
+    /// the staging pool and mounts the segments; the environment overrides
+    /// `config` (see [`ClientConfig::apply_env`]).
+    pub(crate) fn setup(
+        config: &ClientConfig,
+        shared: Option<TransferEngine>,
+    ) -> Result<RealClient> {
         let mut config = config.clone();
         config.apply_env(process_env);
         config.validate()?;
         let master =
             MasterClient::connect_in_cluster(&config.master_server_address, &config.cluster_id)?;
-        let engine = start_engine(&config)?;
+        let (engine, name_claim) = match shared {
+            Some(engine) => {
+                if engine.local_server_name() != config.local_hostname.trim() {
+                    tracing::info!(
+                        "store uses the shared engine's name {} (local_hostname {:?})",
+                        engine.local_server_name(),
+                        config.local_hostname
+                    );
+                }
+                (engine, None)
+            }
+            None => {
+                check_rdma_devices(&config)?;
+                start_engine(&config)?
+            }
+        };
         let id: ClientId = rand::random();
         let staging = staging_pool(&engine, config.local_buffer_size)?;
 
@@ -50,6 +77,7 @@ impl RealClient {
                 memcpy: config.local_memcpy,
             },
             engine,
+            _name_claim: name_claim,
             segments: Vec::new(),
             staging,
             registry: BufferRegistry::new(),
@@ -58,7 +86,24 @@ impl RealClient {
             closed: AtomicBool::new(false),
             heartbeat: Mutex::new(None),
             executor: Mutex::new(None),
+            metrics: None,
+            offload: Mutex::new(None),
+            tier_peers: TierPeers::default(),
+            prefault: Mutex::new(None),
         };
+        let cluster = process_env("MC_STORE_CLUSTER_ID");
+        client.metrics = metrics::from_env("real", cluster.as_deref(), process_env);
+        if let Some(m) = &client.metrics {
+            client.master.observe_rpcs(m.clone());
+            let engine = client.engine.clone();
+            m.set_engine_source(move || {
+                let s = engine.transport_stats();
+                [
+                    [s.local, s.shm, s.tcp],
+                    [s.local_bytes, s.shm_bytes, s.tcp_bytes],
+                ]
+            });
+        }
         // Introduce ourselves (a pure client mounts nothing), then mount.
         match client.master.ping(id) {
             Ok(()) => {}
@@ -71,9 +116,57 @@ impl RealClient {
             .iter()
             .map(|s| (s.addr as u64, s.len as u64))
             .collect();
+        // The staging pool first: every byte put and get goes through it.
+        let staging = client
+            .staging
+            .as_ref()
+            .map(|p| (p.base(), p.capacity() as usize));
+        let segments = client.segments.iter().map(|s| (s.addr, s.len));
+        let fresh: Vec<(usize, usize)> = staging.into_iter().chain(segments).collect();
+        // SAFETY: segments and staging pool stay mapped until the client is
+        // dropped, and `close` (first thing in drop) stops the prefault.
+        *client.prefault.lock() = unsafe { Prefault::start(fresh) };
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
         *client.heartbeat.lock() = Some(worker::heartbeat(client.master.clone(), id, infos));
+        if config.enable_offload {
+            if let Err(e) = client.start_offload(&config) {
+                client.unmount_all();
+                return Err(e.with_context("starting the SSD tier"));
+            }
+        }
         Ok(client)
+    }
+
+    /// Starts the SSD tier (`MOONCAKE_OFFLOAD_*`, the path from `config`
+    /// first); its staging buffer counts as this client's own memory, so
+    /// reads of its own disk-only objects are plain copies.
+    fn start_offload(&mut self, config: &ClientConfig) -> Result<()> {
+        if self.segments.is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "an SSD tier needs a segment (global_segment_size > 0)",
+            ));
+        }
+        let path = config.offload_path.clone().filter(|p| !p.is_empty());
+        let lookup = |name: &str| match (name, &path) {
+            ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Some(p)) => Some(p.clone()),
+            _ => process_env(name),
+        };
+        let tier_config = TierConfig::from_lookup(&lookup)
+            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+        let setup = OffloadSetup {
+            id: self.id,
+            master: self.master.clone(),
+            engine: &self.engine,
+            engine_endpoint: self.site.endpoint.clone(),
+            host: self.site.host.clone(),
+            segments: self.segments.iter().map(|s| (s.addr, s.len)).collect(),
+        };
+        let offload = Offload::start(tier_config, setup)?;
+        let (base, len) = offload.shared().staging_range();
+        self.site.segments.push((base as u64, len as u64));
+        *self.offload.lock() = Some(offload);
+        Ok(())
     }
 
     fn mount_segments(&mut self, total: u64) -> Result<()> {
@@ -139,35 +232,83 @@ fn staging_pool(engine: &TransferEngine, len: u64) -> Result<Option<StagingPool>
     Ok(Some(StagingPool::new(Box::new(map), STAGING_WAIT)))
 }
 
-fn start_engine(config: &ClientConfig) -> Result<TransferEngine> {
+/// `protocol="rdma"` naming devices: none can be found, as the reference
+/// finds none on a host without an RDMA NIC (without devices the engine
+/// runs over TCP, as the reference's does).
+fn check_rdma_devices(config: &ClientConfig) -> Result<()> {
+    let devices = config.device_name.trim();
+    if config.protocol.trim() == "rdma" && !devices.is_empty() && devices != "auto-discovery" {
+        return Err(Error::new(
+            ErrorCode::ERR_DEVICE_NOT_FOUND,
+            format!("RDMA devices {devices:?}: this build has no RDMA transport"),
+        ));
+    }
+    Ok(())
+}
+
+/// Starts this client's engine, named `local_hostname`. A name without a
+/// port gets one in 12300..14300 that this client holds (a bound socket, no
+/// listener) for its lifetime, so no other client on the host takes the same
+/// name; the engine itself listens on a port it picks (see
+/// [`EngineConfig::rpc_port`]), or, with `MC_LEGACY_RPC_PORT_BINDING`, on the
+/// named one.
+fn start_engine(config: &ClientConfig) -> Result<(TransferEngine, Option<socket2::Socket>)> {
     let (host, port) = split_host_port(&config.local_hostname)?;
     let make = |port: u16| {
-        let name = if host.contains(':') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
-        let mut ec = EngineConfig::new(&config.metadata_server, &name);
+        let mut ec = EngineConfig::new(&config.metadata_server, &join_host_port(&host, port));
         ec.protocol = config.protocol.clone();
         ec.device_name = config.device_name.clone();
-        ec.rpc_port = Some(port);
-        TransferEngine::new(ec)
+        ec
     };
     if let Some(port) = port {
-        return make(port);
+        return Ok((TransferEngine::new(make(port))?, None));
     }
-    // The reference picks a port in 12300..14300; retry a few on collisions.
-    let mut last = Error::new(ErrorCode::ERR_SOCKET, "no free port in 12300..14300");
-    for _ in 0..16 {
-        let port = rand::random::<u16>() % (AUTO_PORT_RANGE.end - AUTO_PORT_RANGE.start)
-            + AUTO_PORT_RANGE.start;
-        if std::net::TcpListener::bind(("0.0.0.0", port)).is_err() {
+    let env_port = |name: &str, default: u16| {
+        process_env(name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&p| p > 0)
+            .unwrap_or(default)
+    };
+    let (lo, hi) = (
+        env_port("MC_STORE_CLIENT_MIN_PORT", AUTO_PORT_RANGE.0),
+        env_port("MC_STORE_CLIENT_MAX_PORT", AUTO_PORT_RANGE.1),
+    );
+    let (lo, hi) = if lo < hi { (lo, hi) } else { AUTO_PORT_RANGE };
+    let tries = process_env("MC_STORE_CLIENT_SETUP_RETRIES")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(AUTO_PORT_TRIES);
+    let mut last = Error::new(ErrorCode::ERR_SOCKET, format!("no free port in {lo}..{hi}"));
+    for _ in 0..tries {
+        let port = lo + rand::random::<u16>() % (hi - lo);
+        let Ok(claim) = claim_port(port) else {
             continue;
-        }
-        match make(port) {
-            Ok(e) => return Ok(e),
+        };
+        let ec = make(port);
+        // Legacy binding listens on the named port itself.
+        let claim = (!ec.legacy_rpc_port_binding).then_some(claim);
+        match TransferEngine::new(ec) {
+            Ok(e) => return Ok((e, claim)),
             Err(e) => last = e,
         }
     }
     Err(last)
+}
+
+/// Binds `port` on all interfaces without listening: connections to it are
+/// refused, and no other process can bind it while the socket lives.
+fn claim_port(port: u16) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    let addr = std::net::SocketAddr::from(([0, 0, 0, 0], port));
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
+fn join_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }

@@ -73,8 +73,9 @@ impl RealClient {
     /// move's source replica goes at that point) or revoked.
     fn execute_task(&self, task: &TaskAssignment) -> Result<()> {
         // Looking the replicas up first leases them for the copy.
-        let sources = self
-            .lookup(std::slice::from_ref(&task.key))
+        // (A disk-only source stays staged while `found` lives.)
+        let mut found = self.lookup(std::slice::from_ref(&task.key));
+        let sources = found
             .pop()
             .unwrap_or_else(|| Err(Error::new(ErrorCode::INTERNAL_ERROR, "empty lookup")))?;
         let fresh =

@@ -6,6 +6,7 @@
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 
+use super::super::metrics::Route;
 use super::super::staging::StagingBuf;
 use super::super::validate::{validate_key, validate_value_len};
 use super::flight::Flight;
@@ -130,22 +131,31 @@ impl RealClient {
         let mut copies = Vec::new();
         let mut staged: Vec<StagingBuf> = Vec::new(); // held until the batch is done
         let mut owner: Vec<usize> = Vec::new(); // per submitted request: its value
+        let (mut lens, mut sent_bytes) = (Vec::new(), 0);
         for (i, plan) in plans.iter().enumerate() {
             let Some(plan) = plan else { continue };
             match self.dispatch(plan, payloads[i], &mut staged) {
                 Ok(requests) => {
+                    let local = plan.memcpy.iter().map(|c| c.len).sum();
+                    self.count_route(Route::Local, true, local);
                     copies.extend_from_slice(&plan.memcpy);
                     owner.extend(std::iter::repeat_n(i, requests.len()));
+                    lens.extend(requests.iter().map(|r| r.length));
                     flight.submit(&requests);
                 }
                 Err(e) => sent[i] = Sent::Failed(e),
             }
         }
-        for (r, &i) in flight.finish(&copies).into_iter().zip(&owner) {
-            if let (Err(e), Sent::Written) = (r, &sent[i]) {
-                sent[i] = Sent::Failed(e.with_context(format!("writing {}", keys[i])));
+        for ((r, &i), len) in flight.finish(&copies).into_iter().zip(&owner).zip(&lens) {
+            match (r, &sent[i]) {
+                (Err(e), Sent::Written) => {
+                    sent[i] = Sent::Failed(e.with_context(format!("writing {}", keys[i])));
+                }
+                (Err(_), _) => {}
+                (Ok(_), _) => sent_bytes += len,
             }
         }
+        self.count_route(Route::Engine, true, sent_bytes);
         drop(staged);
         sent
     }
@@ -170,7 +180,15 @@ impl RealClient {
             .peers
             .iter()
             .zip(&targets)
-            .map(|(p, &t)| p.shared.as_ref().is_none_or(|s| !self.write_shared(t, s)))
+            .map(|(p, &t)| {
+                p.shared.as_ref().is_none_or(|s| {
+                    let copied = self.write_shared(t, s);
+                    if copied {
+                        self.count_route(Route::Shm, true, s.iter().map(|p| p.len).sum());
+                    }
+                    !copied
+                })
+            })
             .collect();
         let mut staged_copy: Option<usize> = None;
         let mut requests = Vec::with_capacity(plan.max_requests());

@@ -3,6 +3,8 @@
 //! The callers hold the lock the mutation needs; `replay` takes it for a
 //! mutation decided elsewhere.
 
+use std::sync::atomic::Ordering;
+
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::MasterService;
@@ -207,11 +209,11 @@ impl MasterService {
             free_at.unwrap_or_else(|| p.started.saturating_add(self.policy.release_after));
         match p.kind {
             PendingKind::Fresh | PendingKind::InPlace => {
-                self.release(obj.replicas.as_slice(), obj.size, free_at, now);
+                self.release_staging(obj.replicas.as_slice(), obj.size, free_at, now);
                 true
             }
             PendingKind::Replacing { replicas, size, .. } => {
-                self.release(replicas.as_slice(), size, free_at, now);
+                self.release_staging(replicas.as_slice(), size, free_at, now);
                 false
             }
             PendingKind::Replicating { replicas, .. } => {
@@ -232,6 +234,18 @@ impl MasterService {
             }
         }
         obj.replicas.free_all(obj.size);
+    }
+
+    /// Like `release`, for the space of a discarded put (counted apart).
+    fn release_staging(&self, placements: &[Placement], size: u64, free_at: u64, now: u64) {
+        if free_at <= now {
+            for p in placements {
+                p.segment.free(p.offset, size);
+            }
+            self.counters.released_puts.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.retired.retire_staging(placements, size, free_at);
+        }
     }
 
     /// Frees replicas now, or retires them until `free_at` if that is later.
@@ -300,7 +314,11 @@ impl MasterService {
     /// Frees the retired space due at `now`; returns how many ranges.
     pub(super) fn apply_free_retired(&self, now: u64) -> usize {
         self.observe(&Mutation::FreeRetired { now });
-        self.retired.free_due(now)
+        let (ranges, puts) = self.retired.free_due(now);
+        self.counters
+            .released_puts
+            .fetch_add(puts as u64, Ordering::Relaxed);
+        ranges
     }
 
     /// Applies a mutation decided by another master (a standby following
@@ -346,6 +364,7 @@ impl MasterService {
             Mutation::FreeRetired { now } => {
                 self.apply_free_retired(now);
             }
+            Mutation::Disk(op) => self.replay_disk(op),
         }
         Ok(())
     }

@@ -140,6 +140,39 @@ impl MasterService {
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),
             },
+            Q::MountLocalDisk {
+                client_id,
+                tier_id,
+                endpoint,
+                capacity,
+            } => A::Unit {
+                result: self.mount_local_disk(client_id, tier_id, endpoint, capacity, now),
+            },
+            Q::FetchOffloadTasks { client_id, max } => A::Offload {
+                result: self.fetch_offload_tasks(client_id, max, now),
+            },
+            Q::NotifyOffload {
+                client_id,
+                keys,
+                sizes,
+                restore,
+            } => {
+                if keys.len() != sizes.len() {
+                    return mismatch(keys.len(), sizes.len());
+                }
+                A::Units {
+                    results: self.notify_offload(client_id, &keys, &sizes, restore, now),
+                }
+            }
+            Q::NotifyOffloadFailure { client_id, keys } => A::Unit {
+                result: self.notify_offload_failure(client_id, &keys),
+            },
+            Q::PromotionStart { client_id, key } => A::Replicas {
+                result: self.promotion_start(client_id, key, now),
+            },
+            Q::EvictDiskReplicas { client_id, keys } => A::Units {
+                results: self.evict_disk_replicas(client_id, &keys, now),
+            },
         }
     }
 }

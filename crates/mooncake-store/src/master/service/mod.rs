@@ -42,8 +42,10 @@
 //! these locks and must take none of them.
 
 mod apply;
+mod drain;
 mod handle;
 mod mounts;
+mod offload;
 mod put;
 mod read;
 mod remove;
@@ -59,10 +61,11 @@ use parking_lot::Mutex;
 
 use super::clients::ClientTable;
 use super::config::MasterConfig;
+use super::disk::DiskTable;
 use super::eviction::Eviction;
 use super::mutation::MutationSink;
 use super::objects::{flags, ObjectMap};
-use super::policy::{Policy, TaskPolicy};
+use super::policy::{OffloadPolicy, Policy, TaskPolicy};
 use super::retired::RetiredSpace;
 use super::segments::{Placement, SegmentTable};
 use super::tasks::TaskTable;
@@ -76,7 +79,11 @@ pub struct Counters {
     pub evicted_keys: AtomicU64,
     pub evicted_bytes: AtomicU64,
     pub discarded_puts: AtomicU64,
+    /// Discarded puts whose staging space was freed.
+    pub released_puts: AtomicU64,
     pub expired_clients: AtomicU64,
+    pub evict_disk_replica_requests: AtomicU64,
+    pub evict_disk_replica_failures: AtomicU64,
 }
 
 /// What one `tick` did.
@@ -122,6 +129,9 @@ pub struct MasterService {
     clients: Mutex<ClientTable>,
     tasks: Mutex<TaskTable>,
     retired: RetiredSpace,
+    /// The storage clients' SSD tiers and the copies in them.
+    disk: DiskTable,
+    offload: OffloadPolicy,
     eviction: Eviction,
     counters: Counters,
     /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).
@@ -132,7 +142,9 @@ pub struct MasterService {
 
 impl MasterService {
     pub fn new(config: &MasterConfig) -> Self {
-        Self::with_policy(config.policy()).with_task_policy(config.task_policy())
+        Self::with_policy(config.policy())
+            .with_task_policy(config.task_policy())
+            .with_offload_policy(config.offload_policy())
     }
 
     pub fn with_policy(policy: Policy) -> Self {
@@ -144,6 +156,8 @@ impl MasterService {
             clients: Mutex::new(ClientTable::default()),
             tasks: Mutex::new(TaskTable::default()),
             retired: RetiredSpace::default(),
+            disk: DiskTable::default(),
+            offload: OffloadPolicy::default(),
             eviction: Eviction::default(),
             counters: Counters::default(),
             epoch_offset_ms: AtomicU64::new(0),

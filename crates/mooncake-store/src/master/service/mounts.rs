@@ -88,10 +88,15 @@ impl MasterService {
             }
             dead
         };
+        self.retire_clients(&dead, now)
+    }
+
+    /// Unmounts what the `dead` clients (already expired) had mounted.
+    pub(super) fn retire_clients(&self, dead: &[ClientId], now: u64) -> usize {
         if dead.is_empty() {
             return 0;
         }
-        for &id in &dead {
+        for &id in dead {
             let mut w = self.segments.write();
             let segments = w.owned_by(id);
             let names: Vec<&str> = segments.iter().map(|s| s.info.name.as_str()).collect();
@@ -100,7 +105,8 @@ impl MasterService {
                 self.apply_segments(&mut w, SegmentOp::Unmount { name });
             }
         }
-        self.drop_unmounted(&dead, now);
+        self.drop_unmounted(dead, now);
+        self.unmount_tiers(dead);
         self.counters
             .expired_clients
             .fetch_add(dead.len() as u64, Ordering::Relaxed);

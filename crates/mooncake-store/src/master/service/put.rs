@@ -83,6 +83,17 @@ impl MasterService {
             let discard = ObjectOp::DiscardPut { free_at: None, now };
             self.apply_in(&mut shard, key, discard);
         }
+        if self.disk.has_copy(key) {
+            if !upsert {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_ALREADY_EXISTS,
+                    format!("object {key:?} exists"),
+                ));
+            }
+            // The new version makes the tier's copy stale.
+            let obj = shard.map.get_mut(key);
+            self.forget_copy(key, obj);
+        }
         let (write, descs) = match shard.map.get(key) {
             Some(_) if !upsert => {
                 return Err(Error::new(
@@ -138,6 +149,10 @@ impl MasterService {
             readers_until: obj.lease_until,
         };
         self.apply_in(&mut shard, key, end);
+        if let Some(obj) = shard.map.get_mut(key) {
+            self.reflag_copy(key, obj);
+            self.offload_at_put_end(key, obj);
+        }
         Ok(())
     }
 

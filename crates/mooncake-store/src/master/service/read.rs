@@ -1,7 +1,7 @@
 //! Reads: they change only volatile state (the read lease and soft pin),
 //! so they make no mutation.
 
-use mooncake_common::Result;
+use mooncake_common::{ErrorCode, Result};
 
 use super::{check_key, not_found, not_ready, MasterService};
 use crate::master::objects::ObjectMeta;
@@ -28,10 +28,11 @@ impl MasterService {
         Ok(r)
     }
 
-    /// The complete replicas of `key`; grants the read lease.
+    /// The complete replicas of `key`, memory first, then its copy in an
+    /// SSD tier; grants the read lease (a disk-only object has none).
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
-        let replicas = self.read_complete(key, now, |obj| {
-            let replicas: Vec<ReplicaDesc> = obj
+        let in_memory = self.read_complete(key, now, |obj| {
+            let mut replicas: Vec<ReplicaDesc> = obj
                 .replicas
                 .as_slice()
                 .iter()
@@ -41,11 +42,26 @@ impl MasterService {
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
                 })
                 .collect();
+            if obj.is_on_disk() {
+                replicas.extend(self.disk_replica(key).map(|(d, _)| d));
+            }
             if replicas.is_empty() {
                 return Err(not_found(key));
             }
             Ok(replicas)
-        })?;
+        });
+        let replicas = match in_memory {
+            Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
+                Some((d, _)) => {
+                    if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
+                        self.disk_hit(key, l.client_id);
+                    }
+                    vec![d]
+                }
+                None => return Err(e),
+            },
+            r => r?,
+        };
         Ok(GetReplicaListResponse {
             replicas,
             lease_ttl_ms: self.policy.lease.lease_ttl,
@@ -63,24 +79,37 @@ impl MasterService {
                 self.policy.lease.on_read(obj, now);
                 Ok(true)
             }
-            _ => Ok(false),
+            Some(_) => Ok(false),
+            None => Ok(self.disk.has_copy(key)),
         }
     }
 
     /// Size of a complete object; grants the lease.
     pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
-        self.read_complete(key, now, |obj| Ok(obj.size))
+        match self.read_complete(key, now, |obj| Ok(obj.size)) {
+            Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => {
+                self.disk.copy(key).map(|c| c.size).ok_or(e)
+            }
+            r => r,
+        }
     }
 
     /// Replicas of a complete object, without granting a lease (admin queries).
     pub fn query_key(&self, key: &str) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         let shard = self.objects.lock(key);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let Some(obj) = shard.map.get(key) else {
+            let (d, _) = self.disk_replica(key).ok_or_else(|| not_found(key))?;
+            return Ok(vec![d]);
+        };
         if !obj.is_complete() {
             return Err(not_ready(key));
         }
-        Ok(obj.replicas.descriptors(obj.size, ReplicaStatus::Complete))
+        let mut v = obj.replicas.descriptors(obj.size, ReplicaStatus::Complete);
+        if obj.is_on_disk() {
+            v.extend(self.disk_replica(key).map(|(d, _)| d));
+        }
+        Ok(v)
     }
 
     /// Every complete object's key.
@@ -95,6 +124,10 @@ impl MasterService {
                     .map(|(k, _)| k.to_string()),
             );
         }
+        // Disk-only objects (those in memory are listed already).
+        let in_memory: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
+        let disk_only = self.disk.keys_where(|k| !in_memory.contains(k));
+        keys.extend(disk_only);
         keys
     }
 }

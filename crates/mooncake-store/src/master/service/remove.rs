@@ -14,7 +14,13 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let Some(obj) = shard.map.get(key) else {
+            // A disk-only object: no lease, no put in flight.
+            return match self.forget_copy(key, None) {
+                true => Ok(()),
+                false => Err(not_found(key)),
+            };
+        };
         if !force {
             if !obj.is_complete() {
                 return Err(not_ready(key));
@@ -42,6 +48,8 @@ impl MasterService {
                 ));
             }
         }
+        let obj = shard.map.get_mut(key);
+        self.forget_copy(key, obj);
         self.apply_in(&mut shard, key, ObjectOp::Remove { now });
         Ok(())
     }
@@ -58,19 +66,34 @@ impl MasterService {
                     format!("bad regex {pattern:?}: {e}"),
                 )
             })?;
-        Ok(self.remove_where(now, |key, obj| {
+        let n = self.remove_where(now, |key, obj| {
             re.is_match(key)
                 && obj.is_complete()
                 && (force || (!obj.is_leased(now) && !obj.is_hard_pinned()))
-        }))
+        });
+        Ok(n + self.remove_disk_only(now, |key| re.is_match(key)))
     }
 
     /// Removes every complete object (hard-pinned ones too); leased ones only
     /// with `force`. Returns how many.
     pub fn remove_all(&self, force: bool, now: u64) -> u64 {
-        self.remove_where(now, |_, obj| {
+        let n = self.remove_where(now, |_, obj| {
             obj.is_complete() && (force || !obj.is_leased(now))
-        })
+        });
+        n + self.remove_disk_only(now, |_| true)
+    }
+
+    /// Removes the disk-only objects whose key `pred` accepts.
+    fn remove_disk_only(&self, now: u64, pred: impl Fn(&str) -> bool) -> u64 {
+        let mut n = 0;
+        for key in self.disk.keys_where(pred) {
+            let mut shard = self.objects.lock(&key);
+            let _ = shard.clock(now);
+            if !shard.map.contains_key(key.as_str()) && self.forget_copy(&key, None) {
+                n += 1;
+            }
+        }
+        n
     }
 
     fn remove_where(&self, now: u64, pred: impl Fn(&str, &ObjectMeta) -> bool) -> u64 {
@@ -81,6 +104,9 @@ impl MasterService {
                     return true;
                 }
                 n += 1;
+                if obj.is_on_disk() {
+                    self.forget_copy(key, Some(&mut *obj));
+                }
                 self.apply_object(key, obj, ObjectOp::Remove { now }) == Fate::Keep
             });
         }

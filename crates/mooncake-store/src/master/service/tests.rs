@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 use super::MasterService;
 use crate::master::mutation::{Mutation, MutationSink, ObjectOp, Write};
 use crate::master::objects::{ObjectMeta, PendingKind, Replicas, SHARDS};
-use crate::master::policy::{AllocationStrategy, LeasePolicy, Policy, TaskPolicy};
+use crate::master::policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use crate::master::segments::Placement;
 use crate::types::{ClientId, ReplicateConfig, SegmentInfo, TaskId};
 
@@ -37,12 +37,18 @@ fn policy(strategy: AllocationStrategy) -> Policy {
 }
 
 fn service(strategy: AllocationStrategy) -> MasterService {
-    MasterService::with_policy(policy(strategy)).with_task_policy(TaskPolicy {
-        pending_timeout: 700,
-        processing_timeout: 900,
-        max_finished: 4,
-        ..TaskPolicy::default()
-    })
+    MasterService::with_policy(policy(strategy))
+        .with_task_policy(TaskPolicy {
+            pending_timeout: 700,
+            processing_timeout: 900,
+            max_finished: 4,
+            ..TaskPolicy::default()
+        })
+        .with_offload_policy(OffloadPolicy {
+            enabled: true,
+            queue_limit: 6,
+            ..OffloadPolicy::default()
+        })
 }
 
 fn segment(name: &str) -> SegmentInfo {
@@ -170,6 +176,7 @@ fn assert_same(l: &MasterService, f: &MasterService, tasks: &[TaskId], ctx: &str
         assert_eq!(lt.info(id, 0), ft.info(id, 0), "{ctx}: task {id}");
     }
     assert_eq!(l.retired_bytes(), f.retired_bytes(), "{ctx}: retired");
+    assert_eq!(l.disk.snapshot(), f.disk.snapshot(), "{ctx}: SSD tiers");
 }
 
 fn config(rng: &mut StdRng) -> ReplicateConfig {
@@ -210,7 +217,7 @@ fn step(s: &MasterService, rng: &mut StdRng, h: &mut History) {
     let (other, _) = SEGMENTS[rng.gen_range(0..SEGMENTS.len())];
     let task = h.tasks.last().copied().unwrap_or(0);
     let t = h.now;
-    match rng.gen_range(0..26) {
+    match rng.gen_range(0..30) {
         0..=4 => {
             let len = if rng.gen_bool(0.3) {
                 4096
@@ -283,6 +290,33 @@ fn step(s: &MasterService, rng: &mut StdRng, h: &mut History) {
         }
         24 => {
             let _ = s.mark_task_complete(owner, task, rng.gen_bool(0.7), "done", t);
+        }
+        25 => {
+            // Two directories; mounting one another client holds is a takeover.
+            let tier = ["t1", "t2"][rng.gen_range(0..2)];
+            let _ = s.mount_local_disk(owner, tier, "svc:1", 1 << 20, t);
+        }
+        26 => {
+            if let Ok(batch) = s.fetch_offload_tasks(owner, 4, t) {
+                let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+                let sizes: Vec<u64> = batch.tasks.iter().map(|t| t.size).collect();
+                if rng.gen_bool(0.8) {
+                    let _ = s.notify_offload(owner, &keys, &sizes, false, t);
+                } else {
+                    let _ = s.notify_offload_failure(owner, &keys);
+                }
+            }
+        }
+        27 => {
+            let size = if rng.gen_bool(0.5) {
+                4096
+            } else {
+                rng.gen_range(1..12 << 10)
+            };
+            let _ = s.notify_offload(owner, &[key.as_str()], &[size], true, t);
+        }
+        28 => {
+            let _ = s.evict_disk_replicas(owner, &[key.as_str()], t);
         }
         _ => {
             // Time passes; owners usually keep their heartbeat.

@@ -7,6 +7,7 @@ use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::eviction::{self, eligible, footprint};
 use crate::master::mutation::ObjectOp;
+use crate::master::objects::ObjectMeta;
 
 impl MasterService {
     /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
@@ -59,6 +60,11 @@ impl MasterService {
         self.apply_free_retired(now)
     }
 
+    /// Staging bytes of discarded puts not yet released.
+    pub fn discarded_staging_bytes(&self) -> u64 {
+        self.retired.staging_bytes()
+    }
+
     /// Allocated bytes waiting in the retired list (on mounted segments).
     pub fn retired_bytes(&self) -> u64 {
         self.retired.bytes()
@@ -96,15 +102,24 @@ impl MasterService {
     }
 
     /// One round: frees `target` bytes (if it can), plain objects first.
+    /// Objects that must reach an SSD tier first are queued for it and
+    /// stay, unless `--offload_force_evict` lets a short round take them.
     fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
         if target == 0 {
             return (0, 0);
         }
         let c = &self.counters;
         c.eviction_rounds.fetch_add(1, Ordering::Relaxed);
-        let (mut keys, mut bytes) = self.evict_pass(now, target, false);
+        let mut queue_budget = self.offload_policy().per_round();
+        let (mut keys, mut bytes) = self.evict_pass(now, target, false, false, &mut queue_budget);
         if bytes < target && self.policy.evict_soft_pinned {
-            let (k, b) = self.evict_pass(now, target - bytes, true);
+            let (k, b) = self.evict_pass(now, target - bytes, true, false, &mut queue_budget);
+            keys += k;
+            bytes += b;
+        }
+        if bytes < target && self.offload_policy().enabled && self.offload_policy().force_evict {
+            let soft = self.policy.evict_soft_pinned;
+            let (k, b) = self.evict_pass(now, target - bytes, soft, true, &mut 0);
             keys += k;
             bytes += b;
         }
@@ -117,19 +132,34 @@ impl MasterService {
         (keys, bytes)
     }
 
-    /// Evicts the oldest eligible objects until `target` bytes are freed.
-    fn evict_pass(&self, now: u64, target: u64, include_soft_pinned: bool) -> (usize, u64) {
+    /// Evicts the oldest eligible objects until `target` bytes are freed;
+    /// `force` takes objects that have no disk copy yet. Objects kept only
+    /// for lack of a copy are queued for one (up to `queue_budget`).
+    fn evict_pass(
+        &self,
+        now: u64,
+        target: u64,
+        include_soft_pinned: bool,
+        force: bool,
+        queue_budget: &mut usize,
+    ) -> (usize, u64) {
+        let may_go = |o: &ObjectMeta| {
+            eligible(o, now, include_soft_pinned) && self.may_leave_memory(o, force)
+        };
         // Pass 1: find the lease time below which evicting frees enough,
         // without copying keys.
         let mut candidates: Vec<(u64, u64)> = Vec::new();
         for shard in self.objects.shards() {
-            candidates.extend(
-                shard
-                    .map
-                    .values()
-                    .filter(|o| eligible(o, now, include_soft_pinned))
-                    .map(|o| (o.lease_until, footprint(o))),
-            );
+            for (key, o) in shard.map.iter() {
+                if may_go(o) {
+                    candidates.push((o.lease_until, footprint(o)));
+                } else if *queue_budget > 0
+                    && eligible(o, now, include_soft_pinned)
+                    && self.queue_offload(key, o, usize::MAX)
+                {
+                    *queue_budget -= 1;
+                }
+            }
         }
         let Some(threshold) = eviction::threshold(&mut candidates, target) else {
             return (0, 0);
@@ -143,10 +173,7 @@ impl MasterService {
                 break;
             }
             shard.map.retain(|key, obj| {
-                if bytes >= target
-                    || obj.lease_until > threshold
-                    || !eligible(obj, now, include_soft_pinned)
-                {
+                if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
                     return true;
                 }
                 bytes += footprint(obj);

@@ -299,6 +299,16 @@ impl MasterService {
         Ok(descs)
     }
 
+    /// Whether the transfer in flight on `key` is a move (`None`: there is
+    /// none), for the copy and move metric families.
+    pub fn transfer_is_move(&self, key: &str) -> Option<bool> {
+        let shard = self.objects.lock(key);
+        match &shard.map.get(key)?.pending.as_ref()?.kind {
+            PendingKind::Replicating { drop_source, .. } => Some(drop_source.is_some()),
+            _ => None,
+        }
+    }
+
     /// The new replicas are written: they join the object; a move's source
     /// replica is dropped (its space waits for readers' leases).
     pub fn replica_transfer_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {

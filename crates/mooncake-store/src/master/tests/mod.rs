@@ -2,6 +2,7 @@
 
 mod eviction;
 mod membership;
+mod offload;
 mod puts;
 mod removal;
 mod tasks;

@@ -1,0 +1,215 @@
+//! The offload loop and the restart registration.
+//!
+//! One round: take up to [`TASKS_PER_ROUND`] tasks from the master, stage
+//! each object from this client's segment into the tier, commit once, then
+//! report what is durable. A round that found nothing backs off from
+//! [`MIN_IDLE`] to [`MAX_IDLE`], so a busy tier drains at disk speed and an
+//! idle one costs a few calls per second.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use mooncake_common::{ErrorCode, Result};
+
+use super::TierShared;
+use crate::tier::{Committed, EvictionBatch, StageOutcome, WriteError};
+use crate::types::OffloadTask;
+
+const TASKS_PER_ROUND: u32 = 256;
+const MIN_IDLE: Duration = Duration::from_millis(1);
+const MAX_IDLE: Duration = Duration::from_millis(20);
+/// How often the staged-read sweep and the watermark eviction run.
+const HOUSEKEEPING: Duration = Duration::from_millis(200);
+
+/// Mounts the tier on the master and registers every object it holds, in
+/// batches of `MOONCAKE_OFFLOAD_SCANMETA_ITERATOR_KEYS_LIMIT`. Copies the
+/// master refuses (it knows a newer version) are deleted. Returns how many
+/// objects are registered.
+pub(super) fn mount_and_restore(s: &TierShared) -> Result<usize> {
+    let capacity = s.tier.config().total_size_limit;
+    s.master
+        .mount_local_disk(s.id, &s.tier_id, &s.service_addr, capacity)?;
+    let objects = s.tier.objects();
+    let per_call = (s.tier.config().scanmeta_iterator_keys_limit as usize).max(1);
+    let mut registered = 0;
+    for chunk in objects.chunks(per_call) {
+        let keys: Vec<String> = chunk.iter().map(|(k, _)| k.clone()).collect();
+        let sizes: Vec<u64> = chunk.iter().map(|(_, l)| l.len).collect();
+        let results = s.master.notify_offload(s.id, &keys, &sizes, true)?;
+        let mut refused = Vec::new();
+        for (key, r) in keys.into_iter().zip(results) {
+            match r {
+                Ok(()) => registered += 1,
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "tier copy refused by the master");
+                    refused.push(key);
+                }
+            }
+        }
+        if !refused.is_empty() {
+            s.tier.remove(&refused);
+        }
+    }
+    Ok(registered)
+}
+
+pub(super) fn run(s: &TierShared) {
+    let mut idle = MIN_IDLE;
+    let mut last_housekeeping = std::time::Instant::now();
+    while !s.stop.load(Ordering::Relaxed) {
+        if last_housekeeping.elapsed() >= HOUSEKEEPING {
+            last_housekeeping = std::time::Instant::now();
+            s.gc_batches();
+            let batch = s.tier.evict_above_watermark();
+            report_eviction(s, batch);
+        }
+        let worked = match s.master.fetch_offload_tasks(s.id, TASKS_PER_ROUND) {
+            Ok(batch) => {
+                if !batch.removes.is_empty() {
+                    s.tier.remove(&batch.removes);
+                }
+                let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
+                if !batch.tasks.is_empty() {
+                    offload_round(s, &batch.tasks);
+                }
+                for key in &batch.promotions {
+                    promote(s, key);
+                }
+                any
+            }
+            Err(e) if e.code == ErrorCode::SEGMENT_NOT_FOUND => {
+                // The master lost our tier (it restarted, or expired us).
+                tracing::warn!(error = %e, "SSD tier not known to the master: mounting again");
+                if let Err(e) = mount_and_restore(s) {
+                    tracing::warn!(error = %e, "SSD tier remount failed");
+                }
+                false
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "fetching offload tasks failed");
+                false
+            }
+        };
+        if worked {
+            idle = MIN_IDLE;
+        } else {
+            std::thread::sleep(idle);
+            idle = (idle * 2).min(MAX_IDLE);
+        }
+    }
+}
+
+/// Copies `tasks` into the tier and reports them.
+fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
+    let now = s.now();
+    let mut durable: Vec<(String, u64)> = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    let take_committed = |c: Option<Committed>, durable: &mut Vec<(String, u64)>| {
+        if let Some(c) = c {
+            durable.extend(c.objects.into_iter().map(|(k, l)| (k, l.len)));
+        }
+    };
+    for t in tasks {
+        let Some(bytes) = s.own_range(t.address, t.size) else {
+            tracing::warn!(key = %t.key, "offload task outside this client's segments");
+            failed.push(t.key.clone());
+            continue;
+        };
+        match s.tier.stage(&t.key, 0, &[bytes], now) {
+            Ok(StageOutcome { committed, evicted }) => {
+                take_committed(committed, &mut durable);
+                report_eviction(s, evicted);
+            }
+            Err(WriteError { error, discarded }) => {
+                tracing::warn!(key = %t.key, %error, "SSD tier write failed");
+                failed.push(t.key.clone());
+                failed.extend(discarded);
+            }
+        }
+    }
+    match s.tier.commit(now) {
+        Ok(c) => take_committed(c, &mut durable),
+        Err(WriteError { error, discarded }) => {
+            tracing::warn!(%error, "SSD tier commit failed");
+            failed.extend(discarded);
+        }
+    }
+    report_durable(s, durable);
+    if !failed.is_empty() {
+        failed.sort();
+        failed.dedup();
+        if let Err(e) = s.master.notify_offload_failure(s.id, &failed) {
+            tracing::debug!(error = %e, "reporting failed offloads");
+        }
+    }
+}
+
+/// Copies the disk-only object `key` back into memory: the master places
+/// it (on this client's segments when they have room), the tier reads it
+/// there, PutEnd publishes it. A replica elsewhere is given up (the next
+/// hits ask again).
+fn promote(s: &TierShared, key: &str) {
+    let descs = match s.master.promotion_start(s.id, key) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::debug!(key, error = %e, "promotion not started");
+            return;
+        }
+    };
+    let now = s.now();
+    let filled = descs.iter().all(|d| {
+        let Some(m) = d.memory() else { return false };
+        match s.own_range_mut(m.buffer_address, m.size) {
+            Some(dst) => s.tier.read(key, dst, now).is_ok(),
+            None => false,
+        }
+    });
+    let done = if filled {
+        s.master.put_end(s.id, key)
+    } else {
+        s.master.put_revoke(s.id, key)
+    };
+    if let Err(e) = done {
+        tracing::debug!(key, error = %e, "ending a promotion failed");
+    }
+}
+
+/// Tells the master which copies are durable; copies it refuses (the
+/// object changed meanwhile) are deleted.
+fn report_durable(s: &TierShared, durable: Vec<(String, u64)>) {
+    if durable.is_empty() {
+        return;
+    }
+    let (keys, sizes): (Vec<String>, Vec<u64>) = durable.into_iter().unzip();
+    match s.master.notify_offload(s.id, &keys, &sizes, false) {
+        Ok(results) => {
+            let stale: Vec<String> = keys
+                .into_iter()
+                .zip(results)
+                .filter(|(_, r)| r.is_err())
+                .map(|(k, _)| k)
+                .collect();
+            if !stale.is_empty() {
+                s.tier.remove(&stale);
+            }
+        }
+        // Not reported, so not relied on: the master queues them again,
+        // and a restart registers what is on disk.
+        Err(e) => tracing::warn!(error = %e, "reporting durable copies failed"),
+    }
+}
+
+/// Phase 1 reached the master: the files may go. If the master could not
+/// be told, the copies are kept.
+fn report_eviction(s: &TierShared, batch: EvictionBatch) {
+    if batch.is_empty() {
+        return;
+    }
+    match s.master.evict_disk_replicas(s.id, &batch.keys) {
+        Ok(_) => s.tier.finalize(batch),
+        Err(e) => {
+            tracing::warn!(error = %e, "reporting a tier eviction failed; keeping the copies");
+            s.tier.restore(batch);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+"""The SSD tier started in-process by `setup(enable_ssd_offload=True,
+ssd_offload_path=...)`: objects beyond memory go to files there, stay
+readable from this and other clients, and replica descriptors say so."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import Cluster
+from mooncake.store import MooncakeDistributedStore
+
+MiB = 1 << 20
+KEYS = 48
+VALUE = 256 << 10
+
+
+@pytest.fixture(scope="module")
+def offload_cluster():
+    c = Cluster("--enable_offload=true", "--default_kv_lease_ttl=50")
+    yield c
+    assert c.stop() == 0, c.proc.output()
+
+
+def put_retrying(store, key, value):
+    # -200 (NO_AVAILABLE_HANDLE) is the tier's back-pressure: retry.
+    for _ in range(20000):
+        rc = store.put(key, value)
+        if rc != -200:
+            return rc
+    return rc
+
+
+def test_setup_keywords_start_the_tier(offload_cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(64 * MiB))
+    owner = MooncakeDistributedStore()
+    rc = owner.setup(
+        "127.0.0.1", offload_cluster.metadata, 4 * MiB, 16 * MiB, "tcp", "",
+        offload_cluster.master, enable_ssd_offload=True, ssd_offload_path=str(tmp_path),
+    )
+    assert rc == 0
+    reader = MooncakeDistributedStore()
+    assert reader.setup("127.0.0.1", offload_cluster.metadata, 0, 16 * MiB, "tcp", "",
+                        offload_cluster.master) == 0
+    try:
+        values = {f"py-tier-{i}": os.urandom(VALUE) for i in range(KEYS)}
+        for k, v in values.items():
+            assert put_retrying(owner, k, v) == 0, k
+        for k, v in values.items():
+            assert reader.get(k) == v, k
+            assert owner.get(k) == v, k
+        assert any(p.suffix == ".bucket" for p in tmp_path.iterdir())
+        descs = reader.batch_get_replica_desc(list(values))
+        disk_only = [k for k, reps in descs.items()
+                     if reps and all(r.is_local_disk_replica() for r in reps)]
+        assert len(disk_only) > KEYS // 2
+        for r in descs[disk_only[0]]:
+            assert not r.is_memory_replica() and not r.is_disk_replica()
+    finally:
+        reader.close()
+        owner.close()
+
+
+def test_the_tier_needs_offload_on_the_master(tmp_path):
+    c = Cluster()
+    try:
+        s = MooncakeDistributedStore()
+        rc = s.setup("127.0.0.1", c.metadata, 4 * MiB, 16 * MiB, "tcp", "", c.master,
+                     enable_ssd_offload=True, ssd_offload_path=str(tmp_path))
+        assert rc != 0
+    finally:
+        assert c.stop() == 0
