@@ -17,8 +17,9 @@ use mooncake_store::proto::frame::{encode_frame, LEN_PREFIX};
 use mooncake_store::proto::wire::Encode;
 use mooncake_store::proto::{Request, Response};
 use mooncake_store::types::{
-    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
-    ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment, TaskInfo, TaskStatus, TaskType,
+    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
+    TaskInfo, TaskStatus, TaskType,
 };
 use serde_json::json;
 
@@ -233,6 +234,34 @@ fn requests() -> Vec<Request<'static>> {
             client_id: CLIENT,
             key: "k0",
         },
+        Request::MountLocalDisk {
+            client_id: CLIENT,
+            tier_id: "tier-0",
+            endpoint: "node0:12346",
+            capacity: 1 << 30,
+        },
+        Request::FetchOffloadTasks {
+            client_id: CLIENT,
+            max: 64,
+        },
+        Request::NotifyOffload {
+            client_id: CLIENT,
+            keys: keys(),
+            sizes: vec![1, 2, 0],
+            restore: false,
+        },
+        Request::NotifyOffloadFailure {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::EvictDiskReplicas {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::PromotionStart {
+            client_id: CLIENT,
+            key: "k0",
+        },
     ]
 }
 
@@ -290,6 +319,17 @@ fn responses() -> Vec<(String, Response)> {
         Response::Tasks {
             result: Ok(vec![assignment]),
         },
+        Response::Offload {
+            result: Ok(OffloadBatch {
+                tasks: vec![OffloadTask {
+                    key: "k0".into(),
+                    size: 4096,
+                    address: 0x7f00_0000_0000,
+                }],
+                removes: vec!["k1".into()],
+                promotions: vec!["k2".into()],
+            }),
+        },
     ];
     let mut out: Vec<(String, Response)> = ok.into_iter().map(|r| (snake(r.name()), r)).collect();
     // Each single-result answer as an error too.
@@ -303,6 +343,7 @@ fn responses() -> Vec<(String, Response)> {
         Response::Task { result: err() },
         Response::TaskState { result: err() },
         Response::Tasks { result: err() },
+        Response::Offload { result: err() },
     ] {
         out.push((format!("{}_error", snake(r.name())), r));
     }
