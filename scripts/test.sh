@@ -17,5 +17,11 @@ start_services
 
 cargo test --workspace -- --test-threads=2
 
+# The fuzz targets keep building and survive a short run on their seeds
+# (docs/security.md, "Fuzzing"); skipped without cargo-fuzz.
+if [ "${MOONCAKE_SKIP_FUZZ:-0}" != 1 ] && cargo fuzz --version >/dev/null 2>&1; then
+    ./scripts/fuzz.sh --seconds 2
+fi
+
 # The Python package, built and installed like a user would, and its suite.
 MOONCAKE_WHEEL_PROFILE=dev ./scripts/test-python.sh

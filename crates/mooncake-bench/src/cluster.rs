@@ -21,7 +21,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// First argument that turns this executable into one of the programs.
 const RUN_AS: &str = "--run-as";
 
-fn err(msg: impl Into<String>) -> Error {
+fn err(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, msg)
 }
 

@@ -20,7 +20,7 @@ const NS: &str = "bench";
 /// Hang guard of every wait.
 const GUARD: Duration = Duration::from_secs(60);
 
-fn err(msg: impl Into<String>) -> Error {
+fn err(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, msg)
 }
 

@@ -90,7 +90,7 @@ impl Op {
     }
 }
 
-fn bad(msg: impl Into<String>) -> Error {
+fn bad(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, msg)
 }
 

@@ -17,9 +17,11 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub master_server_address: String,
     /// Address dummy clients connect to; also this node's engine host unless
-    /// `--local_hostname` is given (an unspecified address uses the machine's name).
-    #[arg(long, default_value = "0.0.0.0")]
-    pub host: String,
+    /// `--local_hostname` is given (an unspecified address uses the machine's
+    /// name). Dummies share this host, so the service listens on loopback
+    /// unless an address is given (the reference binds 0.0.0.0).
+    #[arg(long)]
+    pub host: Option<String>,
     #[arg(long, default_value_t = 50052)]
     pub port: u16,
     #[arg(long, default_value = "tcp")]
@@ -61,12 +63,13 @@ fn size_arg(s: &str) -> Result<u64, String> {
 
 impl Args {
     pub fn service_config(&self) -> ServiceConfig {
+        let host = self.host.as_deref().unwrap_or("");
         let local_hostname = if !self.local_hostname.is_empty() {
             self.local_hostname.clone()
-        } else if self.host == "0.0.0.0" || self.host == "::" || self.host.is_empty() {
+        } else if host == "0.0.0.0" || host == "::" || host.is_empty() {
             gethostname::gethostname().to_string_lossy().into_owned()
         } else {
-            self.host.clone()
+            host.to_owned()
         };
         ServiceConfig {
             client: ClientConfig {
@@ -80,7 +83,10 @@ impl Args {
                 enable_offload: self.enable_offload,
                 ..ClientConfig::default()
             },
-            host: self.host.clone(),
+            host: match host {
+                "" => "127.0.0.1".to_owned(),
+                h => h.to_owned(),
+            },
             port: self.port,
             limits: ServiceLimits::default(),
         }
@@ -130,7 +136,10 @@ pub fn main(argv: Vec<String>) -> i32 {
             }
         };
         let http = if args.enable_http_server {
-            match http_server(&service, &args.host, args.http_port) {
+            // Metrics are scraped from other hosts: all interfaces unless
+            // --host names one (the dummy service itself stays on loopback).
+            let host = args.host.as_deref().unwrap_or("0.0.0.0");
+            match http_server(&service, host, args.http_port) {
                 Ok(server) => Some(server),
                 Err(e) => {
                     eprintln!("mooncake_client: {e}");

@@ -772,13 +772,16 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
     })
     .unwrap();
     let addr = service.local_addr();
-    // Three idle connections fill the service; a fourth is closed at once.
+    // Three idle connections fill the service; a fourth takes the place
+    // of the oldest, which had no session.
     let mut idle: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    let mut extra = TcpStream::connect(addr).unwrap();
+    let extra = TcpStream::connect(addr).unwrap();
+    let mut oldest = idle.remove(0);
     assert!(
-        closed_by_peer(&mut extra),
-        "a connection over the cap was served"
+        closed_by_peer(&mut oldest),
+        "the oldest connection without a session stayed"
     );
+    idle.push(extra);
     // A call that declares 64 MiB and stalls after one byte is dropped...
     let mut stalled = idle.pop().unwrap();
     stalled.write_all(&(64u32 << 20).to_le_bytes()).unwrap();

@@ -8,6 +8,7 @@
 //! [`ErrorCode::code`] is each code's number in its own component;
 //! [`ErrorCode::wire`] tells them apart on our own protocols.
 
+use std::borrow::Cow;
 use std::fmt;
 
 macro_rules! error_codes {
@@ -153,16 +154,18 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// The public-edge error: a stable code plus human context.
+/// The public-edge error: a stable code plus human context. A fixed
+/// context (`&'static str`) costs no allocation, which matters for the
+/// per-key errors of large batch answers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {context}")]
 pub struct Error {
     pub code: ErrorCode,
-    pub context: String,
+    pub context: Cow<'static, str>,
 }
 
 impl Error {
-    pub fn new(code: ErrorCode, context: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, context: impl Into<Cow<'static, str>>) -> Self {
         Error {
             code,
             context: context.into(),
@@ -171,7 +174,7 @@ impl Error {
 
     /// Prepends more context, keeping the code.
     pub fn with_context(mut self, ctx: impl fmt::Display) -> Self {
-        self.context = format!("{ctx}: {}", self.context);
+        self.context = format!("{ctx}: {}", self.context).into();
         self
     }
 }
@@ -180,7 +183,7 @@ impl From<ErrorCode> for Error {
     fn from(code: ErrorCode) -> Self {
         Error {
             code,
-            context: String::new(),
+            context: Cow::Borrowed(""),
         }
     }
 }

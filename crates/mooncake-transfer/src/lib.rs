@@ -15,7 +15,8 @@
 //!   engine's listening port: data frames, P2P handshake, notifies);
 //! - `memory` (registered ranges), `batch` (request status), `segment`
 //!   (descriptors in the reference's JSON shape), [`metadata`] (KV backends);
-//! - `rawmem`: the only module that dereferences raw addresses or maps memory.
+//! - `rawmem`: the only module that dereferences raw addresses or maps memory;
+//! - `fuzzing` (feature `fuzzing`): entry points for the fuzz targets.
 
 #![warn(unreachable_pub)]
 
@@ -24,6 +25,8 @@ mod config;
 mod conn;
 mod engine;
 mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod memory;
 pub mod metadata;
 mod rawmem;

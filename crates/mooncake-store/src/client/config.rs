@@ -72,7 +72,7 @@ pub(crate) fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
 }
 
-fn bad(msg: impl Into<String>) -> Error {
+fn bad(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, msg)
 }
 

@@ -7,20 +7,28 @@
 //! the dummy's connections is open; when the last one closes the region is
 //! unregistered and unmapped.
 //!
+//! Sessions are capabilities: a session id is a random 64-bit token, only
+//! the process that shared the memory may open it (`Hello` must come over
+//! a socket that process `pid` holds) or join it (`Attach` likewise, with
+//! the token), and every call but `Hello`, `Attach` and `Health` needs a
+//! session. The peer is found in the kernel's socket table
+//! ([`super::peer`]), so only dummies on this host are served.
+//!
 //! Dummies are served by the framed-RPC server loop (`crate::rpc::server`),
 //! a thread per connection: at most [`ServiceLimits::max_connections`] are
-//! served at once and further ones are closed at accept. A connection may
-//! stay idle between calls up to [`ServiceLimits::idle_timeout`] (by default
-//! as long as it likes: a dummy's session lives while one of its
-//! connections is open), but a call must arrive whole within
-//! [`ServiceLimits::frame_timeout`] of its first byte, and its buffer grows
-//! only as bytes arrive. A frame whose length cannot be trusted is answered
-//! with `DESERIALIZE_FAIL` and its connection closed; one that does not
-//! decode is answered and the connection goes on.
+//! served at once. A connection that has not opened or joined a session
+//! within [`ServiceLimits::handshake_timeout`] is closed, and is the first
+//! to go when the service is full; past that, new connections wait in the
+//! accept queue. A connection with a session may stay idle between calls up
+//! to [`ServiceLimits::idle_timeout`] (by default as long as it likes: a
+//! dummy's session lives while one of its connections is open), but a call
+//! must arrive whole within [`ServiceLimits::frame_timeout`] of its first
+//! byte, and its buffer grows only as bytes arrive. A frame whose length
+//! cannot be trusted is answered with `DESERIALIZE_FAIL` and its connection
+//! closed; one that does not decode is answered and the connection goes on.
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -31,6 +39,7 @@ use super::config::ClientConfig;
 use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
 use super::metered::Metered;
 use super::metrics::ClientMetrics;
+use super::peer::{self, PeerSocket};
 use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
@@ -43,7 +52,8 @@ use crate::types::WriteOptions;
 pub struct ServiceConfig {
     /// The real client this service runs (its segment, master, metadata).
     pub client: ClientConfig,
-    /// Address dummy clients connect to (`--host`, `--port`).
+    /// Address dummy clients connect to (`--host`, `--port`; loopback
+    /// unless `--host` names another).
     pub host: String,
     pub port: u16,
     pub limits: ServiceLimits,
@@ -52,14 +62,19 @@ pub struct ServiceConfig {
 /// What dummy connections may cost the service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServiceLimits {
-    /// Connections served at once (one thread each); more are closed.
+    /// Connections served at once (one thread each); more wait, after
+    /// the oldest without a session has been closed.
     pub max_connections: usize,
     /// Longest a call may take to arrive once its first byte has, and an
     /// answer to be taken.
     pub frame_timeout: Duration,
-    /// Longest a connection may stay silent between calls (`None`: as long
-    /// as it likes). A dummy's session ends with its last connection.
+    /// Longest a connection with a session may stay silent between calls
+    /// (`None`: as long as it likes). A dummy's session ends with its last
+    /// connection.
     pub idle_timeout: Option<Duration>,
+    /// Longest a connection may stay without a session (`Hello` or
+    /// `Attach`).
+    pub handshake_timeout: Duration,
 }
 
 impl Default for ServiceLimits {
@@ -68,6 +83,7 @@ impl Default for ServiceLimits {
             max_connections: 1024,
             frame_timeout: Duration::from_secs(30),
             idle_timeout: None,
+            handshake_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -77,7 +93,7 @@ impl ServiceLimits {
         ServerOptions {
             name: "mooncake-client",
             max_connections: self.max_connections,
-            when_full: WhenFull::Close,
+            when_full: WhenFull::Wait,
             idle_timeout: self.idle_timeout,
             frame_timeout: self.frame_timeout,
             nodelay: true,
@@ -92,6 +108,25 @@ impl ServiceLimits {
 struct Session {
     region: ShmRegion,
     client: Arc<dyn Backend>,
+    /// The process that shared the region: only its sockets may join.
+    owner_pid: u32,
+}
+
+/// One dummy connection's state.
+pub(crate) struct Conn {
+    /// `(peer, ours)`: who the peer is is looked up only when it asks for
+    /// a session, so idle sockets cost no lookups.
+    ends: Option<(SocketAddr, SocketAddr)>,
+    session: Option<Arc<Session>>,
+}
+
+impl Conn {
+    /// Whether the peer's socket belongs to process `pid` on this host.
+    fn is_process(&self, pid: u32) -> bool {
+        self.ends
+            .and_then(|(far, near)| peer::local_peer(far, near))
+            .is_some_and(|p: PeerSocket| peer::process_holds(pid, p.inode))
+    }
 }
 
 impl Session {
@@ -135,8 +170,9 @@ impl Drop for Session {
 /// sessions of the dummies it serves.
 struct Inner {
     client: Arc<dyn Backend>,
+    /// Sessions by token.
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
-    next_session: AtomicU64,
+    handshake_timeout: Duration,
 }
 
 /// A running `mooncake_client`.
@@ -170,7 +206,7 @@ impl StoreService {
         let inner = Arc::new(Inner {
             client: client.clone(),
             sessions: Mutex::new(HashMap::new()),
-            next_session: AtomicU64::new(1),
+            handshake_timeout: config.limits.handshake_timeout,
         });
         let server =
             Server::start(listener, inner, config.limits.server_options()).map_err(socket_error)?;
@@ -230,16 +266,32 @@ impl Drop for StoreService {
 impl Handler for Inner {
     type Request<'a> = DummyRequest;
     type Response = DummyResponse;
-    /// The dummy's session, once `Hello` or `Attach` named it.
-    type Session = Option<Arc<Session>>;
+    /// Who the peer is and its session, once `Hello` or `Attach` named it.
+    type Session = Conn;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::SERIALIZE_FAIL;
 
-    fn session(&self) -> Option<Arc<Session>> {
-        None
+    fn session(&self, conn: &TcpStream) -> Conn {
+        Conn {
+            ends: peer::ends(conn),
+            session: None,
+        }
     }
 
-    fn handle(&self, session: &mut Option<Arc<Session>>, req: DummyRequest) -> DummyResponse {
-        handle(self, session, req)
+    fn idle_limit(&self, conn: &Conn, configured: Option<Duration>) -> Option<Duration> {
+        match conn.session {
+            Some(_) => configured,
+            None => {
+                Some(configured.map_or(self.handshake_timeout, |t| t.min(self.handshake_timeout)))
+            }
+        }
+    }
+
+    fn evictable(&self, conn: &Conn) -> bool {
+        conn.session.is_none()
+    }
+
+    fn handle(&self, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
+        handle(self, conn, req)
     }
 
     fn failure(&self, error: Error) -> DummyResponse {
@@ -247,16 +299,23 @@ impl Handler for Inner {
     }
 }
 
-fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) -> DummyResponse {
+fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
     let client = &inner.client;
     let unit = |result| DummyResponse::Unit { result };
+    let needs_session = !matches!(
+        req,
+        DummyRequest::Hello { .. } | DummyRequest::Attach { .. } | DummyRequest::Health {}
+    );
+    if needs_session && conn.session.is_none() {
+        return no_session();
+    }
     match req {
         DummyRequest::Hello {
             shm_name,
             region_len,
             pid,
             fd,
-        } => match hello(inner, session, pid, fd, &shm_name, region_len) {
+        } => match hello(inner, conn, pid, fd, &shm_name, region_len) {
             Ok(id) => DummyResponse::Session {
                 session: id,
                 client_id: client.client_id(),
@@ -266,9 +325,11 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
         },
         DummyRequest::Attach { session: id } => {
             let found = inner.sessions.lock().get(&id).and_then(Weak::upgrade);
-            match found {
+            // A stranger learns nothing: a wrong token and another
+            // process's token are the same error.
+            match found.filter(|s| conn.session.is_none() && conn.is_process(s.owner_pid)) {
                 Some(s) => {
-                    *session = Some(s);
+                    conn.session = Some(s);
                     DummyResponse::Session {
                         session: id,
                         client_id: client.client_id(),
@@ -277,7 +338,7 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
                 }
                 None => unit(Err(Error::new(
                     ErrorCode::CLIENT_NOT_FOUND,
-                    format!("no dummy session {id}"),
+                    "no such dummy session for this process",
                 ))),
             }
         }
@@ -321,7 +382,7 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             config,
             items,
         } => {
-            let Some(s) = session.as_ref() else {
+            let Some(s) = conn.session.as_ref() else {
                 return no_session();
             };
             let batch = Batch::prepare(
@@ -338,7 +399,7 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             }
         }
         DummyRequest::ReadInto { items } => {
-            let Some(s) = session.as_ref() else {
+            let Some(s) = conn.session.as_ref() else {
                 return no_session();
             };
             let batch = Batch::prepare(
@@ -355,7 +416,7 @@ fn handle(inner: &Inner, session: &mut Option<Arc<Session>>, req: DummyRequest) 
             }
         }
         DummyRequest::ReadRanges { items } => {
-            let Some(s) = session.as_ref() else {
+            let Some(s) = conn.session.as_ref() else {
                 return no_session();
             };
             let batch = Batch::prepare(items.into_iter().map(|item| {
@@ -396,13 +457,13 @@ fn no_session() -> DummyResponse {
 
 fn hello(
     inner: &Inner,
-    session: &mut Option<Arc<Session>>,
+    conn: &mut Conn,
     pid: u32,
     fd: i32,
     shm_name: &str,
     region_len: u64,
 ) -> Result<u64> {
-    if session.is_some() {
+    if conn.session.is_some() {
         return Err(Error::new(
             ErrorCode::INVALID_PARAMS,
             "this connection already has a session",
@@ -416,16 +477,31 @@ fn hello(
     }
     let len = usize::try_from(region_len)
         .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "region too large"))?;
+    // Only the process holding the memory may share it: otherwise any
+    // peer could name another process's descriptor.
+    if !conn.is_process(pid) {
+        return Err(Error::new(
+            ErrorCode::ILLEGAL_CLIENT,
+            format!("Hello for process {pid} must come from a socket of that process on this host"),
+        ));
+    }
     let region = ShmRegion::open(pid, fd, shm_name, len)?;
     inner.client.register_buffer(region.addr(), len)?;
     let s = Arc::new(Session {
         region,
         client: inner.client.clone(),
+        owner_pid: pid,
     });
-    let id = inner.next_session.fetch_add(1, Ordering::Relaxed);
     let mut sessions = inner.sessions.lock();
     sessions.retain(|_, w| w.strong_count() > 0);
+    // A random token (the OS-seeded CSPRNG); 0 means "none" to dummies.
+    let id = loop {
+        let t = rand::random::<u64>();
+        if t != 0 && !sessions.contains_key(&t) {
+            break t;
+        }
+    };
     sessions.insert(id, Arc::downgrade(&s));
-    *session = Some(s);
+    conn.session = Some(s);
     Ok(id)
 }

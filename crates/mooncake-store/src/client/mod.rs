@@ -23,6 +23,7 @@ mod dummy_server;
 pub mod http;
 mod metered;
 pub mod metrics;
+mod peer;
 mod prefault;
 mod ranges;
 mod real;

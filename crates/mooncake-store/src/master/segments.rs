@@ -383,7 +383,26 @@ impl SegmentWriter<'_> {
                 ),
             ));
         }
-        match self.table.load().by_name.get(&info.name) {
+        let table = self.table.load();
+        // Two segments on one endpoint sharing bytes would hand the same
+        // memory to two objects: refused, whoever mounts them.
+        let end = info.base + info.size;
+        let overlapping = table.list.iter().find(|s| {
+            s.info.name != info.name
+                && s.info.transport_endpoint == info.transport_endpoint
+                && info.base < s.info.base + s.info.size
+                && s.info.base < end
+        });
+        if let Some(other) = overlapping {
+            return Err(Error::new(
+                ErrorCode::SEGMENT_ALREADY_EXISTS,
+                format!(
+                    "segment {} [{:#x}, {:#x}) overlaps segment {} on {}",
+                    info.name, info.base, end, other.info.name, info.transport_endpoint
+                ),
+            ));
+        }
+        match table.by_name.get(&info.name) {
             None => Ok(true),
             Some(existing) if existing.owner == owner && existing.info == *info => Ok(false),
             Some(_) => Err(Error::new(
@@ -483,6 +502,30 @@ mod tests {
             t.mount(1, &wrap).unwrap_err().code,
             ErrorCode::INVALID_PARAMS
         );
+        // Another segment over the same bytes of the same endpoint, from
+        // any client: refused; the same range elsewhere is another memory.
+        let mut over = seg("b", 1024);
+        over.transport_endpoint = "a:1".into();
+        over.base += 512;
+        assert_eq!(
+            t.mount(2, &over).unwrap_err().code,
+            ErrorCode::SEGMENT_ALREADY_EXISTS
+        );
+        assert_eq!(
+            t.mount(1, &over).unwrap_err().code,
+            ErrorCode::SEGMENT_ALREADY_EXISTS
+        );
+        over.base += 512;
+        assert!(
+            t.mount(2, &over).unwrap().is_some(),
+            "adjacent, not overlapping"
+        );
+        assert!(t.unmount("b", Some(2)).is_some());
+        assert!(
+            t.mount(2, &seg("b", 1024)).unwrap().is_some(),
+            "another endpoint"
+        );
+        assert!(t.unmount("b", Some(2)).is_some());
         assert!(t.unmount("a", Some(2)).is_none(), "not the owner");
         let gone = t.unmount("a", Some(1)).unwrap();
         assert!(!gone.is_mounted());

@@ -202,7 +202,7 @@ impl Handler for Rpc {
     type Session = ();
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self) {}
+    fn session(&self, _: &std::net::TcpStream) {}
 
     /// Answers one request on the calling (connection) thread.
     fn handle(&self, _: &mut (), req: Request<'_>) -> Response {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::wire::{Decode, DecodeError, Encode, Reader};
+use super::wire::{Decode, DecodeError, Encode, EncodeLimit, Reader};
 
 /// The protocol version this build speaks.
 pub const PROTOCOL_VERSION: u8 = 1;
@@ -38,7 +38,11 @@ pub fn encode_frame<M: Encode + ?Sized>(msg: &M, out: &mut Vec<u8>) -> io::Resul
     let start = out.len();
     out.extend_from_slice(&[0; LEN_PREFIX]);
     out.push(PROTOCOL_VERSION);
-    msg.encode(out);
+    {
+        // Past this the frame is refused below: stop building it.
+        let _limit = EncodeLimit::new(start + LEN_PREFIX + MAX_FRAME_LEN);
+        msg.encode(out);
+    }
     let len = out.len() - start - LEN_PREFIX;
     if len > MAX_FRAME_LEN {
         out.truncate(start);

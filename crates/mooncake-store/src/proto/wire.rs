@@ -5,6 +5,15 @@
 //! Decoding never trusts a length: a sequence may not claim more elements
 //! than there are bytes left, strings must be UTF-8, booleans must be 0 or 1,
 //! enum tags must be known, and a varint may not overflow its type.
+//!
+//! Memory follows the bytes: a sequence reserves room for at most
+//! [`PREALLOC_BYTES`] before its elements decode, and holds at most
+//! [`MAX_SEQUENCE_LEN`] elements (a batch's keys or results), so a frame of
+//! one-byte elements cannot buy more than a bounded multiple of its size.
+//! Encoding inside [`encode_frame`](super::frame::encode_frame) stops once
+//! the frame limit is passed, so an oversized answer is never built whole.
+
+use std::cell::Cell;
 
 use std::fmt;
 
@@ -27,6 +36,8 @@ pub enum DecodeError {
     TrailingBytes(usize),
     /// A protocol version this build does not speak.
     BadVersion(u8),
+    /// A sequence of more than [`MAX_SEQUENCE_LEN`] elements.
+    TooMany(u64),
 }
 
 impl fmt::Display for DecodeError {
@@ -39,6 +50,10 @@ impl fmt::Display for DecodeError {
             DecodeError::BadLength(n) => write!(f, "length {n} exceeds the message"),
             DecodeError::TrailingBytes(n) => write!(f, "{n} trailing bytes"),
             DecodeError::BadVersion(v) => write!(f, "unsupported protocol version {v}"),
+            DecodeError::TooMany(n) => write!(
+                f,
+                "sequence of {n} elements exceeds the limit of {MAX_SEQUENCE_LEN}"
+            ),
         }
     }
 }
@@ -52,6 +67,37 @@ impl From<DecodeError> for Error {
             _ => ErrorCode::DESERIALIZE_FAIL,
         };
         Error::new(code, e.to_string())
+    }
+}
+
+/// Most elements of one sequence (keys of a batch call, its results).
+pub const MAX_SEQUENCE_LEN: usize = 1 << 20;
+
+/// Most memory a sequence reserves before its elements have decoded; past
+/// it the vector grows with what really arrived.
+pub const PREALLOC_BYTES: usize = 64 << 10;
+
+thread_local! {
+    /// Output length past which sequences stop encoding (see
+    /// [`EncodeLimit`]); unlimited outside `encode_frame`.
+    static ENCODE_LIMIT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// While alive, sequences encoded on this thread stop adding elements once
+/// the output is longer than `limit`: the caller refuses such an output,
+/// so building the rest would only cost memory. Restores the previous
+/// limit on drop.
+pub(crate) struct EncodeLimit(usize);
+
+impl EncodeLimit {
+    pub(crate) fn new(limit: usize) -> EncodeLimit {
+        EncodeLimit(ENCODE_LIMIT.with(|l| l.replace(limit)))
+    }
+}
+
+impl Drop for EncodeLimit {
+    fn drop(&mut self) {
+        ENCODE_LIMIT.with(|l| l.set(self.0));
     }
 }
 
@@ -283,7 +329,11 @@ impl<'de> Decode<'de> for &'de str {
 impl<T: Encode> Encode for [T] {
     fn encode(&self, out: &mut Vec<u8>) {
         put_varint(out, self.len() as u64);
+        let limit = ENCODE_LIMIT.with(Cell::get);
         for it in self {
+            if out.len() > limit {
+                return;
+            }
             it.encode(out);
         }
     }
@@ -297,10 +347,14 @@ impl<T: Encode> Encode for Vec<T> {
 
 impl<'de, T: Decode<'de>> Decode<'de> for Vec<T> {
     fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        // Every element takes at least one byte, so a hostile count cannot
-        // make us allocate more than the message size.
+        // Every element takes at least one byte, so the count is checked
+        // against the bytes left; the reservation is also bounded in bytes,
+        // since an element may take more memory than its encoding.
         let n = r.len(1)?;
-        let mut v = Vec::with_capacity(n);
+        if n > MAX_SEQUENCE_LEN {
+            return Err(DecodeError::TooMany(n as u64));
+        }
+        let mut v = Vec::with_capacity(n.min(PREALLOC_BYTES / std::mem::size_of::<T>().max(1)));
         for _ in 0..n {
             v.push(T::decode(r)?);
         }
@@ -342,7 +396,7 @@ impl<'de, T: Decode<'de>> Decode<'de> for Option<T> {
 impl Encode for Error {
     fn encode(&self, out: &mut Vec<u8>) {
         self.code.wire().encode(out);
-        self.context.encode(out);
+        put_str(out, &self.context);
     }
 }
 

@@ -9,10 +9,13 @@
 //!
 //! What every connection gets, whatever the protocol:
 //! - a cap on connections served at once ([`ServerOptions::max_connections`]);
-//!   past it a new one waits in the accept queue or is closed
-//!   ([`WhenFull`]);
-//! - an optional idle limit between frames, and a deadline for a started
-//!   frame ([`ServerOptions::frame_timeout`]), which also bounds how long an
+//!   past it a connection the protocol calls evictable (one that has not
+//!   identified itself, [`Handler::evictable`]) is closed to make room, or
+//!   else the new one waits in the accept queue or is closed ([`WhenFull`]);
+//!   refusals are logged at most once per [`REFUSAL_LOG_EVERY`];
+//! - an optional idle limit between frames (per connection state,
+//!   [`Handler::idle_limit`]), and a deadline for a started frame
+//!   ([`ServerOptions::frame_timeout`]), which also bounds how long an
 //!   answer may wait to be taken;
 //! - malformed frames answered with the protocol's error: a bad length
 //!   closes the connection after the answer (the stream cannot be trusted),
@@ -24,7 +27,7 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,8 +49,22 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// Code of the error sent instead of an answer over the frame limit.
     const OVERSIZED_ANSWER: ErrorCode;
 
-    /// A new connection's state.
-    fn session(&self) -> Self::Session;
+    /// A new connection's state; `conn` tells who the peer is.
+    fn session(&self, conn: &TcpStream) -> Self::Session;
+    /// How long a connection in state `session` may stay silent between
+    /// calls; `configured` is [`ServerOptions::idle_timeout`].
+    fn idle_limit(
+        &self,
+        _session: &Self::Session,
+        configured: Option<Duration>,
+    ) -> Option<Duration> {
+        configured
+    }
+    /// Whether a connection in state `session` may be closed to make room
+    /// for a new one when the server is full.
+    fn evictable(&self, _session: &Self::Session) -> bool {
+        false
+    }
     /// Answers one call, on the connection's thread.
     fn handle(&self, session: &mut Self::Session, req: Self::Request<'_>) -> Self::Response;
     /// An answer carrying only `error`: for frames that cannot be read.
@@ -56,13 +73,13 @@ pub(crate) trait Handler: Send + Sync + 'static {
     fn observe_malformed(&self) {}
 }
 
-/// What happens to a connection that arrives when the cap is reached.
+/// What happens to a connection that arrives when the cap is reached and
+/// no connection is evictable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum WhenFull {
-    /// It waits in the listener's accept queue until a connection closes.
+    /// It waits in the listener's accept queue until a connection closes
+    /// (one that slips past the check is closed, and logged).
     Wait,
-    /// It is accepted and closed at once (and logged).
-    Close,
 }
 
 /// The limits and socket policy of one server.
@@ -94,13 +111,84 @@ const SHRINK_ABOVE: usize = 1 << 20;
 /// instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// How often a full server waiting for a slot looks for an evictable
+/// connection again.
+const EVICT_RECHECK: Duration = Duration::from_millis(100);
+
+/// Connections held for a slot are logged at most this often (with a
+/// count).
+pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// One served connection, as the accept loop sees it.
+struct Open {
+    stream: TcpStream,
+    /// Set by its thread between calls when the protocol says so.
+    evictable: Arc<AtomicBool>,
+}
+
 /// The connections being served, so that a stopping server can close their
 /// sockets (ending each thread's blocking read) and wait for them.
 #[derive(Default)]
 struct Connections {
     next_id: u64,
-    open: HashMap<u64, TcpStream>,
+    open: HashMap<u64, Open>,
     threads: Vec<JoinHandle<()>>,
+}
+
+impl Connections {
+    fn any_evictable(&self) -> bool {
+        self.open
+            .values()
+            .any(|c| c.evictable.load(Ordering::Relaxed))
+    }
+
+    /// Closes the oldest evictable connection; whether there was one.
+    fn evict_one(&mut self) -> bool {
+        let victim = self
+            .open
+            .iter()
+            .filter(|(_, c)| c.evictable.load(Ordering::Relaxed))
+            .map(|(&id, _)| id)
+            .min();
+        let Some(id) = victim.and_then(|id| self.open.remove(&id)) else {
+            return false;
+        };
+        let _ = id.stream.shutdown(Shutdown::Both);
+        true
+    }
+}
+
+/// Counts connections held for a slot and logs them at most once per
+/// [`REFUSAL_LOG_EVERY`].
+struct RefusalLog {
+    start: Instant,
+    /// Milliseconds since `start` of the last line written (0: none yet).
+    last_ms: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl RefusalLog {
+    fn new() -> RefusalLog {
+        RefusalLog {
+            start: Instant::now(),
+            last_ms: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether to log this refusal now, and how many were not logged since
+    /// the last line.
+    fn should_log(&self) -> Option<u64> {
+        let now = self.start.elapsed().as_millis() as u64 + 1;
+        let last = self.last_ms.load(Ordering::Relaxed);
+        let every = REFUSAL_LOG_EVERY.as_millis() as u64;
+        if last != 0 && now < last + every {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.last_ms.store(now, Ordering::Relaxed);
+        Some(self.suppressed.swap(0, Ordering::Relaxed))
+    }
 }
 
 struct Registry {
@@ -174,7 +262,7 @@ impl Server {
         let threads = {
             let mut c = self.registry.conns.lock();
             for s in c.open.values() {
-                let _ = s.shutdown(Shutdown::Both);
+                let _ = s.stream.shutdown(Shutdown::Both);
             }
             std::mem::take(&mut c.threads)
         };
@@ -197,11 +285,14 @@ fn accept_loop<H: Handler>(
     opts: &ServerOptions,
 ) {
     let stopping = || reg.stopping.load(Ordering::SeqCst);
+    let refusals = RefusalLog::new();
     loop {
         if opts.when_full == WhenFull::Wait {
+            // Accept only when a slot is free or can be made by eviction
+            // (timed: a connection becoming evictable signals nothing).
             let mut c = reg.conns.lock();
-            while c.open.len() >= opts.max_connections && !stopping() {
-                reg.freed.wait(&mut c);
+            while c.open.len() >= opts.max_connections && !stopping() && !c.any_evictable() {
+                reg.freed.wait_for(&mut c, EVICT_RECHECK);
             }
         }
         if stopping() {
@@ -217,17 +308,26 @@ fn accept_loop<H: Handler>(
                 continue;
             }
         };
+        // Make room: evict, or hold the new connection until a slot frees.
+        {
+            let mut c = reg.conns.lock();
+            let mut counted = false;
+            while c.open.len() >= opts.max_connections && !stopping() && !c.evict_one() {
+                let first = !std::mem::replace(&mut counted, true);
+                if let Some(suppressed) = first.then(|| refusals.should_log()).flatten() {
+                    tracing::warn!(
+                        server = opts.name,
+                        %peer,
+                        max = opts.max_connections,
+                        suppressed,
+                        "too many connections; a new one waits for a slot"
+                    );
+                }
+                reg.freed.wait_for(&mut c, EVICT_RECHECK);
+            }
+        }
         if stopping() {
             return;
-        }
-        if reg.conns.lock().open.len() >= opts.max_connections {
-            tracing::warn!(
-                server = opts.name,
-                %peer,
-                max = opts.max_connections,
-                "too many connections; closing a new one"
-            );
-            continue;
         }
         if let Err(e) = spawn_connection(stream, peer, reg, handler, opts) {
             tracing::warn!(server = opts.name, %peer, "cannot serve connection: {e}");
@@ -243,12 +343,17 @@ fn spawn_connection<H: Handler>(
     handler: &Arc<H>,
     opts: &ServerOptions,
 ) -> io::Result<()> {
+    let evictable = Arc::new(AtomicBool::new(false));
     let id = {
         let mut c = reg.conns.lock();
         c.threads.retain(|t| !t.is_finished());
         let id = c.next_id;
         c.next_id += 1;
-        c.open.insert(id, stream.try_clone()?);
+        let open = Open {
+            stream: stream.try_clone()?,
+            evictable: evictable.clone(),
+        };
+        c.open.insert(id, open);
         id
     };
     let (registry, handler, thread_opts) = (reg.clone(), handler.clone(), opts.clone());
@@ -257,7 +362,7 @@ fn spawn_connection<H: Handler>(
         builder = builder.stack_size(size);
     }
     let spawned = builder.spawn(move || {
-        if let Err(e) = serve_connection(stream, &*handler, &thread_opts) {
+        if let Err(e) = serve_connection(stream, &*handler, &thread_opts, &evictable) {
             tracing::debug!(server = thread_opts.name, %peer, "connection closed: {e}");
         }
         registry.conns.lock().open.remove(&id);
@@ -325,20 +430,26 @@ fn serve_connection<H: Handler>(
     stream: TcpStream,
     handler: &H,
     opts: &ServerOptions,
+    evictable: &AtomicBool,
 ) -> io::Result<()> {
     stream.set_nodelay(opts.nodelay)?;
-    let idle = opts.idle_timeout;
-    let limit = idle.map_or(opts.frame_timeout, |t| t.min(opts.frame_timeout));
-    // Reads wake at least this often so the deadlines above are checked; an
-    // answer not taken within `limit` drops the peer.
-    stream.set_read_timeout(Some(limit))?;
-    stream.set_write_timeout(Some(limit))?;
+    let mut session = handler.session(&stream);
     let mut reader = BufReader::with_capacity(opts.read_buffer, stream);
-    let mut session = handler.session();
     let mut payload = Vec::new();
     let mut out = Vec::with_capacity(256);
     let mut window = AdaptiveWindow::default();
+    let mut wake = None;
     loop {
+        let idle = handler.idle_limit(&session, opts.idle_timeout);
+        let limit = idle.map_or(opts.frame_timeout, |t| t.min(opts.frame_timeout));
+        if wake != Some(limit) {
+            // Reads wake at least this often so the deadlines are checked;
+            // an answer not taken within `limit` drops the peer.
+            reader.get_ref().set_read_timeout(Some(limit))?;
+            reader.get_ref().set_write_timeout(Some(limit))?;
+            wake = Some(limit);
+        }
+        evictable.store(handler.evictable(&session), Ordering::Relaxed);
         let next = next_request(
             &mut reader,
             &mut payload,
@@ -363,6 +474,7 @@ fn serve_connection<H: Handler>(
             }
             Err(e) => return Err(e),
         }
+        evictable.store(false, Ordering::Relaxed);
         let resp = match decode_payload::<H::Request<'_>>(&payload) {
             Ok(req) => handler.handle(&mut session, req),
             Err(e) => {
@@ -376,13 +488,28 @@ fn serve_connection<H: Handler>(
             let error = Error::new(H::OVERSIZED_ANSWER, e.to_string());
             encode_frame(&handler.failure(error), &mut out)?;
         }
+        drop(resp);
         reader.get_ref().write_all(&out)?;
-        // Do not keep a huge call's buffers for the life of the connection.
+        // Do not keep a huge call's buffers for the life of the connection,
+        // nor the heap its answer took (glibc keeps freed arena memory).
+        let large = payload.capacity() > SHRINK_ABOVE || out.capacity() > SHRINK_ABOVE;
         if payload.capacity() > SHRINK_ABOVE {
             payload = Vec::new();
         }
         if out.capacity() > SHRINK_ABOVE {
             out = Vec::with_capacity(256);
         }
+        if large {
+            release_heap();
+        }
+    }
+}
+
+/// Returns freed heap to the system after a large call.
+fn release_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -30,8 +30,12 @@ impl Handler for Toy {
     type Session = u64;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self) -> u64 {
+    fn session(&self, _: &TcpStream) -> u64 {
         0
+    }
+
+    fn evictable(&self, calls: &u64) -> bool {
+        *calls == 0
     }
 
     fn handle(&self, calls: &mut u64, req: Request<'_>) -> Response {
@@ -189,22 +193,23 @@ fn idle_and_stalled_connections_are_closed() {
 }
 
 #[test]
-fn past_the_cap_connections_wait_or_are_closed() {
+fn past_the_cap_connections_evict_or_wait() {
     let good = frame(&Request::ExistKey { key: "yes" });
+    // A connection that made no call yet is evictable (see `Toy`): a new
+    // one takes its place.
     let (server, _) = serve(ServerOptions {
         max_connections: 1,
-        when_full: WhenFull::Close,
         ..options()
     });
-    let mut first = connect(server.local_addr());
+    let mut silent = connect(server.local_addr());
+    let mut newer = connect(server.local_addr());
     assert_eq!(
-        exchange(&mut first, &good),
+        exchange(&mut newer, &good),
         Response::Bool { result: Ok(true) }
     );
-    let mut extra = connect(server.local_addr());
     assert!(
-        closed_by_peer(&mut extra),
-        "a connection over the cap was served"
+        closed_by_peer(&mut silent),
+        "the evictable connection stayed"
     );
 
     let (server, _) = serve(ServerOptions {

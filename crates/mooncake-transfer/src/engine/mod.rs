@@ -105,7 +105,22 @@ struct Inner {
     metrics: Arc<metrics::EngineMetrics>,
 }
 
-fn invalid(msg: impl Into<String>) -> Error {
+/// The address the RPC listener binds: `MC_TCP_BIND_ADDRESS` when set,
+/// else the address `local_hostname` names when it is an IP address (peers
+/// reach us there, nothing else needs to), else every interface: a host
+/// name may resolve to another address locally (`127.0.1.1`) than for peers.
+fn listen_host(bind_address: Option<&str>, hostname: &str) -> String {
+    if let Some(a) = bind_address {
+        return a.to_string();
+    }
+    let bare = hostname.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => "0.0.0.0".to_string(),
+    }
+}
+
+fn invalid(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::ERR_INVALID_ARGUMENT, msg)
 }
 
@@ -145,10 +160,7 @@ impl TransferEngine {
         };
         let (hostname, name_port) = split_host_port(&given);
         let p2p = metadata.is_none();
-        let bind_host = config
-            .rpc_bind_address
-            .clone()
-            .unwrap_or_else(|| "0.0.0.0".to_string());
+        let bind_host = listen_host(config.rpc_bind_address.as_deref(), &hostname);
         let port = listening_port(
             p2p,
             config.legacy_rpc_port_binding,
@@ -337,6 +349,15 @@ impl Drop for Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listens_where_configured() {
+        assert_eq!(listen_host(Some("10.0.0.5"), "127.0.0.1"), "10.0.0.5");
+        assert_eq!(listen_host(None, "127.0.0.1"), "127.0.0.1");
+        assert_eq!(listen_host(None, "[::1]"), "::1");
+        assert_eq!(listen_host(None, "node7"), "0.0.0.0");
+        assert_eq!(listen_host(None, "0.0.0.0"), "0.0.0.0");
+    }
 
     #[test]
     fn the_named_port_is_bound_only_in_legacy_metadata_mode() {

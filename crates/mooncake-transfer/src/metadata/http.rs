@@ -34,6 +34,9 @@ const MAX_HEAD_LEN: usize = 64 << 10;
 /// Bodies up to this size go out in the same write as the request head.
 const COALESCE_LEN: usize = 64 << 10;
 
+/// Most memory reserved for a reply body before its bytes arrive.
+const BODY_RESERVE: usize = 64 << 10;
+
 pub(super) struct HttpStore {
     url: String,
     target: Target,
@@ -103,11 +106,11 @@ impl Verb {
 
 /// A parsed response.
 #[derive(Debug, PartialEq, Eq)]
-struct Reply {
-    status: u16,
-    body: Vec<u8>,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
     /// Whether the connection may carry another request.
-    keep_alive: bool,
+    pub(crate) keep_alive: bool,
 }
 
 impl Reply {
@@ -365,7 +368,7 @@ fn bad(msg: impl Into<String>) -> io::Error {
 
 /// Parses one response: status line, headers, then the body by
 /// content-length, chunks, or up to EOF. Interim 1xx responses are skipped.
-fn read_reply<R: BufRead>(r: &mut R, deadline: Instant) -> io::Result<Reply> {
+pub(crate) fn read_reply<R: BufRead>(r: &mut R, deadline: Instant) -> io::Result<Reply> {
     loop {
         let mut head_left = MAX_HEAD_LEN;
         let status_line = read_line(r, &mut head_left)?;
@@ -423,8 +426,8 @@ fn read_reply<R: BufRead>(r: &mut R, deadline: Instant) -> io::Result<Reply> {
             if n > MAX_VALUE_LEN {
                 return Err(bad(format!("reply of {n} bytes exceeds {MAX_VALUE_LEN}")));
             }
-            let mut body = vec![0; n];
-            r.read_exact(&mut body)?;
+            let mut body = Vec::with_capacity(n.min(BODY_RESERVE));
+            append_exact(r, n, &mut body)?;
             body
         } else {
             // Delimited by the server closing the connection.
@@ -462,18 +465,30 @@ fn read_chunked<R: BufRead>(r: &mut R, deadline: Instant) -> io::Result<Vec<u8>>
             while !read_line(r, &mut trailers_left)?.is_empty() {}
             return Ok(body);
         }
-        if body.len() + size > MAX_VALUE_LEN {
+        if size > MAX_VALUE_LEN - body.len() {
             return Err(bad(format!("reply exceeds {MAX_VALUE_LEN} bytes")));
         }
-        let start = body.len();
-        body.resize(start + size, 0);
-        r.read_exact(&mut body[start..])?;
+        append_exact(r, size, &mut body)?;
         let mut crlf = [0u8; 2];
         r.read_exact(&mut crlf)?;
         if &crlf != b"\r\n" {
             return Err(bad("chunk not followed by CRLF"));
         }
     }
+}
+
+/// Appends the next `n` bytes of `r` to `body`. The buffer grows as the
+/// bytes arrive, so a length that lies costs no memory.
+fn append_exact(r: &mut impl Read, n: usize, body: &mut Vec<u8>) -> io::Result<()> {
+    let start = body.len();
+    r.take(n as u64).read_to_end(body)?;
+    if body.len() - start < n {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed mid-body",
+        ));
+    }
+    Ok(())
 }
 
 /// One line without its `\r\n` (or bare `\n`), charged against `left`.
@@ -627,6 +642,51 @@ mod tests {
                 String::from_utf8_lossy(&raw[..raw.len().min(80)])
             );
         }
+    }
+
+    /// Records the largest buffer a read was asked to fill.
+    struct Recorder<'a> {
+        data: &'a [u8],
+        largest: &'a std::cell::Cell<usize>,
+    }
+
+    impl Read for Recorder<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.largest.set(self.largest.get().max(buf.len()));
+            self.data.read(buf)
+        }
+    }
+
+    #[test]
+    fn a_length_that_lies_costs_no_memory() {
+        let claims = 60_000_000;
+        for raw in [
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {claims}\r\n\r\nabc"),
+            format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{claims:x}\r\nabc"),
+        ] {
+            let largest = std::cell::Cell::new(0);
+            let mut r = io::BufReader::with_capacity(
+                64,
+                Recorder {
+                    data: raw.as_bytes(),
+                    largest: &largest,
+                },
+            );
+            let e = read_reply(&mut r, Instant::now() + Duration::from_secs(5)).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+            assert!(
+                largest.get() <= BODY_RESERVE,
+                "read into {} bytes",
+                largest.get()
+            );
+        }
+    }
+
+    #[test]
+    fn chunk_sizes_past_the_limit_are_refused_without_overflow() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\nffffffffffffffff\r\nb\r\n0\r\n\r\n";
+        let e = parse(raw).unwrap_err();
+        assert!(e.to_string().contains("exceeds"), "{e}");
     }
 
     #[test]

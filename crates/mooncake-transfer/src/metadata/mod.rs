@@ -9,7 +9,7 @@
 //! [`MetadataStoreExt`] adds JSON get/put on top of any of them.
 
 pub mod etcd;
-mod http;
+pub(crate) mod http;
 pub mod http_server;
 pub mod redis;
 

@@ -226,7 +226,7 @@ impl Offload {
         let options = ServerOptions {
             name: "mooncake-tier",
             max_connections: 1024,
-            when_full: WhenFull::Close,
+            when_full: WhenFull::Wait,
             idle_timeout: None,
             frame_timeout: Duration::from_secs(30),
             nodelay: true,

@@ -112,9 +112,9 @@ async fn reconcile(
                     applied.send_replace(Some(wanted));
                 }
                 Err(e) => {
-                    if complained.as_deref() != Some(e.context.as_str()) {
+                    if complained.as_deref() != Some(&*e.context) {
                         tracing::warn!(pod = %pod.name, "pod leader label: {e}; retrying");
-                        complained = Some(e.context.clone());
+                        complained = Some(e.context.to_string());
                     }
                     tokio::select! {
                         _ = tokio::time::sleep(election.timings().retry) => continue,

@@ -14,7 +14,7 @@ use crate::types::{
     ClientId, ReplicaDesc, ReplicaStatus, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
 };
 
-fn invalid(msg: impl Into<String>) -> Error {
+fn invalid(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, msg)
 }
 

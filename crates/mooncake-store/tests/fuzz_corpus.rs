@@ -1,0 +1,626 @@
+//! The fuzz targets' seed corpus (`fuzz/corpus/<target>/`) for this
+//! crate's decoders, made by the real encoders: this test fails when the
+//! checked-in files differ from what the encoders produce now.
+//! `MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus`
+//! rewrites them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, UNIX_EPOCH};
+
+use mooncake_common::{Error, ErrorCode};
+use mooncake_store::client::dummy_proto::{
+    DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
+};
+use mooncake_store::ha::k8s::record::LeaseRecord;
+use mooncake_store::proto::frame::{encode_frame, LEN_PREFIX};
+use mooncake_store::proto::wire::Encode;
+use mooncake_store::proto::{Request, Response};
+use mooncake_store::types::{
+    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
+    TaskInfo, TaskStatus, TaskType,
+};
+use serde_json::json;
+
+type Seeds = BTreeMap<String, Vec<u8>>;
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target)
+}
+
+/// Compares `seeds` with the target's corpus directory, or rewrites it.
+fn check_or_write(target: &str, seeds: &Seeds) {
+    let dir = corpus_dir(target);
+    if std::env::var("MOONCAKE_FUZZ_CORPUS").as_deref() == Ok("write") {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, bytes) in seeds {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        return;
+    }
+    let mut on_disk = Seeds::new();
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        on_disk.insert(name, std::fs::read(&path).unwrap());
+    }
+    assert!(
+        &on_disk == seeds,
+        "fuzz/corpus/{target} is not what the encoders make now (files {:?}, expected {:?}); \
+         rewrite it with MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus",
+        on_disk.keys().collect::<Vec<_>>(),
+        seeds.keys().collect::<Vec<_>>(),
+    );
+}
+
+/// A payload (version byte and message) as a frame carries it.
+fn payload<M: Encode + ?Sized>(msg: &M) -> Vec<u8> {
+    let mut frame = Vec::new();
+    encode_frame(msg, &mut frame).unwrap();
+    frame.split_off(LEN_PREFIX)
+}
+
+/// Seeds for a payload target: each message on its own, plus all of them
+/// as one stream of frames.
+fn payload_seeds<M: Encode>(msgs: &[(String, M)]) -> Seeds {
+    let mut seeds: Seeds = msgs.iter().map(|(n, m)| (n.clone(), payload(m))).collect();
+    let mut stream = Vec::new();
+    for (_, m) in msgs {
+        encode_frame(m, &mut stream).unwrap();
+    }
+    seeds.insert("stream".into(), stream);
+    seeds
+}
+
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+fn config() -> ReplicateConfig {
+    ReplicateConfig {
+        replica_num: 2,
+        with_soft_pin: true,
+        with_hard_pin: false,
+        preferred_segment: "node0:12345".into(),
+        preferred_segments: vec!["node1:12345".into()],
+        prefer_alloc_in_same_node: true,
+    }
+}
+
+fn replicas() -> Vec<ReplicaDesc> {
+    vec![
+        ReplicaDesc {
+            kind: ReplicaKind::Memory(MemoryDescriptor {
+                segment_name: "node0:12345".into(),
+                transport_endpoint: "10.0.0.1:12345".into(),
+                buffer_address: 0x7f00_0000_0000,
+                size: 4096,
+            }),
+            status: ReplicaStatus::Complete,
+        },
+        ReplicaDesc {
+            kind: ReplicaKind::Disk(DiskDescriptor {
+                file_path: "/mnt/ssd/ab/key".into(),
+                object_size: 4096,
+            }),
+            status: ReplicaStatus::Processing,
+        },
+    ]
+}
+
+fn not_found() -> Error {
+    Error::new(ErrorCode::OBJECT_NOT_FOUND, "key")
+}
+
+fn err<T>() -> Result<T, Error> {
+    Err(not_found())
+}
+
+const CLIENT: u128 = 0x0123_4567_89ab_cdef_0011_2233_4455_6677;
+const TASK: u128 = 42;
+
+fn requests() -> Vec<Request<'static>> {
+    let keys = || vec!["k0", "k1", ""];
+    vec![
+        Request::Ping { client_id: CLIENT },
+        Request::MountSegment {
+            client_id: CLIENT,
+            segment: SegmentInfo {
+                name: "node0:12345".into(),
+                base: 0x7f00_0000_0000,
+                size: 1 << 30,
+                transport_endpoint: "10.0.0.1:12345".into(),
+            },
+        },
+        Request::UnmountSegment {
+            client_id: CLIENT,
+            name: "node0:12345",
+        },
+        Request::PutStart {
+            client_id: CLIENT,
+            key: "k0",
+            value_len: 1 << 20,
+            config: config(),
+            upsert: false,
+        },
+        Request::BatchPutStart {
+            client_id: CLIENT,
+            keys: keys(),
+            value_lens: vec![1, 300, 1 << 40],
+            config: ReplicateConfig::default(),
+            upsert: true,
+        },
+        Request::PutEnd {
+            client_id: CLIENT,
+            key: "k0",
+        },
+        Request::BatchPutEnd {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::PutRevoke {
+            client_id: CLIENT,
+            key: "k0",
+        },
+        Request::BatchPutRevoke {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::GetReplicaList { key: "k0" },
+        Request::BatchGetReplicaList { keys: keys() },
+        Request::ExistKey { key: "k0" },
+        Request::BatchExistKey { keys: keys() },
+        Request::GetSize { key: "k0" },
+        Request::Remove {
+            key: "k0",
+            force: true,
+        },
+        Request::BatchRemove {
+            keys: keys(),
+            force: false,
+        },
+        Request::RemoveByRegex {
+            pattern: "^k[0-9]+$",
+            force: false,
+        },
+        Request::RemoveAll { force: true },
+        Request::BatchReplicaClear {
+            client_id: CLIENT,
+            keys: keys(),
+            segment_name: "node0:12345",
+        },
+        Request::CreateCopyTask {
+            key: "k0",
+            targets: vec!["node1:1", "node2:2"],
+        },
+        Request::CreateMoveTask {
+            key: "k0",
+            source: "node0:12345",
+            target: "node1:1",
+        },
+        Request::QueryTask { id: TASK },
+        Request::FetchTasks {
+            client_id: CLIENT,
+            max: 16,
+        },
+        Request::MarkTaskComplete {
+            client_id: CLIENT,
+            id: TASK,
+            success: false,
+            message: "segment gone",
+        },
+        Request::ReplicaTransferStart {
+            client_id: CLIENT,
+            key: "k0",
+            source: "node0:12345",
+            targets: vec!["node1:1"],
+        },
+        Request::ReplicaTransferEnd {
+            client_id: CLIENT,
+            key: "k0",
+        },
+        Request::ReplicaTransferRevoke {
+            client_id: CLIENT,
+            key: "k0",
+        },
+        Request::MountLocalDisk {
+            client_id: CLIENT,
+            tier_id: "tier-0",
+            endpoint: "node0:12346",
+            capacity: 1 << 30,
+        },
+        Request::FetchOffloadTasks {
+            client_id: CLIENT,
+            max: 64,
+        },
+        Request::NotifyOffload {
+            client_id: CLIENT,
+            keys: keys(),
+            sizes: vec![1, 2, 0],
+            restore: false,
+        },
+        Request::NotifyOffloadFailure {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::EvictDiskReplicas {
+            client_id: CLIENT,
+            keys: keys(),
+        },
+        Request::PromotionStart {
+            client_id: CLIENT,
+            key: "k0",
+        },
+    ]
+}
+
+fn responses() -> Vec<(String, Response)> {
+    let list = GetReplicaListResponse {
+        replicas: replicas(),
+        lease_ttl_ms: 5000,
+    };
+    let task = TaskInfo {
+        id: TASK,
+        task_type: TaskType::ReplicaMove,
+        status: TaskStatus::Processing,
+        created_at_ms_epoch: 1_700_000_000_000,
+        last_updated_at_ms_epoch: 1_700_000_000_500,
+        assigned_client: CLIENT,
+        message: String::new(),
+    };
+    let assignment = TaskAssignment {
+        id: TASK,
+        task_type: TaskType::ReplicaCopy,
+        key: "k0".into(),
+        source: "node0:12345".into(),
+        targets: vec!["node1:1".into()],
+    };
+    let ok = [
+        Response::Unit { result: Ok(()) },
+        Response::Units {
+            results: vec![Ok(()), Err(not_found())],
+        },
+        Response::Replicas {
+            result: Ok(replicas()),
+        },
+        Response::BatchReplicas {
+            results: vec![Ok(replicas()), Err(not_found())],
+        },
+        Response::ReplicaList {
+            result: Ok(list.clone()),
+        },
+        Response::BatchReplicaList {
+            results: vec![Ok(list), Err(not_found())],
+        },
+        Response::Bool { result: Ok(true) },
+        Response::Bools {
+            results: vec![Ok(true), Ok(false), Err(not_found())],
+        },
+        Response::Count { result: Ok(4096) },
+        Response::Failed {
+            error: Error::new(ErrorCode::DESERIALIZE_FAIL, "truncated message"),
+        },
+        Response::Keys {
+            result: Ok(vec!["k0".into(), "k1".into()]),
+        },
+        Response::Task { result: Ok(TASK) },
+        Response::TaskState { result: Ok(task) },
+        Response::Tasks {
+            result: Ok(vec![assignment]),
+        },
+        Response::Offload {
+            result: Ok(OffloadBatch {
+                tasks: vec![OffloadTask {
+                    key: "k0".into(),
+                    size: 4096,
+                    address: 0x7f00_0000_0000,
+                }],
+                removes: vec!["k1".into()],
+                promotions: vec!["k2".into()],
+            }),
+        },
+    ];
+    let mut out: Vec<(String, Response)> = ok.into_iter().map(|r| (snake(r.name()), r)).collect();
+    // Each single-result answer as an error too.
+    for r in [
+        Response::Unit { result: err() },
+        Response::Replicas { result: err() },
+        Response::ReplicaList { result: err() },
+        Response::Bool { result: err() },
+        Response::Count { result: err() },
+        Response::Keys { result: err() },
+        Response::Task { result: err() },
+        Response::TaskState { result: err() },
+        Response::Tasks { result: err() },
+        Response::Offload { result: err() },
+    ] {
+        out.push((format!("{}_error", snake(r.name())), r));
+    }
+    out
+}
+
+fn dummy_requests() -> Vec<DummyRequest> {
+    let keys = || vec!["k0".to_string(), "k1".to_string()];
+    vec![
+        DummyRequest::Hello {
+            shm_name: "mooncake-dummy-4242-1".into(),
+            region_len: 1 << 30,
+            pid: 4242,
+            fd: 17,
+        },
+        DummyRequest::Attach { session: 7 },
+        DummyRequest::Write {
+            upsert: true,
+            config: config(),
+            items: vec![WriteItem {
+                key: "k0".into(),
+                parts: vec![Span { off: 0, len: 4096 }, Span { off: 8192, len: 1 }],
+            }],
+        },
+        DummyRequest::ReadInto {
+            items: vec![ReadItem {
+                key: "k0".into(),
+                dests: vec![Span {
+                    off: 4096,
+                    len: 4097,
+                }],
+            }],
+        },
+        DummyRequest::ReadRanges {
+            items: vec![RangeItem {
+                buffer: Span {
+                    off: 0,
+                    len: 1 << 20,
+                },
+                key: "k0".into(),
+                dst_off: 16,
+                src_off: 100,
+                len: 200,
+            }],
+        },
+        DummyRequest::GetSize { keys: keys() },
+        DummyRequest::IsExist { keys: keys() },
+        DummyRequest::Remove {
+            keys: keys(),
+            force: false,
+        },
+        DummyRequest::RemoveByRegex {
+            pattern: "^k".into(),
+            force: true,
+        },
+        DummyRequest::RemoveAll { force: false },
+        DummyRequest::ReplicaDesc { keys: keys() },
+        DummyRequest::Health {},
+        DummyRequest::CreateCopyTask {
+            key: "k0".into(),
+            targets: vec!["node1:1".into()],
+        },
+        DummyRequest::CreateMoveTask {
+            key: "k0".into(),
+            source: "node0:12345".into(),
+            target: "node1:1".into(),
+        },
+        DummyRequest::QueryTask { id: TASK },
+        DummyRequest::BatchReplicaClear {
+            keys: keys(),
+            segment_name: "node0:12345".into(),
+        },
+    ]
+}
+
+fn dummy_responses() -> Vec<DummyResponse> {
+    vec![
+        DummyResponse::Session {
+            session: 7,
+            client_id: CLIENT,
+            hostname: "node0:12345".into(),
+        },
+        DummyResponse::Unit {
+            result: Err(not_found()),
+        },
+        DummyResponse::Units {
+            result: Ok(vec![Ok(()), Err(not_found())]),
+        },
+        DummyResponse::Counts {
+            result: Ok(vec![Ok(4096), Err(not_found())]),
+        },
+        DummyResponse::Bools {
+            result: Ok(vec![Ok(true), Ok(false)]),
+        },
+        DummyResponse::Count { result: Ok(3) },
+        DummyResponse::Replicas {
+            result: Ok(vec![Ok(replicas()), Err(not_found())]),
+        },
+        DummyResponse::Task { result: Ok(TASK) },
+        DummyResponse::TaskState {
+            result: Err(Error::new(ErrorCode::TASK_NOT_FOUND, "task")),
+        },
+        DummyResponse::Keys {
+            result: Ok(vec!["k0".into()]),
+        },
+    ]
+}
+
+/// A Lease as the API server returns it.
+fn lease(record: &LeaseRecord, version: &str) -> Vec<u8> {
+    serde_json::to_vec_pretty(&json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": "mooncake-master",
+            "namespace": "default",
+            "resourceVersion": version,
+            "uid": "5f0c2a4e-1b7c-4d7e-9a0e-3c1f2b9d8e70",
+            "creationTimestamp": "2024-01-01T00:00:00Z",
+        },
+        "spec": record.to_spec(),
+    }))
+    .unwrap()
+}
+
+fn lease_seeds() -> Seeds {
+    let now = UNIX_EPOCH + Duration::from_micros(1_700_000_000_123_456);
+    let held = LeaseRecord::acquired("10.0.0.1:50051", 5, 3, now);
+    let renewed = held.renewed(5, now + Duration::from_secs(1));
+    let released = renewed.released(now + Duration::from_secs(2));
+    let mut seeds = Seeds::new();
+    seeds.insert("held".into(), lease(&held, "100"));
+    seeds.insert("renewed".into(), lease(&renewed, "101"));
+    seeds.insert("released".into(), lease(&released, "102"));
+    seeds.insert(
+        "no_spec".into(),
+        br#"{"kind":"Lease","metadata":{"resourceVersion":"1"}}"#.to_vec(),
+    );
+    seeds.insert(
+        "status_conflict".into(),
+        serde_json::to_vec(&json!({
+            "kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "Operation cannot be fulfilled on leases.coordination.k8s.io \"mooncake-master\": the object has been modified",
+            "reason": "Conflict", "code": 409,
+        }))
+        .unwrap(),
+    );
+    seeds.insert(
+        "offset_time".into(),
+        b"2024-02-29T23:59:59.999999999+05:30".to_vec(),
+    );
+    seeds
+}
+
+/// Kubeconfigs: the fuzz target only loads files without path separators
+/// (but for `http(s)://`), escapes or tags, so these have none.
+fn kubeconfig_seeds() -> Seeds {
+    let mut seeds = Seeds::new();
+    seeds.insert(
+        "token".into(),
+        b"apiVersion: v1
+kind: Config
+current-context: dev
+clusters:
+- name: c
+  cluster:
+    server: https://127.0.0.1:6443
+    insecure-skip-tls-verify: true
+contexts:
+- name: dev
+  context:
+    cluster: c
+    user: u
+users:
+- name: u
+  user:
+    token: abc.def
+"
+        .to_vec(),
+    );
+    seeds.insert(
+        "client_cert_data".into(),
+        b"current-context: prod
+clusters:
+- name: prod
+  cluster:
+    server: https://k8s.example:443
+    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+contexts:
+- name: prod
+  context: {cluster: prod, user: admin}
+users:
+- name: admin
+  user:
+    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==
+    client-key-data: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCg==
+"
+        .to_vec(),
+    );
+    seeds.insert(
+        "files_and_basic".into(),
+        b"current-context: a
+clusters:
+- {name: a, cluster: {server: http://h:8080, certificate-authority: ca.crt}}
+contexts:
+- {name: a, context: {cluster: a, user: b}}
+users:
+- {name: b, user: {username: admin, password: secret, tokenFile: token}}
+"
+        .to_vec(),
+    );
+    seeds.insert(
+        "exec_plugin".into(),
+        b"current-context: a
+clusters: [{name: a, cluster: {server: https://h}}]
+contexts: [{name: a, context: {cluster: a, user: e}}]
+users: [{name: e, user: {exec: {command: aws, args: [eks, get-token]}}}]
+"
+        .to_vec(),
+    );
+    seeds
+}
+
+#[test]
+fn master_protocol_seeds() {
+    let requests: Vec<(String, Request<'static>)> = requests()
+        .into_iter()
+        .map(|r| (snake(r.name()), r))
+        .collect();
+    // Every request and response type has a seed.
+    for tag in Request::TAGS {
+        let name = snake(Request::name_of(*tag));
+        assert!(requests.iter().any(|(n, _)| *n == name), "{name}");
+    }
+    let responses = responses();
+    for tag in Response::TAGS {
+        let name = snake(Response::name_of(*tag));
+        assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
+    }
+    check_or_write("master_request", &payload_seeds(&requests));
+    check_or_write("master_response", &payload_seeds(&responses));
+}
+
+#[test]
+fn dummy_protocol_seeds() {
+    let requests: Vec<(String, DummyRequest)> = dummy_requests()
+        .into_iter()
+        .map(|r| (snake(r.name()), r))
+        .collect();
+    let responses: Vec<(String, DummyResponse)> = dummy_responses()
+        .into_iter()
+        .map(|r| (snake(r.name()), r))
+        .collect();
+    for tag in DummyRequest::TAGS {
+        let name = snake(DummyRequest::name_of(*tag));
+        assert!(requests.iter().any(|(n, _)| *n == name), "{name}");
+    }
+    for tag in DummyResponse::TAGS {
+        let name = snake(DummyResponse::name_of(*tag));
+        assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
+    }
+    check_or_write("dummy_request", &payload_seeds(&requests));
+    check_or_write("dummy_response", &payload_seeds(&responses));
+}
+
+#[test]
+fn k8s_seeds() {
+    let kubeconfigs = kubeconfig_seeds();
+    for (name, text) in &kubeconfigs {
+        let rest = String::from_utf8_lossy(text)
+            .replace("https://", "")
+            .replace("http://", "");
+        assert!(
+            !rest.contains(['/', '\\', '!']),
+            "{name}: the target would skip it"
+        );
+    }
+    check_or_write("k8s_lease", &lease_seeds());
+    check_or_write("kubeconfig", &kubeconfigs);
+}
