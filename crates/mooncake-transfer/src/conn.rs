@@ -217,6 +217,38 @@ impl FrameReader {
     }
 }
 
+/// Hands out `data` at most `piece` bytes per read call (vectored reads
+/// too), as a socket may: the tests and the fuzz targets drive the readers
+/// across every boundary with it.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) struct Pieces<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) piece: usize,
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl Read for Pieces<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = buf.len().min(self.piece).min(self.data.len());
+        buf[..n].copy_from_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        Ok(n)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        let mut budget = self.piece.min(self.data.len());
+        let mut done = 0;
+        for b in bufs {
+            let n = b.len().min(budget);
+            b[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            budget -= n;
+            done += n;
+        }
+        Ok(done)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,33 +319,6 @@ mod tests {
         );
         let mut empty = &[][..];
         assert!(!read_header(&mut empty, &mut buf, || false).unwrap());
-    }
-
-    /// Hands out the stream in fixed-size pieces, to exercise every boundary.
-    struct Pieces<'a> {
-        data: &'a [u8],
-        piece: usize,
-    }
-
-    impl Read for Pieces<'_> {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let n = buf.len().min(self.piece).min(self.data.len());
-            buf[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            Ok(n)
-        }
-        fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-            let mut budget = self.piece.min(self.data.len());
-            let mut done = 0;
-            for b in bufs {
-                let n = b.len().min(budget);
-                b[..n].copy_from_slice(&self.data[..n]);
-                self.data = &self.data[n..];
-                budget -= n;
-                done += n;
-            }
-            Ok(done)
-        }
     }
 
     #[test]

@@ -6,47 +6,18 @@
 
 mod seeds;
 
-use std::io::{self, BufReader, IoSliceMut, Read};
+use std::io::BufReader;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::conn::FrameReader;
+use crate::conn::{FrameReader, Pieces};
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN, MAX_DATA_FRAME};
 use crate::metadata::http::read_reply;
 use crate::metadata::MAX_VALUE_LEN;
 use crate::segment::{RpcMeta, SegmentDesc};
 
 pub use seeds::{seeds, Corpus, Seeds};
-
-/// Hands out `data` at most `piece` bytes per read call (vectored reads
-/// too), as a socket may.
-struct Pieces<'a> {
-    data: &'a [u8],
-    piece: usize,
-}
-
-impl Read for Pieces<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = buf.len().min(self.piece).min(self.data.len());
-        buf[..n].copy_from_slice(&self.data[..n]);
-        self.data = &self.data[n..];
-        Ok(n)
-    }
-
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        let mut budget = self.piece.min(self.data.len());
-        let mut done = 0;
-        for b in bufs {
-            let n = b.len().min(budget);
-            b[..n].copy_from_slice(&self.data[..n]);
-            self.data = &self.data[n..];
-            budget -= n;
-            done += n;
-        }
-        Ok(done)
-    }
-}
 
 /// `MC_HANDSHAKE_MAX_LENGTH` values to check limits against.
 const CONTROL_MAX: [u64; 4] = [0, 64, 4096, 1 << 20];
