@@ -12,7 +12,7 @@
 //! - [`MasterConfig`] holds the flags, declared once in `config`;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
 //!   service (metrics and admin queries, `metrics`); both hold the
-//!   `shared` state; [`ha`] serves only while this master leads its
+//!   `shared` state; [`oplog`] turns mutations into durable entries; [`ha`] serves only while this master leads its
 //!   cluster; `run` picks HA or plain serving and owns the runtime.
 
 pub mod allocator;
@@ -25,6 +25,7 @@ mod leases;
 mod metrics;
 mod mutation;
 mod objects;
+pub mod oplog;
 mod policy;
 mod retired;
 mod run;

@@ -32,10 +32,6 @@ const FREE_RATIO_SAMPLES_PER_REPLICA: usize = 6;
 pub(crate) struct Segment {
     /// Unique for the master's lifetime (names can be mounted again later);
     /// a logged placement names its segment by id.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the replicated operation log")
-    )]
     pub(crate) id: SegmentId,
     pub(crate) info: SegmentInfo,
     pub(crate) owner: ClientId,
@@ -91,6 +87,17 @@ impl Segment {
         Some(off)
     }
 
+    /// Allocates exactly `[offset, offset + size)`, as a log or snapshot
+    /// says; false when that range is not free here (or unmounted).
+    pub(crate) fn reserve(&self, offset: u64, size: u64) -> bool {
+        let mut alloc = self.alloc.lock();
+        if !self.is_mounted() || alloc.reserve(offset, size).is_err() {
+            return false;
+        }
+        self.used.store(alloc.used(), Ordering::Relaxed);
+        true
+    }
+
     /// Gives a replica's range back; a no-op on an unmounted segment.
     pub(crate) fn free(&self, offset: u64, size: u64) {
         let mut alloc = self.alloc.lock();
@@ -134,6 +141,7 @@ pub(crate) struct Placement {
 #[derive(Default, Clone)]
 struct Table {
     by_name: HashMap<String, Arc<Segment>>,
+    by_id: HashMap<SegmentId, Arc<Segment>>,
     /// The same segments, in a vector for random picks.
     list: Vec<Arc<Segment>>,
     next_id: SegmentId,
@@ -186,6 +194,11 @@ impl SegmentTable {
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
         self.table.load().by_name.get(name).cloned()
+    }
+
+    /// The mounted segment of this id (how a log names it).
+    pub(crate) fn by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
+        self.table.load().by_id.get(&id).cloned()
     }
 
     #[cfg(test)]
@@ -381,6 +394,7 @@ impl SegmentWriter<'_> {
         t.next_id = id.wrapping_add(1);
         let seg = Arc::new(Segment::new(id, info.clone(), owner));
         t.by_name.insert(info.name.clone(), seg.clone());
+        t.by_id.insert(id, seg.clone());
         t.list.push(seg.clone());
         self.table.store(Arc::new(t));
         seg
@@ -392,6 +406,7 @@ impl SegmentWriter<'_> {
     pub(crate) fn remove(&mut self, name: &str) -> Option<Arc<Segment>> {
         let mut t = Table::clone(&self.table.load());
         let seg = t.by_name.remove(name)?;
+        t.by_id.remove(&seg.id);
         t.list.retain(|s| !Arc::ptr_eq(s, &seg));
         self.table.store(Arc::new(t));
         // Allocations still holding the old snapshot see it unmounted.

@@ -48,7 +48,7 @@ mod put;
 mod read;
 mod remove;
 #[cfg(test)]
-mod tests;
+pub(in crate::master) mod tests;
 mod tick;
 mod transfer;
 
@@ -117,8 +117,8 @@ pub struct SegmentSummary {
 pub struct MasterService {
     policy: Policy,
     task_policy: TaskPolicy,
-    segments: SegmentTable,
-    objects: ObjectMap,
+    pub(in crate::master) segments: SegmentTable,
+    pub(in crate::master) objects: ObjectMap,
     clients: Mutex<ClientTable>,
     tasks: Mutex<TaskTable>,
     retired: RetiredSpace,
@@ -158,10 +158,7 @@ impl MasterService {
 
     /// Hands every mutation this master applies to `sink` (before it takes
     /// effect, in an order a standby can replay).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the hook of the replicated operation log")
-    )]
+    #[cfg_attr(not(test), expect(dead_code, reason = "the hook of the operation log"))]
     pub(crate) fn with_sink(mut self, sink: Box<dyn MutationSink>) -> Self {
         self.sink = Some(sink);
         self
