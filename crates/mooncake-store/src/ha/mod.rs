@@ -230,6 +230,12 @@ impl Leadership {
         !*self.lost.borrow() && self.lost.has_changed().is_ok()
     }
 
+    /// A receiver that turns true when leadership is lost (for tasks that
+    /// watch while others hold the handle).
+    pub fn lost_watch(&self) -> watch::Receiver<bool> {
+        self.lost.clone()
+    }
+
     /// Resolves once leadership is lost (lease expired, key deleted, or the
     /// coordination service unreachable for too long). A leader that sees
     /// this must stop acting as leader at once.

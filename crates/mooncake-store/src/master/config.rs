@@ -193,7 +193,8 @@ master_flags! {
     enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
     enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
     enable_offload: Bool = "false", NotImplemented, "Enable offload availability";
-    enable_oplog: Bool = "false", NotImplemented, "Enable HA metadata replication through batch-record OpLog";
+    enable_oplog: Bool = "false", Full, "With --enable_ha: replicate the metadata to the standbys (see docs/ha.md)"
+        => enable_oplog: bool = boolean;
     enable_snapshot: Bool = "false", NotImplemented, "Enable periodic snapshot of master data";
     enable_snapshot_restore: Bool = "false", NotImplemented, "enable restore from snapshot";
     etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
@@ -231,8 +232,10 @@ master_flags! {
     offload_force_evict: Bool = "false", NotImplemented, "Force-evict objects exceeding offload cap without disk offload";
     offload_on_evict: Bool = "false", NotImplemented, "Defer LOCAL_DISK offload to eviction time instead of PutEnd";
     offloading_queue_limit: Int = "50000", NotImplemented, "Maximum number of objects allowed in the offloading queue per local...";
-    oplog_batch_max_entries: Int = "1024", NotImplemented, "Maximum number of committed/reserved entries in the open batch-reco...";
-    oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
+    oplog_batch_max_entries: Int = "1024", Full, "Most log entries sent to a standby in one batch"
+        => oplog_batch_max_entries: usize = count;
+    oplog_poll_interval_ms: Int = "1000", Full, "Longest an idle standby waits before asking its leader again"
+        => oplog_poll_interval: Duration = millis;
     pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
         => pending_task_timeout: Option<Duration> = seconds_or_never;
     pod_name: Str = "", NotImplemented, "Pod name for K8s label-based routing (default: $POD_NAME)";

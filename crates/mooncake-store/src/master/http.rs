@@ -5,31 +5,40 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
+use axum::middleware::{self, Next};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use mooncake_common::size::format_size;
-use mooncake_common::Error;
+use mooncake_common::{Error, ErrorCode};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use super::replication::Role;
 use super::shared::Shared;
 use crate::types::{ReplicaDesc, ReplicaKind};
 
 type Params = Query<HashMap<String, String>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/metrics/summary", get(summary))
-        .route("/health", get(health))
+    // Data endpoints answer only on a leader (a standby's state lags).
+    let data = Router::new()
         .route("/query_key", get(query_key))
         .route("/batch_query_keys", get(batch_query_keys))
         .route("/get_all_keys", get(all_keys))
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
+        .route_layer(middleware::from_fn_with_state(shared.clone(), leader_only));
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/metrics/summary", get(summary))
+        .route("/health", get(health))
+        .route("/role", get(role))
+        .route("/ha_status", get(ha_status))
+        .route("/leader", get(leader))
+        .merge(data)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .with_state(shared)
@@ -42,7 +51,11 @@ async fn not_found() -> Response {
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
     let body = tokio::task::block_in_place(|| {
         let stats = s.service.stats(s.clock.now_ms());
-        s.metrics.render(&s.service, &stats)
+        let mut body = s.metrics.render(&s.service, &stats);
+        if let Some(r) = &s.replication {
+            r.render_metrics(&mut body);
+        }
+        body
     });
     (
         [(
@@ -62,14 +75,18 @@ pub(crate) fn summary_line(s: &Shared) -> String {
     } else {
         st.allocated_bytes as f64 * 100.0 / st.capacity_bytes as f64
     };
+    let v = view(s);
     let mut line = format!(
-        "role=leader, state=serving, service_ready=true, master={{Mem Storage: {} / {} ({pct:.1}%) | Segments: {} | Keys: {} (soft-pinned: {}) | Clients: {} | Requests (Success/Total):",
+        "role={role}, state={state}, service_ready={ready}, master={{Mem Storage: {} / {} ({pct:.1}%) | Segments: {} | Keys: {} (soft-pinned: {}) | Clients: {} | Requests (Success/Total):",
         format_size(st.allocated_bytes),
         format_size(st.capacity_bytes),
         st.segment_count,
         st.key_count,
         st.soft_pin_key_count,
         st.active_clients,
+        role = v.role,
+        state = v.ha_state,
+        ready = v.service_ready,
     );
     for (i, (name, total, failed)) in s.metrics.request_counts().into_iter().enumerate() {
         let sep = if i == 0 { " " } else { ", " };
@@ -83,12 +100,90 @@ async fn summary(State(s): State<Arc<Shared>>) -> Response {
     tokio::task::block_in_place(|| summary_line(&s)).into_response()
 }
 
-async fn health() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok","role":"leader","ha_state":"serving","service_ready":true,"leader_address":null,"view_version":null}"#,
+/// Where this master stands, as `/health` and its siblings report it.
+#[derive(Serialize)]
+struct View {
+    status: &'static str,
+    role: &'static str,
+    ha_state: &'static str,
+    service_ready: bool,
+    leader_address: Option<String>,
+    /// The election's term of the leader known.
+    view_version: Option<u64>,
+}
+
+fn view(s: &Shared) -> View {
+    let Some(r) = &s.replication else {
+        return View {
+            status: "ok",
+            role: "leader",
+            ha_state: "serving",
+            service_ready: true,
+            leader_address: None,
+            view_version: None,
+        };
+    };
+    let st = r.status();
+    let (role, ha_state, ready) = match st.role {
+        Role::Leader => ("leader", "serving", true),
+        Role::Standby => ("standby", "standby", false),
+        Role::Deposed => ("standby", "deposed", false),
+    };
+    View {
+        status: "ok",
+        role,
+        ha_state,
+        service_ready: ready,
+        view_version: st.leader.is_some().then_some(st.term),
+        leader_address: st.leader,
+    }
+}
+
+async fn health(State(s): State<Arc<Shared>>) -> Response {
+    json(StatusCode::OK, &view(&s))
+}
+
+async fn role(State(s): State<Arc<Shared>>) -> Response {
+    view(&s).role.into_response()
+}
+
+async fn ha_status(State(s): State<Arc<Shared>>) -> Response {
+    view(&s).ha_state.into_response()
+}
+
+async fn leader(State(s): State<Arc<Shared>>) -> Response {
+    #[derive(Serialize)]
+    struct Body {
+        present: bool,
+        leader_address: Option<String>,
+        view_version: Option<u64>,
+    }
+    let v = view(&s);
+    json(
+        StatusCode::OK,
+        &Body {
+            present: v.leader_address.is_some() || s.replication.is_none(),
+            leader_address: v.leader_address,
+            view_version: v.view_version,
+        },
     )
-        .into_response()
+}
+
+/// Data endpoints on a master that does not serve: the reference's 503.
+async fn leader_only(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if s.replication.as_ref().is_some_and(|r| r.role() != Role::Leader) {
+        let body = format!(
+            r#"{{"success":false,"error_code":{},"error_message":"service plane is not active"}}"#,
+            ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+    }
+    next.run(req).await
 }
 
 /// A memory replica as the reference's admin API prints it.

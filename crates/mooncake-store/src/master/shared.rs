@@ -2,27 +2,41 @@
 //! metrics, the clock and the configuration. The RPC server, the timers and
 //! the HTTP service all hold one [`Shared`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::MasterConfig;
 use super::metrics::MasterMetrics;
+use super::replication::Replication;
 use super::service::MasterService;
 
-/// Milliseconds on a monotonic clock, from the master's start.
-#[derive(Debug, Clone, Copy)]
+/// Milliseconds on a monotonic clock, from the master's start; a standby
+/// moves it forward to its leader's, so times in replicated state stay in
+/// one domain across leaders.
+#[derive(Debug)]
 pub(crate) struct Clock {
     start: Instant,
+    offset: AtomicU64,
 }
 
 impl Clock {
     pub(crate) fn new() -> Self {
         Clock {
             start: Instant::now(),
+            offset: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        (self.start.elapsed().as_millis() as u64).saturating_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// Moves the clock forward to at least `ms` (never back).
+    pub(crate) fn advance_to(&self, ms: u64) {
+        let elapsed = self.start.elapsed().as_millis() as u64;
+        self.offset
+            .fetch_max(ms.saturating_sub(elapsed), Ordering::Relaxed);
     }
 }
 
@@ -38,13 +52,27 @@ pub(crate) struct Shared {
     pub(crate) metrics: MasterMetrics,
     pub(crate) clock: Clock,
     pub(crate) config: MasterConfig,
+    /// The replicated log, in HA mode with `--enable_oplog`.
+    pub(crate) replication: Option<Arc<Replication>>,
 }
 
 impl Shared {
     /// A fresh state machine for `config`, its clock starting now.
     pub(crate) fn new(config: MasterConfig) -> Shared {
+        Self::build(config, None)
+    }
+
+    /// A fresh state machine whose mutations `replication` logs.
+    pub(crate) fn replicated(config: MasterConfig, replication: Arc<Replication>) -> Shared {
+        Self::build(config, Some(replication))
+    }
+
+    fn build(config: MasterConfig, replication: Option<Arc<Replication>>) -> Shared {
         let clock = Clock::new();
-        let service = MasterService::new(&config);
+        let mut service = MasterService::new(&config);
+        if let Some(r) = &replication {
+            service = service.with_sink(Box::new(r.clone()));
+        }
         let epoch_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -54,6 +82,7 @@ impl Shared {
             metrics: MasterMetrics::new(),
             clock,
             config,
+            replication,
         }
     }
 }

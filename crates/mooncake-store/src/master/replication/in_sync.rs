@@ -23,6 +23,14 @@ struct Standby {
     acked: u64,
     /// When it last asked for entries (ms).
     heard_at: u64,
+    /// Its connection closed: silent, whatever the time says.
+    gone: bool,
+}
+
+impl Standby {
+    fn alive(&self, now: u64, lag_limit: u64) -> bool {
+        !self.gone && now.saturating_sub(self.heard_at) <= lag_limit
+    }
 }
 
 /// The leader's view of its replica set.
@@ -42,21 +50,29 @@ impl InSync {
     /// A leader whose log ends at `last`, all of it committed (entries of
     /// earlier terms it holds are the committed history), with `recorded`
     /// the standbys of the record it inherits (itself and the previous
-    /// leader left out: the first record it writes drops them).
-    pub(crate) fn new(last: u64, recorded: BTreeSet<String>, lag_limit: u64) -> InSync {
+    /// leader left out: the first record it writes drops them). They stay
+    /// required until they ask for entries or `lag_limit` after `now`.
+    pub(crate) fn new(last: u64, recorded: BTreeSet<String>, lag_limit: u64, now: u64) -> InSync {
+        let standbys = recorded
+            .iter()
+            .map(|id| {
+                let s = Standby {
+                    acked: 0,
+                    heard_at: now,
+                    gone: false,
+                };
+                (id.clone(), s)
+            })
+            .collect();
         InSync {
             last,
             committed: last,
-            standbys: BTreeMap::new(),
+            standbys,
             required: recorded.clone(),
             recorded,
             writing: None,
             lag_limit,
         }
-    }
-
-    pub(crate) fn last(&self) -> u64 {
-        self.last
     }
 
     pub(crate) fn committed(&self) -> u64 {
@@ -93,12 +109,21 @@ impl InSync {
         let s = self.standbys.entry(standby.to_string()).or_insert(Standby {
             acked: seq,
             heard_at: now,
+            gone: false,
         });
         s.acked = s.acked.max(seq);
         s.heard_at = now;
+        s.gone = false;
         let before = self.committed;
         self.recompute();
         self.committed != before
+    }
+
+    /// `standby`'s connection closed.
+    pub(crate) fn gone(&mut self, standby: &str) {
+        if let Some(s) = self.standbys.get_mut(standby) {
+            s.gone = true;
+        }
     }
 
     fn recompute(&mut self) {
@@ -120,7 +145,7 @@ impl InSync {
         if self.writing.is_some() {
             return None;
         }
-        let alive = |s: &Standby| now.saturating_sub(s.heard_at) <= self.lag_limit;
+        let alive = |s: &Standby| s.alive(now, self.lag_limit);
         let mut want: BTreeSet<String> = self
             .required
             .iter()
@@ -223,14 +248,14 @@ mod tests {
 
     #[test]
     fn alone_commits_at_once() {
-        let mut s = InSync::new(0, set(&[]), 1000);
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
         s.appended(3);
         assert_eq!(s.committed(), 3);
     }
 
     #[test]
     fn a_caught_up_standby_is_required_before_it_is_recorded() {
-        let mut s = InSync::new(0, set(&[]), 1000);
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
         s.appended(2);
         assert!(!s.acked("b", 1, 0));
         assert_eq!(s.next_record(0), None, "b lacks entry 2");
@@ -249,7 +274,7 @@ mod tests {
 
     #[test]
     fn a_silent_standby_leaves_only_once_recorded() {
-        let mut s = InSync::new(5, set(&["b", "c"]), 1000);
+        let mut s = InSync::new(5, set(&["b", "c"]), 1000, 0);
         s.acked("b", 5, 0);
         s.acked("c", 5, 0);
         s.appended(6);
@@ -269,18 +294,33 @@ mod tests {
 
     #[test]
     fn an_inherited_member_that_never_comes_blocks_until_recorded_out() {
-        let mut s = InSync::new(4, set(&["c"]), 1000);
+        let mut s = InSync::new(4, set(&["c"]), 1000, 0);
         s.appended(5);
         assert_eq!(s.committed(), 4);
-        let want = s.next_record(0).unwrap();
+        assert_eq!(s.next_record(1000), None, "c may still come");
+        let want = s.next_record(1001).unwrap();
         assert!(want.is_empty());
         s.written(want);
         assert_eq!(s.committed(), 5);
     }
 
     #[test]
+    fn a_closed_connection_counts_as_silent_at_once() {
+        let mut s = InSync::new(1, set(&["b"]), 1000, 0);
+        s.acked("b", 1, 5);
+        s.appended(2);
+        s.gone("b");
+        let want = s.next_record(6).unwrap();
+        assert!(want.is_empty());
+        s.written(want);
+        assert_eq!(s.committed(), 2);
+        s.acked("b", 2, 7);
+        assert_eq!(s.next_record(7), Some(set(&["b"])), "back and caught up");
+    }
+
+    #[test]
     fn commit_never_goes_back() {
-        let mut s = InSync::new(0, set(&[]), 1000);
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
         s.appended(4);
         s.acked("b", 4, 0);
         s.written(s.next_record(0).unwrap());

@@ -140,6 +140,13 @@ impl MasterService {
             Q::RemoveAll { force } => A::Count {
                 result: Ok(self.remove_all(force, now)),
             },
+            // The server answers it when this master leads with replication.
+            Q::ReplicationPull { .. } => A::Failed {
+                error: Error::new(
+                    ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                    "this master does not replicate its log",
+                ),
+            },
         }
     }
 }
