@@ -38,6 +38,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/role", get(role))
         .route("/ha_status", get(ha_status))
         .route("/leader", get(leader))
+        .route("/replication", get(replication))
         .merge(data)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
@@ -165,6 +166,42 @@ async fn leader(State(s): State<Arc<Shared>>) -> Response {
             present: v.leader_address.is_some() || s.replication.is_none(),
             leader_address: v.leader_address,
             view_version: v.view_version,
+        },
+    )
+}
+
+/// The replicated log's state on this master (ours; the reference has none).
+async fn replication(State(s): State<Arc<Shared>>) -> Response {
+    let Some(r) = &s.replication else {
+        return (StatusCode::NOT_FOUND, "replication is off (--enable_oplog)").into_response();
+    };
+    let st = r.status();
+    #[derive(Serialize)]
+    struct Body {
+        member: String,
+        role: &'static str,
+        term: u64,
+        leader: Option<String>,
+        last_seq: u64,
+        applied_seq: u64,
+        committed_seq: u64,
+        log_bytes: usize,
+        in_sync: Vec<String>,
+        standbys: Vec<(String, u64)>,
+    }
+    json(
+        StatusCode::OK,
+        &Body {
+            role: view(&s).role,
+            member: st.member,
+            term: st.term,
+            leader: st.leader,
+            last_seq: st.last_seq,
+            applied_seq: st.applied_seq,
+            committed_seq: st.committed_seq,
+            log_bytes: st.log_bytes,
+            in_sync: st.in_sync,
+            standbys: st.standbys,
         },
     )
 }
