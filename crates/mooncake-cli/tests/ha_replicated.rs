@@ -86,11 +86,9 @@ fn leader(masters: &[Master]) -> usize {
     found.unwrap()
 }
 
-/// The cluster of this process's tests (clients read `MC_STORE_CLUSTER_ID`).
-fn cluster() -> String {
-    let cluster = format!("ha-repl-{}", std::process::id());
-    std::env::set_var("MC_STORE_CLUSTER_ID", &cluster);
-    cluster
+/// A cluster of its own for each test: tests share one etcd.
+fn cluster(test: &str) -> String {
+    format!("{test}-{}", std::process::id())
 }
 
 /// What one load thread saw acknowledged.
@@ -172,8 +170,9 @@ fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger {
     ledger
 }
 
-fn storage_client(master: &str, metadata: &str) -> Client {
+fn storage_client(master: &str, cluster: &str, metadata: &str) -> Client {
     Client::setup(&ClientConfig {
+        cluster_id: cluster.to_string(),
         local_hostname: "127.0.0.1".into(),
         metadata_server: metadata.to_string(),
         global_segment_size: 256 << 20,
@@ -194,8 +193,8 @@ fn wait_puts(load: &Load, n: usize) {
 /// Three masters, `kills` rounds of kill -9 of the leader under load (the
 /// killed master restarts as a fresh standby and catches up before the
 /// next round), then every acknowledgement is checked.
-fn failovers(coordination: &str, master_addr: &str, kills: usize) {
-    let cluster = cluster();
+fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
+    let cluster = cluster(test);
     let (_meta, metadata) = metadata_server();
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let mut masters: Vec<Master> = Vec::new();
@@ -208,7 +207,7 @@ fn failovers(coordination: &str, master_addr: &str, kills: usize) {
     let l = leader(&masters);
     eventually("both standbys in sync", || in_sync(&masters[l]) == 2);
 
-    let client = storage_client(master_addr, &metadata);
+    let client = storage_client(master_addr, &cluster, &metadata);
     let load = Load::default();
     load.killed(Instant::now());
     let start = Instant::now();
@@ -270,26 +269,26 @@ fn failovers(coordination: &str, master_addr: &str, kills: usize) {
 #[test]
 fn kill_9_of_the_leader_under_load_loses_nothing_on_etcd() {
     let etcd = services::etcd();
-    failovers(&etcd.addr, &format!("etcd://{}", etcd.addr), 1);
+    failovers("kill-etcd", &etcd.addr, &format!("etcd://{}", etcd.addr), 1);
 }
 
 #[test]
 fn kill_9_of_the_leader_under_load_loses_nothing_on_redis() {
     let redis = services::redis();
     let redis = format!("redis://{}", redis.addr);
-    failovers(&redis, &redis, 1);
+    failovers("kill-redis", &redis, &redis, 1);
 }
 
 #[test]
 fn ten_failovers_in_a_row_lose_nothing() {
     let etcd = services::etcd();
-    failovers(&etcd.addr, &format!("etcd://{}", etcd.addr), 10);
+    failovers("ten", &etcd.addr, &format!("etcd://{}", etcd.addr), 10);
 }
 
 #[test]
 fn standbys_answer_admin_queries_and_refuse_data_queries() {
     let etcd = services::etcd();
-    let cluster = format!("ha-admin-{}", std::process::id());
+    let cluster = cluster("admin");
     let (a, b) = ((free_port(), free_port()), (free_port(), free_port()));
     let ma = start_master(&etcd.addr, &cluster, a.0, a.1);
     ma.up.recv_timeout(WAIT).expect("the first master leads");
@@ -312,4 +311,65 @@ fn standbys_answer_admin_queries_and_refuse_data_queries() {
     let (_, metrics) = http_get(mb.http, "/metrics").unwrap();
     assert!(metrics.contains("ha_standby_state 3"), "{metrics}");
     assert_eq!(mb.rpc, b.0);
+}
+
+fn signal(p: &Proc, sig: i32) {
+    let pid = p.0.id() as i32;
+    // SAFETY: kill(2) on a child this test spawned and still holds.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// The leader is cut off from etcd (a frozen relay) and from its standbys
+/// (stopped with SIGSTOP) while a client keeps calling it: it commits
+/// nothing, and the standby that takes over knows none of those calls.
+#[test]
+fn a_partitioned_leader_commits_nothing() {
+    let etcd = services::etcd();
+    let cluster = cluster("partition");
+    let relay = test_support::freeze_proxy::FreezeProxy::start(&etcd.addr);
+    let (_meta, metadata) = metadata_server();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let a = start_master(&relay.addr, &cluster, ports[0].0, ports[0].1);
+    a.up.recv_timeout(WAIT).expect("A leads");
+    let b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
+    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
+    eventually("both standbys in sync", || in_sync(&a) == 2);
+
+    let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
+    let cfg = ReplicateConfig::default();
+    let before: Vec<(String, Vec<u8>)> = (0..50)
+        .map(|i| {
+            let k = format!("before-{i}");
+            let v = value(&k, 4096);
+            client.put(&k, &v, &cfg).unwrap();
+            (k, v)
+        })
+        .collect();
+
+    relay.freeze();
+    signal(&b.proc, libc::SIGSTOP);
+    signal(&c.proc, libc::SIGSTOP);
+    let cut = Instant::now();
+    let mut during = Vec::new();
+    while cut.elapsed() < Duration::from_secs(5) {
+        let k = format!("during-{}", during.len());
+        let r = client.put(&k, &value(&k, 4096), &cfg);
+        assert!(r.is_err(), "put {k} acknowledged by a leader without its replica set");
+        during.push(k);
+    }
+    signal(&b.proc, libc::SIGCONT);
+    signal(&c.proc, libc::SIGCONT);
+    eventually("a standby takes over", || {
+        [&b, &c].iter().any(|m| role(m).as_deref() == Some("leader"))
+    });
+    let after = value("after", 4096);
+    eventually("puts through the new leader", || client.put("after", &after, &cfg).is_ok());
+    for (k, v) in &before {
+        assert_eq!(client.get(k).as_ref(), Ok(v), "acknowledged put {k} lost");
+    }
+    for k in &during {
+        assert_eq!(code(client.get(k)), ErrorCode::OBJECT_NOT_FOUND, "{k} was committed");
+    }
+    println!("{} puts during the partition, none committed", during.len());
+    relay.thaw();
 }
