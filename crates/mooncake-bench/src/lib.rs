@@ -20,6 +20,7 @@
 mod baseline;
 mod cluster;
 mod compare;
+mod ha;
 mod memory;
 mod rpc;
 mod stats;
@@ -61,6 +62,22 @@ pub(crate) enum BenchCmd {
     Baseline(BaselineArgs),
     /// Master RSS per object after filling it with small objects.
     Memory(MemoryArgs),
+    /// Replicated HA: 4 KiB put cost and failover time (needs an etcd).
+    Ha(HaArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct HaArgs {
+    /// etcd `host:port` for the election and the replication record.
+    #[arg(long)]
+    pub(crate) etcd: String,
+    /// Seconds per put phase.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) seconds: f64,
+    /// Failovers per signal.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -150,6 +167,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         Some(BenchCmd::Rpc(a)) => run_rpc(a),
         Some(BenchCmd::Baseline(a)) => run_baseline(a),
         Some(BenchCmd::Memory(a)) => run_memory(a),
+        Some(BenchCmd::Ha(a)) => run_ha(a),
         None if args.compare.compare_reference => return compare::main(&args.compare),
         None => Err(
             "nothing to do: give a subcommand (store, rpc, baseline, memory) or --compare-reference"
@@ -239,6 +257,17 @@ fn run_store(a: StoreArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     emit(&store::render(&results));
     write_json(&a.json, &results)
+}
+
+fn run_ha(a: HaArgs) -> Result<(), String> {
+    let cfg = ha::HaBenchConfig {
+        etcd: a.etcd,
+        seconds: a.seconds,
+        runs: a.runs.max(1),
+    };
+    let (puts, failovers) = ha::run(&cfg).map_err(|e| e.to_string())?;
+    emit(&ha::render(&puts, &failovers));
+    Ok(())
 }
 
 fn run_rpc(a: RpcArgs) -> Result<(), String> {

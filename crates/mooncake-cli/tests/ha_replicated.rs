@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::{code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT};
+use common::{
+    code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT,
+};
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
@@ -47,14 +49,23 @@ fn start_master(coordination: &str, cluster: &str, rpc: u16, http: u16) -> Maste
         "--oplog_poll_interval_ms=200".into(),
     ];
     let (proc, up) = spawn_watching(MASTER, &args, "listening on");
-    Master { proc, rpc, http, up }
+    Master {
+        proc,
+        rpc,
+        http,
+        up,
+    }
 }
 
 /// One HTTP GET; `None` while nothing listens.
 fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut resp = String::new();
     s.read_to_string(&mut resp).ok()?;
     let status = resp.split_whitespace().nth(1)?.parse().ok()?;
@@ -80,7 +91,9 @@ fn in_sync(m: &Master) -> usize {
 fn leader(masters: &[Master]) -> usize {
     let mut found = None;
     eventually("one master leads", || {
-        found = masters.iter().position(|m| role(m).as_deref() == Some("leader"));
+        found = masters
+            .iter()
+            .position(|m| role(m).as_deref() == Some("leader"));
         found.is_some()
     });
     found.unwrap()
@@ -127,7 +140,10 @@ impl Load {
     }
 
     fn since_kill(&self, slot: &AtomicU64) -> Option<Duration> {
-        let (at, kill) = (slot.load(Ordering::SeqCst), self.kill_at.load(Ordering::SeqCst));
+        let (at, kill) = (
+            slot.load(Ordering::SeqCst),
+            self.kill_at.load(Ordering::SeqCst),
+        );
         (at != u64::MAX).then(|| Duration::from_nanos(at - kill))
     }
 }
@@ -201,7 +217,10 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
     for &(rpc, http) in &ports {
         masters.push(start_master(coordination, &cluster, rpc, http));
         if masters.len() == 1 {
-            masters[0].up.recv_timeout(WAIT).expect("the first master leads");
+            masters[0]
+                .up
+                .recv_timeout(WAIT)
+                .expect("the first master leads");
         }
     }
     let l = leader(&masters);
@@ -213,10 +232,12 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
     let start = Instant::now();
     let ledgers = std::thread::scope(|s| {
         let workers: Vec<_> = (0..3)
-            .map(|id| s.spawn({
-                let (client, load) = (&client, &load);
-                move || worker(client, id, load, start)
-            }))
+            .map(|id| {
+                s.spawn({
+                    let (client, load) = (&client, &load);
+                    move || worker(client, id, load, start)
+                })
+            })
             .collect();
         wait_puts(&load, 200);
         for round in 0..kills {
@@ -225,7 +246,9 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
             masters[l].proc.kill9();
             let killed_at = Instant::now();
             let next = loop {
-                if let Some(i) = (0..3).find(|&i| i != l && role(&masters[i]).as_deref() == Some("leader")) {
+                if let Some(i) =
+                    (0..3).find(|&i| i != l && role(&masters[i]).as_deref() == Some("leader"))
+                {
                     break i;
                 }
                 assert!(killed_at.elapsed() < WAIT, "no standby took over");
@@ -247,10 +270,17 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
         }
         wait_puts(&load, 100);
         load.stop.store(true, Ordering::SeqCst);
-        workers.into_iter().map(|w| w.join().unwrap()).collect::<Vec<_>>()
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>()
     });
 
-    assert_eq!(load.wrong.load(Ordering::SeqCst), 0, "a read returned wrong bytes");
+    assert_eq!(
+        load.wrong.load(Ordering::SeqCst),
+        0,
+        "a read returned wrong bytes"
+    );
     let (mut present, mut removed) = (0, 0);
     for ledger in &ledgers {
         for (k, v) in &ledger.present {
@@ -258,7 +288,11 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
             present += 1;
         }
         for k in &ledger.removed {
-            assert_eq!(code(client.get(k)), ErrorCode::OBJECT_NOT_FOUND, "removed {k} is back");
+            assert_eq!(
+                code(client.get(k)),
+                ErrorCode::OBJECT_NOT_FOUND,
+                "removed {k} is back"
+            );
             removed += 1;
         }
     }
@@ -296,17 +330,29 @@ fn standbys_answer_admin_queries_and_refuse_data_queries() {
     eventually("B follows", || in_sync(&ma) == 1);
     let (status, health) = http_get(mb.http, "/health").unwrap();
     assert_eq!(status, 200);
-    assert!(health.contains(r#""role":"standby""#) && health.contains(r#""service_ready":false"#), "{health}");
-    assert!(health.contains(&format!(r#""leader_address":"127.0.0.1:{}""#, ma.rpc)), "{health}");
+    assert!(
+        health.contains(r#""role":"standby""#) && health.contains(r#""service_ready":false"#),
+        "{health}"
+    );
+    assert!(
+        health.contains(&format!(r#""leader_address":"127.0.0.1:{}""#, ma.rpc)),
+        "{health}"
+    );
     assert_eq!(http_get(mb.http, "/role").unwrap().1, "standby");
     assert_eq!(http_get(mb.http, "/ha_status").unwrap().1, "standby");
     assert_eq!(http_get(ma.http, "/role").unwrap().1, "leader");
     assert_eq!(http_get(ma.http, "/ha_status").unwrap().1, "serving");
     let (_, leader) = http_get(mb.http, "/leader").unwrap();
-    assert!(leader.starts_with(r#"{"present":true,"leader_address":"127.0.0.1:"#), "{leader}");
+    assert!(
+        leader.starts_with(r#"{"present":true,"leader_address":"127.0.0.1:"#),
+        "{leader}"
+    );
     let (status, body) = http_get(mb.http, "/get_all_keys").unwrap();
     assert_eq!(status, 503);
-    assert_eq!(body, r#"{"success":false,"error_code":-1011,"error_message":"service plane is not active"}"#);
+    assert_eq!(
+        body,
+        r#"{"success":false,"error_code":-1011,"error_message":"service plane is not active"}"#
+    );
     assert_eq!(http_get(ma.http, "/get_all_keys").unwrap().0, 200);
     let (_, metrics) = http_get(mb.http, "/metrics").unwrap();
     assert!(metrics.contains("ha_standby_state 3"), "{metrics}");
@@ -346,6 +392,8 @@ fn a_partitioned_leader_commits_nothing() {
         })
         .collect();
 
+    // The fence under test needs both standbys in the set at the cut.
+    eventually("both standbys still in sync", || in_sync(&a) == 2);
     relay.freeze();
     signal(&b.proc, libc::SIGSTOP);
     signal(&c.proc, libc::SIGSTOP);
@@ -354,22 +402,97 @@ fn a_partitioned_leader_commits_nothing() {
     while cut.elapsed() < Duration::from_secs(5) {
         let k = format!("during-{}", during.len());
         let r = client.put(&k, &value(&k, 4096), &cfg);
-        assert!(r.is_err(), "put {k} acknowledged by a leader without its replica set");
+        assert!(
+            r.is_err(),
+            "put {k} acknowledged by a leader without its replica set"
+        );
         during.push(k);
     }
     signal(&b.proc, libc::SIGCONT);
     signal(&c.proc, libc::SIGCONT);
     eventually("a standby takes over", || {
-        [&b, &c].iter().any(|m| role(m).as_deref() == Some("leader"))
+        [&b, &c]
+            .iter()
+            .any(|m| role(m).as_deref() == Some("leader"))
     });
     let after = value("after", 4096);
-    eventually("puts through the new leader", || client.put("after", &after, &cfg).is_ok());
+    eventually("puts through the new leader", || {
+        client.put("after", &after, &cfg).is_ok()
+    });
     for (k, v) in &before {
         assert_eq!(client.get(k).as_ref(), Ok(v), "acknowledged put {k} lost");
     }
     for k in &during {
-        assert_eq!(code(client.get(k)), ErrorCode::OBJECT_NOT_FOUND, "{k} was committed");
+        assert_eq!(
+            code(client.get(k)),
+            ErrorCode::OBJECT_NOT_FOUND,
+            "{k} was committed"
+        );
     }
     println!("{} puts during the partition, none committed", during.len());
     relay.thaw();
+}
+
+/// A standby started after 100 000 objects catches up (the whole log from
+/// its leader), joins the in-sync set, and once the leader and the other
+/// standby are killed serves every one of them.
+#[test]
+fn a_standby_started_after_100k_objects_catches_up() {
+    use mooncake_store::types::{SegmentInfo, WriteOptions};
+    use mooncake_store::MasterClient;
+
+    let etcd = services::etcd();
+    let cluster = cluster("late");
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let mut a = start_master(&etcd.addr, &cluster, ports[0].0, ports[0].1);
+    a.up.recv_timeout(WAIT).expect("A leads");
+    let mut b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
+    eventually("B in sync", || in_sync(&a) == 1);
+
+    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
+    let client_id = 42u128;
+    let _ = m.ping(client_id);
+    let segment = SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 64 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    m.mount_segment(client_id, &segment).unwrap();
+    let opts = WriteOptions::default();
+    let mut keys = Vec::new();
+    for batch in 0..100 {
+        let ks: Vec<String> = (0..1000).map(|i| format!("k{batch}-{i}")).collect();
+        for r in m
+            .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
+            .unwrap()
+        {
+            r.unwrap();
+        }
+        for r in m.batch_put_end(client_id, &ks).unwrap() {
+            r.unwrap();
+        }
+        keys.extend(ks);
+    }
+
+    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
+    eventually("C catches up and joins the in-sync set", || {
+        in_sync(&a) == 2
+    });
+    a.proc.kill9();
+    b.proc.kill9();
+    eventually("C takes over", || role(&c).as_deref() == Some("leader"));
+    let mut found = 0;
+    for chunk in keys.chunks(5000) {
+        let r = loop {
+            match m.batch_exist_key(chunk) {
+                Ok(r) => break r,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        found += r.into_iter().filter(|e| matches!(e, Ok(true))).count();
+    }
+    assert_eq!(found, keys.len());
+    let (_, status) = http_get(c.http, "/replication").unwrap();
+    println!("late standby serves all {found} objects: {status}");
 }

@@ -14,8 +14,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp, LeaseKeepAliveStream, LeaseKeeper, SortOrder, SortTarget,
-    WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
 };
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::metadata::etcd::endpoint_urls;

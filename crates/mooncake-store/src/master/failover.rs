@@ -66,12 +66,15 @@ where
             "--enable_oplog replicates through etcd or redis; the Kubernetes Lease backend keeps no replication record",
         ));
     }
-    let repl = Arc::new(Replication::new(member_id(&me), Options::from_config(&config)));
+    let repl = Arc::new(Replication::new(
+        member_id(&me),
+        Options::from_config(&config),
+    ));
     let shared = Arc::new(Shared::replicated(config.clone(), repl.clone()));
     let http = bind_http(&config).await?;
-    let http_addr = http.local_addr().map_err(|e| {
-        Error::new(ErrorCode::INTERNAL_ERROR, format!("metrics service: {e}"))
-    })?;
+    let http_addr = http
+        .local_addr()
+        .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("metrics service: {e}")))?;
     let (stop_http, http_stopped) = watch::channel(false);
     let http_task = tokio::spawn(serve_http(http, shared.clone(), async move {
         let mut rx = http_stopped;
@@ -93,7 +96,12 @@ where
     };
     let (gone_tx, gone_rx) = mpsc::unbounded_channel();
     let deposer = tokio::spawn(depose_gone(election.clone(), gone_rx));
-    let mut follower = Some(Follower::spawn(shared.clone(), me.clone(), leader, gone_tx)?);
+    let mut follower = Some(Follower::spawn(
+        shared.clone(),
+        me.clone(),
+        leader,
+        gone_tx,
+    )?);
     let mut aside_since: Option<Instant> = None;
 
     let outcome = loop {
@@ -123,7 +131,10 @@ where
         if let Some(r) = record.as_ref().filter(|r| !r.holds_all(repl.member())) {
             let since = *aside_since.get_or_insert_with(Instant::now);
             if since.elapsed() < TAKEOVER_AFTER {
-                tracing::info!(term = r.term, "elected, but not in the in-sync set: stepping aside");
+                tracing::info!(
+                    term = r.term,
+                    "elected, but not in the in-sync set: stepping aside"
+                );
                 let _ = leadership.resign().await;
                 tokio::select! {
                     _ = tokio::time::sleep(STEP_ASIDE) => continue,
@@ -141,7 +152,16 @@ where
                 break Err(e);
             }
         }
-        break lead(&shared, &*election, leadership, record, http_addr, &mut shutdown, &mut on_bound).await;
+        break lead(
+            &shared,
+            &*election,
+            leadership,
+            record,
+            http_addr,
+            &mut shutdown,
+            &mut on_bound,
+        )
+        .await;
     };
     drop(follower);
     deposer.abort();
@@ -161,7 +181,9 @@ async fn depose_gone(election: Arc<dyn LeaderElection>, mut gone: mpsc::Unbounde
         match election.depose(&leader).await {
             Ok(true) => tracing::warn!(%leader, "deposed the leader whose process is gone"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(%leader, "cannot depose the leader whose process is gone: {e}"),
+            Err(e) => {
+                tracing::warn!(%leader, "cannot depose the leader whose process is gone: {e}")
+            }
         }
     }
 }
@@ -185,8 +207,15 @@ where
     let epoch_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    shared.service.set_epoch_offset(epoch_ms.saturating_sub(now));
-    let first = repl.promote(leadership.term(), leadership.candidate(), record.as_ref(), now);
+    shared
+        .service
+        .set_epoch_offset(epoch_ms.saturating_sub(now));
+    let first = repl.promote(
+        leadership.term(),
+        leadership.candidate(),
+        record.as_ref(),
+        now,
+    );
     if let Err(e) = election.record_in_sync(&leadership, &first.encode()).await {
         repl.depose();
         let _ = leadership.resign().await;
@@ -194,7 +223,11 @@ where
     }
     repl.record_done(first, true);
     let status = repl.status();
-    tracing::info!(term = leadership.term(), entries = status.last_seq, "elected leader: serving the replicated state");
+    tracing::info!(
+        term = leadership.term(),
+        entries = status.last_seq,
+        "elected leader: serving the replicated state"
+    );
     let server = match MasterServer::bind_serving(shared.clone(), http_addr).await {
         Ok(s) => s,
         Err(e) => {

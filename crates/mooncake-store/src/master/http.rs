@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use axum::extract::{Query, Request, State};
-use axum::middleware::{self, Next};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -208,7 +208,10 @@ async fn replication(State(s): State<Arc<Shared>>) -> Response {
 
 /// Data endpoints on a master that does not serve: the reference's 503.
 async fn leader_only(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
-    if s.replication.as_ref().is_some_and(|r| r.role() != Role::Leader) {
+    if s.replication
+        .as_ref()
+        .is_some_and(|r| r.role() != Role::Leader)
+    {
         let body = format!(
             r#"{{"success":false,"error_code":{},"error_message":"service plane is not active"}}"#,
             ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code()

@@ -75,7 +75,14 @@ impl MasterServer {
     pub async fn bind(config: MasterConfig) -> Result<MasterServer> {
         config.validate()?;
         let http = bind_http(&config).await?;
-        let http_addr = http.local_addr().map_err(|e| bind_error("metrics service", &config.metrics_host, config.metrics_port, e))?;
+        let http_addr = http.local_addr().map_err(|e| {
+            bind_error(
+                "metrics service",
+                &config.metrics_host,
+                config.metrics_port,
+                e,
+            )
+        })?;
         let mut server = Self::bind_serving(Arc::new(Shared::new(config)), http_addr).await?;
         server.http = Some(http);
         Ok(server)

@@ -29,7 +29,8 @@ impl Clock {
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        (self.start.elapsed().as_millis() as u64).saturating_add(self.offset.load(Ordering::Relaxed))
+        (self.start.elapsed().as_millis() as u64)
+            .saturating_add(self.offset.load(Ordering::Relaxed))
     }
 
     /// Moves the clock forward to at least `ms` (never back).

@@ -62,10 +62,7 @@ impl Follower {
         let socket = Arc::new(Mutex::new(None));
         let run = Run {
             shared: shared.clone(),
-            repl: shared
-                .replication
-                .clone()
-                .expect("a follower replicates"),
+            repl: shared.replication.clone().expect("a follower replicates"),
             me,
             leader,
             gone,
@@ -107,7 +104,11 @@ impl Follower {
             }
             None => {}
         }
-        let repl = self.shared.replication.as_ref().expect("a follower replicates");
+        let repl = self
+            .shared
+            .replication
+            .as_ref()
+            .expect("a follower replicates");
         apply_up_to(&self.shared, repl, u64::MAX)
     }
 }
@@ -200,7 +201,10 @@ impl Run {
                 wait_ms: pull.wait_ms,
             };
             if encode_frame(&req, &mut frame).is_err() {
-                return Err(Error::new(ErrorCode::INTERNAL_ERROR, "pull does not encode"));
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "pull does not encode",
+                ));
             }
             let answer = match conn.round_trip(&frame, Duration::ZERO) {
                 Ok(payload) => decode_payload::<Response>(payload).map_err(Error::from),
@@ -261,7 +265,10 @@ impl Run {
         let mut batch = Vec::new();
         while !rest.is_empty() {
             let (entry, used) = decode_prefix(rest).map_err(|e| {
-                Error::new(ErrorCode::DESERIALIZE_FAIL, format!("entry from leader: {e}"))
+                Error::new(
+                    ErrorCode::DESERIALIZE_FAIL,
+                    format!("entry from leader: {e}"),
+                )
             })?;
             batch.push((entry.seq, entry.term, rest[..used].to_vec()));
             rest = &rest[used..];
@@ -278,10 +285,15 @@ fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> Result<()> {
             return Ok(());
         };
         let entry = crate::master::oplog::decode(&frame).map_err(|e| {
-            Error::new(ErrorCode::DESERIALIZE_FAIL, format!("kept entry {seq}: {e}"))
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("kept entry {seq}: {e}"),
+            )
         })?;
         shared.service.apply_entry(&entry).inspect_err(|e| {
-            tracing::error!("entry {seq} does not fit this standby's state: {e}; it stops following");
+            tracing::error!(
+                "entry {seq} does not fit this standby's state: {e}; it stops following"
+            );
         })?;
         repl.applied_to(seq);
     }

@@ -63,7 +63,13 @@ impl Log {
     /// Appends the frames of entries `after + 1 ..`, at most `max` of them
     /// and (past the first) at most `budget` bytes, to `out`; returns how
     /// many.
-    pub(crate) fn copy_after(&self, after: u64, max: usize, budget: usize, out: &mut Vec<u8>) -> u64 {
+    pub(crate) fn copy_after(
+        &self,
+        after: u64,
+        max: usize,
+        budget: usize,
+        out: &mut Vec<u8>,
+    ) -> u64 {
         let start = (after as usize).min(self.entries.len());
         let mut n = 0;
         for k in self.entries[start..].iter().take(max) {
@@ -107,7 +113,10 @@ mod tests {
         assert_eq!(l.copy_after(3, 10, 1 << 20, &mut out), 0);
         assert_eq!(l.copy_after(9, 10, 1 << 20, &mut out), 0);
         l.truncate_after(1);
-        assert_eq!((l.last(), l.bytes(), l.frame(1)), (1, 2, Some(&[1u8, 2][..])));
+        assert_eq!(
+            (l.last(), l.bytes(), l.frame(1)),
+            (1, 2, Some(&[1u8, 2][..]))
+        );
         assert_eq!(l.frame(2), None);
         assert_eq!(l.frame(0), None);
     }

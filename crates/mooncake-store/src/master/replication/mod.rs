@@ -66,7 +66,9 @@ impl Options {
         Options {
             batch_max: c.oplog_batch_max_entries.clamp(1, 1 << 20),
             poll,
-            lag_limit: (poll * 2).max(Duration::from_secs(1)),
+            // A killed standby is noticed at once (its connection closes);
+            // this is for one that hangs, not one that is slow for a moment.
+            lag_limit: (poll * 2).max(Duration::from_secs(2)),
         }
     }
 }
@@ -197,12 +199,24 @@ impl Replication {
     /// Makes this master the leader of `term`: every entry it holds is
     /// applied (the caller saw to it) and counts as committed; `record` is
     /// the one it inherits. Returns the record to write before serving.
-    pub(crate) fn promote(&self, term: u64, address: &str, record: Option<&Record>, now: u64) -> Record {
+    pub(crate) fn promote(
+        &self,
+        term: u64,
+        address: &str,
+        record: Option<&Record>,
+        now: u64,
+    ) -> Record {
         let mut st = self.state.lock();
         let last = st.log.last();
         debug_assert_eq!(st.applied, last, "promoted with entries not applied");
         let inherited: BTreeSet<String> = record
-            .map(|r| r.standbys.iter().filter(|m| **m != self.me).cloned().collect())
+            .map(|r| {
+                r.standbys
+                    .iter()
+                    .filter(|m| **m != self.me)
+                    .cloned()
+                    .collect()
+            })
             .unwrap_or_default();
         let in_sync = InSync::new(last, inherited, self.opts.lag_limit.as_millis() as u64, now);
         let first = in_sync.required().clone();
@@ -428,12 +442,36 @@ impl Replication {
             Role::Deposed => 8,
         };
         let gauges: [(&str, &str, u64); 6] = [
-            ("ha_oplog_last_sequence_id", "Latest log entry held by this master", st.last_seq),
-            ("ha_oplog_applied_sequence_id", "Latest log entry applied to this master's state", st.applied_seq),
-            ("ha_oplog_standby_lag", "Entries the standby (on a leader: the furthest behind) lacks", lag),
-            ("ha_oplog_pending_entries", "Entries received but not applied yet", st.last_seq.saturating_sub(st.applied_seq)),
-            ("ha_standby_state", "Standby state (3=WATCHING, 7=PROMOTED, 8=FAILED)", state),
-            ("ha_pending_mutation_queue_size", "Entries appended but not committed yet", st.last_seq.saturating_sub(st.committed_seq)),
+            (
+                "ha_oplog_last_sequence_id",
+                "Latest log entry held by this master",
+                st.last_seq,
+            ),
+            (
+                "ha_oplog_applied_sequence_id",
+                "Latest log entry applied to this master's state",
+                st.applied_seq,
+            ),
+            (
+                "ha_oplog_standby_lag",
+                "Entries the standby (on a leader: the furthest behind) lacks",
+                lag,
+            ),
+            (
+                "ha_oplog_pending_entries",
+                "Entries received but not applied yet",
+                st.last_seq.saturating_sub(st.applied_seq),
+            ),
+            (
+                "ha_standby_state",
+                "Standby state (3=WATCHING, 7=PROMOTED, 8=FAILED)",
+                state,
+            ),
+            (
+                "ha_pending_mutation_queue_size",
+                "Entries appended but not committed yet",
+                st.last_seq.saturating_sub(st.committed_seq),
+            ),
         ];
         let eof = out.strip_suffix("# EOF\n").map(str::len);
         let tail = eof.map(|at| out.split_off(at));
@@ -441,7 +479,10 @@ impl Replication {
             if out.contains(&format!("# TYPE {name} ")) {
                 continue;
             }
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+            );
         }
         out.push_str(tail.as_deref().unwrap_or(""));
     }
