@@ -42,6 +42,8 @@ const RECORD_TIMEOUT: Duration = Duration::from_secs(3);
 /// A master outside the in-sync set takes over only after it has won,
 /// and stepped aside, for this long without a member taking over.
 pub(crate) const TAKEOVER_AFTER: Duration = Duration::from_secs(10);
+/// Longest a stopping leader waits for its last entries to commit.
+const SETTLE: Duration = Duration::from_millis(200);
 /// Pause after stepping aside, so that members of the set get their turn.
 const STEP_ASIDE: Duration = Duration::from_millis(300);
 
@@ -247,10 +249,14 @@ where
             _ = deposed_rx.wait_for(|d| *d) => lost = true,
             _ = shutdown.as_mut() => {}
         }
-        if lost {
-            // Calls waiting for their entries fail now, not after the drain.
-            repl.depose();
+        if !lost {
+            // Stopping (SIGTERM): calls in flight get their answers, then
+            // pulls and waits end so the drain and the handover are quick.
+            let repl = repl.clone();
+            let _ = tokio::task::spawn_blocking(move || repl.settle(SETTLE)).await;
         }
+        // Calls waiting for their entries fail now, not after the drain.
+        repl.depose();
     });
     let recording = async {
         keep_recorded(shared, election, &leadership).await;

@@ -224,7 +224,7 @@ impl Run {
                     f.served = true;
                     f.reported = false;
                     self.shared.clock.advance_to(leader_now);
-                    self.receive(term, committed, &frames)?;
+                    receive(&self.shared, &self.repl, term, committed, &frames)?;
                 }
                 Ok(Response::Failed { error }) => {
                     tracing::debug!(leader = %f.addr, "pull refused: {error}");
@@ -258,28 +258,35 @@ impl Run {
             let _ = self.gone.send(f.addr.clone());
         }
     }
+}
 
-    /// Keeps the entries of an answer and applies what is committed.
-    fn receive(&self, term: u64, committed: u64, frames: &Frames) -> Result<()> {
-        let mut rest = &frames.0[..];
-        let mut batch = Vec::new();
-        while !rest.is_empty() {
-            let (entry, used) = decode_prefix(rest).map_err(|e| {
-                Error::new(
-                    ErrorCode::DESERIALIZE_FAIL,
-                    format!("entry from leader: {e}"),
-                )
-            })?;
-            batch.push((entry.seq, entry.term, rest[..used].to_vec()));
-            rest = &rest[used..];
-        }
-        let target = self.repl.keep(term, committed, batch)?;
-        apply_up_to(&self.shared, &self.repl, target)
+/// Keeps the entries of an answer from the leader of `term` and applies
+/// what is committed.
+pub(crate) fn receive(
+    shared: &Shared,
+    repl: &Replication,
+    term: u64,
+    committed: u64,
+    frames: &Frames,
+) -> Result<()> {
+    let mut rest = &frames.0[..];
+    let mut batch = Vec::new();
+    while !rest.is_empty() {
+        let (entry, used) = decode_prefix(rest).map_err(|e| {
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("entry from leader: {e}"),
+            )
+        })?;
+        batch.push((entry.seq, entry.term, rest[..used].to_vec()));
+        rest = &rest[used..];
     }
+    let target = repl.keep(term, committed, batch)?;
+    apply_up_to(shared, repl, target)
 }
 
 /// Applies the kept entries up to `target` (at most those received).
-fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> Result<()> {
+pub(crate) fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> Result<()> {
     loop {
         let Some((seq, frame)) = repl.next_to_apply(target) else {
             return Ok(());

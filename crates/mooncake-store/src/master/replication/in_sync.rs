@@ -323,7 +323,8 @@ mod tests {
         let mut s = InSync::new(0, set(&[]), 1000, 0);
         s.appended(4);
         s.acked("b", 4, 0);
-        s.written(s.next_record(0).unwrap());
+        let want = s.next_record(0).unwrap();
+        s.written(want);
         s.acked("b", 0, 1);
         assert_eq!(s.committed(), 4);
     }

@@ -26,6 +26,8 @@
 pub(crate) mod follower;
 pub(crate) mod in_sync;
 mod log;
+#[cfg(test)]
+mod tests;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -233,8 +235,20 @@ impl Replication {
         }
     }
 
-    /// The leader lost the election: nothing commits any more, and every
-    /// waiting call fails.
+    /// A leader stopping: waits (at most `within`) until every entry it
+    /// appended is committed, so that calls in flight are answered.
+    pub(crate) fn settle(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut st = self.state.lock();
+        while st.role == Role::Leader && st.committed < st.log.last() {
+            if self.committed.wait_until(&mut st, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// The leader lost the election, or stops: nothing commits any more,
+    /// and every waiting call and pull is answered now.
     pub(crate) fn depose(&self) {
         let mut st = self.state.lock();
         if st.role == Role::Leader {
