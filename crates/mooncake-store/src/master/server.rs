@@ -88,7 +88,7 @@ impl MasterServer {
             rpc,
             http,
             metadata,
-            shared: Arc::new(Shared::new(config)),
+            shared: Arc::new(Shared::open(config)?),
         })
     }
 
@@ -173,6 +173,8 @@ impl MasterServer {
         let _ = stop_tx.send(true);
         let _ = tokio::task::spawn_blocking(move || rpc.stop()).await;
         while tasks.join_next().await.is_some() {}
+        let s = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || s.durability.stop()).await;
         Ok(())
     }
 }
@@ -210,7 +212,14 @@ impl Handler for Rpc {
         shared.metrics.observe_values(&req);
         let tag = req.tag();
         let now = shared.clock.now_ms();
-        let resp = shared.service.handle(req, now);
+        crate::master::oplog::wal::begin_call();
+        let mut resp = shared.service.handle(req, now);
+        if let Some(wal) = &shared.durability.wal {
+            // Acknowledged only once its mutations are durable.
+            if let Err(error) = wal.wait_for_this_thread() {
+                resp = Response::Failed { error };
+            }
+        }
         shared.metrics.observe(tag, &resp);
         resp
     }
