@@ -97,7 +97,6 @@ impl Stores {
         Ok(Stores { main, backup })
     }
 
-    #[cfg(test)]
     pub(crate) fn new(main: Box<dyn SnapshotStore>, backup: Option<LocalStore>) -> Stores {
         Stores { main, backup }
     }

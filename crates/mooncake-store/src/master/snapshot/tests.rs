@@ -86,7 +86,8 @@ fn snapshots_then_the_log_tail_rebuild_the_state() {
     let mut shadow: Option<Shadow> = None;
     let mut last = 0;
     for i in 0..4 {
-        run(&s, &mut rng, &mut h, rng.gen_range(300..900));
+        let n = rng.gen_range(300..900);
+        run(&s, &mut rng, &mut h, n);
         let rep = round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap();
         assert!(rep.seq > last, "round {i}: {rep:?}");
         last = rep.seq;
