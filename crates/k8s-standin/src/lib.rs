@@ -28,6 +28,7 @@
 //! which is the same on maps such as labels but not on lists.
 
 mod http;
+pub mod kind;
 pub mod micro_time;
 pub mod status;
 pub mod store;

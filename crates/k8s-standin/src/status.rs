@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use crate::store::Kind;
+use crate::kind::Kind;
 
 /// An API error: the HTTP status and the `Status` object that goes with it.
 #[derive(Debug, Clone, PartialEq)]

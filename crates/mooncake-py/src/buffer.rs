@@ -23,6 +23,8 @@ unsafe impl Sync for Exported {}
 impl Exported {
     /// Exports `ob`'s buffer as C-contiguous bytes of any item format.
     pub(crate) fn get(ob: &Bound<'_, PyAny>) -> PyResult<Exported> {
+        // SAFETY: `Py_buffer` is a plain C struct for which all-zero bytes
+        // are a valid (empty) value; CPython fills it in below.
         let mut view: Box<ffi::Py_buffer> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: `ob` is a live object; on success the view must be
         // released exactly once, which Drop does.

@@ -6,7 +6,7 @@
 //! - `real`: the embedded ("real") client that owns an engine, a staging
 //!   pool and optionally a segment: a pure planner of the bytes each put and
 //!   get moves, and the executors that move them.
-//! - `dummy` / `service`: a dummy client holds no segment and forwards to a
+//! - `dummy` / `dummy_server`: a dummy client holds no segment and forwards to a
 //!   real client on the same host (`mooncake_client`), sharing memory with
 //!   it so object bytes never cross the RPC socket.
 //! - `config`: [`ClientConfig`], including the one place client environment
@@ -18,12 +18,12 @@ pub mod config;
 pub mod dummy;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;
+mod dummy_server;
 mod ranges;
 mod real;
 mod registry;
 mod replica;
 mod rust_api;
-pub mod service;
 mod shm;
 pub mod staging;
 mod validate;
@@ -34,8 +34,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
+pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
 pub use rust_api::{MooncakeStore, StoreError, StoreResult};
-pub use service::{ServiceConfig, ServiceLimits, StoreService};
 
 pub(crate) use ranges::RangeRead;
 

@@ -201,21 +201,6 @@ impl Drop for StoreService {
     }
 }
 
-/// Runs the service until `shutdown` resolves (the library form of the
-/// `mooncake_client` binary).
-pub async fn run(
-    config: ServiceConfig,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<()> {
-    let service = tokio::task::spawn_blocking(move || StoreService::start(&config))
-        .await
-        .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))??;
-    shutdown.await;
-    tokio::task::spawn_blocking(move || service.stop())
-        .await
-        .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))
-}
-
 /// The dummy protocol on the RPC server loop.
 impl Handler for Inner {
     type Request<'a> = DummyRequest;
