@@ -21,6 +21,7 @@ mod baseline;
 mod cluster;
 mod compare;
 mod ha;
+mod durability;
 mod memory;
 mod rpc;
 mod stats;
@@ -64,6 +65,9 @@ pub(crate) enum BenchCmd {
     Memory(MemoryArgs),
     /// Replicated HA: 4 KiB put cost and failover time (needs an etcd).
     Ha(HaArgs),
+    /// Put latency with and without the write-ahead log; snapshot and
+    /// restore time and the hot-path stall at scale.
+    Durability(DurabilityArgs),
 }
 
 #[derive(Args, Debug)]
@@ -78,6 +82,20 @@ pub(crate) struct HaArgs {
     /// Failovers per signal.
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct DurabilityArgs {
+    /// Sequential 4 KiB puts per master configuration.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) puts: usize,
+    /// Objects in the snapshot measurements.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) objects: usize,
+    /// Write the tables into docs/benchmarks.md (run inside the repository).
+    #[arg(long)]
+    pub(crate) update_docs: bool,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -168,9 +186,10 @@ pub fn main(argv: Vec<String>) -> i32 {
         Some(BenchCmd::Baseline(a)) => run_baseline(a),
         Some(BenchCmd::Memory(a)) => run_memory(a),
         Some(BenchCmd::Ha(a)) => run_ha(a),
+        Some(BenchCmd::Durability(a)) => run_durability(a),
         None if args.compare.compare_reference => return compare::main(&args.compare),
         None => Err(
-            "nothing to do: give a subcommand (store, rpc, baseline, memory) or --compare-reference"
+            "nothing to do: give a subcommand (store, rpc, baseline, memory, durability) or --compare-reference"
                 .to_string(),
         ),
     };
@@ -335,4 +354,21 @@ fn run_memory(a: MemoryArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
     write_json(&a.json, &r)
+}
+
+fn run_durability(a: DurabilityArgs) -> Result<(), String> {
+    let r = durability::run(a.puts.max(100), a.objects.max(1)).map_err(|e| e.to_string())?;
+    let text = durability::render(&r);
+    emit(&text);
+    if a.update_docs {
+        let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+        let repo = compare::find_repo(&cwd).ok_or("run inside the mooncake-rs repository")?;
+        let command = format!(
+            "mooncake-bench durability --puts {} --objects {} --update-docs",
+            a.puts, a.objects
+        );
+        durability::update_docs(&repo, &text, &command)?;
+        eprintln!("[mooncake-bench] updated docs/benchmarks.md (durability)");
+    }
+    Ok(())
 }

@@ -56,6 +56,11 @@ impl ClientTable {
             .collect()
     }
 
+    /// Every known client and its last contact.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (ClientId, u64)> + '_ {
+        self.last_seen.iter().map(|(&c, &t)| (c, t))
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.last_seen.len()
     }

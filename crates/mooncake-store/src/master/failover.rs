@@ -72,7 +72,7 @@ where
         member_id(&me),
         Options::from_config(&config),
     ));
-    let shared = Arc::new(Shared::replicated(config.clone(), repl.clone()));
+    let shared = Arc::new(Shared::replicated(config.clone(), repl.clone())?);
     let http = bind_http(&config).await?;
     let http_addr = http
         .local_addr()

@@ -35,6 +35,7 @@ mod segments;
 pub mod server;
 mod service;
 mod shared;
+pub mod snapshot;
 mod tasks;
 
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};

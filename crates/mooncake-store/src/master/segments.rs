@@ -40,6 +40,10 @@ pub(crate) struct Segment {
     /// False once unmounted: its space is gone, allocations fail and frees
     /// are no-ops. Changed only under the allocator lock.
     mounted: AtomicBool,
+    /// False for a restored segment until its owner is heard from again:
+    /// its replicas are not served meanwhile (the owner may be gone, and
+    /// another process may hold that memory now).
+    verified: AtomicBool,
 }
 
 impl Segment {
@@ -52,6 +56,7 @@ impl Segment {
             alloc: Mutex::new(alloc),
             used: AtomicU64::new(0),
             mounted: AtomicBool::new(true),
+            verified: AtomicBool::new(true),
         }
     }
 
@@ -74,6 +79,11 @@ impl Segment {
 
     pub(crate) fn is_mounted(&self) -> bool {
         self.mounted.load(Ordering::Acquire)
+    }
+
+    /// Whether its replicas may be served (see `verified`).
+    pub(crate) fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
     }
 
     /// Allocates `size` bytes here; `None` when full or unmounted.
@@ -154,6 +164,12 @@ pub(crate) struct SegmentTable {
     table: ArcSwap<Table>,
     /// Serialises writers.
     writer: Mutex<()>,
+    /// Segments unmounted so far, by id: a logged placement may name one
+    /// (a put that allocated just before the unmount), and replaying it
+    /// must find the same unmounted segment the leader's replica holds.
+    unmounted: Mutex<HashMap<SegmentId, Arc<Segment>>>,
+    /// Some mounted segment awaits its owner (see `Segment::verified`).
+    awaiting_owners: AtomicBool,
 }
 
 impl SegmentTable {
@@ -163,6 +179,7 @@ impl SegmentTable {
         SegmentWriter {
             _lock: self.writer.lock(),
             table: &self.table,
+            unmounted: &self.unmounted,
         }
     }
 
@@ -199,6 +216,48 @@ impl SegmentTable {
     /// The mounted segment of this id (how a log names it).
     pub(crate) fn by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
         self.table.load().by_id.get(&id).cloned()
+    }
+
+    /// The segment of this id, mounted or unmounted since.
+    pub(crate) fn any_by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
+        self.by_id(id)
+            .or_else(|| self.unmounted.lock().get(&id).cloned())
+    }
+
+    /// Serves no replica on any mounted segment until its owner is heard
+    /// from ([`SegmentTable::verify_owner`]): after a restore.
+    pub(crate) fn unverify_all(&self) {
+        let t = self.table.load();
+        for s in &t.list {
+            s.verified.store(false, Ordering::Release);
+        }
+        self.awaiting_owners
+            .store(!t.list.is_empty(), Ordering::Release);
+    }
+
+    /// `owner` was heard from: its segments are served again.
+    pub(crate) fn verify_owner(&self, owner: ClientId) {
+        if !self.awaiting_owners.load(Ordering::Acquire) {
+            return;
+        }
+        let t = self.table.load();
+        let mut waiting = false;
+        for s in &t.list {
+            if s.owner == owner {
+                s.verified.store(true, Ordering::Release);
+            }
+            waiting |= !s.is_verified();
+        }
+        if !waiting {
+            self.awaiting_owners.store(false, Ordering::Release);
+        }
+    }
+
+    /// Notes an unmounted segment a restored replica still names.
+    pub(crate) fn add_unmounted(&self, id: SegmentId, owner: ClientId, info: SegmentInfo) {
+        let seg = Arc::new(Segment::new(id, info, owner));
+        seg.unmount();
+        self.unmounted.lock().insert(id, seg);
     }
 
     #[cfg(test)]
@@ -331,6 +390,7 @@ impl SegmentTable {
 pub(crate) struct SegmentWriter<'t> {
     _lock: MutexGuard<'t, ()>,
     table: &'t ArcSwap<Table>,
+    unmounted: &'t Mutex<HashMap<SegmentId, Arc<Segment>>>,
 }
 
 impl SegmentWriter<'_> {
@@ -367,6 +427,13 @@ impl SegmentWriter<'_> {
     /// The id the next mounted segment gets.
     pub(crate) fn next_id(&self) -> SegmentId {
         self.table.load().next_id
+    }
+
+    /// Sets the id the next mounted segment gets (restoring a snapshot).
+    pub(crate) fn set_next_id(&mut self, id: SegmentId) {
+        let mut t = Table::clone(&self.table.load());
+        t.next_id = id;
+        self.table.store(Arc::new(t));
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
@@ -411,6 +478,7 @@ impl SegmentWriter<'_> {
         self.table.store(Arc::new(t));
         // Allocations still holding the old snapshot see it unmounted.
         seg.unmount();
+        self.unmounted.lock().insert(seg.id, seg.clone());
         Some(seg)
     }
 }

@@ -83,7 +83,7 @@ impl MasterServer {
                 e,
             )
         })?;
-        let mut server = Self::bind_serving(Arc::new(Shared::new(config)), http_addr).await?;
+        let mut server = Self::bind_serving(Arc::new(Shared::open(config)?), http_addr).await?;
         server.http = Some(http);
         Ok(server)
     }
@@ -191,6 +191,8 @@ impl MasterServer {
         let _ = stop_tx.send(true);
         let _ = tokio::task::spawn_blocking(move || rpc.stop()).await;
         while tasks.join_next().await.is_some() {}
+        let s = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || s.durability.stop()).await;
         Ok(())
     }
 }
@@ -284,8 +286,16 @@ impl Handler for Rpc {
         }
         shared.metrics.observe_values(&req);
         let tag = req.tag();
+crate::master::oplog::wal::begin_call();
         let mut resp = shared.service.handle(req, now);
+        if let Some(wal) = &shared.durability.wal {
+            // Acknowledged only once its mutations are durable.
+            if let Err(error) = wal.wait_for_this_thread() {
+                resp = Response::Failed { error };
+            }
+        }
         if let Some(r) = &shared.replication {
+            // Acknowledged only once the in-sync set holds its entries.
             let seq = Replication::take_last_seq();
             if seq > 0 {
                 if let Err(error) = r.wait_committed(seq) {

@@ -138,6 +138,30 @@ fn placed(r: &Replicas) -> Vec<Placed> {
 }
 
 impl OwnedMutation {
+    /// The master clock this mutation was decided at, if it carries one.
+    pub fn now(&self) -> Option<u64> {
+        match self {
+            OwnedMutation::Object { op, .. } => match op {
+                OwnedObjectOp::PutStart { now, .. }
+                | OwnedObjectOp::PutEnd { now, .. }
+                | OwnedObjectOp::DiscardPut { now, .. }
+                | OwnedObjectOp::Remove { now }
+                | OwnedObjectOp::DropReplicas { now, .. }
+                | OwnedObjectOp::TransferStart { now, .. }
+                | OwnedObjectOp::TransferEnd { now, .. } => Some(*now),
+                OwnedObjectOp::PutRevoke | OwnedObjectOp::TransferRevoke => None,
+            },
+            OwnedMutation::Segment(_) | OwnedMutation::Client(OwnedClientOp::Expire { .. }) => None,
+            OwnedMutation::Client(OwnedClientOp::Register { now, .. }) => Some(*now),
+            OwnedMutation::Task(
+                OwnedTaskOp::Create { now, .. }
+                | OwnedTaskOp::Start { now, .. }
+                | OwnedTaskOp::Finish { now, .. },
+            ) => Some(*now),
+            OwnedMutation::FreeRetired { now } => Some(*now),
+        }
+    }
+
     /// Copies what `m` says (what a sink records).
     pub(crate) fn from_mutation(m: &Mutation<'_>) -> Self {
         match m {

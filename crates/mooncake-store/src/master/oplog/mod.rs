@@ -13,7 +13,8 @@
 //!   another copy of the state machine, reserving each logged range at
 //!   its offset;
 //! - [`Recorder`]: a `MutationSink` that collects the mutations a master
-//!   applies, to be cut into entries.
+//!   applies, to be cut into entries;
+//! - [`wal`]: the local write-ahead log with group commit.
 //!
 //! [`MasterService::apply_entry`]: crate::master::MasterService::apply_entry
 
@@ -22,6 +23,7 @@ mod entry;
 mod replay;
 #[cfg(test)]
 mod tests;
+pub mod wal;
 
 use parking_lot::Mutex;
 

@@ -174,8 +174,10 @@ impl MasterService {
     ) -> Result<Replicas> {
         let mut out = Vec::with_capacity(places.len());
         for p in places {
-            let seg = self.segments.by_id(p.segment);
-            let Some(seg) = seg.filter(|s| s.reserve(p.offset, size)) else {
+            // A range on a segment unmounted meanwhile is taken as the
+            // leader took it: by an allocation that then saw it unmounted.
+            let seg = self.segments.any_by_id(p.segment);
+            let Some(seg) = seg.filter(|s| !s.is_mounted() || s.reserve(p.offset, size)) else {
                 for (q, size) in reserved.drain(..) {
                     q.segment.free(q.offset, size);
                 }

@@ -119,9 +119,9 @@ pub struct MasterService {
     task_policy: TaskPolicy,
     pub(in crate::master) segments: SegmentTable,
     pub(in crate::master) objects: ObjectMap,
-    clients: Mutex<ClientTable>,
-    tasks: Mutex<TaskTable>,
-    retired: RetiredSpace,
+    pub(in crate::master) clients: Mutex<ClientTable>,
+    pub(in crate::master) tasks: Mutex<TaskTable>,
+    pub(in crate::master) retired: RetiredSpace,
     eviction: Eviction,
     counters: Counters,
     /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).

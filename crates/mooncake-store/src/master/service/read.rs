@@ -31,18 +31,22 @@ impl MasterService {
     /// The complete replicas of `key`; grants the read lease.
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         let replicas = self.read_complete(key, now, |obj| {
-            let replicas: Vec<ReplicaDesc> = obj
-                .replicas
-                .as_slice()
-                .iter()
-                .filter(|p| p.segment.is_mounted())
+            let live = obj.replicas.as_slice().iter();
+            let live = live.filter(|p| p.segment.is_mounted());
+            let replicas: Vec<ReplicaDesc> = live
+                .clone()
+                .filter(|p| p.segment.is_verified())
                 .map(|p| {
                     p.segment
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
                 })
                 .collect();
             if replicas.is_empty() {
-                return Err(not_found(key));
+                // A restored segment waits for its owner to be heard from.
+                return Err(match live.count() {
+                    0 => not_found(key),
+                    _ => not_ready(key),
+                });
             }
             Ok(replicas)
         })?;
