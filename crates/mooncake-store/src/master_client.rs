@@ -516,17 +516,18 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
 /// failover takes seconds) every call fails, and each would otherwise start
 /// a lookup of its own: a thread, a runtime and a connection to the
 /// coordination service per call.
+/// A leader found is reused this long by later connection attempts.
 const LOOKUP_REUSE: Duration = Duration::from_millis(500);
 /// How often a lookup that found a Lease without holder asks again: the
 /// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
 const LEADERLESS_POLL: Duration = Duration::from_millis(500);
+/// A failed lookup (no leader yet, during a failover) is reused only this
+/// long, so that a new leader is found within a few of these.
+const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
 
-/// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
     backend: ha::Backend,
     cluster: String,
-    /// The last lookup: when it ended, and what it found. Locked for the
-    /// whole lookup, so callers that need one at once share it.
     last: Mutex<Option<(Instant, Result<Vec<SocketAddr>>)>>,
 }
 
@@ -556,12 +557,18 @@ impl Election {
         }
     }
 
-    /// The leader's addresses, as found by a lookup ended at most
-    /// [`LOOKUP_REUSE`] ago or by a new one (waiting up to `wait` for one).
-    fn leader(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
+    /// The leader's addresses, as found by a recent lookup that still
+    /// stands (a leader other than `failing`, the address that just refused,
+    /// found at most [`LOOKUP_REUSE`] ago, or a failure at most
+    /// [`FAILED_LOOKUP_REUSE`] ago) or by a new one (waiting up to `wait`).
+    fn leader(&self, failing: &[SocketAddr], wait: Duration) -> Result<Vec<SocketAddr>> {
         let mut last = self.last.lock();
         if let Some((at, found)) = &*last {
-            if at.elapsed() < LOOKUP_REUSE {
+            let fresh = match found {
+                Ok(addrs) => addrs != failing && at.elapsed() < LOOKUP_REUSE,
+                Err(_) => at.elapsed() < FAILED_LOOKUP_REUSE,
+            };
+            if fresh {
                 return found.clone();
             }
         }
@@ -571,7 +578,6 @@ impl Election {
     }
 }
 
-/// The master: where it is, and in HA mode how to find it again.
 struct MasterAddr {
     addr: String,
     /// The master's socket addresses; in HA mode the current leader's.
@@ -603,7 +609,7 @@ impl Connector for MasterAddr {
         let Some(election) = &self.election else {
             return Err(e);
         };
-        let leader = election.leader(timeout)?;
+        let leader = election.leader(&known, timeout)?;
         if leader == known {
             return Err(e); // still the one that just failed
         }
