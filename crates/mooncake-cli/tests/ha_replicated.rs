@@ -163,7 +163,7 @@ fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger {
             ledger.present.insert(key.clone(), v);
             mine.push(key);
         }
-        if i % 3 == 0 && mine.len() > 4 {
+        if i.is_multiple_of(3) && mine.len() > 4 {
             let k = mine.swap_remove(i % mine.len());
             let was = ledger.present.remove(&k);
             match client.remove(&k, true) {
