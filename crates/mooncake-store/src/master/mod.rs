@@ -22,6 +22,7 @@ mod eviction;
 mod failover;
 pub mod ha;
 mod http;
+mod leader_label;
 mod leases;
 mod metrics;
 mod mutation;
