@@ -35,6 +35,16 @@ struct Master {
 }
 
 fn start_master(coordination: &str, cluster: &str, rpc: u16, http: u16) -> Master {
+    start_master_with(coordination, cluster, rpc, http, 3)
+}
+
+fn start_master_with(
+    coordination: &str,
+    cluster: &str,
+    rpc: u16,
+    http: u16,
+    client_ttl: u32,
+) -> Master {
     let args = [
         "--enable_ha=true".to_string(),
         "--enable_oplog=true".into(),
@@ -44,7 +54,7 @@ fn start_master(coordination: &str, cluster: &str, rpc: u16, http: u16) -> Maste
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
         format!("--metrics_port={http}"),
-        "--client_ttl=3".into(),
+        format!("--client_ttl={client_ttl}"),
         "--default_kv_lease_ttl=200".into(),
         "--oplog_poll_interval_ms=200".into(),
     ];
@@ -163,7 +173,7 @@ fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger {
             ledger.present.insert(key.clone(), v);
             mine.push(key);
         }
-        if i % 3 == 0 && mine.len() > 4 {
+        if i.is_multiple_of(3) && mine.len() > 4 {
             let k = mine.swap_remove(i % mine.len());
             let was = ledger.present.remove(&k);
             match client.remove(&k, true) {
@@ -444,9 +454,9 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let etcd = services::etcd();
     let cluster = cluster("late");
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let mut a = start_master(&etcd.addr, &cluster, ports[0].0, ports[0].1);
+    let mut a = start_master_with(&etcd.addr, &cluster, ports[0].0, ports[0].1, 120);
     a.up.recv_timeout(WAIT).expect("A leads");
-    let mut b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
+    let mut b = start_master_with(&etcd.addr, &cluster, ports[1].0, ports[1].1, 120);
     eventually("B in sync", || in_sync(&a) == 1);
 
     let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
@@ -463,6 +473,8 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let mut keys = Vec::new();
     for batch in 0..100 {
         let ks: Vec<String> = (0..1000).map(|i| format!("k{batch}-{i}")).collect();
+        // Heartbeats keep the client (and its segment) alive (client_ttl 3 s).
+        m.ping(client_id).unwrap();
         for r in m
             .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
             .unwrap()
@@ -475,15 +487,18 @@ fn a_standby_started_after_100k_objects_catches_up() {
         keys.extend(ks);
     }
 
-    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
+    assert!(m.exist_key(&keys[0]).unwrap(), "on A");
+    let c = start_master_with(&etcd.addr, &cluster, ports[2].0, ports[2].1, 120);
     eventually("C catches up and joins the in-sync set", || {
         in_sync(&a) == 2
     });
     a.proc.kill9();
     b.proc.kill9();
     eventually("C takes over", || role(&c).as_deref() == Some("leader"));
+    eventually("the client reaches C", || m.ping(client_id).is_ok());
     let mut found = 0;
     for chunk in keys.chunks(5000) {
+        let _ = m.ping(client_id);
         let r = loop {
             match m.batch_exist_key(chunk) {
                 Ok(r) => break r,
@@ -492,7 +507,7 @@ fn a_standby_started_after_100k_objects_catches_up() {
         };
         found += r.into_iter().filter(|e| matches!(e, Ok(true))).count();
     }
-    assert_eq!(found, keys.len());
     let (_, status) = http_get(c.http, "/replication").unwrap();
+    assert_eq!(found, keys.len(), "{status} {:?}", m.exist_key(&keys[0]));
     println!("late standby serves all {found} objects: {status}");
 }

@@ -516,7 +516,6 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
 /// failover takes seconds) every call fails, and each would otherwise start
 /// a lookup of its own: a thread, a runtime and a connection to the
 /// coordination service per call.
-/// A leader found is reused this long by later connection attempts.
 const LOOKUP_REUSE: Duration = Duration::from_millis(500);
 /// How often a lookup that found a Lease without holder asks again: the
 /// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
@@ -525,9 +524,12 @@ const LEADERLESS_POLL: Duration = Duration::from_millis(500);
 /// long, so that a new leader is found within a few of these.
 const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
 
+/// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
     backend: ha::Backend,
     cluster: String,
+    /// The last lookup: when it ended, and what it found. Locked for the
+    /// whole lookup, so callers that need one at once share it.
     last: Mutex<Option<(Instant, Result<Vec<SocketAddr>>)>>,
 }
 
@@ -557,11 +559,12 @@ impl Election {
         }
     }
 
-    /// The leader's addresses, as found by a recent lookup that still
-    /// stands (a leader other than `failing`, the address that just refused,
-    /// found at most [`LOOKUP_REUSE`] ago, or a failure at most
-    /// [`FAILED_LOOKUP_REUSE`] ago) or by a new one (waiting up to `wait`).
-    fn leader(&self, failing: &[SocketAddr], wait: Duration) -> Result<Vec<SocketAddr>> {
+    /// The leader's addresses, as found by a recent lookup or by a new one
+    /// (waiting up to `wait` for one). A lookup is reused for
+    /// [`LOOKUP_REUSE`] when it found a leader other than `failing` (the
+    /// address that just refused), for [`FAILED_LOOKUP_REUSE`] when it
+    /// found none.
+    fn leader(&self, wait: Duration, failing: &[SocketAddr]) -> Result<Vec<SocketAddr>> {
         let mut last = self.last.lock();
         if let Some((at, found)) = &*last {
             let fresh = match found {
@@ -578,6 +581,7 @@ impl Election {
     }
 }
 
+/// The master: where it is, and in HA mode how to find it again.
 struct MasterAddr {
     addr: String,
     /// The master's socket addresses; in HA mode the current leader's.
@@ -609,7 +613,7 @@ impl Connector for MasterAddr {
         let Some(election) = &self.election else {
             return Err(e);
         };
-        let leader = election.leader(&known, timeout)?;
+        let leader = election.leader(timeout, &known)?;
         if leader == known {
             return Err(e); // still the one that just failed
         }

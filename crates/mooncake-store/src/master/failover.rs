@@ -62,7 +62,7 @@ pub(crate) async fn serve_replicated<B>(
 where
     B: FnMut(&MasterServer),
 {
-    if matches!(config.ha_backend()?, crate::ha::Backend::K8s(_)) {
+    if matches!(config.ha_backend()?, crate::ha::Backend::K8s(..)) {
         return Err(Error::new(
             ErrorCode::INVALID_PARAMS,
             "--enable_oplog replicates through etcd or redis; the Kubernetes Lease backend keeps no replication record",
