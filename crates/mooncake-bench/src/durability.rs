@@ -131,7 +131,10 @@ pub fn render(r: &DurabilityReport) -> String {
         "release build"
     };
     let mut out = format!("Measured with a {build}.\n\n");
-    out.push_str(&stats::table(&["master", "puts", "p50 µs", "p99 µs"], &rows));
+    out.push_str(&stats::table(
+        &["master", "puts", "p50 µs", "p99 µs"],
+        &rows,
+    ));
     let s = &r.snapshot;
     let lat = |l: &snap::PutLatency| {
         format!(
