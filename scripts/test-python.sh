@@ -33,6 +33,11 @@ if [ -n "${MOONCAKE_WHEEL_PROFILE:-}" ]; then
 fi
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps .
 export PATH="$venv/bin:$PATH"
+# The Kubernetes API stand-in the k8s HA test runs against (a dev-only
+# binary, built by `cargo test`).
+if [ -z "${MOONCAKE_TEST_K8S_STANDIN:-}" ] && [ -x target/debug/k8s-standin ]; then
+    export MOONCAKE_TEST_K8S_STANDIN=$PWD/target/debug/k8s-standin
+fi
 # Run from the tests' directory so `import mooncake` finds the installed
 # package, not the sources under python/.
 cd tests/python

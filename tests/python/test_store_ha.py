@@ -93,3 +93,72 @@ def test_ha_master_address_without_a_leader_fails_setup(etcd, metadata_server, m
     store = MooncakeDistributedStore()
     rc = store.setup(procs.LOOPBACK, metadata_server, 0, 16 << 20, "tcp", "", f"etcd://{etcd}")
     assert rc == -1, "master unreachable: -1, as the reference"
+
+
+@pytest.fixture(scope="module")
+def k8s_api():
+    """The Kubernetes API stand-in (`k8s-standin`, built by `cargo test`;
+    `MOONCAKE_TEST_K8S_STANDIN`, which the test script sets): yields the
+    path of a kubeconfig pointing at it."""
+    standin = os.environ.get("MOONCAKE_TEST_K8S_STANDIN")
+    if not standin:
+        pytest.skip("no API stand-in: set MOONCAKE_TEST_K8S_STANDIN (scripts/test-python.sh does)")
+    with tempfile.TemporaryDirectory() as d:
+        kubeconfig = os.path.join(d, "kubeconfig")
+        p = procs.Proc([standin, "--token=py-t0ken", f"--kubeconfig={kubeconfig}"])
+        try:
+            p.wait_for_line(r"^http://")
+            yield kubeconfig
+        finally:
+            p.stop()
+
+
+def k8s_master(kubeconfig: str, lease: str) -> tuple[procs.Proc, int]:
+    port = procs.free_port()
+    p = procs.start(
+        "mooncake_master", "--enable_ha=true", "--ha_backend_type=k8s",
+        f"--ha_backend_connstring=default/{lease}", f"--rpc_port={port}",
+        f"--rpc_address={procs.LOOPBACK}", f"--metrics_host={procs.LOOPBACK}",
+        "--metrics_port=0", "--client_ttl=2",
+        env={"KUBECONFIG": kubeconfig, "POD_NAME": "", "POD_NAMESPACE": ""},
+    )
+    return p, port
+
+
+def test_store_follows_the_leader_of_a_k8s_lease(k8s_api, metadata_server, monkeypatch):
+    from mooncake.store import MooncakeDistributedStore
+
+    monkeypatch.setenv("KUBECONFIG", k8s_api)
+    lease = f"py-{os.getpid()}"
+    a, a_port = k8s_master(k8s_api, lease)
+    b = None
+    store = MooncakeDistributedStore()
+    try:
+        a.wait_for_line(rf"listening on rpc={procs.LOOPBACK}:{a_port}")
+        b, b_port = k8s_master(k8s_api, lease)
+        rc = store.setup(procs.LOOPBACK, metadata_server, 32 << 20, 16 << 20, "tcp", "", f"k8s://default/{lease}")
+        assert rc == 0
+        assert store.put("before", b"x" * 1000) == 0
+        assert not procs.port_open(b_port), "the standby must not serve while A leads"
+
+        a.stop(signal.SIGKILL)
+        b.wait_for_line(rf"listening on rpc={procs.LOOPBACK}:{b_port}", timeout=60)
+        deadline = time.monotonic() + 60
+        while store.put("after", b"y" * 1000) != 0:
+            assert time.monotonic() < deadline, "no put through the new leader"
+            time.sleep(0.1)
+        assert store.get("after") == b"y" * 1000
+        assert store.is_exist("before") == 0
+    finally:
+        store.close()
+        a.stop()
+        if b is not None:
+            b.stop()
+
+
+def test_a_malformed_k8s_master_address_fails_setup(metadata_server):
+    from mooncake.store import MooncakeDistributedStore
+
+    store = MooncakeDistributedStore()
+    rc = store.setup(procs.LOOPBACK, metadata_server, 0, 16 << 20, "tcp", "", "k8s://a/b/c")
+    assert rc != 0

@@ -40,7 +40,7 @@ pub(crate) fn run_as_program(argv: &[String]) -> Option<i32> {
 }
 
 /// This executable and the arguments that make it run program `name`.
-fn program(name: &str) -> Result<(PathBuf, Vec<String>)> {
+pub(crate) fn program(name: &str) -> Result<(PathBuf, Vec<String>)> {
     let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?;
     Ok((exe, vec![RUN_AS.to_string(), name.to_string()]))
 }

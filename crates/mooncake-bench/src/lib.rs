@@ -8,6 +8,8 @@
 //! - `mooncake-bench baseline`: loopback TCP ping-pong and memcpy bandwidth
 //!   ([`baseline`]), the floor and ceiling the store numbers sit between;
 //! - `mooncake-bench memory`: master RSS per object ([`memory`]);
+//! - `mooncake-bench failover`: HA failover time on a Kubernetes Lease
+//!   (on the API stand-in) ([`failover`]);
 //! - `mooncake-bench --compare-reference`: `benchmarks/compare.py` on the
 //!   reference's venv and ours ([`compare`]), then the ratio table, chart and
 //!   `docs/benchmarks.md`.
@@ -21,6 +23,7 @@ mod baseline;
 mod cluster;
 mod compare;
 mod durability;
+mod failover;
 mod memory;
 mod rpc;
 mod stats;
@@ -65,6 +68,8 @@ pub(crate) enum BenchCmd {
     /// Put latency with and without the write-ahead log; snapshot and
     /// restore time and the hot-path stall at scale.
     Durability(DurabilityArgs),
+    /// HA failover time on a Kubernetes Lease (three masters on the API stand-in).
+    Failover(FailoverArgs),
 }
 
 #[derive(Args, Debug)]
@@ -149,6 +154,16 @@ pub(crate) struct MemoryArgs {
     pub(crate) json: Option<PathBuf>,
 }
 
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct FailoverArgs {
+    /// Stops of each kind (kill -9, SIGTERM).
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rounds: usize,
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
 /// Runs `mooncake-bench` with `argv` (argv[0] = program name); returns
 /// the exit code.
 pub fn main(argv: Vec<String>) -> i32 {
@@ -169,9 +184,10 @@ pub fn main(argv: Vec<String>) -> i32 {
         Some(BenchCmd::Baseline(a)) => run_baseline(a),
         Some(BenchCmd::Memory(a)) => run_memory(a),
         Some(BenchCmd::Durability(a)) => run_durability(a),
+        Some(BenchCmd::Failover(a)) => run_failover(a),
         None if args.compare.compare_reference => return compare::main(&args.compare),
         None => Err(
-            "nothing to do: give a subcommand (store, rpc, baseline, memory, durability) or --compare-reference"
+            "nothing to do: give a subcommand (store, rpc, baseline, memory, durability, failover) or --compare-reference"
                 .to_string(),
         ),
     };
@@ -342,4 +358,13 @@ fn run_durability(a: DurabilityArgs) -> Result<(), String> {
         eprintln!("[mooncake-bench] updated docs/benchmarks.md (durability)");
     }
     Ok(())
+}
+
+fn run_failover(a: FailoverArgs) -> Result<(), String> {
+    let rounds = failover::run(a.rounds.max(1), |r| {
+        eprintln!("{}: first put after {:.2} s", r.stop.name(), r.first_put_s);
+    })
+    .map_err(|e| e.to_string())?;
+    emit(&failover::render(&rounds));
+    write_json(&a.json, &rounds)
 }

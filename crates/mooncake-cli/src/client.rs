@@ -11,7 +11,8 @@ use mooncake_store::client::{ClientConfig, ServiceConfig, ServiceLimits, StoreSe
 #[command(name = "mooncake_client", rename_all = "snake_case")]
 #[command(about = "Mooncake Store real client: owns a segment, serves dummy clients")]
 pub struct Args {
-    /// Master address, `host:port`.
+    /// Master address, `host:port`, or an HA address (`etcd://…`, `redis://…`,
+    /// `k8s://<namespace>/<lease>`).
     #[arg(long, default_value = "127.0.0.1:50051")]
     pub master_server_address: String,
     /// Address dummy clients connect to; also this node's engine host unless

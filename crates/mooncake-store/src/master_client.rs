@@ -40,8 +40,9 @@ pub struct MasterClient {
 impl MasterClient {
     /// Connects to the master at `"host:port"` (one connection is opened now,
     /// so an unreachable master fails here with `RPC_FAIL`).
-    /// An HA address (`etcd://…`, `redis://…`) follows the leader of
-    /// [`DEFAULT_CLUSTER_ID`].
+    /// An HA address (`etcd://…`, `redis://…`, `k8s://<namespace>/<lease>`)
+    /// follows the leader of [`DEFAULT_CLUSTER_ID`] (a Lease names its
+    /// election by itself).
     pub fn connect(master_addr: &str) -> Result<MasterClient> {
         Self::connect_in_cluster(master_addr, DEFAULT_CLUSTER_ID)
     }
@@ -77,9 +78,12 @@ impl MasterClient {
         connect_timeout: Duration,
         call_timeout: Duration,
     ) -> Result<MasterClient> {
-        // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`) names the coordination
-        // service; the master is whoever leads the cluster there.
-        let election = if master_addr.starts_with("etcd://") || master_addr.starts_with("redis://")
+        // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`, `k8s://ns/lease`)
+        // names the coordination service; the master is whoever leads the
+        // cluster there.
+        let election = if ["etcd://", "redis://", "k8s://"]
+            .iter()
+            .any(|scheme| master_addr.starts_with(scheme))
         {
             Some(Election {
                 backend: ha::Backend::parse(master_addr, false)?,
@@ -90,7 +94,7 @@ impl MasterClient {
             None
         };
         let resolved = match &election {
-            Some(e) => e.look_up()?,
+            Some(e) => e.look_up(connect_timeout)?,
             None => socket_addrs(master_addr)?,
         };
         let target = MasterAddr {
@@ -427,6 +431,9 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
 /// a lookup of its own: a thread, a runtime and a connection to the
 /// coordination service per call.
 const LOOKUP_REUSE: Duration = Duration::from_millis(500);
+/// How often a lookup that found a Lease without holder asks again: the
+/// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
+const LEADERLESS_POLL: Duration = Duration::from_millis(500);
 
 /// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
@@ -438,30 +445,41 @@ struct Election {
 }
 
 impl Election {
-    /// Looks the leader up now: its socket addresses; `RPC_FAIL` while none
+    /// Looks the leader up now: its socket addresses. On a Lease, while it
+    /// has no holder (a failover between the old holder's expiry and the
+    /// new one's win), it polls for up to `wait`. `RPC_FAIL` when none
     /// leads or the coordination service is out of reach (to the caller,
     /// both mean the master cannot be reached).
-    fn look_up(&self) -> Result<Vec<SocketAddr>> {
+    fn look_up(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
         let cluster = &self.cluster;
-        match ha::find_leader(&self.backend, cluster) {
-            Ok(Some(leader)) => socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
-            Ok(None) => Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
-            Err(e) => Err(rpc_fail(format!(
-                "cannot look the leader of cluster {cluster:?} up: {e}"
-            ))),
+        let deadline = Instant::now() + wait;
+        let poll = matches!(self.backend, ha::Backend::K8s(..));
+        loop {
+            match ha::find_leader(&self.backend, cluster) {
+                Ok(Some(leader)) => return socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
+                Ok(None) if poll && Instant::now() + LEADERLESS_POLL < deadline => {
+                    std::thread::sleep(LEADERLESS_POLL)
+                }
+                Ok(None) => return Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
+                Err(e) => {
+                    return Err(rpc_fail(format!(
+                        "cannot look the leader of cluster {cluster:?} up: {e}"
+                    )))
+                }
+            }
         }
     }
 
     /// The leader's addresses, as found by a lookup ended at most
-    /// [`LOOKUP_REUSE`] ago or by a new one.
-    fn leader(&self) -> Result<Vec<SocketAddr>> {
+    /// [`LOOKUP_REUSE`] ago or by a new one (waiting up to `wait` for one).
+    fn leader(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
         let mut last = self.last.lock();
         if let Some((at, found)) = &*last {
             if at.elapsed() < LOOKUP_REUSE {
                 return found.clone();
             }
         }
-        let found = self.look_up();
+        let found = self.look_up(wait);
         *last = Some((Instant::now(), found.clone()));
         found
     }
@@ -499,7 +517,7 @@ impl Connector for MasterAddr {
         let Some(election) = &self.election else {
             return Err(e);
         };
-        let leader = election.leader()?;
+        let leader = election.leader(timeout)?;
         if leader == known {
             return Err(e); // still the one that just failed
         }

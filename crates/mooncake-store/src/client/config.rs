@@ -32,7 +32,8 @@ pub struct ClientConfig {
     /// NIC names for RDMA; ignored for tcp.
     pub device_name: String,
     /// `host:port` of the master, or an HA address (`etcd://h1:p1;h2:p2`,
-    /// `redis://h:p`) naming where the master's leader is published.
+    /// `redis://h:p`, `k8s://<namespace>/<lease>`) naming where the
+    /// master's leader is published.
     pub master_server_address: String,
     /// With an HA master address, the cluster whose leader to follow.
     pub cluster_id: String,

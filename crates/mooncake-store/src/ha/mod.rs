@@ -31,18 +31,23 @@ pub enum Backend {
     Etcd(Vec<String>),
     /// One redis server, `host:port`.
     Redis(String),
-    /// A Kubernetes Lease, `<namespace>/<lease>` ([`k8s::LeaseRef::parse`]);
-    /// the Lease names the election, so the cluster id plays no part.
-    K8s(k8s::LeaseRef),
+    /// A Kubernetes Lease, `<namespace>/<lease>` ([`k8s::LeaseRef::parse`]),
+    /// with the election's timings; the Lease names the election, so the
+    /// cluster id plays no part.
+    K8s(k8s::LeaseRef, k8s::Timings),
 }
 
 impl Backend {
     /// Parses a coordination address: `etcd://h1:p1;h2:p2`, `redis://h:p`,
-    /// or bare `;`-separated endpoints, which are etcd unless `redis` is set.
+    /// `k8s://<namespace>/<lease>` (default timings), or bare `;`-separated
+    /// endpoints, which are etcd unless `redis` is set.
     pub fn parse(s: &str, redis: bool) -> Result<Backend> {
         let s = s.trim();
         if let Some(rest) = s.strip_prefix("redis://") {
             return Self::redis(rest);
+        }
+        if s.starts_with("k8s://") {
+            return Self::k8s(s, k8s::Timings::default());
         }
         if redis && !s.starts_with("etcd://") {
             return Self::redis(s);
@@ -50,6 +55,14 @@ impl Backend {
         etcd::parse_endpoints(s)
             .map(Backend::Etcd)
             .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.context))
+    }
+
+    /// The Lease `<namespace>/<lease>` (or `k8s://<namespace>/<lease>`),
+    /// elected on with `timings`.
+    pub fn k8s(s: &str, timings: k8s::Timings) -> Result<Backend> {
+        timings.validate()?;
+        let lease = k8s::LeaseRef::parse(s.trim().trim_start_matches("k8s://"))?;
+        Ok(Backend::K8s(lease, timings))
     }
 
     fn redis(s: &str) -> Result<Backend> {
@@ -71,7 +84,8 @@ impl Backend {
         }
     }
 
-    /// Joins the election of `cluster_id` with leases of `ttl`.
+    /// Joins the election of `cluster_id` with leases of `ttl` (a k8s
+    /// election has timings of its own).
     pub async fn connect(
         &self,
         cluster_id: &str,
@@ -84,10 +98,9 @@ impl Backend {
             Backend::Redis(addr) => {
                 Arc::new(redis::RedisElection::connect(addr, cluster_id, ttl).await?)
             }
-            Backend::K8s(lease) => Arc::new(k8s::K8sElection::connect(
-                lease.clone(),
-                k8s::Timings::for_lease(ttl),
-            )?),
+            Backend::K8s(lease, timings) => {
+                Arc::new(k8s::K8sElection::connect(lease.clone(), *timings)?)
+            }
         })
     }
 }
@@ -223,7 +236,26 @@ mod tests {
             Backend::parse("h:6379", true).unwrap(),
             Backend::Redis("h:6379".into())
         );
-        for bad in ["", "redis://", "redis://a:1;redis://b:1", "h", "etcd://"] {
+        assert_eq!(
+            Backend::parse("k8s://mooncake/store", false).unwrap(),
+            Backend::K8s(
+                k8s::LeaseRef::parse("mooncake/store").unwrap(),
+                k8s::Timings::default()
+            )
+        );
+        let bare = Backend::parse("k8s://store", false).unwrap();
+        assert!(matches!(bare, Backend::K8s(l, _) if l.namespace == "default"));
+        for bad in [
+            "",
+            "redis://",
+            "redis://a:1;redis://b:1",
+            "h",
+            "etcd://",
+            "k8s://",
+            "k8s://a/b/c",
+            "k8s:///lease",
+            "k8s://ns/",
+        ] {
             assert_eq!(
                 Backend::parse(bad, false).unwrap_err().code,
                 ErrorCode::INVALID_PARAMS,

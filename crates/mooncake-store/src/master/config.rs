@@ -204,8 +204,14 @@ master_flags! {
     global_file_segment_size: Int = "9223372036854775807", NotImplemented, "Size of global NFS/3FS segment in bytes";
     ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
         => ha_backend_connstring: String = text;
-    ha_backend_type: Str = "etcd", Full, "HA backend type: etcd or redis"
+    ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
         => ha_backend_type: String = ha_backend_type;
+    k8s_lease_duration_sec: Duration = "5", Full, "k8s HA: seconds a standby waits after the last renewal it saw before taking the Lease"
+        => k8s_lease_duration: Duration = whole_seconds;
+    k8s_renew_deadline_sec: Duration = "3", Full, "k8s HA: the leader stops serving once no renewal got through for this long (s, or 2500ms)"
+        => k8s_renew_deadline: Duration = seconds;
+    k8s_retry_period_sec: Duration = "1", Full, "k8s HA: how often the leader renews and standbys retry (s, or 500ms)"
+        => k8s_retry_period: Duration = seconds;
     kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
     kv_events_backend_id: Str = "", NotImplemented, "backend_id for published KV events (cache owner identity)";
     kv_events_bind_endpoint: Str = "", NotImplemented, "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557";
@@ -238,8 +244,10 @@ master_flags! {
     oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
     pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
         => pending_task_timeout: Option<Duration> = seconds_or_never;
-    pod_name: Str = "", NotImplemented, "Pod name for K8s label-based routing (default: $POD_NAME)";
-    pod_namespace: Str = "", NotImplemented, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)";
+    pod_name: Str = "", Full, "Pod name for K8s label-based routing (default: $POD_NAME)"
+        => pod_name: String = text;
+    pod_namespace: Str = "", Full, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)"
+        => pod_namespace: String = text;
     processing_task_timeout_sec: Int = "300", Full, "Timeout in seconds for processing tasks (0 = no timeout)"
         => processing_task_timeout: Option<Duration> = seconds_or_never;
     promotion_admission_threshold: Int = "2", NotImplemented, "Min CountMinSketch count for a key before promotion fires (set 1 to...";
@@ -364,6 +372,19 @@ mod parse {
         duration(name, value, v, Duration::from_secs(1))
     }
 
+    /// Whole seconds (a Lease's `leaseDurationSeconds` is an integer), at least 1.
+    pub(super) fn whole_seconds(name: &str, value: &str, v: &str) -> Result<Duration> {
+        let d = seconds(name, value, v)?;
+        if d.is_zero() || d.subsec_nanos() != 0 {
+            return Err(invalid(
+                name,
+                value,
+                "must be a whole number of seconds, at least 1",
+            ));
+        }
+        Ok(d)
+    }
+
     pub(super) fn positive_seconds(name: &str, value: &str, v: &str) -> Result<Duration> {
         let d = seconds(name, value, v)?;
         if d.is_zero() {
@@ -409,8 +430,8 @@ mod parse {
     }
 
     pub(super) fn ha_backend_type(name: &str, value: &str, v: &str) -> Result<String> {
-        if !matches!(v, "etcd" | "redis") {
-            return Err(invalid(name, value, "HA backends are etcd and redis"));
+        if !matches!(v, "etcd" | "redis" | "k8s") {
+            return Err(invalid(name, value, "HA backends are etcd, redis and k8s"));
         }
         Ok(v.to_string())
     }
@@ -545,6 +566,7 @@ impl MasterConfig {
         }
         if self.enable_ha {
             self.ha_backend()?;
+            super::leader_label::pod(self)?;
             if self.rpc_listen_port() == 0 {
                 // The port is published as the leader's address before binding.
                 return Err(Error::new(
@@ -559,7 +581,18 @@ impl MasterConfig {
     /// The coordination service of HA mode: `--ha_backend_connstring`, else
     /// `--etcd_endpoints`; a `redis://` address means redis whatever
     /// `--ha_backend_type` says, as in the reference's deployment guide.
+    /// The k8s backend takes `<namespace>/<lease>` from
+    /// `--ha_backend_connstring` only, as the reference does.
     pub fn ha_backend(&self) -> Result<crate::ha::Backend> {
+        if self.ha_backend_type == "k8s" {
+            if self.ha_backend_connstring.trim().is_empty() {
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    "--ha_backend_type=k8s needs --ha_backend_connstring=<namespace>/<lease>",
+                ));
+            }
+            return crate::ha::Backend::k8s(&self.ha_backend_connstring, self.k8s_timings());
+        }
         let conn = if self.ha_backend_connstring.is_empty() {
             &self.etcd_endpoints
         } else {
@@ -592,6 +625,15 @@ impl MasterConfig {
     /// without an HA backend).
     pub fn local_wal(&self) -> bool {
         self.enable_oplog && !self.enable_ha
+    }
+
+    /// The k8s backend's LeaderElectionConfig timings.
+    pub fn k8s_timings(&self) -> crate::ha::k8s::Timings {
+        crate::ha::k8s::Timings {
+            lease: self.k8s_lease_duration,
+            renew_deadline: self.k8s_renew_deadline,
+            retry: self.k8s_retry_period,
+        }
     }
 
     /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).

@@ -43,6 +43,7 @@ where
     let backend = config.ha_backend()?;
     let me = advertised_address(&config);
     let mut shutdown = pin!(shutdown);
+    let label = super::leader_label::spawn(&config)?;
     let election = tokio::select! {
         e = backend.connect(&config.cluster_id, LEASE_TTL) => e?,
         _ = &mut shutdown => return Ok(()),
@@ -74,6 +75,9 @@ where
             }
         };
         on_bound(&server);
+        if let Some(l) = &label {
+            l.set(true);
+        }
         let mut lost = false;
         server
             .serve(async {
@@ -83,6 +87,9 @@ where
                 }
             })
             .await?;
+        if let Some(l) = &label {
+            l.set(false);
+        }
         if !lost {
             // Hand over at once rather than after the lease runs out. If the
             // coordination service cannot be told, the lease still runs
@@ -91,6 +98,11 @@ where
                 tracing::warn!(
                     "could not resign ({e}); a standby takes over once the lease expires"
                 );
+            }
+            if let Some(l) = label {
+                if let Err(e) = l.clear(CAMPAIGN_RETRY * 2).await {
+                    tracing::warn!("{e}");
+                }
             }
             return Ok(());
         }
@@ -128,8 +140,42 @@ mod tests {
         c.set("etcd_endpoints", "redis://a:1;redis://b:1").unwrap();
         assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
         assert_eq!(
-            c.set("ha_backend_type", "k8s").unwrap_err().code,
+            c.set("ha_backend_type", "zookeeper").unwrap_err().code,
             ErrorCode::INVALID_PARAMS
         );
+        // k8s: the Lease from --ha_backend_connstring only.
+        c.set("etcd_endpoints", "127.0.0.1:2379").unwrap();
+        c.set("ha_backend_type", "k8s").unwrap();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
+        assert!(e.context.contains("--ha_backend_connstring"), "{e}");
+        for bad in ["a/b/c", "/lease", "ns/", "Upper/l"] {
+            c.set("ha_backend_connstring", bad).unwrap();
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad}");
+            assert!(e.context.contains("<namespace>/<lease>"), "{e}");
+        }
+        c.set("ha_backend_connstring", "mooncake/store").unwrap();
+        c.validate().unwrap();
+        c.set("ha_backend_connstring", "store").unwrap();
+        c.validate().unwrap();
+        // client-go's rules on the timings.
+        c.set("k8s_renew_deadline_sec", "5").unwrap();
+        assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
+        c.set("k8s_renew_deadline_sec", "1500ms").unwrap();
+        c.set("k8s_retry_period_sec", "500ms").unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.set("k8s_lease_duration_sec", "2500ms").unwrap_err().code,
+            ErrorCode::INVALID_PARAMS
+        );
+        // Half a pod name.
+        c.set("pod_name", "master-0").unwrap();
+        c.set("pod_namespace", "").unwrap();
+        if std::env::var_os("POD_NAMESPACE").is_none() {
+            assert_eq!(c.validate().unwrap_err().code, ErrorCode::INVALID_PARAMS);
+        }
+        c.set("pod_namespace", "mooncake").unwrap();
+        c.validate().unwrap();
     }
 }

@@ -21,6 +21,7 @@ mod config;
 mod eviction;
 pub mod ha;
 mod http;
+mod leader_label;
 mod leases;
 mod metrics;
 mod mutation;

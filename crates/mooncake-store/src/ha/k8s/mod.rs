@@ -48,6 +48,7 @@
 pub mod api;
 pub mod config;
 mod elector;
+pub mod label;
 pub mod record;
 
 use std::sync::Arc;
