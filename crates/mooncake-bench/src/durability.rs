@@ -125,7 +125,16 @@ pub fn render(r: &DurabilityReport) -> String {
             ]
         })
         .collect();
-    let mut out = stats::table(&["master", "puts", "p50 µs", "p99 µs"], &rows);
+    let build = if cfg!(debug_assertions) {
+        "debug build (numbers far above a release build's)"
+    } else {
+        "release build"
+    };
+    let mut out = format!("Measured with a {build}.\n\n");
+    out.push_str(&stats::table(
+        &["master", "puts", "p50 µs", "p99 µs"],
+        &rows,
+    ));
     let s = &r.snapshot;
     let lat = |l: &snap::PutLatency| {
         format!(
@@ -160,7 +169,7 @@ pub fn render(r: &DurabilityReport) -> String {
             ),
         ],
         vec![
-            "hot-path stall: log cut, µs".into(),
+            "log cut (the snapshot thread waits for it; writers do not), µs".into(),
             format!(
                 "{:.0} (first), {:.0} (later)",
                 s.first.cut.as_secs_f64() * 1e6,

@@ -66,13 +66,13 @@ pub(crate) enum BenchCmd {
     Baseline(BaselineArgs),
     /// Master RSS per object after filling it with small objects.
     Memory(MemoryArgs),
-    /// HA failover time on a Kubernetes Lease (three masters on the API stand-in).
-    Failover(FailoverArgs),
     /// Replicated HA: 4 KiB put cost and failover time (needs an etcd).
     Ha(HaArgs),
     /// Put latency with and without the write-ahead log; snapshot and
     /// restore time and the hot-path stall at scale.
     Durability(DurabilityArgs),
+    /// HA failover time on a Kubernetes Lease (three masters on the API stand-in).
+    Failover(FailoverArgs),
 }
 
 #[derive(Args, Debug)]

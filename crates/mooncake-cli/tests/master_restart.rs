@@ -11,17 +11,19 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::{code, eventually, free_port, metadata_server, value, wait_port, Proc, MASTER};
+use common::{
+    code, eventually, free_port, metadata_server, spawn_until_line, value, Proc, MASTER, STORAGE,
+};
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 
-fn master(port: u16, dir: &Path, extra: &[&str]) -> Proc {
-    let mut args = vec![
+fn master(port: u16, dir: &Path, client_ttl: u32) -> Proc {
+    let args = vec![
         format!("--rpc_port={port}"),
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
         "--metrics_port=0".into(),
-        "--client_ttl=5".into(),
+        format!("--client_ttl={client_ttl}"),
         "--default_kv_lease_ttl=50".into(),
         "--enable_oplog=true".into(),
         "--enable_snapshot=true".into(),
@@ -30,17 +32,26 @@ fn master(port: u16, dir: &Path, extra: &[&str]) -> Proc {
         "--snapshot_retention_count=2".into(),
         format!("--wal_dir={}", dir.join("wal").display()),
     ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let p = Proc(
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log_path = dir.join(format!("master-{n}.log"));
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut p = Proc(
         Command::new(MASTER)
             .args(&args)
             .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir.join("snapshots"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap(),
     );
-    wait_port(port);
+    eventually("the master listens", || {
+        if let Some(status) = p.0.try_wait().unwrap() {
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            panic!("master exited ({status}):\n{log}");
+        }
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     p
 }
 
@@ -63,7 +74,7 @@ fn kill_9_and_restart_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (_meta, metadata) = metadata_server();
-    let mut m = master(port, dir.path(), &[]);
+    let mut m = master(port, dir.path(), 5);
     let client = Client::setup(&ClientConfig {
         local_hostname: "127.0.0.1".into(),
         metadata_server: metadata,
@@ -99,7 +110,7 @@ fn kill_9_and_restart_loses_no_acknowledged_write() {
     }
 
     m.kill9();
-    let _m = master(port, dir.path(), &[]);
+    let _m = master(port, dir.path(), 5);
 
     // The client's heartbeat reaches the restarted master, which knows it:
     // its segment is served again, nothing was remounted.
@@ -127,32 +138,39 @@ fn segments_of_an_owner_that_does_not_come_back_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (_meta, metadata) = metadata_server();
-    let mut m = master(port, dir.path(), &["--client_ttl=1"]);
-    let config = ClientConfig {
+    let mut m = master(port, dir.path(), 1);
+    // The owner: a storage process contributing the only segment.
+    let (mut owner, _) = spawn_until_line(
+        STORAGE,
+        &[
+            format!("--master_server_address=127.0.0.1:{port}"),
+            format!("--metadata_server={metadata}"),
+            "--host=127.0.0.1".into(),
+            "--port=0".into(),
+            "--global_segment_size=16MB".into(),
+        ],
+        "mooncake_client ready",
+    );
+    let writer = Client::setup(&ClientConfig {
         local_hostname: "127.0.0.1".into(),
         metadata_server: metadata,
-        global_segment_size: 16 << 20,
+        global_segment_size: 0,
         local_buffer_size: 16 << 20,
         protocol: "tcp".into(),
         device_name: String::new(),
         master_server_address: format!("127.0.0.1:{port}"),
         ..ClientConfig::default()
-    };
-    let owner = Client::setup(&config).unwrap();
-    owner
-        .put("orphan", &value("orphan", 8192), &Default::default())
-        .unwrap();
-    m.kill9();
-    drop(owner);
-    let _m = master(port, dir.path(), &["--client_ttl=1"]);
-    let reader = Client::setup(&ClientConfig {
-        global_segment_size: 0,
-        ..config
     })
     .unwrap();
-    // Never served while unverified, dropped once the owner's TTL ran out.
+    let v = value("orphan", 8192);
+    writer.put("orphan", &v, &Default::default()).unwrap();
+    assert_eq!(writer.get("orphan").unwrap(), v);
+    m.kill9();
+    owner.kill9();
+    let _m = master(port, dir.path(), 1);
+    // Never served while unverified; dropped once the owner's TTL ran out.
     eventually("the orphan's object is dropped", || {
-        let r = reader.get("orphan");
+        let r = writer.get("orphan");
         assert!(r.is_err(), "served bytes of a segment nobody verified");
         code(r) == ErrorCode::OBJECT_NOT_FOUND
     });

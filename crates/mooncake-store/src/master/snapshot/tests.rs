@@ -273,3 +273,26 @@ fn snapshots_on_an_s3_server_restore_and_fall_back() {
     .unwrap();
     assert!(other.list().unwrap().is_empty());
 }
+
+#[test]
+fn restored_segments_wait_for_their_owner() {
+    use mooncake_common::ErrorCode;
+    let s = setup(false);
+    let cfg = crate::types::ReplicateConfig {
+        preferred_segment: "b1".into(),
+        ..Default::default()
+    };
+    s.leader.put_start(7, "k", 4096, &cfg, false, 1).unwrap();
+    s.leader.put_end(7, "k", 2).unwrap();
+    let r = restored(&s);
+    // What `open` does after a restore.
+    r.service.segments.unverify_all();
+    let err = r.service.get_replica_list("k", 3).unwrap_err();
+    assert_eq!(err.code, ErrorCode::REPLICA_IS_NOT_READY);
+    // Another client's heartbeat verifies nothing; the owner's does.
+    r.service.ping(1, 4).unwrap();
+    assert!(r.service.get_replica_list("k", 5).is_err());
+    r.service.ping(2, 6).unwrap();
+    let got = r.service.get_replica_list("k", 7).unwrap();
+    assert_eq!(got.replicas.len(), 1);
+}
