@@ -245,8 +245,10 @@ master_flags! {
         => offload_on_evict: bool = boolean;
     offloading_queue_limit: Int = "50000", Full, "Maximum number of objects allowed in the offloading queue per local disk owner"
         => offloading_queue_limit: usize = count;
-    oplog_batch_max_entries: Int = "1024", NotImplemented, "Maximum number of committed/reserved entries in the open batch-reco...";
-    oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
+    oplog_batch_max_entries: Int = "1024", Full, "Most log entries sent to a standby in one batch"
+        => oplog_batch_max_entries: usize = count;
+    oplog_poll_interval_ms: Int = "1000", Full, "Longest an idle standby waits before asking its leader again"
+        => oplog_poll_interval: Duration = millis;
     pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
         => pending_task_timeout: Option<Duration> = seconds_or_never;
     pod_name: Str = "", Full, "Pod name for K8s label-based routing (default: $POD_NAME)"
