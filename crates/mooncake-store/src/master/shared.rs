@@ -70,7 +70,10 @@ impl Shared {
 
     /// A fresh state machine whose mutations `replication` logs (HA mode:
     /// replication owns durability, see `super::snapshot::open`).
-    pub(crate) fn replicated(config: MasterConfig, replication: Arc<Replication>) -> Result<Shared> {
+    pub(crate) fn replicated(
+        config: MasterConfig,
+        replication: Arc<Replication>,
+    ) -> Result<Shared> {
         Self::build(config, Some(replication))
     }
 

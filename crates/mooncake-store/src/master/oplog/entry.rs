@@ -6,7 +6,9 @@
 //! payload of a frame (`codec`). Tags are part of the format: a new
 //! variant takes a new tag, an old tag never changes meaning.
 
-use crate::master::mutation::{ClientOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write};
+use crate::master::mutation::{
+    ClientOp, DiskOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write,
+};
 use crate::master::objects::Replicas;
 use crate::proto::wire::{Decode, DecodeError, Encode, Reader};
 use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskId, TaskStatus};
@@ -36,6 +38,7 @@ pub enum OwnedMutation {
     Segment(OwnedSegmentOp),
     Client(OwnedClientOp),
     Task(OwnedTaskOp),
+    Disk(OwnedDiskOp),
     FreeRetired { now: u64 },
 }
 
@@ -128,6 +131,78 @@ pub enum OwnedTaskOp {
     },
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedDiskOp {
+    MountTier {
+        client: ClientId,
+        tier_id: String,
+        endpoint: String,
+        capacity: u64,
+    },
+    UnmountTier {
+        client: ClientId,
+    },
+    AddCopy {
+        client: ClientId,
+        key: String,
+        size: u64,
+    },
+    DropCopy {
+        key: String,
+    },
+}
+
+impl OwnedDiskOp {
+    /// The borrowed form, as the state machine replays it.
+    pub(crate) fn as_op(&self) -> DiskOp<'_> {
+        match self {
+            OwnedDiskOp::MountTier {
+                client,
+                tier_id,
+                endpoint,
+                capacity,
+            } => DiskOp::MountTier {
+                client: *client,
+                tier_id,
+                endpoint,
+                capacity: *capacity,
+            },
+            OwnedDiskOp::UnmountTier { client } => DiskOp::UnmountTier { client: *client },
+            OwnedDiskOp::AddCopy { client, key, size } => DiskOp::AddCopy {
+                client: *client,
+                key,
+                size: *size,
+            },
+            OwnedDiskOp::DropCopy { key } => DiskOp::DropCopy { key },
+        }
+    }
+
+    fn from_op(op: &DiskOp<'_>) -> Self {
+        match *op {
+            DiskOp::MountTier {
+                client,
+                tier_id,
+                endpoint,
+                capacity,
+            } => OwnedDiskOp::MountTier {
+                client,
+                tier_id: tier_id.to_owned(),
+                endpoint: endpoint.to_owned(),
+                capacity,
+            },
+            DiskOp::UnmountTier { client } => OwnedDiskOp::UnmountTier { client },
+            DiskOp::AddCopy { client, key, size } => OwnedDiskOp::AddCopy {
+                client,
+                key: key.to_owned(),
+                size,
+            },
+            DiskOp::DropCopy { key } => OwnedDiskOp::DropCopy {
+                key: key.to_owned(),
+            },
+        }
+    }
+}
+
 fn placed(r: &Replicas) -> Vec<Placed> {
     let v = r.as_slice().iter();
     v.map(|p| Placed {
@@ -151,7 +226,9 @@ impl OwnedMutation {
                 | OwnedObjectOp::TransferEnd { now, .. } => Some(*now),
                 OwnedObjectOp::PutRevoke | OwnedObjectOp::TransferRevoke => None,
             },
-            OwnedMutation::Segment(_) | OwnedMutation::Client(OwnedClientOp::Expire { .. }) => None,
+            OwnedMutation::Segment(_)
+            | OwnedMutation::Disk(_)
+            | OwnedMutation::Client(OwnedClientOp::Expire { .. }) => None,
             OwnedMutation::Client(OwnedClientOp::Register { now, .. }) => Some(*now),
             OwnedMutation::Task(
                 OwnedTaskOp::Create { now, .. }
@@ -216,6 +293,7 @@ impl OwnedMutation {
                     now: *now,
                 },
             }),
+            Mutation::Disk(op) => OwnedMutation::Disk(OwnedDiskOp::from_op(op)),
             Mutation::FreeRetired { now } => OwnedMutation::FreeRetired { now: *now },
         }
     }
@@ -335,7 +413,8 @@ fn decode_mutations(r: &mut Reader<'_>) -> Result<Vec<OwnedMutation>, DecodeErro
 
 // Mutation tags: 1 object, 2 segment mount, 3 segment unmount, 4 client
 // register, 5 client expire, 6 task create, 7 task start, 8 task finish,
-// 9 free retired.
+// 9 free retired, 10 disk (then a disk op tag: 1 mount tier, 2 unmount
+// tier, 3 add copy, 4 drop copy).
 impl Encode for OwnedMutation {
     fn encode(&self, out: &mut Vec<u8>) {
         match self {
@@ -394,6 +473,10 @@ impl Encode for OwnedMutation {
                 out.push(9);
                 now.encode(out);
             }
+            OwnedMutation::Disk(op) => {
+                out.push(10);
+                op.encode(out);
+            }
         }
     }
 }
@@ -438,6 +521,7 @@ impl<'de> Decode<'de> for OwnedMutation {
             9 => OwnedMutation::FreeRetired {
                 now: u64::decode(r)?,
             },
+            10 => OwnedMutation::Disk(OwnedDiskOp::decode(r)?),
             t => return Err(bad_tag("mutation", t)),
         })
     }
@@ -578,6 +662,64 @@ impl<'de> Decode<'de> for OwnedObjectOp {
             },
             9 => OwnedObjectOp::TransferRevoke,
             t => return Err(bad_tag("object op", t)),
+        })
+    }
+}
+
+impl Encode for OwnedDiskOp {
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            OwnedDiskOp::MountTier {
+                client,
+                tier_id,
+                endpoint,
+                capacity,
+            } => {
+                out.push(1);
+                client.encode(out);
+                tier_id.encode(out);
+                endpoint.encode(out);
+                capacity.encode(out);
+            }
+            OwnedDiskOp::UnmountTier { client } => {
+                out.push(2);
+                client.encode(out);
+            }
+            OwnedDiskOp::AddCopy { client, key, size } => {
+                out.push(3);
+                client.encode(out);
+                key.encode(out);
+                size.encode(out);
+            }
+            OwnedDiskOp::DropCopy { key } => {
+                out.push(4);
+                key.encode(out);
+            }
+        }
+    }
+}
+
+impl<'de> Decode<'de> for OwnedDiskOp {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        Ok(match r.u8()? {
+            1 => OwnedDiskOp::MountTier {
+                client: ClientId::decode(r)?,
+                tier_id: String::decode(r)?,
+                endpoint: String::decode(r)?,
+                capacity: u64::decode(r)?,
+            },
+            2 => OwnedDiskOp::UnmountTier {
+                client: ClientId::decode(r)?,
+            },
+            3 => OwnedDiskOp::AddCopy {
+                client: ClientId::decode(r)?,
+                key: String::decode(r)?,
+                size: u64::decode(r)?,
+            },
+            4 => OwnedDiskOp::DropCopy {
+                key: String::decode(r)?,
+            },
+            t => return Err(bad_tag("disk op", t)),
         })
     }
 }

@@ -29,8 +29,8 @@ use parking_lot::Mutex;
 
 pub use codec::{decode, decode_prefix, DecodeError, HEADER_LEN, MAGIC, MAX_ENTRY_LEN, VERSION};
 pub use entry::{
-    OwnedClientOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp, OwnedSegments,
-    OwnedTaskOp, OwnedWrite, Placed,
+    OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
+    OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
 };
 
 use super::mutation::{Mutation, MutationSink};

@@ -85,6 +85,7 @@ impl MasterService {
                 }),
                 Vec::new(),
             ),
+            OwnedMutation::Disk(op) => (Mutation::Disk(op.as_op()), Vec::new()),
             OwnedMutation::FreeRetired { now } => (Mutation::FreeRetired { now: *now }, Vec::new()),
         };
         self.replay(mutation).inspect_err(|_| {

@@ -260,3 +260,77 @@ proptest! {
         let _ = decode(&sealed(&payload));
     }
 }
+
+fn disk_entries() -> [OwnedEntry; 2] {
+    let disk = |op| OwnedMutation::Disk(op);
+    [
+        OwnedEntry {
+            seq: 1,
+            term: 2,
+            mutations: vec![
+                disk(OwnedDiskOp::MountTier {
+                    client: 9,
+                    tier_id: "t1".into(),
+                    endpoint: "svc:1".into(),
+                    capacity: 1 << 20,
+                }),
+                disk(OwnedDiskOp::AddCopy {
+                    client: 9,
+                    key: "a".into(),
+                    size: 4096,
+                }),
+                disk(OwnedDiskOp::AddCopy {
+                    client: 9,
+                    key: "b".into(),
+                    size: 100,
+                }),
+                disk(OwnedDiskOp::DropCopy { key: "b".into() }),
+            ],
+        },
+        OwnedEntry {
+            seq: 2,
+            term: 2,
+            mutations: vec![
+                disk(OwnedDiskOp::DropCopy { key: "a".into() }),
+                disk(OwnedDiskOp::UnmountTier { client: 9 }),
+            ],
+        },
+    ]
+}
+
+#[test]
+fn disk_mutations_round_trip_and_replay() {
+    let s = service(AllocationStrategy::Random);
+    let [first, second] = disk_entries();
+    for e in [&first, &second] {
+        let frame = e.to_frame();
+        assert_eq!(&decode(&frame).unwrap(), e);
+        for cut in 0..frame.len() {
+            assert_eq!(decode(&frame[..cut]).unwrap_err(), DecodeError::Truncated);
+        }
+    }
+    s.apply_entry(&first).unwrap();
+    assert_eq!(s.disk_usage(), (4096, 1 << 20, 1));
+    s.apply_entry(&second).unwrap();
+    assert_eq!(s.disk_usage(), (0, 0, 0));
+}
+
+#[test]
+fn unknown_disk_op_tags_are_refused() {
+    let mut payload = Vec::new();
+    1u64.encode(&mut payload);
+    2u64.encode(&mut payload);
+    put_varint(&mut payload, 1);
+    payload.extend_from_slice(&[10, 5, 0]);
+    let err = decode(&sealed(&payload)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DecodeError::Malformed(crate::proto::wire::DecodeError::BadTag {
+                what: "disk op",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}

@@ -25,7 +25,7 @@ fn opts() -> Options {
 fn master(me: &str) -> (Arc<Shared>, Arc<Replication>) {
     let r = Arc::new(Replication::new(me.into(), opts()));
     (
-        Arc::new(Shared::replicated(MasterConfig::default(), r.clone())),
+        Arc::new(Shared::replicated(MasterConfig::default(), r.clone()).unwrap()),
         r,
     )
 }
