@@ -50,12 +50,9 @@ async fn not_found() -> Response {
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
     let body = tokio::task::block_in_place(|| {
+        publish_ha(&s);
         let stats = s.service.stats(s.clock.now_ms());
-        let mut body = s.metrics.render(&s.service, &stats);
-        if let Some(r) = &s.replication {
-            r.render_metrics(&mut body);
-        }
-        body
+        s.metrics.render(&s.service, &stats)
     });
     (
         [(
@@ -69,6 +66,7 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 
 /// One line describing the master, for `/metrics/summary` and the periodic log.
 pub(crate) fn summary_line(s: &Shared) -> String {
+    publish_ha(s);
     let st = s.service.stats(s.clock.now_ms());
     let body = s.metrics.summary(&s.service, &st);
     let v = view(s);
@@ -81,6 +79,7 @@ pub(crate) fn summary_line(s: &Shared) -> String {
 /// The status page (see `status`).
 async fn status_page(State(s): State<Arc<Shared>>) -> Response {
     let body = tokio::task::block_in_place(|| {
+        publish_ha(&s);
         let stats = s.service.stats(s.clock.now_ms());
         let segments = s.service.segment_summaries();
         let numbers = s.metrics.status_numbers();
@@ -105,6 +104,14 @@ async fn status_page(State(s): State<Arc<Shared>>) -> Response {
         body,
     )
         .into_response()
+}
+
+/// Brings the `ha_*` families and `master_is_leader` up to date with the
+/// replication status before they are read.
+fn publish_ha(s: &Shared) {
+    if let Some(r) = &s.replication {
+        r.publish_metrics(&s.metrics);
+    }
 }
 
 async fn summary(State(s): State<Arc<Shared>>) -> Response {

@@ -40,6 +40,8 @@ use parking_lot::{Condvar, Mutex};
 use self::in_sync::{InSync, Record};
 use self::log::Log;
 use super::config::MasterConfig;
+use super::metrics::tiers::StandbyState;
+use super::metrics::MasterMetrics;
 use super::mutation::{Mutation, MutationSink};
 use super::oplog::{OwnedEntry, OwnedMutation};
 use crate::proto::{Frames, Response};
@@ -441,63 +443,27 @@ fn not_leader() -> Error {
 }
 
 impl Replication {
-    /// Appends the `ha_*` gauges (the reference's names) to a metrics page.
-    pub(crate) fn render_metrics(&self, out: &mut String) {
-        use std::fmt::Write as _;
+    /// Sets the `ha_*` families and `master_is_leader` of `m` from the
+    /// current status (called before the metrics are read).
+    pub(crate) fn publish_metrics(&self, m: &MasterMetrics) {
         let st = self.status();
-        let lag = match st.role {
-            Role::Leader => st.standbys.iter().map(|(_, lag)| *lag).max().unwrap_or(0),
-            _ => st.last_seq.saturating_sub(st.applied_seq),
-        };
-        // The reference's standby states: 3 = WATCHING, 7 = PROMOTED, 8 = FAILED.
-        let state = match st.role {
-            Role::Standby => 3,
-            Role::Leader => 7,
-            Role::Deposed => 8,
-        };
-        let gauges: [(&str, &str, u64); 6] = [
-            (
-                "ha_oplog_last_sequence_id",
-                "Latest log entry held by this master",
-                st.last_seq,
-            ),
-            (
-                "ha_oplog_applied_sequence_id",
-                "Latest log entry applied to this master's state",
-                st.applied_seq,
-            ),
-            (
-                "ha_oplog_standby_lag",
-                "Entries the standby (on a leader: the furthest behind) lacks",
-                lag,
-            ),
-            (
-                "ha_oplog_pending_entries",
-                "Entries received but not applied yet",
-                st.last_seq.saturating_sub(st.applied_seq),
-            ),
-            (
-                "ha_standby_state",
-                "Standby state (3=WATCHING, 7=PROMOTED, 8=FAILED)",
-                state,
-            ),
-            (
-                "ha_pending_mutation_queue_size",
-                "Entries appended but not committed yet",
-                st.last_seq.saturating_sub(st.committed_seq),
-            ),
-        ];
-        let eof = out.strip_suffix("# EOF\n").map(str::len);
-        let tail = eof.map(|at| out.split_off(at));
-        for (name, help, value) in gauges {
-            if out.contains(&format!("# TYPE {name} ")) {
-                continue;
+        let ha = &m.ha;
+        ha.set_oplog_last_sequence_id(st.last_seq);
+        match st.role {
+            // A leader's lag is its furthest-behind standby's.
+            Role::Leader => {
+                let lag = st.standbys.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
+                ha.set_oplog_applied_sequence_id(st.applied_seq, st.applied_seq + lag);
             }
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-            );
+            _ => ha.set_oplog_applied_sequence_id(st.applied_seq, st.last_seq),
         }
-        out.push_str(tail.as_deref().unwrap_or(""));
+        ha.set_oplog_pending_entries(st.last_seq.saturating_sub(st.applied_seq));
+        ha.set_pending_mutation_queue_size(st.last_seq.saturating_sub(st.committed_seq));
+        ha.set_standby_state(match st.role {
+            Role::Standby => StandbyState::Watching,
+            Role::Leader => StandbyState::Promoted,
+            Role::Deposed => StandbyState::Failed,
+        });
+        m.set_leader(st.role == Role::Leader);
     }
 }
