@@ -774,16 +774,17 @@ mod tests {
     #[test]
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
-        c.set("enable_offload", "false").unwrap();
-        c.set("offloading_queue_limit", "50000").unwrap();
+        c.set("enable_multi_tenants", "false").unwrap();
+        c.set("global_file_segment_size", "9223372036854775807").unwrap();
         assert!(c.unsupported.is_empty());
-        c.set("enable_offload", "true").unwrap();
-        c.set("enable_offload", "1").unwrap();
+        c.set("enable_multi_tenants", "true").unwrap();
+        c.set("enable_multi_tenants", "1").unwrap();
         assert_eq!(
             c.unsupported,
-            [("enable_offload".to_string(), "1".to_string())]
+            [("enable_multi_tenants".to_string(), "1".to_string())]
         );
     }
+
 
     #[test]
     fn file_then_flags() {
