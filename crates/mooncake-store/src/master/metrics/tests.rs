@@ -226,17 +226,17 @@ fn subsystem_setters_show_up() {
     m.ha.set_oplog_last_sequence_id(10);
     m.ha.set_oplog_applied_sequence_id(7, 10);
     m.ha.set_standby_state(super::tiers::StandbyState::Watching);
-    m.file_tier.set_usage(5, 100);
     m.promotion.admitted.inc();
     let t = render(&m, &svc, 0);
     assert_eq!(sample(&t, "ha_oplog_standby_lag"), 3.0);
     assert_eq!(sample(&t, "ha_standby_state"), 3.0);
-    assert_eq!(sample(&t, "master_total_file_capacity_bytes"), 100.0);
+    // The file tier's gauges follow the service (no tier mounted here).
+    assert_eq!(sample(&t, "master_total_file_capacity_bytes"), 0.0);
     assert_eq!(sample(&t, "master_promotion_admitted_total"), 1.0);
     let summary = m.summary(&svc, &svc.stats(0));
     for section in [
         "Mem Storage:",
-        "SSD Storage: 5 B / 100 B",
+        "SSD Storage: 0 B / 0 B",
         "Keys: 0",
         "Clients: 0",
         "Requests (Success/Total per sec):",
