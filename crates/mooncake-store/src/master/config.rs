@@ -775,7 +775,8 @@ mod tests {
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
         c.set("enable_multi_tenants", "false").unwrap();
-        c.set("global_file_segment_size", "9223372036854775807").unwrap();
+        c.set("global_file_segment_size", "9223372036854775807")
+            .unwrap();
         assert!(c.unsupported.is_empty());
         c.set("enable_multi_tenants", "true").unwrap();
         c.set("enable_multi_tenants", "1").unwrap();
@@ -784,7 +785,6 @@ mod tests {
             [("enable_multi_tenants".to_string(), "1".to_string())]
         );
     }
-
 
     #[test]
     fn file_then_flags() {

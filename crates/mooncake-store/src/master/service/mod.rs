@@ -129,7 +129,7 @@ pub struct MasterService {
     pub(in crate::master) tasks: Mutex<TaskTable>,
     pub(in crate::master) retired: RetiredSpace,
     /// The storage clients' SSD tiers and the copies in them.
-    disk: DiskTable,
+    pub(in crate::master) disk: DiskTable,
     offload: OffloadPolicy,
     eviction: Eviction,
     counters: Counters,

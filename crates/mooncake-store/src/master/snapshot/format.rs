@@ -9,7 +9,8 @@
 //! 16..20 CRC-32C of bytes 4..16 and the payload
 //! 20..   payload (varint-based wire encoding, `crate::proto::wire`):
 //!        seq, term, now, segments (next id, mounted, unmounted ones
-//!        replicas still name), clients, objects, tasks, retired ranges
+//!        replicas still name), clients, objects, tasks, retired ranges,
+//!        SSD tiers, their copies
 //! ```
 //!
 //! Placements are (segment id, offset), as in the log. Decoding checks
@@ -24,6 +25,7 @@ use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
 
+use crate::master::disk::{DiskCopy, Tier};
 use crate::master::objects::{ObjectMeta, PendingKind, PendingPut, Replicas};
 use crate::master::oplog::Placed;
 use crate::master::segments::{Placement, Segment};
@@ -188,6 +190,22 @@ pub fn encode(s: &MasterService, meta: SnapshotMeta) -> Vec<u8> {
         p.offset.encode(&mut out);
         size.encode(&mut out);
         free_at.encode(&mut out);
+    }
+
+    let tiers = s.disk.export_tiers();
+    tiers.len().encode(&mut out);
+    for (client, tier_id, endpoint, capacity) in &tiers {
+        client.encode(&mut out);
+        tier_id.encode(&mut out);
+        endpoint.encode(&mut out);
+        capacity.encode(&mut out);
+    }
+    let copies = s.disk.export_copies();
+    copies.len().encode(&mut out);
+    for (key, copy) in &copies {
+        key.encode(&mut out);
+        copy.owner.encode(&mut out);
+        copy.size.encode(&mut out);
     }
 
     let len = (out.len() - HEADER_LEN) as u64;
@@ -466,6 +484,30 @@ pub fn decode_into(
             size,
         )?;
         s.retired.retire(replicas.as_slice(), size, free_at);
+    }
+    // A tier: a 16-byte owner, two strings and a varint, 19 bytes at least.
+    for _ in 0..r.len(19)? {
+        let client = ClientId::decode(&mut r)?;
+        let tier = Tier {
+            tier_id: <&str>::decode(&mut r)?.into(),
+            endpoint: String::decode(&mut r)?,
+            capacity: u64::decode(&mut r)?,
+        };
+        if s.disk.has_tier(client) {
+            return Err(inconsistent(format!("SSD tier of {client:032x} twice")));
+        }
+        s.disk.mount(client, tier);
+    }
+    for _ in 0..r.len(18)? {
+        let key = <&str>::decode(&mut r)?;
+        let copy = DiskCopy {
+            owner: ClientId::decode(&mut r)?,
+            size: u64::decode(&mut r)?,
+        };
+        if !s.disk.has_tier(copy.owner) {
+            return Err(inconsistent(format!("copy of {key:?} in no tier")));
+        }
+        s.disk.add(key, copy);
     }
     r.finish()?;
     Ok(meta)
