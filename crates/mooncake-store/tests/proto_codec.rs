@@ -10,8 +10,9 @@ use mooncake_store::proto::frame::{
 };
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
-    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, ReplicaDesc, ReplicaKind,
-    ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment, TaskInfo, TaskStatus, TaskType,
+    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
+    TaskInfo, TaskStatus, TaskType,
 };
 use proptest::prelude::*;
 
@@ -146,6 +147,34 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             client_id: 4,
             key: "k",
         },
+        Request::MountLocalDisk {
+            client_id: id,
+            tier_id: "tier-7",
+            endpoint: "h:2",
+            capacity: u64::MAX,
+        },
+        Request::FetchOffloadTasks {
+            client_id: id,
+            max: u32::MAX,
+        },
+        Request::NotifyOffload {
+            client_id: id,
+            keys: vec!["a", ""],
+            sizes: vec![1, u64::MAX],
+            restore: true,
+        },
+        Request::NotifyOffloadFailure {
+            client_id: id,
+            keys: vec!["a"],
+        },
+        Request::EvictDiskReplicas {
+            client_id: id,
+            keys: vec!["a", "b"],
+        },
+        Request::PromotionStart {
+            client_id: id,
+            key: "k",
+        },
         Request::ReplicationPull {
             standby: "127.0.0.1:50051#00ff",
             after: u64::MAX,
@@ -229,6 +258,20 @@ fn sample_responses() -> Vec<Response> {
         },
         Response::Tasks {
             result: Err(Error::new(ErrorCode::TASK_NOT_FOUND, "")),
+        },
+        Response::Offload {
+            result: Ok(OffloadBatch {
+                tasks: vec![OffloadTask {
+                    key: "k".into(),
+                    size: 1 << 20,
+                    address: u64::MAX - 1,
+                }],
+                removes: vec!["gone".into()],
+                promotions: vec!["hot".into()],
+            }),
+        },
+        Response::Offload {
+            result: Err(Error::new(ErrorCode::NO_AVAILABLE_HANDLE, "busy")),
         },
         Response::Entries {
             term: 7,
