@@ -21,3 +21,12 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+if [ "${1:-}" = "--test" ]; then
+    # An S3-compatible server for the snapshot tests: moto from PyPI, in a
+    # venv of its own (test-support finds it through MOONCAKE_TEST_MOTO_VENV).
+    moto_venv=${MOONCAKE_TEST_MOTO_VENV:-/opt/mooncake-moto}
+    if [ ! -x "$moto_venv/bin/moto_server" ]; then
+        python3 -m venv "$moto_venv"
+        "$moto_venv/bin/pip" install -q 'moto[server]'
+    fi
+fi

@@ -20,6 +20,8 @@ start_services() {
     trap 'kill $SERVICES_ETCD_PID $SERVICES_REDIS_PID 2>/dev/null
           wait $SERVICES_ETCD_PID $SERVICES_REDIS_PID 2>/dev/null
           rm -rf "$SERVICES_DIR"' EXIT
+    # The S3 server (moto) is started by each test that needs one.
+    export MOONCAKE_TEST_MOTO_VENV=${MOONCAKE_TEST_MOTO_VENV:-/opt/mooncake-moto}
     export MOONCAKE_TEST_ETCD="127.0.0.1:$MOONCAKE_TEST_ETCD_PORT"
     export MOONCAKE_TEST_REDIS="127.0.0.1:$MOONCAKE_TEST_REDIS_PORT"
     for _ in $(seq 1 50); do

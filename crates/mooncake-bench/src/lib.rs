@@ -22,7 +22,9 @@
 mod baseline;
 mod cluster;
 mod compare;
+mod durability;
 mod failover;
+mod ha;
 mod memory;
 mod rpc;
 mod stats;
@@ -64,8 +66,41 @@ pub(crate) enum BenchCmd {
     Baseline(BaselineArgs),
     /// Master RSS per object after filling it with small objects.
     Memory(MemoryArgs),
+    /// Replicated HA: 4 KiB put cost and failover time (needs an etcd).
+    Ha(HaArgs),
+    /// Put latency with and without the write-ahead log; snapshot and
+    /// restore time and the hot-path stall at scale.
+    Durability(DurabilityArgs),
     /// HA failover time on a Kubernetes Lease (three masters on the API stand-in).
     Failover(FailoverArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct HaArgs {
+    /// etcd `host:port` for the election and the replication record.
+    #[arg(long)]
+    pub(crate) etcd: String,
+    /// Seconds per put phase.
+    #[arg(long, default_value_t = 3.0)]
+    pub(crate) seconds: f64,
+    /// Failovers per signal.
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
+pub(crate) struct DurabilityArgs {
+    /// Sequential 4 KiB puts per master configuration.
+    #[arg(long, default_value_t = 5_000)]
+    pub(crate) puts: usize,
+    /// Objects in the snapshot measurements.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) objects: usize,
+    /// Write the tables into docs/benchmarks.md (run inside the repository).
+    #[arg(long)]
+    pub(crate) update_docs: bool,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -166,9 +201,11 @@ pub fn main(argv: Vec<String>) -> i32 {
         Some(BenchCmd::Baseline(a)) => run_baseline(a),
         Some(BenchCmd::Memory(a)) => run_memory(a),
         Some(BenchCmd::Failover(a)) => run_failover(a),
+        Some(BenchCmd::Ha(a)) => run_ha(a),
+        Some(BenchCmd::Durability(a)) => run_durability(a),
         None if args.compare.compare_reference => return compare::main(&args.compare),
         None => Err(
-            "nothing to do: give a subcommand (store, rpc, baseline, memory, failover) or --compare-reference"
+            "nothing to do: give a subcommand (store, rpc, baseline, memory, failover, ha, durability) or --compare-reference"
                 .to_string(),
         ),
     };
@@ -256,6 +293,17 @@ fn run_store(a: StoreArgs) -> Result<(), String> {
     emit(&store::render(&results));
     emit(&store::chart(&results));
     write_json(&a.json, &results)
+}
+
+fn run_ha(a: HaArgs) -> Result<(), String> {
+    let cfg = ha::HaBenchConfig {
+        etcd: a.etcd,
+        seconds: a.seconds,
+        runs: a.runs.max(1),
+    };
+    let (puts, failovers) = ha::run(&cfg).map_err(|e| e.to_string())?;
+    emit(&ha::render(&puts, &failovers));
+    Ok(())
 }
 
 fn run_rpc(a: RpcArgs) -> Result<(), String> {
@@ -349,4 +397,21 @@ fn run_failover(a: FailoverArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     emit(&failover::render(&rounds));
     write_json(&a.json, &rounds)
+}
+
+fn run_durability(a: DurabilityArgs) -> Result<(), String> {
+    let r = durability::run(a.puts.max(100), a.objects.max(1)).map_err(|e| e.to_string())?;
+    let text = durability::render(&r);
+    emit(&text);
+    if a.update_docs {
+        let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
+        let repo = compare::find_repo(&cwd).ok_or("run inside the mooncake-rs repository")?;
+        let command = format!(
+            "mooncake-bench durability --puts {} --objects {} --update-docs",
+            a.puts, a.objects
+        );
+        durability::update_docs(&repo, &text, &command)?;
+        eprintln!("[mooncake-bench] updated docs/benchmarks.md (durability)");
+    }
+    Ok(())
 }

@@ -136,6 +136,38 @@ impl<const ALIGN: u64> OffsetAllocator<ALIGN> {
         Ok(())
     }
 
+    /// Allocates exactly `[offset, offset + size)` (size rounded up as by
+    /// `allocate`): how a replayed log or a restored snapshot takes the
+    /// ranges the leader chose. A range that is misaligned, out of bounds
+    /// or not wholly free is refused and changes nothing.
+    pub fn reserve(&mut self, offset: u64, size: u64) -> Result<(), BadFree> {
+        let bad = BadFree { offset, len: size };
+        let Some(need) = Self::reserved_len(size) else {
+            return Err(bad);
+        };
+        let Some(end) = offset.checked_add(need) else {
+            return Err(bad);
+        };
+        if offset & Self::MASK != 0 || end > self.capacity {
+            return Err(bad);
+        }
+        let Some((&f_off, &f_len)) = self.by_offset.range(..=offset).next_back() else {
+            return Err(bad);
+        };
+        if f_off + f_len < end {
+            return Err(bad);
+        }
+        self.remove_free(f_off, f_len);
+        if f_off < offset {
+            self.insert_free(f_off, offset - f_off);
+        }
+        if end < f_off + f_len {
+            self.insert_free(end, f_off + f_len - end);
+        }
+        self.used += need;
+        Ok(())
+    }
+
     fn insert_free(&mut self, offset: u64, len: u64) {
         self.by_offset.insert(offset, len);
         self.by_len.insert((len, offset));

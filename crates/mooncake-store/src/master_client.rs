@@ -520,6 +520,9 @@ const LOOKUP_REUSE: Duration = Duration::from_millis(500);
 /// How often a lookup that found a Lease without holder asks again: the
 /// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
 const LEADERLESS_POLL: Duration = Duration::from_millis(500);
+/// A failed lookup (no leader yet, during a failover) is reused only this
+/// long, so that a new leader is found within a few of these.
+const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
 
 /// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
@@ -556,12 +559,19 @@ impl Election {
         }
     }
 
-    /// The leader's addresses, as found by a lookup ended at most
-    /// [`LOOKUP_REUSE`] ago or by a new one (waiting up to `wait` for one).
-    fn leader(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
+    /// The leader's addresses, as found by a recent lookup or by a new one
+    /// (waiting up to `wait` for one). A lookup is reused for
+    /// [`LOOKUP_REUSE`] when it found a leader other than `failing` (the
+    /// address that just refused), for [`FAILED_LOOKUP_REUSE`] when it
+    /// found none.
+    fn leader(&self, wait: Duration, failing: &[SocketAddr]) -> Result<Vec<SocketAddr>> {
         let mut last = self.last.lock();
         if let Some((at, found)) = &*last {
-            if at.elapsed() < LOOKUP_REUSE {
+            let fresh = match found {
+                Ok(addrs) => addrs != failing && at.elapsed() < LOOKUP_REUSE,
+                Err(_) => at.elapsed() < FAILED_LOOKUP_REUSE,
+            };
+            if fresh {
                 return found.clone();
             }
         }
@@ -603,7 +613,7 @@ impl Connector for MasterAddr {
         let Some(election) = &self.election else {
             return Err(e);
         };
-        let leader = election.leader(timeout)?;
+        let leader = election.leader(timeout, &known)?;
         if leader == known {
             return Err(e); // still the one that just failed
         }

@@ -8,7 +8,7 @@ use mooncake_common::{Error, ErrorCode};
 use mooncake_store::proto::frame::{
     decode_payload, encode_frame, frame_len, read_frame, MAX_FRAME_LEN,
 };
-use mooncake_store::proto::{Request, Response};
+use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
     ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
@@ -175,6 +175,14 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             client_id: id,
             key: "k",
         },
+        Request::ReplicationPull {
+            standby: "127.0.0.1:50051#00ff",
+            after: u64::MAX,
+            after_term: 7,
+            applied: 3,
+            max: 1024,
+            wait_ms: 1000,
+        },
     ]
 }
 
@@ -264,6 +272,12 @@ fn sample_responses() -> Vec<Response> {
         },
         Response::Offload {
             result: Err(Error::new(ErrorCode::NO_AVAILABLE_HANDLE, "busy")),
+        },
+        Response::Entries {
+            term: 7,
+            committed: 5,
+            leader_now: u64::MAX,
+            frames: Frames(vec![0, 1, 2, 255]),
         },
     ]
 }

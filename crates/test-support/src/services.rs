@@ -1,9 +1,11 @@
-//! Real etcd and redis servers for integration tests.
+//! Real etcd, redis and S3-compatible servers for integration tests.
 //!
 //! `MOONCAKE_TEST_ETCD` / `MOONCAKE_TEST_REDIS` (set by scripts/services.sh)
 //! name running servers; when unset, the server is started here from PATH on
 //! free loopback ports with a temporary directory, and killed (by pid) when
-//! the [`Service`] is dropped.
+//! the [`Service`] is dropped. The S3 server is moto's (`moto_server`, from
+//! PyPI `moto[server]`: on PATH or in `MOONCAKE_TEST_MOTO_VENV`), always one
+//! of the test's own.
 
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -118,6 +120,40 @@ pub fn start_redis(extra: &[&str]) -> Service {
     started(format!("127.0.0.1:{port}"), child, dir)
 }
 
+/// A fresh S3-compatible server (moto) with an empty bucket `bucket`;
+/// `addr` is its `host:port` (plain HTTP, any credentials accepted).
+pub fn start_s3(bucket: &str) -> Service {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let log = std::fs::File::create(dir.path().join("moto.log")).unwrap();
+    let bin = std::env::var("MOONCAKE_TEST_MOTO_VENV")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(|v| format!("{v}/bin/moto_server"))
+        .unwrap_or_else(|| "moto_server".into());
+    let child = Command::new(&bin)
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("{bin}: {e} (scripts/install-deps.sh --test installs moto[server])")
+        });
+    let service = started(format!("127.0.0.1:{port}"), child, dir);
+    // CreateBucket; moto does not check signatures.
+    let mut s = TcpStream::connect(&service.addr).unwrap();
+    let req = format!(
+        "PUT /{bucket} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        service.addr
+    );
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut s, &mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "CreateBucket: {answer}");
+    service
+}
+
 fn env_addr(var: &str) -> Option<String> {
     std::env::var(var)
         .ok()
@@ -133,7 +169,7 @@ fn started(addr: String, child: Child, dir: tempfile::TempDir) -> Service {
         _dir: Some(dir),
     };
     let sock: SocketAddr = service.addr.parse().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while TcpStream::connect_timeout(&sock, Duration::from_millis(200)).is_err() {
         if let Some(status) = service.child.as_mut().unwrap().try_wait().unwrap() {
             panic!("server for {} exited early: {status}", service.addr);

@@ -14,8 +14,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use etcd_client::{
-    Client, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper, SortOrder, SortTarget,
-    WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, LeaseKeepAliveStream, LeaseKeeper,
+    SortOrder, SortTarget, Txn, TxnOp, WatchOptions,
 };
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::metadata::etcd::endpoint_urls;
@@ -107,6 +107,73 @@ impl EtcdElection {
         &self.name
     }
 
+    /// Where the replication record lives (beside the election, not under
+    /// its prefix).
+    fn record_key(&self) -> String {
+        format!("{}-in-sync", self.name)
+    }
+
+    async fn write_record(&self, leadership: &Leadership, record: &str) -> Result<()> {
+        let (key, term) = (leadership.proof().to_vec(), leadership.term() as i64);
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, term)])
+            .and_then([TxnOp::put(self.record_key(), record, None)]);
+        let mut kv = self.client.kv_client();
+        let resp = tokio::time::timeout(OP_TIMEOUT, kv.txn(txn))
+            .await
+            .map_err(|_| Error::new(ErrorCode::ETCD_OPERATION_ERROR, "etcd record: no answer"))?
+            .map_err(|e| etcd_error("record", e))?;
+        if !resp.succeeded() {
+            return Err(Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "etcd record: this master no longer leads",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn read_record(&self) -> Result<Option<String>> {
+        let kv = self.client.kv_client();
+        let key = self.record_key();
+        let resp = retrying("get record", OP_TIMEOUT, || {
+            let (mut kv, key) = (kv.clone(), key.clone());
+            async move { kv.get(key, None).await }
+        })
+        .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+    }
+
+    async fn depose_leader(&self, leader: &str) -> Result<bool> {
+        let prefix = format!("{}/", self.name);
+        let mut kv = self.client.kv_client();
+        let oldest = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let resp = tokio::time::timeout(OP_TIMEOUT, kv.get(prefix, Some(oldest)))
+            .await
+            .map_err(|_| Error::new(ErrorCode::ETCD_OPERATION_ERROR, "etcd depose: no answer"))?
+            .map_err(|e| etcd_error("depose", e))?;
+        let Some(held) = resp.kvs().first() else {
+            return Ok(false);
+        };
+        if held.value() != leader.as_bytes() {
+            return Ok(false);
+        }
+        let mut client = self.client.clone();
+        match tokio::time::timeout(OP_TIMEOUT, client.lease_revoke(held.lease())).await {
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(e)) => Err(etcd_error("depose", e)),
+            Err(_) => Err(Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "etcd depose: no answer",
+            )),
+        }
+    }
+
     /// Current leader and the store revision it was read at.
     async fn leader_at(&self) -> Result<(Option<String>, i64)> {
         let prefix = format!("{}/", self.name);
@@ -174,15 +241,18 @@ impl EtcdElection {
                 }
             }
         };
-        let key = won.leader().map(|k| k.key().to_vec()).ok_or_else(|| {
-            Error::new(
-                ErrorCode::ETCD_OPERATION_ERROR,
-                "campaign: etcd returned no leader key",
-            )
-        })?;
-        let _ = elected_tx.send(key);
-        tracing::info!(candidate, election = %self.name, lease, "won leader election");
-        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx))
+        let (key, term) = won
+            .leader()
+            .map(|k| (k.key().to_vec(), k.rev()))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::ETCD_OPERATION_ERROR,
+                    "campaign: etcd returned no leader key",
+                )
+            })?;
+        let _ = elected_tx.send(key.clone());
+        tracing::info!(candidate, election = %self.name, lease, term, "won leader election");
+        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_term(term as u64, key))
     }
 
     async fn follow(self, tx: watch::Sender<Option<String>>) {
@@ -250,6 +320,22 @@ impl LeaderElection for EtcdElection {
             tokio::spawn(self.clone().follow(tx));
             Ok(rx)
         })
+    }
+
+    fn record_in_sync<'a>(
+        &'a self,
+        leadership: &'a Leadership,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.write_record(leadership, record))
+    }
+
+    fn in_sync(&self) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(self.read_record())
+    }
+
+    fn depose<'a>(&'a self, leader: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.depose_leader(leader))
     }
 }
 

@@ -145,6 +145,40 @@ pub trait LeaderElection: Send + Sync + 'static {
     /// Follows the leader: the receiver holds the current leader (`None`
     /// between leaders) and is updated on every change, until dropped.
     fn observe(&self) -> BoxFuture<'_, Result<watch::Receiver<Option<String>>>>;
+
+    /// Writes the replication record of the cluster (the in-sync replica
+    /// set, see `master::replication`) if, and only if, `leadership` still
+    /// holds the election in the coordination service: a deposed leader's
+    /// write fails with `ETCD_OPERATION_ERROR`.
+    fn record_in_sync<'a>(
+        &'a self,
+        leadership: &'a Leadership,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        let _ = (leadership, record);
+        Box::pin(async { Err(no_record()) })
+    }
+
+    /// The cluster's replication record, as last written by a leader.
+    fn in_sync(&self) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async { Err(no_record()) })
+    }
+
+    /// Ends the leadership of `leader` (a leader value) if it still holds
+    /// the election, so that a candidate wins now rather than at lease
+    /// expiry. For a standby that saw the leader's process gone (its RPC
+    /// port refuses connections). Returns whether it ended one.
+    fn depose<'a>(&'a self, leader: &'a str) -> BoxFuture<'a, Result<bool>> {
+        let _ = leader;
+        Box::pin(async { Ok(false) })
+    }
+}
+
+fn no_record() -> Error {
+    Error::new(
+        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+        "this coordination service keeps no replication record",
+    )
 }
 
 /// Asks the holder task to give leadership up; it answers once done.
@@ -156,6 +190,13 @@ pub type ResignRequest = oneshot::Sender<Result<()>>;
 /// [`resign`](Self::resign) to wait until others can take over.
 pub struct Leadership {
     candidate: String,
+    /// The election's term: increases with every new leader (etcd: the
+    /// leader key's create revision; redis: a counter; k8s:
+    /// `leaseTransitions`). Replicated entries carry it.
+    term: u64,
+    /// What the backend compares to prove this leadership still holds
+    /// (etcd: the leader key).
+    proof: Vec<u8>,
     lost: watch::Receiver<bool>,
     resign: Option<oneshot::Sender<ResignRequest>>,
 }
@@ -171,18 +212,41 @@ impl Leadership {
     ) -> Leadership {
         Leadership {
             candidate,
+            term: 0,
+            proof: Vec::new(),
             lost,
             resign: Some(resign),
         }
+    }
+
+    /// Sets the term of this leadership and the backend's proof of it.
+    pub fn with_term(mut self, term: u64, proof: Vec<u8>) -> Leadership {
+        self.term = term;
+        self.proof = proof;
+        self
     }
 
     pub fn candidate(&self) -> &str {
         &self.candidate
     }
 
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    pub(crate) fn proof(&self) -> &[u8] {
+        &self.proof
+    }
+
     /// Whether leadership is still held, as far as this process knows.
     pub fn is_held(&self) -> bool {
         !*self.lost.borrow() && self.lost.has_changed().is_ok()
+    }
+
+    /// A receiver that turns true when leadership is lost (for tasks that
+    /// watch while others hold the handle).
+    pub fn lost_watch(&self) -> watch::Receiver<bool> {
+        self.lost.clone()
     }
 
     /// Resolves once leadership is lost (lease expired, key deleted, or the
@@ -211,6 +275,7 @@ impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
             .field("candidate", &self.candidate)
+            .field("term", &self.term)
             .field("held", &self.is_held())
             .finish()
     }

@@ -40,6 +40,14 @@ const RELEASE: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
+/// Writes the replication record (KEYS[2]) if this candidate holds the
+/// leader key (KEYS[1]): 1, else 0.
+const RECORD: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2])
+  return 1
+end
+return 0";
+
 /// The leader key of a cluster. Braces are dropped from the id so that the
 /// hash tag stays well-formed.
 pub fn leader_key(cluster_id: &str) -> String {
@@ -60,6 +68,10 @@ struct Shared {
     client: Client,
     conn: Mutex<Option<MultiplexedConnection>>,
     key: String,
+    /// Counts leaders: each winner's term.
+    term_key: String,
+    /// The replication record.
+    record_key: String,
     ttl: Duration,
 }
 
@@ -90,6 +102,8 @@ impl RedisElection {
             client,
             conn: Mutex::new(None),
             key: leader_key(cluster_id),
+            term_key: format!("{}-term", leader_key(cluster_id)),
+            record_key: format!("{}-in-sync", leader_key(cluster_id)),
             ttl: ttl.max(Duration::from_millis(100)),
         };
         let election = RedisElection {
@@ -150,8 +164,16 @@ impl RedisElection {
             lost_tx,
             resign_rx,
         ));
-        tracing::info!(candidate, key = %s.key, "won leader election");
-        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx))
+        let leadership = Leadership::new(candidate.to_string(), lost_rx, resign_tx);
+        // Counted after the win: a winner's term exceeds every earlier one.
+        let term: u64 = s
+            .run("INCR", |mut c, _| {
+                let key = s.term_key.clone();
+                async move { ::redis::cmd("INCR").arg(key).query_async(&mut c).await }
+            })
+            .await?;
+        tracing::info!(candidate, key = %s.key, term, "won leader election");
+        Ok(leadership.with_term(term, Vec::new()))
     }
 
     async fn follow(self, tx: watch::Sender<Option<String>>) {
@@ -174,6 +196,30 @@ impl RedisElection {
     }
 }
 
+impl RedisElection {
+    async fn write_record(&self, leadership: &Leadership, record: &str) -> Result<()> {
+        let s = &self.shared;
+        let script = Script::new(RECORD);
+        let mut invocation = script.key(&s.key);
+        invocation
+            .key(&s.record_key)
+            .arg(leadership.candidate())
+            .arg(record);
+        let acted: i64 = s
+            .run("record", |mut c, _| async move {
+                invocation.invoke_async(&mut c).await
+            })
+            .await?;
+        if acted != 1 {
+            return Err(Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "redis record: this master no longer leads",
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl LeaderElection for RedisElection {
     fn campaign<'a>(&'a self, candidate: &'a str) -> BoxFuture<'a, Result<Leadership>> {
         Box::pin(self.campaign_as(candidate))
@@ -188,6 +234,32 @@ impl LeaderElection for RedisElection {
             let (tx, rx) = watch::channel(self.shared.leader().await?);
             tokio::spawn(self.clone().follow(tx));
             Ok(rx)
+        })
+    }
+
+    fn record_in_sync<'a>(
+        &'a self,
+        leadership: &'a Leadership,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.write_record(leadership, record))
+    }
+
+    fn in_sync(&self) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(async move {
+            let key = self.shared.record_key.clone();
+            self.shared
+                .run("GET record", |mut c, _| async move {
+                    ::redis::cmd("GET").arg(key).query_async(&mut c).await
+                })
+                .await
+        })
+    }
+
+    fn depose<'a>(&'a self, leader: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let release = Script::new(RELEASE);
+            self.shared.script("depose", &release, leader, None).await
         })
     }
 }

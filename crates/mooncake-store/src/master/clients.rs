@@ -27,6 +27,14 @@ impl ClientTable {
         }
     }
 
+    /// Notes contact from every known client (a new leader gives each a
+    /// full TTL to reach it).
+    pub(crate) fn touch_all(&mut self, now: u64) {
+        for t in self.last_seen.values_mut() {
+            *t = (*t).max(now);
+        }
+    }
+
     pub(crate) fn insert(&mut self, client: ClientId, now: u64) {
         self.last_seen.insert(client, now);
     }
@@ -46,6 +54,11 @@ impl ClientTable {
             .filter(|(_, &t)| t.saturating_add(ttl) <= now)
             .map(|(&id, _)| id)
             .collect()
+    }
+
+    /// Every known client and its last contact.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (ClientId, u64)> + '_ {
+        self.last_seen.iter().map(|(&c, &t)| (c, t))
     }
 
     pub(crate) fn len(&self) -> usize {

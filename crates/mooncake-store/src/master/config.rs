@@ -194,9 +194,12 @@ master_flags! {
     enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
     enable_offload: Bool = "false", Full, "Enable offload availability: storage clients may mount an SSD tier and objects are copied there"
         => enable_offload: bool = boolean;
-    enable_oplog: Bool = "false", NotImplemented, "Enable HA metadata replication through batch-record OpLog";
-    enable_snapshot: Bool = "false", NotImplemented, "Enable periodic snapshot of master data";
-    enable_snapshot_restore: Bool = "false", NotImplemented, "enable restore from snapshot";
+    enable_oplog: Bool = "false", Full, "Log every metadata change: replicated with --enable_ha, else a local write-ahead log in --wal_dir (fdatasync before each acknowledgement)"
+        => enable_oplog: bool = boolean;
+    enable_snapshot: Bool = "false", Full, "Enable periodic snapshot of master data"
+        => enable_snapshot: bool = boolean;
+    enable_snapshot_restore: Bool = "false", Full, "enable restore from snapshot"
+        => enable_snapshot_restore: bool = boolean;
     etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
         => etcd_endpoints: String = text;
     global_file_segment_size: Int = "9223372036854775807", NotImplemented, "Size of global NFS/3FS segment in bytes";
@@ -242,8 +245,10 @@ master_flags! {
         => offload_on_evict: bool = boolean;
     offloading_queue_limit: Int = "50000", Full, "Maximum number of objects allowed in the offloading queue per local disk owner"
         => offloading_queue_limit: usize = count;
-    oplog_batch_max_entries: Int = "1024", NotImplemented, "Maximum number of committed/reserved entries in the open batch-reco...";
-    oplog_poll_interval_ms: Int = "1000", NotImplemented, "Batch-record standby poll interval.";
+    oplog_batch_max_entries: Int = "1024", Full, "Most log entries sent to a standby in one batch"
+        => oplog_batch_max_entries: usize = count;
+    oplog_poll_interval_ms: Int = "1000", Full, "Longest an idle standby waits before asking its leader again"
+        => oplog_poll_interval: Duration = millis;
     pending_task_timeout_sec: Int = "300", Full, "Timeout in seconds for pending tasks (0 = no timeout)"
         => pending_task_timeout: Option<Duration> = seconds_or_never;
     pod_name: Str = "", Full, "Pod name for K8s label-based routing (default: $POD_NAME)"
@@ -263,18 +268,27 @@ master_flags! {
     quota_bytes: Int = "0", NotImplemented, "Quota for storage backend in bytes (0 = use default 90% of capacity)";
     root_fs_dir: Str = "", NotImplemented, "Root directory for storage backend, used in HA mode";
     rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
-    snapshot_backup_dir: Str = "", NotImplemented, "Optional local directory for snapshot and restore backup. If empty,...";
+    snapshot_backup_dir: Str = "", Full, "Optional local directory for snapshot and restore backup. If empty, local backup is disabled"
+        => snapshot_backup_dir: String = text;
     snapshot_catalog_backend_connstring: Str = "", NotImplemented, "Deprecated alias of --snapshot_catalog_store_connstring";
     snapshot_catalog_backend_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_catalog_store_type";
     snapshot_catalog_store_connstring: Str = "", NotImplemented, "Optional connection string for snapshot catalog store";
     snapshot_catalog_store_type: Str = "", NotImplemented, "Snapshot catalog store type: ''/'embedded' or 'redis' ('payload' is...";
     snapshot_child_timeout_seconds: Int = "300", NotImplemented, "Timeout for snapshot child process in seconds";
-    snapshot_interval_seconds: Int = "600", NotImplemented, "Interval in second between periodic snapshots of master data";
-    snapshot_object_store_type: Str = "", NotImplemented, "Snapshot object store type: 'local' for local filesystem, 's3' for...";
-    snapshot_payload_backend_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_object_store_type";
-    snapshot_payload_store_type: Str = "", NotImplemented, "Deprecated alias of --snapshot_object_store_type";
-    snapshot_retention_count: Int = "2", NotImplemented, "Number of recent snapshots to keep (older snapshots will be automat...";
-    snapshot_backend_type: Str = "local", NotImplemented, "Snapshot backend: local or s3 (older spelling)";
+    snapshot_interval_seconds: Duration = "600", Full, "Interval in second between periodic snapshots of master data"
+        => snapshot_interval: Duration = positive_seconds;
+    snapshot_object_store_type: Str = "", Full, "Snapshot object store type: 'local' for local filesystem (MOONCAKE_SNAPSHOT_LOCAL_PATH), 's3' for S3 storage (MOONCAKE_AWS_*)"
+        => snapshot_object_store_type: String = snapshot_store;
+    snapshot_payload_backend_type: Str = "", Full, "Deprecated alias of --snapshot_object_store_type"
+        => snapshot_payload_backend_type: String = snapshot_store;
+    snapshot_payload_store_type: Str = "", Full, "Deprecated alias of --snapshot_object_store_type"
+        => snapshot_payload_store_type: String = snapshot_store;
+    snapshot_retention_count: Int = "2", Full, "Number of recent snapshots to keep (older snapshots will be automatically deleted)"
+        => snapshot_retention_count: usize = positive_count;
+    snapshot_backend_type: Str = "", Full, "Snapshot backend: local or s3 (older spelling of --snapshot_object_store_type)"
+        => snapshot_backend_type: String = snapshot_store;
+    wal_dir: Str = "", Full, "Directory of the local write-ahead log (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>)"
+        => wal_dir: String = text;
     tenant_quota_connector_type: Str = "file", NotImplemented, "Tenant quota policy connector type";
     tenant_quota_connector_uri: Str = "", NotImplemented, "Tenant quota policy connector URI";
     mmap_arena_pool_size: Int = "8589934592", NotImplemented, "Arena allocator pool size in bytes";
@@ -407,6 +421,21 @@ mod parse {
                 value,
                 "only the offset allocator is available",
             ));
+        }
+        Ok(v.to_string())
+    }
+
+    pub(super) fn positive_count(name: &str, value: &str, v: &str) -> Result<usize> {
+        let n = count(name, value, v)?;
+        if n == 0 {
+            return Err(invalid(name, value, "must be positive"));
+        }
+        Ok(n)
+    }
+
+    pub(super) fn snapshot_store(name: &str, value: &str, v: &str) -> Result<String> {
+        if !matches!(v, "" | "local" | "s3") {
+            return Err(invalid(name, value, "snapshot stores are local and s3"));
         }
         Ok(v.to_string())
     }
@@ -598,6 +627,26 @@ impl MasterConfig {
         }
     }
 
+    /// The snapshot store: `--snapshot_object_store_type`, else its older
+    /// spellings in the reference's order; `local` when none is set.
+    pub fn snapshot_store_type(&self) -> &str {
+        [
+            &self.snapshot_object_store_type,
+            &self.snapshot_payload_store_type,
+            &self.snapshot_payload_backend_type,
+            &self.snapshot_backend_type,
+        ]
+        .into_iter()
+        .find(|t| !t.is_empty())
+        .map_or("local", String::as_str)
+    }
+
+    /// Whether this master keeps a local write-ahead log (`--enable_oplog`
+    /// without an HA backend).
+    pub fn local_wal(&self) -> bool {
+        self.enable_oplog && !self.enable_ha
+    }
+
     /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).
     pub fn rpc_listen_port(&self) -> u16 {
         if self.rpc_port != 0 {
@@ -725,14 +774,15 @@ mod tests {
     #[test]
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
-        c.set("enable_snapshot", "false").unwrap();
-        c.set("snapshot_retention_count", "2").unwrap();
+        c.set("enable_multi_tenants", "false").unwrap();
+        c.set("global_file_segment_size", "9223372036854775807")
+            .unwrap();
         assert!(c.unsupported.is_empty());
-        c.set("enable_snapshot", "true").unwrap();
-        c.set("enable_snapshot", "1").unwrap();
+        c.set("enable_multi_tenants", "true").unwrap();
+        c.set("enable_multi_tenants", "1").unwrap();
         assert_eq!(
             c.unsupported,
-            [("enable_snapshot".to_string(), "1".to_string())]
+            [("enable_multi_tenants".to_string(), "1".to_string())]
         );
     }
 

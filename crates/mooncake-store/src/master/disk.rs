@@ -254,6 +254,22 @@ impl DiskTable {
     }
 }
 
+impl DiskTable {
+    /// The tiers as (owner, tier id, endpoint, capacity), for a snapshot.
+    pub(crate) fn export_tiers(&self) -> Vec<(ClientId, String, String, u64)> {
+        let tiers = self.tiers.read();
+        let v = tiers.iter();
+        v.map(|(&c, t)| (c, t.tier_id.to_string(), t.endpoint.clone(), t.capacity))
+            .collect()
+    }
+
+    /// The copies as (key, copy), for a snapshot.
+    pub(crate) fn export_copies(&self) -> Vec<(String, DiskCopy)> {
+        let copies = self.copies.lock();
+        copies.iter().map(|(k, c)| (k.to_string(), *c)).collect()
+    }
+}
+
 /// The replicated part of a [`DiskTable`], sorted: copies and tiers.
 #[cfg(test)]
 pub(crate) type DiskSnapshot = (Vec<(String, DiskCopy)>, Vec<(ClientId, String, u64)>);

@@ -5,9 +5,15 @@
 //! serving at once and campaigns again, so two masters never serve one
 //! cluster together.
 //!
-//! A new leader starts with empty metadata, as the reference's does without
-//! snapshots: clients find it through the coordination service, see their
-//! heartbeat answered with `CLIENT_NOT_FOUND` and mount their segments again.
+//! Without `--enable_oplog` a new leader starts with empty metadata, as the
+//! reference's does without snapshots: clients find it through the
+//! coordination service, see their heartbeat answered with
+//! `CLIENT_NOT_FOUND` and mount their segments again.
+//!
+//! With `--enable_oplog` the metadata is replicated (`super::replication`,
+//! and `failover` for the standby's life): every master serves its admin
+//! HTTP from the start, follows the leader as a hot standby, and on
+//! promotion serves the state it followed.
 
 use std::future::Future;
 use std::pin::pin;
@@ -19,7 +25,7 @@ use super::{MasterConfig, MasterServer};
 use crate::ha::LEASE_TTL;
 
 /// Pause before campaigning again after a failed campaign.
-const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 
 /// The address published for clients: `--rpc_address` unless it is a
 /// wildcard, else this host's name; with the RPC port.
@@ -48,6 +54,9 @@ where
         e = backend.connect(&config.cluster_id, LEASE_TTL) => e?,
         _ = &mut shutdown => return Ok(()),
     };
+    if config.enable_oplog {
+        return super::failover::serve_replicated(config, election, me, shutdown, on_bound).await;
+    }
     tracing::info!(candidate = %me, cluster = %config.cluster_id, "standby: campaigning for leadership");
     loop {
         let campaign = tokio::select! {

@@ -4,32 +4,42 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use mooncake_common::Error;
+use mooncake_common::{Error, ErrorCode};
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 
+use super::replication::Role;
 use super::shared::Shared;
 use crate::types::{ReplicaDesc, ReplicaKind};
 
 type Params = Query<HashMap<String, String>>;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/", get(status_page))
-        .route("/metrics", get(metrics))
-        .route("/metrics/summary", get(summary))
-        .route("/health", get(health))
+    // Data endpoints answer only on a leader (a standby's state lags).
+    let data = Router::new()
         .route("/query_key", get(query_key))
         .route("/batch_query_keys", get(batch_query_keys))
         .route("/get_all_keys", get(all_keys))
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
         .merge(super::drain_http::routes())
+        .route_layer(middleware::from_fn_with_state(shared.clone(), leader_only));
+    Router::new()
+        .route("/", get(status_page))
+        .route("/metrics", get(metrics))
+        .route("/metrics/summary", get(summary))
+        .route("/health", get(health))
+        .route("/role", get(role))
+        .route("/ha_status", get(ha_status))
+        .route("/leader", get(leader))
+        .route("/replication", get(replication))
+        .merge(data)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
         .with_state(shared)
@@ -41,6 +51,7 @@ async fn not_found() -> Response {
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
     let body = tokio::task::block_in_place(|| {
+        publish_ha(&s);
         let stats = s.service.stats(s.clock.now_ms());
         s.metrics.render(&s.service, &stats)
     });
@@ -56,27 +67,33 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 
 /// One line describing the master, for `/metrics/summary` and the periodic log.
 pub(crate) fn summary_line(s: &Shared) -> String {
+    publish_ha(s);
     let st = s.service.stats(s.clock.now_ms());
     let body = s.metrics.summary(&s.service, &st);
-    format!("role=leader, state=serving, service_ready=true, {body}")
+    let v = view(s);
+    format!(
+        "role={}, state={}, service_ready={}, {body}",
+        v.role, v.ha_state, v.service_ready
+    )
 }
 
 /// The status page (see `status`).
 async fn status_page(State(s): State<Arc<Shared>>) -> Response {
     let body = tokio::task::block_in_place(|| {
+        publish_ha(&s);
         let stats = s.service.stats(s.clock.now_ms());
         let segments = s.service.segment_summaries();
-        let view = s.metrics.status_numbers();
+        let numbers = s.metrics.status_numbers();
         let page = super::status::StatusView {
-            role: "leader",
+            role: view(&s).role,
             stats: &stats,
             segments: &segments,
-            totals: view.totals,
-            file_used: view.file_used,
-            file_capacity: view.file_capacity,
-            ha_lag: view.ha_lag,
-            ha_state: view.ha_state,
-            gets: view.gets,
+            totals: numbers.totals,
+            file_used: numbers.file_used,
+            file_capacity: numbers.file_capacity,
+            ha_lag: numbers.ha_lag,
+            ha_state: numbers.ha_state,
+            gets: numbers.gets,
         };
         super::status::render(&page)
     });
@@ -90,16 +107,141 @@ async fn status_page(State(s): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
+/// Brings the `ha_*` families and `master_is_leader` up to date with the
+/// replication status before they are read.
+fn publish_ha(s: &Shared) {
+    if let Some(r) = &s.replication {
+        r.publish_metrics(&s.metrics);
+    }
+}
+
 async fn summary(State(s): State<Arc<Shared>>) -> Response {
     tokio::task::block_in_place(|| summary_line(&s)).into_response()
 }
 
-async fn health() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        r#"{"status":"ok","role":"leader","ha_state":"serving","service_ready":true,"leader_address":null,"view_version":null}"#,
+/// Where this master stands, as `/health` and its siblings report it.
+#[derive(Serialize)]
+struct View {
+    status: &'static str,
+    role: &'static str,
+    ha_state: &'static str,
+    service_ready: bool,
+    leader_address: Option<String>,
+    /// The election's term of the leader known.
+    view_version: Option<u64>,
+}
+
+fn view(s: &Shared) -> View {
+    let Some(r) = &s.replication else {
+        return View {
+            status: "ok",
+            role: "leader",
+            ha_state: "serving",
+            service_ready: true,
+            leader_address: None,
+            view_version: None,
+        };
+    };
+    let st = r.status();
+    let (role, ha_state, ready) = match st.role {
+        Role::Leader => ("leader", "serving", true),
+        Role::Standby => ("standby", "standby", false),
+        Role::Deposed => ("standby", "deposed", false),
+    };
+    View {
+        status: "ok",
+        role,
+        ha_state,
+        service_ready: ready,
+        view_version: st.leader.is_some().then_some(st.term),
+        leader_address: st.leader,
+    }
+}
+
+async fn health(State(s): State<Arc<Shared>>) -> Response {
+    json(StatusCode::OK, &view(&s))
+}
+
+async fn role(State(s): State<Arc<Shared>>) -> Response {
+    view(&s).role.into_response()
+}
+
+async fn ha_status(State(s): State<Arc<Shared>>) -> Response {
+    view(&s).ha_state.into_response()
+}
+
+async fn leader(State(s): State<Arc<Shared>>) -> Response {
+    #[derive(Serialize)]
+    struct Body {
+        present: bool,
+        leader_address: Option<String>,
+        view_version: Option<u64>,
+    }
+    let v = view(&s);
+    json(
+        StatusCode::OK,
+        &Body {
+            present: v.leader_address.is_some() || s.replication.is_none(),
+            leader_address: v.leader_address,
+            view_version: v.view_version,
+        },
     )
-        .into_response()
+}
+
+/// The replicated log's state on this master (ours; the reference has none).
+async fn replication(State(s): State<Arc<Shared>>) -> Response {
+    let Some(r) = &s.replication else {
+        return (StatusCode::NOT_FOUND, "replication is off (--enable_oplog)").into_response();
+    };
+    let st = r.status();
+    #[derive(Serialize)]
+    struct Body {
+        member: String,
+        role: &'static str,
+        term: u64,
+        leader: Option<String>,
+        last_seq: u64,
+        applied_seq: u64,
+        committed_seq: u64,
+        log_bytes: usize,
+        in_sync: Vec<String>,
+        standbys: Vec<(String, u64)>,
+    }
+    json(
+        StatusCode::OK,
+        &Body {
+            role: view(&s).role,
+            member: st.member,
+            term: st.term,
+            leader: st.leader,
+            last_seq: st.last_seq,
+            applied_seq: st.applied_seq,
+            committed_seq: st.committed_seq,
+            log_bytes: st.log_bytes,
+            in_sync: st.in_sync,
+            standbys: st.standbys,
+        },
+    )
+}
+
+/// Data endpoints on a master that does not serve: the reference's 503.
+async fn leader_only(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if s.replication
+        .as_ref()
+        .is_some_and(|r| r.role() != Role::Leader)
+    {
+        let body = format!(
+            r#"{{"success":false,"error_code":{},"error_message":"service plane is not active"}}"#,
+            ErrorCode::UNAVAILABLE_IN_CURRENT_MODE.code()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response();
+    }
+    next.run(req).await
 }
 
 /// A memory replica as the reference's admin API prints it.

@@ -12,7 +12,7 @@
 //! - [`MasterConfig`] holds the flags, declared once in `config`;
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
 //!   service (metrics and admin queries, `metrics`); both hold the
-//!   `shared` state; [`ha`] serves only while this master leads its
+//!   `shared` state; [`oplog`] turns mutations into durable entries; [`ha`] serves only while this master leads its
 //!   cluster; `run` picks HA or plain serving and owns the runtime.
 
 pub mod allocator;
@@ -22,6 +22,7 @@ mod disk;
 mod drain;
 mod drain_http;
 mod eviction;
+mod failover;
 pub mod ha;
 mod http;
 mod leader_label;
@@ -29,13 +30,16 @@ mod leases;
 pub mod metrics;
 mod mutation;
 mod objects;
+pub mod oplog;
 mod policy;
+mod replication;
 mod retired;
 mod run;
 mod segments;
 pub mod server;
 mod service;
 mod shared;
+pub mod snapshot;
 mod status;
 mod tasks;
 

@@ -71,6 +71,14 @@ impl RetiredSpace {
         (due.len(), puts)
     }
 
+    /// Every range waiting: (placement, size, free_at).
+    pub(crate) fn export(&self) -> Vec<(Placement, u64, u64)> {
+        let ranges = self.ranges.lock();
+        let v = ranges.iter();
+        v.map(|r| (r.placement.clone(), r.size, r.free_at))
+            .collect()
+    }
+
     /// Allocated bytes waiting here (on mounted segments).
     pub(crate) fn bytes(&self) -> u64 {
         let ranges = self.ranges.lock();

@@ -32,10 +32,6 @@ const FREE_RATIO_SAMPLES_PER_REPLICA: usize = 6;
 pub(crate) struct Segment {
     /// Unique for the master's lifetime (names can be mounted again later);
     /// a logged placement names its segment by id.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "read by the replicated operation log")
-    )]
     pub(crate) id: SegmentId,
     pub(crate) info: SegmentInfo,
     pub(crate) owner: ClientId,
@@ -46,6 +42,10 @@ pub(crate) struct Segment {
     mounted: AtomicBool,
     /// [`SegmentStatus`] as a number: only `Ok` takes new allocations.
     status: AtomicU8,
+    /// False for a restored segment until its owner is heard from again:
+    /// its replicas are not served meanwhile (the owner may be gone, and
+    /// another process may hold that memory now).
+    verified: AtomicBool,
 }
 
 /// Where a segment is in a drain, with the reference's numbers.
@@ -88,6 +88,7 @@ impl Segment {
             used: AtomicU64::new(0),
             mounted: AtomicBool::new(true),
             status: AtomicU8::new(SegmentStatus::Ok as u8),
+            verified: AtomicBool::new(true),
         }
     }
 
@@ -121,6 +122,11 @@ impl Segment {
         self.mounted.load(Ordering::Acquire)
     }
 
+    /// Whether its replicas may be served (see `verified`).
+    pub(crate) fn is_verified(&self) -> bool {
+        self.verified.load(Ordering::Acquire)
+    }
+
     /// Allocates `size` bytes here; `None` when full, unmounted or being
     /// drained.
     pub(crate) fn allocate(&self, size: u64) -> Option<u64> {
@@ -131,6 +137,17 @@ impl Segment {
         let off = alloc.allocate(size)?;
         self.used.store(alloc.used(), Ordering::Relaxed);
         Some(off)
+    }
+
+    /// Allocates exactly `[offset, offset + size)`, as a log or snapshot
+    /// says; false when that range is not free here (or unmounted).
+    pub(crate) fn reserve(&self, offset: u64, size: u64) -> bool {
+        let mut alloc = self.alloc.lock();
+        if !self.is_mounted() || alloc.reserve(offset, size).is_err() {
+            return false;
+        }
+        self.used.store(alloc.used(), Ordering::Relaxed);
+        true
     }
 
     /// Gives a replica's range back; a no-op on an unmounted segment.
@@ -176,6 +193,7 @@ pub(crate) struct Placement {
 #[derive(Default, Clone)]
 struct Table {
     by_name: HashMap<String, Arc<Segment>>,
+    by_id: HashMap<SegmentId, Arc<Segment>>,
     /// The same segments, in a vector for random picks.
     list: Vec<Arc<Segment>>,
     next_id: SegmentId,
@@ -188,6 +206,12 @@ pub(crate) struct SegmentTable {
     table: ArcSwap<Table>,
     /// Serialises writers.
     writer: Mutex<()>,
+    /// Segments unmounted so far, by id: a logged placement may name one
+    /// (a put that allocated just before the unmount), and replaying it
+    /// must find the same unmounted segment the leader's replica holds.
+    unmounted: Mutex<HashMap<SegmentId, Arc<Segment>>>,
+    /// Some mounted segment awaits its owner (see `Segment::verified`).
+    awaiting_owners: AtomicBool,
 }
 
 impl SegmentTable {
@@ -197,6 +221,7 @@ impl SegmentTable {
         SegmentWriter {
             _lock: self.writer.lock(),
             table: &self.table,
+            unmounted: &self.unmounted,
         }
     }
 
@@ -228,6 +253,53 @@ impl SegmentTable {
 
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
         self.table.load().by_name.get(name).cloned()
+    }
+
+    /// The mounted segment of this id (how a log names it).
+    pub(crate) fn by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
+        self.table.load().by_id.get(&id).cloned()
+    }
+
+    /// The segment of this id, mounted or unmounted since.
+    pub(crate) fn any_by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
+        self.by_id(id)
+            .or_else(|| self.unmounted.lock().get(&id).cloned())
+    }
+
+    /// Serves no replica on any mounted segment until its owner is heard
+    /// from ([`SegmentTable::verify_owner`]): after a restore.
+    pub(crate) fn unverify_all(&self) {
+        let t = self.table.load();
+        for s in &t.list {
+            s.verified.store(false, Ordering::Release);
+        }
+        self.awaiting_owners
+            .store(!t.list.is_empty(), Ordering::Release);
+    }
+
+    /// `owner` was heard from: its segments are served again.
+    pub(crate) fn verify_owner(&self, owner: ClientId) {
+        if !self.awaiting_owners.load(Ordering::Acquire) {
+            return;
+        }
+        let t = self.table.load();
+        let mut waiting = false;
+        for s in &t.list {
+            if s.owner == owner {
+                s.verified.store(true, Ordering::Release);
+            }
+            waiting |= !s.is_verified();
+        }
+        if !waiting {
+            self.awaiting_owners.store(false, Ordering::Release);
+        }
+    }
+
+    /// Notes an unmounted segment a restored replica still names.
+    pub(crate) fn add_unmounted(&self, id: SegmentId, owner: ClientId, info: SegmentInfo) {
+        let seg = Arc::new(Segment::new(id, info, owner));
+        seg.unmount();
+        self.unmounted.lock().insert(id, seg);
     }
 
     #[cfg(test)]
@@ -360,6 +432,7 @@ impl SegmentTable {
 pub(crate) struct SegmentWriter<'t> {
     _lock: MutexGuard<'t, ()>,
     table: &'t ArcSwap<Table>,
+    unmounted: &'t Mutex<HashMap<SegmentId, Arc<Segment>>>,
 }
 
 impl SegmentWriter<'_> {
@@ -417,6 +490,13 @@ impl SegmentWriter<'_> {
         self.table.load().next_id
     }
 
+    /// Sets the id the next mounted segment gets (restoring a snapshot).
+    pub(crate) fn set_next_id(&mut self, id: SegmentId) {
+        let mut t = Table::clone(&self.table.load());
+        t.next_id = id;
+        self.table.store(Arc::new(t));
+    }
+
     pub(crate) fn get(&self, name: &str) -> Option<Arc<Segment>> {
         self.table.load().by_name.get(name).cloned()
     }
@@ -442,6 +522,7 @@ impl SegmentWriter<'_> {
         t.next_id = id.wrapping_add(1);
         let seg = Arc::new(Segment::new(id, info.clone(), owner));
         t.by_name.insert(info.name.clone(), seg.clone());
+        t.by_id.insert(id, seg.clone());
         t.list.push(seg.clone());
         self.table.store(Arc::new(t));
         seg
@@ -453,10 +534,12 @@ impl SegmentWriter<'_> {
     pub(crate) fn remove(&mut self, name: &str) -> Option<Arc<Segment>> {
         let mut t = Table::clone(&self.table.load());
         let seg = t.by_name.remove(name)?;
+        t.by_id.remove(&seg.id);
         t.list.retain(|s| !Arc::ptr_eq(s, &seg));
         self.table.store(Arc::new(t));
         // Allocations still holding the old snapshot see it unmounted.
         seg.unmount();
+        self.unmounted.lock().insert(seg.id, seg.clone());
         Some(seg)
     }
 }

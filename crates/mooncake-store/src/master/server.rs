@@ -28,6 +28,7 @@ use tokio::task::JoinSet;
 
 use super::config::MasterConfig;
 use super::http;
+use super::replication::Replication;
 use super::shared::Shared;
 use crate::proto::{Request, Response};
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
@@ -61,7 +62,10 @@ async fn bind(what: &str, host: &str, port: u16) -> Result<TcpListener> {
 /// A master whose listeners are bound but not yet served.
 pub struct MasterServer {
     rpc: TcpListener,
-    http: TcpListener,
+    /// `None` when the HTTP service runs apart (HA with replication: it
+    /// serves standbys too).
+    http: Option<TcpListener>,
+    http_addr: SocketAddr,
     metadata: Option<TcpListener>,
     shared: Arc<Shared>,
 }
@@ -70,8 +74,28 @@ impl MasterServer {
     /// Binds the RPC, HTTP and (if enabled) metadata listeners. Port 0 picks a free port.
     pub async fn bind(config: MasterConfig) -> Result<MasterServer> {
         config.validate()?;
+        let http = bind_http(&config).await?;
+        let http_addr = http.local_addr().map_err(|e| {
+            bind_error(
+                "metrics service",
+                &config.metrics_host,
+                config.metrics_port,
+                e,
+            )
+        })?;
+        let mut server = Self::bind_serving(Arc::new(Shared::open(config)?), http_addr).await?;
+        server.http = Some(http);
+        Ok(server)
+    }
+
+    /// Binds the RPC and (if enabled) metadata listeners around `shared`,
+    /// whose HTTP service runs apart at `http_addr`.
+    pub(crate) async fn bind_serving(
+        shared: Arc<Shared>,
+        http_addr: SocketAddr,
+    ) -> Result<MasterServer> {
+        let config = &shared.config;
         let rpc = bind("RPC service", &config.rpc_address, config.rpc_listen_port()).await?;
-        let http = bind("metrics service", &config.metrics_host, config.metrics_port).await?;
         let metadata = if config.enable_http_metadata_server {
             Some(
                 bind(
@@ -86,9 +110,10 @@ impl MasterServer {
         };
         Ok(MasterServer {
             rpc,
-            http,
+            http: None,
+            http_addr,
             metadata,
-            shared: Arc::new(Shared::new(config)),
+            shared,
         })
     }
 
@@ -99,9 +124,7 @@ impl MasterServer {
     }
 
     pub fn http_addr(&self) -> SocketAddr {
-        self.http
-            .local_addr()
-            .expect("bound listener has an address")
+        self.http_addr
     }
 
     pub fn metadata_addr(&self) -> Option<SocketAddr> {
@@ -117,16 +140,18 @@ impl MasterServer {
     /// Serves until `shutdown` resolves, then stops accepting, lets calls
     /// in flight finish and returns.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let self_http = self.http_addr;
         let MasterServer {
             rpc,
             http,
             metadata,
             shared,
+            ..
         } = self;
         let config = &shared.config;
         tracing::info!(
             rpc = %rpc.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
-            http = %http.local_addr().map_or_else(|e| e.to_string(), |a| a.to_string()),
+            http = %self_http,
             metadata = ?metadata.as_ref().and_then(|l| l.local_addr().ok()),
             lease_ttl = ?config.default_kv_lease_ttl,
             client_ttl = ?config.client_ttl,
@@ -149,16 +174,9 @@ impl MasterServer {
         };
         let mut tasks = JoinSet::new();
         tasks.spawn(timer_loop(shared.clone(), stop_rx.clone()));
-        let router = http::router(shared.clone());
-        let http_stop = stopped(stop_rx.clone());
-        tasks.spawn(async move {
-            if let Err(e) = axum::serve(http, router)
-                .with_graceful_shutdown(http_stop)
-                .await
-            {
-                tracing::error!("metrics service failed: {e}");
-            }
-        });
+        if let Some(http) = http {
+            tasks.spawn(serve_http(http, shared.clone(), stopped(stop_rx.clone())));
+        }
         if let Some(listener) = metadata {
             let meta_stop = stopped(stop_rx.clone());
             tasks.spawn(async move {
@@ -173,7 +191,28 @@ impl MasterServer {
         let _ = stop_tx.send(true);
         let _ = tokio::task::spawn_blocking(move || rpc.stop()).await;
         while tasks.join_next().await.is_some() {}
+        let s = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || s.durability.stop()).await;
         Ok(())
+    }
+}
+
+/// Binds the HTTP service (`metrics_port`).
+pub(crate) async fn bind_http(config: &MasterConfig) -> Result<TcpListener> {
+    bind("metrics service", &config.metrics_host, config.metrics_port).await
+}
+
+/// Serves the HTTP service until `stop`.
+pub(crate) async fn serve_http(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    if let Err(e) = axum::serve(listener, http::router(shared))
+        .with_graceful_shutdown(stop)
+        .await
+    {
+        tracing::error!("metrics service failed: {e}");
     }
 }
 
@@ -196,20 +235,73 @@ fn rpc_options(config: &MasterConfig) -> ServerOptions {
 /// The master protocol on the RPC server loop.
 struct Rpc(Arc<Shared>);
 
+/// A connection a standby pulls on: when it closes, the leader counts the
+/// standby as silent at once.
+#[derive(Default)]
+struct Session {
+    standby: Option<(Arc<Replication>, String)>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some((r, id)) = self.standby.take() {
+            r.standby_gone(&id);
+        }
+    }
+}
+
 impl Handler for Rpc {
     type Request<'a> = Request<'a>;
     type Response = Response;
-    type Session = ();
+    type Session = Session;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self, _: &std::net::TcpStream) {}
+    fn session(&self, _: &std::net::TcpStream) -> Session {
+        Session::default()
+    }
 
-    /// Answers one request on the calling (connection) thread.
-    fn handle(&self, _: &mut (), req: Request<'_>) -> Response {
+    /// Answers one request on the calling (connection) thread. With
+    /// replication, a call that changed state is answered once its
+    /// entries are committed.
+    fn handle(&self, session: &mut Session, req: Request<'_>) -> Response {
         let shared = &*self.0;
-        let call = shared.metrics.classify(&shared.service, &req);
         let now = shared.clock.now_ms();
-        let resp = shared.service.handle(req, now);
+        if let (
+            Some(r),
+            Request::ReplicationPull {
+                standby,
+                after,
+                after_term,
+                applied,
+                max,
+                wait_ms,
+            },
+        ) = (&shared.replication, &req)
+        {
+            if session.standby.is_none() {
+                session.standby = Some((r.clone(), standby.to_string()));
+            }
+            let wait = Duration::from_millis(u64::from(*wait_ms));
+            return r.serve_pull(standby, *after, *after_term, *applied, *max, wait, now);
+        }
+        let call = shared.metrics.classify(&shared.service, &req);
+        crate::master::oplog::wal::begin_call();
+        let mut resp = shared.service.handle(req, now);
+        if let Some(wal) = &shared.durability.wal {
+            // Acknowledged only once its mutations are durable.
+            if let Err(error) = wal.wait_for_this_thread() {
+                resp = Response::Failed { error };
+            }
+        }
+        if let Some(r) = &shared.replication {
+            // Acknowledged only once the in-sync set holds its entries.
+            let seq = Replication::take_last_seq();
+            if seq > 0 {
+                if let Err(error) = r.wait_committed(seq) {
+                    resp = Response::Failed { error };
+                }
+            }
+        }
         shared.metrics.observe(call, &resp);
         resp
     }

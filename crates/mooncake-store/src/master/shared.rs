@@ -2,28 +2,45 @@
 //! metrics, the clock and the configuration. The RPC server, the timers and
 //! the HTTP service all hold one [`Shared`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::config::MasterConfig;
 use super::drain::DrainJobs;
 use super::metrics::MasterMetrics;
+use super::replication::Replication;
 use super::service::MasterService;
+use super::snapshot::{Durability, Opened};
+use mooncake_common::Result;
 
-/// Milliseconds on a monotonic clock, from the master's start.
-#[derive(Debug, Clone, Copy)]
+/// Milliseconds on a monotonic clock, from the master's start; a standby
+/// moves it forward to its leader's, so times in replicated state stay in
+/// one domain across leaders.
+#[derive(Debug)]
 pub(crate) struct Clock {
     start: Instant,
+    offset: AtomicU64,
 }
 
 impl Clock {
     pub(crate) fn new() -> Self {
         Clock {
             start: Instant::now(),
+            offset: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn now_ms(&self) -> u64 {
-        self.start.elapsed().as_millis() as u64
+        (self.start.elapsed().as_millis() as u64)
+            .saturating_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// Moves the clock forward to at least `ms` (never back).
+    pub(crate) fn advance_to(&self, ms: u64) {
+        let elapsed = self.start.elapsed().as_millis() as u64;
+        self.offset
+            .fetch_max(ms.saturating_sub(elapsed), Ordering::Relaxed);
     }
 }
 
@@ -48,23 +65,52 @@ pub(crate) struct Shared {
     pub(crate) config: MasterConfig,
     /// Drain jobs, stepped by the timer loop.
     pub(crate) drain: DrainJobs,
+    /// The log and snapshots, when enabled (`super::snapshot`).
+    pub(crate) durability: Durability,
+    /// The replicated log, in HA mode with `--enable_oplog`.
+    pub(crate) replication: Option<Arc<Replication>>,
 }
 
 impl Shared {
-    /// A fresh state machine for `config`, its clock starting now.
-    pub(crate) fn new(config: MasterConfig) -> Shared {
+    /// The state machine for `config` (restored when it asks), its clock
+    /// resuming after every restored time.
+    pub(crate) fn open(config: MasterConfig) -> Result<Shared> {
+        Self::build(config, None)
+    }
+
+    /// A fresh state machine whose mutations `replication` logs (HA mode:
+    /// replication owns durability, see `super::snapshot::open`).
+    pub(crate) fn replicated(
+        config: MasterConfig,
+        replication: Arc<Replication>,
+    ) -> Result<Shared> {
+        Self::build(config, Some(replication))
+    }
+
+    fn build(config: MasterConfig, replication: Option<Arc<Replication>>) -> Result<Shared> {
+        let Opened {
+            mut service,
+            clock_base,
+            durability,
+        } = super::snapshot::open(&config)?;
+        if let Some(r) = &replication {
+            service = service.with_sink(Box::new(r.clone()));
+        }
         let clock = Clock::new();
-        let service = MasterService::new(&config);
+        // A restored master resumes after every time its state holds.
+        clock.advance_to(clock_base);
         let epoch_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         service.set_epoch_offset(epoch_ms.saturating_sub(clock.now_ms()));
-        Shared {
+        Ok(Shared {
             service,
             metrics: MasterMetrics::new(),
             clock,
             config,
             drain: DrainJobs::default(),
-        }
+            durability,
+            replication,
+        })
     }
 }

@@ -25,6 +25,17 @@ struct Task {
     message: String,
 }
 
+/// One task as a snapshot keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TaskRecord {
+    pub(crate) assignment: TaskAssignment,
+    pub(crate) status: TaskStatus,
+    pub(crate) client: ClientId,
+    pub(crate) created: u64,
+    pub(crate) updated: u64,
+    pub(crate) message: String,
+}
+
 /// Every task the master remembers.
 #[derive(Default)]
 pub(crate) struct TaskTable {
@@ -141,6 +152,48 @@ impl TaskTable {
                 self.tasks.remove(&old);
             }
         }
+    }
+
+    /// Every task: unfinished ones first, then finished ones oldest first
+    /// (the order [`TaskTable::restore`] needs).
+    pub(crate) fn export(&self) -> Vec<TaskRecord> {
+        let record = |id: &TaskId| {
+            let t = &self.tasks[id];
+            TaskRecord {
+                assignment: t.assignment.clone(),
+                status: t.status,
+                client: t.client,
+                created: t.created,
+                updated: t.updated,
+                message: t.message.clone(),
+            }
+        };
+        let open = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| matches!(t.status, TaskStatus::Pending | TaskStatus::Processing));
+        let mut out: Vec<TaskRecord> = open.map(|(id, _)| record(id)).collect();
+        out.extend(self.finished.iter().map(record));
+        out
+    }
+
+    /// Adds a task as [`TaskTable::export`] gave it.
+    pub(crate) fn restore(&mut self, r: TaskRecord) {
+        let id = r.assignment.id;
+        match r.status {
+            TaskStatus::Pending => self.pending += 1,
+            TaskStatus::Processing => self.processing += 1,
+            TaskStatus::Success | TaskStatus::Failed => self.finished.push_back(id),
+        }
+        let task = Task {
+            assignment: r.assignment,
+            status: r.status,
+            client: r.client,
+            created: r.created,
+            updated: r.updated,
+            message: r.message,
+        };
+        self.tasks.insert(id, task);
     }
 
     /// Unfinished tasks past their timeout, or whose executor `is_live`

@@ -303,6 +303,37 @@ wire_enum! {
         /// this client holds; it fills them from its tier and ends with
         /// PutEnd (or PutRevoke).
         33 => PromotionStart { client_id: ClientId, key: &'a str },
+        /// A standby (`standby`: its member id) asks its leader for the
+        /// log entries after `after` (whose term it has as `after_term`):
+        /// it holds every entry up to `after` and has applied those up to
+        /// `applied`. The leader answers once it has more, or its commit
+        /// point passed `applied`, or after `wait_ms`.
+        34 => ReplicationPull {
+            standby: &'a str,
+            after: u64,
+            after_term: u64,
+            applied: u64,
+            max: u32,
+            wait_ms: u32,
+        },
+    }
+}
+
+/// Log entry frames (`master::oplog` codec), back to back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Frames(pub Vec<u8>);
+
+impl Encode for Frames {
+    fn encode(&self, out: &mut Vec<u8>) {
+        super::wire::put_varint(out, self.0.len() as u64);
+        out.extend_from_slice(&self.0);
+    }
+}
+
+impl<'de> Decode<'de> for Frames {
+    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
+        let n = r.len(1)?;
+        Ok(Frames(r.bytes(n)?.to_vec()))
     }
 }
 
@@ -326,5 +357,8 @@ wire_enum! {
         13 => TaskState { result: Result<TaskInfo> },
         14 => Tasks { result: Result<Vec<TaskAssignment>> },
         15 => Offload { result: Result<OffloadBatch> },
+        /// The answer to `ReplicationPull`: the leader's term, its commit
+        /// point, its clock (ms) and the entries `after + 1 ..`.
+        16 => Entries { term: u64, committed: u64, leader_now: u64, frames: Frames },
     }
 }

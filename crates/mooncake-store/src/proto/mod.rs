@@ -9,5 +9,5 @@ pub mod messages;
 pub mod wire;
 
 pub use frame::{decode_payload, encode_frame, MAX_FRAME_LEN, PROTOCOL_VERSION};
-pub use messages::{Request, Response};
+pub use messages::{Frames, Request, Response};
 pub use wire::{Decode, DecodeError, Encode};

@@ -313,7 +313,10 @@ impl K8sElection {
 
 impl LeaderElection for K8sElection {
     fn campaign<'a>(&'a self, candidate: &'a str) -> BoxFuture<'a, Result<Leadership>> {
-        Box::pin(async move { Ok(self.campaign_with_term(candidate).await?.0) })
+        Box::pin(async move {
+            let (leadership, term) = self.campaign_with_term(candidate).await?;
+            Ok(leadership.with_term(term.max(0) as u64, Vec::new()))
+        })
     }
 
     fn leader(&self) -> BoxFuture<'_, Result<Option<String>>> {

@@ -327,10 +327,6 @@ impl MasterService {
     /// already be reserved in this master's segments. Fails, changing
     /// nothing, when the mutation does not fit this state (a log that does
     /// not belong to it).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the standby side of the replicated operation log")
-    )]
     pub(crate) fn replay(&self, m: Mutation<'_>) -> Result<()> {
         let diverged = |what: String| {
             Err(Error::new(

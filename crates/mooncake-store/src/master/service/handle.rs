@@ -173,6 +173,13 @@ impl MasterService {
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
+            // The server answers it when this master leads with replication.
+            Q::ReplicationPull { .. } => A::Failed {
+                error: Error::new(
+                    ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                    "this master does not replicate its log",
+                ),
+            },
         }
     }
 }

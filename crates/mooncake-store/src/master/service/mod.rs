@@ -50,7 +50,7 @@ mod put;
 mod read;
 mod remove;
 #[cfg(test)]
-mod tests;
+pub(in crate::master) mod tests;
 mod tick;
 mod transfer;
 
@@ -124,13 +124,13 @@ pub struct SegmentSummary {
 pub struct MasterService {
     policy: Policy,
     task_policy: TaskPolicy,
-    segments: SegmentTable,
-    objects: ObjectMap,
-    clients: Mutex<ClientTable>,
-    tasks: Mutex<TaskTable>,
-    retired: RetiredSpace,
+    pub(in crate::master) segments: SegmentTable,
+    pub(in crate::master) objects: ObjectMap,
+    pub(in crate::master) clients: Mutex<ClientTable>,
+    pub(in crate::master) tasks: Mutex<TaskTable>,
+    pub(in crate::master) retired: RetiredSpace,
     /// The storage clients' SSD tiers and the copies in them.
-    disk: DiskTable,
+    pub(in crate::master) disk: DiskTable,
     offload: OffloadPolicy,
     eviction: Eviction,
     counters: Counters,
@@ -172,10 +172,6 @@ impl MasterService {
 
     /// Hands every mutation this master applies to `sink` (before it takes
     /// effect, in an order a standby can replay).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the hook of the replicated operation log")
-    )]
     pub(crate) fn with_sink(mut self, sink: Box<dyn MutationSink>) -> Self {
         self.sink = Some(sink);
         self
@@ -186,6 +182,21 @@ impl MasterService {
     pub fn set_epoch_offset(&self, epoch_ms_at_zero: u64) {
         self.epoch_offset_ms
             .store(epoch_ms_at_zero, Ordering::Relaxed);
+    }
+
+    /// A standby takes over at `now`: the volatile state its leader kept
+    /// is assumed at its most cautious. Every known client counts as just
+    /// heard from (none expires before it could reach the new leader), and
+    /// every object as read just now (a lease the old leader granted is
+    /// honoured: no removal or eviction within a lease TTL).
+    pub(crate) fn take_over(&self, now: u64) {
+        self.clients.lock().touch_all(now);
+        let until = now.saturating_add(self.policy.lease.lease_ttl);
+        for mut shard in self.objects.shards() {
+            for obj in shard.map.values_mut() {
+                obj.lease_until = obj.lease_until.max(until);
+            }
+        }
     }
 
     pub(crate) fn counters(&self) -> &Counters {

@@ -23,6 +23,8 @@ impl MasterService {
     pub fn ping(&self, client: ClientId, now: u64) -> Result<()> {
         let mut clients = self.clients.lock();
         if clients.touch(client, now) {
+            drop(clients);
+            self.segments.verify_owner(client);
             return Ok(());
         }
         self.apply_clients(&mut clients, ClientOp::Register { client, now });
@@ -51,6 +53,8 @@ impl MasterService {
         if !clients.touch(client, now) {
             self.apply_clients(&mut clients, ClientOp::Register { client, now });
         }
+        drop(clients);
+        self.segments.verify_owner(client);
         Ok(())
     }
 

@@ -32,11 +32,11 @@ impl MasterService {
     /// SSD tier; grants the read lease (a disk-only object has none).
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         let in_memory = self.read_complete(key, now, |obj| {
-            let mut replicas: Vec<ReplicaDesc> = obj
-                .replicas
-                .as_slice()
-                .iter()
-                .filter(|p| p.segment.is_mounted())
+            let live = obj.replicas.as_slice().iter();
+            let live = live.filter(|p| p.segment.is_mounted());
+            let mut replicas: Vec<ReplicaDesc> = live
+                .clone()
+                .filter(|p| p.segment.is_verified())
                 .map(|p| {
                     p.segment
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
@@ -46,7 +46,11 @@ impl MasterService {
                 replicas.extend(self.disk_replica(key).map(|(d, _)| d));
             }
             if replicas.is_empty() {
-                return Err(not_found(key));
+                // A restored segment waits for its owner to be heard from.
+                return Err(match live.count() {
+                    0 => not_found(key),
+                    _ => not_ready(key),
+                });
             }
             Ok(replicas)
         });

@@ -16,9 +16,9 @@ use crate::master::policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Poli
 use crate::master::segments::Placement;
 use crate::types::{ClientId, ReplicateConfig, SegmentInfo, TaskId};
 
-const OWNERS: [ClientId; 2] = [1, 2];
-const WRITERS: [ClientId; 2] = [7, 8];
-const SEGMENTS: [(&str, ClientId); 3] = [("a1", 1), ("a2", 1), ("b1", 2)];
+pub(in crate::master) const OWNERS: [ClientId; 2] = [1, 2];
+pub(in crate::master) const WRITERS: [ClientId; 2] = [7, 8];
+pub(in crate::master) const SEGMENTS: [(&str, ClientId); 3] = [("a1", 1), ("a2", 1), ("b1", 2)];
 
 fn policy(strategy: AllocationStrategy) -> Policy {
     Policy {
@@ -36,7 +36,7 @@ fn policy(strategy: AllocationStrategy) -> Policy {
     }
 }
 
-fn service(strategy: AllocationStrategy) -> MasterService {
+pub(in crate::master) fn service(strategy: AllocationStrategy) -> MasterService {
     MasterService::with_policy(policy(strategy))
         .with_task_policy(TaskPolicy {
             pending_timeout: 700,
@@ -51,7 +51,7 @@ fn service(strategy: AllocationStrategy) -> MasterService {
         })
 }
 
-fn segment(name: &str) -> SegmentInfo {
+pub(in crate::master) fn segment(name: &str) -> SegmentInfo {
     SegmentInfo {
         name: name.into(),
         base: 1 << 40,
@@ -136,7 +136,12 @@ fn replicated(o: &ObjectMeta) -> String {
     format!("{} {:x} {replicas:?} {pending:?}", o.size, o.flags)
 }
 
-fn assert_same(l: &MasterService, f: &MasterService, tasks: &[TaskId], ctx: &str) {
+pub(in crate::master) fn assert_same(
+    l: &MasterService,
+    f: &MasterService,
+    tasks: &[TaskId],
+    ctx: &str,
+) {
     let segs = l.segments.all();
     assert_eq!(segs.len(), f.segments.all().len(), "{ctx}: segments");
     for s in &segs {
@@ -196,18 +201,18 @@ fn config(rng: &mut StdRng) -> ReplicateConfig {
 
 /// What the history remembers to make likely calls.
 #[derive(Default)]
-struct History {
-    now: u64,
+pub(in crate::master) struct History {
+    pub(in crate::master) now: u64,
     /// Who started the last put of each key.
-    writers: HashMap<String, ClientId>,
+    pub(in crate::master) writers: HashMap<String, ClientId>,
     /// Transfers started: (key, executor).
-    transfers: Vec<(String, ClientId)>,
-    tasks: Vec<TaskId>,
+    pub(in crate::master) transfers: Vec<(String, ClientId)>,
+    pub(in crate::master) tasks: Vec<TaskId>,
 }
 
 /// One random call on the leader; its result does not matter, only that
 /// the follower follows.
-fn step(s: &MasterService, rng: &mut StdRng, h: &mut History) {
+pub(in crate::master) fn step(s: &MasterService, rng: &mut StdRng, h: &mut History) {
     let key = format!("k{}", rng.gen_range(0..16));
     let writer = match h.writers.get(&key) {
         Some(&w) if rng.gen_bool(0.9) => w,

@@ -1,0 +1,192 @@
+//! Durability costs: 4 KiB put latency through a real `mooncake_master`
+//! without and with the local write-ahead log (`--enable_oplog`, fsync
+//! before each acknowledgement), and the snapshot path at scale
+//! (`mooncake_store::master::snapshot::bench`: snapshot and restore time,
+//! put latency while a snapshot runs).
+
+use std::time::Instant;
+
+use mooncake_common::Result;
+use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::master::snapshot::bench::{self as snap, SnapshotBench};
+
+use crate::cluster;
+use crate::stats::{self, summarize, Summary};
+
+/// Put latency of one master configuration.
+#[derive(Debug, Clone)]
+pub struct PutRow {
+    pub case: &'static str,
+    pub summary: Summary,
+}
+
+/// `puts` sequential 4 KiB puts by one client against a fresh master
+/// with `flags`.
+fn put_latency(case: &'static str, flags: &[String], puts: usize) -> Result<PutRow> {
+    let master = cluster::start_master(&[], flags)?;
+    let client = Client::setup(&ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: master.metadata_server.clone(),
+        global_segment_size: 512 << 20,
+        local_buffer_size: 16 << 20,
+        protocol: "tcp".into(),
+        device_name: String::new(),
+        master_server_address: master.rpc.clone(),
+        ..ClientConfig::default()
+    })?;
+    let value = vec![0x5au8; 4096];
+    let mut ns = Vec::with_capacity(puts);
+    for i in 0..puts {
+        let key = format!("wal-bench/{i}");
+        let t = Instant::now();
+        client.put(&key, &value, &Default::default())?;
+        ns.push(t.elapsed().as_nanos() as u64);
+        // Keep the segment from filling: the cost measured is the put's.
+        if i % 1000 == 999 {
+            for j in i - 999..=i {
+                let _ = client.remove(&format!("wal-bench/{j}"), true);
+            }
+        }
+    }
+    Ok(PutRow {
+        case,
+        summary: summarize(&mut ns, 4096, 1),
+    })
+}
+
+pub struct DurabilityReport {
+    pub puts: Vec<PutRow>,
+    pub snapshot: SnapshotBench,
+}
+
+pub fn run(puts: usize, objects: usize) -> Result<DurabilityReport> {
+    let dir = cluster::work_dir()?;
+    let wal = dir.join("wal-bench");
+    let _ = std::fs::remove_dir_all(&wal);
+    let rows = vec![
+        put_latency("put 4 KiB, no log", &[], puts)?,
+        put_latency(
+            "put 4 KiB, write-ahead log (fdatasync)",
+            &[
+                "--enable_oplog=true".into(),
+                format!("--wal_dir={}", wal.display()),
+            ],
+            puts,
+        )?,
+    ];
+    let snapshot = snap::run(objects, &dir.join("snapshot-bench"))?;
+    let _ = std::fs::remove_dir_all(dir.join("snapshot-bench"));
+    Ok(DurabilityReport {
+        puts: rows,
+        snapshot,
+    })
+}
+
+fn ms(d: std::time::Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+const DOC_BEGIN: &str = "<!-- mooncake-bench durability: begin -->";
+const DOC_END: &str = "<!-- mooncake-bench durability: end -->";
+
+/// Replaces the durability section of `docs/benchmarks.md` in `repo`.
+pub fn update_docs(
+    repo: &std::path::Path,
+    section: &str,
+    command: &str,
+) -> std::result::Result<(), String> {
+    let path = repo.join("docs/benchmarks.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    let block = format!(
+        "{DOC_BEGIN}\nCommand:\n\n    {command}\n\n{}\n{DOC_END}",
+        section.trim_end()
+    );
+    let doc = match (doc.find(DOC_BEGIN), doc.find(DOC_END)) {
+        (Some(b), Some(e)) if e > b => format!("{}{block}{}", &doc[..b], &doc[e + DOC_END.len()..]),
+        _ => format!(
+            "{}\n\n## Durability (write-ahead log, snapshots)\n\n{block}\n",
+            doc.trim_end()
+        ),
+    };
+    std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Markdown tables of a report.
+pub fn render(r: &DurabilityReport) -> String {
+    let rows: Vec<Vec<String>> = r
+        .puts
+        .iter()
+        .map(|p| {
+            vec![
+                p.case.to_string(),
+                p.summary.n.to_string(),
+                format!("{:.1}", p.summary.p50_us),
+                format!("{:.1}", p.summary.p99_us),
+            ]
+        })
+        .collect();
+    let build = if cfg!(debug_assertions) {
+        "debug build (numbers far above a release build's)"
+    } else {
+        "release build"
+    };
+    let mut out = format!("Measured with a {build}.\n\n");
+    out.push_str(&stats::table(
+        &["master", "puts", "p50 µs", "p99 µs"],
+        &rows,
+    ));
+    let s = &r.snapshot;
+    let lat = |l: &snap::PutLatency| {
+        format!(
+            "{} puts: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            l.puts, l.p50_us, l.p99_us, l.max_us
+        )
+    };
+    let rows = vec![
+        vec!["objects".into(), s.objects.to_string()],
+        vec![
+            "snapshot size".into(),
+            stats::fmt_size(s.second.bytes as usize),
+        ],
+        vec![
+            "first snapshot (shadow built from the log), ms".into(),
+            format!(
+                "{} (apply {}, encode {}, write {})",
+                ms(s.first.apply + s.first.encode + s.first.store),
+                ms(s.first.apply),
+                ms(s.first.encode),
+                ms(s.first.store)
+            ),
+        ],
+        vec![
+            "later snapshot (incremental shadow), ms".into(),
+            format!(
+                "{} (apply {}, encode {}, write {})",
+                ms(s.second.apply + s.second.encode + s.second.store),
+                ms(s.second.apply),
+                ms(s.second.encode),
+                ms(s.second.store)
+            ),
+        ],
+        vec![
+            "log cut (the snapshot thread waits for it; writers do not), µs".into(),
+            format!(
+                "{:.0} (first), {:.0} (later)",
+                s.first.cut.as_secs_f64() * 1e6,
+                s.second.cut.as_secs_f64() * 1e6
+            ),
+        ],
+        vec!["in-process puts, no snapshot running".into(), lat(&s.idle)],
+        vec![
+            "in-process puts while a snapshot runs".into(),
+            lat(&s.during),
+        ],
+        vec![
+            "restore (snapshot + log tail), ms".into(),
+            format!("{} ({} objects)", ms(s.restore), s.restored_objects),
+        ],
+    ];
+    out.push('\n');
+    out.push_str(&stats::table(&["snapshot path", "measured"], &rows));
+    out
+}

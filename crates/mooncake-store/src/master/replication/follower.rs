@@ -1,0 +1,382 @@
+//! A standby's side of replication: one thread that follows whoever leads.
+//!
+//! It keeps one `ReplicationPull` call outstanding on the leader's RPC
+//! port, keeps every entry it receives (checksummed frames, in order),
+//! applies those the leader says are committed, and follows the leader's
+//! clock so that times in the state stay in one domain across leaders.
+//!
+//! When the leader changes, entries received but not applied are dropped:
+//! they may never have been committed, and the new leader resends what it
+//! has. When the leader's process is gone (the connection that worked
+//! breaks and its port then refuses connections), the thread reports it,
+//! so that the election can end its lease now rather than at expiry.
+//!
+//! [`Follower::stop`] ends the thread, then applies every entry received:
+//! a standby being promoted serves everything its leader may have
+//! committed.
+
+use std::io::{self, ErrorKind};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+
+use super::{Replication, Role};
+use crate::master::oplog::decode_prefix;
+use crate::master::shared::Shared;
+use crate::proto::frame::{decode_payload, encode_frame};
+use crate::proto::{Frames, Request, Response};
+use crate::rpc::{connect_any, ClientOptions, Connection};
+
+/// Pause between attempts while there is no leader to follow.
+const IDLE: Duration = Duration::from_millis(10);
+/// A leader whose port refuses connections this long is reported gone.
+const REFUSED_FOR: Duration = Duration::from_millis(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The follower thread of a standby.
+pub(crate) struct Follower {
+    stop: Arc<AtomicBool>,
+    /// The socket of the current pull, to cut it short at stop.
+    socket: Arc<Mutex<Option<TcpStream>>>,
+    thread: Option<JoinHandle<Result<()>>>,
+    shared: Arc<Shared>,
+}
+
+impl Follower {
+    /// Starts following the leader `leader` names (an RPC address; this
+    /// master's own address `me` is skipped). Reports a leader found gone
+    /// on `gone`.
+    pub(crate) fn spawn(
+        shared: Arc<Shared>,
+        me: String,
+        leader: watch::Receiver<Option<String>>,
+        gone: mpsc::UnboundedSender<String>,
+    ) -> Result<Follower> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let socket = Arc::new(Mutex::new(None));
+        let run = Run {
+            shared: shared.clone(),
+            repl: shared.replication.clone().expect("a follower replicates"),
+            me,
+            leader,
+            gone,
+            stop: stop.clone(),
+            socket: socket.clone(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("mc-follower".into())
+            .spawn(move || run.run())
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("cannot start follower: {e}"),
+                )
+            })?;
+        Ok(Follower {
+            stop,
+            socket,
+            thread: Some(thread),
+            shared,
+        })
+    }
+
+    /// Stops following and applies every entry received. An error means
+    /// this master's state does not fit its leader's log: it must not lead.
+    pub(crate) fn stop(mut self) -> Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.socket.lock().take() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        let joined = self.thread.take().map(|t| t.join());
+        match joined {
+            Some(Ok(r)) => r?,
+            Some(Err(_)) => {
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "follower thread panicked",
+                ))
+            }
+            None => {}
+        }
+        let repl = self
+            .shared
+            .replication
+            .as_ref()
+            .expect("a follower replicates");
+        apply_up_to(&self.shared, repl, u64::MAX)
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(s) = self.socket.lock().take() {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+struct Run {
+    shared: Arc<Shared>,
+    repl: Arc<Replication>,
+    me: String,
+    leader: watch::Receiver<Option<String>>,
+    gone: mpsc::UnboundedSender<String>,
+    stop: Arc<AtomicBool>,
+    socket: Arc<Mutex<Option<TcpStream>>>,
+}
+
+/// The leader being followed.
+struct Following {
+    addr: String,
+    conn: Option<Connection>,
+    /// A pull was answered: the leader's process was there.
+    served: bool,
+    refused_since: Option<Instant>,
+    reported: bool,
+}
+
+impl Run {
+    fn run(self) -> Result<()> {
+        let opts = self.repl.options();
+        let client = ClientOptions {
+            connect_timeout: CONNECT_TIMEOUT,
+            call_timeout: opts.poll + Duration::from_secs(3),
+            max_idle: 1,
+            read_buffer: 64 << 10,
+            poll: Duration::ZERO,
+            drop_idle_on_failure: true,
+        };
+        let mut following: Option<Following> = None;
+        let mut frame = Vec::new();
+        while !self.stop.load(Ordering::SeqCst) {
+            let leader = self.leader.borrow().clone();
+            self.repl.set_leader(leader.clone());
+            let Some(addr) = leader.filter(|l| *l != self.me) else {
+                std::thread::sleep(IDLE);
+                continue;
+            };
+            if following.as_ref().map(|f| &f.addr) != Some(&addr) {
+                self.repl.drop_unapplied();
+                following = Some(Following {
+                    addr: addr.clone(),
+                    conn: None,
+                    served: false,
+                    refused_since: None,
+                    reported: false,
+                });
+            }
+            let f = following.as_mut().expect("set above");
+            if f.conn.is_none() {
+                match connect(&f.addr) {
+                    Ok(stream) => {
+                        *self.socket.lock() = stream.try_clone().ok();
+                        f.conn = Connection::new(stream, &client).ok();
+                        f.refused_since = None;
+                    }
+                    Err(e) => {
+                        self.refused(f, &e);
+                        std::thread::sleep(IDLE);
+                        continue;
+                    }
+                }
+            }
+            let Some(conn) = f.conn.as_mut() else {
+                continue;
+            };
+            let pull = self.repl.pull_request(opts.batch_max as u32, opts.poll);
+            frame.clear();
+            let req = Request::ReplicationPull {
+                standby: self.repl.member(),
+                after: pull.after,
+                after_term: pull.after_term,
+                applied: pull.applied,
+                max: pull.max,
+                wait_ms: pull.wait_ms,
+            };
+            if encode_frame(&req, &mut frame).is_err() {
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "pull does not encode",
+                ));
+            }
+            let answer = match conn.round_trip(&frame, Duration::ZERO) {
+                Ok(payload) => decode_payload::<Response>(payload).map_err(Error::from),
+                Err(e) => {
+                    tracing::debug!(leader = %f.addr, "pull failed: {e}");
+                    f.conn = None;
+                    continue;
+                }
+            };
+            match answer {
+                Ok(Response::Entries {
+                    term,
+                    committed,
+                    leader_now,
+                    frames,
+                }) => {
+                    f.served = true;
+                    f.reported = false;
+                    self.shared.clock.advance_to(leader_now);
+                    receive(&self.shared, &self.repl, term, committed, &frames)?;
+                }
+                Ok(Response::Failed { error }) => {
+                    tracing::debug!(leader = %f.addr, "pull refused: {error}");
+                    f.conn = None;
+                    std::thread::sleep(IDLE * 5);
+                }
+                Ok(other) => {
+                    tracing::warn!(leader = %f.addr, "unexpected answer {} to a pull", other.name());
+                    f.conn = None;
+                }
+                Err(e) => {
+                    tracing::warn!(leader = %f.addr, "bad answer to a pull: {e}");
+                    f.conn = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A connection attempt failed: a leader that served and now refuses
+    /// connections for a while is gone.
+    fn refused(&self, f: &mut Following, e: &io::Error) {
+        if !f.served || f.reported || e.kind() != ErrorKind::ConnectionRefused {
+            f.refused_since = None;
+            return;
+        }
+        let since = *f.refused_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= REFUSED_FOR {
+            tracing::warn!(leader = %f.addr, "leader's port refuses connections: its process is gone");
+            f.reported = true;
+            let _ = self.gone.send(f.addr.clone());
+        }
+    }
+}
+
+/// Keeps the entries of an answer from the leader of `term` and applies
+/// what is committed.
+pub(crate) fn receive(
+    shared: &Shared,
+    repl: &Replication,
+    term: u64,
+    committed: u64,
+    frames: &Frames,
+) -> Result<()> {
+    let mut rest = &frames.0[..];
+    let mut batch = Vec::new();
+    while !rest.is_empty() {
+        let (entry, used) = decode_prefix(rest).map_err(|e| {
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("entry from leader: {e}"),
+            )
+        })?;
+        batch.push((entry.seq, entry.term, rest[..used].to_vec()));
+        rest = &rest[used..];
+    }
+    let target = repl.keep(term, committed, batch)?;
+    apply_up_to(shared, repl, target)
+}
+
+/// Applies the kept entries up to `target` (at most those received).
+pub(crate) fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> Result<()> {
+    loop {
+        let Some((seq, frame)) = repl.next_to_apply(target) else {
+            return Ok(());
+        };
+        let entry = crate::master::oplog::decode(&frame).map_err(|e| {
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("kept entry {seq}: {e}"),
+            )
+        })?;
+        shared.service.apply_entry(&entry).inspect_err(|e| {
+            tracing::error!(
+                "entry {seq} does not fit this standby's state: {e}; it stops following"
+            );
+        })?;
+        repl.applied_to(seq);
+    }
+}
+
+fn connect(addr: &str) -> io::Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
+    connect_any(&addrs, CONNECT_TIMEOUT)
+}
+
+/// What a standby asks for next.
+pub(crate) struct Pull {
+    pub(crate) after: u64,
+    pub(crate) after_term: u64,
+    pub(crate) applied: u64,
+    pub(crate) max: u32,
+    pub(crate) wait_ms: u32,
+}
+
+impl Replication {
+    pub(crate) fn pull_request(&self, max: u32, wait: Duration) -> Pull {
+        let st = self.state.lock();
+        Pull {
+            after: st.log.last(),
+            after_term: st.log.last_term(),
+            applied: st.applied,
+            max,
+            wait_ms: wait.as_millis().min(u32::MAX as u128) as u32,
+        }
+    }
+
+    /// A new leader: entries received but not applied go (the new leader
+    /// resends those it has).
+    pub(crate) fn drop_unapplied(&self) {
+        let mut st = self.state.lock();
+        let applied = st.applied;
+        st.log.truncate_after(applied);
+    }
+
+    /// Keeps entries `(seq, term, frame)` from the leader of `term`, which
+    /// has committed up to `committed`; returns up to where to apply.
+    fn keep(&self, term: u64, committed: u64, batch: Vec<(u64, u64, Vec<u8>)>) -> Result<u64> {
+        let mut st = self.state.lock();
+        if st.role != Role::Standby {
+            return Ok(st.applied);
+        }
+        if term < st.term {
+            // A deposed leader still answering: the election names the next.
+            return Ok(st.applied);
+        }
+        st.term = term;
+        for (seq, entry_term, frame) in batch {
+            if seq != st.log.last() + 1 || entry_term > term {
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("entry {seq} of term {entry_term} after {}", st.log.last()),
+                ));
+            }
+            st.log.push(entry_term, frame);
+        }
+        st.committed = st.committed.max(committed);
+        Ok(st.committed.min(st.log.last()))
+    }
+
+    /// The next kept entry to apply, if it is at most `target`.
+    fn next_to_apply(&self, target: u64) -> Option<(u64, Vec<u8>)> {
+        let st = self.state.lock();
+        let seq = st.applied + 1;
+        if seq > target {
+            return None;
+        }
+        st.log.frame(seq).map(|f| (seq, f.to_vec()))
+    }
+
+    fn applied_to(&self, seq: u64) {
+        let mut st = self.state.lock();
+        st.applied = st.applied.max(seq);
+    }
+}

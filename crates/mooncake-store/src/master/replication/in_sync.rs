@@ -1,0 +1,345 @@
+//! When an entry is committed, and who may take over: the in-sync replica
+//! set. Pure logic (no sockets, no clock: times are arguments).
+//!
+//! The leader commits an entry once every standby of its *required* set
+//! has it. The set is also *recorded* in the coordination service, under
+//! the leader's term, and only a recorded member may be promoted. The two
+//! move so that every recorded member holds every committed entry:
+//!
+//! - a standby joins the required set once it has every entry, *before*
+//!   it is recorded (it only adds acknowledgements to wait for);
+//! - a standby that stopped answering leaves the required set only once a
+//!   record without it is written (a write a deposed leader cannot make).
+//!
+//! One record write is in flight at a time; the required set does not
+//! change meanwhile, except by the write's own additions.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A standby as the leader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Standby {
+    /// Highest sequence number it has.
+    acked: u64,
+    /// When it last asked for entries (ms).
+    heard_at: u64,
+    /// Its connection closed: silent, whatever the time says.
+    gone: bool,
+}
+
+impl Standby {
+    fn alive(&self, now: u64, lag_limit: u64) -> bool {
+        !self.gone && now.saturating_sub(self.heard_at) <= lag_limit
+    }
+}
+
+/// The leader's view of its replica set.
+#[derive(Debug)]
+pub(crate) struct InSync {
+    last: u64,
+    committed: u64,
+    standbys: BTreeMap<String, Standby>,
+    required: BTreeSet<String>,
+    recorded: BTreeSet<String>,
+    writing: Option<BTreeSet<String>>,
+    /// A required standby silent for longer than this is dropped (ms).
+    lag_limit: u64,
+}
+
+impl InSync {
+    /// A leader whose log ends at `last`, all of it committed (entries of
+    /// earlier terms it holds are the committed history), with `recorded`
+    /// the standbys of the record it inherits (itself and the previous
+    /// leader left out: the first record it writes drops them). They stay
+    /// required until they ask for entries or `lag_limit` after `now`.
+    pub(crate) fn new(last: u64, recorded: BTreeSet<String>, lag_limit: u64, now: u64) -> InSync {
+        let standbys = recorded
+            .iter()
+            .map(|id| {
+                let s = Standby {
+                    acked: 0,
+                    heard_at: now,
+                    gone: false,
+                };
+                (id.clone(), s)
+            })
+            .collect();
+        InSync {
+            last,
+            committed: last,
+            standbys,
+            required: recorded.clone(),
+            recorded,
+            writing: None,
+            lag_limit,
+        }
+    }
+
+    pub(crate) fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// The standbys whose acknowledgement a commit waits for.
+    pub(crate) fn required(&self) -> &BTreeSet<String> {
+        &self.required
+    }
+
+    /// The standbys of the last record written.
+    pub(crate) fn recorded(&self) -> &BTreeSet<String> {
+        &self.recorded
+    }
+
+    /// Each known standby and how many entries it lacks.
+    pub(crate) fn lags(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.standbys
+            .iter()
+            .map(|(id, s)| (id.as_str(), self.last.saturating_sub(s.acked)))
+    }
+
+    /// The leader appended entries up to `seq`.
+    pub(crate) fn appended(&mut self, seq: u64) {
+        self.last = self.last.max(seq);
+        self.recompute();
+    }
+
+    /// `standby` has every entry up to `seq` (it asked for the next ones)
+    /// at `now`. Returns whether the commit point moved.
+    pub(crate) fn acked(&mut self, standby: &str, seq: u64, now: u64) -> bool {
+        let seq = seq.min(self.last);
+        let s = self.standbys.entry(standby.to_string()).or_insert(Standby {
+            acked: seq,
+            heard_at: now,
+            gone: false,
+        });
+        s.acked = s.acked.max(seq);
+        s.heard_at = now;
+        s.gone = false;
+        let before = self.committed;
+        self.recompute();
+        self.committed != before
+    }
+
+    /// `standby`'s connection closed.
+    pub(crate) fn gone(&mut self, standby: &str) {
+        if let Some(s) = self.standbys.get_mut(standby) {
+            s.gone = true;
+        }
+    }
+
+    fn recompute(&mut self) {
+        let floor = self
+            .required
+            .iter()
+            .map(|id| self.standbys.get(id).map_or(0, |s| s.acked))
+            .min()
+            .unwrap_or(self.last);
+        // Never backwards: a required standby that restarted empty has
+        // lost nothing that was committed (another member holds it).
+        self.committed = self.committed.max(floor.min(self.last));
+    }
+
+    /// The record to write next at `now`, if it should change and no write
+    /// is in flight: caught-up standbys join, silent ones leave. Its
+    /// additions join the required set at once.
+    pub(crate) fn next_record(&mut self, now: u64) -> Option<BTreeSet<String>> {
+        if self.writing.is_some() {
+            return None;
+        }
+        let alive = |s: &Standby| s.alive(now, self.lag_limit);
+        let mut want: BTreeSet<String> = self
+            .required
+            .iter()
+            .filter(|id| self.standbys.get(*id).is_some_and(alive))
+            .cloned()
+            .collect();
+        for (id, s) in &self.standbys {
+            if s.acked >= self.last && alive(s) {
+                want.insert(id.clone());
+            }
+        }
+        if want == self.recorded && want == self.required {
+            return None;
+        }
+        self.required.extend(want.iter().cloned());
+        self.writing = Some(want.clone());
+        self.recompute();
+        Some(want)
+    }
+
+    /// The record `set` was written: it is the required set now.
+    pub(crate) fn written(&mut self, set: BTreeSet<String>) {
+        self.writing = None;
+        self.required = set.clone();
+        self.recorded = set;
+        self.recompute();
+    }
+
+    /// The write failed: the required set stays as it is (additions
+    /// included) until a later write.
+    pub(crate) fn write_failed(&mut self) {
+        self.writing = None;
+    }
+
+    /// Forgets standbys silent since long (lag limit × 10) and not required.
+    pub(crate) fn forget_silent(&mut self, now: u64) {
+        let limit = self.lag_limit.saturating_mul(10);
+        let required = &self.required;
+        self.standbys
+            .retain(|id, s| required.contains(id) || now.saturating_sub(s.heard_at) <= limit);
+    }
+}
+
+/// The replication record, as kept in the coordination service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub(crate) term: u64,
+    /// The leader that wrote it.
+    pub(crate) leader: String,
+    /// Standbys holding every committed entry (besides the leader).
+    pub(crate) standbys: BTreeSet<String>,
+}
+
+impl Record {
+    pub(crate) fn encode(&self) -> String {
+        let mut s = format!("term={}\nleader={}\n", self.term, self.leader);
+        for m in &self.standbys {
+            s.push_str("standby=");
+            s.push_str(m);
+            s.push('\n');
+        }
+        s
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Record> {
+        let mut term = None;
+        let mut leader = None;
+        let mut standbys = BTreeSet::new();
+        for line in s.lines().filter(|l| !l.is_empty()) {
+            let (k, v) = line.split_once('=')?;
+            match k {
+                "term" => term = Some(v.parse().ok()?),
+                "leader" => leader = Some(v.to_string()),
+                "standby" => {
+                    standbys.insert(v.to_string());
+                }
+                _ => return None,
+            }
+        }
+        Some(Record {
+            term: term?,
+            leader: leader?,
+            standbys,
+        })
+    }
+
+    /// Whether `member` holds every entry this record's leader committed.
+    pub(crate) fn holds_all(&self, member: &str) -> bool {
+        self.leader == member || self.standbys.contains(member)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn alone_commits_at_once() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
+        s.appended(3);
+        assert_eq!(s.committed(), 3);
+    }
+
+    #[test]
+    fn a_caught_up_standby_is_required_before_it_is_recorded() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
+        s.appended(2);
+        assert!(!s.acked("b", 1, 0));
+        assert_eq!(s.next_record(0), None, "b lacks entry 2");
+        s.acked("b", 2, 10);
+        let want = s.next_record(10).unwrap();
+        assert_eq!(want, set(&["b"]));
+        // Required from now: the next entry waits for b.
+        s.appended(3);
+        assert_eq!(s.committed(), 2);
+        assert!(s.recorded().is_empty());
+        s.written(want);
+        assert_eq!(s.recorded(), &set(&["b"]));
+        assert!(s.acked("b", 3, 20));
+        assert_eq!(s.committed(), 3);
+    }
+
+    #[test]
+    fn a_silent_standby_leaves_only_once_recorded() {
+        let mut s = InSync::new(5, set(&["b", "c"]), 1000, 0);
+        s.acked("b", 5, 0);
+        s.acked("c", 5, 0);
+        s.appended(6);
+        s.acked("b", 6, 500);
+        assert_eq!(s.committed(), 5, "c has not got 6");
+        assert_eq!(s.next_record(900), None, "c is within the lag limit");
+        let want = s.next_record(1500).unwrap();
+        assert_eq!(want, set(&["b"]));
+        assert_eq!(s.committed(), 5, "c stays required while the write runs");
+        s.write_failed();
+        assert_eq!(s.committed(), 5, "a failed write drops nobody");
+        s.acked("b", 6, 1550);
+        let want = s.next_record(1600).unwrap();
+        s.written(want);
+        assert_eq!(s.committed(), 6);
+    }
+
+    #[test]
+    fn an_inherited_member_that_never_comes_blocks_until_recorded_out() {
+        let mut s = InSync::new(4, set(&["c"]), 1000, 0);
+        s.appended(5);
+        assert_eq!(s.committed(), 4);
+        assert_eq!(s.next_record(1000), None, "c may still come");
+        let want = s.next_record(1001).unwrap();
+        assert!(want.is_empty());
+        s.written(want);
+        assert_eq!(s.committed(), 5);
+    }
+
+    #[test]
+    fn a_closed_connection_counts_as_silent_at_once() {
+        let mut s = InSync::new(1, set(&["b"]), 1000, 0);
+        s.acked("b", 1, 5);
+        s.appended(2);
+        s.gone("b");
+        let want = s.next_record(6).unwrap();
+        assert!(want.is_empty());
+        s.written(want);
+        assert_eq!(s.committed(), 2);
+        s.acked("b", 2, 7);
+        assert_eq!(s.next_record(7), Some(set(&["b"])), "back and caught up");
+    }
+
+    #[test]
+    fn commit_never_goes_back() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
+        s.appended(4);
+        s.acked("b", 4, 0);
+        let want = s.next_record(0).unwrap();
+        s.written(want);
+        s.acked("b", 0, 1);
+        assert_eq!(s.committed(), 4);
+    }
+
+    #[test]
+    fn record_round_trip() {
+        let r = Record {
+            term: 7,
+            leader: "a:1#x".into(),
+            standbys: set(&["b:1#y", "c:1#z"]),
+        };
+        assert_eq!(Record::parse(&r.encode()), Some(r.clone()));
+        assert!(r.holds_all("a:1#x") && r.holds_all("c:1#z") && !r.holds_all("d"));
+        assert_eq!(Record::parse("term=x\nleader=a\n"), None);
+        assert_eq!(Record::parse("leader=a\n"), None);
+        assert_eq!(Record::parse("term=1\nleader=a\nwhat=b\n"), None);
+    }
+}

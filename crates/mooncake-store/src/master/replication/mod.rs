@@ -1,0 +1,469 @@
+//! Replicated metadata (`--enable_ha --enable_oplog`): the leader's
+//! mutations travel to its standbys as log entries, and a call is
+//! answered only once its entries are held by the in-sync replica set.
+//!
+//! - The leader's state machine hands every mutation to [`Replication`]
+//!   (its `MutationSink`), which cuts it into an entry (`oplog` codec:
+//!   sequence number, the election's term, the mutation) and appends it
+//!   to the in-memory [`log`]. The RPC server then waits, before it
+//!   answers, until the call's last entry is committed
+//!   ([`Replication::wait_committed`]); a PutStart's allocation is thus
+//!   replicated before the writer learns where to write.
+//! - Standbys pull: each keeps one `ReplicationPull` call outstanding on
+//!   the leader's RPC port (a long poll, answered as soon as there is
+//!   more). Asking for the entries after `n` acknowledges those up to
+//!   `n`; under load one answer carries many entries (up to
+//!   `--oplog_batch_max_entries`), which is the group commit. An idle
+//!   standby asks again every `--oplog_poll_interval_ms`.
+//! - [`in_sync`] decides commits and who may be promoted: the required
+//!   set and its record in the coordination service, written only while
+//!   the writer holds the election (a deposed leader can neither commit
+//!   nor shrink the set).
+//! - [`follower`] is a standby's side: it follows whoever leads, keeps
+//!   the entries it receives, applies the committed ones, and on
+//!   promotion applies the rest.
+
+pub(crate) mod follower;
+pub(crate) mod in_sync;
+mod log;
+#[cfg(test)]
+mod tests;
+
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::{Condvar, Mutex};
+
+use self::in_sync::{InSync, Record};
+use self::log::Log;
+use super::config::MasterConfig;
+use super::metrics::tiers::StandbyState;
+use super::metrics::MasterMetrics;
+use super::mutation::{Mutation, MutationSink};
+use super::oplog::{OwnedEntry, OwnedMutation};
+use crate::proto::{Frames, Response};
+
+/// Most frame bytes in one answer to a pull (past its first entry).
+const PULL_BUDGET: usize = 8 << 20;
+/// Longest a call waits for its entries to be committed.
+const COMMIT_WAIT: Duration = Duration::from_secs(15);
+
+/// How replication runs, from the flags.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Most entries in one answer to a pull (`--oplog_batch_max_entries`).
+    pub(crate) batch_max: usize,
+    /// Longest an idle pull waits (`--oplog_poll_interval_ms`).
+    pub(crate) poll: Duration,
+    /// A required standby silent this long leaves the in-sync set.
+    pub(crate) lag_limit: Duration,
+}
+
+impl Options {
+    pub(crate) fn from_config(c: &MasterConfig) -> Options {
+        let poll = c
+            .oplog_poll_interval
+            .clamp(Duration::from_millis(1), Duration::from_secs(60));
+        Options {
+            batch_max: c.oplog_batch_max_entries.clamp(1, 1 << 20),
+            poll,
+            // A killed standby is noticed at once (its connection closes);
+            // this is for one that hangs, not one that is slow for a moment.
+            lag_limit: (poll * 2).max(Duration::from_secs(2)),
+        }
+    }
+}
+
+/// Where this master stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Following a leader (or waiting for one).
+    Standby,
+    /// Leading: appends and commits.
+    Leader,
+    /// Was leader and lost the election: commits nothing any more, and
+    /// its state may hold entries nobody else has.
+    Deposed,
+}
+
+struct State {
+    log: Log,
+    role: Role,
+    /// Term of the leader being followed, or of this master as leader.
+    term: u64,
+    /// Entries applied to this master's state machine.
+    applied: u64,
+    /// The leader's commit point, as last heard (standby) or decided.
+    committed: u64,
+    in_sync: Option<InSync>,
+    /// Who leads, as far as this master knows (its RPC address).
+    leader: Option<String>,
+}
+
+thread_local! {
+    /// The last entry the calling thread's mutations made: what the call
+    /// it serves waits for.
+    static LAST_SEQ: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The replicated log of one master, leader or standby.
+pub(crate) struct Replication {
+    /// This master's member id: its RPC address and an incarnation, so a
+    /// restarted master (which lost its state) is a new member.
+    me: String,
+    opts: Options,
+    /// The sink's fast path: standbys ignore their own replays.
+    leading: AtomicBool,
+    state: Mutex<State>,
+    /// New entries, or a new commit point: what pulls wait for.
+    appended: Condvar,
+    /// A new commit point (or a lost election): what calls wait for.
+    committed: Condvar,
+}
+
+/// The replication status, for `/ha_status` and the metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub(crate) member: String,
+    pub(crate) role: Role,
+    pub(crate) term: u64,
+    pub(crate) leader: Option<String>,
+    pub(crate) last_seq: u64,
+    pub(crate) applied_seq: u64,
+    pub(crate) committed_seq: u64,
+    pub(crate) log_bytes: usize,
+    /// Leader: the in-sync standbys as recorded, and every standby's lag.
+    pub(crate) in_sync: Vec<String>,
+    pub(crate) standbys: Vec<(String, u64)>,
+}
+
+impl Replication {
+    pub(crate) fn new(me: String, opts: Options) -> Replication {
+        Replication {
+            me,
+            opts,
+            leading: AtomicBool::new(false),
+            state: Mutex::new(State {
+                log: Log::default(),
+                role: Role::Standby,
+                term: 0,
+                applied: 0,
+                committed: 0,
+                in_sync: None,
+                leader: None,
+            }),
+            appended: Condvar::new(),
+            committed: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn member(&self) -> &str {
+        &self.me
+    }
+
+    pub(crate) fn options(&self) -> Options {
+        self.opts
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        self.state.lock().role
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        let st = self.state.lock();
+        let (in_sync, standbys) = match &st.in_sync {
+            Some(s) => (
+                s.recorded().iter().cloned().collect(),
+                s.lags().map(|(id, lag)| (id.to_string(), lag)).collect(),
+            ),
+            None => (Vec::new(), Vec::new()),
+        };
+        Status {
+            member: self.me.clone(),
+            role: st.role,
+            term: st.term,
+            leader: st.leader.clone(),
+            last_seq: st.log.last(),
+            applied_seq: st.applied,
+            committed_seq: st.committed,
+            log_bytes: st.log.bytes(),
+            in_sync,
+            standbys,
+        }
+    }
+
+    /// Notes who leads (a standby's view of the election).
+    pub(crate) fn set_leader(&self, leader: Option<String>) {
+        self.state.lock().leader = leader;
+    }
+
+    /// Makes this master the leader of `term`: every entry it holds is
+    /// applied (the caller saw to it) and counts as committed; `record` is
+    /// the one it inherits. Returns the record to write before serving.
+    pub(crate) fn promote(
+        &self,
+        term: u64,
+        address: &str,
+        record: Option<&Record>,
+        now: u64,
+    ) -> Record {
+        let mut st = self.state.lock();
+        let last = st.log.last();
+        debug_assert_eq!(st.applied, last, "promoted with entries not applied");
+        let inherited: BTreeSet<String> = record
+            .map(|r| {
+                r.standbys
+                    .iter()
+                    .filter(|m| **m != self.me)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let in_sync = InSync::new(last, inherited, self.opts.lag_limit.as_millis() as u64, now);
+        let first = in_sync.required().clone();
+        st.role = Role::Leader;
+        st.term = term;
+        st.committed = last;
+        st.leader = Some(address.to_string());
+        st.in_sync = Some(in_sync);
+        self.leading.store(true, Ordering::Release);
+        Record {
+            term,
+            leader: self.me.clone(),
+            standbys: first,
+        }
+    }
+
+    /// A leader stopping: waits (at most `within`) until every entry it
+    /// appended is committed, so that calls in flight are answered.
+    pub(crate) fn settle(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut st = self.state.lock();
+        while st.role == Role::Leader && st.committed < st.log.last() {
+            if self.committed.wait_until(&mut st, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// The leader lost the election, or stops: nothing commits any more,
+    /// and every waiting call and pull is answered now.
+    pub(crate) fn depose(&self) {
+        let mut st = self.state.lock();
+        if st.role == Role::Leader {
+            st.role = Role::Deposed;
+        }
+        self.leading.store(false, Ordering::Release);
+        drop(st);
+        self.appended.notify_all();
+        self.committed.notify_all();
+    }
+
+    /// The record to write next, if it should change (leader only).
+    pub(crate) fn next_record(&self, now: u64) -> Option<Record> {
+        let mut st = self.state.lock();
+        let term = st.term;
+        let set = st.in_sync.as_mut()?.next_record(now)?;
+        let moved = self.recommit(&mut st);
+        drop(st);
+        if moved {
+            self.wake_committed();
+        }
+        Some(Record {
+            term,
+            leader: self.me.clone(),
+            standbys: set,
+        })
+    }
+
+    /// `record` is written (`ok`) or could not be.
+    pub(crate) fn record_done(&self, record: Record, ok: bool) {
+        let mut st = self.state.lock();
+        let Some(s) = st.in_sync.as_mut() else {
+            return;
+        };
+        if ok {
+            s.written(record.standbys);
+        } else {
+            s.write_failed();
+        }
+        let moved = self.recommit(&mut st);
+        drop(st);
+        if moved {
+            self.wake_committed();
+        }
+    }
+
+    /// Takes the in-sync set's commit point into `st.committed`; whether it moved.
+    fn recommit(&self, st: &mut State) -> bool {
+        let c = st.in_sync.as_ref().map_or(st.committed, InSync::committed);
+        let moved = c > st.committed;
+        st.committed = st.committed.max(c);
+        moved
+    }
+
+    fn wake_committed(&self) {
+        self.committed.notify_all();
+        self.appended.notify_all();
+    }
+
+    /// Forgets standbys gone for long (leader).
+    pub(crate) fn forget_silent(&self, now: u64) {
+        if let Some(s) = self.state.lock().in_sync.as_mut() {
+            s.forget_silent(now);
+        }
+    }
+
+    /// The last entry the calling thread's mutations made since the last
+    /// call (0: none).
+    pub(crate) fn take_last_seq() -> u64 {
+        LAST_SEQ.with(|c| c.replace(0))
+    }
+
+    /// Waits until entry `seq` is committed. Fails once this master no
+    /// longer leads, or after [`COMMIT_WAIT`]; the call's outcome is then
+    /// unknown to its caller (as after a timeout).
+    pub(crate) fn wait_committed(&self, seq: u64) -> Result<()> {
+        let deadline = Instant::now() + COMMIT_WAIT;
+        let mut st = self.state.lock();
+        loop {
+            if st.role != Role::Leader {
+                return Err(not_leader());
+            }
+            if st.committed >= seq {
+                return Ok(());
+            }
+            if self.committed.wait_until(&mut st, deadline).timed_out() {
+                return Err(Error::new(
+                    ErrorCode::RPC_FAIL,
+                    format!("entry {seq} not replicated within {COMMIT_WAIT:?}"),
+                ));
+            }
+        }
+    }
+
+    /// Answers a standby's pull (leader, on the connection's thread):
+    /// acknowledges what it has, then waits until there is something new
+    /// for it or `wait` runs out.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn serve_pull(
+        &self,
+        standby: &str,
+        after: u64,
+        after_term: u64,
+        applied: u64,
+        max: u32,
+        wait: Duration,
+        now: u64,
+    ) -> Response {
+        let failed = |error| Response::Failed { error };
+        let mut st = self.state.lock();
+        if st.role != Role::Leader {
+            return failed(not_leader());
+        }
+        if st.log.term_at(after) != Some(after_term) {
+            return failed(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("standby log does not match: entry {after} of term {after_term}"),
+            ));
+        }
+        let moved = match st.in_sync.as_mut() {
+            Some(s) => s.acked(standby, after, now),
+            None => false,
+        };
+        if moved && self.recommit(&mut st) {
+            self.wake_committed();
+        }
+        let deadline = Instant::now() + wait.min(self.opts.poll);
+        while st.role == Role::Leader && st.log.last() <= after && st.committed <= applied {
+            if self.appended.wait_until(&mut st, deadline).timed_out() {
+                break;
+            }
+        }
+        if st.role != Role::Leader {
+            return failed(not_leader());
+        }
+        let max = (max as usize).clamp(1, self.opts.batch_max);
+        let mut frames = Vec::new();
+        st.log.copy_after(after, max, PULL_BUDGET, &mut frames);
+        Response::Entries {
+            term: st.term,
+            committed: st.committed,
+            leader_now: now,
+            frames: Frames(frames),
+        }
+    }
+
+    /// A standby's connection closed: it counts as silent from now.
+    pub(crate) fn standby_gone(&self, standby: &str) {
+        if let Some(s) = self.state.lock().in_sync.as_mut() {
+            s.gone(standby);
+        }
+    }
+}
+
+impl MutationSink for std::sync::Arc<Replication> {
+    fn applied(&self, m: &Mutation<'_>) {
+        if !self.leading.load(Ordering::Acquire) {
+            return;
+        }
+        let owned = OwnedMutation::from_mutation(m);
+        let mut st = self.state.lock();
+        if st.role != Role::Leader {
+            return;
+        }
+        let entry = OwnedEntry {
+            seq: st.log.last() + 1,
+            term: st.term,
+            mutations: vec![owned],
+        };
+        let seq = st.log.push(entry.term, entry.to_frame());
+        st.applied = seq;
+        if let Some(s) = st.in_sync.as_mut() {
+            s.appended(seq);
+        }
+        let moved = self.recommit(&mut st);
+        drop(st);
+        self.appended.notify_all();
+        if moved {
+            self.committed.notify_all();
+        }
+        LAST_SEQ.with(|c| c.set(seq));
+    }
+}
+
+fn not_leader() -> Error {
+    Error::new(
+        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+        "this master no longer leads its cluster",
+    )
+}
+
+impl Replication {
+    /// Sets the `ha_*` families and `master_is_leader` of `m` from the
+    /// current status (called before the metrics are read).
+    pub(crate) fn publish_metrics(&self, m: &MasterMetrics) {
+        let st = self.status();
+        let ha = &m.ha;
+        ha.set_oplog_last_sequence_id(st.last_seq);
+        match st.role {
+            // A leader's lag is its furthest-behind standby's.
+            Role::Leader => {
+                let lag = st.standbys.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
+                ha.set_oplog_applied_sequence_id(st.applied_seq, st.applied_seq + lag);
+            }
+            _ => ha.set_oplog_applied_sequence_id(st.applied_seq, st.last_seq),
+        }
+        ha.set_oplog_pending_entries(st.last_seq.saturating_sub(st.applied_seq));
+        ha.set_pending_mutation_queue_size(st.last_seq.saturating_sub(st.committed_seq));
+        ha.set_standby_state(match st.role {
+            Role::Standby => StandbyState::Watching,
+            Role::Leader => StandbyState::Promoted,
+            Role::Deposed => StandbyState::Failed,
+        });
+        m.set_leader(st.role == Role::Leader);
+    }
+}

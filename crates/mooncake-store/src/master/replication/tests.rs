@@ -1,0 +1,137 @@
+//! A leader and a standby wired by hand (no sockets): the leader's sink
+//! logs its mutations, a pull carries them, the standby keeps and applies
+//! the committed ones, and promotion applies the rest.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::follower::{apply_up_to, receive};
+use super::in_sync::Record;
+use super::{Options, Replication, Role};
+use crate::master::shared::Shared;
+use crate::master::MasterConfig;
+use crate::proto::{Frames, Response};
+use crate::types::{ReplicateConfig, SegmentInfo};
+
+fn opts() -> Options {
+    Options {
+        batch_max: 1024,
+        poll: Duration::ZERO,
+        lag_limit: Duration::from_secs(2),
+    }
+}
+
+fn master(me: &str) -> (Arc<Shared>, Arc<Replication>) {
+    let r = Arc::new(Replication::new(me.into(), opts()));
+    (
+        Arc::new(Shared::replicated(MasterConfig::default(), r.clone()).unwrap()),
+        r,
+    )
+}
+
+/// One pull of `standby` (holding `after` entries, `applied` applied).
+fn pull(leader: &Replication, standby: &Replication, now: u64) -> (u64, u64, Frames) {
+    let p = standby.pull_request(1024, Duration::ZERO);
+    match leader.serve_pull(
+        standby.member(),
+        p.after,
+        p.after_term,
+        p.applied,
+        1024,
+        Duration::ZERO,
+        now,
+    ) {
+        Response::Entries {
+            term,
+            committed,
+            frames,
+            ..
+        } => (term, committed, frames),
+        other => panic!("pull answered {other:?}"),
+    }
+}
+
+fn segment() -> SegmentInfo {
+    SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 1 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    }
+}
+
+#[test]
+fn a_standby_follows_commits_and_takes_over() {
+    let (la, ra) = master("a#1");
+    let (lb, rb) = master("b#1");
+    let rec = ra.promote(7, "a:1", None, 0);
+    assert!(rec.standbys.is_empty());
+    ra.record_done(rec, true);
+
+    la.service.mount_segment(1, &segment(), 0).unwrap();
+    let cfg = ReplicateConfig::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 1).unwrap();
+    la.service.put_end(1, "k", 2).unwrap();
+    let last = Replication::take_last_seq();
+    assert!(last >= 3, "register, mount, put start and end are logged");
+    ra.wait_committed(last).unwrap();
+
+    // B pulls everything; it applies only what A says is committed.
+    let (term, committed, frames) = pull(&ra, &rb, 3);
+    assert_eq!((term, committed), (7, last));
+    receive(&lb, &rb, term, committed, &frames).unwrap();
+    assert_eq!(rb.status().applied_seq, last);
+    assert!(lb.service.exist_key("k", 3).unwrap());
+
+    // B has every entry: it joins the in-sync set; from then on a put
+    // commits only once B asked for what follows it.
+    let _ = pull(&ra, &rb, 4);
+    let rec = ra.next_record(4).unwrap();
+    assert_eq!(rec.standbys, BTreeSet::from(["b#1".to_string()]));
+    ra.record_done(rec.clone(), true);
+    la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
+    let seq = Replication::take_last_seq();
+    assert!(ra.status().committed_seq < seq, "B has not got it");
+    let (term, committed, frames) = pull(&ra, &rb, 6);
+    assert!(committed < seq);
+    receive(&lb, &rb, term, committed, &frames).unwrap();
+    assert_eq!(rb.status().last_seq, seq, "kept, not applied");
+    let _ = pull(&ra, &rb, 7); // acknowledges
+    ra.wait_committed(seq).unwrap();
+
+    // A is gone; B is in the record: it applies the rest and leads.
+    let record = Record {
+        term: 7,
+        leader: "a#1".into(),
+        standbys: rec.standbys,
+    };
+    assert!(record.holds_all(rb.member()));
+    apply_up_to(&lb, &rb, u64::MAX).unwrap();
+    let first = rb.promote(8, "b:1", Some(&record), 8);
+    assert!(first.standbys.is_empty(), "A is not carried over");
+    assert_eq!(rb.role(), Role::Leader);
+    // The put in flight on A is in flight on B: its writer can end it.
+    lb.service.put_end(1, "k2", 9).unwrap();
+    assert!(lb.service.exist_key("k2", 9).unwrap());
+
+    // A deposed leader commits nothing and fails its waiting calls.
+    ra.depose();
+    assert!(ra.wait_committed(u64::MAX).is_err());
+    assert!(matches!(
+        ra.serve_pull("b#1", 0, 0, 0, 1, Duration::ZERO, 10),
+        Response::Failed { .. }
+    ));
+}
+
+#[test]
+fn a_log_that_does_not_match_is_refused() {
+    let (_la, ra) = master("a#1");
+    let rec = ra.promote(3, "a:1", None, 0);
+    ra.record_done(rec, true);
+    // Entry 5 of term 2 is not in A's (empty) log.
+    assert!(matches!(
+        ra.serve_pull("b#1", 5, 2, 0, 10, Duration::ZERO, 1),
+        Response::Failed { .. }
+    ));
+}

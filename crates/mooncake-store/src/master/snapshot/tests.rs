@@ -1,0 +1,298 @@
+//! Restart without loss, in process: a leader logging to a real
+//! write-ahead log and taking snapshots, restored into a fresh master
+//! from the files alone, ends in the leader's replicated state; damaged
+//! snapshots fall back to older ones; retention and log truncation.
+
+use std::path::Path;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::durable::{round, Shadow};
+use super::format::{self, SnapshotError, SnapshotMeta};
+use super::store::{snapshot_name, LocalStore, SnapshotStore};
+use super::{restore, Stores};
+use crate::master::oplog::wal::{self, Wal, WalSink};
+use crate::master::policy::AllocationStrategy;
+use crate::master::service::tests::{assert_same, segment, service, step, History, SEGMENTS};
+use crate::master::service::MasterService;
+
+const STRATEGY: AllocationStrategy = AllocationStrategy::FreeRatioFirst;
+
+fn make() -> MasterService {
+    service(STRATEGY)
+}
+
+struct Setup {
+    leader: MasterService,
+    wal: std::sync::Arc<Wal>,
+    stores: Stores,
+    _dir: tempfile::TempDir,
+    wal_dir: std::path::PathBuf,
+    snap_dir: std::path::PathBuf,
+}
+
+fn setup(sync: bool) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let wal_dir = dir.path().join("wal");
+    let snap_dir = dir.path().join("snapshots");
+    super::start_history(&wal_dir, 0).unwrap();
+    let wal = Wal::start(&wal_dir, 1, sync).unwrap();
+    let leader = make().with_sink(Box::new(WalSink(wal.clone())));
+    for (name, owner) in SEGMENTS {
+        leader.mount_segment(owner, &segment(name), 0).unwrap();
+    }
+    let stores = Stores::new(Box::new(LocalStore::new(&snap_dir).unwrap()), None);
+    Setup {
+        leader,
+        wal,
+        stores,
+        _dir: dir,
+        wal_dir,
+        snap_dir,
+    }
+}
+
+fn run(s: &Setup, rng: &mut StdRng, h: &mut History, steps: usize) {
+    for _ in 0..steps {
+        step(&s.leader, rng, h);
+    }
+}
+
+fn restored(s: &Setup) -> super::Restored {
+    s.wal.flush().unwrap();
+    restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap()
+}
+
+#[test]
+fn the_log_alone_rebuilds_the_state() {
+    let s = setup(true);
+    let mut rng = StdRng::seed_from_u64(1);
+    let mut h = History::default();
+    run(&s, &mut rng, &mut h, 2_000);
+    let r = restored(&s);
+    assert_eq!(r.report.snapshot, None);
+    assert!(r.report.entries > 0);
+    assert_same(&s.leader, &r.service, &h.tasks, "log only");
+    let stats = s.wal.stats();
+    assert!(stats.commits > 0 && stats.mutations >= stats.entries);
+}
+
+#[test]
+fn snapshots_then_the_log_tail_rebuild_the_state() {
+    let s = setup(false);
+    let mut rng = StdRng::seed_from_u64(2);
+    let mut h = History::default();
+    let mut shadow: Option<Shadow> = None;
+    let mut last = 0;
+    for i in 0..4 {
+        let n = rng.gen_range(300..900);
+        run(&s, &mut rng, &mut h, n);
+        let rep = round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap();
+        assert!(rep.seq > last, "round {i}: {rep:?}");
+        last = rep.seq;
+        // The shadow is the leader's state at the cut.
+        s.wal.flush().unwrap();
+        let r = restored(&s);
+        assert_eq!(r.report.snapshot, Some(rep.seq));
+        assert_same(&s.leader, &r.service, &h.tasks, &format!("round {i}"));
+    }
+    // Retention: the two newest; the log reaches back to the older one.
+    let kept = s.stores.main.list().unwrap();
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let first_log = wal::list_files(&s.wal_dir).unwrap()[0].0;
+    assert!(first_log <= kept[0] + 1, "{first_log} vs {kept:?}");
+    // Puts after the last snapshot are in the tail.
+    run(&s, &mut rng, &mut h, 500);
+    let r = restored(&s);
+    assert_eq!(r.report.snapshot, Some(last));
+    assert!(r.report.entries > 0);
+    assert_same(&s.leader, &r.service, &h.tasks, "tail");
+}
+
+fn damage(dir: &Path, seq: u64, how: &str) {
+    let path = dir.join(snapshot_name(seq));
+    let mut b = std::fs::read(&path).unwrap();
+    match how {
+        "truncate" => b.truncate(b.len() / 2),
+        _ => {
+            let at = b.len() / 2;
+            b[at] ^= 0x40;
+        }
+    }
+    std::fs::write(&path, b).unwrap();
+}
+
+#[test]
+fn a_damaged_newest_snapshot_falls_back_to_the_previous_one() {
+    for how in ["truncate", "flip"] {
+        let s = setup(false);
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut h = History::default();
+        let mut shadow = None;
+        run(&s, &mut rng, &mut h, 800);
+        let older = round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap().seq;
+        run(&s, &mut rng, &mut h, 800);
+        let newer = round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap().seq;
+        run(&s, &mut rng, &mut h, 300);
+        damage(&s.snap_dir, newer, how);
+        let r = restored(&s);
+        assert_eq!(r.report.snapshot, Some(older), "{how}");
+        assert_eq!(r.report.skipped, [newer]);
+        assert_same(&s.leader, &r.service, &h.tasks, how);
+    }
+}
+
+#[test]
+fn a_fresh_history_ignores_older_snapshots() {
+    let s = setup(false);
+    let mut rng = StdRng::seed_from_u64(4);
+    let mut h = History::default();
+    run(&s, &mut rng, &mut h, 300);
+    let mut shadow = None;
+    let seq = round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap().seq;
+    s.wal.flush().unwrap();
+    s.wal.stop();
+    // A new history starts past it; restoring it starts empty.
+    super::start_history(&s.wal_dir, seq).unwrap();
+    let r = restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap();
+    assert_eq!(r.report.snapshot, None);
+    assert!(r.service.all_keys().is_empty());
+}
+
+#[test]
+fn snapshot_frames_are_checked() {
+    let s = setup(false);
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut h = History::default();
+    run(&s, &mut rng, &mut h, 300);
+    let meta = SnapshotMeta {
+        seq: 9,
+        term: 1,
+        now: h.now,
+    };
+    let bytes = format::encode(&s.leader, meta);
+    assert_eq!(format::read_meta(&bytes).unwrap(), meta);
+    let fresh = make();
+    assert_eq!(format::decode_into(&bytes, &fresh).unwrap(), meta);
+    assert_same(&s.leader, &fresh, &h.tasks, "decoded");
+    for cut in [0, 3, 10, 19, 20, bytes.len() / 2, bytes.len() - 1] {
+        let err = format::payload(&bytes[..cut]).unwrap_err();
+        assert!(
+            matches!(err, SnapshotError::Truncated),
+            "cut {cut}: {err:?}"
+        );
+    }
+    let mut bad = bytes.clone();
+    bad[4] = format::VERSION + 1;
+    assert_eq!(
+        format::payload(&bad).unwrap_err(),
+        SnapshotError::UnknownVersion(format::VERSION + 1)
+    );
+    for at in (format::HEADER_LEN..bytes.len()).step_by(97) {
+        let mut bad = bytes.clone();
+        bad[at] ^= 1;
+        assert!(matches!(
+            format::payload(&bad).unwrap_err(),
+            SnapshotError::Checksum { .. }
+        ));
+    }
+    // Decoded twice into one master: every range is already taken.
+    let err = format::decode_into(&bytes, &fresh).unwrap_err();
+    assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err:?}");
+}
+
+#[test]
+fn a_torn_log_tail_is_cut_and_everything_before_it_kept() {
+    let s = setup(true);
+    let mut rng = StdRng::seed_from_u64(6);
+    let mut h = History::default();
+    run(&s, &mut rng, &mut h, 500);
+    s.wal.flush().unwrap();
+    s.wal.stop();
+    let (_, last) = wal::list_files(&s.wal_dir).unwrap().pop().unwrap();
+    let len = std::fs::metadata(&last).unwrap().len();
+    // Half a frame of a write that never completed.
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&last)
+        .unwrap();
+    std::io::Write::write_all(&mut f, &b"MCOL\x01\0\0\0\xff\0\0\0"[..]).unwrap();
+    drop(f);
+    let r = restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap();
+    assert_same(&s.leader, &r.service, &h.tasks, "torn");
+    assert_eq!(std::fs::metadata(&last).unwrap().len(), len, "cut off");
+    // Damage before the end is not a torn write: refused.
+    let mut b = std::fs::read(&last).unwrap();
+    b[20] ^= 1;
+    std::fs::write(&last, b).unwrap();
+    assert!(restore(&make, Some(&s.stores), Some(&s.wal_dir), None).is_err());
+}
+
+#[test]
+fn snapshots_on_an_s3_server_restore_and_fall_back() {
+    use super::store::{S3Settings, S3Store};
+    let s3 = test_support::services::start_s3("mooncake-snapshots");
+    let settings = S3Settings {
+        bucket: "mooncake-snapshots".into(),
+        region: "us-east-1".into(),
+        endpoint: Some(format!("http://{}", s3.addr)),
+        access_key_id: Some("test".into()),
+        secret_access_key: Some("test".into()),
+        virtual_hosted: false,
+        prefix: "cluster-a/".into(),
+    };
+    let mut s = setup(false);
+    s.stores = Stores::new(Box::new(S3Store::new(settings.clone()).unwrap()), None);
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut h = History::default();
+    let mut shadow = None;
+    let mut seqs = Vec::new();
+    for _ in 0..3 {
+        run(&s, &mut rng, &mut h, 600);
+        seqs.push(round(&make, 2, &s.stores, &s.wal, &mut shadow).unwrap().seq);
+    }
+    assert_eq!(s.stores.main.list().unwrap(), seqs[1..], "retention on S3");
+    run(&s, &mut rng, &mut h, 300);
+    let r = restored(&s);
+    assert_eq!(r.report.snapshot, Some(seqs[2]));
+    assert_same(&s.leader, &r.service, &h.tasks, "s3");
+    // A truncated newest object: the previous snapshot and the log.
+    let name = snapshot_name(seqs[2]);
+    let bytes = s.stores.main.get(&name).unwrap();
+    s.stores.main.put(&name, &bytes[..bytes.len() / 3]).unwrap();
+    let r = restored(&s);
+    assert_eq!(r.report.snapshot, Some(seqs[1]));
+    assert_eq!(r.report.skipped, [seqs[2]]);
+    assert_same(&s.leader, &r.service, &h.tasks, "s3 fallback");
+    // Another prefix sees none of them.
+    let other = S3Store::new(S3Settings {
+        prefix: "cluster-b/".into(),
+        ..settings
+    })
+    .unwrap();
+    assert!(other.list().unwrap().is_empty());
+}
+
+#[test]
+fn restored_segments_wait_for_their_owner() {
+    use mooncake_common::ErrorCode;
+    let s = setup(false);
+    let cfg = crate::types::ReplicateConfig {
+        preferred_segment: "b1".into(),
+        ..Default::default()
+    };
+    s.leader.put_start(7, "k", 4096, &cfg, false, 1).unwrap();
+    s.leader.put_end(7, "k", 2).unwrap();
+    let r = restored(&s);
+    // What `open` does after a restore.
+    r.service.segments.unverify_all();
+    let err = r.service.get_replica_list("k", 3).unwrap_err();
+    assert_eq!(err.code, ErrorCode::REPLICA_IS_NOT_READY);
+    // Another client's heartbeat verifies nothing; the owner's does.
+    r.service.ping(1, 4).unwrap();
+    assert!(r.service.get_replica_list("k", 5).is_err());
+    r.service.ping(2, 6).unwrap();
+    let got = r.service.get_replica_list("k", 7).unwrap();
+    assert_eq!(got.replicas.len(), 1);
+}
