@@ -27,13 +27,15 @@ use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::{mpsc, watch};
 
 use super::config::MasterConfig;
-use super::ha::CAMPAIGN_RETRY;
 use super::replication::follower::Follower;
 use super::replication::in_sync::Record;
 use super::replication::{Options, Replication};
 use super::server::{bind_http, serve_http, MasterServer};
 use super::shared::Shared;
 use crate::ha::{LeaderElection, Leadership};
+
+/// Pause before campaigning again after a failed campaign.
+pub(crate) const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 
 /// How often the leader reconsiders its in-sync set.
 const RECORD_EVERY: Duration = Duration::from_millis(20);

@@ -17,15 +17,12 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::time::Duration;
 
 use mooncake_common::Result;
 
+use super::failover::CAMPAIGN_RETRY;
 use super::{MasterConfig, MasterServer};
 use crate::ha::LEASE_TTL;
-
-/// Pause before campaigning again after a failed campaign.
-pub(crate) const CAMPAIGN_RETRY: Duration = Duration::from_secs(1);
 
 /// The address published for clients: `--rpc_address` unless it is a
 /// wildcard, else this host's name; with the RPC port.
