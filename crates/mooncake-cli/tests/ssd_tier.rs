@@ -64,21 +64,32 @@ fn key(i: usize) -> String {
 /// Puts `n` keys, retrying the retryable `NO_AVAILABLE_HANDLE` (memory
 /// full of objects whose disk copy is not durable yet).
 fn put_all(client: &Client, n: usize) -> usize {
+    (0..n)
+        .map(|i| {
+            until_room(&key(i), || {
+                client.put(&key(i), &value(&key(i), VALUE), &ReplicateConfig::default())
+            })
+        })
+        .sum()
+}
+
+/// Runs a write until it gets room, retrying the retryable
+/// `NO_AVAILABLE_HANDLE`: memory can be full of objects that wait for their
+/// disk copy or that a reader holds a lease on (every replica query grants
+/// one). Returns the number of retries.
+fn until_room(what: &str, mut write: impl FnMut() -> mooncake_common::Result<()>) -> usize {
     let mut retries = 0;
-    for i in 0..n {
-        loop {
-            match client.put(&key(i), &value(&key(i), VALUE), &ReplicateConfig::default()) {
-                Ok(()) => break,
-                Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
-                    retries += 1;
-                    assert!(retries < 100_000, "puts never got through");
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => panic!("put {}: {e}", key(i)),
+    loop {
+        match write() {
+            Ok(()) => return retries,
+            Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
+                retries += 1;
+                assert!(retries < 100_000, "{what}: never got room");
+                std::thread::sleep(Duration::from_millis(5));
             }
+            Err(e) => panic!("write {what}: {e}"),
         }
     }
-    retries
 }
 
 fn assert_all_exact(client: &Client, keys: impl IntoIterator<Item = String>) {
@@ -165,9 +176,11 @@ fn removed_and_replaced_objects_leave_the_tier() {
         ErrorCode::OBJECT_ALREADY_EXISTS
     );
     assert!(client.is_exist(&k0).unwrap());
-    client
-        .upsert(&k0, b"fresh bytes", &ReplicateConfig::default())
-        .unwrap();
+    // The replica queries above leased every object still in memory, so
+    // the upsert may have to wait for those leases to run out.
+    until_room(&k0, || {
+        client.upsert(&k0, b"fresh bytes", &ReplicateConfig::default())
+    });
     assert_eq!(client.get(&k0).unwrap(), b"fresh bytes");
     let k1 = key(1);
     client.remove(&k1, false).unwrap();
