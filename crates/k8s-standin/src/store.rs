@@ -15,6 +15,9 @@ use crate::status::ApiError;
 
 type Key = (Kind, String, String);
 
+/// Total bytes of an object's annotation keys and values.
+const MAX_ANNOTATION_BYTES: usize = 256 << 10;
+
 pub struct Store {
     next_rv: u64,
     next_uid: u64,
@@ -419,6 +422,34 @@ fn validate(kind: Kind, name: &str, obj: &Value) -> Result<(), ApiError> {
             }
         }
     }
+    if let Some(annotations) = obj
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+    {
+        let mut total = 0;
+        for (k, v) in annotations {
+            if let Some(why) = label_key_error(k) {
+                return Err(ApiError::invalid(
+                    kind,
+                    name,
+                    "metadata.annotations",
+                    &format!("{k:?}"),
+                    why,
+                ));
+            }
+            total += k.len() + v.as_str().map_or(0, str::len);
+        }
+        // The API server's limit on all annotations of one object.
+        if total > MAX_ANNOTATION_BYTES {
+            return Err(ApiError::invalid(
+                kind,
+                name,
+                "metadata.annotations",
+                "",
+                "Too long: must have at most 262144 bytes",
+            ));
+        }
+    }
     if kind == Kind::Lease {
         for (field, min) in [("leaseDurationSeconds", 1), ("leaseTransitions", 0)] {
             if let Some(n) = obj
@@ -674,6 +705,31 @@ mod tests {
                 .code,
             404
         );
+    }
+
+    #[test]
+    fn annotations_are_kept_and_checked_as_the_server_does() {
+        let mut s = Store::default();
+        let mut obj = s
+            .create(Kind::Lease, "ns", lease("l", "a"), now())
+            .unwrap()
+            .object;
+        obj["metadata"]["annotations"] = json!({"mooncake.io/in-sync": "term=1\n"});
+        let w = s
+            .replace(Kind::Lease, "ns", "l", obj.clone(), now())
+            .unwrap();
+        assert_eq!(
+            w.object["metadata"]["annotations"]["mooncake.io/in-sync"],
+            "term=1\n"
+        );
+        let mut bad = w.object.clone();
+        bad["metadata"]["annotations"] = json!({"not a key!": "x"});
+        let e = s.replace(Kind::Lease, "ns", "l", bad, now()).unwrap_err();
+        assert_eq!((e.code, e.reason), (422, "Invalid"));
+        let mut big = w.object.clone();
+        big["metadata"]["annotations"] = json!({"a": "x".repeat(256 << 10)});
+        let e = s.replace(Kind::Lease, "ns", "l", big, now()).unwrap_err();
+        assert!(e.message.contains("at most 262144 bytes"), "{}", e.message);
     }
 
     #[test]

@@ -12,18 +12,16 @@
 
 mod common;
 
-use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use common::load::{check, storage_client, under_load, Load};
 use common::{
     code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT,
 };
 use mooncake_common::ErrorCode;
-use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 use test_support::services;
 
@@ -45,7 +43,21 @@ fn start_master_with(
     http: u16,
     client_ttl: u32,
 ) -> Master {
-    let args = [
+    start_master_in(coordination, cluster, rpc, http, client_ttl, None, &[])
+}
+
+/// With `snapshots`: HA snapshots every second, stored under that
+/// directory (shared by the masters, as an S3 bucket would be).
+fn start_master_in(
+    coordination: &str,
+    cluster: &str,
+    rpc: u16,
+    http: u16,
+    client_ttl: u32,
+    snapshots: Option<&std::path::Path>,
+    extra: &[&str],
+) -> Master {
+    let mut args = vec![
         "--enable_ha=true".to_string(),
         "--enable_oplog=true".into(),
         format!("--etcd_endpoints={coordination}"),
@@ -58,7 +70,42 @@ fn start_master_with(
         "--default_kv_lease_ttl=200".into(),
         "--oplog_poll_interval_ms=200".into(),
     ];
-    let (proc, up) = spawn_watching(MASTER, &args, "listening on");
+    let Some(dir) = snapshots else {
+        let (proc, up) = spawn_watching(MASTER, &args, "listening on");
+        return Master {
+            proc,
+            rpc,
+            http,
+            up,
+        };
+    };
+    args.extend([
+        "--enable_snapshot=true".to_string(),
+        "--snapshot_interval_seconds=1".into(),
+        "--snapshot_retention_count=2".into(),
+    ]);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let mut child = std::process::Command::new(MASTER)
+        .args(&args)
+        .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, up) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(|l| l.ok())
+        {
+            if line.contains("listening on") && tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let proc = Proc(child);
     Master {
         proc,
         rpc,
@@ -114,108 +161,6 @@ fn cluster(test: &str) -> String {
     format!("{test}-{}", std::process::id())
 }
 
-/// What one load thread saw acknowledged.
-#[derive(Default)]
-struct Ledger {
-    present: HashMap<String, Vec<u8>>,
-    removed: HashSet<String>,
-}
-
-/// Shared counters of the load.
-#[derive(Default)]
-struct Load {
-    stop: AtomicBool,
-    puts: AtomicUsize,
-    wrong: AtomicUsize,
-    /// Nanoseconds since `start` of the first good put and get after the
-    /// last kill (`u64::MAX`: none yet).
-    kill_at: AtomicU64,
-    first_put: AtomicU64,
-    first_get: AtomicU64,
-}
-
-impl Load {
-    fn note(&self, start: Instant, slot: &AtomicU64) {
-        let now = start.elapsed().as_nanos() as u64;
-        if now > self.kill_at.load(Ordering::SeqCst) {
-            let _ = slot.fetch_min(now, Ordering::SeqCst);
-        }
-    }
-
-    fn killed(&self, start: Instant) {
-        self.first_put.store(u64::MAX, Ordering::SeqCst);
-        self.first_get.store(u64::MAX, Ordering::SeqCst);
-        self.kill_at
-            .store(start.elapsed().as_nanos() as u64, Ordering::SeqCst);
-    }
-
-    fn since_kill(&self, slot: &AtomicU64) -> Option<Duration> {
-        let (at, kill) = (
-            slot.load(Ordering::SeqCst),
-            self.kill_at.load(Ordering::SeqCst),
-        );
-        (at != u64::MAX).then(|| Duration::from_nanos(at - kill))
-    }
-}
-
-fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger {
-    let mut ledger = Ledger::default();
-    let mut mine: Vec<String> = Vec::new();
-    let cfg = ReplicateConfig::default();
-    let mut i = 0usize;
-    while !load.stop.load(Ordering::SeqCst) {
-        let key = format!("w{id}-{i}");
-        i += 1;
-        let v = value(&key, 4096 + (i % 7) * 512);
-        if client.put(&key, &v, &cfg).is_ok() {
-            load.note(start, &load.first_put);
-            load.puts.fetch_add(1, Ordering::SeqCst);
-            ledger.present.insert(key.clone(), v);
-            mine.push(key);
-        }
-        if i.is_multiple_of(3) && mine.len() > 4 {
-            let k = mine.swap_remove(i % mine.len());
-            let was = ledger.present.remove(&k);
-            match client.remove(&k, true) {
-                Ok(()) => {
-                    ledger.removed.insert(k);
-                }
-                // Unknown outcome: neither present nor removed is asserted.
-                Err(_) => drop(was),
-            }
-        }
-        if let Some(k) = mine.get(i % mine.len().max(1)) {
-            if let Ok(got) = client.get(k) {
-                load.note(start, &load.first_get);
-                if Some(&got) != ledger.present.get(k) {
-                    load.wrong.fetch_add(1, Ordering::SeqCst);
-                }
-            }
-        }
-    }
-    ledger
-}
-
-fn storage_client(master: &str, cluster: &str, metadata: &str) -> Client {
-    Client::setup(&ClientConfig {
-        cluster_id: cluster.to_string(),
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: metadata.to_string(),
-        global_segment_size: 256 << 20,
-        local_buffer_size: 64 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: master.to_string(),
-        ..ClientConfig::default()
-    })
-    .unwrap()
-}
-
-fn wait_puts(load: &Load, n: usize) {
-    let target = load.puts.load(Ordering::SeqCst) + n;
-    eventually("puts go on", || load.puts.load(Ordering::SeqCst) >= target);
-}
-
 /// Three masters, `kills` rounds of kill -9 of the leader under load (the
 /// killed master restarts as a fresh standby and catches up before the
 /// next round), then every acknowledgement is checked.
@@ -238,18 +183,8 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
 
     let client = storage_client(master_addr, &cluster, &metadata);
     let load = Load::default();
-    load.killed(Instant::now());
-    let start = Instant::now();
-    let ledgers = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..3)
-            .map(|id| {
-                s.spawn({
-                    let (client, load) = (&client, &load);
-                    move || worker(client, id, load, start)
-                })
-            })
-            .collect();
-        wait_puts(&load, 200);
+    let (ledgers, ()) = under_load(&client, 3, &load, |start| {
+        load.wait_puts(200);
         for round in 0..kills {
             let l = leader(&masters);
             load.killed(start);
@@ -265,7 +200,7 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
                 std::thread::sleep(Duration::from_millis(5));
             };
             let promoted = killed_at.elapsed();
-            wait_puts(&load, 100);
+            load.wait_puts(100);
             println!(
                 "round {round}: kill -9 of master {l}; master {next} leads after {promoted:?}; first good put after {:?}, get after {:?}",
                 load.since_kill(&load.first_put),
@@ -278,36 +213,10 @@ fn failovers(test: &str, coordination: &str, master_addr: &str, kills: usize) {
                 in_sync(&masters[next]) == 2
             });
         }
-        wait_puts(&load, 100);
-        load.stop.store(true, Ordering::SeqCst);
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap())
-            .collect::<Vec<_>>()
+        load.wait_puts(100);
     });
-
-    assert_eq!(
-        load.wrong.load(Ordering::SeqCst),
-        0,
-        "a read returned wrong bytes"
-    );
-    let (mut present, mut removed) = (0, 0);
-    for ledger in &ledgers {
-        for (k, v) in &ledger.present {
-            assert_eq!(client.get(k).as_ref(), Ok(v), "acknowledged put {k} lost");
-            present += 1;
-        }
-        for k in &ledger.removed {
-            assert_eq!(
-                code(client.get(k)),
-                ErrorCode::OBJECT_NOT_FOUND,
-                "removed {k} is back"
-            );
-            removed += 1;
-        }
-    }
+    let (present, removed) = check(&client, &load, &ledgers);
     println!("checked {present} acknowledged puts and {removed} acknowledged removes after {kills} failovers");
-    assert!(present > 0 && removed > 0);
 }
 
 #[test]
@@ -443,20 +352,49 @@ fn a_partitioned_leader_commits_nothing() {
     relay.thaw();
 }
 
-/// A standby started after 100 000 objects catches up (the whole log from
-/// its leader), joins the in-sync set, and once the leader and the other
-/// standby are killed serves every one of them.
+/// A number from `/replication` (`"name":123`).
+fn replication_field(m: &Master, name: &str) -> u64 {
+    http_get(m.http, "/replication")
+        .and_then(|(_, b)| {
+            let rest = b.split(&format!("\"{name}\":")).nth(1)?;
+            rest.split([',', '}']).next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// With HA snapshots, a standby started after 100 000 objects loads the
+/// leader's snapshot (the log before it is compacted away on the leader)
+/// and then the log tail, joins the in-sync set, and once the leader and
+/// the other standby are killed serves every one of them.
 #[test]
-fn a_standby_started_after_100k_objects_catches_up() {
+fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
     use mooncake_store::types::{SegmentInfo, WriteOptions};
     use mooncake_store::MasterClient;
 
     let etcd = services::etcd();
     let cluster = cluster("late");
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = Some(dir.path());
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let mut a = start_master_with(&etcd.addr, &cluster, ports[0].0, ports[0].1, 120);
+    let mut a = start_master_in(
+        &etcd.addr,
+        &cluster,
+        ports[0].0,
+        ports[0].1,
+        120,
+        snaps,
+        &[],
+    );
     a.up.recv_timeout(WAIT).expect("A leads");
-    let mut b = start_master_with(&etcd.addr, &cluster, ports[1].0, ports[1].1, 120);
+    let mut b = start_master_in(
+        &etcd.addr,
+        &cluster,
+        ports[1].0,
+        ports[1].1,
+        120,
+        snaps,
+        &[],
+    );
     eventually("B in sync", || in_sync(&a) == 1);
 
     let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
@@ -471,9 +409,8 @@ fn a_standby_started_after_100k_objects_catches_up() {
     m.mount_segment(client_id, &segment).unwrap();
     let opts = WriteOptions::default();
     let mut keys = Vec::new();
-    for batch in 0..100 {
+    let put_batch = |batch: usize, keys: &mut Vec<String>| {
         let ks: Vec<String> = (0..1000).map(|i| format!("k{batch}-{i}")).collect();
-        // Heartbeats keep the client (and its segment) alive (client_ttl 3 s).
         m.ping(client_id).unwrap();
         for r in m
             .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
@@ -485,13 +422,39 @@ fn a_standby_started_after_100k_objects_catches_up() {
             r.unwrap();
         }
         keys.extend(ks);
+    };
+    for batch in 0..100 {
+        put_batch(batch, &mut keys);
     }
-
     assert!(m.exist_key(&keys[0]).unwrap(), "on A");
-    let c = start_master_with(&etcd.addr, &cluster, ports[2].0, ports[2].1, 120);
+    // A snapshot holds the 100 000 objects; the leader's log behind it is gone.
+    let snapshotted = replication_field(&a, "last_seq");
+    assert!(snapshotted >= keys.len() as u64, "{snapshotted} entries");
+    eventually("the leader's log is compacted behind a snapshot", || {
+        let _ = m.ping(client_id);
+        replication_field(&a, "log_base") >= snapshotted
+    });
+    // A few more after the snapshot: the tail C must pull.
+    for batch in 100..103 {
+        put_batch(batch, &mut keys);
+    }
+    let c = start_master_in(
+        &etcd.addr,
+        &cluster,
+        ports[2].0,
+        ports[2].1,
+        120,
+        snaps,
+        &[],
+    );
     eventually("C catches up and joins the in-sync set", || {
+        let _ = m.ping(client_id);
         in_sync(&a) == 2
     });
+    assert!(
+        replication_field(&c, "log_base") >= snapshotted,
+        "C started from a snapshot, not from the first entry"
+    );
     a.proc.kill9();
     b.proc.kill9();
     eventually("C takes over", || role(&c).as_deref() == Some("leader"));
@@ -510,4 +473,82 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let (_, status) = http_get(c.http, "/replication").unwrap();
     assert_eq!(found, keys.len(), "{status} {:?}", m.exist_key(&keys[0]));
     println!("late standby serves all {found} objects: {status}");
+    // The leader stored its snapshots, with retention.
+    let stored = std::fs::read_dir(dir.path().join("mooncake_master_snapshot").join(&cluster))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!((1..=2).contains(&stored), "{stored} snapshots stored");
+}
+
+/// Every master killed at once (HA snapshots on): restarted with
+/// `--enable_snapshot_restore`, the cluster serves every object the last
+/// stored snapshot holds, with the storage client's segment.
+#[test]
+fn losing_every_master_at_once_leaves_the_last_snapshot() {
+    use mooncake_store::types::{SegmentInfo, WriteOptions};
+    use mooncake_store::MasterClient;
+
+    let etcd = services::etcd();
+    let cluster = cluster("all-lost");
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = Some(dir.path());
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let start = |i: usize, extra: &[&str]| {
+        start_master_in(
+            &etcd.addr, &cluster, ports[i].0, ports[i].1, 30, snaps, extra,
+        )
+    };
+    let mut masters = vec![start(0, &[])];
+    masters[0].up.recv_timeout(WAIT).expect("A leads");
+    masters.push(start(1, &[]));
+    masters.push(start(2, &[]));
+    eventually("both standbys in sync", || in_sync(&masters[0]) == 2);
+
+    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
+    let client_id = 7u128;
+    let _ = m.ping(client_id);
+    let segment = SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 64 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    m.mount_segment(client_id, &segment).unwrap();
+    let keys: Vec<String> = (0..2000).map(|i| format!("kept-{i}")).collect();
+    let opts = WriteOptions::default();
+    for r in m
+        .batch_put_start(client_id, &keys, &vec![64; keys.len()], &opts)
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for r in m.batch_put_end(client_id, &keys).unwrap() {
+        r.unwrap();
+    }
+    let last = replication_field(&masters[0], "last_seq");
+    eventually("a stored snapshot holds every put", || {
+        let _ = m.ping(client_id);
+        replication_field(&masters[0], "snapshot_seq") >= last
+    });
+    for mut old in masters.drain(..) {
+        old.proc.kill9();
+    }
+    let restarted: Vec<Master> = (0..3)
+        .map(|i| start(i, &["--enable_snapshot_restore=true"]))
+        .collect();
+    // None of them is in the old in-sync set (a restart is a new member):
+    // the winner waits for a member, then takes over with the snapshot.
+    let l = leader(&restarted);
+    eventually("the client reaches the new leader", || {
+        m.ping(client_id).is_ok()
+    });
+    let found = loop {
+        match m.batch_exist_key(&keys) {
+            Ok(r) => break r.into_iter().filter(|e| matches!(e, Ok(true))).count(),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    assert_eq!(found, keys.len(), "objects lost with every master");
+    println!("every master lost: master {l} restored {found} objects from the last snapshot");
+    drop(restarted);
 }

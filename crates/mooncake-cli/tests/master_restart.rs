@@ -18,7 +18,11 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 
 fn master(port: u16, dir: &Path, client_ttl: u32) -> Proc {
-    let args = vec![
+    master_with(port, dir, client_ttl, &[])
+}
+
+fn master_with(port: u16, dir: &Path, client_ttl: u32, extra: &[String]) -> Proc {
+    let mut args = vec![
         format!("--rpc_port={port}"),
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
@@ -32,6 +36,7 @@ fn master(port: u16, dir: &Path, client_ttl: u32) -> Proc {
         "--snapshot_retention_count=2".into(),
         format!("--wal_dir={}", dir.join("wal").display()),
     ];
+    args.extend(extra.iter().cloned());
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let log_path = dir.join(format!("master-{n}.log"));
@@ -174,4 +179,63 @@ fn segments_of_an_owner_that_does_not_come_back_are_dropped() {
         assert!(r.is_err(), "served bytes of a segment nobody verified");
         code(r) == ErrorCode::OBJECT_NOT_FOUND
     });
+}
+
+/// With the master's embedded HTTP metadata server, a restart loses every
+/// transfer-engine descriptor; the owners publish theirs again, so a
+/// client started after the restart opens the existing segment and reads
+/// the objects on it.
+#[test]
+fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metadata_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, meta_port) = (free_port(), free_port());
+    let embedded = [
+        "--enable_http_metadata_server=true".to_string(),
+        "--http_metadata_server_host=127.0.0.1".into(),
+        format!("--http_metadata_server_port={meta_port}"),
+    ];
+    let metadata = format!("http://127.0.0.1:{meta_port}/metadata");
+    let mut m = master_with(port, dir.path(), 5, &embedded);
+    let (_owner, _) = spawn_until_line(
+        STORAGE,
+        &[
+            format!("--master_server_address=127.0.0.1:{port}"),
+            format!("--metadata_server={metadata}"),
+            "--host=127.0.0.1".into(),
+            "--port=0".into(),
+            "--global_segment_size=16MB".into(),
+        ],
+        "mooncake_client ready",
+    );
+    let pure = |metadata: &str| {
+        Client::setup(&ClientConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: metadata.to_string(),
+            global_segment_size: 0,
+            local_buffer_size: 16 << 20,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+            master_server_address: format!("127.0.0.1:{port}"),
+            ..ClientConfig::default()
+        })
+        .unwrap()
+    };
+    let writer = pure(&metadata);
+    let v = value("on-the-owner", 8192);
+    writer.put("on-the-owner", &v, &Default::default()).unwrap();
+    drop(writer);
+
+    m.kill9();
+    let _m = master_with(port, dir.path(), 5, &embedded);
+    let reader = pure(&metadata);
+    eventually(
+        "a new client reads through the owner's segment",
+        || match reader.get("on-the-owner") {
+            Ok(got) => {
+                assert_eq!(got, v, "wrong bytes");
+                true
+            }
+            Err(_) => false,
+        },
+    );
 }

@@ -183,6 +183,11 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             max: 1024,
             wait_ms: 1000,
         },
+        Request::SnapshotFetch {
+            standby: "127.0.0.1:50051#00ff",
+            seq: 100_000,
+            offset: 4 << 20,
+        },
     ]
 }
 
@@ -278,6 +283,14 @@ fn sample_responses() -> Vec<Response> {
             committed: 5,
             leader_now: u64::MAX,
             frames: Frames(vec![0, 1, 2, 255]),
+        },
+        Response::SnapshotChunk {
+            seq: 100_000,
+            term: 3,
+            leader_now: 9,
+            offset: 0,
+            total: 7,
+            chunk: Frames(vec![7; 7]),
         },
     ]
 }

@@ -7,6 +7,8 @@
 // Each test crate uses a different subset.
 #![allow(dead_code, unused_imports)]
 
+pub mod load;
+
 use std::process::{Command, Stdio};
 
 use mooncake_common::ErrorCode;
@@ -38,9 +40,14 @@ pub struct Storage {
 
 /// A `mooncake_http_metadata_server` on a free port, and its URL.
 pub fn metadata_server() -> (Proc, String) {
+    metadata_server_on("127.0.0.1")
+}
+
+/// A `mooncake_http_metadata_server` on a free port of `host`, and its URL.
+pub fn metadata_server_on(host: &str) -> (Proc, String) {
     let (meta, line) = spawn_until_line(
         METADATA,
-        &["-port=0".into(), "--host=127.0.0.1".into()],
+        &["-port=0".into(), format!("--host={host}")],
         "listening on",
     );
     let meta_addr = line.trim().rsplit(' ').next().unwrap().to_owned();

@@ -27,11 +27,13 @@ use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::{mpsc, watch};
 
 use super::config::MasterConfig;
+use super::replication::catch_up::{restore_newest, Snapshotter};
 use super::replication::follower::Follower;
 use super::replication::in_sync::Record;
 use super::replication::{Options, Replication};
 use super::server::{bind_http, serve_http, MasterServer};
 use super::shared::Shared;
+use super::snapshot::Stores;
 use crate::ha::{LeaderElection, Leadership};
 
 /// Pause before campaigning again after a failed campaign.
@@ -64,17 +66,30 @@ pub(crate) async fn serve_replicated<B>(
 where
     B: FnMut(&MasterServer),
 {
-    if matches!(config.ha_backend()?, crate::ha::Backend::K8s(..)) {
-        return Err(Error::new(
-            ErrorCode::INVALID_PARAMS,
-            "--enable_oplog replicates through etcd or redis; the Kubernetes Lease backend keeps no replication record",
-        ));
-    }
     let repl = Arc::new(Replication::new(
         member_id(&me),
         Options::from_config(&config),
     ));
     let shared = Arc::new(Shared::replicated(config.clone(), repl.clone())?);
+    // Snapshots of the committed state: late standbys start from them, the
+    // log is compacted behind them, and the leader stores them.
+    let stores = if config.enable_snapshot || config.enable_snapshot_restore {
+        Some(Arc::new(Stores::from_config(&config)?))
+    } else {
+        None
+    };
+    if let (Some(stores), true) = (&stores, config.enable_snapshot_restore) {
+        // After the loss of every master: the last snapshot their leader
+        // stored. A running leader's log then continues from it.
+        match restore_newest(&shared, stores)? {
+            Some(seq) => tracing::info!(seq, "restored the newest snapshot"),
+            None => tracing::info!("no snapshot to restore"),
+        }
+    }
+    let _snapshots = match (&stores, config.enable_snapshot) {
+        (Some(stores), true) => Some(Snapshotter::start(shared.clone(), Some(stores.clone()))?),
+        _ => None,
+    };
     let http = bind_http(&config).await?;
     let http_addr = http
         .local_addr()

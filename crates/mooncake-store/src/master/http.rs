@@ -204,6 +204,8 @@ async fn replication(State(s): State<Arc<Shared>>) -> Response {
         applied_seq: u64,
         committed_seq: u64,
         log_bytes: usize,
+        log_base: u64,
+        snapshot_seq: u64,
         in_sync: Vec<String>,
         standbys: Vec<(String, u64)>,
     }
@@ -218,6 +220,8 @@ async fn replication(State(s): State<Arc<Shared>>) -> Response {
             applied_seq: st.applied_seq,
             committed_seq: st.committed_seq,
             log_bytes: st.log_bytes,
+            log_base: st.log_base,
+            snapshot_seq: st.snapshot_seq,
             in_sync: st.in_sync,
             standbys: st.standbys,
         },

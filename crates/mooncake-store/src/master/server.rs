@@ -284,6 +284,17 @@ impl Handler for Rpc {
             let wait = Duration::from_millis(u64::from(*wait_ms));
             return r.serve_pull(standby, *after, *after_term, *applied, *max, wait, now);
         }
+        if let (Some(r), Request::SnapshotFetch { seq, offset, .. }) = (&shared.replication, &req) {
+            if r.role() != super::replication::Role::Leader {
+                return Response::Failed {
+                    error: Error::new(
+                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                        "this master no longer leads its cluster",
+                    ),
+                };
+            }
+            return r.snapshot_chunk(Some(*seq), *offset, now);
+        }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
         let mut resp = shared.service.handle(req, now);

@@ -316,6 +316,9 @@ wire_enum! {
             max: u32,
             wait_ms: u32,
         },
+        /// A standby loading the leader's snapshot at `seq` asks for its
+        /// bytes from `offset` on.
+        35 => SnapshotFetch { standby: &'a str, seq: u64, offset: u64 },
     }
 }
 
@@ -360,5 +363,10 @@ wire_enum! {
         /// The answer to `ReplicationPull`: the leader's term, its commit
         /// point, its clock (ms) and the entries `after + 1 ..`.
         16 => Entries { term: u64, committed: u64, leader_now: u64, frames: Frames },
+        /// The answer to a pull the log no longer reaches back to (it was
+        /// compacted into a snapshot), and to `SnapshotFetch`: the bytes
+        /// `offset ..` (at most a chunk) of the snapshot at entry `seq`
+        /// of `term`, `total` bytes long.
+        17 => SnapshotChunk { seq: u64, term: u64, leader_now: u64, offset: u64, total: u64, chunk: Frames },
     }
 }

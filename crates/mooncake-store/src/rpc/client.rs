@@ -105,7 +105,20 @@ impl Connection {
     /// Sends one encoded request frame and returns its answer's payload.
     /// Any error leaves the stream out of step: drop the connection.
     pub(crate) fn round_trip(&mut self, frame: &[u8], window: Duration) -> io::Result<&[u8]> {
-        write_frames(&mut self.stream.get_ref(), frame)?;
+        self.send(frame)?;
+        self.receive(window)
+    }
+
+    /// Sends one encoded request frame without waiting for its answer
+    /// ([`receive`](Self::receive) reads it), so the caller can work
+    /// meanwhile.
+    pub(crate) fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        write_frames(&mut self.stream.get_ref(), frame)
+    }
+
+    /// Reads the answer to the request sent last, polling for it for
+    /// `window` before blocking.
+    pub(crate) fn receive(&mut self, window: Duration) -> io::Result<&[u8]> {
         // The answer usually comes within microseconds: poll for it rather
         // than sleep and be woken.
         if self.stream.buffer().is_empty() {

@@ -92,6 +92,8 @@ struct Inner {
     rpc_port: u16,
     local: Arc<LocalState>,
     metadata: Option<Arc<dyn MetadataStore>>,
+    /// The `rpc_meta` value this engine publishes.
+    rpc_meta: RpcMeta,
     managed: Mutex<HashMap<usize, SharedRegion>>,
     segments: RwLock<SegmentTable>,
     batches: Mutex<Batches>,
@@ -209,6 +211,10 @@ impl TransferEngine {
             rpc_port,
             local,
             metadata,
+            rpc_meta: RpcMeta {
+                ip_or_host_name: published_host,
+                rpc_port,
+            },
             managed: Mutex::new(HashMap::new()),
             segments: RwLock::new(SegmentTable::new()),
             batches: Mutex::default(),
@@ -221,11 +227,7 @@ impl TransferEngine {
             metrics::start_reporting(&inner.metrics, every);
         }
         if let Some(store) = &inner.metadata {
-            let meta = RpcMeta {
-                ip_or_host_name: published_host,
-                rpc_port,
-            };
-            if let Err(e) = store.put(&rpc_meta_key(&inner.name), &meta.to_json()) {
+            if let Err(e) = store.put(&rpc_meta_key(&inner.name), &inner.rpc_meta.to_json()) {
                 // The name may belong to a running engine (the HTTP metadata
                 // server refuses a second rpc_meta value): leave its keys.
                 inner.closed.store(true, Ordering::Release);
@@ -276,6 +278,14 @@ impl TransferEngine {
             shm_bytes: b(1),
             tcp_bytes: b(2),
         }
+    }
+
+    /// Publishes this engine's keys again if the metadata store has lost
+    /// them (a restarted metadata server, or a master embedding one that
+    /// restarted or failed over), so that new peers can open this segment.
+    /// Returns whether it published. Keys held by anyone else are left.
+    pub fn republish_if_lost(&self) -> Result<bool> {
+        self.inner.republish_if_lost()
     }
 
     /// Stops the listener and connections and removes the metadata keys.

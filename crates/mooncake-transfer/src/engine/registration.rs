@@ -8,7 +8,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{invalid, Inner, TransferEngine};
 use crate::memory::Region;
-use crate::metadata::segment_key;
+use crate::metadata::{rpc_meta_key, segment_key};
 use crate::rawmem::SharedRegion;
 use crate::segment::ShmDesc;
 
@@ -120,6 +120,26 @@ impl TransferEngine {
 }
 
 impl Inner {
+    pub(super) fn republish_if_lost(&self) -> Result<bool> {
+        let Some(store) = &self.metadata else {
+            return Ok(false);
+        };
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(false);
+        }
+        let (meta_key, segment) = (rpc_meta_key(&self.name), segment_key(&self.name));
+        let mut published = false;
+        if store.get(&meta_key)?.is_none() {
+            store.put(&meta_key, &self.rpc_meta.to_json())?;
+            published = true;
+        }
+        if store.get(&segment)?.is_none() {
+            self.publish()?;
+            published = true;
+        }
+        Ok(published)
+    }
+
     pub(super) fn publish(&self) -> Result<()> {
         if let Some(store) = &self.metadata {
             store.put(&segment_key(&self.name), &self.local.descriptor().to_json())?;

@@ -127,7 +127,12 @@ impl RealClient {
         // dropped, and `close` (first thing in drop) stops the prefault.
         *client.prefault.lock() = unsafe { Prefault::start(fresh) };
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
-        *client.heartbeat.lock() = Some(worker::heartbeat(client.master.clone(), id, infos));
+        *client.heartbeat.lock() = Some(worker::heartbeat(
+            client.master.clone(),
+            client.engine.clone(),
+            id,
+            infos,
+        ));
         if config.enable_offload {
             if let Err(e) = client.start_offload(&config) {
                 client.unmount_all();

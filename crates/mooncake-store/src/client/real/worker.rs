@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 
+use mooncake_transfer::TransferEngine;
+
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, SegmentInfo};
 
@@ -53,14 +55,35 @@ impl Worker {
     }
 }
 
+/// Every this many heartbeats the engine's metadata keys are checked even
+/// when the master answered throughout (a metadata server may restart
+/// between two beats).
+const REPUBLISH_CHECK_EVERY: u32 = 10;
+
 /// Pings the master every [`HEARTBEAT_INTERVAL`]; when the master no longer
 /// knows this client (it restarted, or declared us dead after a long pause)
 /// `segments` are mounted again.
-pub(super) fn heartbeat(master: MasterClient, id: ClientId, segments: Vec<SegmentInfo>) -> Worker {
+///
+/// The transfer-engine descriptor of this client's segments must survive
+/// too: a metadata server embedded in the master (or a standalone one)
+/// forgets it when restarted or replaced, and new clients could then not
+/// open these segments. So after the master was unreachable or forgot this
+/// client, and every [`REPUBLISH_CHECK_EVERY`] beats, the engine publishes
+/// its keys again if they are gone.
+pub(super) fn heartbeat(
+    master: MasterClient,
+    engine: TransferEngine,
+    id: ClientId,
+    segments: Vec<SegmentInfo>,
+) -> Worker {
+    let mut beats = 0u32;
+    let mut check_now = false;
     Worker::spawn("mooncake-heartbeat", HEARTBEAT_INTERVAL, move || {
+        beats = beats.wrapping_add(1);
         match master.ping(id) {
             Ok(()) => {}
             Err(e) if e.code == ErrorCode::CLIENT_NOT_FOUND => {
+                check_now = true;
                 for seg in &segments {
                     if let Err(e) = master.mount_segment(id, seg) {
                         if e.code != ErrorCode::SEGMENT_ALREADY_EXISTS {
@@ -69,7 +92,22 @@ pub(super) fn heartbeat(master: MasterClient, id: ClientId, segments: Vec<Segmen
                     }
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
+            Err(e) => {
+                check_now = true;
+                tracing::debug!(error = %e, "heartbeat failed");
+                return true;
+            }
+        }
+        if check_now || beats.is_multiple_of(REPUBLISH_CHECK_EVERY) {
+            match engine.republish_if_lost() {
+                Ok(true) => {
+                    check_now = false;
+                    tracing::info!("transfer-engine metadata was lost; published it again");
+                }
+                Ok(false) => check_now = false,
+                // The metadata server may be down too: next beat.
+                Err(e) => tracing::debug!(error = %e, "metadata check failed"),
+            }
         }
         true
     })

@@ -67,6 +67,15 @@ impl Lease {
         Lease { object, record }
     }
 
+    /// The value of annotation `key`, if set.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.object
+            .get("metadata")?
+            .get("annotations")?
+            .get(key)?
+            .as_str()
+    }
+
     pub fn resource_version(&self) -> &str {
         self.object
             .pointer("/metadata/resourceVersion")
@@ -215,8 +224,28 @@ impl ApiClient {
         read: &Lease,
         record: &LeaseRecord,
     ) -> std::result::Result<Lease, ApiError> {
+        self.update_lease_annotated(l, read, record, None).await
+    }
+
+    /// [`update_lease`](Self::update_lease) that also sets annotation
+    /// `(key, value)`; the object's other annotations are kept, as every
+    /// update keeps them (client-go's LeaseLock writes the object back too).
+    pub async fn update_lease_annotated(
+        &self,
+        l: &LeaseRef,
+        read: &Lease,
+        record: &LeaseRecord,
+        annotation: Option<(&str, &str)>,
+    ) -> std::result::Result<Lease, ApiError> {
         let mut body = read.object.clone();
         body["spec"] = record.to_spec();
+        if let Some((key, value)) = annotation {
+            let meta = &mut body["metadata"];
+            if !meta["annotations"].is_object() {
+                meta["annotations"] = json!({});
+            }
+            meta["annotations"][key] = json!(value);
+        }
         let v = self
             .call(
                 Method::PUT,

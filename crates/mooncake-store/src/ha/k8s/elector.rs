@@ -2,17 +2,28 @@
 //! the candidate reads the lease every retry period and takes it when it is
 //! free or expired; the holder then renews it every retry period, gives
 //! leadership up once no renewal got through for the renew deadline, and
-//! releases the lease (clears `holderIdentity`) when it stops.
+//! releases the lease (clears `holderIdentity`) when it stops. Writes of
+//! the replication record go through the holder too ([`RecordWrite`]):
+//! they are renewals that also set the record's annotation, so they never
+//! race the holder's own writes for the resourceVersion.
 
 use std::time::SystemTime;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::api::{ApiError, Failure, Lease};
 use super::record::{decide, still_ours, LeaseRecord, Observed, Step};
-use super::{K8sElection, Timings};
+use super::{K8sElection, Timings, RECORD_ANNOTATION};
 use crate::ha::{Leadership, ResignRequest};
+
+/// A write of the replication record, asked of the holder task of one
+/// term: done once the Lease carries it, as of a version that was still
+/// this holder's (a compare-and-swap, so a deposed holder's write fails).
+pub(super) struct RecordWrite {
+    pub(super) value: String,
+    pub(super) done: oneshot::Sender<Result<(), ApiError>>,
+}
 
 /// A won lease: as last written, its term, and when the winning write was
 /// sent (the lease runs, for everyone else, from no earlier than that).
@@ -81,10 +92,14 @@ pub(super) async fn run(e: K8sElection, identity: String, won: oneshot::Sender<(
     let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
     tracing::info!(lease = %e.lease, candidate = %identity, term = held.term, "won leader election");
     let term = held.term;
+    let (writes_tx, writes) = mpsc::unbounded_channel();
+    let key = (identity.clone(), term);
+    e.writers.lock().insert(key.clone(), writes_tx);
     // If the campaign was dropped meanwhile, the Leadership comes back and
     // is dropped here, which makes `hold` release at once.
     let _ = won.send((Leadership::new(identity.clone(), lost_rx, resign_tx), term));
-    hold(e, identity, held, lost_tx, resign_rx).await;
+    hold(e.clone(), identity, held, lost_tx, resign_rx, writes).await;
+    e.writers.lock().remove(&key);
 }
 
 /// One acquisition attempt: `Ok(Ok(held))` when won, `Ok(Err(holder))`
@@ -158,39 +173,68 @@ async fn hold(
     mut held: Held,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
+    mut writes: mpsc::UnboundedReceiver<RecordWrite>,
 ) {
     let t: Timings = e.timings;
     let mut renewed_at = held.sent;
     let mut next = Instant::now() + t.retry;
     let mut complaints = Complaints::default();
     let reply = loop {
-        tokio::select! {
+        let write = tokio::select! {
             r = &mut resign => break r.ok(),
-            _ = tokio::time::sleep_until(next) => {
-                let deadline = renewed_at + t.renew_deadline;
-                let sent = Instant::now();
-                match tokio::time::timeout_at(deadline, renew(&e, &identity, held.term, &held.lease)).await {
-                    Ok(Ok(Renewal::Renewed(lease))) => {
-                        held.lease = lease;
-                        renewed_at = sent;
-                        complaints.clear();
-                    }
-                    Ok(Ok(Renewal::Lost(holder))) => {
-                        tracing::warn!(lease = %e.lease, %holder, "leader lease taken over; giving leadership up");
-                        break None;
-                    }
-                    Ok(Err(err)) => complaints.report(&err, &format!("renewing lease {}", e.lease)),
-                    Err(_) => {}
-                }
-                let deadline = renewed_at + t.renew_deadline;
-                if Instant::now() >= deadline {
-                    tracing::warn!(lease = %e.lease, "no renewal within the renew deadline ({:?}); giving leadership up", t.renew_deadline);
-                    break None;
-                }
-                next = (Instant::now() + t.retry).min(deadline);
+            w = writes.recv() => w,
+            _ = tokio::time::sleep_until(next) => None,
+        };
+        let deadline = renewed_at + t.renew_deadline;
+        let sent = Instant::now();
+        let annotation = write
+            .as_ref()
+            .map(|w| (RECORD_ANNOTATION, w.value.as_str()));
+        let outcome = tokio::time::timeout_at(
+            deadline,
+            renew(&e, &identity, held.term, &held.lease, annotation),
+        )
+        .await;
+        let answer = match outcome {
+            Ok(Ok(Renewal::Renewed(lease))) => {
+                held.lease = lease;
+                renewed_at = sent;
+                complaints.clear();
+                Ok(())
             }
+            Ok(Ok(Renewal::Lost(holder))) => {
+                tracing::warn!(lease = %e.lease, %holder, "leader lease taken over; giving leadership up");
+                if let Some(w) = write {
+                    let _ = w.done.send(Err(lost_to(&e, &holder)));
+                }
+                break None;
+            }
+            Ok(Err(err)) => {
+                complaints.report(&err, &format!("renewing lease {}", e.lease));
+                Err(err)
+            }
+            Err(_) => Err(ApiError {
+                failure: Failure::Transport,
+                message: format!(
+                    "kubernetes API: update lease {}: no answer within the renew deadline",
+                    e.lease
+                ),
+            }),
+        };
+        if let Some(w) = write {
+            let _ = w.done.send(answer);
+        }
+        let deadline = renewed_at + t.renew_deadline;
+        if Instant::now() >= deadline {
+            tracing::warn!(lease = %e.lease, "no renewal within the renew deadline ({:?}); giving leadership up", t.renew_deadline);
+            break None;
+        }
+        if renewed_at == sent || Instant::now() >= next {
+            next = (Instant::now() + t.retry).min(deadline);
         }
     };
+    // Writes asked for from now on find no holder: they fail.
+    drop(writes);
     lost.send_replace(true);
     let released = match tokio::time::timeout(
         t.renew_deadline,
@@ -216,16 +260,23 @@ async fn hold(
 /// client-go's renewal: an optimistic update over the version last
 /// written; on a conflict, re-read: still ours (an earlier write whose
 /// answer was lost) means update over the fresh version, else lost.
+///
+/// With `annotation`, the renewal also sets it (the replication record).
 async fn renew(
     e: &K8sElection,
     identity: &str,
     term: i64,
     last: &Lease,
+    annotation: Option<(&str, &str)>,
 ) -> Result<Renewal, ApiError> {
     let record = last
         .record
         .renewed(e.timings.lease_secs(), SystemTime::now());
-    match e.api.update_lease(&e.lease, last, &record).await {
+    match e
+        .api
+        .update_lease_annotated(&e.lease, last, &record, annotation)
+        .await
+    {
         Ok(lease) => return Ok(Renewal::Renewed(lease)),
         Err(err) if err.failure == Failure::Conflict => {}
         Err(err) => return Err(err),
@@ -240,7 +291,11 @@ async fn renew(
     if !still_ours(identity, term, &current.record) {
         return Ok(Renewal::Lost(current.record.holder));
     }
-    match e.api.update_lease(&e.lease, &current, &record).await {
+    match e
+        .api
+        .update_lease_annotated(&e.lease, &current, &record, annotation)
+        .await
+    {
         Ok(lease) => Ok(Renewal::Renewed(lease)),
         Err(err) => Err(err),
     }
@@ -265,4 +320,14 @@ async fn release(e: &K8sElection, identity: &str, term: i64, last: &Lease) -> Re
         }
     }
     Ok(())
+}
+
+fn lost_to(e: &K8sElection, holder: &str) -> ApiError {
+    ApiError {
+        failure: Failure::Conflict,
+        message: format!(
+            "lease {} is no longer this master's (holder now {holder:?}): record not written",
+            e.lease
+        ),
+    }
 }

@@ -30,6 +30,16 @@
 //!   or none once `renewTime + leaseDurationSeconds` has passed by the local
 //!   clock, as the reference's lookup reads it.
 //!
+//! - With `--enable_oplog`, the replication record (the in-sync replica
+//!   set, `master::replication`) is the Lease's annotation
+//!   [`RECORD_ANNOTATION`]. The holder writes it as a renewal over the
+//!   version it last wrote, so the write lands only while the Lease is
+//!   still its own, under its term (the fencing etcd's transaction gives);
+//!   every other write of the Lease, client-go's included, keeps it.
+//! - A standby that finds the leader's process gone deposes it: it clears
+//!   `holderIdentity` over the version naming that leader, so the
+//!   election moves on within a retry period rather than a lease.
+//!
 //! The API server is found as client-go finds it ([`config`]). An
 //! unreachable server is retried for ever; a 403 is logged naming the verb
 //! and resource RBAC refuses.
@@ -51,11 +61,13 @@ mod elector;
 pub mod label;
 pub mod record;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use tokio::sync::{oneshot, watch};
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot, watch};
 
 use self::api::{ApiClient, Failure};
 use self::config::ClusterConfig;
@@ -210,11 +222,17 @@ pub struct Holder {
     pub transitions: i64,
 }
 
+/// The Lease annotation holding the replication record.
+pub const RECORD_ANNOTATION: &str = "mooncake.io/in-sync";
+
 #[derive(Clone)]
 pub struct K8sElection {
     api: Arc<ApiClient>,
     lease: LeaseRef,
     timings: Timings,
+    /// The holder task of each won term (identity, term) of this process,
+    /// which writes the replication record.
+    writers: Arc<Mutex<HashMap<(String, i64), mpsc::UnboundedSender<elector::RecordWrite>>>>,
 }
 
 impl K8sElection {
@@ -227,6 +245,7 @@ impl K8sElection {
             api: Arc::new(ApiClient::new(config, timings.renew_deadline)?),
             lease,
             timings,
+            writers: Arc::default(),
         })
     }
 
@@ -272,6 +291,70 @@ impl K8sElection {
                 transitions: l.record.transitions,
             }),
             Err(e) if e.failure == Failure::NotFound => Ok(Holder::default()),
+            Err(e) => Err(e.into_error()),
+        }
+    }
+
+    /// Writes the replication record as the holder of `term`; fails once
+    /// the Lease is not its own (or the holder task has ended).
+    pub async fn write_record(&self, identity: &str, term: i64, value: &str) -> Result<()> {
+        let fenced = || {
+            Error::new(
+                ErrorCode::K8S_LEASE_OPERATION_ERROR,
+                format!(
+                    "lease {}: {identity} does not hold term {term}: record not written",
+                    self.lease
+                ),
+            )
+        };
+        let writer = self
+            .writers
+            .lock()
+            .get(&(identity.to_string(), term))
+            .cloned();
+        let writer = writer.ok_or_else(fenced)?;
+        let (done, answer) = oneshot::channel();
+        writer
+            .send(elector::RecordWrite {
+                value: value.to_string(),
+                done,
+            })
+            .map_err(|_| fenced())?;
+        match answer.await {
+            Ok(r) => r.map_err(api::ApiError::into_error),
+            Err(_) => Err(fenced()),
+        }
+    }
+
+    /// The replication record, as the Lease carries it.
+    pub async fn read_record(&self) -> Result<Option<String>> {
+        match self.api.get_lease(&self.lease).await {
+            Ok(l) => Ok(l.annotation(RECORD_ANNOTATION).map(str::to_string)),
+            Err(e) if e.failure == Failure::NotFound => Ok(None),
+            Err(e) => Err(e.into_error()),
+        }
+    }
+
+    /// Clears the holder if it is still `leader` (a compare-and-swap over
+    /// the version read): candidates take the Lease at their next retry.
+    pub async fn depose_holder(&self, leader: &str) -> Result<bool> {
+        let current = match self.api.get_lease(&self.lease).await {
+            Ok(l) => l,
+            Err(e) if e.failure == Failure::NotFound => return Ok(false),
+            Err(e) => return Err(e.into_error()),
+        };
+        if current.record.holder != leader {
+            return Ok(false);
+        }
+        let released = current.record.released(SystemTime::now());
+        match self
+            .api
+            .update_lease(&self.lease, &current, &released)
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Renewed or taken meanwhile: not the lease read.
+            Err(e) if matches!(e.failure, Failure::Conflict | Failure::NotFound) => Ok(false),
             Err(e) => Err(e.into_error()),
         }
     }
@@ -329,6 +412,22 @@ impl LeaderElection for K8sElection {
             tokio::spawn(self.clone().follow(tx));
             Ok(rx)
         })
+    }
+
+    fn record_in_sync<'a>(
+        &'a self,
+        leadership: &'a Leadership,
+        record: &'a str,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.write_record(leadership.candidate(), leadership.term() as i64, record))
+    }
+
+    fn in_sync(&self) -> BoxFuture<'_, Result<Option<String>>> {
+        Box::pin(self.read_record())
+    }
+
+    fn depose<'a>(&'a self, leader: &'a str) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(self.depose_holder(leader))
     }
 }
 

@@ -38,6 +38,8 @@ const IDLE: Duration = Duration::from_millis(10);
 /// A leader whose port refuses connections this long is reported gone.
 const REFUSED_FOR: Duration = Duration::from_millis(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// Largest snapshot a standby accepts from its leader.
+const MAX_SNAPSHOT: usize = 16 << 30;
 
 /// The follower thread of a standby.
 pub(crate) struct Follower {
@@ -136,6 +138,8 @@ struct Run {
 struct Following {
     addr: String,
     conn: Option<Connection>,
+    /// A pull was sent on `conn` and its answer not read yet.
+    pulling: bool,
     /// A pull was answered: the leader's process was there.
     served: bool,
     refused_since: Option<Instant>,
@@ -155,6 +159,7 @@ impl Run {
         };
         let mut following: Option<Following> = None;
         let mut frame = Vec::new();
+        let spin = super::spin_window();
         while !self.stop.load(Ordering::SeqCst) {
             let leader = self.leader.borrow().clone();
             self.repl.set_leader(leader.clone());
@@ -167,6 +172,7 @@ impl Run {
                 following = Some(Following {
                     addr: addr.clone(),
                     conn: None,
+                    pulling: false,
                     served: false,
                     refused_since: None,
                     reported: false,
@@ -178,6 +184,7 @@ impl Run {
                     Ok(stream) => {
                         *self.socket.lock() = stream.try_clone().ok();
                         f.conn = Connection::new(stream, &client).ok();
+                        f.pulling = false;
                         f.refused_since = None;
                     }
                     Err(e) => {
@@ -190,23 +197,15 @@ impl Run {
             let Some(conn) = f.conn.as_mut() else {
                 continue;
             };
-            let pull = self.repl.pull_request(opts.batch_max as u32, opts.poll);
-            frame.clear();
-            let req = Request::ReplicationPull {
-                standby: self.repl.member(),
-                after: pull.after,
-                after_term: pull.after_term,
-                applied: pull.applied,
-                max: pull.max,
-                wait_ms: pull.wait_ms,
-            };
-            if encode_frame(&req, &mut frame).is_err() {
-                return Err(Error::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    "pull does not encode",
-                ));
+            if !f.pulling {
+                if let Err(e) = self.send_pull(conn, &mut frame) {
+                    tracing::debug!(leader = %f.addr, "pull failed: {e}");
+                    f.conn = None;
+                    continue;
+                }
+                f.pulling = true;
             }
-            let answer = match conn.round_trip(&frame, Duration::ZERO) {
+            let answer = match conn.receive(spin) {
                 Ok(payload) => decode_payload::<Response>(payload).map_err(Error::from),
                 Err(e) => {
                     tracing::debug!(leader = %f.addr, "pull failed: {e}");
@@ -214,6 +213,7 @@ impl Run {
                     continue;
                 }
             };
+            f.pulling = false;
             match answer {
                 Ok(Response::Entries {
                     term,
@@ -224,7 +224,46 @@ impl Run {
                     f.served = true;
                     f.reported = false;
                     self.shared.clock.advance_to(leader_now);
-                    receive(&self.shared, &self.repl, term, committed, &frames)?;
+                    let target = keep(&self.repl, term, committed, &frames)?;
+                    // Acknowledge first (the next pull says what it holds),
+                    // then apply while the leader works: applying is off
+                    // the commit path.
+                    match self.send_pull(conn, &mut frame) {
+                        Ok(()) => f.pulling = true,
+                        Err(e) => {
+                            tracing::debug!(leader = %f.addr, "pull failed: {e}");
+                            f.conn = None;
+                        }
+                    }
+                    apply_up_to(&self.shared, &self.repl, target)?;
+                }
+                Ok(Response::SnapshotChunk {
+                    seq,
+                    leader_now,
+                    offset: 0,
+                    total,
+                    chunk,
+                    ..
+                }) => {
+                    f.served = true;
+                    self.shared.clock.advance_to(leader_now);
+                    match self.fetch_snapshot(conn, seq, total, chunk.0) {
+                        Ok(bytes) => {
+                            let n = bytes.len();
+                            self.repl
+                                .load_snapshot(&self.shared, bytes)
+                                .inspect_err(|e| {
+                                    tracing::error!(
+                                        "cannot catch up from the leader's snapshot: {e}"
+                                    )
+                                })?;
+                            tracing::info!(leader = %f.addr, seq, bytes = n, "loaded the leader's snapshot; pulling the log after it");
+                        }
+                        Err(e) => {
+                            tracing::debug!(leader = %f.addr, "snapshot fetch failed: {e}");
+                            f.conn = None;
+                        }
+                    }
                 }
                 Ok(Response::Failed { error }) => {
                     tracing::debug!(leader = %f.addr, "pull refused: {error}");
@@ -242,6 +281,90 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Sends the next pull on `conn`: what this standby holds, and how
+    /// long the leader may hold the call when it has nothing new.
+    fn send_pull(&self, conn: &mut Connection, frame: &mut Vec<u8>) -> Result<()> {
+        let opts = self.repl.options();
+        let pull = self.repl.pull_request(opts.batch_max as u32, opts.poll);
+        frame.clear();
+        let req = Request::ReplicationPull {
+            standby: self.repl.member(),
+            after: pull.after,
+            after_term: pull.after_term,
+            applied: pull.applied,
+            max: pull.max,
+            wait_ms: pull.wait_ms,
+        };
+        if encode_frame(&req, frame).is_err() {
+            return Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                "pull does not encode",
+            ));
+        }
+        conn.send(frame)
+            .map_err(|e| Error::new(ErrorCode::RPC_FAIL, e.to_string()))
+    }
+
+    /// Fetches the rest of the leader's snapshot at `seq` (`total` bytes,
+    /// of which `first` came with the pull's answer).
+    fn fetch_snapshot(
+        &self,
+        conn: &mut Connection,
+        seq: u64,
+        total: u64,
+        first: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        let total = usize::try_from(total)
+            .ok()
+            .filter(|t| *t <= MAX_SNAPSHOT)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!("snapshot of {total} bytes"),
+                )
+            })?;
+        let mut bytes = first;
+        bytes.reserve(total.saturating_sub(bytes.len()));
+        let mut frame = Vec::new();
+        while bytes.len() < total {
+            frame.clear();
+            let req = Request::SnapshotFetch {
+                standby: self.repl.member(),
+                seq,
+                offset: bytes.len() as u64,
+            };
+            encode_frame(&req, &mut frame)
+                .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
+            let payload = conn
+                .round_trip(&frame, Duration::ZERO)
+                .map_err(|e| Error::new(ErrorCode::RPC_FAIL, e.to_string()))?;
+            match decode_payload::<Response>(payload).map_err(Error::from)? {
+                Response::SnapshotChunk {
+                    seq: s,
+                    offset,
+                    chunk,
+                    ..
+                } if s == seq && offset == bytes.len() as u64 && !chunk.0.is_empty() => {
+                    bytes.extend_from_slice(&chunk.0);
+                }
+                Response::Failed { error } => return Err(error),
+                other => {
+                    return Err(Error::new(
+                        ErrorCode::INVALID_PARAMS,
+                        format!("unexpected answer {} to a snapshot fetch", other.name()),
+                    ))
+                }
+            }
+        }
+        if bytes.len() != total {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "snapshot longer than announced",
+            ));
+        }
+        Ok(bytes)
     }
 
     /// A connection attempt failed: a leader that served and now refuses
@@ -262,6 +385,7 @@ impl Run {
 
 /// Keeps the entries of an answer from the leader of `term` and applies
 /// what is committed.
+#[cfg(test)]
 pub(crate) fn receive(
     shared: &Shared,
     repl: &Replication,
@@ -269,6 +393,13 @@ pub(crate) fn receive(
     committed: u64,
     frames: &Frames,
 ) -> Result<()> {
+    let target = keep(repl, term, committed, frames)?;
+    apply_up_to(shared, repl, target)
+}
+
+/// Keeps the entries of an answer from the leader of `term`; returns up to
+/// where they may be applied (what the leader has committed).
+fn keep(repl: &Replication, term: u64, committed: u64, frames: &Frames) -> Result<u64> {
     let mut rest = &frames.0[..];
     let mut batch = Vec::new();
     while !rest.is_empty() {
@@ -281,8 +412,7 @@ pub(crate) fn receive(
         batch.push((entry.seq, entry.term, rest[..used].to_vec()));
         rest = &rest[used..];
     }
-    let target = repl.keep(term, committed, batch)?;
-    apply_up_to(shared, repl, target)
+    repl.keep(term, committed, batch)
 }
 
 /// Applies the kept entries up to `target` (at most those received).
@@ -326,7 +456,9 @@ impl Replication {
         Pull {
             after: st.log.last(),
             after_term: st.log.last_term(),
-            applied: st.applied,
+            // What it knows committed (and applies next): a leader holds
+            // the pull until it can say more than that.
+            applied: st.committed.min(st.log.last()).max(st.applied),
             max,
             wait_ms: wait.as_millis().min(u32::MAX as u128) as u32,
         }

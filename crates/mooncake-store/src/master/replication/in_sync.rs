@@ -96,6 +96,12 @@ impl InSync {
             .map(|(id, s)| (id.as_str(), self.last.saturating_sub(s.acked)))
     }
 
+    /// The lowest entry a standby it hears from has acknowledged: the log
+    /// must still hold what follows it.
+    pub(crate) fn min_acked(&self) -> Option<u64> {
+        self.standbys.values().map(|s| s.acked).min()
+    }
+
     /// The leader appended entries up to `seq`.
     pub(crate) fn appended(&mut self, seq: u64) {
         self.last = self.last.max(seq);

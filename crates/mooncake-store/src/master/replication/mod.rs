@@ -23,6 +23,7 @@
 //!   the entries it receives, applies the committed ones, and on
 //!   promotion applies the rest.
 
+pub(crate) mod catch_up;
 pub(crate) mod follower;
 pub(crate) mod in_sync;
 mod log;
@@ -31,7 +32,8 @@ mod tests;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -50,6 +52,46 @@ use crate::proto::{Frames, Response};
 const PULL_BUDGET: usize = 8 << 20;
 /// Longest a call waits for its entries to be committed.
 const COMMIT_WAIT: Duration = Duration::from_secs(15);
+
+/// How long each side of a commit polls before it blocks: the leader's
+/// pull for a new entry, the standby for the answer, the call for its
+/// commit. A commit is a chain of such hand-offs; a blocked thread that
+/// has to be woken costs tens of microseconds on a VM (see `rpc::poll`),
+/// a polling one a few. `MC_REPL_SPIN_US` sets it (`0`: block at once).
+pub(crate) fn spin_window() -> Duration {
+    static SPIN: OnceLock<Duration> = OnceLock::new();
+    *SPIN.get_or_init(|| {
+        std::env::var("MC_REPL_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(DEFAULT_SPIN, |us| Duration::from_micros(us.min(10_000)))
+    })
+}
+
+const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// Polls `ready` (yielding the CPU now and then) for at most `window`.
+fn spin_until(window: Duration, ready: impl Fn() -> bool) -> bool {
+    if window.is_zero() {
+        return ready();
+    }
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        if start.elapsed() >= window {
+            return false;
+        }
+        spins += 1;
+        if spins.is_multiple_of(16) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
 
 /// How replication runs, from the flags.
 #[derive(Debug, Clone, Copy)]
@@ -117,11 +159,18 @@ pub(crate) struct Replication {
     opts: Options,
     /// The sink's fast path: standbys ignore their own replays.
     leading: AtomicBool,
+    /// The log's last entry and the commit point, readable without the
+    /// lock, for the threads that poll for them.
+    last_hint: AtomicU64,
+    committed_hint: AtomicU64,
     state: Mutex<State>,
     /// New entries, or a new commit point: what pulls wait for.
     appended: Condvar,
     /// A new commit point (or a lost election): what calls wait for.
     committed: Condvar,
+    /// The latest snapshot of this master's committed state, if snapshots
+    /// are on (`catch_up`).
+    image: Mutex<Option<std::sync::Arc<catch_up::Image>>>,
 }
 
 /// The replication status, for `/ha_status` and the metrics.
@@ -135,6 +184,10 @@ pub(crate) struct Status {
     pub(crate) applied_seq: u64,
     pub(crate) committed_seq: u64,
     pub(crate) log_bytes: usize,
+    /// The entry the in-memory log starts after (compacted into a snapshot).
+    pub(crate) log_base: u64,
+    /// The entry this master's latest snapshot stands at (0: none).
+    pub(crate) snapshot_seq: u64,
     /// Leader: the in-sync standbys as recorded, and every standby's lag.
     pub(crate) in_sync: Vec<String>,
     pub(crate) standbys: Vec<(String, u64)>,
@@ -146,6 +199,8 @@ impl Replication {
             me,
             opts,
             leading: AtomicBool::new(false),
+            last_hint: AtomicU64::new(0),
+            committed_hint: AtomicU64::new(0),
             state: Mutex::new(State {
                 log: Log::default(),
                 role: Role::Standby,
@@ -157,6 +212,7 @@ impl Replication {
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
+            image: Mutex::new(None),
         }
     }
 
@@ -190,6 +246,8 @@ impl Replication {
             applied_seq: st.applied,
             committed_seq: st.committed,
             log_bytes: st.log.bytes(),
+            log_base: st.log.base(),
+            snapshot_seq: self.image.lock().as_ref().map_or(0, |i| i.seq),
             in_sync,
             standbys,
         }
@@ -227,6 +285,8 @@ impl Replication {
         st.role = Role::Leader;
         st.term = term;
         st.committed = last;
+        self.last_hint.store(last, Ordering::Release);
+        self.committed_hint.store(last, Ordering::Release);
         st.leader = Some(address.to_string());
         st.in_sync = Some(in_sync);
         self.leading.store(true, Ordering::Release);
@@ -302,6 +362,9 @@ impl Replication {
         let c = st.in_sync.as_ref().map_or(st.committed, InSync::committed);
         let moved = c > st.committed;
         st.committed = st.committed.max(c);
+        if moved {
+            self.committed_hint.store(st.committed, Ordering::Release);
+        }
         moved
     }
 
@@ -328,6 +391,10 @@ impl Replication {
     /// unknown to its caller (as after a timeout).
     pub(crate) fn wait_committed(&self, seq: u64) -> Result<()> {
         let deadline = Instant::now() + COMMIT_WAIT;
+        spin_until(spin_window(), || {
+            self.committed_hint.load(Ordering::Acquire) >= seq
+                || !self.leading.load(Ordering::Acquire)
+        });
         let mut st = self.state.lock();
         loop {
             if st.role != Role::Leader {
@@ -364,6 +431,14 @@ impl Replication {
         if st.role != Role::Leader {
             return failed(not_leader());
         }
+        if after < st.log.base() {
+            // Compacted away: the standby starts from the snapshot.
+            if let Some(s) = st.in_sync.as_mut() {
+                s.acked(standby, after, now);
+            }
+            drop(st);
+            return self.snapshot_chunk(None, 0, now);
+        }
         if st.log.term_at(after) != Some(after_term) {
             return failed(Error::new(
                 ErrorCode::INVALID_PARAMS,
@@ -378,7 +453,20 @@ impl Replication {
             self.wake_committed();
         }
         let deadline = Instant::now() + wait.min(self.opts.poll);
-        while st.role == Role::Leader && st.log.last() <= after && st.committed <= applied {
+        let idle = |st: &State| {
+            st.role == Role::Leader && st.log.last() <= after && st.committed <= applied
+        };
+        if idle(&st) {
+            // Under load the next entry comes within microseconds.
+            drop(st);
+            spin_until(spin_window(), || {
+                self.last_hint.load(Ordering::Acquire) > after
+                    || self.committed_hint.load(Ordering::Acquire) > applied
+                    || !self.leading.load(Ordering::Acquire)
+            });
+            st = self.state.lock();
+        }
+        while idle(&st) {
             if self.appended.wait_until(&mut st, deadline).timed_out() {
                 break;
             }
@@ -421,6 +509,7 @@ impl MutationSink for std::sync::Arc<Replication> {
             mutations: vec![owned],
         };
         let seq = st.log.push(entry.term, entry.to_frame());
+        self.last_hint.store(seq, Ordering::Release);
         st.applied = seq;
         if let Some(s) = st.in_sync.as_mut() {
             s.appended(seq);

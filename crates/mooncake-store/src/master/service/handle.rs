@@ -174,7 +174,7 @@ impl MasterService {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
             // The server answers it when this master leads with replication.
-            Q::ReplicationPull { .. } => A::Failed {
+            Q::ReplicationPull { .. } | Q::SnapshotFetch { .. } => A::Failed {
                 error: Error::new(
                     ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
                     "this master does not replicate its log",

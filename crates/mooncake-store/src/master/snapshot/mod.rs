@@ -102,7 +102,7 @@ impl Stores {
     }
 
     /// Seqs held in either place, newest first.
-    fn list(&self) -> Vec<u64> {
+    pub(crate) fn list(&self) -> Vec<u64> {
         let mut seqs = self.main.list().unwrap_or_else(|e| {
             tracing::warn!("{e}");
             Vec::new()
@@ -115,7 +115,7 @@ impl Stores {
         seqs
     }
 
-    fn get(&self, seq: u64) -> Result<Vec<u8>> {
+    pub(crate) fn get(&self, seq: u64) -> Result<Vec<u8>> {
         let name = snapshot_name(seq);
         match self.main.get(&name) {
             Ok(b) => Ok(b),
@@ -126,7 +126,7 @@ impl Stores {
         }
     }
 
-    fn put(&self, seq: u64, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn put(&self, seq: u64, bytes: &[u8]) -> Result<()> {
         let name = snapshot_name(seq);
         self.main.put(&name, bytes)?;
         if let Some(b) = &self.backup {
@@ -137,7 +137,7 @@ impl Stores {
 
     /// Deletes all but the newest `keep`; returns the oldest kept and the
     /// number deleted.
-    fn retain(&self, keep: usize) -> Result<(Option<u64>, usize)> {
+    pub(crate) fn retain(&self, keep: usize) -> Result<(Option<u64>, usize)> {
         let mut deleted = 0;
         let mut oldest = None;
         let places: Vec<&dyn SnapshotStore> = std::iter::once(&*self.main)
