@@ -225,7 +225,8 @@ fn a_leader_cut_off_on_its_own_host_is_replaced_and_nothing_acknowledged_is_lost
             format!("--rpc_address={host}"),
             format!("--metrics_host={host}"),
             "--metrics_port=9003".into(),
-            "--client_ttl=10".into(),
+            // Longer than the storage host is cut off below: it must not expire.
+            "--client_ttl=300".into(),
             "--oplog_poll_interval_ms=200".into(),
         ];
         net.spawn(i, false, MASTER, &args, &log(&format!("master-{i}.log")))

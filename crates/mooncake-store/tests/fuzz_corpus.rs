@@ -270,6 +270,11 @@ fn requests() -> Vec<Request<'static>> {
             max: 256,
             wait_ms: 50,
         },
+        Request::SnapshotFetch {
+            standby: "127.0.0.1:50052",
+            seq: 200_002,
+            offset: 4 << 20,
+        },
     ]
 }
 
@@ -343,6 +348,14 @@ fn responses() -> Vec<(String, Response)> {
             committed: 42,
             leader_now: 1_700_000_000_000,
             frames: Frames(b"MCOL entry frames".to_vec()),
+        },
+        Response::SnapshotChunk {
+            seq: 200_002,
+            term: 3,
+            leader_now: 1_700_000_000_000,
+            offset: 0,
+            total: 19,
+            chunk: Frames(b"MCSN snapshot bytes".to_vec()),
         },
     ];
     let mut out: Vec<(String, Response)> = ok.into_iter().map(|r| (snake(r.name()), r)).collect();

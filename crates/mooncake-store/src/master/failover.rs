@@ -10,10 +10,11 @@
 //!    member of the in-sync set holds every committed entry; a master
 //!    that is not one steps aside, and takes over anyway only once no
 //!    member has come forward for [`TAKEOVER_AFTER`]);
-//! 4. it applies everything it received, takes over the volatile state
-//!    cautiously (`MasterService::take_over`), records itself as leader
-//!    of its term, binds the RPC port and serves; a task keeps the
-//!    in-sync set recorded as standbys come and go;
+//! 4. it records itself as leader of its term (a win that does not hold
+//!    is found out here, and it steps aside), applies everything it
+//!    received, takes over the volatile state cautiously
+//!    (`MasterService::take_over`), binds the RPC port and serves; a task
+//!    keeps the in-sync set recorded as standbys come and go;
 //! 5. on SIGTERM it resigns; on losing the election it stops committing
 //!    at once and exits with an error: its state may hold entries nobody
 //!    committed, so it rejoins, restarted, as a fresh standby.
@@ -165,6 +166,32 @@ where
                 "no member of the in-sync set took over within {TAKEOVER_AFTER:?}: taking over with this standby's state; entries only they held are lost"
             );
         }
+        // Recorded as leader before anything changes here: a win that does
+        // not hold (a candidacy whose lease ran out while this process was
+        // stopped, say) is found out while this master is still a plain
+        // standby, which steps aside and campaigns again.
+        let first = Record {
+            term: leadership.term(),
+            leader: repl.member().to_string(),
+            standbys: record
+                .as_ref()
+                .map(|r| {
+                    r.standbys
+                        .iter()
+                        .filter(|m| m.as_str() != repl.member())
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default(),
+        };
+        if let Err(e) = election.record_in_sync(&leadership, &first.encode()).await {
+            tracing::warn!("elected, but cannot record this master as leader: {e}; stepping aside");
+            let _ = leadership.resign().await;
+            tokio::select! {
+                _ = tokio::time::sleep(STEP_ASIDE) => continue,
+                _ = &mut shutdown => break Ok(()),
+            }
+        }
         if let Some(f) = follower.take() {
             if let Err(e) = f.stop() {
                 let _ = leadership.resign().await;
@@ -229,17 +256,13 @@ where
     shared
         .service
         .set_epoch_offset(epoch_ms.saturating_sub(now));
+    // Already recorded (`serve_replicated`): the same set.
     let first = repl.promote(
         leadership.term(),
         leadership.candidate(),
         record.as_ref(),
         now,
     );
-    if let Err(e) = election.record_in_sync(&leadership, &first.encode()).await {
-        repl.depose();
-        let _ = leadership.resign().await;
-        return Err(e.with_context("recording this master as leader"));
-    }
     repl.record_done(first, true);
     let status = repl.status();
     tracing::info!(
