@@ -343,11 +343,19 @@ fn a_partitioned_leader_commits_nothing() {
     for (k, v) in &before {
         assert_eq!(client.get(k).as_ref(), Ok(v), "acknowledged put {k} lost");
     }
+    // Never acknowledged, so never readable. The new leader may hold the
+    // last of them as a put in flight (its start reached the standbys
+    // before they stopped, and a new leader keeps what it received): its
+    // space stays taken until the put times out, since its writer may
+    // still be writing.
     for k in &during {
-        assert_eq!(
-            code(client.get(k)),
-            ErrorCode::OBJECT_NOT_FOUND,
-            "{k} was committed"
+        let got = code(client.get(k));
+        assert!(
+            matches!(
+                got,
+                ErrorCode::OBJECT_NOT_FOUND | ErrorCode::REPLICA_IS_NOT_READY
+            ),
+            "{k} was committed: {got:?}"
         );
     }
     println!("{} puts during the partition, none committed", during.len());

@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 
 use super::config::MasterConfig;
 use super::http;
-use super::replication::Replication;
+use super::replication::{Replication, Role};
 use super::shared::Shared;
 use crate::proto::{Request, Response};
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
@@ -285,7 +285,7 @@ impl Handler for Rpc {
             return r.serve_pull(standby, *after, *after_term, *applied, *max, wait, now);
         }
         if let (Some(r), Request::SnapshotFetch { seq, offset, .. }) = (&shared.replication, &req) {
-            if r.role() != super::replication::Role::Leader {
+            if r.role() != Role::Leader {
                 return Response::Failed {
                     error: Error::new(
                         ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
@@ -294,6 +294,18 @@ impl Handler for Rpc {
                 };
             }
             return r.snapshot_chunk(Some(*seq), *offset, now);
+        }
+        if let Some(r) = &shared.replication {
+            if r.role() != Role::Leader {
+                // Deposed (or not yet leading): its sink no longer logs,
+                // so a change made now would be answered unreplicated.
+                return Response::Failed {
+                    error: Error::new(
+                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                        "this master no longer leads its cluster",
+                    ),
+                };
+            }
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
@@ -311,6 +323,15 @@ impl Handler for Rpc {
                 if let Err(error) = r.wait_committed(seq) {
                     resp = Response::Failed { error };
                 }
+            } else if r.role() != Role::Leader {
+                // Deposed during the call: the sink may have skipped its
+                // changes (it stops logging before the role is read here).
+                resp = Response::Failed {
+                    error: Error::new(
+                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                        "this master no longer leads its cluster",
+                    ),
+                };
             }
         }
         shared.metrics.observe(call, &resp);
