@@ -322,7 +322,11 @@ fn a_partitioned_leader_commits_nothing() {
     while cut.elapsed() < Duration::from_secs(5) {
         let k = format!("during-{}", during.len());
         let r = client.put(&k, &value(&k, 4096), &cfg);
-        outcomes.push(format!("{k} at {:?}: {:?}", cut.elapsed(), r.as_ref().err()));
+        outcomes.push(format!(
+            "{k} at {:?}: {:?}",
+            cut.elapsed(),
+            r.as_ref().err()
+        ));
         assert!(
             r.is_err(),
             "put {k} acknowledged by a leader without its replica set; so far: {outcomes:?}"

@@ -222,6 +222,9 @@ pub struct Holder {
     pub transitions: i64,
 }
 
+/// The record writer of each won term: (identity, term) to its holder.
+type Writers = HashMap<(String, i64), mpsc::UnboundedSender<elector::RecordWrite>>;
+
 /// The Lease annotation holding the replication record.
 pub const RECORD_ANNOTATION: &str = "mooncake.io/in-sync";
 
@@ -232,7 +235,7 @@ pub struct K8sElection {
     timings: Timings,
     /// The holder task of each won term (identity, term) of this process,
     /// which writes the replication record.
-    writers: Arc<Mutex<HashMap<(String, i64), mpsc::UnboundedSender<elector::RecordWrite>>>>,
+    writers: Arc<Mutex<Writers>>,
 }
 
 impl K8sElection {
