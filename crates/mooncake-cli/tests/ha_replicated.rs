@@ -278,6 +278,21 @@ fn standbys_answer_admin_queries_and_refuse_data_queries() {
     assert_eq!(mb.rpc, b.0);
 }
 
+/// Whether every thread of `p` is stopped (state `T` in `/proc`).
+fn stopped(p: &Proc) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", p.0.id())) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name's closing parenthesis.
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next())
+                == Some('T')
+        })
+    })
+}
+
 fn signal(p: &Proc, sig: i32) {
     let pid = p.0.id() as i32;
     // SAFETY: kill(2) on a child this test spawned and still holds.
@@ -316,6 +331,12 @@ fn a_partitioned_leader_commits_nothing() {
     relay.freeze();
     signal(&b.proc, libc::SIGSTOP);
     signal(&c.proc, libc::SIGSTOP);
+    // kill(2) returns before the stop takes hold: a standby thread still
+    // running could acknowledge one more entry. Wait until every thread
+    // of both is stopped.
+    eventually("both standbys stopped", || {
+        stopped(&b.proc) && stopped(&c.proc)
+    });
     let cut = Instant::now();
     let mut during = Vec::new();
     let mut outcomes = Vec::new();
