@@ -443,13 +443,28 @@ fn a_partitioned_leader_commits_nothing() {
     relay.thaw();
 }
 
+/// A master client of `cluster` (found through etcd at `etcd`) that has
+/// mounted a 64 MiB segment as `client_id`.
+fn mounted_client(etcd: &str, cluster: &str, client_id: u128) -> mooncake_store::MasterClient {
+    let m = mooncake_store::MasterClient::connect_in_cluster(&format!("etcd://{etcd}"), cluster)
+        .unwrap();
+    let _ = m.ping(client_id);
+    let segment = mooncake_store::types::SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 64 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    m.mount_segment(client_id, &segment).unwrap();
+    m
+}
+
 /// A standby started after 100 000 objects catches up (the whole log from
 /// its leader), joins the in-sync set, and once the leader and the other
 /// standby are killed serves every one of them.
 #[test]
 fn a_standby_started_after_100k_objects_catches_up() {
-    use mooncake_store::types::{SegmentInfo, WriteOptions};
-    use mooncake_store::MasterClient;
+    use mooncake_store::types::WriteOptions;
 
     let etcd = services::etcd();
     let cluster = cluster("late");
@@ -459,16 +474,8 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let mut b = start_master_with(&etcd.addr, &cluster, ports[1].0, ports[1].1, 120);
     eventually("B in sync", || in_sync(&a) == 1);
 
-    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
     let client_id = 42u128;
-    let _ = m.ping(client_id);
-    let segment = SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
     let opts = WriteOptions::default();
     let mut keys = Vec::new();
     for batch in 0..100 {
@@ -524,8 +531,7 @@ fn gauge(m: &Master, name: &str) -> Option<i64> {
 /// WATCHING), the leader is PROMOTED and leads.
 #[test]
 fn a_standby_exports_its_replication_state_in_metrics() {
-    use mooncake_store::types::{SegmentInfo, WriteOptions};
-    use mooncake_store::MasterClient;
+    use mooncake_store::types::WriteOptions;
 
     let etcd = services::etcd();
     let cluster = cluster("ha-metrics");
@@ -535,16 +541,8 @@ fn a_standby_exports_its_replication_state_in_metrics() {
     let mb = start_master_with(&etcd.addr, &cluster, b.0, b.1, 120);
     eventually("B in sync", || in_sync(&ma) == 1);
 
-    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
     let client_id = 43u128;
-    let _ = m.ping(client_id);
-    let segment = SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
     let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
     for r in m
         .batch_put_start(

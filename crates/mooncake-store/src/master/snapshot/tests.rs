@@ -61,14 +61,13 @@ fn run(s: &Setup, rng: &mut StdRng, h: &mut History, steps: usize) {
 
 fn restored(s: &Setup) -> super::Restored {
     s.wal.flush().unwrap();
-    restore(
-        &make,
-        Some(&s.stores),
-        Some(&s.wal_dir),
-        None,
-        &RestoreProgress::default(),
-    )
-    .unwrap()
+    restore_from(s).unwrap()
+}
+
+/// Restores what `s`'s stores and log hold.
+fn restore_from(s: &Setup) -> mooncake_common::Result<super::Restored> {
+    let progress = RestoreProgress::default();
+    restore(&make, Some(&s.stores), Some(&s.wal_dir), None, &progress)
 }
 
 #[test]
@@ -162,14 +161,7 @@ fn a_fresh_history_ignores_older_snapshots() {
     s.wal.stop();
     // A new history starts past it; restoring it starts empty.
     super::start_history(&s.wal_dir, seq).unwrap();
-    let r = restore(
-        &make,
-        Some(&s.stores),
-        Some(&s.wal_dir),
-        None,
-        &RestoreProgress::default(),
-    )
-    .unwrap();
+    let r = restore_from(&s).unwrap();
     assert_eq!(r.report.snapshot, None);
     assert!(r.service.all_keys().is_empty());
 }
@@ -245,28 +237,14 @@ fn a_torn_log_tail_is_cut_and_everything_before_it_kept() {
         .unwrap();
     std::io::Write::write_all(&mut f, &b"MCOL\x01\0\0\0\xff\0\0\0"[..]).unwrap();
     drop(f);
-    let r = restore(
-        &make,
-        Some(&s.stores),
-        Some(&s.wal_dir),
-        None,
-        &RestoreProgress::default(),
-    )
-    .unwrap();
+    let r = restore_from(&s).unwrap();
     assert_same(&s.leader, &r.service, &h.tasks, "torn");
     assert_eq!(std::fs::metadata(&last).unwrap().len(), len, "cut off");
     // Damage before the end is not a torn write: refused.
     let mut b = std::fs::read(&last).unwrap();
     b[20] ^= 1;
     std::fs::write(&last, b).unwrap();
-    assert!(restore(
-        &make,
-        Some(&s.stores),
-        Some(&s.wal_dir),
-        None,
-        &RestoreProgress::default()
-    )
-    .is_err());
+    assert!(restore_from(&s).is_err());
 }
 
 #[test]
