@@ -64,7 +64,7 @@ impl RestoreProgress {
     /// `done` objects of the snapshot are restored (called for each).
     pub(crate) fn restored(&self, done: u64) {
         let total = self.expected.get() as u64;
-        if done % PUBLISH_EVERY != 0 && done != total {
+        if !done.is_multiple_of(PUBLISH_EVERY) && done != total {
             return;
         }
         let before = self.objects.get() as u64;
