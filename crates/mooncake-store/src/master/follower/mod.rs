@@ -182,6 +182,7 @@ impl Run {
                         *self.socket.lock() = stream.try_clone().ok();
                         f.conn = Connection::new(stream, &client).ok();
                         f.refused_since = None;
+                        self.repl.set_connected(f.conn.is_some());
                     }
                     Err(e) => {
                         self.refused(f, &e);
@@ -214,6 +215,7 @@ impl Run {
                 Err(e) => {
                     tracing::debug!(leader = %f.addr, "pull failed: {e}");
                     f.conn = None;
+                    self.repl.set_connected(false);
                     continue;
                 }
             };

@@ -99,7 +99,8 @@ struct State {
     in_sync: Option<InSync>,
     /// Who leads, as far as this master knows (its RPC address).
     leader: Option<String>,
-    /// A standby kept an answer of the leader it follows now.
+    /// A standby is connected to the leader it follows (or kept an
+    /// answer of it).
     following: bool,
 }
 
@@ -138,7 +139,7 @@ pub(crate) struct Status {
     /// Leader: the in-sync standbys as recorded, and every standby's lag.
     pub(crate) in_sync: Vec<String>,
     pub(crate) standbys: Vec<(String, u64)>,
-    /// Standby: it has heard from the leader it follows.
+    /// Standby: it is connected to the leader it follows.
     pub(crate) following: bool,
 }
 
@@ -470,8 +471,8 @@ impl Replication {
 }
 
 /// The reference's standby states, from where replication stands: a
-/// standby that has not heard from a leader is connecting, one that is
-/// behind is syncing, one caught up is watching.
+/// standby not connected to a leader is connecting, one that is behind is
+/// syncing, one caught up is watching.
 fn standby_state(st: &Status, lag: u64) -> StandbyState {
     match st.role {
         Role::Standby if !st.following => StandbyState::Connecting,

@@ -29,6 +29,11 @@ impl Replication {
         }
     }
 
+    /// Whether the follower holds a connection to the leader.
+    pub(crate) fn set_connected(&self, connected: bool) {
+        self.state.lock().following = connected;
+    }
+
     /// A new leader: entries received but not applied go (the new leader
     /// resends those it has).
     pub(crate) fn drop_unapplied(&self) {
