@@ -262,6 +262,7 @@ fn requests() -> Vec<Request<'static>> {
             client_id: CLIENT,
             key: "k0",
         },
+        Request::Authenticate { token: "s3cret" },
     ]
 }
 
@@ -415,6 +416,9 @@ fn dummy_requests() -> Vec<DummyRequest> {
         DummyRequest::BatchReplicaClear {
             keys: keys(),
             segment_name: "node0:12345".into(),
+        },
+        DummyRequest::Authenticate {
+            token: "s3cret".into(),
         },
     ]
 }

@@ -178,6 +178,18 @@ master_flags! {
         => log_level: String = text;
     config_path: Str = "", Full, "YAML or JSON file with the same keys as these flags"
         => config_path: String = text;
+    cluster_token_file: Str = "", Full, "File holding the cluster token every peer must present (default: $MOONCAKE_CLUSTER_TOKEN; none: no authentication)"
+        => cluster_token_file: String = text;
+    admin_token_file: Str = "", Full, "File holding the admin token, needed for RemoveAll with force (default: $MOONCAKE_ADMIN_TOKEN)"
+        => admin_token_file: String = text;
+    allow_force_remove_all: Bool = "false", Full, "Let any client call RemoveAll with force (otherwise only connections that presented the admin token)"
+        => allow_force_remove_all: bool = boolean;
+    max_metadata_bytes: Size = "16GB", Full, "Budget for object metadata (key bytes plus a fixed overhead per object); puts past it fail with NO_AVAILABLE_HANDLE"
+        => max_metadata_bytes: u64 = size;
+    http_metadata_server_max_value_size: Size = "16MB", Full, "Largest value the embedded HTTP metadata server stores"
+        => http_metadata_server_max_value_size: u64 = size;
+    http_metadata_server_max_keys: Int = "1048576", Full, "Most keys the embedded HTTP metadata server holds"
+        => http_metadata_server_max_keys: usize = count;
     batch_oplog_retry_timeout_sec: Int = "180", NotImplemented, "Maximum time to retry transient batch OpLog standby errors.";
     cxl_path: Str = "/dev/dax0.0", NotImplemented, "DAX device path for CXL memory";
     cxl_size: Int = "8589934592", NotImplemented, "CXL memory size in bytes";
@@ -346,6 +358,10 @@ mod parse {
 
     pub(super) fn boolean(name: &str, value: &str, v: &str) -> Result<bool> {
         parse_bool(v).map_err(|e| invalid(name, value, e))
+    }
+
+    pub(super) fn size(name: &str, value: &str, v: &str) -> Result<u64> {
+        mooncake_common::size::parse_size(v).map_err(|e| invalid(name, value, e.context))
     }
 
     pub(super) fn count(name: &str, value: &str, v: &str) -> Result<usize> {

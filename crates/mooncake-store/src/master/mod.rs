@@ -15,6 +15,7 @@
 //!   `shared` state; [`oplog`] turns mutations into durable entries; [`ha`] serves only while this master leads its
 //!   cluster; `run` picks HA or plain serving and owns the runtime.
 
+mod access;
 pub mod allocator;
 mod clients;
 mod config;
@@ -32,6 +33,7 @@ mod mutation;
 mod objects;
 pub mod oplog;
 mod policy;
+mod published;
 mod replication;
 mod retired;
 mod run;
@@ -43,6 +45,7 @@ pub mod snapshot;
 mod status;
 mod tasks;
 
+pub use access::ADMIN_TOKEN_ENV;
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};

@@ -453,6 +453,7 @@ pub fn decode_into(
         if shard.map.insert(key.into(), obj).is_some() {
             return Err(inconsistent(format!("object {key:?} twice")));
         }
+        s.objects.charge(key);
     }
     {
         let mut tasks = s.tasks.lock();
