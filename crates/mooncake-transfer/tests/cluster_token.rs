@@ -106,9 +106,10 @@ fn the_token_guards_an_engines_memory() {
     let peer = engine(Some("s3cret"));
     let local = managed(&peer, LEN);
     let seg = peer.open_segment(&name).unwrap();
+    let source = local.as_ptr() as usize;
     let req = |opcode| TransferRequest {
         opcode,
-        source: local.as_ptr() as usize,
+        source,
         target_id: seg,
         target_offset: addr,
         length: LEN,
