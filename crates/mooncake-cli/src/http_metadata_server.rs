@@ -8,9 +8,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Parser;
-use mooncake_common::gflags;
 use mooncake_common::auth::ClusterToken;
-use mooncake_transfer::metadata::http_server::{self as guard_defaults, MetadataServer, ServerPolicy};
+use mooncake_common::gflags;
+use mooncake_transfer::metadata::http_server::{
+    self as guard_defaults, MetadataServer, ServerPolicy,
+};
 
 use crate::signals::shutdown_signal;
 

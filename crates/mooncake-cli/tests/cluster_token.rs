@@ -20,7 +20,13 @@ use mooncake_store::types::ReplicateConfig;
 const TOKEN: &str = "4f1c0d9e-cluster-secret";
 
 /// One HTTP/1.1 exchange on a fresh connection: (status, body).
-fn http(addr: &str, method: &str, target: &str, bearer: Option<&str>, body: &[u8]) -> (u16, String) {
+fn http(
+    addr: &str,
+    method: &str,
+    target: &str,
+    bearer: Option<&str>,
+    body: &[u8],
+) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
@@ -69,7 +75,11 @@ fn the_cluster_token_guards_every_port() {
 
     let (_meta, meta_line) = spawn_until_line(
         METADATA,
-        &["-port=0".into(), "--host=127.0.0.1".into(), token_flag.clone()],
+        &[
+            "-port=0".into(),
+            "--host=127.0.0.1".into(),
+            token_flag.clone(),
+        ],
         "listening on",
     );
     let meta_addr = meta_line.trim().rsplit(' ').next().unwrap().to_owned();
@@ -144,7 +154,9 @@ fn the_cluster_token_guards_every_port() {
     let dummy = Client::setup_dummy(1 << 20, 1 << 20, &dummy_addr).unwrap();
     assert_eq!(dummy.get("k1").unwrap(), v);
     std::env::remove_var(mooncake_common::auth::TOKEN_ENV);
-    let e = Client::setup_dummy(1 << 20, 1 << 20, &dummy_addr).err().unwrap();
+    let e = Client::setup_dummy(1 << 20, 1 << 20, &dummy_addr)
+        .err()
+        .unwrap();
     assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT, "{e}");
 
     // Strangers, master RPC: no token, then a wrong one.
@@ -177,7 +189,11 @@ fn the_cluster_token_guards_every_port() {
     assert_eq!(http(&meta_addr, "PUT", &ram, None, b"{}").0, 401);
     assert_eq!(http(&meta_addr, "PUT", &ram, Some("guess"), b"{}").0, 401);
     assert_eq!(http(&meta_addr, "DELETE", &rpc_meta, None, b"").0, 401);
-    assert_eq!(http(&meta_addr, "GET", &ram, None, b"").1, desc, "unchanged");
+    assert_eq!(
+        http(&meta_addr, "GET", &ram, None, b"").1,
+        desc,
+        "unchanged"
+    );
     let probe = "/metadata?key=probe/by-member";
     assert_eq!(http(&meta_addr, "PUT", probe, Some(TOKEN), b"{}").0, 200);
     assert_eq!(http(&meta_addr, "DELETE", probe, Some(TOKEN), b"").0, 200);

@@ -259,7 +259,12 @@ while len(body) < n:
 print(body.hex(), flush=True)
 "#;
     let mut child = Command::new("python3")
-        .args(["-c", relay, &addr.ip().to_string(), &addr.port().to_string()])
+        .args([
+            "-c",
+            relay,
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ])
         .uid(65534)
         .gid(65534)
         .stdin(Stdio::piped())

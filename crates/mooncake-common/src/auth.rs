@@ -33,7 +33,10 @@ impl ClusterToken {
     pub fn new(text: &str) -> Result<ClusterToken> {
         let t = text.trim();
         if t.is_empty() {
-            return Err(Error::new(ErrorCode::INVALID_PARAMS, "cluster token is empty"));
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "cluster token is empty",
+            ));
         }
         if t.len() > MAX_TOKEN_LEN {
             return Err(Error::new(
@@ -60,9 +63,9 @@ impl ClusterToken {
     /// blank).
     pub fn from_env_with(var: impl Fn(&str) -> Option<String>) -> Result<Option<ClusterToken>> {
         match var(TOKEN_ENV) {
-            Some(v) if !v.trim().is_empty() => {
-                ClusterToken::new(&v).map(Some).map_err(|e| e.with_context(TOKEN_ENV))
-            }
+            Some(v) if !v.trim().is_empty() => ClusterToken::new(&v)
+                .map(Some)
+                .map_err(|e| e.with_context(TOKEN_ENV)),
             _ => Ok(None),
         }
     }
@@ -171,7 +174,9 @@ mod tests {
         );
         let dir = std::env::temp_dir().join(format!("mc-token-{}", std::process::id()));
         std::fs::write(&dir, "from-file\n").unwrap();
-        let t = ClusterToken::resolve(dir.to_str().unwrap()).unwrap().unwrap();
+        let t = ClusterToken::resolve(dir.to_str().unwrap())
+            .unwrap()
+            .unwrap();
         assert_eq!(t.as_str(), "from-file");
         std::fs::remove_file(&dir).unwrap();
         let e = ClusterToken::resolve(dir.to_str().unwrap()).unwrap_err();

@@ -624,7 +624,8 @@ pub(crate) fn authenticate(conn: &mut Connection, token: &ClusterToken) -> Resul
     let req = Request::Authenticate {
         token: token.as_str(),
     };
-    encode_frame(&req, &mut frame).map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+    encode_frame(&req, &mut frame)
+        .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
     let payload = conn
         .round_trip(&frame, Duration::ZERO)
         .map_err(|e| rpc_fail(format!("authenticating to master: {e}")))?;

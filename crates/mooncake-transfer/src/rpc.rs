@@ -429,11 +429,7 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                 input.read_into_paced(&mut stream, &mut token, &mut || deadline.check())?;
                 authenticated = admit(&mut stream, state, &h, &token)?;
             }
-            Kind::WriteAck
-            | Kind::ReadResp
-            | Kind::DescResp
-            | Kind::NotifyAck
-            | Kind::AuthAck => {
+            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck | Kind::AuthAck => {
                 unreachable!("decode_request admits requests only")
             }
         }
@@ -443,14 +439,22 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
 /// Answers an `AuthReq`: whether `token` is the cluster token (anything is,
 /// when none is configured). A wrong token is answered, then the
 /// connection closes.
-fn admit(stream: &mut impl Write, state: &LocalState, h: &Header, token: &[u8]) -> io::Result<bool> {
+fn admit(
+    stream: &mut impl Write,
+    state: &LocalState,
+    h: &Header,
+    token: &[u8],
+) -> io::Result<bool> {
     if auth::admits(state.cluster_token.as_ref(), token) {
         stream.write_all(&Header::response(Kind::AuthAck, h, 0, 0).encode())?;
         return Ok(true);
     }
     let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
     stream.write_all(&Header::response(Kind::AuthAck, h, code, 0).encode())?;
-    Err(io::Error::new(io::ErrorKind::PermissionDenied, "wrong cluster token"))
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "wrong cluster token",
+    ))
 }
 
 /// Answers a first frame that is not an `AuthReq` (a token is required)
@@ -492,7 +496,10 @@ pub(crate) fn present_token(
     if h.kind != Kind::AuthAck || h.status != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("the peer refused the cluster token ({:?} status {})", h.kind, h.status),
+            format!(
+                "the peer refused the cluster token ({:?} status {})",
+                h.kind, h.status
+            ),
         ));
     }
     stream.set_read_timeout(restore)
@@ -576,15 +583,14 @@ pub(crate) fn fetch_descriptor(
     timeout: Duration,
     local: &LocalState,
 ) -> Result<SegmentDesc> {
-    let (h, body) =
-        call(addr, Kind::DescReq, name.as_bytes(), timeout, local).map_err(|e| {
-            let code = if is_timeout(&e) {
-                ErrorCode::ERR_REJECT_HANDSHAKE
-            } else {
-                ErrorCode::ERR_METADATA
-            };
-            Error::new(code, format!("handshake with {name} ({addr}): {e}"))
-        })?;
+    let (h, body) = call(addr, Kind::DescReq, name.as_bytes(), timeout, local).map_err(|e| {
+        let code = if is_timeout(&e) {
+            ErrorCode::ERR_REJECT_HANDSHAKE
+        } else {
+            ErrorCode::ERR_METADATA
+        };
+        Error::new(code, format!("handshake with {name} ({addr}): {e}"))
+    })?;
     if h.kind != Kind::DescResp || h.status != 0 {
         return Err(Error::new(
             ErrorCode::ERR_REJECT_HANDSHAKE,

@@ -97,18 +97,23 @@ impl AccessPolicy {
         if self.cluster.is_none() && self.admin.is_none() {
             return Ok(current); // nothing to check, as a master without tokens
         }
-        Err(Error::new(
-            ErrorCode::ILLEGAL_CLIENT,
-            "wrong cluster token",
-        ))
+        Err(Error::new(ErrorCode::ILLEGAL_CLIENT, "wrong cluster token"))
     }
 
     /// The access an HTTP request's `Authorization` header gives.
     pub(crate) fn http_access(&self, authorization: Option<&[u8]>) -> Access {
-        if self.admin.as_ref().is_some_and(|t| t.matches_bearer(authorization)) {
+        if self
+            .admin
+            .as_ref()
+            .is_some_and(|t| t.matches_bearer(authorization))
+        {
             return Access::Admin;
         }
-        if self.cluster.as_ref().is_none_or(|t| t.matches_bearer(authorization)) {
+        if self
+            .cluster
+            .as_ref()
+            .is_none_or(|t| t.matches_bearer(authorization))
+        {
             return Access::Member;
         }
         Access::Anonymous
@@ -167,7 +172,10 @@ mod tests {
         let p = AccessPolicy::new(token("c"), token("a"), false);
         let a = p.initial();
         assert_eq!(a, Access::Anonymous);
-        assert_eq!(p.check(a, &GET).unwrap_err().code, ErrorCode::ILLEGAL_CLIENT);
+        assert_eq!(
+            p.check(a, &GET).unwrap_err().code,
+            ErrorCode::ILLEGAL_CLIENT
+        );
         assert_eq!(
             p.authenticate(a, "wrong").unwrap_err().code,
             ErrorCode::ILLEGAL_CLIENT

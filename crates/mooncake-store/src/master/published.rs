@@ -32,9 +32,15 @@ fn check_against(desc: &[u8], seg: &SegmentInfo) -> Result<()> {
     };
     let desc: SegmentDesc =
         serde_json::from_slice(desc).map_err(|_| mismatch("its descriptor does not parse"))?;
-    let end = seg.base.checked_add(seg.size).ok_or_else(|| mismatch("range overflows"))?;
+    let end = seg
+        .base
+        .checked_add(seg.size)
+        .ok_or_else(|| mismatch("range overflows"))?;
     let inside = desc.buffers.iter().any(|b| {
-        b.addr <= seg.base && b.addr.checked_add(b.length).is_some_and(|b_end| end <= b_end)
+        b.addr <= seg.base
+            && b.addr
+                .checked_add(b.length)
+                .is_some_and(|b_end| end <= b_end)
     });
     if inside {
         Ok(())

@@ -30,8 +30,8 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-pub use super::guard::{ServerPolicy, DEFAULT_MAX_KEYS, DEFAULT_MAX_VALUE_SIZE};
 use super::guard;
+pub use super::guard::{ServerPolicy, DEFAULT_MAX_KEYS, DEFAULT_MAX_VALUE_SIZE};
 use super::http::NOT_FOUND_BODY;
 use super::{MetadataStore, MAX_VALUE_LEN};
 

@@ -29,9 +29,9 @@ use tokio::sync::{mpsc, watch};
 use super::{Replication, Role};
 use crate::master::oplog::decode_prefix;
 use crate::master::shared::Shared;
+use crate::master_client::authenticate;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Frames, Request, Response};
-use crate::master_client::authenticate;
 use crate::rpc::{connect_any, ClientOptions, Connection};
 
 /// Pause between attempts while there is no leader to follow.
