@@ -34,13 +34,13 @@ pub struct Args {
     pub log_level: Option<String>,
     /// File holding the cluster token that PUT and DELETE must carry
     /// (`Authorization: Bearer`); default `$MOONCAKE_CLUSTER_TOKEN`.
-    #[arg(long, default_value = "")]
+    #[arg(long = "cluster_token_file", default_value = "")]
     pub cluster_token_file: String,
     /// Largest value stored.
-    #[arg(long, default_value = "16MB", value_parser = size_arg)]
+    #[arg(long = "max_value_size", default_value = "16MB", value_parser = size_arg)]
     pub max_value_size: u64,
     /// Most keys held.
-    #[arg(long, default_value_t = guard_defaults::DEFAULT_MAX_KEYS)]
+    #[arg(long = "max_keys", default_value_t = guard_defaults::DEFAULT_MAX_KEYS)]
     pub max_keys: usize,
 }
 
