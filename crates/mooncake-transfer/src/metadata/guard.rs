@@ -75,7 +75,7 @@ pub(crate) fn engine_of(key: &str) -> Option<&str> {
 
 /// Who serves a segment, as its descriptor says: what a stranger must not
 /// change under a live owner.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Server {
     protocol: String,
     tcp_data_port: Option<u16>,
@@ -100,10 +100,21 @@ fn server_of(value: &[u8]) -> Option<Server> {
 /// Whether replacing `old` by `new` under a segment key changes who
 /// serves the segment (an unreadable old value protects nothing).
 pub(crate) fn changes_server(old: &[u8], new: &[u8]) -> bool {
-    match server_of(old) {
-        Some(before) => server_of(new).as_ref() != Some(&before),
-        None => false,
-    }
+    let Some(before) = server_of(old) else {
+        return false;
+    };
+    let Some(after) = server_of(new) else {
+        return true;
+    };
+    // Shared buffers live in the owner's process: once one is published,
+    // later ones must live there too (an engine's first shared buffer
+    // adds its pid).
+    let moved = after.shm_pids.len() > 1
+        || (!before.shm_pids.is_empty() && !after.shm_pids.is_subset(&before.shm_pids));
+    moved
+        || before.protocol != after.protocol
+        || before.tcp_data_port != after.tcp_data_port
+        || before.host_id != after.host_id
 }
 
 /// Whether the engine whose location record is `rpc_meta` accepts
@@ -165,6 +176,8 @@ mod tests {
         assert!(!changes_server(&old, &desc(1000, Some(7), 0x9000)));
         assert!(changes_server(&old, &desc(1001, Some(7), 0x1000)));
         assert!(changes_server(&old, &desc(1000, Some(8), 0x1000)));
+        // An engine's first shared buffer is no change of server.
+        assert!(!changes_server(&desc(1000, None, 0x1000), &old));
         assert!(changes_server(&old, b"not json"));
         assert!(!changes_server(b"not json", &old));
     }
