@@ -9,13 +9,14 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
-use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
+use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
 use crate::types::{
     ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment,
     TaskId, TaskInfo, WriteOptions,
@@ -64,6 +65,7 @@ impl MasterClient {
             cluster_id,
             DEFAULT_CONNECT_TIMEOUT,
             DEFAULT_CALL_TIMEOUT,
+            None,
         )
     }
 
@@ -78,6 +80,24 @@ impl MasterClient {
             DEFAULT_CLUSTER_ID,
             connect_timeout,
             call_timeout,
+            None,
+        )
+    }
+
+    /// Like [`connect_in_cluster`](Self::connect_in_cluster), presenting
+    /// `token` as the cluster token (`None`: `$MOONCAKE_CLUSTER_TOKEN`, if
+    /// set). `$MOONCAKE_ADMIN_TOKEN`, if set, is presented too.
+    pub fn connect_with_token(
+        master_addr: &str,
+        cluster_id: &str,
+        token: Option<ClusterToken>,
+    ) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            cluster_id,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_CALL_TIMEOUT,
+            token,
         )
     }
 
@@ -86,6 +106,7 @@ impl MasterClient {
         cluster_id: &str,
         connect_timeout: Duration,
         call_timeout: Duration,
+        token: Option<ClusterToken>,
     ) -> Result<MasterClient> {
         // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`, `k8s://ns/lease`)
         // names the coordination service; the master is whoever leads the
@@ -108,6 +129,7 @@ impl MasterClient {
         };
         let target = MasterAddr {
             addr: master_addr.to_string(),
+            tokens: credentials(token)?,
             resolved: Mutex::new(resolved),
             election,
         };
@@ -587,9 +609,47 @@ impl Election {
     }
 }
 
+/// The tokens a client presents: `token` or `$MOONCAKE_CLUSTER_TOKEN`,
+/// then `$MOONCAKE_ADMIN_TOKEN`.
+fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
+    let cluster = match token {
+        Some(t) => Some(t),
+        None => ClusterToken::from_env()?,
+    };
+    let admin = match std::env::var(crate::master::ADMIN_TOKEN_ENV) {
+        Ok(v) if !v.trim().is_empty() => Some(ClusterToken::new(&v)?),
+        _ => None,
+    };
+    Ok(cluster.into_iter().chain(admin).collect())
+}
+
+/// Presents `token` on a new connection to a master (`Authenticate`); a
+/// refusal is the master's `ILLEGAL_CLIENT`.
+pub(crate) fn authenticate(conn: &mut Connection, token: &ClusterToken) -> Result<()> {
+    let mut frame = Vec::with_capacity(16 + token.as_str().len());
+    let req = Request::Authenticate {
+        token: token.as_str(),
+    };
+    encode_frame(&req, &mut frame)
+        .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+    let payload = conn
+        .round_trip(&frame, Duration::ZERO)
+        .map_err(|e| rpc_fail(format!("authenticating to master: {e}")))?;
+    match decode_payload::<Response>(payload)
+        .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))?
+    {
+        Response::Unit { result } => result,
+        Response::Failed { error } => Err(error),
+        other => Err(unexpected(&other)),
+    }
+}
+
 /// The master: where it is, and in HA mode how to find it again.
 struct MasterAddr {
     addr: String,
+    /// Presented on every new connection, in order (the cluster token,
+    /// then the admin token).
+    tokens: Vec<ClusterToken>,
     /// The master's socket addresses; in HA mode the current leader's.
     resolved: Mutex<Vec<SocketAddr>>,
     /// HA mode: where to look the leader up when it cannot be reached.
@@ -626,6 +686,10 @@ impl Connector for MasterAddr {
         let stream = self.connect_to(&leader, timeout)?;
         *self.resolved.lock() = leader;
         Ok(stream)
+    }
+
+    fn handshake(&self, conn: &mut Connection) -> Result<()> {
+        self.tokens.iter().try_for_each(|t| authenticate(conn, t))
     }
 }
 

@@ -235,6 +235,7 @@ fn requests() -> Vec<Request<'static>> {
             max: 256,
             wait_ms: 50,
         },
+        Request::Authenticate { token: "s3cret" },
     ]
 }
 
@@ -394,6 +395,9 @@ fn dummy_requests() -> Vec<DummyRequest> {
         DummyRequest::BatchReplicaClear {
             keys: keys(),
             segment_name: "node0:12345".into(),
+        },
+        DummyRequest::Authenticate {
+            token: "s3cret".into(),
         },
     ]
 }

@@ -183,6 +183,7 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             max: 1024,
             wait_ms: 1000,
         },
+        Request::Authenticate { token: "s3cret" },
     ]
 }
 

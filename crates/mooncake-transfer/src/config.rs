@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use mooncake_common::auth::ClusterToken;
+
 /// Everything [`crate::TransferEngine::new`] needs.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -41,6 +43,14 @@ pub struct EngineConfig {
     /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`,
     /// 1..=64; default one per core, between 2 and 4).
     pub tcp_connections: usize,
+    /// The cluster token (`MOONCAKE_CLUSTER_TOKEN`): required of every
+    /// peer connecting to this engine, presented to every engine this one
+    /// connects to, and sent to an HTTP metadata server
+    /// (`Authorization: Bearer`). `None`: no authentication.
+    pub cluster_token: Option<ClusterToken>,
+    /// Why `MOONCAKE_CLUSTER_TOKEN` could not be used: the engine then
+    /// refuses to start rather than run without the token.
+    pub(crate) token_error: Option<String>,
 }
 
 pub(crate) const DEFAULT_SLICE_SIZE: usize = 65536;
@@ -93,6 +103,8 @@ impl EngineConfig {
             max_rpc_port: 17000,
             handshake_max_length: DEFAULT_HANDSHAKE_MAX_LENGTH,
             tcp_connections: default_tcp_connections(),
+            cluster_token: None,
+            token_error: None,
         }
     }
 
@@ -142,6 +154,11 @@ impl EngineConfig {
             if n > 0 {
                 self.handshake_max_length = n;
             }
+        }
+        match ClusterToken::from_env_with(&var) {
+            Ok(Some(t)) => self.cluster_token = Some(t),
+            Ok(None) => {}
+            Err(e) => self.token_error = Some(e.to_string()),
         }
         if let Some(n) = parsed::<usize>("MC_TCP_CONNECTIONS", var("MC_TCP_CONNECTIONS")) {
             if (1..=64).contains(&n) {

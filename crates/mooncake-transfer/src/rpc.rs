@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use mooncake_common::auth::{self, ClusterToken};
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
@@ -40,6 +41,8 @@ pub(crate) struct LocalState {
     /// Bounds how long a peer may stall in the middle of a frame (each
     /// socket call); a whole frame is cut off after twice this.
     pub(crate) io_timeout: Duration,
+    /// Required of every connection before anything else ([`admit`]).
+    pub(crate) cluster_token: Option<ClusterToken>,
 }
 
 /// Most notifies held until the application drains them, and most bytes
@@ -339,6 +342,7 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
     stream.set_read_timeout(Some(state.io_timeout))?;
     stream.set_write_timeout(Some(state.io_timeout))?;
     let timeout = state.io_timeout;
+    let mut authenticated = state.cluster_token.is_none();
     let mut input = FrameReader::new();
     let mut out = Responses::default();
     // The region the last write landed in, for the next frames of a burst.
@@ -356,6 +360,10 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
         // Malformed or oversized: close the connection without reading on.
         let h =
             Header::decode_request(&hdr, state.control_max).map_err(|e| invalid(e.to_string()))?;
+        if !authenticated && h.kind != Kind::AuthReq {
+            out.flush(&mut stream, timeout)?;
+            return refuse_unauthenticated(&mut stream, &h);
+        }
         match h.kind {
             Kind::WriteReq => {
                 if out.holds_memory() && !input.has(h.len) {
@@ -413,11 +421,88 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                 input.read_into_paced(&mut stream, &mut payload, &mut || deadline.check())?;
                 control(&mut stream, state, &h, &payload)?;
             }
-            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck => {
+            Kind::AuthReq => {
+                write_pin = None;
+                out.flush(&mut stream, timeout)?;
+                let mut deadline = FrameDeadline::start(timeout);
+                let mut token = vec![0u8; h.len as usize];
+                input.read_into_paced(&mut stream, &mut token, &mut || deadline.check())?;
+                authenticated = admit(&mut stream, state, &h, &token)?;
+            }
+            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck | Kind::AuthAck => {
                 unreachable!("decode_request admits requests only")
             }
         }
     }
+}
+
+/// Answers an `AuthReq`: whether `token` is the cluster token (anything is,
+/// when none is configured). A wrong token is answered, then the
+/// connection closes.
+fn admit(
+    stream: &mut impl Write,
+    state: &LocalState,
+    h: &Header,
+    token: &[u8],
+) -> io::Result<bool> {
+    if auth::admits(state.cluster_token.as_ref(), token) {
+        stream.write_all(&Header::response(Kind::AuthAck, h, 0, 0).encode())?;
+        return Ok(true);
+    }
+    let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
+    stream.write_all(&Header::response(Kind::AuthAck, h, code, 0).encode())?;
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "wrong cluster token",
+    ))
+}
+
+/// Answers a first frame that is not an `AuthReq` (a token is required)
+/// with `ERR_REJECT_HANDSHAKE`, then closes the connection: no byte of
+/// memory is read or written, and nothing is described.
+fn refuse_unauthenticated(stream: &mut impl Write, h: &Header) -> io::Result<()> {
+    let kind = match h.kind {
+        Kind::WriteReq => Kind::WriteAck,
+        Kind::ReadReq => Kind::ReadResp,
+        Kind::DescReq => Kind::DescResp,
+        _ => Kind::NotifyAck,
+    };
+    let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
+    let _ = stream.write_all(&Header::response(kind, h, code, 0).encode());
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{:?} before the cluster token", h.kind),
+    ))
+}
+
+/// Presents `token` on a new connection to an engine and waits for its
+/// answer: the first exchange of every connection when a cluster token
+/// is configured.
+pub(crate) fn present_token(
+    stream: &mut TcpStream,
+    token: &ClusterToken,
+    timeout: Duration,
+) -> io::Result<()> {
+    let restore = stream.read_timeout()?;
+    stream.set_read_timeout(Some(timeout))?;
+    let t = token.as_str().as_bytes();
+    let head = Header::new(Kind::AuthReq, 0, 0, t.len() as u64).encode();
+    write_all_parts(stream, &[&head, t])?;
+    let mut hdr = [0u8; HEADER_LEN];
+    if !read_header(stream, &mut hdr, || false)? {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let h = Header::decode_response(&hdr, 0).map_err(|e| invalid(e.to_string()))?;
+    if h.kind != Kind::AuthAck || h.status != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the peer refused the cluster token ({:?} status {})",
+                h.kind, h.status
+            ),
+        ));
+    }
+    stream.set_read_timeout(restore)
 }
 
 /// Answers a descriptor request or a notify.
@@ -466,12 +551,16 @@ fn call(
     kind: Kind,
     payload: &[u8],
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> io::Result<(Header, Vec<u8>)> {
+    let control_max = local.control_max;
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
+    if let Some(token) = &local.cluster_token {
+        present_token(&mut stream, token, timeout)?;
+    }
     let head = Header::new(kind, 1, 0, payload.len() as u64).encode();
     write_all_parts(&mut stream, &[&head, payload])?;
     let mut hdr = [0u8; HEADER_LEN];
@@ -492,17 +581,16 @@ pub(crate) fn fetch_descriptor(
     addr: SocketAddr,
     name: &str,
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> Result<SegmentDesc> {
-    let (h, body) =
-        call(addr, Kind::DescReq, name.as_bytes(), timeout, control_max).map_err(|e| {
-            let code = if is_timeout(&e) {
-                ErrorCode::ERR_REJECT_HANDSHAKE
-            } else {
-                ErrorCode::ERR_METADATA
-            };
-            Error::new(code, format!("handshake with {name} ({addr}): {e}"))
-        })?;
+    let (h, body) = call(addr, Kind::DescReq, name.as_bytes(), timeout, local).map_err(|e| {
+        let code = if is_timeout(&e) {
+            ErrorCode::ERR_REJECT_HANDSHAKE
+        } else {
+            ErrorCode::ERR_METADATA
+        };
+        Error::new(code, format!("handshake with {name} ({addr}): {e}"))
+    })?;
     if h.kind != Kind::DescResp || h.status != 0 {
         return Err(Error::new(
             ErrorCode::ERR_REJECT_HANDSHAKE,
@@ -520,16 +608,16 @@ pub(crate) fn send_notify(
     addr: SocketAddr,
     notify: &Notify,
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> Result<()> {
     let payload = encode_notify(&notify.name, &notify.msg);
-    if payload.len() as u64 > control_max {
+    if payload.len() as u64 > local.control_max {
         return Err(Error::new(
             ErrorCode::ERR_INVALID_ARGUMENT,
             "notify longer than MC_HANDSHAKE_MAX_LENGTH",
         ));
     }
-    let (h, _) = call(addr, Kind::NotifyReq, &payload, timeout, control_max)
+    let (h, _) = call(addr, Kind::NotifyReq, &payload, timeout, local)
         .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, format!("notify to {addr}: {e}")))?;
     if h.kind != Kind::NotifyAck || h.status != 0 {
         return Err(Error::new(

@@ -19,6 +19,7 @@
 //!   while this master leads its cluster (`failover`: standby, then
 //!   leader); `run` picks HA or plain serving and owns the runtime.
 
+mod access;
 pub mod allocator;
 mod clients;
 mod config;
@@ -37,6 +38,7 @@ mod mutation;
 mod objects;
 pub mod oplog;
 mod policy;
+mod published;
 mod replication;
 mod retired;
 mod run;
@@ -48,6 +50,7 @@ pub mod snapshot;
 mod status;
 mod tasks;
 
+pub use access::ADMIN_TOKEN_ENV;
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};

@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::access::Access;
 use super::config::MasterConfig;
 use super::http;
 use super::replication::Replication;
@@ -179,8 +180,10 @@ impl MasterServer {
         }
         if let Some(listener) = metadata {
             let meta_stop = stopped(stop_rx.clone());
+            let policy = metadata_policy(&shared);
+            let store = shared.metadata.clone().unwrap_or_default();
             tasks.spawn(async move {
-                if let Err(e) = http_server::serve(listener, meta_stop).await {
+                if let Err(e) = http_server::serve_store(listener, store, policy, meta_stop).await {
                     tracing::error!("HTTP metadata server failed: {e}");
                 }
             });
@@ -216,6 +219,17 @@ pub(crate) async fn serve_http(
     }
 }
 
+/// What the embedded metadata server accepts, from the master's flags.
+fn metadata_policy(shared: &Shared) -> http_server::ServerPolicy {
+    let config = &shared.config;
+    http_server::ServerPolicy {
+        max_value_size: usize::try_from(config.http_metadata_server_max_value_size)
+            .unwrap_or(usize::MAX),
+        max_keys: config.http_metadata_server_max_keys,
+        cluster_token: shared.access.credential().cloned(),
+    }
+}
+
 /// The master's RPC listener policy, from its flags.
 fn rpc_options(config: &MasterConfig) -> ServerOptions {
     ServerOptions {
@@ -237,9 +251,10 @@ struct Rpc(Arc<Shared>);
 
 /// A connection a standby pulls on: when it closes, the leader counts the
 /// standby as silent at once.
-#[derive(Default)]
 struct Session {
     standby: Option<(Arc<Replication>, String)>,
+    /// What the connection has proven (`super::access`).
+    access: Access,
 }
 
 impl Drop for Session {
@@ -257,7 +272,10 @@ impl Handler for Rpc {
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
     fn session(&self, _: &std::net::TcpStream) -> Session {
-        Session::default()
+        Session {
+            standby: None,
+            access: self.0.access.initial(),
+        }
     }
 
     /// Answers one request on the calling (connection) thread. With
@@ -265,6 +283,20 @@ impl Handler for Rpc {
     /// entries are committed.
     fn handle(&self, session: &mut Session, req: Request<'_>) -> Response {
         let shared = &*self.0;
+        if let Request::Authenticate { token } = req {
+            let result = shared.access.authenticate(session.access, token);
+            return Response::Unit {
+                result: result.map(|a| session.access = a),
+            };
+        }
+        if let Err(error) = shared.access.check(session.access, &req) {
+            return Response::Failed { error };
+        }
+        if let (Request::MountSegment { segment, .. }, Some(store)) = (&req, &shared.metadata) {
+            if let Err(error) = super::published::check_mount(store, segment) {
+                return Response::Unit { result: Err(error) };
+            }
+        }
         let now = shared.clock.now_ms();
         if let (
             Some(r),

@@ -316,6 +316,11 @@ wire_enum! {
             max: u32,
             wait_ms: u32,
         },
+        /// Proves this connection knows the cluster token (the master's
+        /// `--cluster_token_file`): with one configured, the first call of
+        /// every connection. Answered `Unit`; accepted (and ignored) by a
+        /// master without a token.
+        35 => Authenticate { token: &'a str },
     }
 }
 

@@ -129,6 +129,9 @@ impl TransferEngine {
     /// segment descriptor.
     pub fn new(config: EngineConfig) -> Result<TransferEngine> {
         let config = config.sanitized();
+        if let Some(e) = &config.token_error {
+            return Err(invalid(e.clone()));
+        }
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
             "rdma" => {
@@ -149,7 +152,10 @@ impl TransferEngine {
         let uri = MetadataUri::parse(&config.metadata_server)?;
         let metadata = match uri {
             MetadataUri::P2p => None,
-            ref kv => Some(metadata::connect(kv)?),
+            ref kv => Some(metadata::connect_with_token(
+                kv,
+                config.cluster_token.as_ref(),
+            )?),
         };
 
         let given = config.local_server_name.trim();
@@ -188,6 +194,7 @@ impl TransferEngine {
             notifies: Mutex::default(),
             control_max,
             io_timeout: config.transfer_timeout,
+            cluster_token: config.cluster_token.clone(),
         });
         let server = RpcServer::start(listener, local.clone())?;
         let connect_timeout = config.transfer_timeout.min(Duration::from_secs(5));
@@ -200,6 +207,7 @@ impl TransferEngine {
                     connect_timeout,
                     write_timeout: config.transfer_timeout,
                     control_max,
+                    cluster_token: config.cluster_token.clone(),
                 },
             ),
             local_transport: LocalTransport,

@@ -21,6 +21,7 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
@@ -38,8 +39,8 @@ pub(crate) struct TcpTransport {
     limits: Limits,
 }
 
-/// Bounds on a connection's waits and frames.
-#[derive(Clone, Copy)]
+/// Bounds on a connection's waits and frames, and what it presents first.
+#[derive(Clone)]
 pub(crate) struct Limits {
     pub(crate) connect_timeout: Duration,
     /// A write blocked this long (peer not reading) breaks the connection,
@@ -47,6 +48,8 @@ pub(crate) struct Limits {
     pub(crate) write_timeout: Duration,
     /// Largest control payload accepted in a response.
     pub(crate) control_max: u64,
+    /// Presented on every new connection (`crate::rpc::present_token`).
+    pub(crate) cluster_token: Option<ClusterToken>,
 }
 
 impl TcpTransport {
@@ -68,7 +71,7 @@ impl TcpTransport {
                     addr,
                     slots: (0..self.conns_per_peer).map(|_| Mutex::new(None)).collect(),
                     next: AtomicUsize::new(0),
-                    limits: self.limits,
+                    limits: self.limits.clone(),
                 })
             })
             .clone()
@@ -196,7 +199,7 @@ impl Peer {
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Conn::open(self.addr, self.limits)?);
+        let c = Arc::new(Conn::open(self.addr, &self.limits)?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -284,9 +287,12 @@ impl Writer {
 const DIRECT_BYTES: usize = 64 * 1024;
 
 impl Conn {
-    fn open(addr: SocketAddr, limits: Limits) -> io::Result<Conn> {
-        let stream = TcpStream::connect_timeout(&addr, limits.connect_timeout)?;
+    fn open(addr: SocketAddr, limits: &Limits) -> io::Result<Conn> {
+        let mut stream = TcpStream::connect_timeout(&addr, limits.connect_timeout)?;
         stream.set_nodelay(true)?;
+        if let Some(token) = &limits.cluster_token {
+            crate::rpc::present_token(&mut stream, token, limits.connect_timeout)?;
+        }
         stream.set_write_timeout(Some(limits.write_timeout))?;
         let control_max = limits.control_max;
         let (tx, rx) = crossbeam_channel::unbounded();

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
@@ -46,8 +47,14 @@ impl RealClient {
         let mut config = config.clone();
         config.apply_env(process_env);
         config.validate()?;
-        let master =
-            MasterClient::connect_in_cluster(&config.master_server_address, &config.cluster_id)?;
+        if config.cluster_token.is_none() {
+            config.cluster_token = ClusterToken::from_env_with(process_env)?;
+        }
+        let master = MasterClient::connect_with_token(
+            &config.master_server_address,
+            &config.cluster_id,
+            config.cluster_token.clone(),
+        )?;
         let (engine, name_claim) = match shared {
             Some(engine) => {
                 if engine.local_server_name() != config.local_hostname.trim() {
@@ -258,6 +265,7 @@ fn start_engine(config: &ClientConfig) -> Result<(TransferEngine, Option<socket2
         let mut ec = EngineConfig::new(&config.metadata_server, &join_host_port(&host, port));
         ec.protocol = config.protocol.clone();
         ec.device_name = config.device_name.clone();
+        ec.cluster_token = config.cluster_token.clone();
         ec
     };
     if let Some(port) = port {

@@ -21,6 +21,10 @@ pub(super) fn boolean(name: &str, value: &str, v: &str) -> Result<bool> {
     parse_bool(v).map_err(|e| invalid(name, value, e))
 }
 
+pub(super) fn size(name: &str, value: &str, v: &str) -> Result<u64> {
+    mooncake_common::size::parse_size(v).map_err(|e| invalid(name, value, e.context))
+}
+
 pub(super) fn count(name: &str, value: &str, v: &str) -> Result<usize> {
     let n = v.parse::<u64>().map_err(|e| invalid(name, value, e))?;
     Ok(n as usize)

@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 use super::oplog::decode_prefix;
 use super::replication::Replication;
 use super::shared::Shared;
+use crate::master_client::authenticate;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Frames, Request, Response};
 use crate::rpc::{connect_any, ClientOptions, Connection};
@@ -180,7 +181,17 @@ impl Run {
                 match connect(&f.addr) {
                     Ok(stream) => {
                         *self.socket.lock() = stream.try_clone().ok();
-                        f.conn = Connection::new(stream, &client).ok();
+                        f.conn = Connection::new(stream, &client).ok().and_then(|mut c| {
+                            let token = self.shared.access.credential();
+                            match token.map_or(Ok(()), |t| authenticate(&mut c, t)) {
+                                Ok(()) => Some(c),
+                                Err(e) => {
+                                    tracing::warn!("leader {} refused this standby: {e}", f.addr);
+                                    std::thread::sleep(Duration::from_secs(1));
+                                    None
+                                }
+                            }
+                        });
                         f.refused_since = None;
                         self.repl.set_connected(f.conn.is_some());
                     }
@@ -192,6 +203,7 @@ impl Run {
                 }
             }
             let Some(conn) = f.conn.as_mut() else {
+                std::thread::sleep(IDLE);
                 continue;
             };
             let pull = self.repl.pull_request(opts.batch_max as u32, opts.poll);

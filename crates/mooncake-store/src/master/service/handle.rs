@@ -173,6 +173,8 @@ impl MasterService {
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
+            // The connection answers it (see `master::server`).
+            Q::Authenticate { .. } => A::Unit { result: Ok(()) },
             // The server answers it when this master leads with replication.
             Q::ReplicationPull { .. } => A::Failed {
                 error: Error::new(

@@ -145,6 +145,20 @@ impl MasterService {
         Self::with_policy(config.policy())
             .with_task_policy(config.task_policy())
             .with_offload_policy(config.offload_policy())
+            .with_metadata_budget(config.max_metadata_bytes)
+    }
+
+    /// Caps what objects' metadata may cost (key bytes plus a fixed
+    /// overhead each): a put of a new key past it fails with
+    /// `NO_AVAILABLE_HANDLE`. Unlimited by default.
+    pub fn with_metadata_budget(self, bytes: u64) -> Self {
+        self.objects.set_metadata_limit(bytes);
+        self
+    }
+
+    /// Bytes of object metadata held, as the budget counts them.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.objects.metadata_bytes()
     }
 
     pub fn with_policy(policy: Policy) -> Self {

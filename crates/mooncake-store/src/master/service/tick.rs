@@ -34,7 +34,7 @@ impl MasterService {
                 continue;
             }
             let mut oldest = u64::MAX;
-            shard.map.retain(|key, obj| {
+            self.objects.retain(&mut shard, |key, obj| {
                 let Some(p) = &obj.pending else { return true };
                 if now.saturating_sub(p.started) < discard_after {
                     oldest = oldest.min(p.started);
@@ -172,7 +172,7 @@ impl MasterService {
             if bytes >= target {
                 break;
             }
-            shard.map.retain(|key, obj| {
+            self.objects.retain(&mut shard, |key, obj| {
                 if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
                     return true;
                 }

@@ -456,6 +456,7 @@ pub fn decode_into(
         if shard.map.insert(key.into(), obj).is_some() {
             return Err(inconsistent(format!("object {key:?} twice")));
         }
+        s.objects.charge(key);
         drop(shard);
         progress.restored(done);
     }

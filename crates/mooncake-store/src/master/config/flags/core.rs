@@ -42,6 +42,18 @@ macro_rules! core_flags {
         => log_level: String = text;
     config_path: Str = "", Full, "YAML or JSON file with the same keys as these flags"
         => config_path: String = text;
+    cluster_token_file: Str = "", Full, "File holding the cluster token every peer must present (default: $MOONCAKE_CLUSTER_TOKEN; none: no authentication)"
+        => cluster_token_file: String = text;
+    admin_token_file: Str = "", Full, "File holding the admin token, needed for RemoveAll with force (default: $MOONCAKE_ADMIN_TOKEN)"
+        => admin_token_file: String = text;
+    allow_force_remove_all: Bool = "false", Full, "Let any client call RemoveAll with force (otherwise only connections that presented the admin token)"
+        => allow_force_remove_all: bool = boolean;
+    max_metadata_bytes: Size = "16GB", Full, "Budget for object metadata (key bytes plus a fixed overhead per object); puts past it fail with NO_AVAILABLE_HANDLE"
+        => max_metadata_bytes: u64 = size;
+    http_metadata_server_max_value_size: Size = "16MB", Full, "Largest value the embedded HTTP metadata server stores"
+        => http_metadata_server_max_value_size: u64 = size;
+    http_metadata_server_max_keys: Int = "1048576", Full, "Most keys the embedded HTTP metadata server holds"
+        => http_metadata_server_max_keys: usize = count;
     rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
     } };
 }
