@@ -25,6 +25,8 @@ mod config;
 mod conn;
 mod engine;
 mod frame;
+pub mod http_serve;
+mod listener;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod memory;
@@ -36,6 +38,7 @@ mod transport;
 
 pub use batch::{TransferState, TransferStatus};
 pub use config::EngineConfig;
+pub use listener::ListenerLimits;
 pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };

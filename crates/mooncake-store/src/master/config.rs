@@ -136,7 +136,7 @@ master_flags! {
         => rpc_thread_num: usize = count;
     max_threads: Int = "16", Full, "Maximum worker threads (deprecated, use rpc_thread_num)"
         => max_threads: usize = count;
-    rpc_conn_timeout_seconds: Int = "0", Full, "Close idle client connections after this many seconds (0 = never)"
+    rpc_conn_timeout_seconds: Int = "300", Full, "Connection timeout in seconds: close client connections idle this long (0 = no timeout)"
         => rpc_conn_timeout: Option<Duration> = seconds_or_never;
     rpc_enable_tcp_no_delay: Bool = "true", Full, "Set TCP_NODELAY on client connections"
         => rpc_enable_tcp_no_delay: bool = boolean;
@@ -755,6 +755,16 @@ mod tests {
         assert_eq!(c.client_ttl, Duration::from_secs(2));
         c.set("allocation_strategy", "free_ratio_first").unwrap();
         assert_eq!(c.allocation_strategy, AllocationStrategy::FreeRatioFirst);
+        // Idle client connections close after 5 minutes unless told
+        // otherwise; 0 means never, as in the reference.
+        assert_eq!(
+            MasterConfig::default().rpc_conn_timeout,
+            Some(Duration::from_secs(300))
+        );
+        c.set("rpc_conn_timeout_seconds", "0").unwrap();
+        assert_eq!(c.rpc_conn_timeout, None);
+        c.set("rpc_conn_timeout_seconds", "7").unwrap();
+        assert_eq!(c.rpc_conn_timeout, Some(Duration::from_secs(7)));
         for (k, v) in [
             ("rpc_port", "70000"),
             ("eviction_ratio", "1.5"),

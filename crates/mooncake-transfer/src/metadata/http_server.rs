@@ -22,7 +22,6 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::Router;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::RwLock;
@@ -32,6 +31,7 @@ use tokio::sync::oneshot;
 
 use super::http::NOT_FOUND_BODY;
 use super::{MetadataStore, MAX_VALUE_LEN};
+use crate::http_serve::HttpLimits;
 
 /// What [`MemoryStore::put_checked`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,13 +134,8 @@ pub(crate) async fn serve_store(
     store: MemoryStore,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        // Replies are small; don't let Nagle hold them back.
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(store))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = HttpLimits::default();
+    crate::http_serve::serve("metadata", listener, router(store), limits, shutdown).await
 }
 
 #[derive(Deserialize)]
