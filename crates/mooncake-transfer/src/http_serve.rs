@@ -7,7 +7,9 @@
 //!   [`HttpLimits::header_read_timeout`]. The clock also runs while a
 //!   kept-alive connection waits for its next request, so idle connections
 //!   are closed after it too.
-//! - A request's body must arrive within [`HttpLimits::body_read_timeout`].
+//! - A request's body must arrive within [`HttpLimits::body_read_timeout`]
+//!   of its header, however its bytes trickle in (a body still arriving at
+//!   the deadline fails to read, and the connection closes).
 //! - At most [`HttpLimits::max_connections`] connections are served at
 //!   once; past it the server stops accepting (new clients wait in the
 //!   kernel's accept queue) until one closes. That wait is logged at most
@@ -15,10 +17,15 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
 use axum::Router;
+use http_body::{Frame, SizeHint};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -26,7 +33,7 @@ use hyper_util::service::TowerToHyperService;
 use mooncake_common::LogLimit;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tower_http::timeout::RequestBodyTimeoutLayer;
+use tokio::time::Sleep;
 
 /// What clients may cost an HTTP server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,7 +72,10 @@ pub async fn serve(
     limits: HttpLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let app = app.layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout));
+    let body_limit = limits.body_read_timeout;
+    let app = app.layer(axum::middleware::map_request(move |req: Request| async move {
+        req.map(|body| Body::new(DeadlineBody::new(body, body_limit)))
+    }));
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let refusals = LogLimit::new(REFUSAL_LOG_EVERY);
@@ -119,4 +129,49 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A request body that fails once its deadline passes, however its bytes
+/// trickle in (tower-http's body timeout restarts with every frame).
+struct DeadlineBody {
+    inner: Body,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl DeadlineBody {
+    fn new(inner: Body, within: Duration) -> DeadlineBody {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame);
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(axum::Error::new(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "request body not received within the deadline",
+            ))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }

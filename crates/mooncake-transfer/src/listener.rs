@@ -129,7 +129,8 @@ impl<C> Table<C> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.open.len()
     }
 
