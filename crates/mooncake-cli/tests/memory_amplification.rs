@@ -42,11 +42,7 @@ fn assert_bounded(pid: u32, what: &str, fixed: usize, attack: impl FnOnce() -> u
     let sent = attack();
     let (_, peak) = rss(pid);
     let grew = peak.saturating_sub(base);
-    println!(
-        "{what}: sent {} KiB, peak +{} KiB",
-        sent >> 10,
-        grew >> 10
-    );
+    println!("{what}: sent {} KiB, peak +{} KiB", sent >> 10, grew >> 10);
     assert!(
         grew <= 2 * sent + fixed,
         "{what}: RSS grew {} MiB for {} MiB sent",
@@ -186,7 +182,8 @@ fn engine_takes_the_worst_frames_within_the_memory_bound() {
         let mut sent = 0;
         for i in 0..200 {
             let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            s.write_all(&header(DESC_REQ, i, 0, CONTROL_MAX as u64)).unwrap();
+            s.write_all(&header(DESC_REQ, i, 0, CONTROL_MAX as u64))
+                .unwrap();
             s.write_all(&[b'x'; 1000]).unwrap();
             sent += 32 + 1000;
             held.push(s);
@@ -204,7 +201,8 @@ fn engine_takes_the_worst_frames_within_the_memory_bound() {
         let name = vec![b'n'; CONTROL_MAX];
         let mut sent = 0;
         for i in 0..16 {
-            s.write_all(&header(DESC_REQ, i, 0, name.len() as u64)).unwrap();
+            s.write_all(&header(DESC_REQ, i, 0, name.len() as u64))
+                .unwrap();
             s.write_all(&name).unwrap();
             sent += 32 + name.len();
             let mut resp = [0u8; 32];

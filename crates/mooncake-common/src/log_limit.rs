@@ -56,7 +56,10 @@ mod tests {
         for _ in 0..1000 {
             assert_eq!(limit.should_log_at(t0 + Duration::from_secs(5)), None);
         }
-        assert_eq!(limit.should_log_at(t0 + Duration::from_secs(11)), Some(1000));
+        assert_eq!(
+            limit.should_log_at(t0 + Duration::from_secs(11)),
+            Some(1000)
+        );
         assert_eq!(limit.should_log_at(t0 + Duration::from_secs(12)), None);
         assert_eq!(limit.should_log_at(t0 + Duration::from_secs(30)), Some(1));
     }

@@ -165,7 +165,8 @@ impl EngineConfig {
         }
         if let Some(secs) = parsed::<f64>("MC_TCP_IDLE_TIMEOUT", var("MC_TCP_IDLE_TIMEOUT")) {
             if secs.is_finite() && secs > 0.0 {
-                limits.idle_timeout = Duration::from_secs_f64(secs.min(MAX_TRANSFER_TIMEOUT.as_secs_f64()));
+                limits.idle_timeout =
+                    Duration::from_secs_f64(secs.min(MAX_TRANSFER_TIMEOUT.as_secs_f64()));
             }
         }
     }

@@ -73,9 +73,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let body_limit = limits.body_read_timeout;
-    let app = app.layer(axum::middleware::map_request(move |req: Request| async move {
-        req.map(|body| Body::new(DeadlineBody::new(body, body_limit)))
-    }));
+    let app = app.layer(axum::middleware::map_request(
+        move |req: Request| async move {
+            req.map(|body| Body::new(DeadlineBody::new(body, body_limit)))
+        },
+    ));
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let refusals = LogLimit::new(REFUSAL_LOG_EVERY);

@@ -25,10 +25,10 @@ mod config;
 mod conn;
 mod engine;
 mod frame;
-pub mod http_serve;
-mod listener;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod http_serve;
+mod listener;
 mod memory;
 pub mod metadata;
 mod rawmem;
@@ -38,8 +38,8 @@ mod transport;
 
 pub use batch::{TransferState, TransferStatus};
 pub use config::EngineConfig;
-pub use listener::ListenerLimits;
 pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };
+pub use listener::ListenerLimits;
 pub use segment::{BufferDesc, SegmentDesc};

@@ -14,8 +14,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::conn::{is_timeout, read_header, write_all_parts, write_all_parts_paced, FrameReader};
-use crate::listener::IdleMark;
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
+use crate::listener::IdleMark;
 use crate::memory::{PinGuard, Registry};
 use crate::rawmem;
 use crate::segment::{local_host_id, SegmentDesc};
@@ -236,7 +236,9 @@ pub(crate) fn serve(
     stream.set_nodelay(true)?;
     let timeout = state.io_timeout;
     // Reads wake at least this often, so that the idle limit is checked.
-    let wake = timeout.min(state.idle_timeout).max(Duration::from_millis(10));
+    let wake = timeout
+        .min(state.idle_timeout)
+        .max(Duration::from_millis(10));
     stream.set_read_timeout(Some(wake))?;
     stream.set_write_timeout(Some(timeout))?;
     let mut input = FrameReader::new();

@@ -23,7 +23,11 @@ fn request(addr: SocketAddr, req: &str) -> (String, String) {
     let mut resp = String::new();
     s.read_to_string(&mut resp).unwrap();
     let status = resp.lines().next().unwrap_or_default().to_string();
-    let body = resp.split("\r\n\r\n").nth(1).unwrap_or_default().to_string();
+    let body = resp
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
     (status, body)
 }
 
@@ -166,7 +170,11 @@ fn a_trickled_body_is_cut_off() {
         }
         thread::sleep(Duration::from_secs(1));
     }
-    assert!(answered, "a body trickled for {} s was still being read", 3 * limit.as_secs());
+    assert!(
+        answered,
+        "a body trickled for {} s was still being read",
+        3 * limit.as_secs()
+    );
     // Nothing was stored from the cut-off body.
     let (status, _) = request(
         addr,

@@ -51,7 +51,10 @@ fn round_trip(a: &TransferEngine, b: &TransferEngine, seed: u8) {
     assert!(remote[..] == pattern[..], "write landed");
     remote.iter_mut().for_each(|b| *b = !*b);
     a.transfer_sync(&[req(Opcode::Read)]).unwrap();
-    assert!(local.iter().zip(&pattern).all(|(l, p)| *l == !*p), "read landed");
+    assert!(
+        local.iter().zip(&pattern).all(|(l, p)| *l == !*p),
+        "read landed"
+    );
 }
 
 /// A connection from `from` to `to` that sends nothing.
@@ -146,7 +149,10 @@ fn idle_connections_are_closed_and_peers_reconnect() {
     s.set_read_timeout(Some(HANG_GUARD)).unwrap();
     let got = (&s).read(&mut [0u8; 1]);
     assert!(
-        matches!(got, Ok(0)) || got.as_ref().is_err_and(|e| e.kind() != ErrorKind::WouldBlock),
+        matches!(got, Ok(0))
+            || got
+                .as_ref()
+                .is_err_and(|e| e.kind() != ErrorKind::WouldBlock),
         "an idle connection stayed open: {got:?}"
     );
     // The initiator's own connections go idle and get closed between

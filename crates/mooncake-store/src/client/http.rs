@@ -11,8 +11,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use mooncake_transfer::http_serve::{self, HttpLimits};
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::http_serve::{self, HttpLimits};
 use tokio::sync::oneshot;
 
 use super::metrics::ClientMetrics;

@@ -22,9 +22,9 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::EngineConfig;
+use crate::listener::RpcServer;
 use crate::metadata::{self, rpc_meta_key, segment_key, MetadataStore, MetadataUri};
 use crate::rawmem::SharedRegion;
-use crate::listener::RpcServer;
 use crate::rpc::{self, LocalState};
 use crate::segment::RpcMeta;
 use crate::transport::local::LocalTransport;
