@@ -443,13 +443,28 @@ fn a_partitioned_leader_commits_nothing() {
     relay.thaw();
 }
 
+/// A master client of `cluster` (found through etcd at `etcd`) that has
+/// mounted a 64 MiB segment as `client_id`.
+fn mounted_client(etcd: &str, cluster: &str, client_id: u128) -> mooncake_store::MasterClient {
+    let m = mooncake_store::MasterClient::connect_in_cluster(&format!("etcd://{etcd}"), cluster)
+        .unwrap();
+    let _ = m.ping(client_id);
+    let segment = mooncake_store::types::SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 64 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    m.mount_segment(client_id, &segment).unwrap();
+    m
+}
+
 /// A standby started after 100 000 objects catches up (the whole log from
 /// its leader), joins the in-sync set, and once the leader and the other
 /// standby are killed serves every one of them.
 #[test]
 fn a_standby_started_after_100k_objects_catches_up() {
-    use mooncake_store::types::{SegmentInfo, WriteOptions};
-    use mooncake_store::MasterClient;
+    use mooncake_store::types::WriteOptions;
 
     let etcd = services::etcd();
     let cluster = cluster("late");
@@ -459,16 +474,8 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let mut b = start_master_with(&etcd.addr, &cluster, ports[1].0, ports[1].1, 120);
     eventually("B in sync", || in_sync(&a) == 1);
 
-    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
     let client_id = 42u128;
-    let _ = m.ping(client_id);
-    let segment = SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
     let opts = WriteOptions::default();
     let mut keys = Vec::new();
     for batch in 0..100 {
@@ -510,4 +517,77 @@ fn a_standby_started_after_100k_objects_catches_up() {
     let (_, status) = http_get(c.http, "/replication").unwrap();
     assert_eq!(found, keys.len(), "{status} {:?}", m.exist_key(&keys[0]));
     println!("late standby serves all {found} objects: {status}");
+}
+
+/// The value of an unlabelled metric on `m`'s `/metrics`.
+fn gauge(m: &Master, name: &str) -> Option<i64> {
+    let (_, body) = http_get(m.http, "/metrics")?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A leader and a standby export the `ha_*` families with their view of
+/// the log: the standby applies everything the leader wrote (lag 0,
+/// WATCHING), the leader is PROMOTED and leads.
+#[test]
+fn a_standby_exports_its_replication_state_in_metrics() {
+    use mooncake_store::types::WriteOptions;
+
+    let etcd = services::etcd();
+    let cluster = cluster("ha-metrics");
+    let (a, b) = ((free_port(), free_port()), (free_port(), free_port()));
+    let ma = start_master_with(&etcd.addr, &cluster, a.0, a.1, 120);
+    ma.up.recv_timeout(WAIT).expect("A leads");
+    let mb = start_master_with(&etcd.addr, &cluster, b.0, b.1, 120);
+    eventually("B in sync", || in_sync(&ma) == 1);
+
+    let client_id = 43u128;
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+    for r in m
+        .batch_put_start(
+            client_id,
+            &keys,
+            &vec![64; keys.len()],
+            &WriteOptions::default(),
+        )
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for r in m.batch_put_end(client_id, &keys).unwrap() {
+        r.unwrap();
+    }
+
+    // Every call was committed, so B holds it; it applies it at its next pull.
+    let last = gauge(&ma, "ha_oplog_last_sequence_id").unwrap();
+    assert!(
+        last >= 2 * keys.len() as i64,
+        "every put start and end is logged: {last}"
+    );
+    eventually("B applied all A wrote", || {
+        let now = gauge(&ma, "ha_oplog_last_sequence_id");
+        now.is_some() && gauge(&mb, "ha_oplog_applied_sequence_id") == now
+    });
+    let applied = gauge(&mb, "ha_oplog_applied_sequence_id").unwrap();
+    assert!(applied >= last);
+    for (name, want) in [
+        ("ha_oplog_last_sequence_id", applied),
+        ("ha_oplog_standby_lag", 0),
+        ("ha_oplog_pending_entries", 0),
+        ("ha_standby_state", 3),
+        ("master_is_leader", 0),
+    ] {
+        assert_eq!(gauge(&mb, name), Some(want), "standby {name}");
+    }
+    eventually("A counts B caught up", || {
+        gauge(&ma, "ha_oplog_standby_lag") == Some(0)
+    });
+    for (name, want) in [
+        ("ha_oplog_applied_sequence_id", applied),
+        ("ha_standby_state", 7),
+        ("master_is_leader", 1),
+    ] {
+        assert_eq!(gauge(&ma, name), Some(want), "leader {name}");
+    }
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
-use crate::client::metrics::ClientMetrics;
 use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
@@ -32,12 +31,19 @@ const READ_BUFFER: usize = 16 << 10;
 /// default `MC_STORE_CLUSTER_ID`).
 pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 
+/// Told of every call a [`MasterClient`] makes (the store client's metrics
+/// implement it).
+pub(crate) trait RpcObserver: Send + Sync {
+    /// One call, `rpc` being the request's name, answered after `took`.
+    fn observe_rpc(&self, rpc: &'static str, took: Duration);
+}
+
 /// A handle to the master; cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct MasterClient {
     pool: Arc<Pool<MasterAddr>>,
     /// Times every call, once a store client's metrics are attached.
-    rpc_metrics: Arc<OnceLock<Arc<ClientMetrics>>>,
+    rpc_metrics: Arc<OnceLock<Arc<dyn RpcObserver>>>,
 }
 
 impl MasterClient {
@@ -464,9 +470,9 @@ impl MasterClient {
     }
 
     /// Sends one request and waits for its answer (see [`rpc::client`]).
-    /// Records every later call (and its clones') in `metrics`.
-    pub(crate) fn observe_rpcs(&self, metrics: Arc<ClientMetrics>) {
-        let _ = self.rpc_metrics.set(metrics);
+    /// Reports every later call (and its clones') to `observer`.
+    pub(crate) fn observe_rpcs(&self, observer: Arc<dyn RpcObserver>) {
+        let _ = self.rpc_metrics.set(observer);
     }
 
     fn call(&self, req: &Request<'_>) -> Result<Response> {

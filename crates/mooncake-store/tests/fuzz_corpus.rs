@@ -4,8 +4,6 @@
 //! `MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus`
 //! rewrites them.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use mooncake_common::{Error, ErrorCode};
@@ -22,40 +20,7 @@ use mooncake_store::types::{
     TaskInfo, TaskStatus, TaskType,
 };
 use serde_json::json;
-
-type Seeds = BTreeMap<String, Vec<u8>>;
-
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target)
-}
-
-/// Compares `seeds` with the target's corpus directory, or rewrites it.
-fn check_or_write(target: &str, seeds: &Seeds) {
-    let dir = corpus_dir(target);
-    if std::env::var("MOONCAKE_FUZZ_CORPUS").as_deref() == Ok("write") {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in seeds {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-        return;
-    }
-    let mut on_disk = Seeds::new();
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        on_disk.insert(name, std::fs::read(&path).unwrap());
-    }
-    assert!(
-        &on_disk == seeds,
-        "fuzz/corpus/{target} is not what the encoders make now (files {:?}, expected {:?}); \
-         rewrite it with MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus",
-        on_disk.keys().collect::<Vec<_>>(),
-        seeds.keys().collect::<Vec<_>>(),
-    );
-}
+use test_support::corpus::{check_or_write, Seeds};
 
 /// A payload (version byte and message) as a frame carries it.
 fn payload<M: Encode + ?Sized>(msg: &M) -> Vec<u8> {
@@ -597,8 +562,16 @@ fn master_protocol_seeds() {
         let name = snake(Response::name_of(*tag));
         assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
     }
-    check_or_write("master_request", &payload_seeds(&requests));
-    check_or_write("master_response", &payload_seeds(&responses));
+    check_or_write(
+        "mooncake-store",
+        "master_request",
+        &payload_seeds(&requests),
+    );
+    check_or_write(
+        "mooncake-store",
+        "master_response",
+        &payload_seeds(&responses),
+    );
 }
 
 #[test]
@@ -619,8 +592,12 @@ fn dummy_protocol_seeds() {
         let name = snake(DummyResponse::name_of(*tag));
         assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
     }
-    check_or_write("dummy_request", &payload_seeds(&requests));
-    check_or_write("dummy_response", &payload_seeds(&responses));
+    check_or_write("mooncake-store", "dummy_request", &payload_seeds(&requests));
+    check_or_write(
+        "mooncake-store",
+        "dummy_response",
+        &payload_seeds(&responses),
+    );
 }
 
 #[test]
@@ -635,6 +612,6 @@ fn k8s_seeds() {
             "{name}: the target would skip it"
         );
     }
-    check_or_write("k8s_lease", &lease_seeds());
-    check_or_write("kubeconfig", &kubeconfigs);
+    check_or_write("mooncake-store", "k8s_lease", &lease_seeds());
+    check_or_write("mooncake-store", "kubeconfig", &kubeconfigs);
 }

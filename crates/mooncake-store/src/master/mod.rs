@@ -9,11 +9,15 @@
 //!   (sharded object map; `leases` for leases and pins), `clients`
 //!   (liveness), `tasks` (copy and move tasks) and `retired` (space freed
 //!   later); `eviction` ranks victims; `policy` holds the rules;
-//! - [`MasterConfig`] holds the flags, declared once in `config`;
+//! - [`MasterConfig`] holds the flags, declared once in `config` (one
+//!   module of rows per concern);
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
 //!   service (metrics and admin queries, `metrics`); both hold the
-//!   `shared` state; [`oplog`] turns mutations into durable entries; [`ha`] serves only while this master leads its
-//!   cluster; `run` picks HA or plain serving and owns the runtime.
+//!   `shared` state; [`oplog`] turns mutations into durable entries,
+//!   [`snapshot`] restores and snapshots them, `replication` carries them
+//!   to standbys and `follower` applies them there; [`ha`] serves only
+//!   while this master leads its cluster (`failover`: standby, then
+//!   leader); `run` picks HA or plain serving and owns the runtime.
 
 pub mod allocator;
 mod clients;
@@ -23,6 +27,7 @@ mod drain;
 mod drain_http;
 mod eviction;
 mod failover;
+mod follower;
 pub mod ha;
 mod http;
 mod leader_label;

@@ -88,11 +88,12 @@ impl Shared {
     }
 
     fn build(config: MasterConfig, replication: Option<Arc<Replication>>) -> Result<Shared> {
+        let metrics = MasterMetrics::new();
         let Opened {
             mut service,
             clock_base,
             durability,
-        } = super::snapshot::open(&config)?;
+        } = super::snapshot::open(&config, &metrics.restore)?;
         if let Some(r) = &replication {
             service = service.with_sink(Box::new(r.clone()));
         }
@@ -105,7 +106,7 @@ impl Shared {
         service.set_epoch_offset(epoch_ms.saturating_sub(clock.now_ms()));
         Ok(Shared {
             service,
-            metrics: MasterMetrics::new(),
+            metrics,
             clock,
             config,
             drain: DrainJobs::default(),

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
 
+use super::progress::RestoreProgress;
 use crate::master::disk::{DiskCopy, Tier};
 use crate::master::objects::{ObjectMeta, PendingKind, PendingPut, Replicas};
 use crate::master::oplog::Placed;
@@ -322,6 +323,7 @@ fn inconsistent(why: String) -> SnapshotError {
 pub fn decode_into(
     buf: &[u8],
     s: &MasterService,
+    progress: &RestoreProgress,
 ) -> std::result::Result<SnapshotMeta, SnapshotError> {
     let mut r = Reader::new(payload(buf)?);
     let meta = SnapshotMeta {
@@ -391,7 +393,8 @@ pub fn decode_into(
             objects,
         )));
     }
-    for _ in 0..objects {
+    progress.begin(meta.seq, objects);
+    for done in 1..=objects {
         let key = <&str>::decode(&mut r)?;
         let size = u64::decode(&mut r)?;
         let lease_until = u64::decode(&mut r)?;
@@ -453,6 +456,8 @@ pub fn decode_into(
         if shard.map.insert(key.into(), obj).is_some() {
             return Err(inconsistent(format!("object {key:?} twice")));
         }
+        drop(shard);
+        progress.restored(done);
     }
     {
         let mut tasks = s.tasks.lock();
