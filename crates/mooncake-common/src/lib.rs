@@ -9,7 +9,9 @@ pub mod auth;
 pub mod duration;
 pub mod error;
 pub mod gflags;
+pub mod log_limit;
 pub mod malloc;
 pub mod size;
 
 pub use error::{Error, ErrorCode, Result};
+pub use log_limit::LogLimit;

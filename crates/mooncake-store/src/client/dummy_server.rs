@@ -28,6 +28,7 @@
 //! closed; one that does not decode is answered and the connection goes on.
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -110,7 +111,8 @@ impl ServiceLimits {
 }
 
 struct Session {
-    region: ShmRegion,
+    /// Unmapped when the session ends, unless a transfer may still use it.
+    region: ManuallyDrop<ShmRegion>,
     client: Arc<dyn Backend>,
     /// The process that shared the region: only its sockets may join.
     owner_pid: u32,
@@ -169,7 +171,26 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = self.client.unregister_buffer(self.base());
+        let unregistered = self.client.unregister_buffer(self.base());
+        // SAFETY: `region` is not used again; this is its only release.
+        let region = unsafe { ManuallyDrop::take(&mut self.region) };
+        release_region(region, unregistered);
+    }
+}
+
+/// Unmaps a session's region once its unregistration says that nothing
+/// uses it any more. `ERR_BATCH_BUSY` says a peer's transfer may still
+/// touch it: then the mapping is leaked rather than unmapped under it.
+fn release_region(region: ShmRegion, unregistered: Result<()>) {
+    match unregistered {
+        Err(e) if e.code == ErrorCode::ERR_BATCH_BUSY => {
+            tracing::warn!(
+                region = region.name(),
+                "shared region leaked: a transfer may still use it: {e}"
+            );
+            std::mem::forget(region);
+        }
+        _ => drop(region),
     }
 }
 
@@ -533,7 +554,7 @@ fn hello(
     let region = ShmRegion::open(pid, fd, shm_name, len)?;
     inner.client.register_buffer(region.addr(), len)?;
     let s = Arc::new(Session {
-        region,
+        region: ManuallyDrop::new(region),
         client: inner.client.clone(),
         owner_pid: pid,
     });
@@ -549,4 +570,36 @@ fn hello(
     sessions.insert(id, Arc::downgrade(&s));
     conn.session = Some(s);
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this process maps the memfd region called `name`.
+    fn mapped(name: &str) -> bool {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .contains(name)
+    }
+
+    #[test]
+    fn a_region_still_in_use_is_never_unmapped() {
+        let busy = ShmRegion::create(4096).unwrap();
+        let name = busy.name().to_string();
+        assert!(mapped(&name));
+        let in_use = Err(Error::new(ErrorCode::ERR_BATCH_BUSY, "a frame holds it"));
+        release_region(busy, in_use);
+        assert!(mapped(&name), "unmapped while a transfer may use it");
+
+        for unregistered in [
+            Ok(()),
+            Err(Error::new(ErrorCode::ERR_ADDRESS_NOT_REGISTERED, "gone")),
+        ] {
+            let idle = ShmRegion::create(4096).unwrap();
+            let name = idle.name().to_string();
+            release_region(idle, unregistered);
+            assert!(!mapped(&name), "a region nothing uses stays mapped");
+        }
+    }
 }

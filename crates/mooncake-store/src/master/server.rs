@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::http_serve::{self, HttpLimits};
 use mooncake_transfer::metadata::http_server;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -36,7 +37,8 @@ use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
 /// How often the timers run.
 pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// Most client connections served at once; more wait in the accept queue.
+/// Most client connections served at once; past it an idle client
+/// connection is closed to make room, else new ones wait in the accept queue.
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.
 const READ_BUFFER: usize = 64 * 1024;
@@ -211,9 +213,8 @@ pub(crate) async fn serve_http(
     shared: Arc<Shared>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
-    if let Err(e) = axum::serve(listener, http::router(shared))
-        .with_graceful_shutdown(stop)
-        .await
+    let limits = HttpLimits::default();
+    if let Err(e) = http_serve::serve("metrics", listener, http::router(shared), limits, stop).await
     {
         tracing::error!("metrics service failed: {e}");
     }
@@ -276,6 +277,13 @@ impl Handler for Rpc {
             standby: None,
             access: self.0.access.initial(),
         }
+    }
+
+    /// When the master is full, a client connection idle between calls
+    /// may be closed to make room (the client's pool reconnects); a
+    /// standby's is kept.
+    fn evictable(&self, session: &Session) -> bool {
+        session.standby.is_none()
     }
 
     /// Answers one request on the calling (connection) thread. With

@@ -22,9 +22,10 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::EngineConfig;
+use crate::listener::RpcServer;
 use crate::metadata::{self, rpc_meta_key, segment_key, MetadataStore, MetadataUri};
 use crate::rawmem::SharedRegion;
-use crate::rpc::{self, LocalState, RpcServer};
+use crate::rpc::{self, LocalState};
 use crate::segment::RpcMeta;
 use crate::transport::local::LocalTransport;
 use crate::transport::shm::ShmTransport;
@@ -195,8 +196,9 @@ impl TransferEngine {
             control_max,
             io_timeout: config.transfer_timeout,
             cluster_token: config.cluster_token.clone(),
+            idle_timeout: config.rpc_limits.idle_timeout,
         });
-        let server = RpcServer::start(listener, local.clone())?;
+        let server = RpcServer::start(listener, local.clone(), config.rpc_limits)?;
         let connect_timeout = config.transfer_timeout.min(Duration::from_secs(5));
         let inner = Inner {
             shm: ShmTransport::new(!config.force_tcp, crate::segment::local_host_id()),
@@ -208,6 +210,7 @@ impl TransferEngine {
                     write_timeout: config.transfer_timeout,
                     control_max,
                     cluster_token: config.cluster_token.clone(),
+                    reuse_within: config.rpc_limits.idle_timeout / 2,
                 },
             ),
             local_transport: LocalTransport,

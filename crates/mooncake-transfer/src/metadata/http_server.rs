@@ -22,7 +22,6 @@ use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::Router;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::RwLock;
@@ -34,6 +33,7 @@ use super::guard;
 pub use super::guard::{ServerPolicy, DEFAULT_MAX_KEYS, DEFAULT_MAX_VALUE_SIZE};
 use super::http::NOT_FOUND_BODY;
 use super::{MetadataStore, MAX_VALUE_LEN};
+use crate::http_serve::HttpLimits;
 
 /// What [`MemoryStore::put_checked`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,13 +162,15 @@ pub async fn serve_store(
     policy: ServerPolicy,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        // Replies are small; don't let Nagle hold them back.
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(store, policy))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = HttpLimits::default();
+    crate::http_serve::serve(
+        "metadata",
+        listener,
+        router(store, policy),
+        limits,
+        shutdown,
+    )
+    .await
 }
 
 #[derive(Deserialize)]

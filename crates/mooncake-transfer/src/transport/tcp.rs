@@ -18,7 +18,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use mooncake_common::auth::ClusterToken;
@@ -50,6 +50,10 @@ pub(crate) struct Limits {
     pub(crate) control_max: u64,
     /// Presented on every new connection (`crate::rpc::present_token`).
     pub(crate) cluster_token: Option<ClusterToken>,
+    /// A connection unused for this long is replaced before use: peers
+    /// close connections idle for their idle timeout (ours by default, twice
+    /// this), and a request must not race that close.
+    pub(crate) reuse_within: Duration,
 }
 
 impl TcpTransport {
@@ -195,7 +199,9 @@ impl Peer {
     fn conn(&self, i: usize) -> io::Result<Arc<Conn>> {
         let mut slot = self.slots[i].lock();
         if let Some(c) = slot.as_ref() {
-            if !c.broken.load(Ordering::Acquire) {
+            let fresh = c.used.lock().elapsed() < self.limits.reuse_within || !c.is_quiet();
+            if fresh && !c.broken.load(Ordering::Acquire) {
+                *c.used.lock() = Instant::now();
                 return Ok(c.clone());
             }
         }
@@ -219,6 +225,9 @@ struct Conn {
     writer: Arc<Mutex<Writer>>,
     stream: TcpStream,
     broken: Arc<AtomicBool>,
+    /// When a submission last took this connection.
+    used: Mutex<Instant>,
+    inflight: Arc<Mutex<Inflight>>,
 }
 
 /// Slices whose requests were (or are being) written, in wire order.
@@ -309,18 +318,20 @@ impl Conn {
             payloads: Vec::new(),
         }));
         let (w, b1) = (writer.clone(), broken.clone());
-        let (r, b2) = (stream.try_clone()?, broken.clone());
+        let (r, b2, q) = (stream.try_clone()?, broken.clone(), inflight.clone());
         thread::Builder::new()
             .name("mc-tcp-send".into())
             .spawn(move || send_loop(rx, w, b1))?;
         thread::Builder::new()
             .name("mc-tcp-recv".into())
-            .spawn(move || recv_loop(r, inflight, b2, control_max))?;
+            .spawn(move || recv_loop(r, q, b2, control_max))?;
         Ok(Conn {
             tx,
             writer,
             stream,
             broken,
+            used: Mutex::new(Instant::now()),
+            inflight,
         })
     }
 
@@ -342,6 +353,11 @@ impl Conn {
         }
         // A send error hands the slices back; dropping them reports failure.
         drop(self.tx.send(slices));
+    }
+
+    /// Nothing queued or in flight: replacing it loses nothing.
+    fn is_quiet(&self) -> bool {
+        self.tx.is_empty() && self.inflight.lock().queue.is_empty()
     }
 
     fn close(&self) {

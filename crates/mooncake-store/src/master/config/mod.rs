@@ -334,6 +334,16 @@ mod tests {
         assert_eq!(c.client_ttl, Duration::from_secs(2));
         c.set("allocation_strategy", "free_ratio_first").unwrap();
         assert_eq!(c.allocation_strategy, AllocationStrategy::FreeRatioFirst);
+        // Idle client connections close after 5 minutes unless told
+        // otherwise; 0 means never, as in the reference.
+        assert_eq!(
+            MasterConfig::default().rpc_conn_timeout,
+            Some(Duration::from_secs(300))
+        );
+        c.set("rpc_conn_timeout_seconds", "0").unwrap();
+        assert_eq!(c.rpc_conn_timeout, None);
+        c.set("rpc_conn_timeout_seconds", "7").unwrap();
+        assert_eq!(c.rpc_conn_timeout, Some(Duration::from_secs(7)));
         for (k, v) in [
             ("rpc_port", "70000"),
             ("eviction_ratio", "1.5"),

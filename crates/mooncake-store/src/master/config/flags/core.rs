@@ -14,7 +14,7 @@ macro_rules! core_flags {
         => rpc_thread_num: usize = count;
     max_threads: Int = "16", Full, "Maximum worker threads (deprecated, use rpc_thread_num)"
         => max_threads: usize = count;
-    rpc_conn_timeout_seconds: Int = "0", Full, "Close idle client connections after this many seconds (0 = never)"
+    rpc_conn_timeout_seconds: Int = "300", Full, "Connection timeout in seconds: close client connections idle this long (0 = no timeout)"
         => rpc_conn_timeout: Option<Duration> = seconds_or_never;
     rpc_enable_tcp_no_delay: Bool = "true", Full, "Set TCP_NODELAY on client connections"
         => rpc_enable_tcp_no_delay: bool = boolean;
