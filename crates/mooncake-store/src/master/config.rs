@@ -17,7 +17,9 @@ use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use super::policy::{
+    AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
+};
 use parse::invalid;
 
 /// Kind of value a flag takes (for `--help` and boolean spellings).
@@ -186,7 +188,8 @@ master_flags! {
     dynamic_replication_max_memory_replicas: Int = "2", NotImplemented, "Maximum MEMORY replicas allowed for one dynamically replicated key";
     dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
     enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
-    enable_disk_eviction: Bool = "true", NotImplemented, "Enable disk eviction feature for storage backend (default: true)";
+    enable_disk_eviction: Bool = "true", Full, "Shared-filesystem tier: when full, drop its oldest files (false: puts back off with -200 instead)"
+        => enable_disk_eviction: bool = boolean;
     enable_ha: Bool = "false", Full, "Campaign for leadership through the HA backend; serve only while leading"
         => enable_ha: bool = boolean;
     enable_kv_events: Bool = "false", NotImplemented, "Enable RFC #1527 KV cache event publisher over ZMQ";
@@ -202,7 +205,8 @@ master_flags! {
         => enable_snapshot_restore: bool = boolean;
     etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
         => etcd_endpoints: String = text;
-    global_file_segment_size: Int = "9223372036854775807", NotImplemented, "Size of global NFS/3FS segment in bytes";
+    global_file_segment_size: Int = "9223372036854775807", Full, "Size of global NFS/3FS segment in bytes (the shared-filesystem tier's capacity)"
+        => global_file_segment_size: usize = count;
     ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
         => ha_backend_connstring: String = text;
     ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
@@ -265,8 +269,10 @@ master_flags! {
         => promotion_on_hit: bool = boolean;
     promotion_queue_limit: Int = "50000", Full, "Max in-flight promotion tasks"
         => promotion_queue_limit: usize = count;
-    quota_bytes: Int = "0", NotImplemented, "Quota for storage backend in bytes (0 = use default 90% of capacity)";
-    root_fs_dir: Str = "", NotImplemented, "Root directory for storage backend, used in HA mode";
+    quota_bytes: Int = "0", Full, "Quota for storage backend in bytes (0 = use default 90% of capacity)"
+        => quota_bytes: usize = count;
+    root_fs_dir: Str = "", Full, "Root directory of the shared-filesystem tier (every client mounts it at this path; empty = off)"
+        => root_fs_dir: String = text;
     rpc_interface: Str = "", NotImplemented, "Network interface name for RPC server address resolution. When set,...";
     snapshot_backup_dir: Str = "", Full, "Optional local directory for snapshot and restore backup. If empty, local backup is disabled"
         => snapshot_backup_dir: String = text;
@@ -687,6 +693,17 @@ impl MasterConfig {
             promote_per_poll: self.promotion_max_per_heartbeat.max(1),
             promote_limit: self.promotion_queue_limit,
         }
+    }
+
+    /// The shared-filesystem tier (`--root_fs_dir`).
+    pub fn file_policy(&self) -> FilePolicy {
+        FilePolicy::new(
+            &self.root_fs_dir,
+            &self.cluster_id,
+            self.global_file_segment_size as u64,
+            self.quota_bytes as u64,
+            self.enable_disk_eviction,
+        )
     }
 
     /// Task limits and timeouts for the state machine.
