@@ -102,6 +102,12 @@ fn two_storage_clients_share_the_tier_and_a_third_client_reads_it() {
     }
     assert!(file_only >= n / 3, "only {file_only} of {n} left memory");
     assert!(files_under(dir.path()) >= file_only);
+    let m = |name| metric(&cluster.http_addr, name);
+    assert!(m("file_cache_hit_nums_") >= file_only as f64);
+    assert!(m("file_cache_nums_") >= file_only as f64);
+    assert!(m("master_allocated_file_size_bytes") >= (file_only * VALUE) as f64);
+    // 90% of the filesystem holding the directory (`--quota_bytes=0`).
+    assert!(m("master_total_file_capacity_bytes") > m("master_allocated_file_size_bytes"));
 
     // Batch reads of file-only objects, and removal deletes the files.
     let keys: Vec<String> = (0..n).map(key).collect();
@@ -141,6 +147,9 @@ fn a_full_tier_without_eviction_backs_puts_off_and_loses_nothing() {
     assert!(acked.len() > 8, "only {} acknowledged", acked.len());
     let in_files = acked.iter().filter(|k| kinds(&client, k).1.is_some()).count();
     assert!(in_files <= 8, "{in_files} files in a tier of 8 values");
+    let m = |name| metric(&cluster.http_addr, name);
+    assert_eq!(m("master_total_file_capacity_bytes"), 2097152.0);
+    assert_eq!(m("master_allocated_file_size_bytes"), (in_files * VALUE) as f64);
     for k in &acked {
         let got = client.get(k).unwrap_or_else(|e| panic!("get {k}: {e}"));
         assert!(got == value(k, VALUE), "{k}: wrong bytes");

@@ -82,10 +82,17 @@ fn a_full_tier_without_eviction_backs_puts_off() {
         drain(&s, t);
     }
     assert_eq!(s.file_usage().0, 2 * 1024, "no more than the tier holds");
-    let full = s.put_start(W, "k16", 1024, &one(), false, 4000);
+    // The two objects in files left memory: room for two more, no more.
+    put(&s, "k16", 1024, &one(), 4000);
+    put(&s, "k17", 1024, &one(), 4000);
+    for t in [5000, 6000] {
+        tick(&s, t);
+        assert_eq!(drain(&s, t), (0, 0), "the tier is full");
+    }
+    let full = s.put_start(W, "k18", 1024, &one(), false, 7000);
     assert_eq!(full.unwrap_err().code, ErrorCode::NO_AVAILABLE_HANDLE);
-    for i in 0..16 {
-        assert!(s.exist_key(&format!("k{i}"), 4000).unwrap());
+    for i in 0..18 {
+        assert!(s.exist_key(&format!("k{i}"), 7000).unwrap(), "k{i} lost");
     }
 }
 
