@@ -112,10 +112,15 @@ fn two_storage_clients_share_the_tier_and_a_third_client_reads_it() {
     // Batch reads of file-only objects, and removal deletes the files.
     let keys: Vec<String> = (0..n).map(key).collect();
     for (k, got) in keys.iter().zip(reader.get_batch(&keys)) {
-        assert!(got.unwrap() == value(k, VALUE), "{k}: wrong bytes in a batch");
+        assert!(
+            got.unwrap() == value(k, VALUE),
+            "{k}: wrong bytes in a batch"
+        );
     }
     assert_eq!(reader.remove_all(true).unwrap() as usize, n);
-    eventually("the tier's files are deleted", || files_under(dir.path()) == 0);
+    eventually("the tier's files are deleted", || {
+        files_under(dir.path()) == 0
+    });
 }
 
 /// `--enable_disk_eviction=false` and a tier of 8 values: once memory and
@@ -145,11 +150,17 @@ fn a_full_tier_without_eviction_backs_puts_off_and_loses_nothing() {
     }
     assert_eq!(refused, Some(ErrorCode::NO_AVAILABLE_HANDLE));
     assert!(acked.len() > 8, "only {} acknowledged", acked.len());
-    let in_files = acked.iter().filter(|k| kinds(&client, k).1.is_some()).count();
+    let in_files = acked
+        .iter()
+        .filter(|k| kinds(&client, k).1.is_some())
+        .count();
     assert!(in_files <= 8, "{in_files} files in a tier of 8 values");
     let m = |name| metric(&cluster.http_addr, name);
     assert_eq!(m("master_total_file_capacity_bytes"), 2097152.0);
-    assert_eq!(m("master_allocated_file_size_bytes"), (in_files * VALUE) as f64);
+    assert_eq!(
+        m("master_allocated_file_size_bytes"),
+        (in_files * VALUE) as f64
+    );
     for k in &acked {
         let got = client.get(k).unwrap_or_else(|e| panic!("get {k}: {e}"));
         assert!(got == value(k, VALUE), "{k}: wrong bytes");

@@ -18,8 +18,8 @@ use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, StorageConfig, TaskAssignment,
-    TaskId, TaskInfo, WriteOptions,
+    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskId, TaskInfo, WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.

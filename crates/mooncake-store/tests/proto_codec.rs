@@ -10,9 +10,9 @@ use mooncake_store::proto::frame::{
 };
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
-    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask, StorageConfig,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskInfo, TaskStatus, TaskType,
+    DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use proptest::prelude::*;
 

@@ -162,13 +162,17 @@ fn round(s: &Shared, tasks: &[OffloadTask], removes: Vec<String>) {
             }
         }
     }
-    let mut report = s.master.notify_file_copies(s.id, &copied, &failed, &removes);
+    let mut report = s
+        .master
+        .notify_file_copies(s.id, &copied, &failed, &removes);
     for _ in 0..3 {
         if report.is_ok() || s.stop.load(Ordering::Relaxed) {
             break;
         }
         std::thread::sleep(MAX_IDLE);
-        report = s.master.notify_file_copies(s.id, &copied, &failed, &removes);
+        report = s
+            .master
+            .notify_file_copies(s.id, &copied, &failed, &removes);
     }
     match report {
         Ok(results) => {

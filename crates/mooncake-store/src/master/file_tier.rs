@@ -233,7 +233,10 @@ mod tests {
         assert!(!t.queue_write(2, task("k", 10), 8, None), "delete pending");
         let (_, deletes) = t.take(2, 8);
         assert_eq!(deletes, ["k"]);
-        assert!(!t.queue_write(2, task("k", 10), 8, None), "delete in flight");
+        assert!(
+            !t.queue_write(2, task("k", 10), 8, None),
+            "delete in flight"
+        );
         t.deleted("k");
         assert!(t.queue_write(2, task("k", 10), 8, None));
     }

@@ -46,9 +46,7 @@ mod status;
 mod tasks;
 
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
-pub use policy::{
-    AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
-};
+pub use policy::{AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};
 pub use server::MasterServer;
 pub use service::{MasterService, MasterStats, SegmentSummary, TickReport};

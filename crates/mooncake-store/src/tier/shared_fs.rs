@@ -42,7 +42,10 @@ pub fn std_hash(bytes: &[u8]) -> u64 {
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
-        let data = rest.iter().rev().fold(0u64, |acc, &b| (acc << 8) + b as u64);
+        let data = rest
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) + b as u64);
         hash ^= data;
         hash = hash.wrapping_mul(MUL);
     }
@@ -107,7 +110,8 @@ pub fn write_object(path: &Path, key: &str, tag: u64, value: &[u8]) -> Result<()
         f.write_all(&head)
             .and_then(|()| f.write_all(value))
             .map_err(|e| TierError::io("write", &tmp, e))?;
-        f.sync_data().map_err(|e| TierError::io("fdatasync", &tmp, e))?;
+        f.sync_data()
+            .map_err(|e| TierError::io("fdatasync", &tmp, e))?;
         std::fs::rename(&tmp, path).map_err(|e| TierError::io("rename", path, e))
     })();
     if let Err(e) = written {

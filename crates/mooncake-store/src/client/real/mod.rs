@@ -27,9 +27,9 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::file_tier::FileWriter;
 use super::metrics::{ClientMetrics, Route};
 use super::offload::service::TierPeers;
-use super::file_tier::FileWriter;
 use super::offload::Offload;
 use super::prefault::Prefault;
 use super::registry::{BufferRegistry, PoolAllocations};

@@ -8,11 +8,11 @@ use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 use super::super::metrics::Route;
 use super::super::offload::service::{StagedBatch, TierServe};
 use super::super::offload::TierShared;
+use super::super::staging::StagingBuf;
 use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
 use super::{batch_answer, RealClient};
-use super::super::staging::StagingBuf;
 use crate::types::{
     DiskDescriptor, LocalDiskDescriptor, MemoryDescriptor, ReplicaKind, ReplicaStatus,
 };

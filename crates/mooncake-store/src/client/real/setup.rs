@@ -10,9 +10,9 @@ use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::file_tier::FileWriter;
 use super::super::metrics;
 use super::super::offload::service::TierPeers;
-use super::super::file_tier::FileWriter;
 use super::super::offload::{Offload, OffloadSetup};
 use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
@@ -121,10 +121,7 @@ impl RealClient {
         // Reads of shared-filesystem copies land in the staging pool and
         // are copied out from there like a replica of our own.
         if let Some(p) = &client.staging {
-            client
-                .site
-                .segments
-                .push((p.base() as u64, p.capacity()));
+            client.site.segments.push((p.base() as u64, p.capacity()));
         }
         // The staging pool first: every byte put and get goes through it.
         let staging = client

@@ -193,9 +193,8 @@ impl MasterService {
                     return mismatch(keys.len(), sizes.len());
                 }
                 A::Units {
-                    results: self.notify_file_copies(
-                        client_id, &keys, &sizes, &failed, &removed, now,
-                    ),
+                    results: self
+                        .notify_file_copies(client_id, &keys, &sizes, &failed, &removed, now),
                 }
             }
             // The server answers it when this master leads with replication.

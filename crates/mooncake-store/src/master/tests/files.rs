@@ -150,5 +150,8 @@ fn the_tier_needs_root_fs_dir_and_a_known_writer() {
         ErrorCode::SEGMENT_NOT_FOUND
     );
     let c = s.storage_config();
-    assert_eq!((c.fsdir.as_str(), c.enable_disk_eviction), ("/mnt/fs/c", false));
+    assert_eq!(
+        (c.fsdir.as_str(), c.enable_disk_eviction),
+        ("/mnt/fs/c", false)
+    );
 }
