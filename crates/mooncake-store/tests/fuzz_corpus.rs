@@ -15,7 +15,7 @@ use mooncake_store::client::dummy_proto::{
 use mooncake_store::ha::k8s::record::LeaseRecord;
 use mooncake_store::proto::frame::{encode_frame, LEN_PREFIX};
 use mooncake_store::proto::wire::Encode;
-use mooncake_store::proto::{Request, Response};
+use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
     ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
@@ -262,6 +262,14 @@ fn requests() -> Vec<Request<'static>> {
             client_id: CLIENT,
             key: "k0",
         },
+        Request::ReplicationPull {
+            standby: "127.0.0.1:50052",
+            after: 41,
+            after_term: 3,
+            applied: 40,
+            max: 256,
+            wait_ms: 50,
+        },
     ]
 }
 
@@ -329,6 +337,12 @@ fn responses() -> Vec<(String, Response)> {
                 removes: vec!["k1".into()],
                 promotions: vec!["k2".into()],
             }),
+        },
+        Response::Entries {
+            term: 3,
+            committed: 42,
+            leader_now: 1_700_000_000_000,
+            frames: Frames(b"MCOL entry frames".to_vec()),
         },
     ];
     let mut out: Vec<(String, Response)> = ok.into_iter().map(|r| (snake(r.name()), r)).collect();
