@@ -18,8 +18,8 @@ use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment,
-    TaskId, TaskInfo, WriteOptions,
+    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskId, TaskInfo, WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
@@ -416,6 +416,49 @@ impl MasterClient {
                 restore,
             })?,
             keys.len(),
+        )
+    }
+
+    /// The shared-filesystem tier's directory and limits (empty: off).
+    pub fn get_storage_config(&self) -> Result<StorageConfig> {
+        match self.call(&Request::GetStorageConfig {})? {
+            Response::Storage { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Mounts this storage client on the shared-filesystem tier.
+    pub fn mount_shared_fs(&self, client_id: ClientId) -> Result<()> {
+        unit(self.call(&Request::MountSharedFs { client_id })?)
+    }
+
+    pub fn fetch_file_tasks(&self, client_id: ClientId, max: u32) -> Result<OffloadBatch> {
+        match self.call(&Request::FetchFileTasks { client_id, max })? {
+            Response::Offload { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Reports files written (one result per key), failed and removed.
+    pub fn notify_file_copies(
+        &self,
+        client_id: ClientId,
+        copied: &[(String, u64)],
+        failed: &[String],
+        removed: &[String],
+    ) -> Result<Vec<Result<()>>> {
+        fn strs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        units(
+            self.call(&Request::NotifyFileCopies {
+                client_id,
+                keys: copied.iter().map(|(k, _)| k.as_str()).collect(),
+                sizes: copied.iter().map(|(_, s)| *s).collect(),
+                failed: strs(failed),
+                removed: strs(removed),
+            })?,
+            copied.len(),
         )
     }
 

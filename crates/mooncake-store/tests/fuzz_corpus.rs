@@ -16,8 +16,8 @@ use mooncake_store::proto::wire::Encode;
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskInfo, TaskStatus, TaskType,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use serde_json::json;
 use test_support::corpus::{check_or_write, Seeds};
@@ -236,6 +236,19 @@ fn requests() -> Vec<Request<'static>> {
             wait_ms: 50,
         },
         Request::Authenticate { token: "s3cret" },
+        Request::GetStorageConfig {},
+        Request::MountSharedFs { client_id: CLIENT },
+        Request::FetchFileTasks {
+            client_id: CLIENT,
+            max: 64,
+        },
+        Request::NotifyFileCopies {
+            client_id: CLIENT,
+            keys: keys(),
+            sizes: vec![1, 2, 0],
+            failed: vec!["k3"],
+            removed: vec!["k4"],
+        },
     ]
 }
 
@@ -302,6 +315,13 @@ fn responses() -> Vec<(String, Response)> {
                 }],
                 removes: vec!["k1".into()],
                 promotions: vec!["k2".into()],
+            }),
+        },
+        Response::Storage {
+            result: Ok(StorageConfig {
+                fsdir: "/mnt/mooncake/cluster".into(),
+                enable_disk_eviction: true,
+                quota_bytes: 1 << 30,
             }),
         },
         Response::Entries {

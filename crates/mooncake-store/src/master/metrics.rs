@@ -539,6 +539,14 @@ impl MasterMetrics {
         let evict = self.single(Op::EvictDiskReplica);
         sync(&evict.requests, load(&c.evict_disk_replica_requests));
         sync(&evict.failures, load(&c.evict_disk_replica_failures));
+        let p = &self.promotion;
+        p.in_flight.set(as_i64(svc.promotions_queued()));
+        sync(&p.admitted, load(&c.promotion_admitted));
+        sync(&p.rejected_frequency, load(&c.promotion_rejected_frequency));
+        sync(&p.rejected_cap, load(&c.promotion_rejected_cap));
+        sync(&p.completed, load(&c.promotion_completed));
+        sync(&p.completed_bytes, load(&c.promotion_completed_bytes));
+        sync(&p.failed, load(&c.promotion_failed));
     }
 
     /// Refreshes the gauges from the service and renders the text format.

@@ -7,8 +7,10 @@
 //!   where an operation log records them. Its tables: `segments` (mounted
 //!   segments and replica placement, over [`allocator`]), `objects`
 //!   (sharded object map; `leases` for leases and pins), `clients`
-//!   (liveness), `tasks` (copy and move tasks) and `retired` (space freed
-//!   later); `eviction` ranks victims; `policy` holds the rules;
+//!   (liveness), `tasks` (copy and move tasks), `retired` (space freed
+//!   later), `disk` (SSD tiers and copies) and `file_tier` (the shared
+//!   filesystem's writers and writes in flight); `eviction` ranks victims;
+//!   `policy` holds the rules;
 //! - [`MasterConfig`] holds the flags, declared once in `config` (one
 //!   module of rows per concern);
 //! - [`server`] is the async shell: RPC listener, timers; [`http`] the HTTP
@@ -28,6 +30,7 @@ mod drain;
 mod drain_http;
 mod eviction;
 mod failover;
+mod file_tier;
 mod follower;
 pub mod ha;
 mod http;
@@ -52,7 +55,7 @@ mod tasks;
 
 pub use access::ADMIN_TOKEN_ENV;
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
-pub use policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+pub use policy::{AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};
 pub use server::MasterServer;
 pub use service::{MasterService, MasterStats, SegmentSummary, TickReport};

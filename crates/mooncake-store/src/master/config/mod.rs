@@ -18,7 +18,7 @@ use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::policy::{LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use super::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use parse::invalid;
 
 mod flags;
@@ -253,6 +253,17 @@ impl MasterConfig {
     }
 
     /// The SSD tier's rules.
+    /// The shared-filesystem tier (`--root_fs_dir`).
+    pub fn file_policy(&self) -> FilePolicy {
+        FilePolicy::new(
+            &self.root_fs_dir,
+            &self.cluster_id,
+            self.global_file_segment_size as u64,
+            self.quota_bytes as u64,
+            self.enable_disk_eviction,
+        )
+    }
+
     pub fn offload_policy(&self) -> OffloadPolicy {
         OffloadPolicy {
             enabled: self.enable_offload,

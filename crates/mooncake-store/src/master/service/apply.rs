@@ -62,6 +62,10 @@ impl MasterService {
         let Mutation::Object { op, .. } = m else {
             unreachable!("built above")
         };
+        if matches!(op, ObjectOp::PutStart { .. } | ObjectOp::Remove { .. }) {
+            // A file being written of what the key held is no copy of it.
+            self.files.object_changed(key);
+        }
         match op {
             ObjectOp::PutStart {
                 client,

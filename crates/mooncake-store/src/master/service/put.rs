@@ -191,6 +191,12 @@ impl MasterService {
             }
             Some(p) => check_writer(key, &p.kind, p.client, client)?,
         }
+        if self.disk.has_copy(key) {
+            // Only a promotion writes an object whose copy is recorded.
+            self.counters
+                .promotion_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
         Ok(())
     }

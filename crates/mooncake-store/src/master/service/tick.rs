@@ -117,7 +117,8 @@ impl MasterService {
             keys += k;
             bytes += b;
         }
-        if bytes < target && self.offload_policy().enabled && self.offload_policy().force_evict {
+        let tiers = self.offload_policy().enabled || self.files.enabled();
+        if bytes < target && tiers && self.offload_policy().force_evict {
             let soft = self.policy.evict_soft_pinned;
             let (k, b) = self.evict_pass(now, target - bytes, soft, true, &mut 0);
             keys += k;

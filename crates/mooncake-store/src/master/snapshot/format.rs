@@ -27,6 +27,7 @@ use mooncake_common::{Error, ErrorCode};
 
 use super::progress::RestoreProgress;
 use crate::master::disk::{DiskCopy, Tier};
+use crate::master::file_tier::SHARED_FS;
 use crate::master::objects::{ObjectMeta, PendingKind, PendingPut, Replicas};
 use crate::master::oplog::Placed;
 use crate::master::segments::{Placement, Segment};
@@ -510,7 +511,7 @@ pub fn decode_into(
             owner: ClientId::decode(&mut r)?,
             size: u64::decode(&mut r)?,
         };
-        if !s.disk.has_tier(copy.owner) {
+        if copy.owner != SHARED_FS && !s.disk.has_tier(copy.owner) {
             return Err(inconsistent(format!("copy of {key:?} in no tier")));
         }
         s.disk.add(key, copy);
