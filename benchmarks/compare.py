@@ -74,7 +74,47 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--repeat", type=int, default=1,
                     help="store_bench rounds; systems alternate within a round, medians are reported")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,memcpy,redis")
+    ap.add_argument("--trace-replay", action="store_true",
+                    help="also replay the conversation trace (trace_replay.py), memory only and with the SSD tier")
+    ap.add_argument("--trace-requests", type=int, default=12031)
+    ap.add_argument("--trace-block-bytes", type=int, default=16 << 10)
+    ap.add_argument("--trace-segment-mib", type=int, default=256)
+    ap.add_argument("--trace-tier-mib", type=int, default=768)
     return ap.parse_args()
+
+
+def run_trace_replay(system: mcproc.System, args: argparse.Namespace) -> list[dict]:
+    """The trace replay, memory only and memory + SSD tier."""
+    import trace_replay
+
+    out = []
+    for tier in ("none", "ssd"):
+        argv = ["--venv", str(system.bin_dir.parent), "--name", system.name, "--tier", tier,
+                "--requests", str(args.trace_requests), "--block-bytes", str(args.trace_block_bytes),
+                "--segment-mib", str(args.trace_segment_mib), "--tier-mib", str(args.trace_tier_mib)]
+        ns = trace_replay.parse(argv)
+        r = trace_replay.run(ns)
+        log(f"{system.name} trace replay ({tier}): {json.dumps(r)}")
+        out.append(r)
+    return out
+
+
+def trace_section(results: dict, names: list[str]) -> list[str]:
+    rows = [r for n in names for r in results["systems"][n].get("trace", [])]
+    if not rows:
+        return []
+    r0 = rows[0]
+    lines = [f"\n### Trace replay (`trace_replay.py`, {r0['requests']} requests of the conversation trace, "
+             f"blocks of {fmt_size(r0['block_bytes'])}, unique blocks {r0['unique_blocks']})\n",
+             "| system | tier | unique / capacity | block hit rate | ideal LRU | requests/s | "
+             "lookup p50 ms | p90 ms | p99 ms | -200 retries |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        q = r["lookup_ms"]
+        lines.append(f"| {r['system']} | {r['tier']} | {r['unique_over_capacity']} | {r['hit_rate']:.4f} | "
+                     f"{r['ideal_lru_hit_rate']:.4f} | {r['requests_per_s']} | {q['p50']} | {q['p90']} | "
+                     f"{q['p99']} | {r['rejected_puts']} |")
+    return lines
 
 
 # ---------------------------------------------------------------- store workload
@@ -371,6 +411,7 @@ def build_table(results: dict, names: list[str]) -> str:
                 row += [ratio(vals.get((n, p)), vals.get((base, "te"))) for n, p, _ in cols[1:]]
                 lines.append("| " + " | ".join(row) + " |")
     lines += targets_section(results, names)
+    lines += trace_section(results, names)
     if results.get("memcpy"):
         lines.append("\n### memcpy ceiling (numpy copyto into a warm 512 MiB region)\n")
         lines.append("| size | p50 µs | GB/s |")
@@ -504,6 +545,15 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 log(f"{system.name} transfer_engine_bench failed: {e}")
                 res.setdefault("errors", []).append(f"te: {e}")
+        (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    if args.trace_replay:
+        for system in systems:
+            res = results["systems"][system.name]
+            try:
+                res["trace"] = run_trace_replay(system, args)
+            except Exception as e:  # noqa: BLE001
+                log(f"{system.name} trace replay failed: {e}")
+                res.setdefault("errors", []).append(f"trace: {e}")
         (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     if "memcpy" not in skip:
         try:

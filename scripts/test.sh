@@ -10,6 +10,8 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# No module import cycles inside a crate (docs/architecture.md).
+python3 scripts/cycles.py
 
 # Real etcd and redis on loopback for the metadata-backend tests.
 . ./scripts/services.sh

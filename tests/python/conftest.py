@@ -39,6 +39,8 @@ class Cluster:
             f"--http_metadata_server_host={procs.LOOPBACK}",
             f"--http_metadata_server_port={self.http_port}",
             f"--metrics_port={self.metrics_port}",
+            # The suite cleans up with remove_all(force=True), an admin call.
+            "--allow_force_remove_all=true",
             *flags,
         )
         self.proc.wait_for_line(r"mooncake_master listening on rpc=")

@@ -3,6 +3,7 @@
 //! RPC port, sharing memory with them.
 
 use clap::{ArgAction, Parser};
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::gflags::{normalize, parse_bool};
 use mooncake_common::size::{format_size, parse_size};
 use mooncake_store::client::http::{ClientHttpServer, DEFAULT_CLIENT_HTTP_PORT};
@@ -52,6 +53,28 @@ pub struct Args {
     /// Port of the HTTP server (only with `--enable_http_server`).
     #[arg(long, default_value_t = DEFAULT_CLIENT_HTTP_PORT)]
     pub http_port: u16,
+    /// File holding the cluster token (default: `$MOONCAKE_CLUSTER_TOKEN`):
+    /// presented to the master, the metadata server and engines, and
+    /// required of dummy clients.
+    #[arg(long, default_value = "")]
+    pub cluster_token_file: String,
+    /// Users (uids, comma-separated) whose processes may open dummy
+    /// sessions besides this process's own user.
+    #[arg(long, default_value = "", value_parser = uid_list)]
+    pub allowed_uids: UidList,
+}
+
+/// `--allowed_uids`: a comma-separated list of uids.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UidList(pub Vec<u32>);
+
+fn uid_list(s: &str) -> Result<UidList, String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(|u| u.parse::<u32>().map_err(|e| format!("uid {u:?}: {e}")))
+        .collect::<Result<_, _>>()
+        .map(UidList)
 }
 
 /// Flags that may be given without a value.
@@ -89,6 +112,7 @@ impl Args {
             },
             port: self.port,
             limits: ServiceLimits::default(),
+            allowed_uids: self.allowed_uids.0.clone(),
         }
     }
 }
@@ -111,7 +135,14 @@ pub fn main(argv: Vec<String>) -> i32 {
         Err(code) => return code,
     };
     crate::logging::init();
-    let config = args.service_config();
+    let mut config = args.service_config();
+    match ClusterToken::resolve(&args.cluster_token_file) {
+        Ok(token) => config.client.cluster_token = token,
+        Err(e) => {
+            eprintln!("mooncake_client: {e}");
+            return 1;
+        }
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -8,8 +8,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Parser;
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::gflags;
-use mooncake_transfer::metadata::http_server::MetadataServer;
+use mooncake_transfer::metadata::http_server::{
+    self as guard_defaults, MetadataServer, ServerPolicy,
+};
 
 use crate::signals::shutdown_signal;
 
@@ -29,6 +32,20 @@ pub struct Args {
     /// `--log-level`); `MC_LOG_LEVEL` when not given.
     #[arg(long = "log_level")]
     pub log_level: Option<String>,
+    /// File holding the cluster token that PUT and DELETE must carry
+    /// (`Authorization: Bearer`); default `$MOONCAKE_CLUSTER_TOKEN`.
+    #[arg(long = "cluster_token_file", default_value = "")]
+    pub cluster_token_file: String,
+    /// Largest value stored.
+    #[arg(long = "max_value_size", default_value = "16MB", value_parser = size_arg)]
+    pub max_value_size: u64,
+    /// Most keys held.
+    #[arg(long = "max_keys", default_value_t = guard_defaults::DEFAULT_MAX_KEYS)]
+    pub max_keys: usize,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    mooncake_common::size::parse_size(s).map_err(|e| e.to_string())
 }
 
 /// Entry point (see [`crate::entry`]): argv in, exit code out.
@@ -59,7 +76,12 @@ pub fn main(argv: Vec<String>) -> i32 {
         // "listening" is announced: a stop sent right after it is not lost.
         let mut stop = Box::pin(shutdown_signal());
         let _ = tokio::time::timeout(Duration::ZERO, &mut stop).await;
-        let server = MetadataServer::bind(&args.host, args.port).await?;
+        let policy = ServerPolicy {
+            max_value_size: usize::try_from(args.max_value_size).unwrap_or(usize::MAX),
+            max_keys: args.max_keys,
+            cluster_token: ClusterToken::resolve(&args.cluster_token_file)?,
+        };
+        let server = MetadataServer::bind_with(&args.host, args.port, policy).await?;
         println!(
             "mooncake_http_metadata_server listening on {}",
             server.local_addr()
@@ -91,12 +113,16 @@ mod tests {
             port: 8080,
             host: "0.0.0.0".into(),
             log_level: None,
+            cluster_token_file: String::new(),
+            max_value_size: 16 << 20,
+            max_keys: 1 << 20,
         };
         assert_eq!(parse(&["prog"]).unwrap(), default);
         let want = Args {
             port: 9000,
             host: "127.0.0.1".into(),
             log_level: None,
+            ..default.clone()
         };
         assert_eq!(
             parse(&["prog", "--port=9000", "--host=127.0.0.1"]).unwrap(),

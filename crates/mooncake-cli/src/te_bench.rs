@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// Accepted for compatibility; topology discovery has no effect on tcp.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     pub auto_discovery: bool,
+    /// File holding the cluster token (default: `$MOONCAKE_CLUSTER_TOKEN`).
+    #[arg(long, default_value = "")]
+    pub cluster_token_file: String,
 }
 
 const BOOL_FLAGS: &[&str] = &["check_consistency", "auto_discovery"];
@@ -125,6 +128,10 @@ fn engine(args: &BenchArgs) -> anyhow::Result<TransferEngine> {
     let mut config = EngineConfig::new(&args.metadata_server, &name);
     config.protocol = args.protocol.clone();
     config.device_name = args.device_name.clone();
+    if !args.cluster_token_file.is_empty() {
+        config.cluster_token =
+            mooncake_common::auth::ClusterToken::resolve(&args.cluster_token_file)?;
+    }
     TransferEngine::new(config).context("starting the transfer engine")
 }
 

@@ -101,6 +101,7 @@ impl Up {
             host: args.host.clone(),
             port: args.port,
             limits: ServiceLimits::default(),
+            allowed_uids: Vec::new(),
         })?;
         Ok(Up {
             master,

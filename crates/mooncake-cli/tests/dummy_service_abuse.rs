@@ -23,6 +23,7 @@ fn service(cluster: &Cluster, limits: ServiceLimits) -> StoreService {
         host: "127.0.0.1".into(),
         port: 0,
         limits,
+        allowed_uids: Vec::new(),
     })
     .unwrap()
 }
@@ -222,4 +223,81 @@ fn thousands_of_idle_sockets_do_not_lock_dummies_out() {
     dummy.close().unwrap();
     drop(idle);
     service.stop();
+}
+
+/// A process of another user on this host cannot open a session, even
+/// for its own memory: the service checks the peer socket's owner.
+#[test]
+fn other_users_cannot_open_sessions() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to run a process as another user");
+        return;
+    }
+    let cluster = Cluster::start(&[]);
+    let svc = service(&cluster, ServiceLimits::default());
+    let addr = svc.local_addr();
+    // The stranger (uid 65534) relays one frame we build for it and
+    // prints the answer in hex.
+    let relay = r#"
+import socket, sys, os
+print(os.getpid(), flush=True)
+frame = bytes.fromhex(sys.stdin.readline().strip())
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(frame)
+n = int.from_bytes(s.recv(4, socket.MSG_WAITALL), "little")
+body = b""
+while len(body) < n:
+    chunk = s.recv(n - len(body))
+    if not chunk:
+        break
+    body += chunk
+print(body.hex(), flush=True)
+"#;
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            relay,
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ])
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let pid: u32 = line.trim().parse().unwrap();
+    let mut frame = Vec::new();
+    let hello = DummyRequest::Hello {
+        shm_name: "stranger".into(),
+        region_len: 4096,
+        pid,
+        fd: 0,
+    };
+    encode_frame(&hello, &mut frame).unwrap();
+    let hex: String = frame.iter().map(|b| format!("{b:02x}")).collect();
+    writeln!(child.stdin.as_mut().unwrap(), "{hex}").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let _ = child.wait();
+    let body: Vec<u8> = (0..line.trim().len() / 2)
+        .map(|i| u8::from_str_radix(&line.trim()[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let resp: DummyResponse = decode_payload(&body).unwrap();
+    match resp {
+        DummyResponse::Unit { result: Err(e) } => {
+            assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT, "{e}");
+            assert!(e.context.contains("user"), "refused for its user: {e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    svc.stop();
 }

@@ -387,6 +387,22 @@ fn a_partitioned_leader_commits_nothing() {
     relay.thaw();
 }
 
+/// A master client of `cluster` (found through etcd at `etcd`) that has
+/// mounted a 64 MiB segment as `client_id`.
+fn mounted_client(etcd: &str, cluster: &str, client_id: u128) -> mooncake_store::MasterClient {
+    let m = mooncake_store::MasterClient::connect_in_cluster(&format!("etcd://{etcd}"), cluster)
+        .unwrap();
+    let _ = m.ping(client_id);
+    let segment = mooncake_store::types::SegmentInfo {
+        name: "seg".into(),
+        base: 1 << 30,
+        size: 64 << 20,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    m.mount_segment(client_id, &segment).unwrap();
+    m
+}
+
 /// A number from `/replication` (`"name":123`).
 fn replication_field(m: &Master, name: &str) -> u64 {
     http_get(m.http, "/replication")
@@ -403,8 +419,7 @@ fn replication_field(m: &Master, name: &str) -> u64 {
 /// the other standby are killed serves every one of them.
 #[test]
 fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
-    use mooncake_store::types::{SegmentInfo, WriteOptions};
-    use mooncake_store::MasterClient;
+    use mooncake_store::types::WriteOptions;
 
     let etcd = services::etcd();
     let cluster = cluster("late");
@@ -432,16 +447,8 @@ fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
     );
     eventually("B in sync", || in_sync(&a) == 1);
 
-    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
     let client_id = 42u128;
-    let _ = m.ping(client_id);
-    let segment = SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
     let opts = WriteOptions::default();
     let mut keys = Vec::new();
     let put_batch = |batch: usize, keys: &mut Vec<String>| {
@@ -520,8 +527,7 @@ fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
 /// stored snapshot holds, with the storage client's segment.
 #[test]
 fn losing_every_master_at_once_leaves_the_last_snapshot() {
-    use mooncake_store::types::{SegmentInfo, WriteOptions};
-    use mooncake_store::MasterClient;
+    use mooncake_store::types::WriteOptions;
 
     let etcd = services::etcd();
     let cluster = cluster("all-lost");
@@ -539,16 +545,8 @@ fn losing_every_master_at_once_leaves_the_last_snapshot() {
     masters.push(start(2, &[]));
     eventually("both standbys in sync", || in_sync(&masters[0]) == 2);
 
-    let m = MasterClient::connect_in_cluster(&format!("etcd://{}", etcd.addr), &cluster).unwrap();
     let client_id = 7u128;
-    let _ = m.ping(client_id);
-    let segment = SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
     let keys: Vec<String> = (0..2000).map(|i| format!("kept-{i}")).collect();
     let opts = WriteOptions::default();
     for r in m
@@ -586,4 +584,77 @@ fn losing_every_master_at_once_leaves_the_last_snapshot() {
     assert_eq!(found, keys.len(), "objects lost with every master");
     println!("every master lost: master {l} restored {found} objects from the last snapshot");
     drop(restarted);
+}
+
+/// The value of an unlabelled metric on `m`'s `/metrics`.
+fn gauge(m: &Master, name: &str) -> Option<i64> {
+    let (_, body) = http_get(m.http, "/metrics")?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A leader and a standby export the `ha_*` families with their view of
+/// the log: the standby applies everything the leader wrote (lag 0,
+/// WATCHING), the leader is PROMOTED and leads.
+#[test]
+fn a_standby_exports_its_replication_state_in_metrics() {
+    use mooncake_store::types::WriteOptions;
+
+    let etcd = services::etcd();
+    let cluster = cluster("ha-metrics");
+    let (a, b) = ((free_port(), free_port()), (free_port(), free_port()));
+    let ma = start_master_with(&etcd.addr, &cluster, a.0, a.1, 120);
+    ma.up.recv_timeout(WAIT).expect("A leads");
+    let mb = start_master_with(&etcd.addr, &cluster, b.0, b.1, 120);
+    eventually("B in sync", || in_sync(&ma) == 1);
+
+    let client_id = 43u128;
+    let m = mounted_client(&etcd.addr, &cluster, client_id);
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+    for r in m
+        .batch_put_start(
+            client_id,
+            &keys,
+            &vec![64; keys.len()],
+            &WriteOptions::default(),
+        )
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for r in m.batch_put_end(client_id, &keys).unwrap() {
+        r.unwrap();
+    }
+
+    // Every call was committed, so B holds it; it applies it at its next pull.
+    let last = gauge(&ma, "ha_oplog_last_sequence_id").unwrap();
+    assert!(
+        last >= 2 * keys.len() as i64,
+        "every put start and end is logged: {last}"
+    );
+    eventually("B applied all A wrote", || {
+        let now = gauge(&ma, "ha_oplog_last_sequence_id");
+        now.is_some() && gauge(&mb, "ha_oplog_applied_sequence_id") == now
+    });
+    let applied = gauge(&mb, "ha_oplog_applied_sequence_id").unwrap();
+    assert!(applied >= last);
+    for (name, want) in [
+        ("ha_oplog_last_sequence_id", applied),
+        ("ha_oplog_standby_lag", 0),
+        ("ha_oplog_pending_entries", 0),
+        ("ha_standby_state", 3),
+        ("master_is_leader", 0),
+    ] {
+        assert_eq!(gauge(&mb, name), Some(want), "standby {name}");
+    }
+    eventually("A counts B caught up", || {
+        gauge(&ma, "ha_oplog_standby_lag") == Some(0)
+    });
+    for (name, want) in [
+        ("ha_oplog_applied_sequence_id", applied),
+        ("ha_standby_state", 7),
+        ("master_is_leader", 1),
+    ] {
+        assert_eq!(gauge(&ma, name), Some(want), "leader {name}");
+    }
 }

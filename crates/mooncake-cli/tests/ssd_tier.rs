@@ -311,4 +311,13 @@ fn a_disk_only_object_read_twice_is_promoted_to_memory() {
         kinds(&client, &k0) == (true, true)
     });
     assert!(client.get(&k0).unwrap() == value(&k0, VALUE));
+    let m = |name| metric(&cluster.http_addr, name);
+    assert!(m("master_promotion_admitted_total") >= 1.0);
+    assert!(m("master_promotion_completed_total") >= 1.0);
+    assert!(m("master_promotion_completed_bytes_total") >= VALUE as f64);
+    assert!(
+        m("master_promotion_rejected_frequency_total") >= 1.0,
+        "the first read"
+    );
+    assert!(m("file_cache_hit_nums_") >= 2.0, "two reads from disk");
 }

@@ -24,7 +24,7 @@ use common::*;
 
 #[test]
 fn two_storage_nodes_and_a_pure_client() {
-    let cluster = Cluster::start(&[]);
+    let cluster = Cluster::start(&["--allow_force_remove_all"]);
     let a = cluster.storage("32MB");
     let b = cluster.storage("32MB");
     let client = cluster.pure_client();
@@ -769,6 +769,7 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
             frame_timeout: Duration::from_secs(1),
             ..ServiceLimits::default()
         },
+        allowed_uids: Vec::new(),
     })
     .unwrap();
     let addr = service.local_addr();
@@ -833,6 +834,7 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
             idle_timeout: Some(Duration::from_secs(1)),
             ..ServiceLimits::default()
         },
+        allowed_uids: Vec::new(),
     })
     .unwrap();
     let addr = service.local_addr();
@@ -883,14 +885,14 @@ mod basic_usage;
 /// The Rust API example, run against a cluster.
 #[test]
 fn rust_api_example_runs() {
-    let cluster = Cluster::start(&[]);
+    let cluster = Cluster::start(&["--allow_force_remove_all"]);
     basic_usage::run(&cluster.master_addr, &cluster.metadata).unwrap();
 }
 
 #[test]
 fn rust_api_answers_the_reference_codes() {
     use mooncake_store::{ReplicateConfig, StoreError};
-    let cluster = Cluster::start(&[]);
+    let cluster = Cluster::start(&["--allow_force_remove_all"]);
     let store = MooncakeStore::new().unwrap();
     assert!(matches!(
         store.health_check(),

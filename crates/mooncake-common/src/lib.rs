@@ -1,13 +1,17 @@
 //! Pieces every mooncake-rs layer shares: the reference's numeric error codes
 //! ([`ErrorCode`], [`Error`]), human-readable size and duration parsing
-//! ([`size`], [`duration`]) and gflags-style argument handling ([`gflags`]).
+//! ([`size`], [`duration`]), gflags-style argument handling ([`gflags`])
+//! and the optional cluster token ([`auth`]).
 
 #![warn(unreachable_pub)]
 
+pub mod auth;
 pub mod duration;
 pub mod error;
 pub mod gflags;
+pub mod log_limit;
 pub mod malloc;
 pub mod size;
 
 pub use error::{Error, ErrorCode, Result};
+pub use log_limit::LogLimit;

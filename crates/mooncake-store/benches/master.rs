@@ -106,6 +106,7 @@ fn rpc(n: usize) {
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("enable_metric_reporting", "false"),
+        ("allow_force_remove_all", "true"),
     ])
     .unwrap();
     let master = MasterHandle::spawn(cfg).unwrap();

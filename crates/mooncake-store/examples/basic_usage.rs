@@ -61,6 +61,8 @@ pub fn run(master: &str, metadata: &str) -> Result<(), StoreError> {
     store.put("batch-2", b"two", None)?;
     assert_eq!(store.batch_is_exist(&["batch-1", "nope"])?, [true, false]);
     assert_eq!(store.remove_by_regex("^batch-", true)?, 2);
+    // Force ignores read leases: an admin call (the master needs
+    // --allow_force_remove_all, or the client $MOONCAKE_ADMIN_TOKEN).
     assert_eq!(store.remove_all(true)?, 1, "replicated-key is left");
 
     match store.get_size("nonexistent") {

@@ -9,17 +9,17 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
-use crate::client::metrics::ClientMetrics;
 use crate::ha;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
-use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connector, Pool};
+use crate::rpc::{self, connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
 use crate::types::{
-    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, TaskAssignment,
-    TaskId, TaskInfo, WriteOptions,
+    ClientId, GetReplicaListResponse, OffloadBatch, ReplicaDesc, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskId, TaskInfo, WriteOptions,
 };
 
 /// Connections kept idle per client; more can be open while calls run.
@@ -32,12 +32,19 @@ const READ_BUFFER: usize = 16 << 10;
 /// default `MC_STORE_CLUSTER_ID`).
 pub const DEFAULT_CLUSTER_ID: &str = "mooncake_cluster";
 
+/// Told of every call a [`MasterClient`] makes (the store client's metrics
+/// implement it).
+pub(crate) trait RpcObserver: Send + Sync {
+    /// One call, `rpc` being the request's name, answered after `took`.
+    fn observe_rpc(&self, rpc: &'static str, took: Duration);
+}
+
 /// A handle to the master; cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct MasterClient {
     pool: Arc<Pool<MasterAddr>>,
     /// Times every call, once a store client's metrics are attached.
-    rpc_metrics: Arc<OnceLock<Arc<ClientMetrics>>>,
+    rpc_metrics: Arc<OnceLock<Arc<dyn RpcObserver>>>,
 }
 
 impl MasterClient {
@@ -58,6 +65,7 @@ impl MasterClient {
             cluster_id,
             DEFAULT_CONNECT_TIMEOUT,
             DEFAULT_CALL_TIMEOUT,
+            None,
         )
     }
 
@@ -72,6 +80,24 @@ impl MasterClient {
             DEFAULT_CLUSTER_ID,
             connect_timeout,
             call_timeout,
+            None,
+        )
+    }
+
+    /// Like [`connect_in_cluster`](Self::connect_in_cluster), presenting
+    /// `token` as the cluster token (`None`: `$MOONCAKE_CLUSTER_TOKEN`, if
+    /// set). `$MOONCAKE_ADMIN_TOKEN`, if set, is presented too.
+    pub fn connect_with_token(
+        master_addr: &str,
+        cluster_id: &str,
+        token: Option<ClusterToken>,
+    ) -> Result<MasterClient> {
+        Self::connect_with(
+            master_addr,
+            cluster_id,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_CALL_TIMEOUT,
+            token,
         )
     }
 
@@ -80,6 +106,7 @@ impl MasterClient {
         cluster_id: &str,
         connect_timeout: Duration,
         call_timeout: Duration,
+        token: Option<ClusterToken>,
     ) -> Result<MasterClient> {
         // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`, `k8s://ns/lease`)
         // names the coordination service; the master is whoever leads the
@@ -102,6 +129,7 @@ impl MasterClient {
         };
         let target = MasterAddr {
             addr: master_addr.to_string(),
+            tokens: credentials(token)?,
             resolved: Mutex::new(resolved),
             election,
         };
@@ -391,6 +419,49 @@ impl MasterClient {
         )
     }
 
+    /// The shared-filesystem tier's directory and limits (empty: off).
+    pub fn get_storage_config(&self) -> Result<StorageConfig> {
+        match self.call(&Request::GetStorageConfig {})? {
+            Response::Storage { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Mounts this storage client on the shared-filesystem tier.
+    pub fn mount_shared_fs(&self, client_id: ClientId) -> Result<()> {
+        unit(self.call(&Request::MountSharedFs { client_id })?)
+    }
+
+    pub fn fetch_file_tasks(&self, client_id: ClientId, max: u32) -> Result<OffloadBatch> {
+        match self.call(&Request::FetchFileTasks { client_id, max })? {
+            Response::Offload { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Reports files written (one result per key), failed and removed.
+    pub fn notify_file_copies(
+        &self,
+        client_id: ClientId,
+        copied: &[(String, u64)],
+        failed: &[String],
+        removed: &[String],
+    ) -> Result<Vec<Result<()>>> {
+        fn strs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        units(
+            self.call(&Request::NotifyFileCopies {
+                client_id,
+                keys: copied.iter().map(|(k, _)| k.as_str()).collect(),
+                sizes: copied.iter().map(|(_, s)| *s).collect(),
+                failed: strs(failed),
+                removed: strs(removed),
+            })?,
+            copied.len(),
+        )
+    }
+
     pub fn promotion_start(&self, client_id: ClientId, key: &str) -> Result<Vec<ReplicaDesc>> {
         match self.call(&Request::PromotionStart { client_id, key })? {
             Response::Replicas { result } => result,
@@ -464,9 +535,9 @@ impl MasterClient {
     }
 
     /// Sends one request and waits for its answer (see [`rpc::client`]).
-    /// Records every later call (and its clones') in `metrics`.
-    pub(crate) fn observe_rpcs(&self, metrics: Arc<ClientMetrics>) {
-        let _ = self.rpc_metrics.set(metrics);
+    /// Reports every later call (and its clones') to `observer`.
+    pub(crate) fn observe_rpcs(&self, observer: Arc<dyn RpcObserver>) {
+        let _ = self.rpc_metrics.set(observer);
     }
 
     fn call(&self, req: &Request<'_>) -> Result<Response> {
@@ -581,9 +652,47 @@ impl Election {
     }
 }
 
+/// The tokens a client presents: `token` or `$MOONCAKE_CLUSTER_TOKEN`,
+/// then `$MOONCAKE_ADMIN_TOKEN`.
+fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
+    let cluster = match token {
+        Some(t) => Some(t),
+        None => ClusterToken::from_env()?,
+    };
+    let admin = match std::env::var(crate::master::ADMIN_TOKEN_ENV) {
+        Ok(v) if !v.trim().is_empty() => Some(ClusterToken::new(&v)?),
+        _ => None,
+    };
+    Ok(cluster.into_iter().chain(admin).collect())
+}
+
+/// Presents `token` on a new connection to a master (`Authenticate`); a
+/// refusal is the master's `ILLEGAL_CLIENT`.
+pub(crate) fn authenticate(conn: &mut Connection, token: &ClusterToken) -> Result<()> {
+    let mut frame = Vec::with_capacity(16 + token.as_str().len());
+    let req = Request::Authenticate {
+        token: token.as_str(),
+    };
+    encode_frame(&req, &mut frame)
+        .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+    let payload = conn
+        .round_trip(&frame, Duration::ZERO)
+        .map_err(|e| rpc_fail(format!("authenticating to master: {e}")))?;
+    match decode_payload::<Response>(payload)
+        .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))?
+    {
+        Response::Unit { result } => result,
+        Response::Failed { error } => Err(error),
+        other => Err(unexpected(&other)),
+    }
+}
+
 /// The master: where it is, and in HA mode how to find it again.
 struct MasterAddr {
     addr: String,
+    /// Presented on every new connection, in order (the cluster token,
+    /// then the admin token).
+    tokens: Vec<ClusterToken>,
     /// The master's socket addresses; in HA mode the current leader's.
     resolved: Mutex<Vec<SocketAddr>>,
     /// HA mode: where to look the leader up when it cannot be reached.
@@ -620,6 +729,10 @@ impl Connector for MasterAddr {
         let stream = self.connect_to(&leader, timeout)?;
         *self.resolved.lock() = leader;
         Ok(stream)
+    }
+
+    fn handshake(&self, conn: &mut Connection) -> Result<()> {
+        self.tokens.iter().try_for_each(|t| authenticate(conn, t))
     }
 }
 

@@ -232,3 +232,13 @@ pub struct OffloadBatch {
     /// (`PromotionStart`, then `PutEnd`).
     pub promotions: Vec<String>,
 }
+
+/// The shared-filesystem tier as the master announces it
+/// (`GetStorageConfig`): `fsdir` is `<root_fs_dir>/<cluster_id>`, empty
+/// when the tier is off.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub fsdir: String,
+    pub enable_disk_eviction: bool,
+    pub quota_bytes: u64,
+}

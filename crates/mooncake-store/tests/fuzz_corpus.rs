@@ -4,8 +4,6 @@
 //! `MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus`
 //! rewrites them.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
 
 use mooncake_common::{Error, ErrorCode};
@@ -18,44 +16,11 @@ use mooncake_store::proto::wire::Encode;
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskInfo, TaskStatus, TaskType,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use serde_json::json;
-
-type Seeds = BTreeMap<String, Vec<u8>>;
-
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target)
-}
-
-/// Compares `seeds` with the target's corpus directory, or rewrites it.
-fn check_or_write(target: &str, seeds: &Seeds) {
-    let dir = corpus_dir(target);
-    if std::env::var("MOONCAKE_FUZZ_CORPUS").as_deref() == Ok("write") {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in seeds {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-        return;
-    }
-    let mut on_disk = Seeds::new();
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        on_disk.insert(name, std::fs::read(&path).unwrap());
-    }
-    assert!(
-        &on_disk == seeds,
-        "fuzz/corpus/{target} is not what the encoders make now (files {:?}, expected {:?}); \
-         rewrite it with MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-store --test fuzz_corpus",
-        on_disk.keys().collect::<Vec<_>>(),
-        seeds.keys().collect::<Vec<_>>(),
-    );
-}
+use test_support::corpus::{check_or_write, Seeds};
 
 /// A payload (version byte and message) as a frame carries it.
 fn payload<M: Encode + ?Sized>(msg: &M) -> Vec<u8> {
@@ -270,6 +235,20 @@ fn requests() -> Vec<Request<'static>> {
             max: 256,
             wait_ms: 50,
         },
+        Request::Authenticate { token: "s3cret" },
+        Request::GetStorageConfig {},
+        Request::MountSharedFs { client_id: CLIENT },
+        Request::FetchFileTasks {
+            client_id: CLIENT,
+            max: 64,
+        },
+        Request::NotifyFileCopies {
+            client_id: CLIENT,
+            keys: keys(),
+            sizes: vec![1, 2, 0],
+            failed: vec!["k3"],
+            removed: vec!["k4"],
+        },
         Request::SnapshotFetch {
             standby: "127.0.0.1:50052",
             seq: 200_002,
@@ -341,6 +320,13 @@ fn responses() -> Vec<(String, Response)> {
                 }],
                 removes: vec!["k1".into()],
                 promotions: vec!["k2".into()],
+            }),
+        },
+        Response::Storage {
+            result: Ok(StorageConfig {
+                fsdir: "/mnt/mooncake/cluster".into(),
+                enable_disk_eviction: true,
+                quota_bytes: 1 << 30,
             }),
         },
         Response::Entries {
@@ -442,6 +428,9 @@ fn dummy_requests() -> Vec<DummyRequest> {
         DummyRequest::BatchReplicaClear {
             keys: keys(),
             segment_name: "node0:12345".into(),
+        },
+        DummyRequest::Authenticate {
+            token: "s3cret".into(),
         },
     ]
 }
@@ -610,8 +599,16 @@ fn master_protocol_seeds() {
         let name = snake(Response::name_of(*tag));
         assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
     }
-    check_or_write("master_request", &payload_seeds(&requests));
-    check_or_write("master_response", &payload_seeds(&responses));
+    check_or_write(
+        "mooncake-store",
+        "master_request",
+        &payload_seeds(&requests),
+    );
+    check_or_write(
+        "mooncake-store",
+        "master_response",
+        &payload_seeds(&responses),
+    );
 }
 
 #[test]
@@ -632,8 +629,12 @@ fn dummy_protocol_seeds() {
         let name = snake(DummyResponse::name_of(*tag));
         assert!(responses.iter().any(|(n, _)| *n == name), "{name}");
     }
-    check_or_write("dummy_request", &payload_seeds(&requests));
-    check_or_write("dummy_response", &payload_seeds(&responses));
+    check_or_write("mooncake-store", "dummy_request", &payload_seeds(&requests));
+    check_or_write(
+        "mooncake-store",
+        "dummy_response",
+        &payload_seeds(&responses),
+    );
 }
 
 #[test]
@@ -648,6 +649,6 @@ fn k8s_seeds() {
             "{name}: the target would skip it"
         );
     }
-    check_or_write("k8s_lease", &lease_seeds());
-    check_or_write("kubeconfig", &kubeconfigs);
+    check_or_write("mooncake-store", "k8s_lease", &lease_seeds());
+    check_or_write("mooncake-store", "kubeconfig", &kubeconfigs);
 }

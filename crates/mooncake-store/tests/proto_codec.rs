@@ -11,8 +11,8 @@ use mooncake_store::proto::frame::{
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, TaskAssignment,
-    TaskInfo, TaskStatus, TaskType,
+    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use proptest::prelude::*;
 
@@ -175,6 +175,19 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             client_id: id,
             key: "k",
         },
+        Request::GetStorageConfig {},
+        Request::MountSharedFs { client_id: id },
+        Request::FetchFileTasks {
+            client_id: id,
+            max: 64,
+        },
+        Request::NotifyFileCopies {
+            client_id: id,
+            keys: vec!["a", "b"],
+            sizes: vec![1, u64::MAX],
+            failed: vec!["c"],
+            removed: vec![],
+        },
         Request::ReplicationPull {
             standby: "127.0.0.1:50051#00ff",
             after: u64::MAX,
@@ -183,6 +196,7 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             max: 1024,
             wait_ms: 1000,
         },
+        Request::Authenticate { token: "s3cret" },
         Request::SnapshotFetch {
             standby: "127.0.0.1:50051#00ff",
             seq: 100_000,
@@ -277,6 +291,13 @@ fn sample_responses() -> Vec<Response> {
         },
         Response::Offload {
             result: Err(Error::new(ErrorCode::NO_AVAILABLE_HANDLE, "busy")),
+        },
+        Response::Storage {
+            result: Ok(StorageConfig {
+                fsdir: "/mnt/fs/mooncake_cluster".into(),
+                enable_disk_eviction: false,
+                quota_bytes: 1 << 30,
+            }),
         },
         Response::Entries {
             term: 7,

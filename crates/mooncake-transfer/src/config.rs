@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use crate::listener::{ListenerLimits, DEFAULT_LIMITS};
+use mooncake_common::auth::ClusterToken;
+
 /// Everything [`crate::TransferEngine::new`] needs.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -41,6 +44,18 @@ pub struct EngineConfig {
     /// Long-lived TCP data connections opened to each peer (`MC_TCP_CONNECTIONS`,
     /// 1..=64; default one per core, between 2 and 4).
     pub tcp_connections: usize,
+    /// The cluster token (`MOONCAKE_CLUSTER_TOKEN`): required of every
+    /// peer connecting to this engine, presented to every engine this one
+    /// connects to, and sent to an HTTP metadata server
+    /// (`Authorization: Bearer`). `None`: no authentication.
+    pub cluster_token: Option<ClusterToken>,
+    /// Why `MOONCAKE_CLUSTER_TOKEN` could not be used: the engine then
+    /// refuses to start rather than run without the token.
+    pub(crate) token_error: Option<String>,
+    /// What peers' connections to the RPC port may cost: caps, idle limit
+    /// (`MC_TCP_MAX_CONNECTIONS`, `MC_TCP_MAX_CONNECTIONS_PER_PEER`,
+    /// `MC_TCP_IDLE_TIMEOUT`).
+    pub rpc_limits: ListenerLimits,
 }
 
 pub(crate) const DEFAULT_SLICE_SIZE: usize = 65536;
@@ -93,6 +108,9 @@ impl EngineConfig {
             max_rpc_port: 17000,
             handshake_max_length: DEFAULT_HANDSHAKE_MAX_LENGTH,
             tcp_connections: default_tcp_connections(),
+            cluster_token: None,
+            token_error: None,
+            rpc_limits: DEFAULT_LIMITS,
         }
     }
 
@@ -143,9 +161,28 @@ impl EngineConfig {
                 self.handshake_max_length = n;
             }
         }
+        match ClusterToken::from_env_with(&var) {
+            Ok(Some(t)) => self.cluster_token = Some(t),
+            Ok(None) => {}
+            Err(e) => self.token_error = Some(e.to_string()),
+        }
         if let Some(n) = parsed::<usize>("MC_TCP_CONNECTIONS", var("MC_TCP_CONNECTIONS")) {
             if (1..=64).contains(&n) {
                 self.tcp_connections = n;
+            }
+        }
+        let limits = &mut self.rpc_limits;
+        if let Some(n) = parsed::<usize>("MC_TCP_MAX_CONNECTIONS", var("MC_TCP_MAX_CONNECTIONS")) {
+            limits.max_connections = n.max(1);
+        }
+        let per_peer = "MC_TCP_MAX_CONNECTIONS_PER_PEER";
+        if let Some(n) = parsed::<usize>(per_peer, var(per_peer)) {
+            limits.max_per_peer = n.max(1);
+        }
+        if let Some(secs) = parsed::<f64>("MC_TCP_IDLE_TIMEOUT", var("MC_TCP_IDLE_TIMEOUT")) {
+            if secs.is_finite() && secs > 0.0 {
+                limits.idle_timeout =
+                    Duration::from_secs_f64(secs.min(MAX_TRANSFER_TIMEOUT.as_secs_f64()));
             }
         }
     }
@@ -161,6 +198,12 @@ impl EngineConfig {
         self.slice_size = self.slice_size.max(1);
         self.tcp_connections = self.tcp_connections.clamp(1, 64);
         self.handshake_max_length = self.handshake_max_length.max(1024);
+        let limits = &mut self.rpc_limits;
+        limits.max_connections = limits.max_connections.max(1);
+        limits.max_per_peer = limits.max_per_peer.clamp(1, limits.max_connections);
+        if limits.idle_timeout.is_zero() {
+            limits.idle_timeout = DEFAULT_LIMITS.idle_timeout;
+        }
         self
     }
 }
@@ -224,6 +267,22 @@ mod tests {
         assert_eq!(c.rpc_bind_address.as_deref(), Some("127.0.0.1"));
         assert_eq!((c.min_rpc_port, c.max_rpc_port), (20000, 20010));
         assert_eq!(c.handshake_max_length, 4096);
+
+        assert_eq!(with_env(&[]).rpc_limits, DEFAULT_LIMITS);
+        let l = with_env(&[
+            ("MC_TCP_MAX_CONNECTIONS", "100"),
+            ("MC_TCP_MAX_CONNECTIONS_PER_PEER", "10"),
+            ("MC_TCP_IDLE_TIMEOUT", "1.5"),
+        ])
+        .rpc_limits;
+        assert_eq!(
+            l,
+            ListenerLimits {
+                max_connections: 100,
+                max_per_peer: 10,
+                idle_timeout: Duration::from_millis(1500),
+            }
+        );
     }
 
     #[test]

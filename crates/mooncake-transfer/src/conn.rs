@@ -127,11 +127,26 @@ impl FrameReader {
         r: &mut impl Read,
         keep_waiting: impl Fn() -> bool,
     ) -> io::Result<Option<[u8; HEADER_LEN]>> {
+        self.read_header_paced(r, keep_waiting, &mut || Ok(()))
+    }
+
+    /// [`Self::read_header`], asking `pace` before every read that
+    /// continues a header already begun whether to go on (an error from it
+    /// ends the read), so a trickled header can be cut off.
+    pub(crate) fn read_header_paced(
+        &mut self,
+        r: &mut impl Read,
+        keep_waiting: impl Fn() -> bool,
+        pace: &mut impl FnMut() -> io::Result<()>,
+    ) -> io::Result<Option<[u8; HEADER_LEN]>> {
         while self.buffered() < HEADER_LEN {
             if self.start > 0 {
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
+            }
+            if self.end > 0 {
+                pace()?;
             }
             match r.read(&mut self.buf[self.end..]) {
                 Ok(0) if self.end == 0 => return Ok(None),
@@ -193,6 +208,25 @@ impl FrameReader {
             }
         }
         Ok(())
+    }
+
+    /// The next `len` bytes as a buffer that grows only as they arrive (at
+    /// most twice what came, past a first 64 KiB), so a length that lies
+    /// buys no memory. Paced like [`Self::read_into_paced`].
+    pub(crate) fn read_vec_paced(
+        &mut self,
+        r: &mut impl Read,
+        len: usize,
+        pace: &mut impl FnMut() -> io::Result<()>,
+    ) -> io::Result<Vec<u8>> {
+        let mut out = Vec::new();
+        while out.len() < len {
+            let at = out.len();
+            let step = (len - at).min(at.max(64 << 10));
+            out.resize(at + step, 0);
+            self.read_into_paced(r, &mut out[at..], pace)?;
+        }
+        Ok(out)
     }
 
     /// Discards the next `n` bytes (a refused write's payload).
@@ -397,6 +431,32 @@ mod tests {
         let mut fr = FrameReader::new();
         fr.read_into(&mut r, &mut dst[..10]).unwrap();
         fr.skip_paced(&mut r, 990, &mut allow(0)).unwrap();
+
+        // A growing read returns exactly the bytes asked for.
+        let big: Vec<u8> = (0..300_000).map(|i| i as u8).collect();
+        let mut r = Pieces {
+            data: &big,
+            piece: 7000,
+        };
+        let mut fr = FrameReader::new();
+        let got = fr.read_vec_paced(&mut r, 300_000, &mut || Ok(())).unwrap();
+        assert_eq!(got, big);
+
+        // A header trickled a byte per read is cut off once begun, not before.
+        let mut r = Pieces {
+            data: &[9u8; HEADER_LEN],
+            piece: 1,
+        };
+        let mut fr = FrameReader::new();
+        let e = fr.read_header_paced(&mut r, || false, &mut allow(HEADER_LEN - 2));
+        assert_eq!(e.unwrap_err().kind(), io::ErrorKind::TimedOut);
+        let mut r = Pieces {
+            data: &[9u8; HEADER_LEN],
+            piece: 1,
+        };
+        let mut fr = FrameReader::new();
+        let h = fr.read_header_paced(&mut r, || false, &mut allow(HEADER_LEN - 1));
+        assert_eq!(h.unwrap(), Some([9u8; HEADER_LEN]));
 
         let mut t = Trickle {
             out: vec![],

@@ -13,6 +13,8 @@
 
 use std::fmt;
 
+use mooncake_common::auth::MAX_TOKEN_LEN;
+
 pub(crate) const MAGIC: u32 = u32::from_le_bytes(*b"MCTE");
 pub(crate) const VERSION: u8 = 1;
 pub(crate) const HEADER_LEN: usize = 32;
@@ -38,6 +40,11 @@ pub(crate) enum Kind {
     /// Deliver a notify; payload: see [`encode_notify`].
     NotifyReq = 7,
     NotifyAck = 8,
+    /// Present the cluster token (the payload); with a token configured,
+    /// the first frame of every connection.
+    AuthReq = 9,
+    /// Result of an `AuthReq` (`status`), no payload.
+    AuthAck = 10,
 }
 
 impl Kind {
@@ -51,6 +58,8 @@ impl Kind {
             6 => Kind::DescResp,
             7 => Kind::NotifyReq,
             8 => Kind::NotifyAck,
+            9 => Kind::AuthReq,
+            10 => Kind::AuthAck,
             _ => return None,
         })
     }
@@ -59,7 +68,7 @@ impl Kind {
     pub(crate) fn is_request(self) -> bool {
         matches!(
             self,
-            Kind::WriteReq | Kind::ReadReq | Kind::DescReq | Kind::NotifyReq
+            Kind::WriteReq | Kind::ReadReq | Kind::DescReq | Kind::NotifyReq | Kind::AuthReq
         )
     }
 }
@@ -161,7 +170,7 @@ impl Header {
     /// Bytes of payload that follow this header on the wire.
     pub(crate) fn payload_len(&self) -> u64 {
         match self.kind {
-            Kind::WriteReq | Kind::DescReq | Kind::NotifyReq => self.len,
+            Kind::WriteReq | Kind::DescReq | Kind::NotifyReq | Kind::AuthReq => self.len,
             Kind::ReadResp | Kind::DescResp if self.status == 0 => self.len,
             _ => 0,
         }
@@ -173,7 +182,8 @@ impl Header {
         let max = match self.kind {
             Kind::WriteReq | Kind::ReadReq | Kind::ReadResp => MAX_DATA_FRAME,
             Kind::DescReq | Kind::DescResp | Kind::NotifyReq => control_max,
-            Kind::WriteAck | Kind::NotifyAck => {
+            Kind::AuthReq => MAX_TOKEN_LEN as u64,
+            Kind::WriteAck | Kind::NotifyAck | Kind::AuthAck => {
                 return if self.len == 0 {
                     Ok(())
                 } else {

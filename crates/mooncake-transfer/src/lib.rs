@@ -27,6 +27,8 @@ mod engine;
 mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod http_serve;
+mod listener;
 mod memory;
 pub mod metadata;
 mod rawmem;
@@ -39,4 +41,5 @@ pub use config::EngineConfig;
 pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };
+pub use listener::ListenerLimits;
 pub use segment::{BufferDesc, SegmentDesc};

@@ -6,26 +6,21 @@
 //! Also the initiator side of the control frames ([`fetch_descriptor`],
 //! [`send_notify`]), each on a short-lived connection.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use mooncake_common::auth::{self, ClusterToken};
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::conn::{is_timeout, read_header, write_all_parts, write_all_parts_paced, FrameReader};
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
+use crate::listener::IdleMark;
 use crate::memory::{PinGuard, Registry};
 use crate::rawmem;
 use crate::segment::{local_host_id, SegmentDesc};
 use crate::Notify;
-
-/// Most connections served at once; more are closed on accept.
-const MAX_CONNECTIONS: usize = 4096;
 
 /// What the listener needs from the engine.
 pub(crate) struct LocalState {
@@ -38,8 +33,13 @@ pub(crate) struct LocalState {
     pub(crate) notifies: Mutex<NotifyQueue>,
     pub(crate) control_max: u64,
     /// Bounds how long a peer may stall in the middle of a frame (each
-    /// socket call); a whole frame is cut off after twice this.
+    /// socket call); a frame's header, and then its payload, are each cut
+    /// off after twice this.
     pub(crate) io_timeout: Duration,
+    /// Required of every connection before anything else ([`admit`]).
+    pub(crate) cluster_token: Option<ClusterToken>,
+    /// Longest a connection may stay silent between frames.
+    pub(crate) idle_timeout: Duration,
 }
 
 /// Most notifies held until the application drains them, and most bytes
@@ -109,113 +109,6 @@ pub(crate) fn bind(host: &str, port: Option<u16>, range: (u16, u16)) -> Result<T
         ErrorCode::ERR_SOCKET,
         format!("no free port in {lo}..{hi}"),
     ))
-}
-
-/// Connections being served: a handle to shut each down, and its thread.
-type ConnTable = Arc<Mutex<HashMap<u64, (TcpStream, JoinHandle<()>)>>>;
-
-/// The running listener; [`RpcServer::stop`] (or drop) closes it and every
-/// connection and waits for their threads.
-pub(crate) struct RpcServer {
-    stop: Arc<AtomicBool>,
-    /// Where to connect to wake the blocking accept.
-    wake: SocketAddr,
-    accept: Option<JoinHandle<()>>,
-    conns: ConnTable,
-}
-
-impl RpcServer {
-    pub(crate) fn start(listener: TcpListener, state: Arc<LocalState>) -> Result<RpcServer> {
-        let mut wake = listener
-            .local_addr()
-            .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, e.to_string()))?;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(if wake.is_ipv4() {
-                [127, 0, 0, 1].into()
-            } else {
-                std::net::Ipv6Addr::LOCALHOST.into()
-            });
-        }
-        let stop = Arc::new(AtomicBool::new(false));
-        let conns: ConnTable = Arc::default();
-        let (stop2, conns2) = (stop.clone(), conns.clone());
-        let accept = thread::Builder::new()
-            .name("mc-rpc-accept".into())
-            .spawn(move || accept_loop(listener, state, stop2, conns2))
-            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
-        Ok(RpcServer {
-            stop,
-            wake,
-            accept: Some(accept),
-            conns,
-        })
-    }
-
-    pub(crate) fn stop(&mut self) {
-        if self.stop.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        // Wake the blocking accept with a connection of our own.
-        let _ = TcpStream::connect_timeout(&self.wake, Duration::from_secs(1));
-        if let Some(h) = self.accept.take() {
-            let _ = h.join();
-        }
-        let conns: Vec<_> = self.conns.lock().drain().map(|(_, c)| c).collect();
-        for (s, _) in &conns {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-        for (_, h) in conns {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for RpcServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    state: Arc<LocalState>,
-    stop: Arc<AtomicBool>,
-    conns: ConnTable,
-) {
-    let next_id = AtomicU64::new(0);
-    for stream in listener.incoming() {
-        if stop.load(Ordering::Acquire) {
-            break;
-        }
-        let Ok(stream) = stream else {
-            // e.g. out of file descriptors: back off instead of spinning.
-            thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let mut table = conns.lock();
-        table.retain(|_, (_, h)| !h.is_finished());
-        if table.len() >= MAX_CONNECTIONS {
-            tracing::warn!("rpc: too many connections; refusing one");
-            continue;
-        }
-        let Ok(shut) = stream.try_clone() else {
-            continue;
-        };
-        let (state, stop) = (state.clone(), stop.clone());
-        let spawned = thread::Builder::new()
-            .name("mc-rpc-conn".into())
-            .spawn(move || {
-                if let Err(e) = serve(&stream, &state, &stop) {
-                    tracing::debug!("rpc connection closed: {e}");
-                }
-                // The table holds a duplicate of the socket: shut it down so
-                // the peer sees the close now, not when the table is pruned.
-                let _ = stream.shutdown(Shutdown::Both);
-            });
-        if let Ok(h) = spawned {
-            table.insert(next_id.fetch_add(1, Ordering::Relaxed), (shut, h));
-        }
-    }
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -334,11 +227,24 @@ impl Responses {
 /// [`FrameDeadline`]), and read data is flushed before blocking on a write's
 /// payload, so an unregister waits for a slow peer at most about that long
 /// (and nobody else waits at all).
-fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::Result<()> {
+///
+/// Between frames the connection is marked idle (the listener may shed it)
+/// and closed after the idle timeout.
+pub(crate) fn serve(
+    mut stream: &TcpStream,
+    state: &LocalState,
+    idle: &IdleMark,
+    stop: &dyn Fn() -> bool,
+) -> io::Result<()> {
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(state.io_timeout))?;
-    stream.set_write_timeout(Some(state.io_timeout))?;
     let timeout = state.io_timeout;
+    let mut authenticated = state.cluster_token.is_none();
+    // Reads wake at least this often, so that the idle limit is checked.
+    let wake = timeout
+        .min(state.idle_timeout)
+        .max(Duration::from_millis(10));
+    stream.set_read_timeout(Some(wake))?;
+    stream.set_write_timeout(Some(timeout))?;
     let mut input = FrameReader::new();
     let mut out = Responses::default();
     // The region the last write landed in, for the next frames of a burst.
@@ -350,12 +256,27 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
         } else if out.is_full() {
             out.flush(&mut stream, timeout)?;
         }
-        let Some(hdr) = input.read_header(&mut stream, || !stop.load(Ordering::Acquire))? else {
+        let waiting = !input.has_header();
+        if waiting {
+            idle.idle();
+        }
+        let since = Instant::now();
+        let keep_waiting = || !stop() && since.elapsed() < state.idle_timeout;
+        let mut deadline = FrameDeadline::start(timeout);
+        let next = input.read_header_paced(&mut stream, keep_waiting, &mut || deadline.check());
+        if waiting {
+            idle.busy();
+        }
+        let Some(hdr) = next? else {
             return Ok(());
         };
         // Malformed or oversized: close the connection without reading on.
         let h =
             Header::decode_request(&hdr, state.control_max).map_err(|e| invalid(e.to_string()))?;
+        if !authenticated && h.kind != Kind::AuthReq {
+            out.flush(&mut stream, timeout)?;
+            return refuse_unauthenticated(&mut stream, &h);
+        }
         match h.kind {
             Kind::WriteReq => {
                 if out.holds_memory() && !input.has(h.len) {
@@ -409,15 +330,92 @@ fn serve(mut stream: &TcpStream, state: &LocalState, stop: &AtomicBool) -> io::R
                 write_pin = None;
                 out.flush(&mut stream, timeout)?;
                 let mut deadline = FrameDeadline::start(timeout);
-                let mut payload = vec![0u8; h.len as usize];
-                input.read_into_paced(&mut stream, &mut payload, &mut || deadline.check())?;
+                let len = h.len as usize;
+                let payload = input.read_vec_paced(&mut stream, len, &mut || deadline.check())?;
                 control(&mut stream, state, &h, &payload)?;
             }
-            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck => {
+            Kind::AuthReq => {
+                write_pin = None;
+                out.flush(&mut stream, timeout)?;
+                let mut deadline = FrameDeadline::start(timeout);
+                let token =
+                    input.read_vec_paced(&mut stream, h.len as usize, &mut || deadline.check())?;
+                authenticated = admit(&mut stream, state, &h, &token)?;
+            }
+            Kind::WriteAck | Kind::ReadResp | Kind::DescResp | Kind::NotifyAck | Kind::AuthAck => {
                 unreachable!("decode_request admits requests only")
             }
         }
     }
+}
+
+/// Answers an `AuthReq`: whether `token` is the cluster token (anything is,
+/// when none is configured). A wrong token is answered, then the
+/// connection closes.
+fn admit(
+    stream: &mut impl Write,
+    state: &LocalState,
+    h: &Header,
+    token: &[u8],
+) -> io::Result<bool> {
+    if auth::admits(state.cluster_token.as_ref(), token) {
+        stream.write_all(&Header::response(Kind::AuthAck, h, 0, 0).encode())?;
+        return Ok(true);
+    }
+    let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
+    stream.write_all(&Header::response(Kind::AuthAck, h, code, 0).encode())?;
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "wrong cluster token",
+    ))
+}
+
+/// Answers a first frame that is not an `AuthReq` (a token is required)
+/// with `ERR_REJECT_HANDSHAKE`, then closes the connection: no byte of
+/// memory is read or written, and nothing is described.
+fn refuse_unauthenticated(stream: &mut impl Write, h: &Header) -> io::Result<()> {
+    let kind = match h.kind {
+        Kind::WriteReq => Kind::WriteAck,
+        Kind::ReadReq => Kind::ReadResp,
+        Kind::DescReq => Kind::DescResp,
+        _ => Kind::NotifyAck,
+    };
+    let code = ErrorCode::ERR_REJECT_HANDSHAKE.wire();
+    let _ = stream.write_all(&Header::response(kind, h, code, 0).encode());
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!("{:?} before the cluster token", h.kind),
+    ))
+}
+
+/// Presents `token` on a new connection to an engine and waits for its
+/// answer: the first exchange of every connection when a cluster token
+/// is configured.
+pub(crate) fn present_token(
+    stream: &mut TcpStream,
+    token: &ClusterToken,
+    timeout: Duration,
+) -> io::Result<()> {
+    let restore = stream.read_timeout()?;
+    stream.set_read_timeout(Some(timeout))?;
+    let t = token.as_str().as_bytes();
+    let head = Header::new(Kind::AuthReq, 0, 0, t.len() as u64).encode();
+    write_all_parts(stream, &[&head, t])?;
+    let mut hdr = [0u8; HEADER_LEN];
+    if !read_header(stream, &mut hdr, || false)? {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    let h = Header::decode_response(&hdr, 0).map_err(|e| invalid(e.to_string()))?;
+    if h.kind != Kind::AuthAck || h.status != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "the peer refused the cluster token ({:?} status {})",
+                h.kind, h.status
+            ),
+        ));
+    }
+    stream.set_read_timeout(restore)
 }
 
 /// Answers a descriptor request or a notify.
@@ -466,12 +464,16 @@ fn call(
     kind: Kind,
     payload: &[u8],
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> io::Result<(Header, Vec<u8>)> {
+    let control_max = local.control_max;
     let mut stream = TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))?;
+    if let Some(token) = &local.cluster_token {
+        present_token(&mut stream, token, timeout)?;
+    }
     let head = Header::new(kind, 1, 0, payload.len() as u64).encode();
     write_all_parts(&mut stream, &[&head, payload])?;
     let mut hdr = [0u8; HEADER_LEN];
@@ -492,17 +494,16 @@ pub(crate) fn fetch_descriptor(
     addr: SocketAddr,
     name: &str,
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> Result<SegmentDesc> {
-    let (h, body) =
-        call(addr, Kind::DescReq, name.as_bytes(), timeout, control_max).map_err(|e| {
-            let code = if is_timeout(&e) {
-                ErrorCode::ERR_REJECT_HANDSHAKE
-            } else {
-                ErrorCode::ERR_METADATA
-            };
-            Error::new(code, format!("handshake with {name} ({addr}): {e}"))
-        })?;
+    let (h, body) = call(addr, Kind::DescReq, name.as_bytes(), timeout, local).map_err(|e| {
+        let code = if is_timeout(&e) {
+            ErrorCode::ERR_REJECT_HANDSHAKE
+        } else {
+            ErrorCode::ERR_METADATA
+        };
+        Error::new(code, format!("handshake with {name} ({addr}): {e}"))
+    })?;
     if h.kind != Kind::DescResp || h.status != 0 {
         return Err(Error::new(
             ErrorCode::ERR_REJECT_HANDSHAKE,
@@ -520,16 +521,16 @@ pub(crate) fn send_notify(
     addr: SocketAddr,
     notify: &Notify,
     timeout: Duration,
-    control_max: u64,
+    local: &LocalState,
 ) -> Result<()> {
     let payload = encode_notify(&notify.name, &notify.msg);
-    if payload.len() as u64 > control_max {
+    if payload.len() as u64 > local.control_max {
         return Err(Error::new(
             ErrorCode::ERR_INVALID_ARGUMENT,
             "notify longer than MC_HANDSHAKE_MAX_LENGTH",
         ));
     }
-    let (h, _) = call(addr, Kind::NotifyReq, &payload, timeout, control_max)
+    let (h, _) = call(addr, Kind::NotifyReq, &payload, timeout, local)
         .map_err(|e| Error::new(ErrorCode::ERR_SOCKET, format!("notify to {addr}: {e}")))?;
     if h.kind != Kind::NotifyAck || h.status != 0 {
         return Err(Error::new(

@@ -5,42 +5,8 @@
 //! `MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-transfer --test fuzz_corpus`
 //! rewrites them.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
 use mooncake_transfer::fuzzing::{self, seeds};
-
-fn corpus_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fuzz/corpus")
-        .join(target)
-}
-
-/// Compares `seeds` with the target's corpus directory, or rewrites it.
-fn check_or_write(target: &str, seeds: &BTreeMap<String, Vec<u8>>) {
-    let dir = corpus_dir(target);
-    if std::env::var("MOONCAKE_FUZZ_CORPUS").as_deref() == Ok("write") {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        for (name, bytes) in seeds {
-            std::fs::write(dir.join(name), bytes).unwrap();
-        }
-        return;
-    }
-    let mut on_disk = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        on_disk.insert(name, std::fs::read(&path).unwrap());
-    }
-    assert!(
-        &on_disk == seeds,
-        "fuzz/corpus/{target} is not what the encoders make now (files {:?}, expected {:?}); \
-         rewrite it with MOONCAKE_FUZZ_CORPUS=write cargo test -p mooncake-transfer --test fuzz_corpus",
-        on_disk.keys().collect::<Vec<_>>(),
-        seeds.keys().collect::<Vec<_>>(),
-    );
-}
+use test_support::corpus::check_or_write;
 
 #[test]
 fn corpus_is_what_the_encoders_make() {
@@ -55,7 +21,7 @@ fn corpus_is_what_the_encoders_make() {
         ]
     );
     for (target, seeds) in &all {
-        check_or_write(target, seeds);
+        check_or_write("mooncake-transfer", target, seeds);
     }
 }
 

@@ -1,5 +1,6 @@
 //! Helpers the integration tests of several crates share (a dev-dependency
 //! only; never part of a product):
+//! - [`corpus`]: fuzz seed corpora checked against what the encoders make;
 //! - [`services`]: real etcd and redis servers, from the environment or
 //!   started here;
 //! - [`freeze_proxy`]: a TCP relay that can stop carrying bytes, as behind a
@@ -7,6 +8,7 @@
 //! - [`process`]: child processes killed on drop, ready lines, free ports,
 //!   bounded waits.
 
+pub mod corpus;
 pub mod freeze_proxy;
 pub mod process;
 pub mod services;

@@ -169,3 +169,21 @@ pub fn pinned_to(segment: &str) -> ReplicateConfig {
         ..Default::default()
     }
 }
+
+/// The value of the unlabelled sample `name` on the master's `/metrics`
+/// (at `http_addr`), 0 when absent.
+pub fn metric(http_addr: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(http_addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {http_addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out.lines()
+        .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .find_map(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}

@@ -2,6 +2,7 @@
 //! (JSON file or Python dict) or the `MOONCAKE_*` environment variables that
 //! inference-engine integrations read.
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
@@ -47,6 +48,9 @@ pub struct ClientConfig {
     /// The tier directory, instead of `MOONCAKE_OFFLOAD_FILE_STORAGE_PATH`
     /// (Python `ssd_offload_path`).
     pub offload_path: Option<String>,
+    /// Presented to the master, the metadata server and peer engines
+    /// (`None`: `$MOONCAKE_CLUSTER_TOKEN`, if set); see `docs/security.md`.
+    pub cluster_token: Option<ClusterToken>,
 }
 
 impl Default for ClientConfig {
@@ -63,6 +67,7 @@ impl Default for ClientConfig {
             local_memcpy: true,
             enable_offload: false,
             offload_path: None,
+            cluster_token: None,
         }
     }
 }

@@ -73,6 +73,9 @@ wire_enum! {
         14 => CreateMoveTask { key: String, source: String, target: String },
         15 => QueryTask { id: TaskId },
         16 => BatchReplicaClear { keys: Vec<String>, segment_name: String },
+        /// Presents the cluster token: with one configured, the first call
+        /// of every connection. Answered `Unit`.
+        17 => Authenticate { token: String },
     }
 }
 

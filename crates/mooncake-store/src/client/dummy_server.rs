@@ -28,10 +28,12 @@
 //! closed; one that does not decode is answered and the connection goes on.
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use mooncake_common::auth::{self, ClusterToken};
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
@@ -57,6 +59,9 @@ pub struct ServiceConfig {
     pub host: String,
     pub port: u16,
     pub limits: ServiceLimits,
+    /// Users (uids) whose processes may open sessions besides this
+    /// process's own (`--allowed_uids`).
+    pub allowed_uids: Vec<u32>,
 }
 
 /// What dummy connections may cost the service.
@@ -106,7 +111,8 @@ impl ServiceLimits {
 }
 
 struct Session {
-    region: ShmRegion,
+    /// Unmapped when the session ends, unless a transfer may still use it.
+    region: ManuallyDrop<ShmRegion>,
     client: Arc<dyn Backend>,
     /// The process that shared the region: only its sockets may join.
     owner_pid: u32,
@@ -118,14 +124,17 @@ pub(crate) struct Conn {
     /// a session, so idle sockets cost no lookups.
     ends: Option<(SocketAddr, SocketAddr)>,
     session: Option<Arc<Session>>,
+    /// Presented the cluster token (or none is required).
+    authenticated: bool,
 }
 
 impl Conn {
-    /// Whether the peer's socket belongs to process `pid` on this host.
-    fn is_process(&self, pid: u32) -> bool {
+    /// Whether the peer's socket belongs to process `pid` on this host,
+    /// run by a user in `uids`.
+    fn is_process(&self, pid: u32, uids: &[u32]) -> bool {
         self.ends
             .and_then(|(far, near)| peer::local_peer(far, near))
-            .is_some_and(|p: PeerSocket| peer::process_holds(pid, p.inode))
+            .is_some_and(|p: PeerSocket| uids.contains(&p.uid) && peer::process_holds(pid, p.inode))
     }
 }
 
@@ -162,7 +171,26 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = self.client.unregister_buffer(self.base());
+        let unregistered = self.client.unregister_buffer(self.base());
+        // SAFETY: `region` is not used again; this is its only release.
+        let region = unsafe { ManuallyDrop::take(&mut self.region) };
+        release_region(region, unregistered);
+    }
+}
+
+/// Unmaps a session's region once its unregistration says that nothing
+/// uses it any more. `ERR_BATCH_BUSY` says a peer's transfer may still
+/// touch it: then the mapping is leaked rather than unmapped under it.
+fn release_region(region: ShmRegion, unregistered: Result<()>) {
+    match unregistered {
+        Err(e) if e.code == ErrorCode::ERR_BATCH_BUSY => {
+            tracing::warn!(
+                region = region.name(),
+                "shared region leaked: a transfer may still use it: {e}"
+            );
+            std::mem::forget(region);
+        }
+        _ => drop(region),
     }
 }
 
@@ -173,6 +201,10 @@ struct Inner {
     /// Sessions by token.
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
     handshake_timeout: Duration,
+    /// Required of every connection before `Hello` or `Attach`.
+    cluster_token: Option<ClusterToken>,
+    /// Users whose processes may open sessions: ours, and those allowed.
+    uids: Vec<u32>,
 }
 
 /// A running `mooncake_client`.
@@ -185,6 +217,10 @@ pub struct StoreService {
 impl StoreService {
     /// Starts the real client (mounting its segment) and listens for dummies.
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
+        let cluster_token = match &config.client.cluster_token {
+            Some(t) => Some(t.clone()),
+            None => ClusterToken::from_env()?,
+        };
         let real = Arc::new(RealClient::setup(&config.client, None)?);
         real.start_executor();
         let metrics = real.metrics.clone();
@@ -207,6 +243,11 @@ impl StoreService {
             client: client.clone(),
             sessions: Mutex::new(HashMap::new()),
             handshake_timeout: config.limits.handshake_timeout,
+            cluster_token,
+            // SAFETY: geteuid has no preconditions.
+            uids: std::iter::once(unsafe { libc::geteuid() })
+                .chain(config.allowed_uids.iter().copied())
+                .collect(),
         });
         let server =
             Server::start(listener, inner, config.limits.server_options()).map_err(socket_error)?;
@@ -274,6 +315,7 @@ impl Handler for Inner {
         Conn {
             ends: peer::ends(conn),
             session: None,
+            authenticated: self.cluster_token.is_none(),
         }
     }
 
@@ -302,6 +344,9 @@ impl Handler for Inner {
 fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
     let client = &inner.client;
     let unit = |result| DummyResponse::Unit { result };
+    if let DummyRequest::Authenticate { token } = &req {
+        return unit(authenticate(inner, conn, token));
+    }
     let needs_session = !matches!(
         req,
         DummyRequest::Hello { .. } | DummyRequest::Attach { .. } | DummyRequest::Health {}
@@ -309,7 +354,14 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
     if needs_session && conn.session.is_none() {
         return no_session();
     }
+    if !conn.authenticated && !matches!(req, DummyRequest::Health {}) {
+        return unit(Err(Error::new(
+            ErrorCode::ILLEGAL_CLIENT,
+            "this service requires the cluster token: authenticate first",
+        )));
+    }
     match req {
+        DummyRequest::Authenticate { .. } => unreachable!("answered above"),
         DummyRequest::Hello {
             shm_name,
             region_len,
@@ -327,7 +379,8 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
             let found = inner.sessions.lock().get(&id).and_then(Weak::upgrade);
             // A stranger learns nothing: a wrong token and another
             // process's token are the same error.
-            match found.filter(|s| conn.session.is_none() && conn.is_process(s.owner_pid)) {
+            let uids = &inner.uids;
+            match found.filter(|s| conn.session.is_none() && conn.is_process(s.owner_pid, uids)) {
                 Some(s) => {
                     conn.session = Some(s);
                     DummyResponse::Session {
@@ -446,6 +499,16 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
     }
 }
 
+/// `Authenticate`: whether `token` is the cluster token (anything is, when
+/// none is configured).
+fn authenticate(inner: &Inner, conn: &mut Conn, token: &str) -> Result<()> {
+    if !auth::admits(inner.cluster_token.as_ref(), token.as_bytes()) {
+        return Err(Error::new(ErrorCode::ILLEGAL_CLIENT, "wrong cluster token"));
+    }
+    conn.authenticated = true;
+    Ok(())
+}
+
 fn no_session() -> DummyResponse {
     DummyResponse::Unit {
         result: Err(Error::new(
@@ -479,16 +542,19 @@ fn hello(
         .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "region too large"))?;
     // Only the process holding the memory may share it: otherwise any
     // peer could name another process's descriptor.
-    if !conn.is_process(pid) {
+    if !conn.is_process(pid, &inner.uids) {
         return Err(Error::new(
             ErrorCode::ILLEGAL_CLIENT,
-            format!("Hello for process {pid} must come from a socket of that process on this host"),
+            format!(
+                "Hello for process {pid} must come from a socket of that process on this host, \
+                 run by this service's user or an allowed one"
+            ),
         ));
     }
     let region = ShmRegion::open(pid, fd, shm_name, len)?;
     inner.client.register_buffer(region.addr(), len)?;
     let s = Arc::new(Session {
-        region,
+        region: ManuallyDrop::new(region),
         client: inner.client.clone(),
         owner_pid: pid,
     });
@@ -504,4 +570,36 @@ fn hello(
     sessions.insert(id, Arc::downgrade(&s));
     conn.session = Some(s);
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether this process maps the memfd region called `name`.
+    fn mapped(name: &str) -> bool {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .contains(name)
+    }
+
+    #[test]
+    fn a_region_still_in_use_is_never_unmapped() {
+        let busy = ShmRegion::create(4096).unwrap();
+        let name = busy.name().to_string();
+        assert!(mapped(&name));
+        let in_use = Err(Error::new(ErrorCode::ERR_BATCH_BUSY, "a frame holds it"));
+        release_region(busy, in_use);
+        assert!(mapped(&name), "unmapped while a transfer may use it");
+
+        for unregistered in [
+            Ok(()),
+            Err(Error::new(ErrorCode::ERR_ADDRESS_NOT_REGISTERED, "gone")),
+        ] {
+            let idle = ShmRegion::create(4096).unwrap();
+            let name = idle.name().to_string();
+            release_region(idle, unregistered);
+            assert!(!mapped(&name), "a region nothing uses stays mapped");
+        }
+    }
 }

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::http_serve::{self, HttpLimits};
 use tokio::sync::oneshot;
 
 use super::metrics::ClientMetrics;
@@ -81,9 +82,11 @@ impl ClientHttpServer {
                         Ok(l) => l,
                         Err(e) => return tracing::error!("client HTTP server: {e}"),
                     };
-                    let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                    let stopped = async {
                         let _ = stopped.await;
-                    });
+                    };
+                    let limits = HttpLimits::default();
+                    let serve = http_serve::serve("client-http", listener, app, limits, stopped);
                     if let Err(e) = serve.await {
                         tracing::error!("client HTTP server: {e}");
                     }

@@ -23,6 +23,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::master_client::RpcObserver;
+
 /// Latency buckets (µs), the reference's.
 pub const LATENCY_BUCKETS_US: [f64; 27] = [
     50.0, 75.0, 125.0, 150.0, 200.0, 250.0, 300.0, 400.0, 500.0, 750.0, 1000.0, 1500.0, 2000.0,
@@ -396,15 +398,6 @@ impl ClientMetrics {
         t.add(bytes, us);
     }
 
-    /// One master RPC (`rpc`: the request's name).
-    pub fn observe_rpc(&self, rpc: &'static str, took: Duration) {
-        let us = took.as_secs_f64() * 1e6;
-        let labels = self.labels(&[("rpc_name", rpc)]);
-        self.rpc_count.get_or_create(&labels).inc();
-        self.rpc_latency.get_or_create(&labels).observe(us);
-        self.rpc_tallies.lock().entry(rpc).or_default().add(0, us);
-    }
-
     /// `bytes` of a value moved over `route`.
     pub fn observe_route(&self, route: Route, write: bool, bytes: u64) {
         let dir = if write { "write" } else { "read" };
@@ -523,6 +516,17 @@ impl ClientMetrics {
             };
         }
         s
+    }
+}
+
+impl RpcObserver for ClientMetrics {
+    /// One master RPC (`rpc`: the request's name).
+    fn observe_rpc(&self, rpc: &'static str, took: Duration) {
+        let us = took.as_secs_f64() * 1e6;
+        let labels = self.labels(&[("rpc_name", rpc)]);
+        self.rpc_count.get_or_create(&labels).inc();
+        self.rpc_latency.get_or_create(&labels).observe(us);
+        self.rpc_tallies.lock().entry(rpc).or_default().add(0, us);
     }
 }
 

@@ -16,6 +16,7 @@
 mod buffer;
 pub mod config;
 pub mod dummy;
+mod file_tier;
 pub mod offload;
 // Public for the dummy-protocol tests that speak it byte by byte.
 pub mod dummy_proto;

@@ -14,8 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Bytes populated per call: small enough to stop promptly.
-const CHUNK: usize = 8 << 20;
+/// Bytes populated per call: small enough to stop promptly, and to hold
+/// the process's mmap lock (which `MADV_POPULATE_WRITE` takes) only
+/// briefly, so a thread that maps memory meanwhile, and the page faults
+/// queued behind it, never wait long.
+const CHUNK: usize = 1 << 20;
 const PAGE: usize = 4096;
 
 /// A running background population; [`Prefault::stop`] (or drop) ends it
@@ -47,6 +50,7 @@ impl Prefault {
         let thread = std::thread::Builder::new()
             .name("mc-prefault".into())
             .spawn(move || {
+                lowest_priority();
                 let started = std::time::Instant::now();
                 let mut total = 0;
                 let mut method = None;
@@ -87,6 +91,18 @@ impl Drop for Prefault {
     }
 }
 
+/// Populating is opportunistic: it must never take CPU from the puts and
+/// gets it is meant to speed up, so the thread runs at nice 19 (not
+/// SCHED_IDLE: a thread that is never scheduled while it holds the mmap
+/// lock would stall everyone behind it).
+fn lowest_priority() {
+    // SAFETY: plain syscalls on the calling thread; no memory is passed.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
+    }
+}
+
 /// `MC_STORE_PREFAULT=0` leaves pages to fault on first use.
 fn disabled() -> bool {
     std::env::var("MC_STORE_PREFAULT")
@@ -119,6 +135,8 @@ unsafe fn populate(addr: usize, len: usize, stop: &AtomicBool) -> (usize, Option
             }
         }
         off += n;
+        // Let runnable foreground threads go first between chunks.
+        std::thread::yield_now();
     }
     (off, method)
 }

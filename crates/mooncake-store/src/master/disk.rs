@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::file_tier::SHARED_FS;
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -36,6 +37,18 @@ pub(crate) struct Tier {
     /// The owner's tier service, where readers ask for staged copies.
     pub(crate) endpoint: String,
     pub(crate) capacity: u64,
+}
+
+/// What a read of a disk-only object did towards its promotion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Promotion {
+    /// Read fewer times than the admission threshold.
+    TooRare,
+    Queued,
+    /// Already queued.
+    Pending,
+    /// The queue is at `--promotion_queue_limit`.
+    AtCap,
 }
 
 /// Offload work queued for one tier owner.
@@ -59,6 +72,17 @@ pub(crate) struct DiskTable {
     promoting: Mutex<HashSet<Box<str>>>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
+    /// The shared filesystem's copies, oldest first (its eviction order).
+    files: Mutex<FileOrder>,
+}
+
+/// Write order of the shared filesystem's copies.
+#[derive(Default)]
+struct FileOrder {
+    by_seq: std::collections::BTreeMap<u64, Box<str>>,
+    seq_of: HashMap<Box<str>, u64>,
+    next: u64,
+    bytes: u64,
 }
 
 impl DiskTable {
@@ -87,7 +111,8 @@ impl DiskTable {
         self.tiers.read().contains_key(&owner)
     }
 
-    /// (bytes held in tiers, capacity of all tiers).
+    /// (bytes held in SSD tiers and the shared filesystem, capacity of
+    /// the SSD tiers).
     pub(crate) fn usage(&self) -> (u64, u64) {
         let cap = self.tiers.read().values().map(|t| t.capacity).sum();
         (self.bytes.load(Ordering::Relaxed), cap)
@@ -159,13 +184,46 @@ impl DiskTable {
         let old_size = old.map_or(0, |c| c.size);
         self.bytes.fetch_add(copy.size, Ordering::Relaxed);
         self.bytes.fetch_sub(old_size, Ordering::Relaxed);
+        if let Some(old) = old {
+            self.unorder(key, old);
+        }
+        if copy.owner == SHARED_FS {
+            let mut f = self.files.lock();
+            let seq = f.next;
+            f.next += 1;
+            f.by_seq.insert(seq, key.into());
+            f.seq_of.insert(key.into(), seq);
+            f.bytes += copy.size;
+        }
     }
 
     /// Forgets `key`'s copy; returns it.
     pub(crate) fn drop_copy(&self, key: &str) -> Option<DiskCopy> {
         let old = self.copies.lock().remove(key)?;
         self.bytes.fetch_sub(old.size, Ordering::Relaxed);
+        self.unorder(key, old);
         Some(old)
+    }
+
+    fn unorder(&self, key: &str, old: DiskCopy) {
+        if old.owner == SHARED_FS {
+            let mut f = self.files.lock();
+            if let Some(seq) = f.seq_of.remove(key) {
+                f.by_seq.remove(&seq);
+            }
+            f.bytes -= old.size;
+        }
+    }
+
+    /// Bytes of the shared filesystem's copies.
+    pub(crate) fn file_bytes(&self) -> u64 {
+        self.files.lock().bytes
+    }
+
+    /// The shared filesystem's oldest copies, up to `n`, oldest first.
+    pub(crate) fn oldest_files(&self, n: usize) -> Vec<String> {
+        let f = self.files.lock();
+        f.by_seq.values().take(n).map(|k| k.to_string()).collect()
     }
 
     // ---- the mailboxes (volatile) -------------------------------------
@@ -210,21 +268,25 @@ impl DiskTable {
 
     /// A read found `key` on disk only: counts it, and once it was read
     /// `after` times queues its promotion with `owner` (at most `limit`
-    /// queued or in flight). Returns whether it was queued.
-    pub(crate) fn hit(&self, key: &str, owner: ClientId, after: usize, limit: usize) -> bool {
+    /// queued or in flight).
+    pub(crate) fn hit(&self, key: &str, owner: ClientId, after: usize, limit: usize) -> Promotion {
         {
             let mut hits = self.hits.lock();
             let n = hits.entry(key.into()).or_insert(0);
             *n += 1;
             if *n < after {
-                return false;
+                return Promotion::TooRare;
             }
             hits.remove(key);
         }
         let mut promoting = self.promoting.lock();
-        if promoting.len() >= limit || !promoting.insert(key.into()) {
-            return false;
+        if promoting.contains(key) {
+            return Promotion::Pending;
         }
+        if promoting.len() >= limit {
+            return Promotion::AtCap;
+        }
+        promoting.insert(key.into());
         drop(promoting);
         self.mail
             .lock()
@@ -232,7 +294,12 @@ impl DiskTable {
             .or_default()
             .promotions
             .push(key.to_string());
-        true
+        Promotion::Queued
+    }
+
+    /// Promotions queued and not yet started.
+    pub(crate) fn promotions_queued(&self) -> usize {
+        self.promoting.lock().len()
     }
 
     /// The owner started (or gave up) promoting `key`.
@@ -354,12 +421,13 @@ mod tests {
     #[test]
     fn promotions_fire_at_the_threshold_once() {
         let t = DiskTable::default();
-        assert!(!t.hit("k", 1, 2, 10));
-        assert!(t.hit("k", 1, 2, 10));
-        assert!(!t.hit("k", 1, 1, 10), "already queued");
-        assert!(!t.hit("j", 1, 1, 1), "limit reached");
+        assert_eq!(t.hit("k", 1, 2, 10), Promotion::TooRare);
+        assert_eq!(t.hit("k", 1, 2, 10), Promotion::Queued);
+        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Pending);
+        assert_eq!(t.hit("j", 1, 1, 1), Promotion::AtCap);
+        assert_eq!(t.promotions_queued(), 1);
         assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
         t.promotion_taken("k");
-        assert!(t.hit("k", 1, 1, 10));
+        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Queued);
     }
 }

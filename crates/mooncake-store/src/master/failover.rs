@@ -3,7 +3,7 @@
 //!
 //! 1. it serves its admin HTTP at once (standbys answer `/health`,
 //!    `/role`, `/ha_status`, `/leader`; data endpoints answer 503);
-//! 2. it follows the leader as a hot standby (`replication::follower`)
+//! 2. it follows the leader as a hot standby (`follower`)
 //!    and campaigns; a leader whose process it finds gone is deposed in
 //!    the coordination service, so that the election moves on now;
 //! 3. on winning, it checks that the replication record names it (only a
@@ -28,8 +28,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::{mpsc, watch};
 
 use super::config::MasterConfig;
-use super::replication::catch_up::{restore_newest, Snapshotter};
-use super::replication::follower::Follower;
+use super::follower::Follower;
+use super::ha_snapshot::{restore_newest, Snapshotter};
 use super::replication::in_sync::Record;
 use super::replication::{Options, Replication};
 use super::server::{bind_http, serve_http, MasterServer};

@@ -42,7 +42,33 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .merge(data)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            shared.clone(),
+            changes_need_token,
+        ))
         .with_state(shared)
+}
+
+/// With a cluster token, a request that may change state (anything but
+/// GET and HEAD: drain jobs and the like) needs
+/// `Authorization: Bearer <cluster or admin token>`.
+async fn changes_need_token(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    use super::access::Access;
+    use axum::http::Method;
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        let auth = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        if s.access.http_access(auth) == Access::Anonymous {
+            return (
+                StatusCode::UNAUTHORIZED,
+                "this master requires Authorization: Bearer <cluster token>",
+            )
+                .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn not_found() -> Response {

@@ -25,6 +25,7 @@ pub use ops::{BatchOp, Op};
 use tiers::{FileTierMetrics, HaMetrics, NofMetrics, PromotionMetrics};
 
 use super::service::{MasterService, MasterStats};
+use super::snapshot::RestoreProgress;
 use crate::proto::{Request, Response};
 use crate::types::{GetReplicaListResponse, ReplicaKind};
 
@@ -114,6 +115,8 @@ pub struct MasterMetrics {
     nof: NofMetrics,
     snapshots_ok: Counter,
     snapshots_failed: Counter,
+    /// Fed by the restore at start (`snapshot::restore`).
+    pub(crate) restore: RestoreProgress,
     /// Counts at the previous summary, for its per-second rates.
     last_summary: Mutex<Option<summary::Snapshot>>,
     created: std::time::Instant,
@@ -188,6 +191,7 @@ impl MasterMetrics {
             nof: NofMetrics::default(),
             snapshots_ok: Counter::default(),
             snapshots_failed: Counter::default(),
+            restore: RestoreProgress::default(),
             last_summary: Mutex::new(None),
             created: std::time::Instant::now(),
             registry,
@@ -260,6 +264,7 @@ impl MasterMetrics {
         self.file_tier.register(r);
         self.promotion.register(r);
         self.ha.register(r);
+        self.restore.register(r);
     }
 
     fn single(&self, op: Op) -> &OpCounters {
@@ -534,6 +539,14 @@ impl MasterMetrics {
         let evict = self.single(Op::EvictDiskReplica);
         sync(&evict.requests, load(&c.evict_disk_replica_requests));
         sync(&evict.failures, load(&c.evict_disk_replica_failures));
+        let p = &self.promotion;
+        p.in_flight.set(as_i64(svc.promotions_queued()));
+        sync(&p.admitted, load(&c.promotion_admitted));
+        sync(&p.rejected_frequency, load(&c.promotion_rejected_frequency));
+        sync(&p.rejected_cap, load(&c.promotion_rejected_cap));
+        sync(&p.completed, load(&c.promotion_completed));
+        sync(&p.completed_bytes, load(&c.promotion_completed_bytes));
+        sync(&p.failed, load(&c.promotion_failed));
     }
 
     /// Refreshes the gauges from the service and renders the text format.

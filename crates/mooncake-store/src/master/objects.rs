@@ -9,6 +9,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
@@ -210,10 +211,23 @@ impl Shard {
 #[repr(align(128))]
 struct PaddedShard(Mutex<Shard>);
 
+/// What one object costs the master besides its key's bytes: its entry
+/// (key box, metadata, replica list) and hash-table slack, rounded up.
+pub(crate) const OBJECT_OVERHEAD: u64 = 256;
+
+/// What an object under `key` is charged against the metadata budget.
+pub(crate) fn metadata_cost(key: &str) -> u64 {
+    key.len() as u64 + OBJECT_OVERHEAD
+}
+
 /// The sharded object map.
 pub(crate) struct ObjectMap {
     shards: Box<[PaddedShard]>,
     hasher: RandomState,
+    /// Bytes of metadata held (see [`metadata_cost`]), and the most
+    /// allowed (`--max_metadata_bytes`).
+    metadata_used: AtomicU64,
+    metadata_limit: AtomicU64,
 }
 
 impl Default for ObjectMap {
@@ -230,6 +244,8 @@ impl Default for ObjectMap {
         ObjectMap {
             shards,
             hasher: RandomState::new(),
+            metadata_used: AtomicU64::new(0),
+            metadata_limit: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -248,6 +264,49 @@ impl ObjectMap {
     #[cfg(test)]
     pub(crate) fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
         self.shards[i].0.lock()
+    }
+
+    pub(crate) fn set_metadata_limit(&self, bytes: u64) {
+        self.metadata_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Bytes of metadata held.
+    pub(crate) fn metadata_bytes(&self) -> u64 {
+        self.metadata_used.load(Ordering::Relaxed)
+    }
+
+    /// Whether a new object under `key` fits the budget (checked before a
+    /// put creates it; replayed and restored objects are never refused).
+    pub(crate) fn admits(&self, key: &str) -> bool {
+        let limit = self.metadata_limit.load(Ordering::Relaxed);
+        self.metadata_bytes().saturating_add(metadata_cost(key)) <= limit
+    }
+
+    /// An object under `key` entered a shard.
+    pub(crate) fn charge(&self, key: &str) {
+        self.metadata_used
+            .fetch_add(metadata_cost(key), Ordering::Relaxed);
+    }
+
+    /// The object under `key` left its shard.
+    pub(crate) fn release(&self, key: &str) {
+        self.metadata_used
+            .fetch_sub(metadata_cost(key), Ordering::Relaxed);
+    }
+
+    /// `shard.map.retain(keep)`, releasing what leaves.
+    pub(crate) fn retain(
+        &self,
+        shard: &mut Shard,
+        mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool,
+    ) {
+        shard.map.retain(|key, obj| {
+            let kept = keep(key, obj);
+            if !kept {
+                self.release(key);
+            }
+            kept
+        });
     }
 
     /// Every shard in turn, each locked while the caller holds it.

@@ -127,3 +127,38 @@ impl OffloadPolicy {
         ((self.queue_limit as f64 * self.cap_ratio) as usize).max(1)
     }
 }
+
+/// The shared-filesystem tier (`--root_fs_dir`): objects leaving memory
+/// are written as files under `fsdir` by the storage client holding them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FilePolicy {
+    /// `<root_fs_dir>/<cluster_id>`; `None`: the tier is off.
+    pub fsdir: Option<String>,
+    /// Most bytes of files: `--global_file_segment_size`, and
+    /// `--quota_bytes` (0: 90% of the filesystem, where the master sees it).
+    pub capacity: u64,
+    /// `--enable_disk_eviction`: a full tier drops its oldest files for new
+    /// ones; off, objects stay in memory and puts back off (-200).
+    pub evict: bool,
+    /// `--quota_bytes` as given (announced to clients).
+    pub quota_bytes: u64,
+}
+
+impl FilePolicy {
+    pub fn new(root: &str, cluster_id: &str, segment: u64, quota: u64, evict: bool) -> Self {
+        if root.is_empty() || cluster_id.is_empty() {
+            return FilePolicy::default();
+        }
+        let quota_cap = match quota {
+            0 => crate::tier::io::fs_capacity(std::path::Path::new(root))
+                .map_or(u64::MAX, |c| c / 10 * 9),
+            q => q,
+        };
+        FilePolicy {
+            fsdir: Some(format!("{}/{cluster_id}", root.trim_end_matches('/'))),
+            capacity: segment.min(quota_cap),
+            evict,
+            quota_bytes: quota,
+        }
+    }
+}

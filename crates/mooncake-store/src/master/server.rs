@@ -21,11 +21,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::http_serve::{self, HttpLimits};
 use mooncake_transfer::metadata::http_server;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::access::Access;
 use super::config::MasterConfig;
 use super::http;
 use super::replication::{Replication, Role};
@@ -35,7 +37,8 @@ use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
 /// How often the timers run.
 pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
-/// Most client connections served at once; more wait in the accept queue.
+/// Most client connections served at once; past it an idle client
+/// connection is closed to make room, else new ones wait in the accept queue.
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.
 const READ_BUFFER: usize = 64 * 1024;
@@ -179,8 +182,10 @@ impl MasterServer {
         }
         if let Some(listener) = metadata {
             let meta_stop = stopped(stop_rx.clone());
+            let policy = metadata_policy(&shared);
+            let store = shared.metadata.clone().unwrap_or_default();
             tasks.spawn(async move {
-                if let Err(e) = http_server::serve(listener, meta_stop).await {
+                if let Err(e) = http_server::serve_store(listener, store, policy, meta_stop).await {
                     tracing::error!("HTTP metadata server failed: {e}");
                 }
             });
@@ -208,11 +213,21 @@ pub(crate) async fn serve_http(
     shared: Arc<Shared>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
-    if let Err(e) = axum::serve(listener, http::router(shared))
-        .with_graceful_shutdown(stop)
-        .await
+    let limits = HttpLimits::default();
+    if let Err(e) = http_serve::serve("metrics", listener, http::router(shared), limits, stop).await
     {
         tracing::error!("metrics service failed: {e}");
+    }
+}
+
+/// What the embedded metadata server accepts, from the master's flags.
+fn metadata_policy(shared: &Shared) -> http_server::ServerPolicy {
+    let config = &shared.config;
+    http_server::ServerPolicy {
+        max_value_size: usize::try_from(config.http_metadata_server_max_value_size)
+            .unwrap_or(usize::MAX),
+        max_keys: config.http_metadata_server_max_keys,
+        cluster_token: shared.access.credential().cloned(),
     }
 }
 
@@ -237,9 +252,10 @@ struct Rpc(Arc<Shared>);
 
 /// A connection a standby pulls on: when it closes, the leader counts the
 /// standby as silent at once.
-#[derive(Default)]
 struct Session {
     standby: Option<(Arc<Replication>, String)>,
+    /// What the connection has proven (`super::access`).
+    access: Access,
 }
 
 impl Drop for Session {
@@ -257,7 +273,17 @@ impl Handler for Rpc {
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
     fn session(&self, _: &std::net::TcpStream) -> Session {
-        Session::default()
+        Session {
+            standby: None,
+            access: self.0.access.initial(),
+        }
+    }
+
+    /// When the master is full, a client connection idle between calls
+    /// may be closed to make room (the client's pool reconnects); a
+    /// standby's is kept.
+    fn evictable(&self, session: &Session) -> bool {
+        session.standby.is_none()
     }
 
     /// Answers one request on the calling (connection) thread. With
@@ -265,6 +291,20 @@ impl Handler for Rpc {
     /// entries are committed.
     fn handle(&self, session: &mut Session, req: Request<'_>) -> Response {
         let shared = &*self.0;
+        if let Request::Authenticate { token } = req {
+            let result = shared.access.authenticate(session.access, token);
+            return Response::Unit {
+                result: result.map(|a| session.access = a),
+            };
+        }
+        if let Err(error) = shared.access.check(session.access, &req) {
+            return Response::Failed { error };
+        }
+        if let (Request::MountSegment { segment, .. }, Some(store)) = (&req, &shared.metadata) {
+            if let Err(error) = super::published::check_mount(store, segment) {
+                return Response::Unit { result: Err(error) };
+            }
+        }
         let now = shared.clock.now_ms();
         if let (
             Some(r),

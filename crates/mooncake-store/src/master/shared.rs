@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::access::AccessPolicy;
 use super::config::MasterConfig;
 use super::drain::DrainJobs;
 use super::metrics::MasterMetrics;
@@ -13,6 +14,7 @@ use super::replication::Replication;
 use super::service::MasterService;
 use super::snapshot::{Durability, Opened};
 use mooncake_common::Result;
+use mooncake_transfer::metadata::http_server::MemoryStore;
 
 /// Milliseconds on a monotonic clock, from the master's start; a standby
 /// moves it forward to its leader's, so times in replicated state stay in
@@ -69,6 +71,11 @@ pub(crate) struct Shared {
     pub(crate) durability: Durability,
     /// The replicated log, in HA mode with `--enable_oplog`.
     pub(crate) replication: Option<Arc<Replication>>,
+    /// The cluster and admin tokens (`super::access`).
+    pub(crate) access: AccessPolicy,
+    /// The KV of the embedded HTTP metadata server, when enabled: mounts
+    /// are checked against it (`super::published`).
+    pub(crate) metadata: Option<MemoryStore>,
 }
 
 impl Shared {
@@ -88,11 +95,14 @@ impl Shared {
     }
 
     fn build(config: MasterConfig, replication: Option<Arc<Replication>>) -> Result<Shared> {
+        let metrics = MasterMetrics::new();
+        let access = AccessPolicy::from_config(&config)?;
+        let metadata = config.enable_http_metadata_server.then(MemoryStore::new);
         let Opened {
             mut service,
             clock_base,
             durability,
-        } = super::snapshot::open(&config)?;
+        } = super::snapshot::open(&config, &metrics.restore)?;
         if let Some(r) = &replication {
             service = service.with_sink(Box::new(r.clone()));
         }
@@ -105,12 +115,14 @@ impl Shared {
         service.set_epoch_offset(epoch_ms.saturating_sub(clock.now_ms()));
         Ok(Shared {
             service,
-            metrics: MasterMetrics::new(),
+            metrics,
             clock,
             config,
             drain: DrainJobs::default(),
             durability,
             replication,
+            access,
+            metadata,
         })
     }
 }

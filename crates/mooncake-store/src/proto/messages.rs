@@ -9,7 +9,7 @@ use super::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
 use crate::types::{
     ClientId, DiskDescriptor, GetReplicaListResponse, LocalDiskDescriptor, MemoryDescriptor,
     OffloadBatch, OffloadTask, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
-    SegmentInfo, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
+    SegmentInfo, StorageConfig, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
 };
 
 wire_struct!(ReplicateConfig {
@@ -46,6 +46,11 @@ wire_struct!(OffloadBatch {
     tasks,
     removes,
     promotions
+});
+wire_struct!(StorageConfig {
+    fsdir,
+    enable_disk_eviction,
+    quota_bytes
 });
 wire_struct!(ReplicaDesc { kind, status });
 wire_struct!(GetReplicaListResponse {
@@ -316,9 +321,32 @@ wire_enum! {
             max: u32,
             wait_ms: u32,
         },
+        /// The shared-filesystem tier's directory and limits.
+        35 => GetStorageConfig {},
+        /// This storage client mounts the shared-filesystem tier: it may be
+        /// asked to write objects of its segments there.
+        36 => MountSharedFs { client_id: ClientId },
+        /// Up to `max` objects to write to the shared filesystem, and files
+        /// to delete there.
+        37 => FetchFileTasks { client_id: ClientId, max: u32 },
+        /// `keys` (of `sizes`) are durable on the shared filesystem;
+        /// `failed` could not be written; the files of `removed` are gone.
+        /// One result per key.
+        38 => NotifyFileCopies {
+            client_id: ClientId,
+            keys: Vec<&'a str>,
+            sizes: Vec<u64>,
+            failed: Vec<&'a str>,
+            removed: Vec<&'a str>,
+        },
+        /// Proves this connection knows the cluster token (the master's
+        /// `--cluster_token_file`): with one configured, the first call of
+        /// every connection. Answered `Unit`; accepted (and ignored) by a
+        /// master without a token.
+        39 => Authenticate { token: &'a str },
         /// A standby loading the leader's snapshot at `seq` asks for its
         /// bytes from `offset` on.
-        35 => SnapshotFetch { standby: &'a str, seq: u64, offset: u64 },
+        40 => SnapshotFetch { standby: &'a str, seq: u64, offset: u64 },
     }
 }
 
@@ -363,10 +391,11 @@ wire_enum! {
         /// The answer to `ReplicationPull`: the leader's term, its commit
         /// point, its clock (ms) and the entries `after + 1 ..`.
         16 => Entries { term: u64, committed: u64, leader_now: u64, frames: Frames },
+        17 => Storage { result: Result<StorageConfig> },
         /// The answer to a pull the log no longer reaches back to (it was
         /// compacted into a snapshot), and to `SnapshotFetch`: the bytes
         /// `offset ..` (at most a chunk) of the snapshot at entry `seq`
         /// of `term`, `total` bytes long.
-        17 => SnapshotChunk { seq: u64, term: u64, leader_now: u64, offset: u64, total: u64, chunk: Frames },
+        18 => SnapshotChunk { seq: u64, term: u64, leader_now: u64, offset: u64, total: u64, chunk: Frames },
     }
 }

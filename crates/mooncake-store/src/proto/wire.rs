@@ -455,9 +455,11 @@ impl<'de> Decode<'de> for () {
     }
 }
 
-/// Implements [`Encode`] and [`Decode`] for a struct by encoding its fields in order.
+/// Implements [`Encode`] and [`Decode`] for a struct by encoding its fields
+/// in order. A field decoded by a function of its own rather than by its
+/// type's `Decode` names it: `field = decode_fn`.
 macro_rules! wire_struct {
-    ($ty:ident { $($field:ident),* $(,)? }) => {
+    ($ty:ident { $($field:ident $(= $dec:path)?),* $(,)? }) => {
         impl $crate::proto::wire::Encode for $ty {
             fn encode(&self, out: &mut Vec<u8>) {
                 $( $crate::proto::wire::Encode::encode(&self.$field, out); )*
@@ -467,12 +469,85 @@ macro_rules! wire_struct {
             fn decode(
                 r: &mut $crate::proto::wire::Reader<'de>,
             ) -> Result<Self, $crate::proto::wire::DecodeError> {
-                Ok($ty { $( $field: $crate::proto::wire::Decode::decode(r)?, )* })
+                Ok($ty { $( $field: $crate::proto::wire::wire_field!(r $($dec)?), )* })
             }
         }
     };
 }
-pub(crate) use wire_struct;
+
+/// Decodes one field: by its type's `Decode`, or by the function named.
+macro_rules! wire_field {
+    ($r:ident) => {
+        $crate::proto::wire::Decode::decode($r)?
+    };
+    ($r:ident $dec:path) => {
+        $dec($r)?
+    };
+}
+
+/// Implements [`Encode`] and [`Decode`] for an enum defined elsewhere: a
+/// tag byte, then the variant's fields in order. A variant is one of
+/// `tag => Name { field, .. }`, `tag => Name {}` (no fields),
+/// `tag => Name(field)` (one unnamed field), or
+/// `tag => Name(Inner::Variant { field, .. })`, which flattens the
+/// variants of a wrapped enum into this one's tags. Fields take
+/// `= decode_fn` as in [`wire_struct!`]. `what` names the enum in a
+/// `BadTag` error.
+macro_rules! wire_tagged {
+    ($ty:ident as $what:literal { $( $tag:literal => $var:ident $body:tt ),* $(,)? }) => {
+        impl $crate::proto::wire::Encode for $ty {
+            fn encode(&self, out: &mut Vec<u8>) {
+                match self {
+                    $( $crate::proto::wire::wire_tagged!(@pat $ty $var $body) => {
+                        out.push($tag);
+                        $crate::proto::wire::wire_tagged!(@encode out $body);
+                    } )*
+                }
+            }
+        }
+        impl<'de> $crate::proto::wire::Decode<'de> for $ty {
+            fn decode(
+                r: &mut $crate::proto::wire::Reader<'de>,
+            ) -> Result<Self, $crate::proto::wire::DecodeError> {
+                Ok(match r.u8()? {
+                    $( $tag => $crate::proto::wire::wire_tagged!(@decode r $ty $var $body), )*
+                    t => {
+                        return Err($crate::proto::wire::DecodeError::BadTag {
+                            what: $what,
+                            tag: t.into(),
+                        })
+                    }
+                })
+            }
+        }
+    };
+    (@pat $ty:ident $var:ident {}) => { $ty::$var };
+    (@pat $ty:ident $var:ident { $($f:ident $(= $dec:path)?),* $(,)? }) => {
+        $ty::$var { $($f),* }
+    };
+    (@pat $ty:ident $var:ident ($f:ident)) => { $ty::$var($f) };
+    (@pat $ty:ident $var:ident ($inner:ident :: $ivar:ident $body:tt)) => {
+        $ty::$var($crate::proto::wire::wire_tagged!(@pat $inner $ivar $body))
+    };
+    (@encode $out:ident { $($f:ident $(= $dec:path)?),* $(,)? }) => {
+        $( $crate::proto::wire::Encode::encode($f, $out); )*
+    };
+    (@encode $out:ident ($f:ident)) => { $crate::proto::wire::Encode::encode($f, $out) };
+    (@encode $out:ident ($inner:ident :: $ivar:ident $body:tt)) => {
+        $crate::proto::wire::wire_tagged!(@encode $out $body)
+    };
+    (@decode $r:ident $ty:ident $var:ident {}) => { $ty::$var };
+    (@decode $r:ident $ty:ident $var:ident { $($f:ident $(= $dec:path)?),* $(,)? }) => {
+        $ty::$var { $( $f: $crate::proto::wire::wire_field!($r $($dec)?) ),* }
+    };
+    (@decode $r:ident $ty:ident $var:ident ($f:ident)) => {
+        $ty::$var($crate::proto::wire::Decode::decode($r)?)
+    };
+    (@decode $r:ident $ty:ident $var:ident ($inner:ident :: $ivar:ident $body:tt)) => {
+        $ty::$var($crate::proto::wire::wire_tagged!(@decode $r $inner $ivar $body))
+    };
+}
+pub(crate) use {wire_field, wire_struct, wire_tagged};
 
 #[cfg(test)]
 mod tests {

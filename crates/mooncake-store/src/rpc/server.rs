@@ -27,12 +27,12 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mooncake_common::{Error, ErrorCode};
+use mooncake_common::{Error, ErrorCode, LogLimit};
 use parking_lot::{Condvar, Mutex};
 
 use super::poll::AdaptiveWindow;
@@ -158,39 +158,6 @@ impl Connections {
     }
 }
 
-/// Counts connections held for a slot and logs them at most once per
-/// [`REFUSAL_LOG_EVERY`].
-struct RefusalLog {
-    start: Instant,
-    /// Milliseconds since `start` of the last line written (0: none yet).
-    last_ms: AtomicU64,
-    suppressed: AtomicU64,
-}
-
-impl RefusalLog {
-    fn new() -> RefusalLog {
-        RefusalLog {
-            start: Instant::now(),
-            last_ms: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
-        }
-    }
-
-    /// Whether to log this refusal now, and how many were not logged since
-    /// the last line.
-    fn should_log(&self) -> Option<u64> {
-        let now = self.start.elapsed().as_millis() as u64 + 1;
-        let last = self.last_ms.load(Ordering::Relaxed);
-        let every = REFUSAL_LOG_EVERY.as_millis() as u64;
-        if last != 0 && now < last + every {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return None;
-        }
-        self.last_ms.store(now, Ordering::Relaxed);
-        Some(self.suppressed.swap(0, Ordering::Relaxed))
-    }
-}
-
 struct Registry {
     stopping: AtomicBool,
     conns: Mutex<Connections>,
@@ -285,7 +252,7 @@ fn accept_loop<H: Handler>(
     opts: &ServerOptions,
 ) {
     let stopping = || reg.stopping.load(Ordering::SeqCst);
-    let refusals = RefusalLog::new();
+    let refusals = LogLimit::new(REFUSAL_LOG_EVERY);
     loop {
         if opts.when_full == WhenFull::Wait {
             // Accept only when a slot is free or can be made by eviction

@@ -12,7 +12,8 @@
 //! - [`scan`]: the restart scan that keeps complete objects and drops torn ones;
 //! - [`index`]: the in-memory key → location map with fifo/lru/none eviction
 //!   in two phases;
-//! - [`disk_tier`]: [`DiskTier`], the facade that ties them together.
+//! - [`disk_tier`]: [`DiskTier`], the facade that ties them together;
+//! - [`shared_fs`]: the shared-filesystem tier's paths and object files.
 //!
 //! Nothing here reads a clock: times (for LRU) come in as arguments.
 
@@ -25,6 +26,7 @@ pub mod index;
 pub mod io;
 pub mod read;
 pub mod scan;
+pub mod shared_fs;
 
 pub use config::{Backend, EvictionPolicy, TierConfig};
 pub use disk_tier::{tier_identity, Committed, DiskTier, StageOutcome, TierUsage, WriteError};

@@ -22,9 +22,10 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::EngineConfig;
+use crate::listener::RpcServer;
 use crate::metadata::{self, rpc_meta_key, segment_key, MetadataStore, MetadataUri};
 use crate::rawmem::SharedRegion;
-use crate::rpc::{self, LocalState, RpcServer};
+use crate::rpc::{self, LocalState};
 use crate::segment::RpcMeta;
 use crate::transport::local::LocalTransport;
 use crate::transport::shm::ShmTransport;
@@ -131,6 +132,9 @@ impl TransferEngine {
     /// segment descriptor.
     pub fn new(config: EngineConfig) -> Result<TransferEngine> {
         let config = config.sanitized();
+        if let Some(e) = &config.token_error {
+            return Err(invalid(e.clone()));
+        }
         let protocol = match config.protocol.trim() {
             "" | "tcp" => "tcp".to_string(),
             "rdma" => {
@@ -151,7 +155,10 @@ impl TransferEngine {
         let uri = MetadataUri::parse(&config.metadata_server)?;
         let metadata = match uri {
             MetadataUri::P2p => None,
-            ref kv => Some(metadata::connect(kv)?),
+            ref kv => Some(metadata::connect_with_token(
+                kv,
+                config.cluster_token.as_ref(),
+            )?),
         };
 
         let given = config.local_server_name.trim();
@@ -190,8 +197,10 @@ impl TransferEngine {
             notifies: Mutex::default(),
             control_max,
             io_timeout: config.transfer_timeout,
+            cluster_token: config.cluster_token.clone(),
+            idle_timeout: config.rpc_limits.idle_timeout,
         });
-        let server = RpcServer::start(listener, local.clone())?;
+        let server = RpcServer::start(listener, local.clone(), config.rpc_limits)?;
         let connect_timeout = config.transfer_timeout.min(Duration::from_secs(5));
         let inner = Inner {
             shm: ShmTransport::new(!config.force_tcp, crate::segment::local_host_id()),
@@ -202,6 +211,8 @@ impl TransferEngine {
                     connect_timeout,
                     write_timeout: config.transfer_timeout,
                     control_max,
+                    cluster_token: config.cluster_token.clone(),
+                    reuse_within: config.rpc_limits.idle_timeout / 2,
                 },
             ),
             local_transport: LocalTransport,

@@ -20,10 +20,7 @@ impl TransferEngine {
             .ok_or_else(|| invalid("submit_with_notify without requests"))?;
         let target = self.inner.segment(first.target_id)?;
         let (local, rpc_addr) = (self.inner.local.clone(), target.rpc_addr);
-        let (timeout, control_max) = (
-            self.inner.config.transfer_timeout,
-            self.inner.local.control_max,
-        );
+        let timeout = self.inner.config.transfer_timeout;
         let hook = Box::new(move |all_ok: bool| {
             if !all_ok {
                 return;
@@ -39,7 +36,7 @@ impl TransferEngine {
                     let _ = std::thread::Builder::new()
                         .name("mc-notify".into())
                         .spawn(move || {
-                            if let Err(e) = rpc::send_notify(addr, &notify, timeout, control_max) {
+                            if let Err(e) = rpc::send_notify(addr, &notify, timeout, &local) {
                                 tracing::warn!("notify after transfer: {e}");
                             }
                         });
@@ -64,7 +61,7 @@ impl TransferEngine {
                 addr,
                 &notify,
                 self.inner.config.transfer_timeout,
-                self.inner.local.control_max,
+                &self.inner.local,
             ),
         }
     }

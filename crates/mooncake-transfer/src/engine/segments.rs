@@ -119,7 +119,7 @@ impl Inner {
                     )
                 })?;
                 let addr = rpc::resolve(&host, port)?;
-                let desc = rpc::fetch_descriptor(addr, name, timeout, self.local.control_max)?;
+                let desc = rpc::fetch_descriptor(addr, name, timeout, &self.local)?;
                 Ok((addr, desc))
             }
             Some(store) => {

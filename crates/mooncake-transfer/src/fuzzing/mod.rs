@@ -47,7 +47,8 @@ fn limit(kind: Kind, control_max: u64) -> u64 {
     match kind {
         Kind::WriteReq | Kind::ReadReq | Kind::ReadResp => MAX_DATA_FRAME,
         Kind::DescReq | Kind::DescResp | Kind::NotifyReq => control_max,
-        Kind::WriteAck | Kind::NotifyAck => 0,
+        Kind::AuthReq => mooncake_common::auth::MAX_TOKEN_LEN as u64,
+        Kind::WriteAck | Kind::NotifyAck | Kind::AuthAck => 0,
     }
 }
 

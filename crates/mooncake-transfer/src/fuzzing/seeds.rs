@@ -63,6 +63,8 @@ fn engine_seeds(all: &mut Corpus) {
     // One of each request, as an initiator sends them on one connection.
     let mut requests = Vec::new();
     for part in [
+        &head(Kind::AuthReq, 0, 0, 6)[..],
+        b"s3cret",
         &head(Kind::WriteReq, 1, 0x7f00_0000_0000, 5)[..],
         b"hello",
         &head(Kind::WriteReq, 2, 0x7f00_0000_0005, 3)[..],
@@ -84,6 +86,7 @@ fn engine_seeds(all: &mut Corpus) {
     );
     let mut responses = Vec::new();
     for part in [
+        &head(Kind::AuthAck, 0, 0, 0)[..],
         &head(Kind::WriteAck, 1, 0x7f00_0000_0000, 0)[..],
         &head(Kind::ReadResp, 3, 0x7f00_0000_0000, 4)[..],
         b"data",

@@ -13,6 +13,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
@@ -40,6 +41,8 @@ const BODY_RESERVE: usize = 64 << 10;
 pub(super) struct HttpStore {
     url: String,
     target: Target,
+    /// `Bearer <cluster token>`, sent with every request when set.
+    authorization: Option<String>,
     idle: Mutex<Vec<Conn>>,
 }
 
@@ -136,8 +139,9 @@ struct Failure {
 impl HttpStore {
     /// Checks the URL and that a metadata server answers there; a dead
     /// address or something that is not a metadata server is `ERR_METADATA`.
-    pub(super) fn connect(url: &str) -> Result<HttpStore> {
-        let store = HttpStore::new(url)?;
+    pub(super) fn connect(url: &str, token: Option<&ClusterToken>) -> Result<HttpStore> {
+        let mut store = HttpStore::new(url)?;
+        store.authorization = token.map(ClusterToken::bearer);
         let reply = store.call(Verb::Get, PROBE_KEY, &[], CONNECT_TIMEOUT)?;
         if reply.status == 200 || reply.is_missing_key() {
             Ok(store)
@@ -164,6 +168,7 @@ impl HttpStore {
         Ok(HttpStore {
             url: url.to_string(),
             target,
+            authorization: None,
             idle: Mutex::new(Vec::new()),
         })
     }
@@ -178,7 +183,8 @@ impl HttpStore {
     /// fresh one (all three verbs are idempotent).
     fn call(&self, verb: Verb, key: &str, body: &[u8], limit: Duration) -> Result<Reply> {
         let deadline = Instant::now() + limit;
-        let head = encode_request(verb, &self.target, key, body.len());
+        let auth = self.authorization.as_deref();
+        let head = encode_request(verb, &self.target, key, body.len(), auth);
         let pooled = self.idle.lock().pop();
         if let Some(mut conn) = pooled {
             match exchange(&mut conn, &head, body, deadline) {
@@ -330,7 +336,13 @@ fn exchange(
 }
 
 /// `VERB /path?key=KEY HTTP/1.1` plus headers; the key is percent-encoded.
-fn encode_request(verb: Verb, target: &Target, key: &str, body_len: usize) -> Vec<u8> {
+fn encode_request(
+    verb: Verb,
+    target: &Target,
+    key: &str,
+    body_len: usize,
+    authorization: Option<&str>,
+) -> Vec<u8> {
     let mut head = Vec::with_capacity(128 + key.len() * 3);
     head.extend_from_slice(verb.as_str().as_bytes());
     head.push(b' ');
@@ -340,6 +352,11 @@ fn encode_request(verb: Verb, target: &Target, key: &str, body_len: usize) -> Ve
     head.extend_from_slice(b" HTTP/1.1\r\nHost: ");
     head.extend_from_slice(target.host.as_bytes());
     head.extend_from_slice(b"\r\n");
+    if let Some(a) = authorization {
+        head.extend_from_slice(b"Authorization: ");
+        head.extend_from_slice(a.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
     if let Verb::Put = verb {
         head.extend_from_slice(
             format!("Content-Type: application/json\r\nContent-Length: {body_len}\r\n").as_bytes(),
@@ -568,12 +585,12 @@ mod tests {
     #[test]
     fn requests_are_encoded() {
         let t = Target::parse("http://h:1/metadata").unwrap();
-        let get = encode_request(Verb::Get, &t, "mooncake/ram/n0", 0);
+        let get = encode_request(Verb::Get, &t, "mooncake/ram/n0", 0, None);
         assert_eq!(
             get,
             b"GET /metadata?key=mooncake/ram/n0 HTTP/1.1\r\nHost: h:1\r\n\r\n"
         );
-        let put = String::from_utf8(encode_request(Verb::Put, &t, "a b&c=d+%ü", 5)).unwrap();
+        let put = String::from_utf8(encode_request(Verb::Put, &t, "a b&c=d+%ü", 5, None)).unwrap();
         assert!(
             put.starts_with("PUT /metadata?key=a%20b%26c%3Dd%2B%25%C3%BC HTTP/1.1\r\n"),
             "{put}"
@@ -697,7 +714,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let e = HttpStore::connect(&format!("http://127.0.0.1:{port}/metadata"))
+        let e = HttpStore::connect(&format!("http://127.0.0.1:{port}/metadata"), None)
             .err()
             .unwrap();
         assert_eq!(e.code, ErrorCode::ERR_METADATA);

@@ -19,10 +19,9 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt;
 use axum::Router;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::RwLock;
@@ -30,8 +29,11 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use super::guard;
+pub use super::guard::{ServerPolicy, DEFAULT_MAX_KEYS, DEFAULT_MAX_VALUE_SIZE};
 use super::http::NOT_FOUND_BODY;
 use super::{MetadataStore, MAX_VALUE_LEN};
+use crate::http_serve::HttpLimits;
 
 /// What [`MemoryStore::put_checked`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +41,8 @@ pub(crate) enum PutOutcome {
     Updated,
     Unchanged,
     DuplicateRpcMeta,
+    /// A new key, and the store already holds its most keys.
+    Full,
 }
 
 /// The server's KV: a map from key to value. Values are [`Bytes`], so a GET
@@ -64,8 +68,11 @@ impl MemoryStore {
     /// A PUT as the reference's servers take it: an engine's location
     /// (`.../rpc_meta/<name>`) is never overwritten with another value, so
     /// a second engine of the same name cannot take over the first's.
-    pub(crate) fn put_checked(&self, key: String, value: Bytes) -> PutOutcome {
+    pub(crate) fn put_checked(&self, key: String, value: Bytes, max_keys: usize) -> PutOutcome {
         let mut map = self.map.write();
+        if map.len() >= max_keys && !map.contains_key(&key) {
+            return PutOutcome::Full;
+        }
         if key.contains("rpc_meta") {
             if let Some(old) = map.get(&key) {
                 return if *old == value {
@@ -109,14 +116,25 @@ impl MetadataStore for MemoryStore {
     }
 }
 
+/// What the handlers share: the KV and what it accepts.
+#[derive(Clone)]
+struct Served {
+    store: MemoryStore,
+    policy: Arc<ServerPolicy>,
+}
+
 /// The routes, over `store`.
-pub(crate) fn router(store: MemoryStore) -> Router {
+pub(crate) fn router(store: MemoryStore, policy: ServerPolicy) -> Router {
+    let body_limit = policy.max_value_size.min(MAX_VALUE_LEN);
     Router::new()
         .route("/metadata", get(get_key).put(put_key).delete(delete_key))
         // What the reference master's embedded server answers to probes.
         .route("/health", get(|| async { "OK" }))
-        .layer(DefaultBodyLimit::max(MAX_VALUE_LEN))
-        .with_state(store)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(Served {
+            store,
+            policy: Arc::new(policy),
+        })
 }
 
 /// Serves a fresh, empty store on `listener` until `shutdown` resolves, then
@@ -125,22 +143,34 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    serve_store(listener, MemoryStore::new(), shutdown).await
+    serve_with(listener, ServerPolicy::default(), shutdown).await
 }
 
-/// [`serve`] over a store the caller keeps a handle to.
-pub(crate) async fn serve_store(
+/// [`serve`] under `policy` (budgets, cluster token).
+pub async fn serve_with(
     listener: TcpListener,
-    store: MemoryStore,
+    policy: ServerPolicy,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        // Replies are small; don't let Nagle hold them back.
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router(store))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_store(listener, MemoryStore::new(), policy, shutdown).await
+}
+
+/// [`serve_with`] over a store the caller keeps a handle to.
+pub async fn serve_store(
+    listener: TcpListener,
+    store: MemoryStore,
+    policy: ServerPolicy,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let limits = HttpLimits::default();
+    crate::http_serve::serve(
+        "metadata",
+        listener,
+        router(store, policy),
+        limits,
+        shutdown,
+    )
+    .await
 }
 
 #[derive(Deserialize)]
@@ -168,7 +198,7 @@ fn not_found() -> Response {
 }
 
 async fn get_key(
-    State(store): State<MemoryStore>,
+    State(Served { store, .. }): State<Served>,
     Query(param): Query<KeyParam>,
 ) -> std::result::Result<Response, Rejection> {
     Ok(match store.get_bytes(&param.key()?) {
@@ -177,27 +207,76 @@ async fn get_key(
     })
 }
 
+const UNAUTHORIZED: Rejection = (
+    StatusCode::UNAUTHORIZED,
+    "this metadata server requires Authorization: Bearer <cluster token> on writes",
+);
+const OWNER_ALIVE: Rejection = (
+    StatusCode::CONFLICT,
+    "the engine owning this key is alive; only it may replace or delete it",
+);
+
+/// Whether the engine owning `key` (a segment or location key) accepts
+/// connections at the location it published.
+async fn owner_alive(store: &MemoryStore, key: &str) -> bool {
+    let Some(name) = guard::engine_of(key) else {
+        return false;
+    };
+    match store.get_bytes(&super::rpc_meta_key(name)) {
+        Some(meta) => guard::is_alive(&meta).await,
+        None => false,
+    }
+}
+
 async fn put_key(
-    State(store): State<MemoryStore>,
+    State(Served { store, policy }): State<Served>,
     Query(param): Query<KeyParam>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> std::result::Result<Response, Rejection> {
-    Ok(match store.put_checked(param.key()?, body) {
+    let key = param.key()?;
+    if !policy.authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
+        return Err(UNAUTHORIZED);
+    }
+    if body.len() > policy.max_value_size {
+        return Err((StatusCode::PAYLOAD_TOO_LARGE, "metadata value too large"));
+    }
+    if policy.guards_live_keys() && key.starts_with("mooncake/ram/") {
+        let replaces_server = store
+            .get_bytes(&key)
+            .is_some_and(|old| guard::changes_server(&old, &body));
+        if replaces_server && owner_alive(&store, &key).await {
+            return Err(OWNER_ALIVE);
+        }
+    }
+    Ok(match store.put_checked(key, body, policy.max_keys) {
         PutOutcome::Updated => (StatusCode::OK, "metadata updated"),
         PutOutcome::Unchanged => (StatusCode::OK, "metadata unchanged"),
         PutOutcome::DuplicateRpcMeta => (
             StatusCode::BAD_REQUEST,
             "Duplicate rpc_meta key not allowed",
         ),
+        PutOutcome::Full => (
+            StatusCode::INSUFFICIENT_STORAGE,
+            "metadata server holds its most keys",
+        ),
     }
     .into_response())
 }
 
 async fn delete_key(
-    State(store): State<MemoryStore>,
+    State(Served { store, policy }): State<Served>,
     Query(param): Query<KeyParam>,
+    headers: HeaderMap,
 ) -> std::result::Result<Response, Rejection> {
-    Ok(if store.remove(&param.key()?) {
+    let key = param.key()?;
+    if !policy.authorizes(headers.get(header::AUTHORIZATION).map(|v| v.as_bytes())) {
+        return Err(UNAUTHORIZED);
+    }
+    if policy.guards_live_keys() && owner_alive(&store, &key).await {
+        return Err(OWNER_ALIVE);
+    }
+    Ok(if store.remove(&key) {
         (StatusCode::OK, "metadata deleted").into_response()
     } else {
         not_found()
@@ -222,6 +301,11 @@ impl MetadataServer {
     /// Binds `host:port` (port 0 picks a free one) and serves on the current
     /// tokio runtime.
     pub async fn bind(host: &str, port: u16) -> Result<MetadataServer> {
+        Self::bind_with(host, port, ServerPolicy::default()).await
+    }
+
+    /// [`bind`](Self::bind) under `policy`.
+    pub async fn bind_with(host: &str, port: u16, policy: ServerPolicy) -> Result<MetadataServer> {
         let listener = TcpListener::bind((unbracket(host), port))
             .await
             .map_err(|e| bind_error(host, port, e))?;
@@ -230,7 +314,7 @@ impl MetadataServer {
             .map_err(|e| bind_error(host, port, e))?;
         let store = MemoryStore::new();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve_store(listener, store.clone(), async move {
+        let task = tokio::spawn(serve_store(listener, store.clone(), policy, async move {
             let _ = stopped.await;
         }));
         Ok(MetadataServer {
@@ -244,6 +328,11 @@ impl MetadataServer {
     /// Binds `host:port` and serves on a thread of its own with its own
     /// runtime. Callable from anywhere, async context or not.
     pub fn spawn(host: &str, port: u16) -> Result<MetadataServer> {
+        Self::spawn_with(host, port, ServerPolicy::default())
+    }
+
+    /// [`spawn`](Self::spawn) under `policy`.
+    pub fn spawn_with(host: &str, port: u16, policy: ServerPolicy) -> Result<MetadataServer> {
         let std_listener = std::net::TcpListener::bind((unbracket(host), port))
             .map_err(|e| bind_error(host, port, e))?;
         let addr = std_listener
@@ -263,7 +352,7 @@ impl MetadataServer {
                     .build()?;
                 rt.block_on(async move {
                     let listener = TcpListener::from_std(std_listener)?;
-                    serve_store(listener, thread_store, async move {
+                    serve_store(listener, thread_store, policy, async move {
                         let _ = stopped.await;
                     })
                     .await

@@ -14,10 +14,12 @@ pub mod http_server;
 pub mod redis;
 
 mod driver;
+mod guard;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -142,8 +144,17 @@ impl MetadataUri {
 /// Redis reads `MC_REDIS_PASSWORD` and `MC_REDIS_DB_INDEX` from the
 /// environment.
 pub fn connect(uri: &MetadataUri) -> Result<Arc<dyn MetadataStore>> {
+    connect_with_token(uri, None)
+}
+
+/// [`connect`], presenting `token` to an HTTP metadata server
+/// (`Authorization: Bearer`); etcd and Redis have their own credentials.
+pub fn connect_with_token(
+    uri: &MetadataUri,
+    token: Option<&ClusterToken>,
+) -> Result<Arc<dyn MetadataStore>> {
     match uri {
-        MetadataUri::Http(url) => Ok(Arc::new(http::HttpStore::connect(url)?)),
+        MetadataUri::Http(url) => Ok(Arc::new(http::HttpStore::connect(url, token)?)),
         MetadataUri::Etcd(endpoints) => Ok(Arc::new(etcd::EtcdStore::connect(endpoints)?)),
         MetadataUri::Redis(addr) => Ok(Arc::new(redis::RedisStore::connect(addr)?)),
         MetadataUri::P2p => Err(Error::new(

@@ -18,9 +18,10 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
@@ -38,8 +39,8 @@ pub(crate) struct TcpTransport {
     limits: Limits,
 }
 
-/// Bounds on a connection's waits and frames.
-#[derive(Clone, Copy)]
+/// Bounds on a connection's waits and frames, and what it presents first.
+#[derive(Clone)]
 pub(crate) struct Limits {
     pub(crate) connect_timeout: Duration,
     /// A write blocked this long (peer not reading) breaks the connection,
@@ -47,6 +48,12 @@ pub(crate) struct Limits {
     pub(crate) write_timeout: Duration,
     /// Largest control payload accepted in a response.
     pub(crate) control_max: u64,
+    /// Presented on every new connection (`crate::rpc::present_token`).
+    pub(crate) cluster_token: Option<ClusterToken>,
+    /// A connection unused for this long is replaced before use: peers
+    /// close connections idle for their idle timeout (ours by default, twice
+    /// this), and a request must not race that close.
+    pub(crate) reuse_within: Duration,
 }
 
 impl TcpTransport {
@@ -68,7 +75,7 @@ impl TcpTransport {
                     addr,
                     slots: (0..self.conns_per_peer).map(|_| Mutex::new(None)).collect(),
                     next: AtomicUsize::new(0),
-                    limits: self.limits,
+                    limits: self.limits.clone(),
                 })
             })
             .clone()
@@ -192,11 +199,13 @@ impl Peer {
     fn conn(&self, i: usize) -> io::Result<Arc<Conn>> {
         let mut slot = self.slots[i].lock();
         if let Some(c) = slot.as_ref() {
-            if !c.broken.load(Ordering::Acquire) {
+            let fresh = c.used.lock().elapsed() < self.limits.reuse_within || !c.is_quiet();
+            if fresh && !c.broken.load(Ordering::Acquire) {
+                *c.used.lock() = Instant::now();
                 return Ok(c.clone());
             }
         }
-        let c = Arc::new(Conn::open(self.addr, self.limits)?);
+        let c = Arc::new(Conn::open(self.addr, &self.limits)?);
         *slot = Some(c.clone());
         Ok(c)
     }
@@ -216,6 +225,9 @@ struct Conn {
     writer: Arc<Mutex<Writer>>,
     stream: TcpStream,
     broken: Arc<AtomicBool>,
+    /// When a submission last took this connection.
+    used: Mutex<Instant>,
+    inflight: Arc<Mutex<Inflight>>,
 }
 
 /// Slices whose requests were (or are being) written, in wire order.
@@ -284,9 +296,12 @@ impl Writer {
 const DIRECT_BYTES: usize = 64 * 1024;
 
 impl Conn {
-    fn open(addr: SocketAddr, limits: Limits) -> io::Result<Conn> {
-        let stream = TcpStream::connect_timeout(&addr, limits.connect_timeout)?;
+    fn open(addr: SocketAddr, limits: &Limits) -> io::Result<Conn> {
+        let mut stream = TcpStream::connect_timeout(&addr, limits.connect_timeout)?;
         stream.set_nodelay(true)?;
+        if let Some(token) = &limits.cluster_token {
+            crate::rpc::present_token(&mut stream, token, limits.connect_timeout)?;
+        }
         stream.set_write_timeout(Some(limits.write_timeout))?;
         let control_max = limits.control_max;
         let (tx, rx) = crossbeam_channel::unbounded();
@@ -303,18 +318,20 @@ impl Conn {
             payloads: Vec::new(),
         }));
         let (w, b1) = (writer.clone(), broken.clone());
-        let (r, b2) = (stream.try_clone()?, broken.clone());
+        let (r, b2, q) = (stream.try_clone()?, broken.clone(), inflight.clone());
         thread::Builder::new()
             .name("mc-tcp-send".into())
             .spawn(move || send_loop(rx, w, b1))?;
         thread::Builder::new()
             .name("mc-tcp-recv".into())
-            .spawn(move || recv_loop(r, inflight, b2, control_max))?;
+            .spawn(move || recv_loop(r, q, b2, control_max))?;
         Ok(Conn {
             tx,
             writer,
             stream,
             broken,
+            used: Mutex::new(Instant::now()),
+            inflight,
         })
     }
 
@@ -336,6 +353,11 @@ impl Conn {
         }
         // A send error hands the slices back; dropping them reports failure.
         drop(self.tx.send(slices));
+    }
+
+    /// Nothing queued or in flight: replacing it loses nothing.
+    fn is_quiet(&self) -> bool {
+        self.tx.is_empty() && self.inflight.lock().queue.is_empty()
     }
 
     fn close(&self) {

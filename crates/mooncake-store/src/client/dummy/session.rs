@@ -5,6 +5,7 @@
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::super::dummy_proto::{unexpected, DummyRequest, DummyResponse};
@@ -56,6 +57,23 @@ impl Timeouts {
 pub(super) struct Service {
     server: String,
     session: u64,
+    /// Presented first on every connection (`$MOONCAKE_CLUSTER_TOKEN`).
+    token: Option<ClusterToken>,
+}
+
+impl Service {
+    fn authenticate(&self, conn: &mut Connection) -> Result<()> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let req = DummyRequest::Authenticate {
+            token: token.as_str().to_owned(),
+        };
+        match call_on(conn, &req)? {
+            DummyResponse::Unit { result } => result,
+            other => Err(unexpected(&other)),
+        }
+    }
 }
 
 impl Connector for Service {
@@ -84,6 +102,7 @@ impl Connector for Service {
     }
 
     fn handshake(&self, conn: &mut Connection) -> Result<()> {
+        self.authenticate(conn)?;
         let attach = DummyRequest::Attach {
             session: self.session,
         };
@@ -128,6 +147,7 @@ pub(super) fn open(
     let mut service = Service {
         server: server.to_owned(),
         session: 0,
+        token: ClusterToken::from_env()?,
     };
     let opts = timeouts.options();
     let hello_opts = ClientOptions {
@@ -136,6 +156,7 @@ pub(super) fn open(
     };
     let stream = service.connect(CONNECT_TIMEOUT.min(timeouts.hello))?;
     let mut conn = Connection::new(stream, &hello_opts).map_err(rpc_fail)?;
+    service.authenticate(&mut conn)?;
     let hello = DummyRequest::Hello {
         shm_name: region.name().to_owned(),
         region_len: region.size() as u64,

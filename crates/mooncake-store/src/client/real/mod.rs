@@ -27,6 +27,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
+use super::file_tier::FileWriter;
 use super::metrics::{ClientMetrics, Route};
 use super::offload::service::TierPeers;
 use super::offload::Offload;
@@ -67,6 +68,8 @@ pub(crate) struct RealClient {
     pub(crate) metrics: Option<Arc<ClientMetrics>>,
     /// This client's SSD tier, when it runs one.
     offload: Mutex<Option<Offload>>,
+    /// This client's writer for the shared-filesystem tier, when it has one.
+    file_writer: Mutex<Option<FileWriter>>,
     /// Other storage clients' tier services (reads of disk-only objects).
     tier_peers: TierPeers,
     /// Faulting in the segments and staging pool after setup.
@@ -204,6 +207,9 @@ impl Backend for RealClient {
         }
         if let Some(mut tier) = self.offload.lock().take() {
             tier.stop();
+        }
+        if let Some(mut w) = self.file_writer.lock().take() {
+            w.stop();
         }
         self.unmount_all();
         Ok(())

@@ -8,11 +8,14 @@ use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
 use super::super::metrics::Route;
 use super::super::offload::service::{StagedBatch, TierServe};
 use super::super::offload::TierShared;
+use super::super::staging::StagingBuf;
 use super::super::validate::validate_read_key;
 use super::flight::Flight;
 use super::plan::{plan_read, Frag, Piece, ReadPlan};
 use super::{batch_answer, RealClient};
-use crate::types::{LocalDiskDescriptor, MemoryDescriptor, ReplicaKind, ReplicaStatus};
+use crate::types::{
+    DiskDescriptor, LocalDiskDescriptor, MemoryDescriptor, ReplicaKind, ReplicaStatus,
+};
 
 /// The fragments one key reads, from its replicas (best first).
 pub(super) type FetchPlan<'r> = (&'r [MemoryDescriptor], Vec<Frag>);
@@ -25,6 +28,8 @@ pub(super) struct Lookup<'c> {
     client: &'c RealClient,
     /// (tier service, batch) of each staged batch.
     staged: Vec<(String, u64)>,
+    /// Shared-filesystem copies read into the staging pool.
+    _files: Vec<StagingBuf>,
 }
 
 impl std::ops::Deref for Lookup<'_> {
@@ -53,16 +58,51 @@ impl RealClient {
     /// and one per tier owner for objects only on disk).
     pub(super) fn lookup(&self, keys: &[String]) -> Lookup<'_> {
         let mut disk: Vec<(usize, LocalDiskDescriptor)> = Vec::new();
-        let found = self.lookup_replicas(keys, &mut disk);
+        let mut files: Vec<(usize, DiskDescriptor)> = Vec::new();
+        let found = self.lookup_replicas(keys, &mut disk, &mut files);
         let mut out = Lookup {
             found,
             client: self,
             staged: Vec::new(),
+            _files: Vec::new(),
         };
         if !disk.is_empty() {
             self.stage_from_tiers(keys, disk, &mut out);
         }
+        for (i, d) in files {
+            out.found[i] = self.read_file_copy(&keys[i], &d).map(|buf| {
+                let desc = MemoryDescriptor {
+                    segment_name: self.site.endpoint.clone(),
+                    transport_endpoint: self.site.endpoint.clone(),
+                    buffer_address: buf.addr() as u64,
+                    size: d.object_size,
+                };
+                out._files.push(buf);
+                vec![desc]
+            });
+        }
         out
+    }
+
+    /// Reads a shared-filesystem copy from the mount into the staging
+    /// pool, checked (key, length, checksum).
+    fn read_file_copy(&self, key: &str, d: &DiskDescriptor) -> Result<StagingBuf> {
+        let pool = self.staging.as_ref().ok_or_else(|| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "reading the shared-filesystem tier needs a staging buffer (local_buffer_size > 0)",
+            )
+        })?;
+        let mut buf = pool.allocate(d.object_size)?;
+        let path = std::path::Path::new(&d.file_path);
+        crate::tier::shared_fs::read_object(path, key, buf.as_mut_slice()).map_err(|e| {
+            let code = match e {
+                crate::tier::TierError::NotFound => ErrorCode::OBJECT_NOT_FOUND,
+                ref e => e.code(),
+            };
+            Error::new(code, format!("{key}: {e}"))
+        })?;
+        Ok(buf)
     }
 
     /// Asks each tier owner to stage the disk-only objects in `disk` and
@@ -129,11 +169,13 @@ impl RealClient {
     }
 
     /// Replica lists for `keys` from the master; keys with no memory
-    /// replica but a copy in an SSD tier are listed in `disk`.
+    /// replica but a copy in an SSD tier are listed in `disk`, those with
+    /// one on the shared filesystem in `files`.
     fn lookup_replicas(
         &self,
         keys: &[String],
         disk: &mut Vec<(usize, LocalDiskDescriptor)>,
+        files: &mut Vec<(usize, DiskDescriptor)>,
     ) -> Vec<Result<Vec<MemoryDescriptor>>> {
         if let Err(e) = self.check_open() {
             return vec![Err(e); keys.len()];
@@ -163,6 +205,14 @@ impl RealClient {
                 });
                 if let (true, Some(d)) = (ranked.is_empty(), on_disk) {
                     disk.push((i, d.clone()));
+                    return Ok(Vec::new());
+                }
+                let in_file = resp.replicas.iter().find_map(|r| match &r.kind {
+                    ReplicaKind::Disk(d) if r.status == ReplicaStatus::Complete => Some(d),
+                    _ => None,
+                });
+                if let (true, Some(d)) = (ranked.is_empty(), in_file) {
+                    files.push((i, d.clone()));
                     return Ok(Vec::new());
                 }
                 if ranked.is_empty() {

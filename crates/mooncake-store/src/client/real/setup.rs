@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::file_tier::FileWriter;
 use super::super::metrics;
 use super::super::offload::service::TierPeers;
 use super::super::offload::{Offload, OffloadSetup};
@@ -46,8 +48,14 @@ impl RealClient {
         let mut config = config.clone();
         config.apply_env(process_env);
         config.validate()?;
-        let master =
-            MasterClient::connect_in_cluster(&config.master_server_address, &config.cluster_id)?;
+        if config.cluster_token.is_none() {
+            config.cluster_token = ClusterToken::from_env_with(process_env)?;
+        }
+        let master = MasterClient::connect_with_token(
+            &config.master_server_address,
+            &config.cluster_id,
+            config.cluster_token.clone(),
+        )?;
         let (engine, name_claim) = match shared {
             Some(engine) => {
                 if engine.local_server_name() != config.local_hostname.trim() {
@@ -88,6 +96,7 @@ impl RealClient {
             executor: Mutex::new(None),
             metrics: None,
             offload: Mutex::new(None),
+            file_writer: Mutex::new(None),
             tier_peers: TierPeers::default(),
             prefault: Mutex::new(None),
         };
@@ -116,6 +125,11 @@ impl RealClient {
             .iter()
             .map(|s| (s.addr as u64, s.len as u64))
             .collect();
+        // Reads of shared-filesystem copies land in the staging pool and
+        // are copied out from there like a replica of our own.
+        if let Some(p) = &client.staging {
+            client.site.segments.push((p.base() as u64, p.capacity()));
+        }
         // The staging pool first: every byte put and get goes through it.
         let staging = client
             .staging
@@ -139,7 +153,33 @@ impl RealClient {
                 return Err(e.with_context("starting the SSD tier"));
             }
         }
+        client.start_file_writer();
         Ok(client)
+    }
+
+    /// Mounts the shared-filesystem tier when the master has one and this
+    /// client holds a segment. Without the tier's directory here, the
+    /// client keeps out of it (its objects leave memory as without a tier).
+    fn start_file_writer(&self) {
+        if self.segments.is_empty() {
+            return;
+        }
+        let fsdir = match self.master.get_storage_config() {
+            Ok(c) if !c.fsdir.is_empty() => c.fsdir,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::debug!(error = %e, "no storage config from the master");
+                return;
+            }
+        };
+        let segments = self.segments.iter().map(|s| (s.addr, s.len)).collect();
+        match FileWriter::start(self.id, self.master.clone(), fsdir, segments) {
+            Ok(w) => *self.file_writer.lock() = Some(w),
+            Err(e) => tracing::warn!(
+                error = %e,
+                "shared-filesystem tier not mounted: this client's objects are not written there"
+            ),
+        }
     }
 
     /// Starts the SSD tier (`MOONCAKE_OFFLOAD_*`, the path from `config`
@@ -263,6 +303,7 @@ fn start_engine(config: &ClientConfig) -> Result<(TransferEngine, Option<socket2
         let mut ec = EngineConfig::new(&config.metadata_server, &join_host_port(&host, port));
         ec.protocol = config.protocol.clone();
         ec.device_name = config.device_name.clone();
+        ec.cluster_token = config.cluster_token.clone();
         ec
     };
     if let Some(port) = port {

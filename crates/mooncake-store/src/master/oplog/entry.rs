@@ -10,7 +10,7 @@ use crate::master::mutation::{
     ClientOp, DiskOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write,
 };
 use crate::master::objects::Replicas;
-use crate::proto::wire::{Decode, DecodeError, Encode, Reader};
+use crate::proto::wire::{wire_struct, wire_tagged, Decode, DecodeError, Reader};
 use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskId, TaskStatus};
 
 /// One log entry: a sequence number, the term of the leader that wrote
@@ -357,46 +357,12 @@ impl OwnedObjectOp {
     }
 }
 
-fn bad_tag(what: &'static str, tag: u8) -> DecodeError {
-    DecodeError::BadTag {
-        what,
-        tag: tag.into(),
-    }
-}
-
-impl Encode for Placed {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.segment.encode(out);
-        self.offset.encode(out);
-    }
-}
-
-impl<'de> Decode<'de> for Placed {
-    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        Ok(Placed {
-            segment: u32::decode(r)?,
-            offset: u64::decode(r)?,
-        })
-    }
-}
-
-impl Encode for OwnedEntry {
-    fn encode(&self, out: &mut Vec<u8>) {
-        self.seq.encode(out);
-        self.term.encode(out);
-        self.mutations.encode(out);
-    }
-}
-
-impl<'de> Decode<'de> for OwnedEntry {
-    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        Ok(OwnedEntry {
-            seq: u64::decode(r)?,
-            term: u64::decode(r)?,
-            mutations: decode_mutations(r)?,
-        })
-    }
-}
+wire_struct!(Placed { segment, offset });
+wire_struct!(OwnedEntry {
+    seq,
+    term,
+    mutations = decode_mutations,
+});
 
 /// An entry's mutations. The count is checked against the input left,
 /// and the vector grows as mutations actually decode, so what a hostile
@@ -411,121 +377,19 @@ fn decode_mutations(r: &mut Reader<'_>) -> Result<Vec<OwnedMutation>, DecodeErro
     Ok(v)
 }
 
-// Mutation tags: 1 object, 2 segment mount, 3 segment unmount, 4 client
-// register, 5 client expire, 6 task create, 7 task start, 8 task finish,
-// 9 free retired, 10 disk (then a disk op tag: 1 mount tier, 2 unmount
-// tier, 3 add copy, 4 drop copy).
-impl Encode for OwnedMutation {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            OwnedMutation::Object { key, op } => {
-                out.push(1);
-                key.encode(out);
-                op.encode(out);
-            }
-            OwnedMutation::Segment(OwnedSegmentOp::Mount { id, owner, info }) => {
-                out.push(2);
-                id.encode(out);
-                owner.encode(out);
-                info.encode(out);
-            }
-            OwnedMutation::Segment(OwnedSegmentOp::Unmount { name }) => {
-                out.push(3);
-                name.encode(out);
-            }
-            OwnedMutation::Client(OwnedClientOp::Register { client, now }) => {
-                out.push(4);
-                client.encode(out);
-                now.encode(out);
-            }
-            OwnedMutation::Client(OwnedClientOp::Expire { client }) => {
-                out.push(5);
-                client.encode(out);
-            }
-            OwnedMutation::Task(OwnedTaskOp::Create {
-                task,
-                executor,
-                now,
-            }) => {
-                out.push(6);
-                task.encode(out);
-                executor.encode(out);
-                now.encode(out);
-            }
-            OwnedMutation::Task(OwnedTaskOp::Start { ids, now }) => {
-                out.push(7);
-                ids.encode(out);
-                now.encode(out);
-            }
-            OwnedMutation::Task(OwnedTaskOp::Finish {
-                id,
-                status,
-                message,
-                now,
-            }) => {
-                out.push(8);
-                id.encode(out);
-                status.encode(out);
-                message.encode(out);
-                now.encode(out);
-            }
-            OwnedMutation::FreeRetired { now } => {
-                out.push(9);
-                now.encode(out);
-            }
-            OwnedMutation::Disk(op) => {
-                out.push(10);
-                op.encode(out);
-            }
-        }
-    }
-}
-
-impl<'de> Decode<'de> for OwnedMutation {
-    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        Ok(match r.u8()? {
-            1 => OwnedMutation::Object {
-                key: String::decode(r)?,
-                op: OwnedObjectOp::decode(r)?,
-            },
-            2 => OwnedMutation::Segment(OwnedSegmentOp::Mount {
-                id: u32::decode(r)?,
-                owner: ClientId::decode(r)?,
-                info: SegmentInfo::decode(r)?,
-            }),
-            3 => OwnedMutation::Segment(OwnedSegmentOp::Unmount {
-                name: String::decode(r)?,
-            }),
-            4 => OwnedMutation::Client(OwnedClientOp::Register {
-                client: ClientId::decode(r)?,
-                now: u64::decode(r)?,
-            }),
-            5 => OwnedMutation::Client(OwnedClientOp::Expire {
-                client: ClientId::decode(r)?,
-            }),
-            6 => OwnedMutation::Task(OwnedTaskOp::Create {
-                task: TaskAssignment::decode(r)?,
-                executor: ClientId::decode(r)?,
-                now: u64::decode(r)?,
-            }),
-            7 => OwnedMutation::Task(OwnedTaskOp::Start {
-                ids: decode_ids(r)?,
-                now: u64::decode(r)?,
-            }),
-            8 => OwnedMutation::Task(OwnedTaskOp::Finish {
-                id: TaskId::decode(r)?,
-                status: TaskStatus::decode(r)?,
-                message: String::decode(r)?,
-                now: u64::decode(r)?,
-            }),
-            9 => OwnedMutation::FreeRetired {
-                now: u64::decode(r)?,
-            },
-            10 => OwnedMutation::Disk(OwnedDiskOp::decode(r)?),
-            t => return Err(bad_tag("mutation", t)),
-        })
-    }
-}
+// Tags are the format: see the module's doc.
+wire_tagged!(OwnedMutation as "mutation" {
+    1 => Object { key, op },
+    2 => Segment(OwnedSegmentOp::Mount { id, owner, info }),
+    3 => Segment(OwnedSegmentOp::Unmount { name }),
+    4 => Client(OwnedClientOp::Register { client, now }),
+    5 => Client(OwnedClientOp::Expire { client }),
+    6 => Task(OwnedTaskOp::Create { task, executor, now }),
+    7 => Task(OwnedTaskOp::Start { ids = decode_ids, now }),
+    8 => Task(OwnedTaskOp::Finish { id, status, message, now }),
+    9 => FreeRetired { now },
+    10 => Disk(op),
+});
 
 /// Task ids are 16 bytes each: the count is checked against that, so a
 /// hostile count cannot reserve more than the input's size.
@@ -534,192 +398,32 @@ fn decode_ids(r: &mut Reader<'_>) -> Result<Vec<TaskId>, DecodeError> {
     (0..n).map(|_| TaskId::decode(r)).collect()
 }
 
-// Object op tags: 1 put start, 2 put end, 3 put revoke, 4 discard put,
-// 5 remove, 6 drop replicas, 7 transfer start, 8 transfer end, 9 transfer
-// revoke. Write tags: 0 fresh, 1 in place, 2 replacing. Segments tags:
-// 0 named, 1 unmounted.
-impl Encode for OwnedObjectOp {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            OwnedObjectOp::PutStart {
-                client,
-                size,
-                pins,
-                now,
-                write,
-            } => {
-                out.push(1);
-                client.encode(out);
-                size.encode(out);
-                pins.encode(out);
-                now.encode(out);
-                match write {
-                    OwnedWrite::Fresh(p) => {
-                        out.push(0);
-                        p.encode(out);
-                    }
-                    OwnedWrite::InPlace => out.push(1),
-                    OwnedWrite::Replacing(p) => {
-                        out.push(2);
-                        p.encode(out);
-                    }
-                }
-            }
-            OwnedObjectOp::PutEnd { now, readers_until } => {
-                out.push(2);
-                now.encode(out);
-                readers_until.encode(out);
-            }
-            OwnedObjectOp::PutRevoke => out.push(3),
-            OwnedObjectOp::DiscardPut { free_at, now } => {
-                out.push(4);
-                free_at.encode(out);
-                now.encode(out);
-            }
-            OwnedObjectOp::Remove { now } => {
-                out.push(5);
-                now.encode(out);
-            }
-            OwnedObjectOp::DropReplicas { on, free_at, now } => {
-                out.push(6);
-                match on {
-                    OwnedSegments::Named(n) => {
-                        out.push(0);
-                        n.encode(out);
-                    }
-                    OwnedSegments::Unmounted => out.push(1),
-                }
-                free_at.encode(out);
-                now.encode(out);
-            }
-            OwnedObjectOp::TransferStart {
-                client,
-                now,
-                replicas,
-                drop_source,
-            } => {
-                out.push(7);
-                client.encode(out);
-                now.encode(out);
-                replicas.encode(out);
-                drop_source.encode(out);
-            }
-            OwnedObjectOp::TransferEnd { now, readers_until } => {
-                out.push(8);
-                now.encode(out);
-                readers_until.encode(out);
-            }
-            OwnedObjectOp::TransferRevoke => out.push(9),
-        }
-    }
-}
+wire_tagged!(OwnedObjectOp as "object op" {
+    1 => PutStart { client, size, pins, now, write },
+    2 => PutEnd { now, readers_until },
+    3 => PutRevoke {},
+    4 => DiscardPut { free_at, now },
+    5 => Remove { now },
+    6 => DropReplicas { on, free_at, now },
+    7 => TransferStart { client, now, replicas, drop_source },
+    8 => TransferEnd { now, readers_until },
+    9 => TransferRevoke {},
+});
 
-impl<'de> Decode<'de> for OwnedObjectOp {
-    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        Ok(match r.u8()? {
-            1 => OwnedObjectOp::PutStart {
-                client: ClientId::decode(r)?,
-                size: u64::decode(r)?,
-                pins: u8::decode(r)?,
-                now: u64::decode(r)?,
-                write: match r.u8()? {
-                    0 => OwnedWrite::Fresh(Vec::decode(r)?),
-                    1 => OwnedWrite::InPlace,
-                    2 => OwnedWrite::Replacing(Vec::decode(r)?),
-                    t => return Err(bad_tag("write", t)),
-                },
-            },
-            2 => OwnedObjectOp::PutEnd {
-                now: u64::decode(r)?,
-                readers_until: u64::decode(r)?,
-            },
-            3 => OwnedObjectOp::PutRevoke,
-            4 => OwnedObjectOp::DiscardPut {
-                free_at: Option::decode(r)?,
-                now: u64::decode(r)?,
-            },
-            5 => OwnedObjectOp::Remove {
-                now: u64::decode(r)?,
-            },
-            6 => OwnedObjectOp::DropReplicas {
-                on: match r.u8()? {
-                    0 => OwnedSegments::Named(String::decode(r)?),
-                    1 => OwnedSegments::Unmounted,
-                    t => return Err(bad_tag("segments", t)),
-                },
-                free_at: u64::decode(r)?,
-                now: u64::decode(r)?,
-            },
-            7 => OwnedObjectOp::TransferStart {
-                client: ClientId::decode(r)?,
-                now: u64::decode(r)?,
-                replicas: Vec::decode(r)?,
-                drop_source: Option::decode(r)?,
-            },
-            8 => OwnedObjectOp::TransferEnd {
-                now: u64::decode(r)?,
-                readers_until: u64::decode(r)?,
-            },
-            9 => OwnedObjectOp::TransferRevoke,
-            t => return Err(bad_tag("object op", t)),
-        })
-    }
-}
+wire_tagged!(OwnedWrite as "write" {
+    0 => Fresh(replicas),
+    1 => InPlace {},
+    2 => Replacing(replicas),
+});
 
-impl Encode for OwnedDiskOp {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            OwnedDiskOp::MountTier {
-                client,
-                tier_id,
-                endpoint,
-                capacity,
-            } => {
-                out.push(1);
-                client.encode(out);
-                tier_id.encode(out);
-                endpoint.encode(out);
-                capacity.encode(out);
-            }
-            OwnedDiskOp::UnmountTier { client } => {
-                out.push(2);
-                client.encode(out);
-            }
-            OwnedDiskOp::AddCopy { client, key, size } => {
-                out.push(3);
-                client.encode(out);
-                key.encode(out);
-                size.encode(out);
-            }
-            OwnedDiskOp::DropCopy { key } => {
-                out.push(4);
-                key.encode(out);
-            }
-        }
-    }
-}
+wire_tagged!(OwnedSegments as "segments" {
+    0 => Named(name),
+    1 => Unmounted {},
+});
 
-impl<'de> Decode<'de> for OwnedDiskOp {
-    fn decode(r: &mut Reader<'de>) -> Result<Self, DecodeError> {
-        Ok(match r.u8()? {
-            1 => OwnedDiskOp::MountTier {
-                client: ClientId::decode(r)?,
-                tier_id: String::decode(r)?,
-                endpoint: String::decode(r)?,
-                capacity: u64::decode(r)?,
-            },
-            2 => OwnedDiskOp::UnmountTier {
-                client: ClientId::decode(r)?,
-            },
-            3 => OwnedDiskOp::AddCopy {
-                client: ClientId::decode(r)?,
-                key: String::decode(r)?,
-                size: u64::decode(r)?,
-            },
-            4 => OwnedDiskOp::DropCopy {
-                key: String::decode(r)?,
-            },
-            t => return Err(bad_tag("disk op", t)),
-        })
-    }
-}
+wire_tagged!(OwnedDiskOp as "disk op" {
+    1 => MountTier { client, tier_id, endpoint, capacity },
+    2 => UnmountTier { client },
+    3 => AddCopy { client, key, size },
+    4 => DropCopy { key },
+});

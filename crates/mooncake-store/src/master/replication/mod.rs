@@ -19,16 +19,14 @@
 //!   set and its record in the coordination service, written only while
 //!   the writer holds the election (a deposed leader can neither commit
 //!   nor shrink the set).
-//! - [`follower`] is a standby's side: it follows whoever leads, keeps
-//!   the entries it receives, applies the committed ones, and on
-//!   promotion applies the rest.
+//! - [`standby`] is a standby's bookkeeping: what to pull next, the
+//!   entries kept, the next to apply. The follower thread that drives it
+//!   and applies entries to the state machine is `master::follower`.
 
 pub(crate) mod catch_up;
-pub(crate) mod follower;
 pub(crate) mod in_sync;
 mod log;
-#[cfg(test)]
-mod tests;
+mod standby;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -147,6 +145,9 @@ struct State {
     in_sync: Option<InSync>,
     /// Who leads, as far as this master knows (its RPC address).
     leader: Option<String>,
+    /// A standby is connected to the leader it follows (or kept an
+    /// answer of it).
+    following: bool,
 }
 
 thread_local! {
@@ -195,6 +196,8 @@ pub(crate) struct Status {
     /// Leader: the in-sync standbys as recorded, and every standby's lag.
     pub(crate) in_sync: Vec<String>,
     pub(crate) standbys: Vec<(String, u64)>,
+    /// Standby: it is connected to the leader it follows.
+    pub(crate) following: bool,
 }
 
 impl Replication {
@@ -213,6 +216,7 @@ impl Replication {
                 committed: 0,
                 in_sync: None,
                 leader: None,
+                following: false,
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
@@ -254,6 +258,7 @@ impl Replication {
             snapshot_seq: self.image.lock().as_ref().map_or(0, |i| i.seq),
             in_sync,
             standbys,
+            following: st.following,
         }
     }
 
@@ -541,22 +546,32 @@ impl Replication {
     pub(crate) fn publish_metrics(&self, m: &MasterMetrics) {
         let st = self.status();
         let ha = &m.ha;
-        ha.set_oplog_last_sequence_id(st.last_seq);
-        match st.role {
+        // The leader's last entry as far as this master knows: a standby
+        // may have heard of a commit point past what it received.
+        let last = st.last_seq.max(st.committed_seq);
+        ha.set_oplog_last_sequence_id(last);
+        let lag = match st.role {
             // A leader's lag is its furthest-behind standby's.
-            Role::Leader => {
-                let lag = st.standbys.iter().map(|(_, lag)| *lag).max().unwrap_or(0);
-                ha.set_oplog_applied_sequence_id(st.applied_seq, st.applied_seq + lag);
-            }
-            _ => ha.set_oplog_applied_sequence_id(st.applied_seq, st.last_seq),
-        }
+            Role::Leader => st.standbys.iter().map(|(_, lag)| *lag).max().unwrap_or(0),
+            _ => last.saturating_sub(st.applied_seq),
+        };
+        ha.set_oplog_applied_sequence_id(st.applied_seq, st.applied_seq + lag);
         ha.set_oplog_pending_entries(st.last_seq.saturating_sub(st.applied_seq));
         ha.set_pending_mutation_queue_size(st.last_seq.saturating_sub(st.committed_seq));
-        ha.set_standby_state(match st.role {
-            Role::Standby => StandbyState::Watching,
-            Role::Leader => StandbyState::Promoted,
-            Role::Deposed => StandbyState::Failed,
-        });
+        ha.set_standby_state(standby_state(&st, lag));
         m.set_leader(st.role == Role::Leader);
+    }
+}
+
+/// The reference's standby states, from where replication stands: a
+/// standby not connected to a leader is connecting, one that is behind is
+/// syncing, one caught up is watching.
+fn standby_state(st: &Status, lag: u64) -> StandbyState {
+    match st.role {
+        Role::Standby if !st.following => StandbyState::Connecting,
+        Role::Standby if lag > 0 => StandbyState::Syncing,
+        Role::Standby => StandbyState::Watching,
+        Role::Leader => StandbyState::Promoted,
+        Role::Deposed => StandbyState::Failed,
     }
 }

@@ -3,6 +3,7 @@
 //! The callers hold the lock the mutation needs; `replay` takes it for a
 //! mutation decided elsewhere.
 
+use std::collections::hash_map::Entry;
 use std::sync::atomic::Ordering;
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -38,15 +39,18 @@ impl MasterService {
             shard.note_pending(now);
         }
         let obj = if is_fresh_put(&op) {
-            shard
-                .map
-                .entry(key.into())
-                .or_insert_with(ObjectMeta::absent)
+            match shard.map.entry(key.into()) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(v) => {
+                    self.objects.charge(key);
+                    v.insert(ObjectMeta::absent())
+                }
+            }
         } else {
             shard.map.get_mut(key).expect("decided on a present object")
         };
-        if self.apply_object(key, obj, op) == Fate::Drop {
-            shard.map.remove(key);
+        if self.apply_object(key, obj, op) == Fate::Drop && shard.map.remove(key).is_some() {
+            self.objects.release(key);
         }
     }
 
@@ -58,6 +62,10 @@ impl MasterService {
         let Mutation::Object { op, .. } = m else {
             unreachable!("built above")
         };
+        if matches!(op, ObjectOp::PutStart { .. } | ObjectOp::Remove { .. }) {
+            // A file being written of what the key held is no copy of it.
+            self.files.object_changed(key);
+        }
         match op {
             ObjectOp::PutStart {
                 client,

@@ -173,6 +173,32 @@ impl MasterService {
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
+            // The connection answers it (see `master::server`).
+            Q::Authenticate { .. } => A::Unit { result: Ok(()) },
+            Q::GetStorageConfig {} => A::Storage {
+                result: Ok(self.storage_config()),
+            },
+            Q::MountSharedFs { client_id } => A::Unit {
+                result: self.mount_shared_fs(client_id, now),
+            },
+            Q::FetchFileTasks { client_id, max } => A::Offload {
+                result: self.fetch_file_tasks(client_id, max, now),
+            },
+            Q::NotifyFileCopies {
+                client_id,
+                keys,
+                sizes,
+                failed,
+                removed,
+            } => {
+                if keys.len() != sizes.len() {
+                    return mismatch(keys.len(), sizes.len());
+                }
+                A::Units {
+                    results: self
+                        .notify_file_copies(client_id, &keys, &sizes, &failed, &removed, now),
+                }
+            }
             // The server answers it when this master leads with replication.
             Q::ReplicationPull { .. } | Q::SnapshotFetch { .. } => A::Failed {
                 error: Error::new(

@@ -43,6 +43,7 @@
 
 mod apply;
 mod drain;
+mod files;
 mod handle;
 mod mounts;
 mod offload;
@@ -63,6 +64,7 @@ use super::clients::ClientTable;
 use super::config::MasterConfig;
 use super::disk::DiskTable;
 use super::eviction::Eviction;
+use super::file_tier::FileTier;
 use super::mutation::MutationSink;
 use super::objects::{flags, ObjectMap};
 use super::policy::{OffloadPolicy, Policy, TaskPolicy};
@@ -84,6 +86,12 @@ pub struct Counters {
     pub expired_clients: AtomicU64,
     pub evict_disk_replica_requests: AtomicU64,
     pub evict_disk_replica_failures: AtomicU64,
+    pub promotion_admitted: AtomicU64,
+    pub promotion_rejected_frequency: AtomicU64,
+    pub promotion_rejected_cap: AtomicU64,
+    pub promotion_completed: AtomicU64,
+    pub promotion_completed_bytes: AtomicU64,
+    pub promotion_failed: AtomicU64,
 }
 
 /// What one `tick` did.
@@ -132,6 +140,8 @@ pub struct MasterService {
     /// The storage clients' SSD tiers and the copies in them.
     pub(in crate::master) disk: DiskTable,
     offload: OffloadPolicy,
+    /// The shared-filesystem tier's writers and writes in flight.
+    pub(in crate::master) files: FileTier,
     eviction: Eviction,
     counters: Counters,
     /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).
@@ -145,6 +155,21 @@ impl MasterService {
         Self::with_policy(config.policy())
             .with_task_policy(config.task_policy())
             .with_offload_policy(config.offload_policy())
+            .with_metadata_budget(config.max_metadata_bytes)
+            .with_file_policy(config.file_policy())
+    }
+
+    /// Caps what objects' metadata may cost (key bytes plus a fixed
+    /// overhead each): a put of a new key past it fails with
+    /// `NO_AVAILABLE_HANDLE`. Unlimited by default.
+    pub fn with_metadata_budget(self, bytes: u64) -> Self {
+        self.objects.set_metadata_limit(bytes);
+        self
+    }
+
+    /// Bytes of object metadata held, as the budget counts them.
+    pub fn metadata_bytes(&self) -> u64 {
+        self.objects.metadata_bytes()
     }
 
     pub fn with_policy(policy: Policy) -> Self {
@@ -158,6 +183,7 @@ impl MasterService {
             retired: RetiredSpace::default(),
             disk: DiskTable::default(),
             offload: OffloadPolicy::default(),
+            files: FileTier::default(),
             eviction: Eviction::default(),
             counters: Counters::default(),
             epoch_offset_ms: AtomicU64::new(0),

@@ -121,9 +121,9 @@ impl MasterService {
     /// flight by `dead_clients`.
     fn drop_unmounted(&self, dead_clients: &[ClientId], now: u64) {
         for mut shard in self.objects.shards() {
-            shard
-                .map
-                .retain(|key, obj| self.keep_live_parts(key, obj, dead_clients, now));
+            self.objects.retain(&mut shard, |key, obj| {
+                self.keep_live_parts(key, obj, dead_clients, now)
+            });
         }
     }
 

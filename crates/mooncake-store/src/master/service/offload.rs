@@ -12,7 +12,8 @@
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, MasterService};
-use crate::master::disk::{DiskCopy, Tier};
+use crate::master::disk::{DiskCopy, Promotion, Tier};
+use crate::master::file_tier::SHARED_FS;
 use crate::master::mutation::{ClientOp, DiskOp, Mutation};
 use crate::master::objects::{flags, ObjectMeta};
 use crate::master::policy::OffloadPolicy;
@@ -290,6 +291,11 @@ impl MasterService {
     pub(super) fn reflag_copy(&self, key: &str, obj: &mut ObjectMeta) {
         if let Some(copy) = self.disk.copy(key) {
             if !obj.is_on_disk() && copy.size == obj.size {
+                let c = &self.counters;
+                c.promotion_completed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                c.promotion_completed_bytes
+                    .fetch_add(copy.size, std::sync::atomic::Ordering::Relaxed);
                 let op = DiskOp::AddCopy {
                     client: copy.owner,
                     key,
@@ -303,9 +309,22 @@ impl MasterService {
     /// A read found `key` on disk only: count it towards a promotion.
     pub(super) fn disk_hit(&self, key: &str, owner: ClientId) {
         let p = &self.offload;
-        if p.promote_on_hit {
-            self.disk.hit(key, owner, p.promote_after, p.promote_limit);
+        if !p.promote_on_hit {
+            return;
         }
+        let c = &self.counters;
+        let counter = match self.disk.hit(key, owner, p.promote_after, p.promote_limit) {
+            Promotion::Queued => &c.promotion_admitted,
+            Promotion::TooRare => &c.promotion_rejected_frequency,
+            Promotion::AtCap => &c.promotion_rejected_cap,
+            Promotion::Pending => return,
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Promotions queued and not started yet.
+    pub fn promotions_queued(&self) -> u64 {
+        self.disk.promotions_queued() as u64
     }
 
     // ---- what the rest of the service asks ----------------------------
@@ -322,32 +341,37 @@ impl MasterService {
     }
 
     /// Whether eviction may take `obj` as far as the tiers are concerned
-    /// (`force`: a round that may evict objects without a copy).
+    /// (`force`: a round that may evict objects without a copy): it has a
+    /// copy, or no tier could take one.
     pub(super) fn may_leave_memory(&self, obj: &ObjectMeta, force: bool) -> bool {
-        !self.offload.enabled || obj.is_on_disk() || force || self.offload_target(obj).is_none()
+        let ssd = self.offload.enabled && self.offload_target(obj).is_some();
+        obj.is_on_disk() || force || !(ssd || self.file_target(obj).is_some())
     }
 
-    /// Queues `key` for a copy in its owner's tier (at most `limit` keys
-    /// per owner); false when it has no tier owner or the mailbox is full.
+    /// Queues `key` for a copy in its owner's SSD tier, else on the shared
+    /// filesystem (at most `limit` keys per owner); false when no tier can
+    /// take it now.
     pub(super) fn queue_offload(&self, key: &str, obj: &ObjectMeta, limit: usize) -> bool {
-        if !self.offload.enabled || obj.is_on_disk() || !obj.is_complete() {
+        if obj.is_on_disk() || !obj.is_complete() {
             return false;
         }
-        let Some((owner, address)) = self.offload_target(obj) else {
-            return false;
+        let limit = limit.min(self.offload.queue_limit);
+        let target = self.offload_target(obj).filter(|_| self.offload.enabled);
+        let Some((owner, address)) = target else {
+            return self.queue_file_write(key, obj, limit);
         };
         let task = OffloadTask {
             key: key.to_string(),
             size: obj.size,
             address,
         };
-        self.disk
-            .queue_offload(owner, task, limit.min(self.offload.queue_limit))
+        self.disk.queue_offload(owner, task, limit)
     }
 
     /// A PutEnd just made `key` readable: in put mode, queue its copy.
     pub(super) fn offload_at_put_end(&self, key: &str, obj: &ObjectMeta) {
-        if self.offload.enabled && !self.offload.on_evict {
+        // The shared filesystem takes objects at eviction only.
+        if self.offload.enabled && !self.offload.on_evict && self.offload_target(obj).is_some() {
             self.queue_offload(key, obj, usize::MAX);
         }
     }
@@ -363,13 +387,19 @@ impl MasterService {
             return false;
         };
         self.apply_copy(obj, DiskOp::DropCopy { key });
-        self.disk.queue_remove(copy.owner, key);
+        match copy.owner {
+            SHARED_FS => self.files.queue_delete(key),
+            owner => self.disk.queue_remove(owner, key),
+        }
         true
     }
 
     /// `key`'s disk replica as a reader sees it.
     pub(super) fn disk_replica(&self, key: &str) -> Option<(ReplicaDesc, u64)> {
         let copy = self.disk.copy(key)?;
+        if copy.owner == SHARED_FS {
+            return Some((self.file_replica(key, copy.size)?, copy.size));
+        }
         let tier = self.disk.tier(copy.owner)?;
         let desc = ReplicaDesc {
             kind: ReplicaKind::LocalDisk(LocalDiskDescriptor {
@@ -385,6 +415,7 @@ impl MasterService {
     /// The tiers of `dead` clients go with their copies.
     pub(super) fn unmount_tiers(&self, dead: &[ClientId]) {
         for &client in dead {
+            self.files.unmount(client);
             if !self.disk.has_tier(client) {
                 continue;
             }
@@ -470,10 +501,12 @@ impl MasterService {
         }
     }
 
-    /// (bytes in tiers, their capacity, objects with a copy).
+    /// (bytes in tiers, their capacity, objects with a copy), the SSD
+    /// tiers and the shared filesystem together.
     pub fn disk_usage(&self) -> (u64, u64, u64) {
         let (used, cap) = self.disk.usage();
-        (used, cap, self.disk.copy_count())
+        let (_, file_cap) = self.file_usage();
+        (used, cap.saturating_add(file_cap), self.disk.copy_count())
     }
 }
 

@@ -29,6 +29,7 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        self.check_metadata_budget(key)?;
         let generation = self.eviction.generation();
         match self.put_start_once(client, key, len, cfg, upsert, now) {
             Err(e)
@@ -46,6 +47,25 @@ impl MasterService {
             }
             r => r,
         }
+    }
+
+    /// A new key must fit `--max_metadata_bytes` (a key already held, in
+    /// memory or in an SSD tier, costs nothing more). Checked apart from
+    /// space: evicting objects for room is no answer to a full budget.
+    fn check_metadata_budget(&self, key: &str) -> Result<()> {
+        if self.objects.admits(key)
+            || self.objects.lock(key).map.contains_key(key)
+            || self.disk.has_copy(key)
+        {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::NO_AVAILABLE_HANDLE,
+            format!(
+                "metadata budget full ({} bytes held, --max_metadata_bytes); remove objects first",
+                self.objects.metadata_bytes()
+            ),
+        ))
     }
 
     fn put_start_once(
@@ -170,6 +190,12 @@ impl MasterService {
                 ))
             }
             Some(p) => check_writer(key, &p.kind, p.client, client)?,
+        }
+        if self.disk.has_copy(key) {
+            // Only a promotion writes an object whose copy is recorded.
+            self.counters
+                .promotion_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
         Ok(())

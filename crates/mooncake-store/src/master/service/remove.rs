@@ -99,7 +99,7 @@ impl MasterService {
     fn remove_where(&self, now: u64, pred: impl Fn(&str, &ObjectMeta) -> bool) -> u64 {
         let mut n = 0;
         for mut shard in self.objects.shards() {
-            shard.map.retain(|key, obj| {
+            self.objects.retain(&mut shard, |key, obj| {
                 if !pred(key, obj) {
                     return true;
                 }

@@ -34,7 +34,7 @@ impl MasterService {
                 continue;
             }
             let mut oldest = u64::MAX;
-            shard.map.retain(|key, obj| {
+            self.objects.retain(&mut shard, |key, obj| {
                 let Some(p) = &obj.pending else { return true };
                 if now.saturating_sub(p.started) < discard_after {
                     oldest = oldest.min(p.started);
@@ -117,7 +117,8 @@ impl MasterService {
             keys += k;
             bytes += b;
         }
-        if bytes < target && self.offload_policy().enabled && self.offload_policy().force_evict {
+        let tiers = self.offload_policy().enabled || self.files.enabled();
+        if bytes < target && tiers && self.offload_policy().force_evict {
             let soft = self.policy.evict_soft_pinned;
             let (k, b) = self.evict_pass(now, target - bytes, soft, true, &mut 0);
             keys += k;
@@ -172,7 +173,7 @@ impl MasterService {
             if bytes >= target {
                 break;
             }
-            shard.map.retain(|key, obj| {
+            self.objects.retain(&mut shard, |key, obj| {
                 if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
                     return true;
                 }

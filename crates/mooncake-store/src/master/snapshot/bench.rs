@@ -11,7 +11,7 @@ use mooncake_common::Result;
 
 use super::durable::{round, Shadow};
 use super::store::LocalStore;
-use super::{restore, start_history, SnapshotReport, Stores};
+use super::{restore, start_history, RestoreProgress, SnapshotReport, Stores};
 use crate::master::config::MasterConfig;
 use crate::master::oplog::wal::{Wal, WalSink};
 use crate::master::service::MasterService;
@@ -121,7 +121,13 @@ pub fn run(objects: usize, dir: &Path) -> Result<SnapshotBench> {
 
     wal.flush()?;
     let t = Instant::now();
-    let r = restore(&make, Some(&stores), Some(&wal_dir), None)?;
+    let r = restore(
+        &make,
+        Some(&stores),
+        Some(&wal_dir),
+        None,
+        &RestoreProgress::default(),
+    )?;
     report.restore = t.elapsed();
     report.restored_objects = r.service.stats(r.now).key_count;
     wal.stop();

@@ -9,7 +9,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::format::{self, SnapshotMeta};
-use super::{replay_log, restore, start_history, SnapshotReport, Stores};
+use super::{replay_log, restore, start_history, RestoreProgress, SnapshotReport, Stores};
 use crate::master::config::MasterConfig;
 use crate::master::oplog::wal::{self, Wal, WalSink};
 use crate::master::service::MasterService;
@@ -47,8 +47,8 @@ pub(crate) fn wal_dir(config: &MasterConfig) -> Option<PathBuf> {
 /// Builds the state machine `config` asks for: restored from snapshots
 /// and the log when restore or the local log is on, logging every
 /// mutation when the log or snapshots are on. (In HA mode replication
-/// owns all of this.)
-pub(crate) fn open(config: &MasterConfig) -> Result<Opened> {
+/// owns all of this.) A restore reports how far it got in `progress`.
+pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<Opened> {
     let writes_log = config.local_wal() || (config.enable_snapshot && !config.enable_ha);
     let restores = !config.enable_ha && (config.enable_snapshot_restore || config.local_wal());
     let none = Durability {
@@ -77,7 +77,7 @@ pub(crate) fn open(config: &MasterConfig) -> Result<Opened> {
     }
     let (service, now, next_seq, report) = if restores {
         let make = || MasterService::new(config);
-        let r = restore(&make, stores.as_deref(), dir.as_deref(), None)?;
+        let r = restore(&make, stores.as_deref(), dir.as_deref(), None, progress)?;
         tracing::info!(report = ?r.report, "restored master state");
         let next = r.report.last_seq + 1;
         (r.service, r.now, next, Some(r.report))
@@ -237,7 +237,10 @@ pub(super) fn round(
             s
         }
         None => {
-            let r = restore(make, Some(stores), Some(wal.dir()), Some(seq))?;
+            // The shadow's first build: not the start's restore, whose
+            // progress the metrics show.
+            let progress = RestoreProgress::default();
+            let r = restore(make, Some(stores), Some(wal.dir()), Some(seq), &progress)?;
             Shadow {
                 seq: r.report.last_seq,
                 service: r.service,

@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
 
+use super::progress::RestoreProgress;
 use crate::master::disk::{DiskCopy, Tier};
+use crate::master::file_tier::SHARED_FS;
 use crate::master::objects::{ObjectMeta, PendingKind, PendingPut, Replicas};
 use crate::master::oplog::Placed;
 use crate::master::segments::{Placement, Segment};
@@ -322,6 +324,7 @@ fn inconsistent(why: String) -> SnapshotError {
 pub fn decode_into(
     buf: &[u8],
     s: &MasterService,
+    progress: &RestoreProgress,
 ) -> std::result::Result<SnapshotMeta, SnapshotError> {
     let mut r = Reader::new(payload(buf)?);
     let meta = SnapshotMeta {
@@ -391,7 +394,8 @@ pub fn decode_into(
             objects,
         )));
     }
-    for _ in 0..objects {
+    progress.begin(meta.seq, objects);
+    for done in 1..=objects {
         let key = <&str>::decode(&mut r)?;
         let size = u64::decode(&mut r)?;
         let lease_until = u64::decode(&mut r)?;
@@ -453,6 +457,9 @@ pub fn decode_into(
         if shard.map.insert(key.into(), obj).is_some() {
             return Err(inconsistent(format!("object {key:?} twice")));
         }
+        s.objects.charge(key);
+        drop(shard);
+        progress.restored(done);
     }
     {
         let mut tasks = s.tasks.lock();
@@ -504,7 +511,7 @@ pub fn decode_into(
             owner: ClientId::decode(&mut r)?,
             size: u64::decode(&mut r)?,
         };
-        if !s.disk.has_tier(copy.owner) {
+        if copy.owner != SHARED_FS && !s.disk.has_tier(copy.owner) {
             return Err(inconsistent(format!("copy of {key:?} in no tier")));
         }
         s.disk.add(key, copy);

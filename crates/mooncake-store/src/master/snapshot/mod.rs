@@ -28,6 +28,7 @@
 pub mod bench;
 mod durable;
 pub mod format;
+mod progress;
 pub mod store;
 
 use std::path::Path;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, Result};
 
 pub(crate) use durable::{open, Durability, Opened};
+pub use progress::RestoreProgress;
 
 #[cfg(test)]
 mod tests;
@@ -243,6 +245,7 @@ pub(crate) fn restore(
     stores: Option<&Stores>,
     wal_dir: Option<&Path>,
     upto: Option<u64>,
+    progress: &RestoreProgress,
 ) -> Result<Restored> {
     let started = Instant::now();
     let base = match wal_dir {
@@ -258,7 +261,7 @@ pub(crate) fn restore(
         let stores = stores.expect("candidates come from the stores");
         let service = make();
         let meta = stores.get(seq).and_then(|bytes| {
-            let meta = format::decode_into(&bytes, &service)?;
+            let meta = format::decode_into(&bytes, &service, progress)?;
             if meta.seq != seq {
                 return Err(Error::new(
                     ErrorCode::DESERIALIZE_FAIL,
@@ -274,6 +277,7 @@ pub(crate) fn restore(
                     Some(d) => replay_log(&service, d, seq, upto, &mut now)?,
                     None => (0, seq),
                 };
+                progress.replayed(entries);
                 report.snapshot = Some(seq);
                 report.entries = entries;
                 report.last_seq = last;
@@ -306,6 +310,7 @@ pub(crate) fn restore(
         Some(d) => replay_log(&service, d, after, upto, &mut now)?,
         None => (0, after),
     };
+    progress.replayed(entries);
     report.entries = entries;
     report.last_seq = last;
     report.elapsed = started.elapsed();

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use super::durable::{round, Shadow};
 use super::format::{self, SnapshotError, SnapshotMeta};
 use super::store::{snapshot_name, LocalStore, SnapshotStore};
-use super::{restore, Stores};
+use super::{restore, RestoreProgress, Stores};
 use crate::master::oplog::wal::{self, Wal, WalSink};
 use crate::master::policy::AllocationStrategy;
 use crate::master::service::tests::{assert_same, segment, service, step, History, SEGMENTS};
@@ -61,7 +61,13 @@ fn run(s: &Setup, rng: &mut StdRng, h: &mut History, steps: usize) {
 
 fn restored(s: &Setup) -> super::Restored {
     s.wal.flush().unwrap();
-    restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap()
+    restore_from(s).unwrap()
+}
+
+/// Restores what `s`'s stores and log hold.
+fn restore_from(s: &Setup) -> mooncake_common::Result<super::Restored> {
+    let progress = RestoreProgress::default();
+    restore(&make, Some(&s.stores), Some(&s.wal_dir), None, &progress)
 }
 
 #[test]
@@ -155,7 +161,7 @@ fn a_fresh_history_ignores_older_snapshots() {
     s.wal.stop();
     // A new history starts past it; restoring it starts empty.
     super::start_history(&s.wal_dir, seq).unwrap();
-    let r = restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap();
+    let r = restore_from(&s).unwrap();
     assert_eq!(r.report.snapshot, None);
     assert!(r.service.all_keys().is_empty());
 }
@@ -174,8 +180,20 @@ fn snapshot_frames_are_checked() {
     let bytes = format::encode(&s.leader, meta);
     assert_eq!(format::read_meta(&bytes).unwrap(), meta);
     let fresh = make();
-    assert_eq!(format::decode_into(&bytes, &fresh).unwrap(), meta);
+    let progress = RestoreProgress::default();
+    assert_eq!(
+        format::decode_into(&bytes, &fresh, &progress).unwrap(),
+        meta
+    );
     assert_same(&s.leader, &fresh, &h.tasks, "decoded");
+    let keys: usize = s.leader.objects.shards().map(|sh| sh.map.len()).sum();
+    let keys = keys as u64;
+    assert!(keys > 0);
+    assert_eq!(
+        progress.objects(),
+        (keys, keys),
+        "progress ends at the count"
+    );
     for cut in [0, 3, 10, 19, 20, bytes.len() / 2, bytes.len() - 1] {
         let err = format::payload(&bytes[..cut]).unwrap_err();
         assert!(
@@ -198,7 +216,7 @@ fn snapshot_frames_are_checked() {
         ));
     }
     // Decoded twice into one master: every range is already taken.
-    let err = format::decode_into(&bytes, &fresh).unwrap_err();
+    let err = format::decode_into(&bytes, &fresh, &RestoreProgress::default()).unwrap_err();
     assert!(matches!(err, SnapshotError::Inconsistent(_)), "{err:?}");
 }
 
@@ -219,14 +237,14 @@ fn a_torn_log_tail_is_cut_and_everything_before_it_kept() {
         .unwrap();
     std::io::Write::write_all(&mut f, &b"MCOL\x01\0\0\0\xff\0\0\0"[..]).unwrap();
     drop(f);
-    let r = restore(&make, Some(&s.stores), Some(&s.wal_dir), None).unwrap();
+    let r = restore_from(&s).unwrap();
     assert_same(&s.leader, &r.service, &h.tasks, "torn");
     assert_eq!(std::fs::metadata(&last).unwrap().len(), len, "cut off");
     // Damage before the end is not a torn write: refused.
     let mut b = std::fs::read(&last).unwrap();
     b[20] ^= 1;
     std::fs::write(&last, b).unwrap();
-    assert!(restore(&make, Some(&s.stores), Some(&s.wal_dir), None).is_err());
+    assert!(restore_from(&s).is_err());
 }
 
 #[test]

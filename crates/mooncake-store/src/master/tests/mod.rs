@@ -1,6 +1,7 @@
 //! State-machine tests with a hand-driven clock (milliseconds), by topic.
 
 mod eviction;
+mod files;
 mod membership;
 mod offload;
 mod puts;

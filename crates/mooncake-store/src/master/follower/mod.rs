@@ -15,6 +15,9 @@
 //! a standby being promoted serves everything its leader may have
 //! committed.
 
+#[cfg(test)]
+mod tests;
+
 use std::io::{self, ErrorKind};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +29,11 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use super::{Replication, Role};
-use crate::master::oplog::decode_prefix;
-use crate::master::shared::Shared;
+use super::ha_snapshot::load_snapshot;
+use super::oplog::decode_prefix;
+use super::replication::Replication;
+use super::shared::Shared;
+use crate::master_client::authenticate;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Frames, Request, Response};
 use crate::rpc::{connect_any, ClientOptions, Connection};
@@ -159,7 +164,7 @@ impl Run {
         };
         let mut following: Option<Following> = None;
         let mut frame = Vec::new();
-        let spin = super::spin_window();
+        let spin = super::replication::spin_window();
         while !self.stop.load(Ordering::SeqCst) {
             let leader = self.leader.borrow().clone();
             self.repl.set_leader(leader.clone());
@@ -183,9 +188,20 @@ impl Run {
                 match connect(&f.addr) {
                     Ok(stream) => {
                         *self.socket.lock() = stream.try_clone().ok();
-                        f.conn = Connection::new(stream, &client).ok();
+                        f.conn = Connection::new(stream, &client).ok().and_then(|mut c| {
+                            let token = self.shared.access.credential();
+                            match token.map_or(Ok(()), |t| authenticate(&mut c, t)) {
+                                Ok(()) => Some(c),
+                                Err(e) => {
+                                    tracing::warn!("leader {} refused this standby: {e}", f.addr);
+                                    std::thread::sleep(Duration::from_secs(1));
+                                    None
+                                }
+                            }
+                        });
                         f.pulling = false;
                         f.refused_since = None;
+                        self.repl.set_connected(f.conn.is_some());
                     }
                     Err(e) => {
                         self.refused(f, &e);
@@ -195,6 +211,7 @@ impl Run {
                 }
             }
             let Some(conn) = f.conn.as_mut() else {
+                std::thread::sleep(IDLE);
                 continue;
             };
             if !f.pulling {
@@ -210,6 +227,7 @@ impl Run {
                 Err(e) => {
                     tracing::debug!(leader = %f.addr, "pull failed: {e}");
                     f.conn = None;
+                    self.repl.set_connected(false);
                     continue;
                 }
             };
@@ -250,13 +268,9 @@ impl Run {
                     match self.fetch_snapshot(conn, seq, total, chunk.0) {
                         Ok(bytes) => {
                             let n = bytes.len();
-                            self.repl
-                                .load_snapshot(&self.shared, bytes)
-                                .inspect_err(|e| {
-                                    tracing::error!(
-                                        "cannot catch up from the leader's snapshot: {e}"
-                                    )
-                                })?;
+                            load_snapshot(&self.shared, &self.repl, bytes).inspect_err(|e| {
+                                tracing::error!("cannot catch up from the leader's snapshot: {e}")
+                            })?;
                             tracing::info!(leader = %f.addr, seq, bytes = n, "loaded the leader's snapshot; pulling the log after it");
                         }
                         Err(e) => {
@@ -421,7 +435,7 @@ pub(crate) fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> R
         let Some((seq, frame)) = repl.next_to_apply(target) else {
             return Ok(());
         };
-        let entry = crate::master::oplog::decode(&frame).map_err(|e| {
+        let entry = super::oplog::decode(&frame).map_err(|e| {
             Error::new(
                 ErrorCode::DESERIALIZE_FAIL,
                 format!("kept entry {seq}: {e}"),
@@ -439,76 +453,4 @@ pub(crate) fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> R
 fn connect(addr: &str) -> io::Result<TcpStream> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs()?.collect();
     connect_any(&addrs, CONNECT_TIMEOUT)
-}
-
-/// What a standby asks for next.
-pub(crate) struct Pull {
-    pub(crate) after: u64,
-    pub(crate) after_term: u64,
-    pub(crate) applied: u64,
-    pub(crate) max: u32,
-    pub(crate) wait_ms: u32,
-}
-
-impl Replication {
-    pub(crate) fn pull_request(&self, max: u32, wait: Duration) -> Pull {
-        let st = self.state.lock();
-        Pull {
-            after: st.log.last(),
-            after_term: st.log.last_term(),
-            // What it knows committed (and applies next): a leader holds
-            // the pull until it can say more than that.
-            applied: st.committed.min(st.log.last()).max(st.applied),
-            max,
-            wait_ms: wait.as_millis().min(u32::MAX as u128) as u32,
-        }
-    }
-
-    /// A new leader: entries received but not applied go (the new leader
-    /// resends those it has).
-    pub(crate) fn drop_unapplied(&self) {
-        let mut st = self.state.lock();
-        let applied = st.applied;
-        st.log.truncate_after(applied);
-    }
-
-    /// Keeps entries `(seq, term, frame)` from the leader of `term`, which
-    /// has committed up to `committed`; returns up to where to apply.
-    fn keep(&self, term: u64, committed: u64, batch: Vec<(u64, u64, Vec<u8>)>) -> Result<u64> {
-        let mut st = self.state.lock();
-        if st.role != Role::Standby {
-            return Ok(st.applied);
-        }
-        if term < st.term {
-            // A deposed leader still answering: the election names the next.
-            return Ok(st.applied);
-        }
-        st.term = term;
-        for (seq, entry_term, frame) in batch {
-            if seq != st.log.last() + 1 || entry_term > term {
-                return Err(Error::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    format!("entry {seq} of term {entry_term} after {}", st.log.last()),
-                ));
-            }
-            st.log.push(entry_term, frame);
-        }
-        st.committed = st.committed.max(committed);
-        Ok(st.committed.min(st.log.last()))
-    }
-
-    /// The next kept entry to apply, if it is at most `target`.
-    fn next_to_apply(&self, target: u64) -> Option<(u64, Vec<u8>)> {
-        let st = self.state.lock();
-        let seq = st.applied + 1;
-        if seq > target {
-            return None;
-        }
-        st.log.frame(seq).map(|f| (seq, f.to_vec()))
-    }
-
-    fn applied_to(&self, seq: u64) {
-        let mut st = self.state.lock();
-        st.applied = st.applied.max(seq);
-    }
 }

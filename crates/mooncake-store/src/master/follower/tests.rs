@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::follower::{apply_up_to, receive};
-use super::in_sync::Record;
-use super::{Options, Replication, Role};
+use super::{apply_up_to, receive};
+use crate::master::replication::in_sync::Record;
+use crate::master::replication::{Options, Replication, Role};
 use crate::master::shared::Shared;
 use crate::master::MasterConfig;
 use crate::proto::{Frames, Response};
@@ -134,4 +134,63 @@ fn a_log_that_does_not_match_is_refused() {
         ra.serve_pull("b#1", 5, 2, 0, 10, Duration::ZERO, 1),
         Response::Failed { .. }
     ));
+}
+
+/// The `ha_*` gauges of `s` (as `/metrics` renders them).
+fn ha_gauges(s: &Shared, r: &Replication) -> std::collections::HashMap<String, i64> {
+    r.publish_metrics(&s.metrics);
+    let text = s.metrics.render(&s.service, &s.service.stats(0));
+    text.lines()
+        .filter(|l| l.starts_with("ha_"))
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
+    let (la, ra) = master("a#1");
+    let (lb, rb) = master("b#1");
+    assert_eq!(ha_gauges(&lb, &rb)["ha_standby_state"], 1, "connecting");
+    let rec = ra.promote(7, "a:1", None, 0);
+    ra.record_done(rec, true);
+    la.service.mount_segment(1, &segment(), 0).unwrap();
+    let (term, committed, frames) = pull(&ra, &rb, 1);
+    receive(&lb, &rb, term, committed, &frames).unwrap();
+    let _ = pull(&ra, &rb, 2);
+    let rec = ra.next_record(2).unwrap();
+    ra.record_done(rec, true);
+
+    // B keeps a put it may not apply yet: it is behind, syncing.
+    let cfg = ReplicateConfig::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    let seq = Replication::take_last_seq();
+    let (term, committed, frames) = pull(&ra, &rb, 4);
+    receive(&lb, &rb, term, committed, &frames).unwrap();
+    let b = ha_gauges(&lb, &rb);
+    assert_eq!(b["ha_standby_state"], 2, "syncing: {b:?}");
+    assert_eq!(b["ha_oplog_last_sequence_id"], seq as i64);
+    let behind = seq as i64 - b["ha_oplog_applied_sequence_id"];
+    assert!(behind > 0, "{b:?}");
+    assert_eq!(b["ha_oplog_standby_lag"], behind);
+    assert_eq!(b["ha_oplog_pending_entries"], behind);
+
+    // It acknowledges, A commits, the next answer says so: caught up.
+    let _ = pull(&ra, &rb, 5);
+    ra.wait_committed(seq).unwrap();
+    let (term, committed, frames) = pull(&ra, &rb, 6);
+    receive(&lb, &rb, term, committed, &frames).unwrap();
+    let b = ha_gauges(&lb, &rb);
+    assert_eq!(b["ha_standby_state"], 3, "watching: {b:?}");
+    assert_eq!(b["ha_oplog_applied_sequence_id"], seq as i64);
+    assert_eq!(b["ha_oplog_standby_lag"], 0);
+    let a = ha_gauges(&la, &ra);
+    assert_eq!(a["ha_standby_state"], 7, "the leader is promoted: {a:?}");
+    assert_eq!(a["ha_oplog_last_sequence_id"], seq as i64);
+
+    // A new leader not heard from yet: connecting again.
+    rb.drop_unapplied();
+    assert_eq!(ha_gauges(&lb, &rb)["ha_standby_state"], 1);
 }

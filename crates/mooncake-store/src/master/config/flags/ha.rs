@@ -1,0 +1,36 @@
+//! High-availability flags: leader election backends (etcd, redis, k8s),
+//! the replicated oplog, and the local write-ahead log.
+
+/// Appends this group's rows to the flag table and hands it on (see
+/// `super::master_flags!`).
+macro_rules! ha_flags {
+    ([$next:ident $(, $rest:ident)*] $($table:tt)*) => { $next! { [$($rest),*] $($table)*
+    batch_oplog_retry_timeout_sec: Int = "180", NotImplemented, "Maximum time to retry transient batch OpLog standby errors.";
+    enable_ha: Bool = "false", Full, "Campaign for leadership through the HA backend; serve only while leading"
+        => enable_ha: bool = boolean;
+    enable_oplog: Bool = "false", Full, "Log every metadata change: replicated with --enable_ha, else a local write-ahead log in --wal_dir (fdatasync before each acknowledgement)"
+        => enable_oplog: bool = boolean;
+    etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
+        => etcd_endpoints: String = text;
+    ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
+        => ha_backend_connstring: String = text;
+    ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
+        => ha_backend_type: String = ha_backend_type;
+    k8s_lease_duration_sec: Duration = "5", Full, "k8s HA: seconds a standby waits after the last renewal it saw before taking the Lease"
+        => k8s_lease_duration: Duration = whole_seconds;
+    k8s_renew_deadline_sec: Duration = "3", Full, "k8s HA: the leader stops serving once no renewal got through for this long (s, or 2500ms)"
+        => k8s_renew_deadline: Duration = seconds;
+    k8s_retry_period_sec: Duration = "1", Full, "k8s HA: how often the leader renews and standbys retry (s, or 500ms)"
+        => k8s_retry_period: Duration = seconds;
+    oplog_batch_max_entries: Int = "1024", Full, "Most log entries sent to a standby in one batch"
+        => oplog_batch_max_entries: usize = count;
+    oplog_poll_interval_ms: Int = "1000", Full, "Longest an idle standby waits before asking its leader again"
+        => oplog_poll_interval: Duration = millis;
+    pod_name: Str = "", Full, "Pod name for K8s label-based routing (default: $POD_NAME)"
+        => pod_name: String = text;
+    pod_namespace: Str = "", Full, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)"
+        => pod_namespace: String = text;
+    wal_dir: Str = "", Full, "Directory of the local write-ahead log (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>)"
+        => wal_dir: String = text;
+    } };
+}

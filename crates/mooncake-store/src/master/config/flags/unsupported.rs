@@ -1,0 +1,40 @@
+//! Flags of reference features not implemented here (CXL, NoF, KV events,
+//! dynamic replication, multi-tenancy, the mmap arena): accepted with their
+//! value checked, a non-default value is logged.
+
+/// Appends this group's rows to the flag table and hands it on (see
+/// `super::master_flags!`).
+macro_rules! unsupported_flags {
+    ([$next:ident $(, $rest:ident)*] $($table:tt)*) => { $next! { [$($rest),*] $($table)*
+    cxl_path: Str = "/dev/dax0.0", NotImplemented, "DAX device path for CXL memory";
+    cxl_size: Int = "8589934592", NotImplemented, "CXL memory size in bytes";
+    dynamic_replication_admission_qps_threshold: Float = "0.8", NotImplemented, "Per-key access frequency threshold for dynamic MEMORY replication";
+    dynamic_replication_heat_window_seconds: Int = "10", NotImplemented, "Heat observation window for dynamic MEMORY replication";
+    dynamic_replication_max_memory_replicas: Int = "2", NotImplemented, "Maximum MEMORY replicas allowed for one dynamically replicated key";
+    dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
+    enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
+    enable_kv_events: Bool = "false", NotImplemented, "Enable RFC #1527 KV cache event publisher over ZMQ";
+    enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
+    enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
+    kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_backend_id: Str = "", NotImplemented, "backend_id for published KV events (cache owner identity)";
+    kv_events_bind_endpoint: Str = "", NotImplemented, "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557";
+    kv_events_block_size: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_dp_rank: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_emit_legacy_compat: Bool = "true", NotImplemented, "Include vLLM/SGLang-compatible type/block_hashes fields";
+    kv_events_emit_object_key: Bool = "true", NotImplemented, "Include Mooncake object_key in published KV events";
+    kv_events_lora_name: Str = "", NotImplemented, "Deprecated: not emitted on events (no LoRA context in master)";
+    kv_events_model_name: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
+    kv_events_queue_capacity: Int = "65536", NotImplemented, "Maximum pending KV events; oldest events are dropped when the queue...";
+    kv_events_tenant_id: Str = "default", NotImplemented, "Deprecated: tenant_id comes from each object on events";
+    nof_eviction_high_watermark_ratio: Float = "0.9", NotImplemented, "Ratio of high watermark trigger eviction in NoF SSD";
+    nof_eviction_ratio: Float = "0.05", NotImplemented, "Ratio of objects to evict when NoF SSD space is full";
+    nof_heartbeat_failures_threshold: Int = "3", NotImplemented, "Consecutive NoF heartbeat failures required before unmounting a NoF...";
+    nof_heartbeat_interval_sec: Int = "10", NotImplemented, "How often master probes each mounted NoF segment";
+    nof_heartbeat_probe_timeout_ms: Int = "1000", NotImplemented, "Timeout in milliseconds for a single NoF heartbeat probe";
+    tenant_quota_connector_type: Str = "file", NotImplemented, "Tenant quota policy connector type";
+    tenant_quota_connector_uri: Str = "", NotImplemented, "Tenant quota policy connector URI";
+    mmap_arena_pool_size: Int = "8589934592", NotImplemented, "Arena allocator pool size in bytes";
+    use_mmap_arena_allocator: Bool = "false", NotImplemented, "Enable the lock-free mmap arena allocator for mmap buffers";
+    } };
+}

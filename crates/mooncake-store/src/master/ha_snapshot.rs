@@ -1,0 +1,232 @@
+//! Snapshots in HA mode: catching up from one, and keeping the log short.
+//!
+//! With `--enable_snapshot`, every master of a replicated cluster turns
+//! its committed state into a snapshot every `--snapshot_interval_seconds`
+//! ([`Snapshotter`]): a shadow copy of the state machine applies the
+//! committed entries (copied out of the log: the live state is never
+//! locked for it), is encoded (`snapshot::format`), and becomes this
+//! master's *image* (`replication::catch_up`). The leader also stores it
+//! (`--snapshot_object_store_type`, with retention), so that the loss of
+//! every master at once still leaves the last snapshot. Then the in-memory
+//! log is compacted behind the image: on the leader never past an entry a
+//! standby it hears from still lacks, on a standby only behind its
+//! previous image.
+//!
+//! A standby behind its leader's compacted log loads the leader's image
+//! ([`load_snapshot`]) and pulls the entries after it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+use super::oplog::decode;
+use super::replication::catch_up::Image;
+use super::replication::{Replication, Role};
+use super::service::MasterService;
+use super::shared::Shared;
+use super::snapshot::format::{self, SnapshotMeta};
+use super::snapshot::{RestoreProgress, Stores};
+
+/// Most entries the shadow takes from the log at once.
+const SHADOW_BATCH: usize = 16_384;
+
+/// Loads the snapshot `bytes` into `shared`'s state machine, which must
+/// hold nothing yet (a standby started late); the log then starts after
+/// it. Returns its position.
+pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>) -> Result<u64> {
+    repl.may_load_snapshot()?;
+    let meta =
+        format::decode_into(&bytes, &shared.service, &shared.metrics.restore).map_err(|e| {
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("snapshot from the leader: {e}"),
+            )
+        })?;
+    shared.clock.advance_to(meta.now);
+    repl.loaded_snapshot(meta.seq, meta.term, bytes);
+    Ok(meta.seq)
+}
+
+/// Loads the newest usable snapshot of `stores` into `shared`'s still
+/// empty state (a master restarted with `--enable_snapshot_restore`);
+/// a damaged one is skipped for the next older. Returns its position.
+pub(crate) fn restore_newest(shared: &Shared, stores: &Stores) -> Result<Option<u64>> {
+    let repl = shared.replication.as_ref().expect("replicated");
+    for seq in stores.list() {
+        let checked = stores.get(seq).and_then(|bytes| {
+            // Checked on a scratch copy: a damaged one must not leave
+            // half a state behind in the live one.
+            let scratch = MasterService::new(&shared.config);
+            let meta = format::decode_into(&bytes, &scratch, &RestoreProgress::default())
+                .map_err(|e| Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string()))?;
+            if meta.seq != seq {
+                return Err(Error::new(
+                    ErrorCode::DESERIALIZE_FAIL,
+                    format!("snapshot named {seq} holds position {}", meta.seq),
+                ));
+            }
+            Ok(bytes)
+        });
+        match checked {
+            Ok(bytes) => {
+                let seq = load_snapshot(shared, repl, bytes)?;
+                // Owners may be gone since: their segments are served
+                // again only once they are heard from.
+                shared.service.segments.unverify_all();
+                shared
+                    .service
+                    .clients
+                    .lock()
+                    .touch_all(shared.clock.now_ms());
+                return Ok(Some(seq));
+            }
+            Err(e) => tracing::warn!(seq, "snapshot unusable, trying an older one: {e}"),
+        }
+    }
+    Ok(None)
+}
+
+/// The snapshot thread of a replicated master.
+pub(crate) struct Snapshotter {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Snapshotter {
+    /// Starts taking snapshots of `shared`'s committed state every
+    /// `--snapshot_interval_seconds`; the leader's go to `stores` too.
+    pub(crate) fn start(shared: Arc<Shared>, stores: Option<Arc<Stores>>) -> Result<Snapshotter> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("mc-ha-snapshot".into())
+            .spawn(move || run(shared, stores, s))
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("cannot start the snapshot thread: {e}"),
+                )
+            })?;
+        Ok(Snapshotter {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Snapshotter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The shadow state machine and the entry it stands at.
+struct Shadow {
+    service: MasterService,
+    seq: u64,
+}
+
+fn run(shared: Arc<Shared>, stores: Option<Arc<Stores>>, stop: Arc<AtomicBool>) {
+    let repl = shared.replication.clone().expect("replicated");
+    let interval = shared
+        .config
+        .snapshot_interval
+        .max(Duration::from_millis(100));
+    let mut shadow: Option<Shadow> = None;
+    let mut due = Instant::now() + interval;
+    while !stop.load(Ordering::SeqCst) {
+        if Instant::now() < due {
+            std::thread::sleep((due - Instant::now()).min(Duration::from_millis(50)));
+            continue;
+        }
+        due = Instant::now() + interval;
+        match round(&shared, &repl, stores.as_deref(), &mut shadow) {
+            Ok(Some((seq, bytes, compacted))) => {
+                tracing::info!(seq, bytes, compacted, "HA snapshot taken")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!("HA snapshot failed: {e}");
+                shadow = None;
+            }
+        }
+    }
+}
+
+/// One snapshot: brings the shadow to the settled entries, encodes it as
+/// the image, stores it (leader), compacts the log. `None`: nothing new.
+fn round(
+    shared: &Shared,
+    repl: &Replication,
+    stores: Option<&Stores>,
+    shadow: &mut Option<Shadow>,
+) -> Result<Option<(u64, usize, u64)>> {
+    if shadow.is_none() {
+        let service = MasterService::new(&shared.config);
+        let seq = match repl.image() {
+            Some(img) => {
+                format::decode_into(&img.bytes, &service, &RestoreProgress::default()).map_err(
+                    |e| Error::new(ErrorCode::DESERIALIZE_FAIL, format!("own snapshot: {e}")),
+                )?;
+                img.seq
+            }
+            None if repl.log_base() == 0 => 0,
+            None => {
+                return Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    "the log was compacted but no snapshot is held",
+                ))
+            }
+        };
+        *shadow = Some(Shadow { service, seq });
+    }
+    let s = shadow.as_mut().expect("set above");
+    loop {
+        let batch = repl.settled_after(s.seq, SHADOW_BATCH);
+        let Some(&(last, _)) = batch.last() else {
+            break;
+        };
+        for (seq, frame) in &batch {
+            let entry = decode(frame).map_err(|e| {
+                Error::new(ErrorCode::DESERIALIZE_FAIL, format!("entry {seq}: {e}"))
+            })?;
+            s.service.apply_entry(&entry)?;
+        }
+        s.seq = last;
+    }
+    let previous = repl.image().map_or(0, |i| i.seq);
+    if s.seq == 0 || previous >= s.seq {
+        return Ok(None);
+    }
+    let term = repl.term_of(s.seq).ok_or_else(|| {
+        Error::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("entry {} left the log before its snapshot", s.seq),
+        )
+    })?;
+    let meta = SnapshotMeta {
+        seq: s.seq,
+        term,
+        now: shared.clock.now_ms(),
+    };
+    let bytes = format::encode(&s.service, meta);
+    let size = bytes.len();
+    // Stored before it counts as this master's image (and the log is
+    // compacted behind it).
+    if let (Some(stores), Role::Leader) = (stores, repl.role()) {
+        stores.put(s.seq, &bytes)?;
+        stores.retain(shared.config.snapshot_retention_count)?;
+    }
+    repl.set_image(Image {
+        seq: s.seq,
+        term,
+        bytes,
+    });
+    Ok(Some((s.seq, size, repl.compact(s.seq, previous))))
+}
