@@ -125,7 +125,11 @@ fn stale_files_and_removed_objects_are_deleted_before_the_key_is_written_again()
     assert_eq!(r[0].as_ref().unwrap_err().code, ErrorCode::OBJECT_NOT_FOUND);
     tick(&s, 3000);
     let batch = s.fetch_file_tasks(A, 1000, 3000).unwrap();
-    assert_eq!(batch.removes, std::slice::from_ref(&key), "its file is to be deleted");
+    assert_eq!(
+        batch.removes,
+        std::slice::from_ref(&key),
+        "its file is to be deleted"
+    );
     assert!(
         batch.tasks.iter().all(|t| t.key != key),
         "not written again until the delete is reported"
