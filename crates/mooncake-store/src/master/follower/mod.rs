@@ -218,6 +218,7 @@ impl Run {
                 if let Err(e) = self.send_pull(conn, &mut frame) {
                     tracing::debug!(leader = %f.addr, "pull failed: {e}");
                     f.conn = None;
+                    self.repl.set_connected(false);
                     continue;
                 }
                 f.pulling = true;
@@ -251,6 +252,7 @@ impl Run {
                         Err(e) => {
                             tracing::debug!(leader = %f.addr, "pull failed: {e}");
                             f.conn = None;
+                            self.repl.set_connected(false);
                         }
                     }
                     apply_up_to(&self.shared, &self.repl, target)?;
@@ -276,6 +278,7 @@ impl Run {
                         Err(e) => {
                             tracing::debug!(leader = %f.addr, "snapshot fetch failed: {e}");
                             f.conn = None;
+                            self.repl.set_connected(false);
                         }
                     }
                 }
