@@ -25,8 +25,6 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, LogLimit, Result};
 use parking_lot::{Condvar, Mutex};
 
-use crate::rpc::{serve, LocalState};
-
 /// What the RPC port may cost the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenerLimits {
@@ -58,6 +56,11 @@ pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 const RECHECK: Duration = Duration::from_millis(100);
 /// Stack of a connection thread (the serving loop needs little).
 const CONNECTION_STACK: usize = 512 << 10;
+
+/// Serves one connection until it closes (or the stop check says so),
+/// marking it idle between frames.
+pub(crate) type Serve =
+    dyn Fn(&TcpStream, &IdleMark, &dyn Fn() -> bool) -> std::io::Result<()> + Send + Sync;
 
 /// When a connection went idle: 0 while it handles a frame, else
 /// milliseconds since the listener started, plus one.
@@ -219,9 +222,10 @@ pub(crate) struct RpcServer {
 }
 
 impl RpcServer {
+    /// Serves each admitted connection with `serve` on a thread of its own.
     pub(crate) fn start(
         listener: TcpListener,
-        state: Arc<LocalState>,
+        serve: Arc<Serve>,
         limits: ListenerLimits,
     ) -> Result<RpcServer> {
         let mut wake = listener
@@ -244,7 +248,7 @@ impl RpcServer {
         let s = shared.clone();
         let accept = thread::Builder::new()
             .name("mc-rpc-accept".into())
-            .spawn(move || accept_loop(listener, state, &s))
+            .spawn(move || accept_loop(listener, serve, &s))
             .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
         Ok(RpcServer {
             shared,
@@ -283,7 +287,7 @@ impl Drop for RpcServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, state: Arc<LocalState>, shared: &Arc<Shared>) {
+fn accept_loop(listener: TcpListener, serve: Arc<Serve>, shared: &Arc<Shared>) {
     let stopping = || shared.stop.load(Ordering::Acquire);
     let refusals = LogLimit::new(REFUSAL_LOG_EVERY);
     loop {
@@ -338,13 +342,13 @@ fn accept_loop(listener: TcpListener, state: Arc<LocalState>, shared: &Arc<Share
         let idle = Arc::new(IdleMark::new(shared.epoch));
         let id = t.insert(peer.ip(), idle.clone(), closer);
         drop(t);
-        let (state, s) = (state.clone(), shared.clone());
+        let (serve, s) = (serve.clone(), shared.clone());
         let spawned = thread::Builder::new()
             .name("mc-rpc-conn".into())
             .stack_size(CONNECTION_STACK)
             .spawn(move || {
                 let stop = || s.stop.load(Ordering::Acquire);
-                if let Err(e) = serve(&stream, &state, &idle, &stop) {
+                if let Err(e) = serve(&stream, &idle, &stop) {
                     tracing::debug!("rpc connection closed: {e}");
                 }
                 // The table holds a duplicate of the socket: shut it down so

@@ -17,8 +17,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::config::MasterConfig;
 use crate::proto::Request;
 
-/// Environment variable holding the admin token.
-pub const ADMIN_TOKEN_ENV: &str = "MOONCAKE_ADMIN_TOKEN";
+pub use crate::master_client::ADMIN_TOKEN_ENV;
 
 /// What a connection has proven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
