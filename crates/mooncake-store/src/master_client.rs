@@ -659,7 +659,7 @@ fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
         Some(t) => Some(t),
         None => ClusterToken::from_env()?,
     };
-    let admin = match std::env::var(crate::master::ADMIN_TOKEN_ENV) {
+    let admin = match std::env::var(mooncake_common::auth::ADMIN_TOKEN_ENV) {
         Ok(v) if !v.trim().is_empty() => Some(ClusterToken::new(&v)?),
         _ => None,
     };

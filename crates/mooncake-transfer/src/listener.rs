@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, LogLimit, Result};
 use parking_lot::{Condvar, Mutex};
 
+use crate::idle::IdleMark;
 use crate::rpc::{serve, LocalState};
 
 /// What the RPC port may cost the engine.
@@ -58,40 +59,6 @@ pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 const RECHECK: Duration = Duration::from_millis(100);
 /// Stack of a connection thread (the serving loop needs little).
 const CONNECTION_STACK: usize = 512 << 10;
-
-/// When a connection went idle: 0 while it handles a frame, else
-/// milliseconds since the listener started, plus one.
-pub(crate) struct IdleMark {
-    since: AtomicU64,
-    epoch: Instant,
-}
-
-impl IdleMark {
-    fn new(epoch: Instant) -> IdleMark {
-        IdleMark {
-            since: AtomicU64::new(0),
-            epoch,
-        }
-    }
-
-    /// The connection waits for its peer's next frame.
-    pub(crate) fn idle(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64 + 1;
-        self.since.store(ms, Ordering::Relaxed);
-    }
-
-    /// The connection handles a frame.
-    pub(crate) fn busy(&self) {
-        self.since.store(0, Ordering::Relaxed);
-    }
-
-    fn idle_since(&self) -> Option<u64> {
-        match self.since.load(Ordering::Relaxed) {
-            0 => None,
-            ms => Some(ms),
-        }
-    }
-}
 
 struct Entry<C> {
     peer: IpAddr,

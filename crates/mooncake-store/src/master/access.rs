@@ -12,13 +12,11 @@
 //! or `--allow_force_remove_all`.
 
 use mooncake_common::auth::ClusterToken;
+use mooncake_common::auth::ADMIN_TOKEN_ENV;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::config::MasterConfig;
 use crate::proto::Request;
-
-/// Environment variable holding the admin token.
-pub const ADMIN_TOKEN_ENV: &str = "MOONCAKE_ADMIN_TOKEN";
 
 /// What a connection has proven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
