@@ -25,6 +25,12 @@ impl IdleMark {
         self.since.store(ms, Ordering::Relaxed);
     }
 
+    /// Marks it idle since `ms` (milliseconds since the epoch, plus one).
+    #[cfg(test)]
+    pub(crate) fn idle_at(&self, ms: u64) {
+        self.since.store(ms, Ordering::Relaxed);
+    }
+
     /// The connection handles a frame.
     pub(crate) fn busy(&self) {
         self.since.store(0, Ordering::Relaxed);

@@ -364,7 +364,7 @@ mod tests {
         }
         /// Marks connection `n` idle since `ms`.
         fn idle_at(&self, n: usize, ms: u64) {
-            self.marks[n].since.store(ms, Ordering::Relaxed);
+            self.marks[n].idle_at(ms);
         }
     }
 
