@@ -18,6 +18,8 @@ use crate::{Error, ErrorCode, Result};
 /// Environment variable holding the token itself (every process reads it
 /// when no `--cluster_token_file` flag is given).
 pub const TOKEN_ENV: &str = "MOONCAKE_CLUSTER_TOKEN";
+/// Environment variable holding the admin token (force `RemoveAll`).
+pub const ADMIN_TOKEN_ENV: &str = "MOONCAKE_ADMIN_TOKEN";
 
 /// Longest token accepted: a token must fit one control frame everywhere.
 pub const MAX_TOKEN_LEN: usize = 4096;

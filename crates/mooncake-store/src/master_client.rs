@@ -652,10 +652,6 @@ impl Election {
     }
 }
 
-/// Environment variable holding the admin token (presented by clients,
-/// required by a master for admin calls).
-pub const ADMIN_TOKEN_ENV: &str = "MOONCAKE_ADMIN_TOKEN";
-
 /// The tokens a client presents: `token` or `$MOONCAKE_CLUSTER_TOKEN`,
 /// then `$MOONCAKE_ADMIN_TOKEN`.
 fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
@@ -663,7 +659,7 @@ fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
         Some(t) => Some(t),
         None => ClusterToken::from_env()?,
     };
-    let admin = match std::env::var(ADMIN_TOKEN_ENV) {
+    let admin = match std::env::var(mooncake_common::auth::ADMIN_TOKEN_ENV) {
         Ok(v) if !v.trim().is_empty() => Some(ClusterToken::new(&v)?),
         _ => None,
     };

@@ -28,6 +28,7 @@ mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub mod http_serve;
+mod idle;
 mod listener;
 mod memory;
 pub mod metadata;

@@ -17,13 +17,16 @@
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, LogLimit, Result};
 use parking_lot::{Condvar, Mutex};
+
+use crate::idle::IdleMark;
+use crate::rpc::{serve, LocalState};
 
 /// What the RPC port may cost the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,45 +59,6 @@ pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 const RECHECK: Duration = Duration::from_millis(100);
 /// Stack of a connection thread (the serving loop needs little).
 const CONNECTION_STACK: usize = 512 << 10;
-
-/// Serves one connection until it closes (or the stop check says so),
-/// marking it idle between frames.
-pub(crate) type Serve =
-    dyn Fn(&TcpStream, &IdleMark, &dyn Fn() -> bool) -> std::io::Result<()> + Send + Sync;
-
-/// When a connection went idle: 0 while it handles a frame, else
-/// milliseconds since the listener started, plus one.
-pub(crate) struct IdleMark {
-    since: AtomicU64,
-    epoch: Instant,
-}
-
-impl IdleMark {
-    fn new(epoch: Instant) -> IdleMark {
-        IdleMark {
-            since: AtomicU64::new(0),
-            epoch,
-        }
-    }
-
-    /// The connection waits for its peer's next frame.
-    pub(crate) fn idle(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64 + 1;
-        self.since.store(ms, Ordering::Relaxed);
-    }
-
-    /// The connection handles a frame.
-    pub(crate) fn busy(&self) {
-        self.since.store(0, Ordering::Relaxed);
-    }
-
-    fn idle_since(&self) -> Option<u64> {
-        match self.since.load(Ordering::Relaxed) {
-            0 => None,
-            ms => Some(ms),
-        }
-    }
-}
 
 struct Entry<C> {
     peer: IpAddr,
@@ -222,10 +186,9 @@ pub(crate) struct RpcServer {
 }
 
 impl RpcServer {
-    /// Serves each admitted connection with `serve` on a thread of its own.
     pub(crate) fn start(
         listener: TcpListener,
-        serve: Arc<Serve>,
+        state: Arc<LocalState>,
         limits: ListenerLimits,
     ) -> Result<RpcServer> {
         let mut wake = listener
@@ -248,7 +211,7 @@ impl RpcServer {
         let s = shared.clone();
         let accept = thread::Builder::new()
             .name("mc-rpc-accept".into())
-            .spawn(move || accept_loop(listener, serve, &s))
+            .spawn(move || accept_loop(listener, state, &s))
             .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
         Ok(RpcServer {
             shared,
@@ -287,7 +250,7 @@ impl Drop for RpcServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, serve: Arc<Serve>, shared: &Arc<Shared>) {
+fn accept_loop(listener: TcpListener, state: Arc<LocalState>, shared: &Arc<Shared>) {
     let stopping = || shared.stop.load(Ordering::Acquire);
     let refusals = LogLimit::new(REFUSAL_LOG_EVERY);
     loop {
@@ -342,13 +305,13 @@ fn accept_loop(listener: TcpListener, serve: Arc<Serve>, shared: &Arc<Shared>) {
         let idle = Arc::new(IdleMark::new(shared.epoch));
         let id = t.insert(peer.ip(), idle.clone(), closer);
         drop(t);
-        let (serve, s) = (serve.clone(), shared.clone());
+        let (state, s) = (state.clone(), shared.clone());
         let spawned = thread::Builder::new()
             .name("mc-rpc-conn".into())
             .stack_size(CONNECTION_STACK)
             .spawn(move || {
                 let stop = || s.stop.load(Ordering::Acquire);
-                if let Err(e) = serve(&stream, &idle, &stop) {
+                if let Err(e) = serve(&stream, &state, &idle, &stop) {
                     tracing::debug!("rpc connection closed: {e}");
                 }
                 // The table holds a duplicate of the socket: shut it down so
@@ -401,7 +364,7 @@ mod tests {
         }
         /// Marks connection `n` idle since `ms`.
         fn idle_at(&self, n: usize, ms: u64) {
-            self.marks[n].since.store(ms, Ordering::Relaxed);
+            self.marks[n].idle_at(ms);
         }
     }
 

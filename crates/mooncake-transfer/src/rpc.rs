@@ -16,7 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::conn::{is_timeout, read_header, write_all_parts, write_all_parts_paced, FrameReader};
 use crate::frame::{decode_notify, encode_notify, Header, Kind, HEADER_LEN};
-use crate::listener::IdleMark;
+use crate::idle::IdleMark;
 use crate::memory::{PinGuard, Registry};
 use crate::rawmem;
 use crate::segment::{local_host_id, SegmentDesc};

@@ -12,12 +12,11 @@
 //! or `--allow_force_remove_all`.
 
 use mooncake_common::auth::ClusterToken;
+use mooncake_common::auth::ADMIN_TOKEN_ENV;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::config::MasterConfig;
 use crate::proto::Request;
-
-pub use crate::master_client::ADMIN_TOKEN_ENV;
 
 /// What a connection has proven.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -55,7 +55,6 @@ pub mod snapshot;
 mod status;
 mod tasks;
 
-pub use access::ADMIN_TOKEN_ENV;
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use policy::{AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 pub use run::{run, serve, MasterHandle};

@@ -22,7 +22,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::EngineConfig;
-use crate::listener::{IdleMark, RpcServer, Serve};
+use crate::listener::RpcServer;
 use crate::metadata::{self, rpc_meta_key, segment_key, MetadataStore, MetadataUri};
 use crate::rawmem::SharedRegion;
 use crate::rpc::{self, LocalState};
@@ -200,13 +200,7 @@ impl TransferEngine {
             cluster_token: config.cluster_token.clone(),
             idle_timeout: config.rpc_limits.idle_timeout,
         });
-        let state = local.clone();
-        let serve: Arc<Serve> = Arc::new(
-            move |stream: &std::net::TcpStream, idle: &IdleMark, stop: &dyn Fn() -> bool| {
-                rpc::serve(stream, &state, idle, stop)
-            },
-        );
-        let server = RpcServer::start(listener, serve, config.rpc_limits)?;
+        let server = RpcServer::start(listener, local.clone(), config.rpc_limits)?;
         let connect_timeout = config.transfer_timeout.min(Duration::from_secs(5));
         let inner = Inner {
             shm: ShmTransport::new(!config.force_tcp, crate::segment::local_host_id()),
