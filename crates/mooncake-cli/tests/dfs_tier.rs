@@ -73,8 +73,10 @@ fn files_under(dir: &std::path::Path) -> usize {
 fn two_storage_clients_share_the_tier_and_a_third_client_reads_it() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_str().unwrap().to_string();
-    // The forced RemoveAll at the end is an admin call.
-    let cluster = Cluster::start(&[&format!("--root_fs_dir={root}"), "--allow_force_remove_all"]);
+    let cluster = Cluster::start(&[
+        &format!("--root_fs_dir={root}"),
+        "--allow_force_remove_all=true",
+    ]);
     let _a = cluster.storage(SEGMENT);
     let _b = cluster.storage(SEGMENT);
     let writer = cluster.pure_client();
