@@ -47,14 +47,7 @@ fn mooncake_client_serves_metrics_and_health() {
         format!("--http_port={http_port}"),
     ];
     let (_node, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
-    let dummy_addr = line
-        .split("connect to ")
-        .nth(1)
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let dummy_addr = ready_dummy_addr(&line);
     wait_port(http_port);
     let addr = format!("127.0.0.1:{http_port}");
     assert_eq!(

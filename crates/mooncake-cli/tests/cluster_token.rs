@@ -115,22 +115,8 @@ fn the_cluster_token_guards_every_port() {
         ],
         "mooncake_client ready",
     );
-    let dummy_addr = ready
-        .split("connect to ")
-        .nth(1)
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    let segment = ready
-        .split("segment ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .to_owned();
+    let dummy_addr = ready_dummy_addr(&ready);
+    let segment = ready_segment(&ready);
 
     // Members: a pure client with the token puts and gets through the
     // storage node's segment (master, metadata and engine all check it).

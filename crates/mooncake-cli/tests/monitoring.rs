@@ -85,8 +85,7 @@ fn storage_node(master: &str, metadata: &str, http_port: u16) -> (Proc, String) 
         format!("--http_port={http_port}"),
     ];
     let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
-    let dummy = line.split("connect to ").nth(1).unwrap();
-    (proc, dummy.split(';').next().unwrap().to_owned())
+    (proc, ready_dummy_addr(&line))
 }
 
 /// Puts, gets (one of them of a missing key) and exists until `stop`.

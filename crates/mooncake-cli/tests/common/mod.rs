@@ -94,23 +94,8 @@ impl Cluster {
             format!("--global_segment_size={segment_size}"),
         ];
         let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
-        // "mooncake_client ready: dummy clients connect to ADDR; segment NAME (SIZE)"
-        let dummy_addr = line
-            .split("connect to ")
-            .nth(1)
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let segment = line
-            .split("segment ")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .to_owned();
+        let dummy_addr = ready_dummy_addr(&line);
+        let segment = ready_segment(&line);
         Storage {
             proc,
             segment,
@@ -186,4 +171,23 @@ pub fn metric(http_addr: &str, name: &str) -> f64 {
         .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
         .find_map(|v| v.trim().parse().ok())
         .unwrap_or(0.0)
+}
+
+/// The dummy-service address in `mooncake_client`'s ready line
+/// ("mooncake_client ready: dummy clients connect to ADDR; segment NAME (SIZE)").
+pub fn ready_dummy_addr(line: &str) -> String {
+    let rest = line
+        .split("connect to ")
+        .nth(1)
+        .expect("no dummy address in the ready line");
+    rest.split(';').next().unwrap().to_owned()
+}
+
+/// The segment name in `mooncake_client`'s ready line.
+pub fn ready_segment(line: &str) -> String {
+    let rest = line
+        .split("segment ")
+        .nth(1)
+        .expect("no segment in the ready line");
+    rest.split(' ').next().unwrap().to_owned()
 }
