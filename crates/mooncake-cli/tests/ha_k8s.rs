@@ -621,6 +621,46 @@ fn a_client_waits_for_a_leader_while_none_holds_the_lease() {
     assert!(!client.exist_key("x").unwrap());
 }
 
+/// The holder the Lease names may not listen yet (it won a moment ago):
+/// a client setting up keeps trying it instead of failing at once.
+#[test]
+fn a_client_waits_for_the_holder_to_listen() {
+    let api = shared_api();
+    let lease = "not-yet";
+    let port = free_port();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let held = rt
+        .block_on(
+            api.election(lease, Timings::default())
+                .campaign_with_term(&format!("127.0.0.1:{port}")),
+        )
+        .unwrap();
+    let addr = format!("k8s://{NS}/{lease}");
+    let waiting = std::thread::spawn(move || MasterClient::connect(&addr));
+    std::thread::sleep(Duration::from_millis(1500));
+    // The holder starts listening (a plain master on the port it named).
+    let _m = Proc(
+        Command::new(MASTER)
+            .args([
+                &format!("--rpc_port={port}"),
+                "--rpc_address=127.0.0.1",
+                "--metrics_port=0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let client = waiting.join().unwrap().expect("found once it listens");
+    assert!(!client.exist_key("x").unwrap());
+    drop(held);
+    rt.shutdown_background();
+}
+
 /// The replication record on the Lease: its term and how many standbys
 /// it names.
 fn recorded(api: &Api, lease: &str) -> Option<(i64, usize)> {

@@ -145,7 +145,7 @@ impl MasterClient {
             drop_idle_on_failure: true,
         };
         let pool = Pool::new(target, opts);
-        let conn = pool.open()?;
+        let conn = open_first(&pool, connect_timeout)?;
         pool.put_idle(conn);
         Ok(MasterClient {
             pool: Arc::new(pool),
@@ -594,6 +594,30 @@ const LEADERLESS_POLL: Duration = Duration::from_millis(500);
 /// A failed lookup (no leader yet, during a failover) is reused only this
 /// long, so that a new leader is found within a few of these.
 const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
+
+/// How often the first connection to an HA master is tried again.
+const FIRST_CONNECT_RETRY: Duration = Duration::from_millis(100);
+
+/// The first connection. In HA mode the leader the election names may not
+/// listen yet (it won a moment ago) or any more (it just died, and its
+/// lease has not run out): until `wait` is over, that is tried again, each
+/// time after a fresh lookup.
+fn open_first(pool: &Pool<MasterAddr>, wait: Duration) -> Result<Connection> {
+    let deadline = Instant::now() + wait;
+    let ha = pool.connector().election.is_some();
+    loop {
+        match pool.open() {
+            Err(e)
+                if ha
+                    && e.code == ErrorCode::RPC_FAIL
+                    && Instant::now() + FIRST_CONNECT_RETRY < deadline =>
+            {
+                std::thread::sleep(FIRST_CONNECT_RETRY)
+            }
+            opened => return opened,
+        }
+    }
+}
 
 /// HA mode: the cluster whose leader is the master, and where it is found.
 struct Election {
