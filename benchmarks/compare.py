@@ -18,13 +18,13 @@ system is driven identically:
    driver's interpreter): plain SET/GET of the same value sizes.
 
 Prints a table of ours/reference ratios per case (the first `--system` is the
-baseline), writes `compare.json`, `compare.md` and a PNG chart of throughput by
-value size to `--out`. Example (reference only, then both):
+baseline), writes `compare.json`, `compare.md` and `compare.svg` (throughput by value
+size, the Transfer Engine and the trace replay, drawn by `chart.py`) to `--out`. Example (reference only, then both):
 
     python benchmarks/compare.py --system reference=/work/refvenv --out bench_out
     python benchmarks/compare.py --system reference=/work/refvenv --system ours=.venv --out bench_out
 
-The driver's interpreter needs `matplotlib` and `redis` (see `--tools-venv`).
+The driver's interpreter needs `redis` and `numpy` (see `--tools-venv`).
 """
 
 from __future__ import annotations
@@ -428,50 +428,45 @@ def build_table(results: dict, names: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def chart(results: dict, names: list[str], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def chart(results: dict, names: list[str], path: Path) -> Path | None:
+    """Store GB/s by value size for each run (both systems, redis where it applies), the
+    Transfer Engine's GB/s and the trace replay, as one SVG (`chart.py`)."""
+    import chart as svg
 
     per = {n: store_rows(results["systems"][n]) for n in names if "store" in results["systems"][n]}
     runs = sorted({k[0] for rows in per.values() for k in rows})
-    if not runs:
-        return
-    from matplotlib.ticker import FuncFormatter
-
-    ncols = min(2, len(runs))
-    nrows = (len(runs) + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(6 * ncols, 4.2 * nrows), squeeze=False)
     sizes = sorted({k[2] for rows in per.values() for k in rows})
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for ax in axes.flat[len(runs):]:
-        ax.set_visible(False)
-    for ax, run in zip(axes.flat, runs):
-        for ci, n in enumerate(names):
-            for op, style in (("get", "-"), ("put", "--")):
+    panels = []
+    for run in runs:
+        series = {}
+        for n in names:
+            for op in ("get", "put"):
                 ys = [per.get(n, {}).get((run, op, s), {}).get("gb_s") for s in sizes]
                 if any(ys):
-                    ax.plot(sizes, ys, style, marker="o", color=colors[ci % len(colors)], label=f"{n} {op}")
+                    series[f"{n} {op}"] = ys
         if results.get("redis") and run.endswith("/default"):
-            for op, style in (("get", "-"), ("put", "--")):
-                ys = [next((r["gb_s"] for r in results["redis"] if r["op"] == op and r["size"] == s), None)
-                      for s in sizes]
-                ax.plot(sizes, ys, style, marker="x", color="grey", label=f"redis {op}")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-        ax.set_xticks(sizes)
-        ax.set_xticklabels([fmt_size(s) for s in sizes])
-        ax.set_title(run)
-        ax.set_xlabel("value size")
-        ax.set_ylabel("GB/s (single-threaded Python client)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("Mooncake Store throughput by value size")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+            for op in ("get", "put"):
+                series[f"redis {op}"] = [next((r["gb_s"] for r in results["redis"]
+                                               if r["op"] == op and r["size"] == s), None) for s in sizes]
+        panels.append(svg.lines(run, "GB/s (single-threaded Python client)", [fmt_size(s) for s in sizes],
+                                series, log_y=True))
+    te = [(n, part) for n in names for part in ("te", "te_tcp") if results["systems"][n].get(part)]
+    if te:
+        cases = [(op, block) for op in ("read", "write") for block in (64 * KiB, MiB)]
+        series = {f"{n}{' forced TCP' if part == 'te_tcp' else ''}":
+                  [next((r["gb_s"] for r in results["systems"][n][part]
+                         if r["op"] == op and r["block_size"] == block), None) for op, block in cases]
+                  for n, part in te}
+        panels.append(svg.grouped_bars("transfer_engine_bench --protocol=tcp", "GB/s",
+                                       [f"{op} {fmt_size(b)}" for op, b in cases], series))
+    trace = [r for n in names for r in results["systems"][n].get("trace", [])]
+    if trace:
+        import trace_replay
+
+        panels += trace_replay.charts(trace)
+    if not panels:
+        return None
+    return svg.write(path, panels, title="Mooncake Store: ours and the reference", columns=2)
 
 
 def machine() -> dict:
@@ -571,10 +566,9 @@ def main() -> int:
     names = [s.name for s in systems]
     table = build_table(results, names)
     (out / "compare.md").write_text(table)
-    try:
-        chart(results, names, out / "throughput.png")
-    except ImportError as e:
-        log(f"no chart: {e}")
+    drawn = chart(results, names, out / "compare.svg")
+    if drawn:
+        log(f"chart: {drawn}")
     print(table)
     log(f"results in {out}")
     return 0

@@ -84,6 +84,18 @@ def run(args) -> dict:
     return out
 
 
+def draw(out: dict, path) -> object:
+    """GB/s of each op, first fill against warm, with the memcpy ceiling in the title."""
+    import chart
+
+    ops = ["put", "put_from", "get", "get_into"]
+    series = {phase: [out[phase].get(op) for op in ops] for phase in ("first", "warm") if phase in out}
+    size = f"{out['size'] >> 20} MiB" if out["size"] % MiB == 0 else f"{out['size']} B"
+    title = (f"{out['count']} x {size} after setup (delay {out.get('delay', 0):g} s); "
+             f"memcpy {out['memcpy_gb_s']:.2f} GB/s")
+    return chart.write(path, [chart.grouped_bars(title, "GB/s", ops, series)])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--master", required=True)
@@ -94,13 +106,21 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=512, help="values per phase (half put, half put_from)")
     ap.add_argument("--delay", type=float, default=0.0, help="seconds between setup and the first put")
     ap.add_argument("--json")
+    ap.add_argument("--chart", help="draw the GB/s here as SVG (default: next to --json)")
     args = ap.parse_args()
     out = run(args)
+    out["delay"] = args.delay
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     else:
         print(json.dumps(out))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import chart
+
+    path = chart.path_for(args.chart, args.json)
+    if path:
+        print(f"chart: {draw(out, path)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

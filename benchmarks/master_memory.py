@@ -26,7 +26,17 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import chart  # noqa: E402
 import mcproc  # noqa: E402
+
+
+def draw(report: dict, path: Path) -> Path:
+    """The master's RSS before and after the fill, and per object."""
+    mib = 1 << 20
+    rss = [("before", report["master_rss_before"] / mib), ("after", report["master_rss_after"] / mib)]
+    per = [("per object", report["rss_bytes_per_object"])]
+    title = f"master RSS, {report['objects_requested']} objects of {report['object_size']} B"
+    return chart.write(path, [chart.bars(title, "MiB", rss), chart.bars("RSS per object", "bytes", per)])
 
 
 def rss_bytes(pid: int) -> int:
@@ -42,6 +52,7 @@ def main() -> int:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--json")
+    ap.add_argument("--chart", help="draw the master's RSS here as SVG (default: next to --json)")
     args = ap.parse_args()
     from mooncake.store import MooncakeDistributedStore
 
@@ -89,6 +100,9 @@ def main() -> int:
     text = json.dumps(report, indent=1)
     if args.json:
         Path(args.json).write_text(text + "\n")
+    path = chart.path_for(args.chart, args.json)
+    if path:
+        print(f"chart: {draw(report, path)}", file=sys.stderr)
     print(text)
     sys.stdout.flush()
     os._exit(0)

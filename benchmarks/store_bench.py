@@ -38,6 +38,7 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -70,6 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--ops", default="put,get,put_batch,get_batch,put_from,get_into")
     ap.add_argument("--label", default="")
     ap.add_argument("--json", help="write results here (default: stdout)")
+    ap.add_argument("--chart", help="draw GB/s and p50 by op and size here as SVG (default: next to --json)")
     return ap.parse_args(argv)
 
 
@@ -308,6 +310,36 @@ class Bench:
         }
 
 
+def chart_path(args: argparse.Namespace) -> Path | None:
+    import chart
+
+    return chart.path_for(args.chart, args.json)
+
+
+def draw(report: dict, path: Path) -> Path:
+    """GB/s and p50 of every op, grouped by value size."""
+    import chart
+
+    results = report["results"]
+    ops = list(dict.fromkeys(r["op"] for r in results))
+    sizes = sorted({r["size"] for r in results})
+    by = {(r["op"], r["size"]): r for r in results}
+
+    def series(field: str) -> dict:
+        return {op: [by[(op, s)][field] if (op, s) in by else None for s in sizes] for op in ops}
+
+    groups = [size_label(s) for s in sizes]
+    mode = "forced TCP" if report.get("force_tcp") else "default"
+    name = f"{report.get('label') or 'store_bench'}, {report['topology']}, {mode}"
+    return chart.write(path, [chart.grouped_bars("throughput", "GB/s", groups, series("gb_s")),
+                              chart.grouped_bars("p50 latency per call", "µs", groups, series("p50_us"))],
+                       title=name)
+
+
+def size_label(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= MiB and n % MiB == 0 else f"{n >> 10} KiB" if n % 1024 == 0 else f"{n} B"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.force_tcp:
@@ -324,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     else:
         print(text)
+    path = chart_path(args)
+    if path:
+        print(f"chart: {draw(report, path)}", file=sys.stderr)
     sys.stdout.flush()
     os._exit(0)  # the reference's close()/atexit can take seconds; results are written
 

@@ -133,6 +133,18 @@ def dd_rates(directory: Path) -> dict:
     return dict(dd_direct_write_mb_s=w, dd_direct_read_mb_s=r)
 
 
+def draw(result: dict, path: Path) -> Path:
+    """Keys acknowledged, read back, missing, wrong; put and get MB/s."""
+    import chart
+
+    keys = [(k, result.get(k)) for k in ("acked", "read_ok", "missing", "wrong", "rejected_200")]
+    if "restart" in result:
+        keys.append((f"recovered after {result['restart']['how']}", result["restart"].get("recovered")))
+    rates = [("put", result.get("put_mb_s")), ("get", result.get("get_mb_s"))]
+    title = f"{result['system']}, {result['mode']}: keys of {result['keys']}"
+    return chart.write(path, [chart.bars(title, "keys", keys), chart.bars("rates", "MB/s", rates)])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv", required=True, help="venv holding mooncake_master, mooncake_client, python")
@@ -152,6 +164,7 @@ def main() -> int:
                          "the same directory at once and time the first readable key")
     ap.add_argument("--restart-wait", type=float, default=60.0)
     ap.add_argument("--dd", action="store_true", help="also measure dd O_DIRECT in the tier directory")
+    ap.add_argument("--chart", help="draw the key counts and rates here as SVG")
     args = ap.parse_args()
 
     # A SIGTERM (e.g. from `timeout`) still stops the processes we started.
@@ -210,6 +223,8 @@ def main() -> int:
         if args.dd:
             result.update(dd_rates(tier_dir))
         print(json.dumps(result))
+        if args.chart:
+            print(f"chart: {draw(result, Path(args.chart))}", file=sys.stderr)
     finally:
         storage.stop()
         master.stop()

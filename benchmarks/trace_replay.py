@@ -220,11 +220,34 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tier-mib", type=int, default=192)
     p.add_argument("--verify", action="store_true", help="check every block read byte-exact")
     p.add_argument("--timeout", type=float, default=3600.0)
+    p.add_argument("--chart", help="draw the hit rates and lookup latency here as SVG")
     return p.parse_args(argv)
 
 
+def charts(results: list[dict]) -> list:
+    """Hit rate against the ideal LRU's, and lookup latency, per run (system and tier)."""
+    import chart
+
+    runs = [f"{r['system']} {'memory' if r['tier'] == 'none' else 'memory + SSD'}" for r in results]
+    hits = {"hit rate": [100 * r["hit_rate"] for r in results],
+            "ideal LRU": [100 * r["ideal_lru_hit_rate"] for r in results]}
+    lookup = {q: [r["lookup_ms"].get(q) for r in results] for q in ("p50", "p90", "p99")}
+    return [chart.grouped_bars("trace replay: block hit rate", "%", runs, hits),
+            chart.grouped_bars("trace replay: lookup latency", "ms", runs, lookup)]
+
+
+def draw(results: list[dict], path: str | Path) -> Path:
+    import chart
+
+    return chart.write(path, charts(results), title=f"trace replay, {results[0]['requests']} requests")
+
+
 def main(argv: list[str] | None = None) -> int:
-    print(json.dumps(run(parse(argv))))
+    args = parse(argv)
+    r = run(args)
+    print(json.dumps(r))
+    if args.chart:
+        print(f"chart: {draw([r], args.chart)}", file=sys.stderr)
     return 0
 
 
