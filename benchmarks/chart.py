@@ -44,8 +44,8 @@ class Chart:
 
 def fmt(v: float) -> str:
     """A value as a label: 3 significant digits, no exponent for usual ranges."""
-    if v == 0:
-        return "0"
+    if v == int(v) and abs(v) < 1e15:
+        return f"{int(v):,}" if abs(v) >= 10000 else str(int(v))
     a = abs(v)
     if a >= 1000:
         return f"{v:,.0f}"

@@ -33,7 +33,7 @@ def by_class(root: ET.Element, tag: str, cls: str) -> list[ET.Element]:
 
 
 def test_bar_lengths_are_proportional_and_labelled(tmp_path):
-    rows = [("put 4 KiB", 2.0), ("get <4 KiB> & co", 1.0), ("zero", 0.0), ("missing", None)]
+    rows = [("put 4 KiB", 2.5), ("get <4 KiB> & co", 1.25), ("zero", 0.0), ("missing", None)]
     root = parse(chart.write(tmp_path / "b.svg", [chart.bars("Throughput", "GB/s", rows)]))
     rects = by_class(root, "rect", "bar")
     assert [r.get("data-label") for r in rects] == ["put 4 KiB", "get <4 KiB> & co", "zero"]
@@ -45,7 +45,7 @@ def test_bar_lengths_are_proportional_and_labelled(tmp_path):
     assert "Throughput (GB/s)" in shown
     for label, _ in rows:
         assert label in shown
-    assert "2.00" in shown and "1.00" in shown and "n/a" in shown
+    assert "2.50" in shown and "1.25" in shown and "0" in shown and "n/a" in shown
 
 
 def test_grouped_bar_heights_are_proportional(tmp_path):
