@@ -304,9 +304,7 @@ fn compare(args: &CompareArgs) -> Result<(), String> {
     run(&mut cmd, &format!("running {shown}"), None)?;
     if args.update_docs {
         update_docs(&repo, &out, &command_line(args))?;
-        eprintln!(
-            "[mooncake-bench] updated docs/benchmarks.md and {CHART_IN_DOCS}"
-        );
+        eprintln!("[mooncake-bench] updated docs/benchmarks.md and {CHART_IN_DOCS}");
     }
     Ok(())
 }

@@ -59,22 +59,32 @@ pub struct DurabilityReport {
     pub snapshot: SnapshotBench,
 }
 
-pub fn run(puts: usize, objects: usize) -> Result<DurabilityReport> {
+/// Runs the benchmark; `progress` sees each step as it ends.
+pub fn run(
+    puts: usize,
+    objects: usize,
+    mut progress: impl FnMut(String),
+) -> Result<DurabilityReport> {
     let dir = cluster::work_dir()?;
     let wal = dir.join("wal-bench");
     let _ = std::fs::remove_dir_all(&wal);
-    let rows = vec![
-        put_latency("put 4 KiB, no log", &[], puts)?,
-        put_latency(
-            "put 4 KiB, write-ahead log (fdatasync)",
-            &[
-                "--enable_oplog=true".into(),
-                format!("--wal_dir={}", wal.display()),
-            ],
-            puts,
-        )?,
+    let logged = [
+        "--enable_oplog=true".into(),
+        format!("--wal_dir={}", wal.display()),
     ];
-    let snapshot = snap::run(objects, &dir.join("snapshot-bench"))?;
+    let mut rows = Vec::new();
+    for (case, flags) in [
+        ("put 4 KiB, no log", &[][..]),
+        ("put 4 KiB, write-ahead log (fdatasync)", &logged[..]),
+    ] {
+        let row = put_latency(case, flags, puts)?;
+        progress(format!(
+            "{case}: {} puts, p50 {:.1} µs, p99 {:.1} µs",
+            row.summary.n, row.summary.p50_us, row.summary.p99_us
+        ));
+        rows.push(row);
+    }
+    let snapshot = snap::run(objects, &dir.join("snapshot-bench"), &mut progress)?;
     let _ = std::fs::remove_dir_all(dir.join("snapshot-bench"));
     Ok(DurabilityReport {
         puts: rows,
@@ -86,6 +96,8 @@ fn ms(d: std::time::Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
 }
 
+/// Where `--update-docs` draws the chart (the section links it).
+pub const CHART_IN_DOCS: &str = "docs/img/durability.svg";
 const DOC_BEGIN: &str = "<!-- mooncake-bench durability: begin -->";
 const DOC_END: &str = "<!-- mooncake-bench durability: end -->";
 
@@ -98,7 +110,8 @@ pub fn update_docs(
     let path = repo.join("docs/benchmarks.md");
     let doc = std::fs::read_to_string(&path).unwrap_or_default();
     let block = format!(
-        "{DOC_BEGIN}\nCommand:\n\n    {command}\n\n{}\n{DOC_END}",
+        "{DOC_BEGIN}\nCommand:\n\n    {command}\n\n{}\n\n\
+         ![Put latency with and without the log; snapshot and restore times](img/durability.svg)\n{DOC_END}",
         section.trim_end()
     );
     let doc = match (doc.find(DOC_BEGIN), doc.find(DOC_END)) {
@@ -109,6 +122,33 @@ pub fn update_docs(
         ),
     };
     std::fs::write(&path, doc).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Put latency with and without the log, and the snapshot path's times, drawn.
+pub fn charts(r: &DurabilityReport) -> Vec<crate::svg::Bars> {
+    let put = |f: fn(&Summary) -> f64| {
+        r.puts
+            .iter()
+            .map(|p| (p.case.to_string(), f(&p.summary)))
+            .collect()
+    };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let s = &r.snapshot;
+    let total =
+        |x: &mooncake_store::master::snapshot::SnapshotReport| ms(x.apply + x.encode + x.store);
+    vec![
+        crate::svg::Bars::new("master put p50", "µs", put(|s| s.p50_us)),
+        crate::svg::Bars::new("master put p99", "µs", put(|s| s.p99_us)),
+        crate::svg::Bars::new(
+            format!("snapshot path, {} objects", s.objects),
+            "ms",
+            vec![
+                ("first snapshot".into(), total(&s.first)),
+                ("later snapshot".into(), total(&s.second)),
+                ("restore".into(), ms(s.restore)),
+            ],
+        ),
+    ]
 }
 
 /// Markdown tables of a report.

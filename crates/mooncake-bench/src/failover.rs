@@ -226,6 +226,20 @@ fn metadata_server(dir: &Path) -> Result<(cluster::Proc, String)> {
 }
 
 /// Median, min and max per kind of stop, as a Markdown table.
+/// Each round's time to the first put through the new leader, drawn.
+pub fn charts(rounds: &[Round]) -> Vec<crate::svg::Bars> {
+    let rows = rounds
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (format!("{} #{}", r.stop.name(), i + 1), r.first_put_s))
+        .collect();
+    vec![crate::svg::Bars::new(
+        "Leader stopped: time to the first put",
+        "s",
+        rows,
+    )]
+}
+
 pub fn render(rounds: &[Round]) -> String {
     let mut rows = Vec::new();
     for stop in [Stop::Kill9, Stop::Sigterm] {

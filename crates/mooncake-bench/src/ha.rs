@@ -188,7 +188,12 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str) -> Result<Summary> {
     Ok(stats::summarize(&mut lat, 4096, 1))
 }
 
-pub fn run(cfg: &HaBenchConfig) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
+/// Runs the benchmark; `progress` sees each put setup and each failover
+/// as it ends.
+pub fn run(
+    cfg: &HaBenchConfig,
+    mut progress: impl FnMut(String),
+) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
     let (_meta, metadata) = metadata_server()?;
     let mut puts = Vec::new();
 
@@ -206,6 +211,7 @@ pub fn run(cfg: &HaBenchConfig) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
         setup: "1 master",
         summary: put_phase(&c, cfg.seconds, "plain")?,
     });
+    progress(put_line(&puts[0]));
     drop(c);
     drop(plain_master);
 
@@ -218,22 +224,30 @@ pub fn run(cfg: &HaBenchConfig) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
         setup: "3 masters, replicated",
         summary: put_phase(&c, cfg.seconds, "ha")?,
     });
+    progress(put_line(&puts[1]));
 
     let mut failovers = Vec::new();
     for (signal, signo) in [("kill -9", libc::SIGKILL), ("SIGTERM", libc::SIGTERM)] {
         for run in 0..cfg.runs {
-            failovers.push(failover(
-                &c,
-                &mut masters,
-                &cfg.etcd,
-                &cluster,
-                signal,
-                signo,
-                run,
-            )?);
+            let f = failover(&c, &mut masters, &cfg.etcd, &cluster, signal, signo, run)?;
+            progress(format!(
+                "{signal} {}/{}: first put after {:.0} ms, first get after {:.0} ms",
+                run + 1,
+                cfg.runs,
+                f.first_put.as_secs_f64() * 1e3,
+                f.first_get.as_secs_f64() * 1e3
+            ));
+            failovers.push(f);
         }
     }
     Ok((puts, failovers))
+}
+
+fn put_line(r: &PutRow) -> String {
+    format!(
+        "{}: {} puts, p50 {:.1} µs, p99 {:.1} µs",
+        r.setup, r.summary.n, r.summary.p50_us, r.summary.p99_us
+    )
 }
 
 /// Signals the leader and times the first good put and get after it; the
@@ -288,6 +302,41 @@ fn failover(
         first_put: first_put.unwrap_or_default(),
         first_get: first_get.unwrap_or_default(),
     })
+}
+
+/// Put latency per setup and each failover's times, drawn.
+pub fn charts(puts: &[PutRow], failovers: &[FailoverRow]) -> Vec<crate::svg::Bars> {
+    let put = |f: fn(&Summary) -> f64| {
+        puts.iter()
+            .map(|r| (r.setup.to_string(), f(&r.summary)))
+            .collect()
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let failover = failovers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, f)| {
+            [
+                (
+                    format!("{} #{} first put", f.signal, i + 1),
+                    ms(f.first_put),
+                ),
+                (
+                    format!("{} #{} first get", f.signal, i + 1),
+                    ms(f.first_get),
+                ),
+            ]
+        })
+        .collect();
+    vec![
+        crate::svg::Bars::new("4 KiB put p50", "µs", put(|s| s.p50_us)),
+        crate::svg::Bars::new("4 KiB put p99", "µs", put(|s| s.p99_us)),
+        crate::svg::Bars::new(
+            "Leader stopped: time to the first put and get",
+            "ms",
+            failover,
+        ),
+    ]
 }
 
 pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {

@@ -29,6 +29,7 @@ mod memory;
 mod rpc;
 mod stats;
 mod store;
+mod svg;
 
 use std::path::PathBuf;
 
@@ -87,6 +88,9 @@ pub(crate) struct HaArgs {
     /// Failovers per signal.
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
+    /// Draw the results here as SVG.
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -98,9 +102,13 @@ pub(crate) struct DurabilityArgs {
     /// Objects in the snapshot measurements.
     #[arg(long, default_value_t = 1_000_000)]
     pub(crate) objects: usize,
-    /// Write the tables into docs/benchmarks.md (run inside the repository).
+    /// Write the tables into docs/benchmarks.md and the chart to
+    /// docs/img/durability.svg (run inside the repository).
     #[arg(long)]
     pub(crate) update_docs: bool,
+    /// Draw the results here as SVG.
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -139,6 +147,9 @@ pub(crate) struct StoreArgs {
     /// Also write the results here as JSON.
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// Draw the results here as SVG (default: next to `--json`, as `.svg`).
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -149,6 +160,9 @@ pub(crate) struct RpcArgs {
     /// Client threads calling at once.
     #[arg(long, default_value_t = 1)]
     pub(crate) threads: usize,
+    /// Draw the results here as SVG.
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -156,6 +170,9 @@ pub(crate) struct RpcArgs {
 pub(crate) struct BaselineArgs {
     #[arg(long, default_value_t = 20000)]
     pub(crate) iters: usize,
+    /// Draw the results here as SVG.
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -169,6 +186,9 @@ pub(crate) struct MemoryArgs {
     pub(crate) batch: usize,
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// Draw the results here as SVG (default: next to `--json`, as `.svg`).
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -179,6 +199,9 @@ pub(crate) struct FailoverArgs {
     pub(crate) rounds: usize,
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
+    /// Draw the results here as SVG (default: next to `--json`, as `.svg`).
+    #[arg(long)]
+    pub(crate) chart: Option<PathBuf>,
 }
 
 /// Runs `mooncake-bench` with `argv` (argv[0] = program name); returns
@@ -230,6 +253,22 @@ fn list<T>(s: &str, parse: impl Fn(&str) -> mooncake_common::Result<T>) -> Resul
 fn emit(text: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "{text}");
+}
+
+/// Writes `charts` as SVG to `path` when there is one.
+fn draw(path: Option<PathBuf>, charts: &[svg::Bars]) -> Result<(), String> {
+    if let Some(p) = path {
+        svg::write(&p, charts)?;
+        eprintln!("[mooncake-bench] chart: {}", p.display());
+    }
+    Ok(())
+}
+
+/// Prints `charts` in text.
+fn emit_charts(charts: &[svg::Bars]) {
+    for c in charts {
+        emit(&c.text());
+    }
 }
 
 fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(), String> {
@@ -291,8 +330,10 @@ fn run_store(a: StoreArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     emit(&store::render(&results));
-    emit(&store::chart(&results));
-    write_json(&a.json, &results)
+    let charts = store::charts(&results);
+    emit_charts(&charts);
+    write_json(&a.json, &results)?;
+    draw(svg::path_for(&a.chart, &a.json), &charts)
 }
 
 fn run_ha(a: HaArgs) -> Result<(), String> {
@@ -301,16 +342,18 @@ fn run_ha(a: HaArgs) -> Result<(), String> {
         seconds: a.seconds,
         runs: a.runs.max(1),
     };
-    let (puts, failovers) = ha::run(&cfg).map_err(|e| e.to_string())?;
+    let (puts, failovers) =
+        ha::run(&cfg, |line| eprintln!("  {line}")).map_err(|e| e.to_string())?;
     emit(&ha::render(&puts, &failovers));
-    Ok(())
+    draw(a.chart, &ha::charts(&puts, &failovers))
 }
 
 fn run_rpc(a: RpcArgs) -> Result<(), String> {
     let r = rpc::run(a.calls.max(1), a.threads.max(1)).map_err(|e| e.to_string())?;
     emit(&rpc::render(&r));
-    emit(&rpc::chart(&r));
-    Ok(())
+    let charts = rpc::charts(&r);
+    emit_charts(&charts);
+    draw(a.chart, &charts)
 }
 
 fn run_baseline(a: BaselineArgs) -> Result<(), String> {
@@ -371,13 +414,12 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
         ]);
     }
     emit(&stats::table(&["case", "p50 µs", "p99 µs", "GB/s"], &rows));
-    emit(&stats::bars(
-        "Loopback TCP round trip (p50)",
-        "µs",
-        &latency,
-    ));
-    emit(&stats::bars("memcpy bandwidth", "GB/s", &bandwidth));
-    Ok(())
+    let charts = [
+        svg::Bars::new("Loopback TCP round trip (p50)", "µs", latency),
+        svg::Bars::new("memcpy bandwidth", "GB/s", bandwidth),
+    ];
+    emit_charts(&charts);
+    draw(a.chart, &charts)
 }
 
 fn run_memory(a: MemoryArgs) -> Result<(), String> {
@@ -387,7 +429,8 @@ fn run_memory(a: MemoryArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
-    write_json(&a.json, &r)
+    write_json(&a.json, &r)?;
+    draw(svg::path_for(&a.chart, &a.json), &memory::charts(&r))
 }
 
 fn run_failover(a: FailoverArgs) -> Result<(), String> {
@@ -396,13 +439,19 @@ fn run_failover(a: FailoverArgs) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     emit(&failover::render(&rounds));
-    write_json(&a.json, &rounds)
+    write_json(&a.json, &rounds)?;
+    draw(svg::path_for(&a.chart, &a.json), &failover::charts(&rounds))
 }
 
 fn run_durability(a: DurabilityArgs) -> Result<(), String> {
-    let r = durability::run(a.puts.max(100), a.objects.max(1)).map_err(|e| e.to_string())?;
+    let r = durability::run(a.puts.max(100), a.objects.max(1), |line| {
+        eprintln!("  {line}")
+    })
+    .map_err(|e| e.to_string())?;
     let text = durability::render(&r);
     emit(&text);
+    let charts = durability::charts(&r);
+    draw(a.chart, &charts)?;
     if a.update_docs {
         let cwd = std::env::current_dir().map_err(|e| e.to_string())?;
         let repo = compare::find_repo(&cwd).ok_or("run inside the mooncake-rs repository")?;
@@ -410,8 +459,12 @@ fn run_durability(a: DurabilityArgs) -> Result<(), String> {
             "mooncake-bench durability --puts {} --objects {} --update-docs",
             a.puts, a.objects
         );
+        svg::write(&repo.join(durability::CHART_IN_DOCS), &charts)?;
         durability::update_docs(&repo, &text, &command)?;
-        eprintln!("[mooncake-bench] updated docs/benchmarks.md (durability)");
+        eprintln!(
+            "[mooncake-bench] updated docs/benchmarks.md (durability) and {}",
+            durability::CHART_IN_DOCS
+        );
     }
     Ok(())
 }

@@ -25,6 +25,26 @@ pub struct MemoryReport {
     pub segment_bytes: u64,
 }
 
+/// The master's RSS before and after the fill, and per object, drawn.
+pub fn charts(r: &MemoryReport) -> Vec<crate::svg::Bars> {
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    vec![
+        crate::svg::Bars::new(
+            format!("master RSS, {} objects of {} B", r.objects, r.object_size),
+            "MiB",
+            vec![
+                ("before".into(), mib(r.master_rss_before)),
+                ("after".into(), mib(r.master_rss_after)),
+            ],
+        ),
+        crate::svg::Bars::new(
+            "RSS per object",
+            "bytes",
+            vec![("per object".into(), r.rss_bytes_per_object)],
+        ),
+    ]
+}
+
 /// Fills a fresh master with `objects` objects of `size` bytes, `batch` per call.
 pub fn run(
     objects: usize,

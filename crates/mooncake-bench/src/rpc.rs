@@ -90,13 +90,18 @@ pub fn run(calls: usize, threads: usize) -> Result<Vec<RpcResult>> {
     Ok(out)
 }
 
-/// Calls per second per case, drawn.
-pub fn chart(results: &[RpcResult]) -> String {
-    let rows: Vec<(String, f64)> = results
-        .iter()
-        .map(|r| (format!("{} x{}", r.call, r.threads), r.total_ops_s))
-        .collect();
-    stats::bars("Master round trips", "calls/s", &rows)
+/// Calls per second and p50 per case, drawn.
+pub fn charts(results: &[RpcResult]) -> Vec<crate::svg::Bars> {
+    let rows = |f: fn(&RpcResult) -> f64| {
+        results
+            .iter()
+            .map(|r| (format!("{} x{}", r.call, r.threads), f(r)))
+            .collect()
+    };
+    vec![
+        crate::svg::Bars::new("Master round trips", "calls/s", rows(|r| r.total_ops_s)),
+        crate::svg::Bars::new("Round trip p50", "µs", rows(|r| r.summary.p50_us)),
+    ]
 }
 
 pub fn render(results: &[RpcResult]) -> String {

@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::cluster::{self, Master, Proc};
 use crate::stats::{self, summarize, Summary};
+use crate::svg::Bars;
 
 /// Distinct value per key: key `i` holds the pattern at `(i * STRIDE) % WINDOW`.
 const STRIDE: usize = 64;
@@ -492,22 +493,22 @@ impl<'a> Workload<'a> {
     }
 }
 
-/// Throughput per case, drawn.
-pub fn chart(results: &[CaseResult]) -> String {
-    let rows: Vec<(String, f64)> = results
-        .iter()
-        .map(|r| {
-            let label = format!(
-                "{}/{} {} {}",
-                r.topology.name(),
-                r.mode,
-                r.op.name(),
-                stats::fmt_size(r.size)
-            );
-            (label, r.summary.gb_s)
-        })
-        .collect();
-    stats::bars("Throughput by case", "GB/s", &rows)
+/// Throughput and p50 latency per case, drawn.
+pub fn charts(results: &[CaseResult]) -> Vec<Bars> {
+    let label = |r: &CaseResult| {
+        format!(
+            "{}/{} {} {}",
+            r.topology.name(),
+            r.mode,
+            r.op.name(),
+            stats::fmt_size(r.size)
+        )
+    };
+    let rows = |f: fn(&CaseResult) -> f64| results.iter().map(|r| (label(r), f(r))).collect();
+    vec![
+        Bars::new("Throughput by case", "GB/s", rows(|r| r.summary.gb_s)),
+        Bars::new("p50 latency per call", "µs", rows(|r| r.summary.p50_us)),
+    ]
 }
 
 /// The report as a markdown table.

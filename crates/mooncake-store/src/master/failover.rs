@@ -79,18 +79,8 @@ where
     } else {
         None
     };
-    if let (Some(stores), true) = (&stores, config.enable_snapshot_restore) {
-        // After the loss of every master: the last snapshot their leader
-        // stored. A running leader's log then continues from it.
-        match restore_newest(&shared, stores)? {
-            Some(seq) => tracing::info!(seq, "restored the newest snapshot"),
-            None => tracing::info!("no snapshot to restore"),
-        }
-    }
-    let _snapshots = match (&stores, config.enable_snapshot) {
-        (Some(stores), true) => Some(Snapshotter::start(shared.clone(), Some(stores.clone()))?),
-        _ => None,
-    };
+    // Served from the start, as a standby's: a restore below shows its
+    // progress on /metrics while it runs.
     let http = bind_http(&config).await?;
     let http_addr = http
         .local_addr()
@@ -100,6 +90,33 @@ where
         let mut rx = http_stopped;
         let _ = rx.wait_for(|s| *s).await;
     }));
+    if let (Some(stores), true) = (&stores, config.enable_snapshot_restore) {
+        // After the loss of every master: the last snapshot their leader
+        // stored. A running leader's log then continues from it.
+        // Off the runtime's threads: the HTTP service answers meanwhile.
+        let (s, st) = (shared.clone(), stores.clone());
+        let restored = tokio::task::spawn_blocking(move || restore_newest(&s, &st))
+            .await
+            .map_err(|e| {
+                Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("restore thread failed: {e}"),
+                )
+            })
+            .and_then(|r| r);
+        match restored {
+            Ok(Some(seq)) => tracing::info!(seq, "restored the newest snapshot"),
+            Ok(None) => tracing::info!("no snapshot to restore"),
+            Err(e) => {
+                let _ = stop(stop_http, http_task).await;
+                return Err(e);
+            }
+        }
+    }
+    let _snapshots = match (&stores, config.enable_snapshot) {
+        (Some(stores), true) => Some(Snapshotter::start(shared.clone(), Some(stores.clone()))?),
+        _ => None,
+    };
     tracing::info!(member = %repl.member(), http = %http_addr, cluster = %config.cluster_id, "standby: following the leader and campaigning");
 
     let leader = loop {

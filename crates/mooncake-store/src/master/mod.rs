@@ -52,6 +52,7 @@ pub mod server;
 mod service;
 mod shared;
 pub mod snapshot;
+mod startup;
 mod status;
 mod tasks;
 

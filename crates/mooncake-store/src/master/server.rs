@@ -86,7 +86,9 @@ impl MasterServer {
                 e,
             )
         })?;
-        let mut server = Self::bind_serving(Arc::new(Shared::open(config)?), http_addr).await?;
+        // The HTTP port answers (restore progress) while the state opens.
+        let shared = super::startup::open_while_serving(config, &http).await?;
+        let mut server = Self::bind_serving(Arc::new(shared), http_addr).await?;
         server.http = Some(http);
         Ok(server)
     }
@@ -213,9 +215,17 @@ pub(crate) async fn serve_http(
     shared: Arc<Shared>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
+    serve_http_router(listener, http::router(shared), stop).await;
+}
+
+/// Serves `router` on the HTTP service's listener until `stop`.
+pub(crate) async fn serve_http_router(
+    listener: TcpListener,
+    router: axum::Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
     let limits = HttpLimits::default();
-    if let Err(e) = http_serve::serve("metrics", listener, http::router(shared), limits, stop).await
-    {
+    if let Err(e) = http_serve::serve("metrics", listener, router, limits, stop).await {
         tracing::error!("metrics service failed: {e}");
     }
 }

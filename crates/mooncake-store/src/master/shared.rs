@@ -81,8 +81,9 @@ pub(crate) struct Shared {
 impl Shared {
     /// The state machine for `config` (restored when it asks), its clock
     /// resuming after every restored time.
-    pub(crate) fn open(config: MasterConfig) -> Result<Shared> {
-        Self::build(config, None)
+    /// A restore reports its progress in `metrics`.
+    pub(crate) fn open(config: MasterConfig, metrics: MasterMetrics) -> Result<Shared> {
+        Self::build(config, metrics, None)
     }
 
     /// A fresh state machine whose mutations `replication` logs (HA mode:
@@ -91,11 +92,14 @@ impl Shared {
         config: MasterConfig,
         replication: Arc<Replication>,
     ) -> Result<Shared> {
-        Self::build(config, Some(replication))
+        Self::build(config, MasterMetrics::new(), Some(replication))
     }
 
-    fn build(config: MasterConfig, replication: Option<Arc<Replication>>) -> Result<Shared> {
-        let metrics = MasterMetrics::new();
+    fn build(
+        config: MasterConfig,
+        metrics: MasterMetrics,
+        replication: Option<Arc<Replication>>,
+    ) -> Result<Shared> {
         let access = AccessPolicy::from_config(&config)?;
         let metadata = config.enable_http_metadata_server.then(MemoryStore::new);
         let Opened {

@@ -59,6 +59,10 @@ fn latency(mut ns: Vec<u64>) -> PutLatency {
     }
 }
 
+fn secs(r: &SnapshotReport) -> f64 {
+    (r.apply + r.encode + r.store).as_secs_f64()
+}
+
 /// One 4 KiB put (start and end) of `key`; its latency in ns.
 fn put(s: &MasterService, key: &str, now: u64) -> u64 {
     let t = Instant::now();
@@ -70,8 +74,9 @@ fn put(s: &MasterService, key: &str, now: u64) -> u64 {
 }
 
 /// Fills a master logging to `dir` (its log and snapshots; emptied
-/// first) with `objects` objects, then takes two snapshots and restores.
-pub fn run(objects: usize, dir: &Path) -> Result<SnapshotBench> {
+/// first) with `objects` objects, then takes two snapshots and restores;
+/// `progress` sees each step (and each tenth of the fill) as it ends.
+pub fn run(objects: usize, dir: &Path, progress: &mut dyn FnMut(String)) -> Result<SnapshotBench> {
     let _ = std::fs::remove_dir_all(dir);
     let wal_dir = dir.join("wal");
     start_history(&wal_dir, 0)?;
@@ -92,12 +97,17 @@ pub fn run(objects: usize, dir: &Path) -> Result<SnapshotBench> {
         ..SnapshotBench::default()
     };
     let t = Instant::now();
+    let tenth = (objects / 10).max(1);
     for i in 0..objects {
         put(&leader, &format!("bench/{i:09}"), 1);
+        if (i + 1) % tenth == 0 || i + 1 == objects {
+            progress(format!("filled {}/{objects} objects", i + 1));
+        }
     }
     report.fill = t.elapsed();
     let mut shadow: Option<Shadow> = None;
     report.first = round(&make, 2, &stores, &wal, &mut shadow)?;
+    progress(format!("first snapshot: {:.1} s", secs(&report.first)));
 
     let idle: Vec<u64> = (0..20_000)
         .map(|i| put(&leader, &format!("idle/{i:09}"), 2))
@@ -117,6 +127,11 @@ pub fn run(objects: usize, dir: &Path) -> Result<SnapshotBench> {
     });
     report.second_total = t.elapsed();
     report.second = second?;
+    progress(format!(
+        "later snapshot: {:.1} s, {} puts meanwhile",
+        secs(&report.second),
+        during.len()
+    ));
     report.during = latency(during);
 
     wal.flush()?;
@@ -130,6 +145,11 @@ pub fn run(objects: usize, dir: &Path) -> Result<SnapshotBench> {
     )?;
     report.restore = t.elapsed();
     report.restored_objects = r.service.stats(r.now).key_count;
+    progress(format!(
+        "restore: {:.1} s, {} objects",
+        report.restore.as_secs_f64(),
+        report.restored_objects
+    ));
     wal.stop();
     Ok(report)
 }
