@@ -36,6 +36,27 @@ fn rows(path: &Path) -> Vec<Value> {
     v.as_array().unwrap().clone()
 }
 
+/// The bars of the SVG chart at `path`: (data-label, data-value) of every
+/// `rect class="bar"`.
+fn chart_bars(path: &Path) -> Vec<(String, f64)> {
+    let svg = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no chart at {}: {e}", path.display()));
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    let attr = |tag: &str, name: &str| {
+        let at = tag.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+        tag[at..at + tag[at..].find('"').unwrap()].to_string()
+    };
+    svg.split('<')
+        .filter(|t| t.starts_with("rect class=\"bar\""))
+        .map(|t| {
+            (
+                attr(t, "data-label"),
+                attr(t, "data-value").parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn check_store_run(args: &[&str], topologies: &[&str], mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("store.json");
@@ -77,6 +98,11 @@ fn check_store_run(args: &[&str], topologies: &[&str], mode: &str) {
         };
         assert_eq!(r["batch"], batch, "{r}");
     }
+    // The chart next to the JSON: GB/s and p50 of every case.
+    let bars = chart_bars(&json.with_extension("svg"));
+    assert_eq!(bars.len(), 2 * rows.len(), "{bars:?}");
+    let first = &rows[0];
+    assert_eq!(bars[0].1, first["gb_s"].as_f64().unwrap(), "{first}");
     // The table on stdout names every case.
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -124,12 +150,19 @@ fn memory_bench_counts_objects() {
     assert_eq!(v["objects"], 3000);
     assert_eq!(v["failed_puts"], 0);
     assert!(v["master_rss_after"].as_u64().unwrap() > 0);
+    let bars = chart_bars(&json.with_extension("svg"));
+    let after = v["master_rss_after"].as_u64().unwrap() as f64 / (1u64 << 20) as f64;
+    assert_eq!(bars[1], ("after".to_string(), after));
 }
 
 #[test]
 fn rpc_and_baseline_print_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let out = bench(&["rpc", "--calls", "50"], dir.path());
+    let chart = dir.path().join("rpc.svg");
+    let out = bench(
+        &["rpc", "--calls", "50", "--chart", chart.to_str().unwrap()],
+        dir.path(),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -137,9 +170,23 @@ fn rpc_and_baseline_print_tables() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("get_replica_list"), "{text}");
-    let out = bench(&["baseline", "--iters", "50"], dir.path());
+    assert!(chart_bars(&chart)
+        .iter()
+        .any(|(l, v)| l.starts_with("get_replica_list") && *v > 0.0));
+    let chart = dir.path().join("baseline.svg");
+    let out = bench(
+        &[
+            "baseline",
+            "--iters",
+            "50",
+            "--chart",
+            chart.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("memcpy 4 MiB"));
+    assert!(chart_bars(&chart).iter().any(|(l, _)| l == "memcpy 4 MiB"));
 }
 
 #[test]
