@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use mooncake_transfer::http_serve::{self, HttpLimits};
 use mooncake_transfer::metadata::http_server;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -215,19 +214,7 @@ pub(crate) async fn serve_http(
     shared: Arc<Shared>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
-    serve_http_router(listener, http::router(shared), stop).await;
-}
-
-/// Serves `router` on the HTTP service's listener until `stop`.
-pub(crate) async fn serve_http_router(
-    listener: TcpListener,
-    router: axum::Router,
-    stop: impl Future<Output = ()> + Send + 'static,
-) {
-    let limits = HttpLimits::default();
-    if let Err(e) = http_serve::serve("metrics", listener, router, limits, stop).await {
-        tracing::error!("metrics service failed: {e}");
-    }
+    super::startup::serve_http_router(listener, http::router(shared), stop).await;
 }
 
 /// What the embedded metadata server accepts, from the master's flags.

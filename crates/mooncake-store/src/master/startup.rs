@@ -4,12 +4,15 @@
 //! Until the state is open, `/health` says the master is not ready and
 //! every other path answers 503; then the full service takes the port.
 
+use std::future::Future;
+
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::http_serve::{self, HttpLimits};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -17,7 +20,6 @@ use tokio::sync::watch;
 
 use super::config::MasterConfig;
 use super::metrics::MasterMetrics;
-use super::server::serve_http_router;
 use super::shared::Shared;
 use super::snapshot::RestoreProgress;
 
@@ -45,6 +47,19 @@ pub(crate) async fn open_while_serving(
             format!("opening the master state failed: {e}"),
         )
     })?
+}
+
+/// Serves `router` on the HTTP service's listener until `stop` (the
+/// service while opening here, the full one in `super::server`).
+pub(crate) async fn serve_http_router(
+    listener: TcpListener,
+    router: Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    let limits = HttpLimits::default();
+    if let Err(e) = http_serve::serve("metrics", listener, router, limits, stop).await {
+        tracing::error!("metrics service failed: {e}");
+    }
 }
 
 fn clone_listener(listener: &TcpListener) -> Result<TcpListener> {
