@@ -86,8 +86,10 @@ impl MasterService {
         for task in tasks {
             let mut shard = self.objects.lock(&task.key);
             let now = shard.clock(now);
-            let obj = shard.get_mut(task.key.as_str());
-            match obj.filter(|o| still_as_queued(o, client, &task)) {
+            let obj = shard
+                .get_mut(task.key.as_str())
+                .filter(|o| still_as_queued(o, client, &task));
+            match obj {
                 Some(mut obj) => {
                     self.policy.lease.on_read(&mut obj, now);
                     fresh.push(task);

@@ -78,7 +78,8 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        match shard.get_mut(key) {
+        let obj = shard.get_mut(key);
+        match obj {
             Some(mut obj) if obj.is_complete() => {
                 self.policy.lease.on_read(&mut obj, now);
                 Ok(true)
