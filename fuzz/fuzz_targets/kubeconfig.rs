@@ -16,7 +16,8 @@ use mooncake_store::ha::k8s::config::ClusterConfig;
 fn dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("mooncake-fuzz-kubeconfig-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("mooncake-fuzz-kubeconfig-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch directory");
         dir
     })

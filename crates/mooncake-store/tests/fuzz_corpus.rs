@@ -11,6 +11,12 @@ use mooncake_store::client::dummy_proto::{
     DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
 use mooncake_store::ha::k8s::record::LeaseRecord;
+use mooncake_store::master::oplog::{
+    OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
+    OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
+};
+use mooncake_store::master::snapshot::format::{self as snapshot, SnapshotMeta};
+use mooncake_store::master::{MasterConfig, MasterService, OffloadPolicy};
 use mooncake_store::proto::frame::{encode_frame, LEN_PREFIX};
 use mooncake_store::proto::wire::Encode;
 use mooncake_store::proto::{Frames, Request, Response};
@@ -19,12 +25,6 @@ use mooncake_store::types::{
     ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
     TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
-use mooncake_store::master::oplog::{
-    OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
-    OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
-};
-use mooncake_store::master::snapshot::format::{self as snapshot, SnapshotMeta};
-use mooncake_store::master::{MasterService, OffloadPolicy, Policy};
 use serde_json::json;
 use test_support::corpus::{check_or_write, Seeds};
 
@@ -710,9 +710,15 @@ fn log_mutations() -> Vec<(&'static str, OwnedMutation)> {
         ),
         (
             "put_start_fresh",
-            object("key", put_start(OwnedWrite::Fresh(vec![at(1, 0), at(2, 8192)]))),
+            object(
+                "key",
+                put_start(OwnedWrite::Fresh(vec![at(1, 0), at(2, 8192)])),
+            ),
         ),
-        ("put_start_in_place", object("key", put_start(OwnedWrite::InPlace))),
+        (
+            "put_start_in_place",
+            object("key", put_start(OwnedWrite::InPlace)),
+        ),
         (
             "put_start_replacing",
             object("key", put_start(OwnedWrite::Replacing(vec![at(1, 4096)]))),
@@ -738,7 +744,10 @@ fn log_mutations() -> Vec<(&'static str, OwnedMutation)> {
                 },
             ),
         ),
-        ("remove", object("key", OwnedObjectOp::Remove { now: 3_000 })),
+        (
+            "remove",
+            object("key", OwnedObjectOp::Remove { now: 3_000 }),
+        ),
         (
             "drop_replicas_named",
             object(
@@ -783,7 +792,10 @@ fn log_mutations() -> Vec<(&'static str, OwnedMutation)> {
                 },
             ),
         ),
-        ("transfer_revoke", object("key", OwnedObjectOp::TransferRevoke)),
+        (
+            "transfer_revoke",
+            object("key", OwnedObjectOp::TransferRevoke),
+        ),
         (
             "task_create",
             OwnedMutation::Task(OwnedTaskOp::Create {
@@ -875,7 +887,7 @@ fn snapshot_seeds() -> Seeds {
         now: 5_000,
     };
     let master = || {
-        let s = MasterService::with_policy(Policy::default());
+        let s = MasterService::new(&MasterConfig::default());
         s.mount_segment(7, &segment_info("node0:12345"), 1_000)
             .unwrap();
         s
@@ -889,7 +901,7 @@ fn snapshot_seeds() -> Seeds {
     let mut seeds = Seeds::new();
     seeds.insert(
         "empty".into(),
-        snapshot::encode(&MasterService::with_policy(Policy::default()), meta),
+        snapshot::encode(&MasterService::new(&MasterConfig::default()), meta),
     );
     seeds.insert("segment".into(), snapshot::encode(&master(), meta));
     let complete = master();
@@ -907,14 +919,20 @@ fn snapshot_seeds() -> Seeds {
         .put_start(7, "key", 8192, &cfg(false, false), true, 3_000)
         .unwrap();
     seeds.insert("upsert_in_flight".into(), snapshot::encode(&upsert, meta));
+    // An upsert ending while a reader holds the lease on the old
+    // version: the old space stays retired until the lease runs out.
     let removed = master();
     removed
-        .put_start(7, "gone", 4096, &cfg(false, false), false, 2_000)
+        .put_start(7, "key", 4096, &cfg(false, false), false, 2_000)
         .unwrap();
-    removed.put_end(7, "gone", 2_010).unwrap();
-    removed.remove("gone", true, 2_020).unwrap();
+    removed.put_end(7, "key", 2_010).unwrap();
+    assert!(removed.exist_key("key", 2_015).unwrap());
+    removed
+        .put_start(7, "key", 8192, &cfg(false, false), true, 2_020)
+        .unwrap();
+    removed.put_end(7, "key", 2_030).unwrap();
     seeds.insert("retired".into(), snapshot::encode(&removed, meta));
-    let tier = MasterService::with_policy(Policy::default()).with_offload_policy(OffloadPolicy {
+    let tier = MasterService::new(&MasterConfig::default()).with_offload_policy(OffloadPolicy {
         enabled: true,
         ..OffloadPolicy::default()
     });
@@ -939,10 +957,14 @@ fn master_durability_seeds() {
     }
     let snapshots = snapshot_seeds();
     for (name, bytes) in &snapshots {
-        let s = MasterService::with_policy(Policy::default());
+        let s = MasterService::new(&MasterConfig::default());
         let progress = mooncake_store::master::snapshot::RestoreProgress::default();
         snapshot::decode_into(bytes, &s, &progress).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(&snapshot::encode(&s, snapshot::read_meta(bytes).unwrap()), bytes, "{name}");
+        assert_eq!(
+            &snapshot::encode(&s, snapshot::read_meta(bytes).unwrap()),
+            bytes,
+            "{name}"
+        );
     }
     check_or_write("mooncake-store", "oplog_entry", &oplog_seeds());
     check_or_write("mooncake-store", "snapshot", &snapshots);

@@ -6,8 +6,8 @@
 //! pointer that is null unless a put is in flight: about 64 bytes plus the
 //! key and the map's own overhead.
 
-use std::collections::hash_map::RandomState;
 use std::collections::hash_map::Entry;
+use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +61,6 @@ impl Replicas {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.as_slice().len()
     }

@@ -193,7 +193,10 @@ impl MasterService {
                 if !ok {
                     return Err(stale(key));
                 }
-                self.apply_copy(shard.get_mut(key).as_deref_mut(), DiskOp::AddCopy { client, key, size });
+                self.apply_copy(
+                    shard.get_mut(key).as_deref_mut(),
+                    DiskOp::AddCopy { client, key, size },
+                );
                 Ok(())
             })
             .collect()
@@ -419,7 +422,10 @@ impl MasterService {
             }
             for key in self.disk.keys_of(client) {
                 let mut shard = self.objects.lock(&key);
-                self.apply_copy(shard.get_mut(key.as_str()).as_deref_mut(), DiskOp::DropCopy { key: &key });
+                self.apply_copy(
+                    shard.get_mut(key.as_str()).as_deref_mut(),
+                    DiskOp::DropCopy { key: &key },
+                );
             }
             self.apply_tiers(DiskOp::UnmountTier { client });
             tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");

@@ -406,23 +406,49 @@ fn object_counts_follow_every_change() {
             let want = leader.objects.scan_counts(now);
             let ctx = format!("seed {seed} step {i}");
             assert_eq!(leader.objects.counts(now), want, "{ctx}: leader");
-            assert_eq!(follower.objects.counts(now), follower.objects.scan_counts(now), "{ctx}: follower");
+            assert_eq!(
+                follower.objects.counts(now),
+                follower.objects.scan_counts(now),
+                "{ctx}: follower"
+            );
             let stats = leader.stats(now);
             assert_eq!(
-                (stats.key_count, stats.pending_puts, stats.soft_pin_key_count, stats.hard_pin_key_count),
-                (want.complete, want.pending, want.soft_pinned, want.hard_pinned),
+                (
+                    stats.key_count,
+                    stats.pending_puts,
+                    stats.soft_pin_key_count,
+                    stats.hard_pin_key_count
+                ),
+                (
+                    want.complete,
+                    want.pending,
+                    want.soft_pinned,
+                    want.hard_pinned
+                ),
                 "{ctx}: stats"
             );
             soft_pinned_seen += want.soft_pinned;
             if i % 250 == 249 {
-                let meta = SnapshotMeta { seq: 1, term: 1, now };
+                let meta = SnapshotMeta {
+                    seq: 1,
+                    term: 1,
+                    now,
+                };
                 let bytes = format::encode(&leader, meta);
                 let restored = service(AllocationStrategy::Random);
                 format::decode_into(&bytes, &restored, &RestoreProgress::default()).unwrap();
-                assert_eq!(restored.objects.counts(now), restored.objects.scan_counts(now), "{ctx}: restored");
+                assert_eq!(
+                    restored.objects.counts(now),
+                    restored.objects.scan_counts(now),
+                    "{ctx}: restored"
+                );
                 // Pins lapse with time alone.
                 let later = now + 5_000;
-                assert_eq!(restored.objects.counts(later), restored.objects.scan_counts(later), "{ctx}: restored later");
+                assert_eq!(
+                    restored.objects.counts(later),
+                    restored.objects.scan_counts(later),
+                    "{ctx}: restored later"
+                );
             }
         }
     }
