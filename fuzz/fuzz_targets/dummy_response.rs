@@ -3,8 +3,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use mooncake_fuzz::{check_round_trip, within_budget, BINARY_PER_BYTE};
-use mooncake_store::client::dummy_proto::DummyResponse;
 use mooncake_store::proto::frame::{decode_payload, read_frame};
+use mooncake_store::client::dummy_proto::DummyResponse;
 
 fuzz_target!(|data: &[u8]| {
     within_budget(data.len(), BINARY_PER_BYTE, || {

@@ -24,10 +24,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let record = LeaseRecord::from_spec(object.get("spec"));
     assert_eq!(LeaseRecord::from_spec(Some(&record.to_spec())), record);
-    for t in [&record.acquire_time, &record.renew_time]
-        .into_iter()
-        .flatten()
-    {
+    for t in [&record.acquire_time, &record.renew_time].into_iter().flatten() {
         check_time(t);
     }
     let wall = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
