@@ -101,7 +101,7 @@ fn reserve_on<'a>(f: &MasterService, m: &Mutation<'a>) -> Mutation<'a> {
             ..
         } => *r = reserve(r, *size),
         ObjectOp::TransferStart { replicas, .. } => {
-            let size = f.objects.lock(key).get(*key).expect("present").size;
+            let size = f.objects.lock(key).get(key).expect("present").size;
             *replicas = reserve(replicas, size);
         }
         _ => {}
