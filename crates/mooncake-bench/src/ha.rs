@@ -231,7 +231,10 @@ pub fn run(cfg: &HaBenchConfig) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
     let mut logged = Vec::new();
     for (setup, sync_ack) in [
         ("3 masters, replicated, log on disk", false),
-        ("3 masters, replicated, log on disk, --ha_wal_sync_ack", true),
+        (
+            "3 masters, replicated, log on disk, --ha_wal_sync_ack",
+            true,
+        ),
     ] {
         let cluster = format!("bench-ha-wal-{sync_ack}-{}", std::process::id());
         let masters = ha_cluster(&cfg.etcd, &cluster, Some(sync_ack))?;

@@ -35,8 +35,10 @@ pub(crate) fn log_dir(config: &MasterConfig) -> Option<PathBuf> {
         .ok()
         .filter(|p| !p.is_empty())
         .map(|p| {
-            let me = format!("{}_{}", config.rpc_address, config.rpc_listen_port())
-                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_', "_");
+            let me = format!("{}_{}", config.rpc_address, config.rpc_listen_port()).replace(
+                |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_',
+                "_",
+            );
             Path::new(&p)
                 .join("mooncake_master_wal")
                 .join(&config.cluster_id)
