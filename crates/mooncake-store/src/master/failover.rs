@@ -97,8 +97,12 @@ where
     };
     let disk_log = if let (Some(dir), Some(rec)) = (&log_dir, recovered) {
         // The newest snapshot and this master's log after it.
-        let (log, report) =
-            ha_durable::restore(&shared, stores.as_deref(), dir, rec, config.ha_wal_sync_ack)?;
+        // A fresh directory is a new master: it starts empty and catches
+        // up from its leader, unless asked to restore.
+        let from = (rec.files > 0 || config.enable_snapshot_restore)
+            .then_some(stores.as_deref())
+            .flatten();
+        let (log, report) = ha_durable::restore(&shared, from, dir, rec, config.ha_wal_sync_ack)?;
         disk::keep_member(dir, repl.member())?;
         tracing::info!(
             dir = %dir.display(),

@@ -98,6 +98,8 @@ pub(crate) struct Recovered {
     pub(crate) entries: Vec<(u64, u64, Vec<u8>)>,
     /// The entry the files start after (0: from the first).
     pub(crate) base: u64,
+    /// Log files found (0: a fresh directory).
+    pub(crate) files: usize,
     /// The commit point last noted (at most the last entry).
     pub(crate) committed: u64,
     /// The member id kept there.
@@ -115,6 +117,7 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let files = list_files(dir)?;
     let n = files.len();
     out.base = files.first().map_or(0, |f| f.0.saturating_sub(1));
+    out.files = n;
     for (i, (first, path)) in files.iter().enumerate() {
         // A later file replaces everything from its first entry on.
         while out.entries.last().is_some_and(|e| e.0 >= *first) {
