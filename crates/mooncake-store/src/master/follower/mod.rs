@@ -286,9 +286,14 @@ impl Run {
                 }
                 Ok(Response::Failed { error }) => {
                     tracing::debug!(leader = %f.addr, "pull refused: {error}");
-                    // A tail the leader does not hold (never committed):
-                    // pull again from what is applied.
-                    self.repl.drop_unapplied()?;
+                    if error.code == ErrorCode::INVALID_PARAMS {
+                        // A tail the leader does not hold (never
+                        // committed): pull again from what is applied.
+                        // Not on any other refusal: a leader stepping down
+                        // says so too, and this standby, which may lead
+                        // next, must keep every entry it acknowledged.
+                        self.repl.drop_unapplied()?;
+                    }
                     f.conn = None;
                     std::thread::sleep(IDLE * 5);
                 }
