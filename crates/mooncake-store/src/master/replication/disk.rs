@@ -232,6 +232,16 @@ pub(crate) fn clear(dir: &Path) -> Result<()> {
     sync_dir(dir)
 }
 
+/// Deletes the files whose first entry is after `seq`.
+fn remove_after(dir: &Path, seq: u64) -> Result<()> {
+    for (first, path) in list_files(dir)? {
+        if first > seq {
+            std::fs::remove_file(&path).map_err(|e| io_error("remove", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
 fn create(dir: &Path, first: u64) -> Result<Current> {
     let path = file_name(dir, first);
     let file = OpenOptions::new()
@@ -258,11 +268,7 @@ impl DiskLog {
         std::fs::create_dir_all(dir).map_err(|e| io_error("create", dir, e))?;
         // Files wholly after `last` (a torn or replaced tail) must not
         // come back at the next start.
-        for (first, path) in list_files(dir)? {
-            if first > last + 1 {
-                std::fs::remove_file(&path).map_err(|e| io_error("remove", &path, e))?;
-            }
-        }
+        remove_after(dir, last + 1)?;
         let current = create(dir, last + 1)?;
         let log = Arc::new(DiskLog {
             dir: dir.to_path_buf(),
@@ -404,14 +410,7 @@ impl DiskLog {
         if cur.last <= seq && cur.first <= seq + 1 {
             return Ok(());
         }
-        let r = (|| {
-            for (first, path) in list_files(&self.dir)? {
-                if first > seq + 1 {
-                    std::fs::remove_file(&path).map_err(|e| io_error("remove", &path, e))?;
-                }
-            }
-            create(&self.dir, seq + 1)
-        })();
+        let r = remove_after(&self.dir, seq + 1).and_then(|()| create(&self.dir, seq + 1));
         match r {
             Ok(c) => {
                 *cur = c;
