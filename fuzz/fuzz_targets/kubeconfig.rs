@@ -9,23 +9,21 @@ use libfuzzer_sys::fuzz_target;
 use mooncake_fuzz::within_budget;
 use mooncake_store::ha::k8s::config::ClusterConfig;
 
-/// A private directory holding the file under test; paths in the config
-/// resolve against it.
-fn file() -> &'static PathBuf {
-    static FILE: OnceLock<PathBuf> = OnceLock::new();
-    FILE.get_or_init(|| {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let dir = base.join(format!("mooncake-fuzz-kubeconfig-{}", std::process::id()));
+/// An empty private directory the config is read as if it were in: the
+/// relative paths it names resolve there, to no file. The text itself is
+/// parsed from memory: writing and reading it back as a file took a third
+/// of the time of every run.
+fn dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir =
+            std::env::temp_dir().join(format!("mooncake-fuzz-kubeconfig-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("scratch directory");
-        dir.join("config")
+        dir
     })
 }
 
-/// Whether loading `data` could open a file outside the scratch directory:
+/// Whether resolving `data` could open a file outside the scratch directory:
 /// it names the files to read, so only inputs without path separators (but
 /// in `http://` and `https://`), escapes (which could spell one) or tags
 /// (`!!binary` could too) are loaded. No device or /proc file that blocks
@@ -53,9 +51,11 @@ fuzz_target!(|data: &[u8]| {
     if may_escape(data) {
         return;
     }
-    std::fs::write(file(), data).expect("write the scratch kubeconfig");
+    let Ok(text) = std::str::from_utf8(data) else {
+        return; // what reading the file would refuse
+    };
     // serde_yaml builds events and values: a few hundred bytes per byte.
     let _ = within_budget(data.len(), 512, || {
-        ClusterConfig::from_kubeconfigs(std::slice::from_ref(file()))
+        ClusterConfig::from_kubeconfig_text(text, dir())
     });
 });

@@ -6,6 +6,7 @@
 //! pointer that is null unless a put is in flight: about 64 bytes plus the
 //! key and the map's own overhead.
 
+use std::collections::hash_map::Entry;
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -16,6 +17,11 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::segments::{Placement, Segment};
 use crate::types::{ClientId, ReplicaDesc, ReplicaStatus};
+
+mod tally;
+
+pub(crate) use tally::Counts;
+use tally::{Standing, Tally};
 
 /// Number of shards; a power of two.
 pub(crate) const SHARDS: usize = 64;
@@ -179,10 +185,11 @@ impl ObjectMeta {
     }
 }
 
-/// One shard's contents.
-#[derive(Default)]
+/// One shard's contents. Objects change only through `get_mut` and the
+/// `ObjectMap` calls that take a shard, which keep its tally.
 pub(crate) struct Shard {
-    pub(crate) map: HashMap<Box<str>, ObjectMeta>,
+    map: HashMap<Box<str>, ObjectMeta>,
+    tally: Tally,
     /// A lower bound on the start time of puts in flight here (`u64::MAX` =
     /// none): the timeout sweep skips shards whose oldest put is still young.
     pub(crate) oldest_pending: u64,
@@ -205,6 +212,78 @@ impl Shard {
     /// Notes that a put started at `now` is in flight in this shard.
     pub(crate) fn note_pending(&mut self, now: u64) {
         self.oldest_pending = self.oldest_pending.min(now);
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Option<&ObjectMeta> {
+        self.map.get(key)
+    }
+
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ObjectMeta)> {
+        self.map.iter().map(|(k, o)| (&**k, o))
+    }
+
+    pub(crate) fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
+        self.map.values()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// `key`'s object, to change in place; the tally follows the change
+    /// when the guard drops.
+    pub(crate) fn get_mut(&mut self, key: &str) -> Option<ObjectMut<'_>> {
+        let obj = self.map.get_mut(key)?;
+        Some(ObjectMut {
+            before: Standing::of(obj),
+            obj,
+            tally: &mut self.tally,
+        })
+    }
+
+    /// Raises every object's read lease to `until` (leases are not counted).
+    pub(crate) fn raise_leases(&mut self, until: u64) {
+        for obj in self.map.values_mut() {
+            obj.lease_until = obj.lease_until.max(until);
+        }
+    }
+
+    /// This shard's counts at `now`.
+    pub(crate) fn counts(&mut self, now: u64) -> Counts {
+        self.tally.counts(now)
+    }
+}
+
+/// An object borrowed for change from its shard (see `Shard::get_mut`).
+pub(crate) struct ObjectMut<'a> {
+    obj: &'a mut ObjectMeta,
+    tally: &'a mut Tally,
+    before: Standing,
+}
+
+impl std::ops::Deref for ObjectMut<'_> {
+    type Target = ObjectMeta;
+
+    fn deref(&self) -> &ObjectMeta {
+        self.obj
+    }
+}
+
+impl std::ops::DerefMut for ObjectMut<'_> {
+    fn deref_mut(&mut self) -> &mut ObjectMeta {
+        self.obj
+    }
+}
+
+impl Drop for ObjectMut<'_> {
+    fn drop(&mut self) {
+        let after = Standing::of(self.obj);
+        self.tally.moved(Some(self.before), Some(after));
     }
 }
 
@@ -236,6 +315,7 @@ impl Default for ObjectMap {
             .map(|_| {
                 PaddedShard(Mutex::new(Shard {
                     map: HashMap::new(),
+                    tally: Tally::default(),
                     oldest_pending: u64::MAX,
                     latest: 0,
                 }))
@@ -283,15 +363,53 @@ impl ObjectMap {
     }
 
     /// An object under `key` entered a shard.
-    pub(crate) fn charge(&self, key: &str) {
+    fn charge(&self, key: &str) {
         self.metadata_used
             .fetch_add(metadata_cost(key), Ordering::Relaxed);
     }
 
     /// The object under `key` left its shard.
-    pub(crate) fn release(&self, key: &str) {
+    fn release(&self, key: &str) {
         self.metadata_used
             .fetch_sub(metadata_cost(key), Ordering::Relaxed);
+    }
+
+    /// Runs `change` on `key`'s object in its locked `shard` (a new, empty
+    /// one when `create` and the key is absent), and removes it when
+    /// `change` returns false. Panics when the object is absent and not
+    /// to be created: callers decide on objects they hold the lock of.
+    pub(crate) fn update(
+        &self,
+        shard: &mut Shard,
+        key: &str,
+        create: bool,
+        change: impl FnOnce(&mut ObjectMeta) -> bool,
+    ) {
+        let Shard { map, tally, .. } = shard;
+        let (obj, before) = if create {
+            match map.entry(key.into()) {
+                Entry::Occupied(o) => {
+                    let obj = o.into_mut();
+                    let before = Standing::of(obj);
+                    (obj, Some(before))
+                }
+                Entry::Vacant(v) => {
+                    self.charge(key);
+                    (v.insert(ObjectMeta::absent()), None)
+                }
+            }
+        } else {
+            let obj = map.get_mut(key).expect("decided on a present object");
+            let before = Standing::of(obj);
+            (obj, Some(before))
+        };
+        if change(obj) {
+            tally.moved(before, Some(Standing::of(obj)));
+        } else {
+            tally.moved(before, None);
+            map.remove(key);
+            self.release(key);
+        }
     }
 
     /// `shard.map.retain(keep)`, releasing what leaves.
@@ -300,13 +418,51 @@ impl ObjectMap {
         shard: &mut Shard,
         mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool,
     ) {
-        shard.map.retain(|key, obj| {
+        let Shard { map, tally, .. } = shard;
+        map.retain(|key, obj| {
+            let before = Standing::of(obj);
             let kept = keep(key, obj);
-            if !kept {
+            if kept {
+                tally.moved(Some(before), Some(Standing::of(obj)));
+            } else {
+                tally.moved(Some(before), None);
                 self.release(key);
             }
             kept
         });
+    }
+
+    /// Adds an object read from a snapshot; false, changing nothing, when
+    /// the key is already present.
+    pub(crate) fn restore(&self, shard: &mut Shard, key: &str, obj: ObjectMeta) -> bool {
+        match shard.map.entry(key.into()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                shard.tally.moved(None, Some(Standing::of(&obj)));
+                v.insert(obj);
+                self.charge(key);
+                true
+            }
+        }
+    }
+
+    /// The counts by walking every object: what `counts` must agree with.
+    #[cfg(test)]
+    pub(crate) fn scan_counts(&self, now: u64) -> Counts {
+        let mut total = Counts::default();
+        for shard in self.shards() {
+            total.add(Counts::scan(shard.values(), now));
+        }
+        total
+    }
+
+    /// Objects by standing at `now`: a short lock of each shard in turn.
+    pub(crate) fn counts(&self, now: u64) -> Counts {
+        let mut total = Counts::default();
+        for mut shard in self.shards() {
+            total.add(shard.counts(now));
+        }
+        total
     }
 
     /// Every shard in turn, each locked while the caller holds it.

@@ -141,6 +141,15 @@ impl ClusterConfig {
         }
         merged.resolve()
     }
+
+    /// The current context of one kubeconfig's `text`, as if read from a
+    /// file in `dir` (relative paths in it resolve against `dir`).
+    pub fn from_kubeconfig_text(text: &str, dir: &Path) -> Result<ClusterConfig> {
+        let kc: KubeConfig = serde_yaml::from_str(text).map_err(config_error)?;
+        let mut merged = Merged::default();
+        merged.add(kc, dir);
+        merged.resolve()
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -398,6 +407,17 @@ contexts:
         assert_eq!(c.ca_pem.as_deref(), Some(&b"PEM"[..]));
         assert_eq!(c.auth, Auth::TokenFile(dir.path().join("token")));
         assert!(!c.insecure_skip_tls_verify);
+    }
+
+    #[test]
+    fn text_reads_like_a_file_in_its_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "ca.pem", "PEM");
+        let kc = write(dir.path(), "config", TWO_CONTEXTS);
+        let from_file = ClusterConfig::from_kubeconfigs(&[kc]).unwrap();
+        let from_text = ClusterConfig::from_kubeconfig_text(TWO_CONTEXTS, dir.path()).unwrap();
+        assert_eq!(from_text, from_file);
+        assert!(ClusterConfig::from_kubeconfig_text("clusters: 3", dir.path()).is_err());
     }
 
     #[test]

@@ -148,7 +148,7 @@ impl MasterService {
                 drop_source,
             } => {
                 // Each new replica has the object's size.
-                let size = self.objects.lock(key).map.get(key).map(|o| o.size);
+                let size = self.objects.lock(key).get(key).map(|o| o.size);
                 let size = size.ok_or_else(|| diverged(format!("object {key:?} is absent")))?;
                 ObjectOp::TransferStart {
                     client: *client,

@@ -3,7 +3,6 @@
 //! The callers hold the lock the mutation needs; `replay` takes it for a
 //! mutation decided elsewhere.
 
-use std::collections::hash_map::Entry;
 use std::sync::atomic::Ordering;
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -38,20 +37,10 @@ impl MasterService {
         if let ObjectOp::PutStart { now, .. } | ObjectOp::TransferStart { now, .. } = op {
             shard.note_pending(now);
         }
-        let obj = if is_fresh_put(&op) {
-            match shard.map.entry(key.into()) {
-                Entry::Occupied(o) => o.into_mut(),
-                Entry::Vacant(v) => {
-                    self.objects.charge(key);
-                    v.insert(ObjectMeta::absent())
-                }
-            }
-        } else {
-            shard.map.get_mut(key).expect("decided on a present object")
-        };
-        if self.apply_object(key, obj, op) == Fate::Drop && shard.map.remove(key).is_some() {
-            self.objects.release(key);
-        }
+        let create = is_fresh_put(&op);
+        self.objects.update(shard, key, create, |obj| {
+            self.apply_object(key, obj, op) == Fate::Keep
+        });
     }
 
     /// Applies `op` to `obj`, the object `key` names, in a shard the caller
@@ -346,7 +335,7 @@ impl MasterService {
             Mutation::Object { key, op } => {
                 let mut shard = self.objects.lock(key);
                 let fresh = is_fresh_put(&op);
-                if shard.map.contains_key(key) == fresh {
+                if shard.contains_key(key) == fresh {
                     let state = if fresh { "exists" } else { "is absent" };
                     return diverged(format!("object {key:?} {state}"));
                 }

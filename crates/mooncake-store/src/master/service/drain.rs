@@ -50,7 +50,7 @@ impl MasterService {
     pub(crate) fn objects_on(&self, segments: &[String]) -> Vec<DrainCandidate> {
         let mut out = Vec::new();
         for shard in self.objects.shards() {
-            for (key, obj) in shard.map.iter() {
+            for (key, obj) in shard.iter() {
                 if !obj.is_complete() {
                     continue;
                 }

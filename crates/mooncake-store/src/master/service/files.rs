@@ -86,10 +86,12 @@ impl MasterService {
         for task in tasks {
             let mut shard = self.objects.lock(&task.key);
             let now = shard.clock(now);
-            let obj = shard.map.get_mut(task.key.as_str());
-            match obj.filter(|o| still_as_queued(o, client, &task)) {
-                Some(obj) => {
-                    self.policy.lease.on_read(obj, now);
+            let obj = shard
+                .get_mut(task.key.as_str())
+                .filter(|o| still_as_queued(o, client, &task));
+            match obj {
+                Some(mut obj) => {
+                    self.policy.lease.on_read(&mut obj, now);
                     fresh.push(task);
                 }
                 None => {
@@ -154,7 +156,7 @@ impl MasterService {
         }
         let mut shard = self.objects.lock(key);
         let _ = shard.clock(now);
-        let obj = shard.map.get_mut(key).filter(|o| {
+        let obj = shard.get_mut(key).filter(|o| {
             o.is_complete()
                 && o.pending.is_none()
                 && !o.is_on_disk()
@@ -164,7 +166,7 @@ impl MasterService {
                     .iter()
                     .any(|r| r.segment.owner == client)
         });
-        let Some(obj) = obj else {
+        let Some(mut obj) = obj else {
             return Err(changed(key));
         };
         let op = DiskOp::AddCopy {
@@ -172,7 +174,7 @@ impl MasterService {
             key,
             size,
         };
-        self.apply_copy(Some(obj), op);
+        self.apply_copy(Some(&mut obj), op);
         Ok(())
     }
 
@@ -194,8 +196,7 @@ impl MasterService {
                 let mut shard = self.objects.lock(key);
                 let _ = shard.clock(now);
                 if self.disk.copy(key).is_some_and(|c| c.owner == SHARED_FS) {
-                    let obj = shard.map.get_mut(key);
-                    self.apply_copy(obj, DiskOp::DropCopy { key });
+                    self.apply_copy(shard.get_mut(key).as_deref_mut(), DiskOp::DropCopy { key });
                     self.files.queue_delete(key);
                 }
             }

@@ -219,9 +219,7 @@ impl MasterService {
         self.clients.lock().touch_all(now);
         let until = now.saturating_add(self.policy.lease.lease_ttl);
         for mut shard in self.objects.shards() {
-            for obj in shard.map.values_mut() {
-                obj.lease_until = obj.lease_until.max(until);
-            }
+            shard.raise_leases(until);
         }
     }
 

@@ -205,29 +205,20 @@ impl MasterService {
 
     pub fn stats(&self, now: u64) -> MasterStats {
         let (allocated_bytes, capacity_bytes) = self.segments.usage();
-        let mut s = MasterStats {
+        let s = MasterStats {
             allocated_bytes,
             capacity_bytes,
             segment_count: self.segments.all().len() as u64,
             active_clients: self.clients.lock().len() as u64,
             ..Default::default()
         };
-        for shard in self.objects.shards() {
-            for obj in shard.map.values() {
-                if obj.is_complete() {
-                    s.key_count += 1;
-                }
-                if obj.pending.is_some() {
-                    s.pending_puts += 1;
-                }
-                if obj.is_soft_pinned(now) {
-                    s.soft_pin_key_count += 1;
-                }
-                if obj.is_hard_pinned() {
-                    s.hard_pin_key_count += 1;
-                }
-            }
+        let counts = self.objects.counts(now);
+        MasterStats {
+            key_count: counts.complete,
+            pending_puts: counts.pending,
+            soft_pin_key_count: counts.soft_pinned,
+            hard_pin_key_count: counts.hard_pinned,
+            ..s
         }
-        s
     }
 }

@@ -123,7 +123,7 @@ impl MasterService {
         for task in tasks {
             let mut shard = self.objects.lock(&task.key);
             let now = shard.clock(now);
-            let fresh = shard.map.get_mut(task.key.as_str()).filter(|obj| {
+            let fresh = shard.get_mut(task.key.as_str()).filter(|obj| {
                 obj.is_complete()
                     && obj.pending.is_none()
                     && !obj.is_on_disk()
@@ -131,8 +131,8 @@ impl MasterService {
                     && replica_at(obj, client, task.address)
             });
             match fresh {
-                Some(obj) => {
-                    self.policy.lease.on_read(obj, now);
+                Some(mut obj) => {
+                    self.policy.lease.on_read(&mut obj, now);
                     batch.tasks.push(task);
                 }
                 None => self.disk.done(client, &task.key),
@@ -172,7 +172,7 @@ impl MasterService {
                 let _ = shard.clock(now);
                 self.disk.done(client, key);
                 let held = self.disk.copy(key);
-                let ok = match shard.map.get(key) {
+                let ok = match shard.get(key) {
                     Some(obj) if restore => {
                         held.is_some_and(|c| c.owner == client && c.size == size)
                             && obj.size == size
@@ -193,8 +193,10 @@ impl MasterService {
                 if !ok {
                     return Err(stale(key));
                 }
-                let obj = shard.map.get_mut(key);
-                self.apply_copy(obj, DiskOp::AddCopy { client, key, size });
+                self.apply_copy(
+                    shard.get_mut(key).as_deref_mut(),
+                    DiskOp::AddCopy { client, key, size },
+                );
                 Ok(())
             })
             .collect()
@@ -235,8 +237,7 @@ impl MasterService {
                         format!("{key:?} has no copy in this tier"),
                     ));
                 }
-                let obj = shard.map.get_mut(key);
-                self.apply_copy(obj, DiskOp::DropCopy { key });
+                self.apply_copy(shard.get_mut(key).as_deref_mut(), DiskOp::DropCopy { key });
                 Ok(())
             })
             .collect()
@@ -256,7 +257,7 @@ impl MasterService {
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let copy = self.disk.copy(key).filter(|c| c.owner == client);
-        let Some(copy) = copy.filter(|_| !shard.map.contains_key(key)) else {
+        let Some(copy) = copy.filter(|_| !shard.contains_key(key)) else {
             return Err(Error::new(
                 ErrorCode::OBJECT_NOT_FOUND,
                 format!("{key:?} is not a disk-only object of this tier"),
@@ -421,8 +422,10 @@ impl MasterService {
             }
             for key in self.disk.keys_of(client) {
                 let mut shard = self.objects.lock(&key);
-                let obj = shard.map.get_mut(key.as_str());
-                self.apply_copy(obj, DiskOp::DropCopy { key: &key });
+                self.apply_copy(
+                    shard.get_mut(key.as_str()).as_deref_mut(),
+                    DiskOp::DropCopy { key: &key },
+                );
             }
             self.apply_tiers(DiskOp::UnmountTier { client });
             tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
@@ -494,8 +497,7 @@ impl MasterService {
         match op {
             DiskOp::AddCopy { key, .. } | DiskOp::DropCopy { key } => {
                 let mut shard = self.objects.lock(key);
-                let obj = shard.map.get_mut(key);
-                self.apply_copy(obj, op);
+                self.apply_copy(shard.get_mut(key).as_deref_mut(), op);
             }
             DiskOp::MountTier { .. } | DiskOp::UnmountTier { .. } => self.apply_tiers(op),
         }

@@ -54,7 +54,7 @@ impl MasterService {
     /// space: evicting objects for room is no answer to a full budget.
     fn check_metadata_budget(&self, key: &str) -> Result<()> {
         if self.objects.admits(key)
-            || self.objects.lock(key).map.contains_key(key)
+            || self.objects.lock(key).contains_key(key)
             || self.disk.has_copy(key)
         {
             return Ok(());
@@ -80,7 +80,6 @@ impl MasterService {
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let in_flight_since = shard
-            .map
             .get(key)
             .and_then(|obj| obj.pending.as_ref())
             .map(|p| p.started);
@@ -111,10 +110,9 @@ impl MasterService {
                 ));
             }
             // The new version makes the tier's copy stale.
-            let obj = shard.map.get_mut(key);
-            self.forget_copy(key, obj);
+            self.forget_copy(key, shard.get_mut(key).as_deref_mut());
         }
-        let (write, descs) = match shard.map.get(key) {
+        let (write, descs) = match shard.get(key) {
             Some(_) if !upsert => {
                 return Err(Error::new(
                     ErrorCode::OBJECT_ALREADY_EXISTS,
@@ -158,7 +156,7 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
@@ -169,9 +167,9 @@ impl MasterService {
             readers_until: obj.lease_until,
         };
         self.apply_in(&mut shard, key, end);
-        if let Some(obj) = shard.map.get_mut(key) {
-            self.reflag_copy(key, obj);
-            self.offload_at_put_end(key, obj);
+        if let Some(mut obj) = shard.get_mut(key) {
+            self.reflag_copy(key, &mut obj);
+            self.offload_at_put_end(key, &obj);
         }
         Ok(())
     }
@@ -181,7 +179,7 @@ impl MasterService {
     pub fn put_revoke(&self, client: ClientId, key: &str, _now: u64) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         match &obj.pending {
             None => {
                 return Err(Error::new(

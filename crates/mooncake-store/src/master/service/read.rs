@@ -19,12 +19,12 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.map.get_mut(key).ok_or_else(|| not_found(key))?;
+        let mut obj = shard.get_mut(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(not_ready(key));
         }
-        let r = read(obj)?;
-        self.policy.lease.on_read(obj, now);
+        let r = read(&obj)?;
+        self.policy.lease.on_read(&mut obj, now);
         Ok(r)
     }
 
@@ -78,9 +78,10 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        match shard.map.get_mut(key) {
-            Some(obj) if obj.is_complete() => {
-                self.policy.lease.on_read(obj, now);
+        let obj = shard.get_mut(key);
+        match obj {
+            Some(mut obj) if obj.is_complete() => {
+                self.policy.lease.on_read(&mut obj, now);
                 Ok(true)
             }
             Some(_) => Ok(false),
@@ -102,7 +103,7 @@ impl MasterService {
     pub fn query_key(&self, key: &str) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         let shard = self.objects.lock(key);
-        let Some(obj) = shard.map.get(key) else {
+        let Some(obj) = shard.get(key) else {
             let (d, _) = self.disk_replica(key).ok_or_else(|| not_found(key))?;
             return Ok(vec![d]);
         };
@@ -119,19 +120,34 @@ impl MasterService {
     /// Every complete object's key.
     pub fn all_keys(&self) -> Vec<String> {
         let mut keys = Vec::new();
-        for shard in self.objects.shards() {
-            keys.extend(
-                shard
-                    .map
-                    .iter()
-                    .filter(|(_, o)| o.is_complete())
-                    .map(|(k, _)| k.to_string()),
-            );
-        }
-        // Disk-only objects (those in memory are listed already).
-        let in_memory: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
-        let disk_only = self.disk.keys_where(|k| !in_memory.contains(k));
-        keys.extend(disk_only);
+        self.visit_keys(|k| keys.push(k.to_owned()));
         keys
+    }
+
+    /// Hands every complete object's key to `visit`: those in memory shard
+    /// by shard, each shard locked only while its keys are visited (so
+    /// `visit` should only copy them), then those only in an SSD tier.
+    /// Nothing is collected on the way: `/get_all_keys` writes its answer
+    /// straight from here.
+    pub fn visit_keys(&self, mut visit: impl FnMut(&str)) {
+        for shard in self.objects.shards() {
+            for (key, obj) in shard.iter() {
+                if obj.is_complete() {
+                    visit(key);
+                }
+            }
+        }
+        // The tier's keys are copied out first: a shard is never locked
+        // under the tier's lock.
+        for key in self.disk.keys_where(|_| true) {
+            let in_memory = self
+                .objects
+                .lock(&key)
+                .get(&key)
+                .is_some_and(ObjectMeta::is_complete);
+            if !in_memory {
+                visit(&key);
+            }
+        }
     }
 }

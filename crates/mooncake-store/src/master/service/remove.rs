@@ -14,7 +14,7 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let Some(obj) = shard.map.get(key) else {
+        let Some(obj) = shard.get(key) else {
             // A disk-only object: no lease, no put in flight.
             return match self.forget_copy(key, None) {
                 true => Ok(()),
@@ -48,8 +48,7 @@ impl MasterService {
                 ));
             }
         }
-        let obj = shard.map.get_mut(key);
-        self.forget_copy(key, obj);
+        self.forget_copy(key, shard.get_mut(key).as_deref_mut());
         self.apply_in(&mut shard, key, ObjectOp::Remove { now });
         Ok(())
     }
@@ -89,7 +88,7 @@ impl MasterService {
         for key in self.disk.keys_where(pred) {
             let mut shard = self.objects.lock(&key);
             let _ = shard.clock(now);
-            if !shard.map.contains_key(key.as_str()) && self.forget_copy(&key, None) {
+            if !shard.contains_key(key.as_str()) && self.forget_copy(&key, None) {
                 n += 1;
             }
         }
@@ -123,7 +122,7 @@ impl MasterService {
             }
             let mut shard = self.objects.lock(key);
             let now = shard.clock(now);
-            let Some(obj) = shard.map.get(key) else {
+            let Some(obj) = shard.get(key) else {
                 continue;
             };
             if !obj.is_complete() || obj.pending.is_some() || obj.is_leased(now) {
@@ -148,7 +147,7 @@ impl MasterService {
                 now,
             };
             self.apply_in(&mut shard, key, drop);
-            if shard.map.get(key).is_some_and(|o| o.replicas.is_empty()) {
+            if shard.get(key).is_some_and(|o| o.replicas.is_empty()) {
                 self.apply_in(&mut shard, key, ObjectOp::Remove { now });
             }
             cleared.push(key.to_string());

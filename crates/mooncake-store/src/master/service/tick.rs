@@ -151,7 +151,7 @@ impl MasterService {
         // without copying keys.
         let mut candidates: Vec<(u64, u64)> = Vec::new();
         for shard in self.objects.shards() {
-            for (key, o) in shard.map.iter() {
+            for (key, o) in shard.iter() {
                 if may_go(o) {
                     candidates.push((o.lease_until, footprint(o)));
                 } else if *queue_budget > 0

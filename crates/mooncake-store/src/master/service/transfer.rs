@@ -35,7 +35,7 @@ impl MasterService {
     fn require_object(&self, key: &str) -> Result<Replicas> {
         check_key(key)?;
         let shard = self.objects.lock(key);
-        match shard.map.get(key) {
+        match shard.get(key) {
             Some(obj) if obj.is_complete() => Ok(obj.replicas.clone()),
             _ => Err(not_found(key)),
         }
@@ -227,7 +227,7 @@ impl MasterService {
         }
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         if !obj.is_complete() {
             return Err(Error::new(
                 ErrorCode::REPLICA_IS_NOT_READY,
@@ -303,7 +303,7 @@ impl MasterService {
     /// none), for the copy and move metric families.
     pub fn transfer_is_move(&self, key: &str) -> Option<bool> {
         let shard = self.objects.lock(key);
-        match &shard.map.get(key)?.pending.as_ref()?.kind {
+        match &shard.get(key)?.pending.as_ref()?.kind {
             PendingKind::Replicating { drop_source, .. } => Some(drop_source.is_some()),
             _ => None,
         }
@@ -315,7 +315,7 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         check_transfer(obj, client, key)?;
         let end = ObjectOp::TransferEnd {
             now,
@@ -329,7 +329,7 @@ impl MasterService {
     pub fn replica_transfer_revoke(&self, client: ClientId, key: &str) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
-        let obj = shard.map.get(key).ok_or_else(|| not_found(key))?;
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         check_transfer(obj, client, key)?;
         self.apply_in(&mut shard, key, ObjectOp::TransferRevoke);
         Ok(())

@@ -138,7 +138,7 @@ pub fn encode(s: &MasterService, meta: SnapshotMeta) -> Vec<u8> {
     };
     let mut objects = 0u64;
     for shard in s.objects.shards() {
-        for obj in shard.map.values() {
+        for obj in shard.values() {
             objects += 1;
             obj.replicas.as_slice().iter().for_each(&mut note);
             if let Some(p) = &obj.pending {
@@ -165,7 +165,7 @@ pub fn encode(s: &MasterService, meta: SnapshotMeta) -> Vec<u8> {
 
     objects.encode(&mut out);
     for shard in s.objects.shards() {
-        for (key, obj) in &shard.map {
+        for (key, obj) in shard.iter() {
             encode_object(&mut out, key, obj);
         }
     }
@@ -454,10 +454,9 @@ pub fn decode_into(
             pending,
             flags,
         };
-        if shard.map.insert(key.into(), obj).is_some() {
+        if !s.objects.restore(&mut shard, key, obj) {
             return Err(inconsistent(format!("object {key:?} twice")));
         }
-        s.objects.charge(key);
         drop(shard);
         progress.restored(done);
     }

@@ -186,7 +186,7 @@ fn snapshot_frames_are_checked() {
         meta
     );
     assert_same(&s.leader, &fresh, &h.tasks, "decoded");
-    let keys: usize = s.leader.objects.shards().map(|sh| sh.map.len()).sum();
+    let keys: usize = s.leader.objects.shards().map(|sh| sh.len()).sum();
     let keys = keys as u64;
     assert!(keys > 0);
     assert_eq!(
