@@ -4,7 +4,8 @@
 //! - 4 KiB put latency and single-thread throughput through one plain
 //!   master, then through the leader of three `--enable_ha
 //!   --enable_oplog` masters (each put waits until the standbys hold its
-//!   entries);
+//!   entries), without and with each master's log on disk (`--wal_dir`,
+//!   then also `--ha_wal_sync_ack`: the leader's fsync on the path);
 //! - failover: `kill -9`, then SIGTERM, of the leader while a client
 //!   puts and gets in a loop; the time from the signal to its first good
 //!   put and get through the new leader, `runs` times each.
@@ -73,9 +74,16 @@ struct HaMaster {
 }
 
 impl HaMaster {
-    fn start(name: &str, etcd: &str, cluster: &str, rpc: u16) -> Result<HaMaster> {
+    fn start(
+        name: &str,
+        etcd: &str,
+        cluster: &str,
+        rpc: u16,
+        extra: &[String],
+    ) -> Result<HaMaster> {
         let (exe, mut args) = program("mooncake_master")?;
         args.extend(ha_flags(etcd, cluster, rpc));
+        args.extend(extra.iter().cloned());
         let log = work_dir()?.join(format!("{name}.log"));
         let log =
             std::fs::File::create(&log).map_err(|e| err(format!("{}: {e}", log.display())))?;
@@ -130,15 +138,25 @@ fn ha_flags(etcd: &str, cluster: &str, rpc: u16) -> Vec<String> {
     ]
 }
 
-/// Three replicated masters; the first leads.
-fn ha_cluster(etcd: &str, cluster: &str) -> Result<Vec<HaMaster>> {
+/// Three replicated masters; the first leads. With `log`, each keeps its
+/// log on disk (`--wal_dir` under the work directory), with
+/// `--ha_wal_sync_ack` when `log` says so.
+fn ha_cluster(etcd: &str, cluster: &str, log: Option<bool>) -> Result<Vec<HaMaster>> {
     let mut masters = Vec::new();
     for i in 0..3 {
+        let mut extra = Vec::new();
+        if let Some(sync_ack) = log {
+            let dir = work_dir()?.join(format!("{cluster}-wal-{i}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            extra.push(format!("--wal_dir={}", dir.display()));
+            extra.push(format!("--ha_wal_sync_ack={sync_ack}"));
+        }
         masters.push(HaMaster::start(
             &format!("ha-master-{i}"),
             etcd,
             cluster,
             free_port()?,
+            &extra,
         )?);
         if i == 0 {
             let t = Instant::now();
@@ -215,9 +233,27 @@ pub fn run(
     drop(c);
     drop(plain_master);
 
-    let cluster = format!("bench-ha-{}", std::process::id());
     let etcd_url = format!("etcd://{}", cfg.etcd);
-    let mut masters = ha_cluster(&cfg.etcd, &cluster)?;
+    let mut logged = Vec::new();
+    for (setup, sync_ack) in [
+        ("3 masters, replicated, log on disk", false),
+        (
+            "3 masters, replicated, log on disk, --ha_wal_sync_ack",
+            true,
+        ),
+    ] {
+        let cluster = format!("bench-ha-wal-{sync_ack}-{}", std::process::id());
+        let masters = ha_cluster(&cfg.etcd, &cluster, Some(sync_ack))?;
+        let c = client(&etcd_url, &cluster, &metadata)?;
+        put_phase(&c, cfg.seconds / 4.0, "warm")?;
+        let summary = put_phase(&c, cfg.seconds, "ha-wal")?;
+        drop(c);
+        drop(masters);
+        logged.push(PutRow { setup, summary });
+    }
+
+    let cluster = format!("bench-ha-{}", std::process::id());
+    let mut masters = ha_cluster(&cfg.etcd, &cluster, None)?;
     let c = client(&etcd_url, &cluster, &metadata)?;
     put_phase(&c, cfg.seconds / 4.0, "warm")?;
     puts.push(PutRow {
@@ -225,6 +261,10 @@ pub fn run(
         summary: put_phase(&c, cfg.seconds, "ha")?,
     });
     progress(put_line(&puts[1]));
+    for row in logged {
+        progress(put_line(&row));
+        puts.push(row);
+    }
 
     let mut failovers = Vec::new();
     for (signal, signo) in [("kill -9", libc::SIGKILL), ("SIGTERM", libc::SIGTERM)] {
@@ -295,7 +335,13 @@ fn failover(
     // Back as a standby; give it time to catch up and join the set.
     masters[leader].stop();
     let rpc = masters[leader].rpc;
-    masters[leader] = HaMaster::start(&format!("ha-master-{signal}-{run}"), etcd, cluster, rpc)?;
+    masters[leader] = HaMaster::start(
+        &format!("ha-master-{signal}-{run}"),
+        etcd,
+        cluster,
+        rpc,
+        &[],
+    )?;
     std::thread::sleep(Duration::from_secs(2));
     Ok(FailoverRow {
         signal,

@@ -29,7 +29,9 @@ use tokio::sync::{mpsc, watch};
 
 use super::config::MasterConfig;
 use super::follower::Follower;
+use super::ha_durable;
 use super::ha_snapshot::{restore_newest, Snapshotter};
+use super::replication::disk::{self, DiskLog};
 use super::replication::in_sync::Record;
 use super::replication::{Options, Replication};
 use super::server::{bind_http, serve_http, MasterServer};
@@ -52,6 +54,15 @@ const SETTLE: Duration = Duration::from_millis(200);
 /// Pause after stepping aside, so that members of the set get their turn.
 const STEP_ASIDE: Duration = Duration::from_millis(300);
 
+/// Stops the log's syncer when the master ends.
+struct StopOnDrop(Arc<DiskLog>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
 /// This process's member id: its RPC address and a random incarnation.
 fn member_id(address: &str) -> String {
     format!("{address}#{:016x}", rand::random::<u64>())
@@ -67,10 +78,15 @@ pub(crate) async fn serve_replicated<B>(
 where
     B: FnMut(&MasterServer),
 {
-    let repl = Arc::new(Replication::new(
-        member_id(&me),
-        Options::from_config(&config),
-    ));
+    // With a log directory, a master brought back from it is the same
+    // member of the in-sync set.
+    let log_dir = ha_durable::log_dir(&config);
+    let recovered = log_dir.as_deref().map(disk::recover).transpose()?;
+    let member = recovered
+        .as_ref()
+        .and_then(|r| r.member.clone())
+        .unwrap_or_else(|| member_id(&me));
+    let repl = Arc::new(Replication::new(member, Options::from_config(&config)));
     let shared = Arc::new(Shared::replicated(config.clone(), repl.clone())?);
     // Snapshots of the committed state: late standbys start from them, the
     // log is compacted behind them, and the leader stores them.
@@ -90,29 +106,55 @@ where
         let mut rx = http_stopped;
         let _ = rx.wait_for(|s| *s).await;
     }));
-    if let (Some(stores), true) = (&stores, config.enable_snapshot_restore) {
-        // After the loss of every master: the last snapshot their leader
-        // stored. A running leader's log then continues from it.
-        // Off the runtime's threads: the HTTP service answers meanwhile.
-        let (s, st) = (shared.clone(), stores.clone());
-        let restored = tokio::task::spawn_blocking(move || restore_newest(&s, &st))
-            .await
-            .map_err(|e| {
-                Error::new(
-                    ErrorCode::INTERNAL_ERROR,
-                    format!("restore thread failed: {e}"),
-                )
-            })
-            .and_then(|r| r);
-        match restored {
-            Ok(Some(seq)) => tracing::info!(seq, "restored the newest snapshot"),
-            Ok(None) => tracing::info!("no snapshot to restore"),
-            Err(e) => {
-                let _ = stop(stop_http, http_task).await;
-                return Err(e);
+    // Off the runtime's threads: the HTTP service answers meanwhile.
+    let (s, st, sync_ack) = (shared.clone(), stores.clone(), config.ha_wal_sync_ack);
+    let restore_snapshot = config.enable_snapshot_restore;
+    let restored = tokio::task::spawn_blocking(move || -> Result<Option<StopOnDrop>> {
+        let disk_log = if let (Some(dir), Some(rec)) = (&log_dir, recovered) {
+            // The newest snapshot and this master's log after it.
+            // A fresh directory is a new master: it starts empty and catches
+            // up from its leader, unless asked to restore.
+            let from = (rec.files > 0 || restore_snapshot)
+                .then_some(st.as_deref())
+                .flatten();
+            let (log, report) = ha_durable::restore(&s, from, dir, rec, sync_ack)?;
+            disk::keep_member(dir, s.replication.as_ref().expect("replicated").member())?;
+            tracing::info!(
+                dir = %dir.display(),
+                snapshot = ?report.snapshot,
+                applied = report.applied,
+                kept = report.kept,
+                "restored from the local replicated log"
+            );
+            Some(StopOnDrop(log))
+        } else {
+            None
+        };
+        if let (Some(stores), true, None) = (&st, restore_snapshot, &disk_log) {
+            // After the loss of every master: the last snapshot their leader
+            // stored. A running leader's log then continues from it.
+            match restore_newest(&s, stores)? {
+                Some(seq) => tracing::info!(seq, "restored the newest snapshot"),
+                None => tracing::info!("no snapshot to restore"),
             }
         }
-    }
+        Ok(disk_log)
+    })
+    .await
+    .map_err(|e| {
+        Error::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("restore thread failed: {e}"),
+        )
+    })
+    .and_then(|r| r);
+    let _disk_log = match restored {
+        Ok(log) => log,
+        Err(e) => {
+            let _ = stop(stop_http, http_task).await;
+            return Err(e);
+        }
+    };
     let _snapshots = match (&stores, config.enable_snapshot) {
         (Some(stores), true) => Some(Snapshotter::start(shared.clone(), Some(stores.clone()))?),
         _ => None,

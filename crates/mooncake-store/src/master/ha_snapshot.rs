@@ -46,7 +46,7 @@ pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>)
             )
         })?;
     shared.clock.advance_to(meta.now);
-    repl.loaded_snapshot(meta.seq, meta.term, bytes);
+    repl.loaded_snapshot(meta.seq, meta.term, bytes)?;
     Ok(meta.seq)
 }
 
@@ -219,14 +219,26 @@ fn round(
     let size = bytes.len();
     // Stored before it counts as this master's image (and the log is
     // compacted behind it).
-    if let (Some(stores), Role::Leader) = (stores, repl.role()) {
-        stores.put(s.seq, &bytes)?;
-        stores.retain(shared.config.snapshot_retention_count)?;
-    }
+    // A master with a log on disk stores its own too: its log is
+    // truncated behind them, and it restarts from them.
+    let stored = match stores {
+        Some(stores) if repl.role() == Role::Leader || repl.disk().is_some() => {
+            stores.put(s.seq, &bytes)?;
+            stores.retain(shared.config.snapshot_retention_count)?;
+            true
+        }
+        _ => false,
+    };
     repl.set_image(Image {
         seq: s.seq,
         term,
         bytes,
     });
-    Ok(Some((s.seq, size, repl.compact(s.seq, previous))))
+    let compacted = repl.compact(s.seq, previous);
+    if let (true, Some(disk)) = (stored, repl.disk()) {
+        // Behind the previous snapshot, so that a restore can fall back
+        // to it when the newest is damaged.
+        disk.remove_through(previous)?;
+    }
+    Ok(Some((s.seq, size, compacted)))
 }

@@ -34,6 +34,7 @@ mod failover;
 mod file_tier;
 mod follower;
 pub mod ha;
+mod ha_durable;
 mod ha_snapshot;
 mod http;
 mod leader_label;

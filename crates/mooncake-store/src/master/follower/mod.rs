@@ -173,7 +173,7 @@ impl Run {
                 continue;
             };
             if following.as_ref().map(|f| &f.addr) != Some(&addr) {
-                self.repl.drop_unapplied();
+                self.repl.drop_unapplied()?;
                 following = Some(Following {
                     addr: addr.clone(),
                     conn: None,
@@ -244,6 +244,8 @@ impl Run {
                     f.reported = false;
                     self.shared.clock.advance_to(leader_now);
                     let target = keep(&self.repl, term, committed, &frames)?;
+                    // On this master's disk before it is acknowledged.
+                    self.repl.write_kept()?;
                     // Acknowledge first (the next pull says what it holds),
                     // then apply while the leader works: applying is off
                     // the commit path.
@@ -284,6 +286,14 @@ impl Run {
                 }
                 Ok(Response::Failed { error }) => {
                     tracing::debug!(leader = %f.addr, "pull refused: {error}");
+                    if error.code == ErrorCode::INVALID_PARAMS {
+                        // A tail the leader does not hold (never
+                        // committed): pull again from what is applied.
+                        // Not on any other refusal: a leader stepping down
+                        // says so too, and this standby, which may lead
+                        // next, must keep every entry it acknowledged.
+                        self.repl.drop_unapplied()?;
+                    }
                     f.conn = None;
                     std::thread::sleep(IDLE * 5);
                 }

@@ -191,6 +191,6 @@ fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
     assert_eq!(a["ha_oplog_last_sequence_id"], seq as i64);
 
     // A new leader not heard from yet: connecting again.
-    rb.drop_unapplied();
+    rb.drop_unapplied().unwrap();
     assert_eq!(ha_gauges(&lb, &rb)["ha_standby_state"], 1);
 }

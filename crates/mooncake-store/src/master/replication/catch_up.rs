@@ -77,13 +77,18 @@ impl Replication {
 
     /// The state machine now holds the snapshot `bytes` of entry `seq` (of
     /// `term`): the log starts after it, and it is this master's image.
-    pub(crate) fn loaded_snapshot(&self, seq: u64, term: u64, bytes: Vec<u8>) {
+    pub(crate) fn loaded_snapshot(&self, seq: u64, term: u64, bytes: Vec<u8>) -> Result<()> {
+        if let Some(d) = self.disk.get() {
+            // This master's log on disk now starts after it too.
+            d.restart_after(seq)?;
+        }
         let mut st = self.state.lock();
         st.log.reset(seq, term);
         st.applied = seq;
         st.committed = st.committed.max(seq);
         drop(st);
         self.set_image(Image { seq, term, bytes });
+        Ok(())
     }
 
     pub(crate) fn set_image(&self, image: Image) {

@@ -24,6 +24,7 @@
 //!   and applies entries to the state machine is `master::follower`.
 
 pub(crate) mod catch_up;
+pub(crate) mod disk;
 pub(crate) mod in_sync;
 mod log;
 mod standby;
@@ -48,6 +49,9 @@ use crate::proto::{Frames, Response};
 
 /// Most frame bytes in one answer to a pull (past its first entry).
 const PULL_BUDGET: usize = 8 << 20;
+/// Longest a pull that has only a new commit point to tell waits for an
+/// entry to carry it.
+const COMMIT_ONLY_DELAY: Duration = Duration::from_millis(5);
 /// Longest a call waits for its entries to be committed.
 const COMMIT_WAIT: Duration = Duration::from_secs(15);
 
@@ -148,6 +152,10 @@ struct State {
     /// A standby is connected to the leader it follows (or kept an
     /// answer of it).
     following: bool,
+    /// Entries past `applied` came from this master's disk log: they are
+    /// kept when it first follows a leader, and dropped only if that
+    /// leader's log does not hold them.
+    keep_tail: bool,
 }
 
 thread_local! {
@@ -176,6 +184,8 @@ pub(crate) struct Replication {
     /// The latest snapshot of this master's committed state, if snapshots
     /// are on (`catch_up`).
     image: Mutex<Option<std::sync::Arc<catch_up::Image>>>,
+    /// This master's log on disk, with a log directory (`disk`).
+    disk: OnceLock<std::sync::Arc<disk::DiskLog>>,
 }
 
 /// The replication status, for `/ha_status` and the metrics.
@@ -217,11 +227,22 @@ impl Replication {
                 in_sync: None,
                 leader: None,
                 following: false,
+                keep_tail: false,
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
             image: Mutex::new(None),
+            disk: OnceLock::new(),
         }
+    }
+
+    /// From now on every entry this master holds also goes to `disk`.
+    pub(crate) fn set_disk(&self, disk: std::sync::Arc<disk::DiskLog>) {
+        let _ = self.disk.set(disk);
+    }
+
+    pub(crate) fn disk(&self) -> Option<&std::sync::Arc<disk::DiskLog>> {
+        self.disk.get()
     }
 
     pub(crate) fn member(&self) -> &str {
@@ -373,13 +394,18 @@ impl Replication {
         st.committed = st.committed.max(c);
         if moved {
             self.committed_hint.store(st.committed, Ordering::Release);
+            if let Some(d) = self.disk.get() {
+                d.note_committed(st.committed);
+            }
         }
         moved
     }
 
+    /// Wakes the calls waiting for a commit. Pulls are not woken: the
+    /// commit point travels with the next entries (or, idle, after
+    /// [`COMMIT_ONLY_DELAY`] or the poll interval).
     fn wake_committed(&self) {
         self.committed.notify_all();
-        self.appended.notify_all();
     }
 
     /// Forgets standbys gone for long (leader).
@@ -400,6 +426,12 @@ impl Replication {
     /// unknown to its caller (as after a timeout).
     pub(crate) fn wait_committed(&self, seq: u64) -> Result<()> {
         let deadline = Instant::now() + COMMIT_WAIT;
+        if let Some(d) = self.disk.get() {
+            // Written here while the standbys receive it: a call is
+            // answered only once its entries are in this master's log
+            // too, so the loss of every master loses nothing answered.
+            d.write_through(seq)?;
+        }
         spin_until(spin_window(), || {
             self.committed_hint.load(Ordering::Acquire) >= seq
                 || !self.leading.load(Ordering::Acquire)
@@ -461,24 +493,35 @@ impl Replication {
         if moved && self.recommit(&mut st) {
             self.wake_committed();
         }
-        let deadline = Instant::now() + wait.min(self.opts.poll);
-        let idle = |st: &State| {
-            st.role == Role::Leader && st.log.last() <= after && st.committed <= applied
-        };
-        if idle(&st) {
+        let start = Instant::now();
+        let deadline = start + wait.min(self.opts.poll);
+        // A pull that would only tell the standby of a new commit point
+        // waits a little for an entry to carry it: answered at once, every
+        // entry would cost a second round trip per standby (the answer,
+        // then the next pull) competing for the CPU with the next call.
+        let commit_only_at = start + COMMIT_ONLY_DELAY;
+        let news = |st: &State| st.role != Role::Leader || st.log.last() > after;
+        if !news(&st) {
             // Under load the next entry comes within microseconds.
             drop(st);
             spin_until(spin_window(), || {
                 self.last_hint.load(Ordering::Acquire) > after
-                    || self.committed_hint.load(Ordering::Acquire) > applied
                     || !self.leading.load(Ordering::Acquire)
             });
             st = self.state.lock();
         }
-        while idle(&st) {
-            if self.appended.wait_until(&mut st, deadline).timed_out() {
+        while !news(&st) {
+            let now = Instant::now();
+            let commit_news = st.committed > applied;
+            if now >= deadline || (commit_news && now >= commit_only_at) {
                 break;
             }
+            let until = if commit_news {
+                commit_only_at.min(deadline)
+            } else {
+                deadline
+            };
+            let _ = self.appended.wait_until(&mut st, until);
         }
         if st.role != Role::Leader {
             return failed(not_leader());
@@ -517,7 +560,11 @@ impl MutationSink for std::sync::Arc<Replication> {
             term: st.term,
             mutations: vec![owned],
         };
-        let seq = st.log.push(entry.term, entry.to_frame());
+        let frame = entry.to_frame();
+        if let Some(d) = self.disk.get() {
+            d.append(entry.seq, &frame);
+        }
+        let seq = st.log.push(entry.term, frame);
         self.last_hint.store(seq, Ordering::Release);
         st.applied = seq;
         if let Some(s) = st.in_sync.as_mut() {

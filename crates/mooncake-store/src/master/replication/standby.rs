@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
+use std::sync::atomic::Ordering;
+
 use super::{Replication, Role};
 
 /// What a standby asks for next.
@@ -38,11 +40,50 @@ impl Replication {
 
     /// A new leader: entries received but not applied go (the new leader
     /// resends those it has).
-    pub(crate) fn drop_unapplied(&self) {
+    pub(crate) fn drop_unapplied(&self) -> Result<()> {
         let mut st = self.state.lock();
-        let applied = st.applied;
-        st.log.truncate_after(applied);
         st.following = false;
+        if std::mem::take(&mut st.keep_tail) {
+            // Read back from disk at start: kept unless the leader's log
+            // refuses them (then this is called again).
+            return Ok(());
+        }
+        let applied = st.applied;
+        if st.log.last() <= applied {
+            return Ok(());
+        }
+        st.log.truncate_after(applied);
+        match self.disk.get() {
+            Some(d) => d.truncate_after(applied),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the entries kept so far to this master's disk log (before
+    /// they are acknowledged).
+    pub(crate) fn write_kept(&self) -> Result<()> {
+        let Some(d) = self.disk.get() else {
+            return Ok(());
+        };
+        let last = self.state.lock().log.last();
+        d.write_through(last)
+    }
+
+    /// Entry `seq` (of `term`) read back from this master's disk log at
+    /// start: kept, and applied (`applied`, by the caller) when it is
+    /// known committed.
+    pub(crate) fn restored_entry(&self, seq: u64, term: u64, frame: Vec<u8>, applied: bool) {
+        let mut st = self.state.lock();
+        debug_assert_eq!(seq, st.log.last() + 1);
+        st.log.push(term, frame);
+        st.term = st.term.max(term);
+        if applied {
+            st.applied = seq;
+            st.committed = st.committed.max(seq);
+        } else {
+            st.keep_tail = true;
+        }
+        self.last_hint.store(seq, Ordering::Release);
     }
 
     /// Keeps entries `(seq, term, frame)` from the leader of `term`, which
@@ -70,9 +111,15 @@ impl Replication {
                     format!("entry {seq} of term {entry_term} after {}", st.log.last()),
                 ));
             }
+            if let Some(d) = self.disk.get() {
+                d.append(seq, &frame);
+            }
             st.log.push(entry_term, frame);
         }
         st.committed = st.committed.max(committed);
+        if let Some(d) = self.disk.get() {
+            d.note_committed(st.committed);
+        }
         Ok(st.committed.min(st.log.last()))
     }
 

@@ -83,7 +83,8 @@ impl LocalStore {
 
 impl SnapshotStore for LocalStore {
     fn put(&self, name: &str, bytes: &[u8]) -> Result<()> {
-        let tmp = self.dir.join(format!(".{name}.tmp"));
+        // Per process: masters of one cluster may share the directory.
+        let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let path = self.dir.join(name);
         let io = |what: &str, e: std::io::Error| {
             store_error(

@@ -16,6 +16,8 @@ macro_rules! ha_flags {
         => ha_backend_connstring: String = text;
     ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
         => ha_backend_type: String = ha_backend_type;
+    ha_wal_sync_ack: Bool = "false", Full, "Replicated HA with a log directory: the leader answers a write only once its log entry is fdatasynced (survives the loss of every machine; costs the sync's latency)"
+        => ha_wal_sync_ack: bool = boolean;
     k8s_lease_duration_sec: Duration = "5", Full, "k8s HA: seconds a standby waits after the last renewal it saw before taking the Lease"
         => k8s_lease_duration: Duration = whole_seconds;
     k8s_renew_deadline_sec: Duration = "3", Full, "k8s HA: the leader stops serving once no renewal got through for this long (s, or 2500ms)"
@@ -30,7 +32,7 @@ macro_rules! ha_flags {
         => pod_name: String = text;
     pod_namespace: Str = "", Full, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)"
         => pod_namespace: String = text;
-    wal_dir: Str = "", Full, "Directory of the local write-ahead log (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>)"
+    wal_dir: Str = "", Full, "Directory of the local write-ahead log (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>, and /<rpc_address>_<rpc_port> under it in HA mode; one per master)"
         => wal_dir: String = text;
     } };
 }
