@@ -16,8 +16,8 @@
 //! thread that is always runnable then costs every small call a chunk's
 //! worth of delay (a remote 4 KiB `get` took 55 µs instead of 24 µs while
 //! a fresh 1.5 GiB segment was being populated). So the thread also backs
-//! off: when it had to wait for a CPU (its scheduler statistics say so),
-//! the cores are busy and it sleeps before the next chunk.
+//! off: while other threads keep every core busy (the kernel's count of
+//! runnable threads says so), it sleeps instead of taking the next chunk.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,10 +31,6 @@ use std::time::Duration;
 /// chunk displaces by ~0.2 ms at most.
 const CHUNK: usize = 256 << 10;
 const PAGE: usize = 4096;
-/// Time spent runnable but off the CPU, around one chunk, that means the
-/// cores are busy: an idle core picks a woken thread up within
-/// microseconds.
-const BUSY_WAIT: Duration = Duration::from_micros(200);
 /// How long to stay off the cores once they were found busy.
 const BACKOFF: Duration = Duration::from_millis(20);
 
@@ -71,9 +67,11 @@ impl Prefault {
                 let started = std::time::Instant::now();
                 let mut total = 0;
                 let mut method = None;
+                let cpus = online_cpus();
+                let busy = || others_running().is_some_and(|n| cores_busy(n, cpus));
                 for (addr, len) in ranges {
                     // SAFETY: the caller keeps the ranges mapped until stop.
-                    let (done, m) = unsafe { populate(addr, len, &flag) };
+                    let (done, m) = unsafe { populate(addr, len, &flag, &busy) };
                     total += done;
                     method = method.or(m);
                     if flag.load(Ordering::Relaxed) {
@@ -130,21 +128,29 @@ fn disabled() -> bool {
         == Some(false)
 }
 
-/// Nanoseconds the calling thread has spent runnable but waiting for a CPU
-/// (the second field of its `schedstat`); `None` where the kernel does not
-/// keep scheduler statistics.
-fn cpu_wait_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    parse_cpu_wait_ns(&text)
+/// Runnable threads on the machine other than the caller (the fourth
+/// field of `/proc/loadavg`, `running/total`, counts the reader too);
+/// `None` where it cannot be read.
+fn others_running() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_running(&text).map(|n| n.saturating_sub(1))
 }
 
-fn parse_cpu_wait_ns(schedstat: &str) -> Option<u64> {
-    schedstat.split_whitespace().nth(1)?.parse().ok()
+fn parse_running(loadavg: &str) -> Option<u64> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
 }
 
-/// Whether waiting `waited_ns` for a CPU means the cores are busy.
-fn cores_busy(waited_ns: u64) -> bool {
-    waited_ns >= BUSY_WAIT.as_nanos() as u64
+/// Online CPUs: the machine-wide count `/proc/loadavg` is measured against.
+fn online_cpus() -> u64 {
+    // SAFETY: sysconf reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    n.max(1) as u64
+}
+
+/// Whether `others` runnable threads leave no core for populating.
+fn cores_busy(others: u64, cpus: u64) -> bool {
+    others >= cpus
 }
 
 /// Populates `[addr, addr+len)` chunk by chunk until done or `stop`; returns
@@ -152,10 +158,14 @@ fn cores_busy(waited_ns: u64) -> bool {
 ///
 /// # Safety
 /// The range must be mapped and readable for the whole call.
-unsafe fn populate(addr: usize, len: usize, stop: &AtomicBool) -> (usize, Option<Method>) {
+unsafe fn populate(
+    addr: usize,
+    len: usize,
+    stop: &AtomicBool,
+    busy: &dyn Fn() -> bool,
+) -> (usize, Option<Method>) {
     let mut method = None;
     let mut off = 0;
-    let mut waited = cpu_wait_ns();
     while off < len && !stop.load(Ordering::Relaxed) {
         let n = CHUNK.min(len - off);
         let start = addr + off;
@@ -174,16 +184,11 @@ unsafe fn populate(addr: usize, len: usize, stop: &AtomicBool) -> (usize, Option
         off += n;
         // Let runnable foreground threads go first between chunks.
         std::thread::yield_now();
-        // Waiting for a CPU since the last chunk (behind the yield, or to
-        // be run again after a backoff) means others need the cores: sleep
-        // (stop unparks) rather than stay runnable.
-        let now = cpu_wait_ns();
-        if let (Some(before), Some(after)) = (waited, now) {
-            if cores_busy(after.saturating_sub(before)) {
-                std::thread::park_timeout(BACKOFF);
-            }
+        // While others need every core, sleep (stop unparks) rather than
+        // stay runnable and be handed a core they yield.
+        while !stop.load(Ordering::Relaxed) && busy() {
+            std::thread::park_timeout(BACKOFF);
         }
-        waited = now;
     }
     (off, method)
 }
@@ -250,7 +255,7 @@ mod tests {
         // Stop may cut it short; a full run covers every page.
         let stop = AtomicBool::new(false);
         // SAFETY: `map` is mapped for the whole call.
-        let (done, method) = unsafe { populate(addr, n, &stop) };
+        let (done, method) = unsafe { populate(addr, n, &stop, &|| false) };
         assert_eq!(done, len);
         assert!(method.is_some());
         assert!(resident_pages(&map) > before);
@@ -274,17 +279,34 @@ mod tests {
     }
 
     #[test]
-    fn waiting_for_a_cpu_reads_as_busy_cores() {
-        assert_eq!(parse_cpu_wait_ns("4106 5107318 1\n"), Some(5107318));
-        assert_eq!(parse_cpu_wait_ns("4106"), None);
-        assert_eq!(parse_cpu_wait_ns(""), None);
-        assert!(!cores_busy(0));
-        assert!(
-            !cores_busy(20_000),
-            "an idle core picks a thread up at once"
-        );
-        assert!(cores_busy(BUSY_WAIT.as_nanos() as u64));
-        assert!(cores_busy(3_000_000), "a slice spent behind others");
+    fn busy_cores_read_from_loadavg() {
+        assert_eq!(parse_running("14.88 15.00 11.69 15/224 5161\n"), Some(15));
+        assert_eq!(parse_running("0.00 0.01 0.05 1/80 42"), Some(1));
+        assert_eq!(parse_running("0.00 0.01"), None);
+        assert_eq!(parse_running(""), None);
+        assert!(!cores_busy(0, 2), "an idle machine");
+        assert!(!cores_busy(1, 2), "a core is free");
+        assert!(cores_busy(2, 2), "two pollers on two cores");
+        assert!(cores_busy(13, 2));
+        assert!(online_cpus() >= 1);
+        assert!(others_running().is_some());
+    }
+
+    #[test]
+    fn a_busy_machine_holds_the_next_chunk_back() {
+        let len = 3 * CHUNK;
+        let map = memmap2::MmapMut::map_anon(len).unwrap();
+        // Busy twice, then free, after every chunk.
+        let asked = std::cell::Cell::new(0);
+        let busy = || {
+            asked.set(asked.get() + 1);
+            asked.get() % 3 != 0
+        };
+        let stop = AtomicBool::new(false);
+        // SAFETY: `map` is mapped for the call.
+        let (done, _) = unsafe { populate(map.as_ptr() as usize, len, &stop, &busy) };
+        assert_eq!(done, len);
+        assert_eq!(asked.get(), 9, "asked until free after each of 3 chunks");
     }
 
     #[test]
@@ -292,7 +314,7 @@ mod tests {
         let stop = AtomicBool::new(true);
         let map = memmap2::MmapMut::map_anon(CHUNK).unwrap();
         // SAFETY: `map` is mapped for the call.
-        let (done, method) = unsafe { populate(map.as_ptr() as usize, CHUNK, &stop) };
+        let (done, method) = unsafe { populate(map.as_ptr() as usize, CHUNK, &stop, &|| true) };
         assert_eq!((done, method), (0, None));
     }
 }
