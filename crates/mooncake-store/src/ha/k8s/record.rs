@@ -212,12 +212,22 @@ pub fn parse_micro_time(s: &str) -> Option<SystemTime> {
     }
     let offset = match rest {
         "Z" | "z" => 0,
-        tz if tz.len() == 6 && matches!(&tz[..1], "+" | "-") && &tz[3..4] == ":" => {
-            let (oh, om): (i64, i64) = (tz[1..3].parse().ok()?, tz[4..6].parse().ok()?);
-            let sign = if tz.starts_with('-') { -1 } else { 1 };
-            sign * (oh * 3600 + om * 60)
-        }
-        _ => return None,
+        // `±hh:mm`, checked byte by byte: slicing a string that is not
+        // ASCII at these offsets could split a character.
+        tz => match tz.as_bytes() {
+            &[sign @ (b'+' | b'-'), h1, h2, b':', m1, m2]
+                if [h1, h2, m1, m2].iter().all(u8::is_ascii_digit) =>
+            {
+                let digit = |c: u8| i64::from(c - b'0');
+                let (oh, om) = (digit(h1) * 10 + digit(h2), digit(m1) * 10 + digit(m2));
+                if oh > 23 || om > 59 {
+                    return None;
+                }
+                let sign = if sign == b'-' { -1 } else { 1 };
+                sign * (oh * 3600 + om * 60)
+            }
+            _ => return None,
+        },
     };
     let secs = days_from_civil(y, mo, d) * 86_400 + h * 3600 + mi * 60 + sec - offset;
     let secs = u64::try_from(secs).ok()?;
@@ -277,6 +287,12 @@ mod tests {
             "2024-02-29T23:59:59",
             "2024-02-29T23:59:59.Z",
             "x024-02-29T23:59:59Z",
+            // Offsets that are not `±hh:mm` in ASCII (a multibyte
+            // character where a digit belongs must not split).
+            "2024-02-29T23:59:59+0\u{2ff}30",
+            "2024-02-29T23:59:59\u{2ff}00:0",
+            "2024-02-29T23:59:59++1:00",
+            "2024-02-29T23:59:59+24:00",
         ] {
             assert_eq!(parse_micro_time(bad), None, "{bad}");
         }
