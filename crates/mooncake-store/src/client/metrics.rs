@@ -135,6 +135,16 @@ impl Tally {
     }
 }
 
+/// The series one operation (or RPC) updates, looked up in their families
+/// once: each call then touches atomics only, instead of building a label
+/// set and hashing it into every family it updates.
+#[derive(Clone)]
+struct Series {
+    count: Gauge,
+    bytes: Gauge,
+    latency: Histogram,
+}
+
 /// What the periodic report remembers between two reports.
 struct Interval {
     at: Instant,
@@ -166,6 +176,13 @@ pub struct ClientMetrics {
     totals: [AtomicU64; 2],
     tallies: Mutex<BTreeMap<(bool, &'static str), Tally>>,
     rpc_tallies: Mutex<BTreeMap<&'static str, Tally>>,
+    /// Per (write, op): the interface series; per RPC: count and latency.
+    op_series: Mutex<BTreeMap<(bool, &'static str), Series>>,
+    rpc_series: Mutex<BTreeMap<&'static str, (Gauge, Histogram)>>,
+    /// Per route and direction (read, write), created at first use.
+    route_series: [[OnceLock<Gauge>; 2]; 3],
+    /// `mooncake_transfer_{read,write}_bytes` of this client.
+    mode_totals: [OnceLock<Gauge>; 2],
     interval: Mutex<Interval>,
     started: Instant,
     /// The engine's per-transport request counts, read at scrape time.
@@ -224,6 +241,10 @@ impl ClientMetrics {
             totals: Default::default(),
             tallies: Mutex::new(BTreeMap::new()),
             rpc_tallies: Mutex::new(BTreeMap::new()),
+            op_series: Mutex::new(BTreeMap::new()),
+            rpc_series: Mutex::new(BTreeMap::new()),
+            route_series: Default::default(),
+            mode_totals: Default::default(),
             interval: Mutex::new(Interval {
                 at: Instant::now(),
                 read: 0,
@@ -358,7 +379,6 @@ impl ClientMetrics {
         if ok == 0 {
             return;
         }
-        let labels = self.labels(&[("op_name", op)]);
         let (count, op_bytes, lat, total, hist) = if write {
             let h = if batch {
                 &self.batch_put_latency
@@ -386,10 +406,25 @@ impl ClientMetrics {
                 h,
             )
         };
-        count.get_or_create(&labels).inc();
-        op_bytes.get_or_create(&labels).inc_by(bytes as i64);
-        lat.get_or_create(&labels).observe(us);
-        total.get_or_create(&self.mode).inc_by(bytes as i64);
+        let series = self
+            .op_series
+            .lock()
+            .entry((write, op))
+            .or_insert_with(|| {
+                let labels = self.labels(&[("op_name", op)]);
+                Series {
+                    count: count.get_or_create(&labels).clone(),
+                    bytes: op_bytes.get_or_create(&labels).clone(),
+                    latency: lat.get_or_create(&labels).clone(),
+                }
+            })
+            .clone();
+        series.count.inc();
+        series.bytes.inc_by(bytes as i64);
+        series.latency.observe(us);
+        self.mode_totals[usize::from(write)]
+            .get_or_init(|| total.get_or_create(&self.mode).clone())
+            .inc_by(bytes as i64);
         hist.observe(us);
         self.totals[usize::from(write)].fetch_add(bytes, Ordering::Relaxed);
         let mut tallies = self.tallies.lock();
@@ -400,9 +435,18 @@ impl ClientMetrics {
 
     /// `bytes` of a value moved over `route`.
     pub fn observe_route(&self, route: Route, write: bool, bytes: u64) {
-        let dir = if write { "write" } else { "read" };
-        let labels = self.labels(&[("route", route.name()), ("direction", dir)]);
-        self.route_bytes.get_or_create(&labels).inc_by(bytes as i64);
+        let slot = match route {
+            Route::Local => 0,
+            Route::Shm => 1,
+            Route::Engine => 2,
+        };
+        self.route_series[slot][usize::from(write)]
+            .get_or_init(|| {
+                let dir = if write { "write" } else { "read" };
+                let labels = self.labels(&[("route", route.name()), ("direction", dir)]);
+                self.route_bytes.get_or_create(&labels).clone()
+            })
+            .inc_by(bytes as i64);
     }
 
     /// Where the engine's per-transport request counts (local, shm, tcp)
@@ -523,9 +567,20 @@ impl RpcObserver for ClientMetrics {
     /// One master RPC (`rpc`: the request's name).
     fn observe_rpc(&self, rpc: &'static str, took: Duration) {
         let us = took.as_secs_f64() * 1e6;
-        let labels = self.labels(&[("rpc_name", rpc)]);
-        self.rpc_count.get_or_create(&labels).inc();
-        self.rpc_latency.get_or_create(&labels).observe(us);
+        let (count, latency) = self
+            .rpc_series
+            .lock()
+            .entry(rpc)
+            .or_insert_with(|| {
+                let labels = self.labels(&[("rpc_name", rpc)]);
+                (
+                    self.rpc_count.get_or_create(&labels).clone(),
+                    self.rpc_latency.get_or_create(&labels).clone(),
+                )
+            })
+            .clone();
+        count.inc();
+        latency.observe(us);
         self.rpc_tallies.lock().entry(rpc).or_default().add(0, us);
     }
 }
