@@ -22,6 +22,10 @@ use crate::types::{
     TaskAssignment, TaskId, TaskInfo, WriteOptions,
 };
 
+mod election;
+
+use election::Election;
+
 /// Connections kept idle per client; more can be open while calls run.
 const MAX_IDLE_CONNECTIONS: usize = 32;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -583,18 +587,6 @@ fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
     Ok(resolved)
 }
 
-/// How long one leader lookup's outcome stands. While no master leads (a
-/// failover takes seconds) every call fails, and each would otherwise start
-/// a lookup of its own: a thread, a runtime and a connection to the
-/// coordination service per call.
-const LOOKUP_REUSE: Duration = Duration::from_millis(500);
-/// How often a lookup that found a Lease without holder asks again: the
-/// pace failing calls look the leader up at anyway ([`LOOKUP_REUSE`]).
-const LEADERLESS_POLL: Duration = Duration::from_millis(500);
-/// A failed lookup (no leader yet, during a failover) is reused only this
-/// long, so that a new leader is found within a few of these.
-const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
-
 /// How often the first connection to an HA master is tried again.
 const FIRST_CONNECT_RETRY: Duration = Duration::from_millis(100);
 
@@ -616,63 +608,6 @@ fn open_first(pool: &Pool<MasterAddr>, wait: Duration) -> Result<Connection> {
             }
             opened => return opened,
         }
-    }
-}
-
-/// HA mode: the cluster whose leader is the master, and where it is found.
-struct Election {
-    backend: ha::Backend,
-    cluster: String,
-    /// The last lookup: when it ended, and what it found. Locked for the
-    /// whole lookup, so callers that need one at once share it.
-    last: Mutex<Option<(Instant, Result<Vec<SocketAddr>>)>>,
-}
-
-impl Election {
-    /// Looks the leader up now: its socket addresses. On a Lease, while it
-    /// has no holder (a failover between the old holder's expiry and the
-    /// new one's win), it polls for up to `wait`. `RPC_FAIL` when none
-    /// leads or the coordination service is out of reach (to the caller,
-    /// both mean the master cannot be reached).
-    fn look_up(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
-        let cluster = &self.cluster;
-        let deadline = Instant::now() + wait;
-        let poll = matches!(self.backend, ha::Backend::K8s(..));
-        loop {
-            match ha::find_leader(&self.backend, cluster) {
-                Ok(Some(leader)) => return socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
-                Ok(None) if poll && Instant::now() + LEADERLESS_POLL < deadline => {
-                    std::thread::sleep(LEADERLESS_POLL)
-                }
-                Ok(None) => return Err(rpc_fail(format!("no master leads cluster {cluster:?}"))),
-                Err(e) => {
-                    return Err(rpc_fail(format!(
-                        "cannot look the leader of cluster {cluster:?} up: {e}"
-                    )))
-                }
-            }
-        }
-    }
-
-    /// The leader's addresses, as found by a recent lookup or by a new one
-    /// (waiting up to `wait` for one). A lookup is reused for
-    /// [`LOOKUP_REUSE`] when it found a leader other than `failing` (the
-    /// address that just refused), for [`FAILED_LOOKUP_REUSE`] when it
-    /// found none.
-    fn leader(&self, wait: Duration, failing: &[SocketAddr]) -> Result<Vec<SocketAddr>> {
-        let mut last = self.last.lock();
-        if let Some((at, found)) = &*last {
-            let fresh = match found {
-                Ok(addrs) => addrs != failing && at.elapsed() < LOOKUP_REUSE,
-                Err(_) => at.elapsed() < FAILED_LOOKUP_REUSE,
-            };
-            if fresh {
-                return found.clone();
-            }
-        }
-        let found = self.look_up(wait);
-        *last = Some((Instant::now(), found.clone()));
-        found
     }
 }
 
