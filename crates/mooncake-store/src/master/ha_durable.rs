@@ -16,13 +16,11 @@ use std::sync::Arc;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::config::MasterConfig;
-use super::ha_snapshot::load_snapshot;
+use super::ha_snapshot::{load_snapshot, newest_snapshot};
 use super::oplog::decode;
 use super::replication::disk::{self, DiskLog, Recovered};
-use super::service::MasterService;
 use super::shared::Shared;
-use super::snapshot::format;
-use super::snapshot::{RestoreProgress, Stores};
+use super::snapshot::Stores;
 
 /// This master's log directory: `--wal_dir`, else
 /// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>/<rpc_address>_<rpc_port>`
@@ -52,31 +50,6 @@ pub(crate) struct RestoreReport {
     pub(crate) snapshot: Option<u64>,
     pub(crate) applied: u64,
     pub(crate) kept: u64,
-}
-
-/// The newest stored snapshot that decodes and holds together, with its
-/// position and term.
-fn newest_snapshot(shared: &Shared, stores: &Stores) -> Option<(u64, u64, Vec<u8>)> {
-    for seq in stores.list() {
-        let checked = stores.get(seq).and_then(|bytes| {
-            // On a scratch copy: a damaged one must leave nothing behind.
-            let scratch = MasterService::new(&shared.config);
-            let meta = format::decode_into(&bytes, &scratch, &RestoreProgress::default())
-                .map_err(|e| Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string()))?;
-            if meta.seq != seq {
-                return Err(Error::new(
-                    ErrorCode::DESERIALIZE_FAIL,
-                    format!("snapshot named {seq} holds position {}", meta.seq),
-                ));
-            }
-            Ok((meta.term, bytes))
-        });
-        match checked {
-            Ok((term, bytes)) => return Some((seq, term, bytes)),
-            Err(e) => tracing::warn!(seq, "snapshot unusable, trying an older one: {e}"),
-        }
-    }
-    None
 }
 
 /// Restores `shared`'s still empty state from the newest snapshot of

@@ -55,10 +55,27 @@ pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>)
 /// a damaged one is skipped for the next older. Returns its position.
 pub(crate) fn restore_newest(shared: &Shared, stores: &Stores) -> Result<Option<u64>> {
     let repl = shared.replication.as_ref().expect("replicated");
+    let Some((_, _, bytes)) = newest_snapshot(shared, stores) else {
+        return Ok(None);
+    };
+    let seq = load_snapshot(shared, repl, bytes)?;
+    // Owners may be gone since: their segments are served again only once
+    // they are heard from.
+    shared.service.segments.unverify_all();
+    shared
+        .service
+        .clients
+        .lock()
+        .touch_all(shared.clock.now_ms());
+    Ok(Some(seq))
+}
+
+/// The newest stored snapshot that decodes and holds together, with its
+/// position and term.
+pub(crate) fn newest_snapshot(shared: &Shared, stores: &Stores) -> Option<(u64, u64, Vec<u8>)> {
     for seq in stores.list() {
         let checked = stores.get(seq).and_then(|bytes| {
-            // Checked on a scratch copy: a damaged one must not leave
-            // half a state behind in the live one.
+            // On a scratch copy: a damaged one must leave nothing behind.
             let scratch = MasterService::new(&shared.config);
             let meta = format::decode_into(&bytes, &scratch, &RestoreProgress::default())
                 .map_err(|e| Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string()))?;
@@ -68,25 +85,14 @@ pub(crate) fn restore_newest(shared: &Shared, stores: &Stores) -> Result<Option<
                     format!("snapshot named {seq} holds position {}", meta.seq),
                 ));
             }
-            Ok(bytes)
+            Ok((meta.term, bytes))
         });
         match checked {
-            Ok(bytes) => {
-                let seq = load_snapshot(shared, repl, bytes)?;
-                // Owners may be gone since: their segments are served
-                // again only once they are heard from.
-                shared.service.segments.unverify_all();
-                shared
-                    .service
-                    .clients
-                    .lock()
-                    .touch_all(shared.clock.now_ms());
-                return Ok(Some(seq));
-            }
+            Ok((term, bytes)) => return Some((seq, term, bytes)),
             Err(e) => tracing::warn!(seq, "snapshot unusable, trying an older one: {e}"),
         }
     }
-    Ok(None)
+    None
 }
 
 /// The snapshot thread of a replicated master.
