@@ -219,6 +219,10 @@ pub struct OffloadTask {
     pub key: String,
     pub size: u64,
     pub address: u64,
+    /// How long (ms) the object had gone unused when it was handed out: a
+    /// tier evicting LRU ranks the copy by it, as if memory and tier were
+    /// one cache.
+    pub idle_ms: u64,
 }
 
 /// What `FetchOffloadTasks` hands a storage client: objects to write to its

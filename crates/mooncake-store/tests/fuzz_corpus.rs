@@ -323,6 +323,7 @@ fn responses() -> Vec<(String, Response)> {
                     key: "k0".into(),
                     size: 4096,
                     address: 0x7f00_0000_0000,
+                    idle_ms: 3,
                 }],
                 removes: vec!["k1".into()],
                 promotions: vec!["k2".into()],

@@ -284,6 +284,7 @@ fn sample_responses() -> Vec<Response> {
                     key: "k".into(),
                     size: 1 << 20,
                     address: u64::MAX - 1,
+                    idle_ms: 7,
                 }],
                 removes: vec!["gone".into()],
                 promotions: vec!["hot".into()],

@@ -14,17 +14,15 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
+use super::offload::poll::{poll_until_stopped, MAX_IDLE};
 use crate::master_client::MasterClient;
 use crate::tier::shared_fs;
 use crate::types::{ClientId, OffloadTask};
 
 const TASKS_PER_ROUND: u32 = 64;
-const MIN_IDLE: Duration = Duration::from_millis(1);
-const MAX_IDLE: Duration = Duration::from_millis(20);
 
 struct Shared {
     id: ClientId,
@@ -105,36 +103,17 @@ impl Drop for FileWriter {
 }
 
 fn run(s: &Shared) {
-    let mut idle = MIN_IDLE;
-    while !s.stop.load(Ordering::Relaxed) {
-        let worked = match s.master.fetch_file_tasks(s.id, TASKS_PER_ROUND) {
-            Ok(batch) => {
-                let any = !batch.tasks.is_empty() || !batch.removes.is_empty();
-                if any {
-                    round(s, &batch.tasks, batch.removes);
-                }
-                any
-            }
-            Err(e) if e.code == ErrorCode::SEGMENT_NOT_FOUND => {
-                // The master forgot us (it restarted, failed over, or
-                // expired us): mount again.
-                if let Err(e) = s.master.mount_shared_fs(s.id) {
-                    tracing::debug!(error = %e, "shared-filesystem tier remount failed");
-                }
-                false
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "fetching file tasks failed");
-                false
-            }
-        };
-        if worked {
-            idle = MIN_IDLE;
-        } else {
-            std::thread::sleep(idle);
-            idle = (idle * 2).min(MAX_IDLE);
+    let poll = || {
+        let batch = s.master.fetch_file_tasks(s.id, TASKS_PER_ROUND)?;
+        let any = !batch.tasks.is_empty() || !batch.removes.is_empty();
+        if any {
+            round(s, &batch.tasks, batch.removes);
         }
-    }
+        Ok(any)
+    };
+    poll_until_stopped(&s.stop, "shared-fs", poll, || {
+        s.master.mount_shared_fs(s.id)
+    });
 }
 
 /// Deletes `removes`, writes `tasks`, reports everything.

@@ -241,6 +241,14 @@ impl DiskTable {
         true
     }
 
+    /// Whether `key` is queued for, or being copied to, `owner`'s tier.
+    pub(crate) fn is_queued(&self, owner: ClientId, key: &str) -> bool {
+        self.mail
+            .lock()
+            .get(&owner)
+            .is_some_and(|m| m.queued.contains(key))
+    }
+
     /// Asks `owner` to delete its copy of `key`.
     pub(crate) fn queue_remove(&self, owner: ClientId, key: &str) {
         let mut mail = self.mail.lock();
@@ -379,6 +387,7 @@ mod tests {
             key: key.into(),
             size: 8,
             address: 0,
+            idle_ms: 0,
         }
     }
 

@@ -111,6 +111,19 @@ pub(crate) fn threshold(candidates: &mut [(u64, u64)], target: u64) -> Option<u6
     candidates.last().map(|&(t, _)| t)
 }
 
+/// [`threshold`], with the bytes the candidates up to it hold: the lease
+/// time up to which the oldest candidates cover `target`, and what they
+/// cover (less than `target` when all of them do not reach it).
+pub(crate) fn cover(candidates: &mut [(u64, u64)], target: u64) -> Option<(u64, u64)> {
+    let t = threshold(candidates, target)?;
+    let bytes = candidates
+        .iter()
+        .take_while(|&&(l, _)| l <= t)
+        .map(|&(_, b)| b)
+        .sum();
+    Some((t, bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +164,17 @@ mod tests {
         assert_eq!(threshold(&mut c, 15), Some(20));
         assert_eq!(threshold(&mut c, 1000), Some(30));
         assert_eq!(threshold(&mut [], 1), None);
+    }
+
+    #[test]
+    fn cover_says_how_much_the_oldest_hold() {
+        let mut c = [(30, 10), (10, 10), (20, 10), (20, 5)];
+        assert_eq!(
+            cover(&mut c, 12),
+            Some((20, 25)),
+            "ties at the threshold go too"
+        );
+        assert_eq!(cover(&mut c, 1000), Some((30, 35)));
+        assert_eq!(cover(&mut [], 1), None);
     }
 }

@@ -197,6 +197,11 @@ impl FileTier {
         self.state.lock().reserved
     }
 
+    /// Whether `key` has a write or a delete in flight.
+    pub(crate) fn is_busy(&self, key: &str) -> bool {
+        self.state.lock().busy.contains_key(key)
+    }
+
     #[cfg(test)]
     pub(crate) fn busy_len(&self) -> usize {
         self.state.lock().busy.len()
@@ -212,6 +217,7 @@ mod tests {
             key: key.into(),
             size,
             address: 0,
+            idle_ms: 0,
         }
     }
 

@@ -41,7 +41,12 @@ wire_struct!(LocalDiskDescriptor {
     object_size,
     transport_endpoint
 });
-wire_struct!(OffloadTask { key, size, address });
+wire_struct!(OffloadTask {
+    key,
+    size,
+    address,
+    idle_ms
+});
 wire_struct!(OffloadBatch {
     tasks,
     removes,

@@ -18,6 +18,7 @@ use super::config::{Backend, TierConfig};
 use super::file_per_key::{scan_files, FilePerKeyWriter};
 use super::format::{align_up, ObjectHeader, DIO_ALIGN};
 use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex};
+use super::io::holes::supports_punch;
 use super::io::{engine, fs_capacity, DiskFile, IoEngine};
 use super::read::{read_range, read_value, read_values, ValueRead, ValueRef};
 use super::scan::{scan_buckets, ScanReport, Verify};
@@ -85,8 +86,16 @@ enum Writer {
 
 struct WriteState {
     writer: Writer,
-    /// Staged objects (in order) and the bytes each reserved in the index.
-    pending: Vec<(String, u64)>,
+    /// Staged objects, in order.
+    pending: Vec<Pending>,
+}
+
+struct Pending {
+    key: String,
+    /// Bytes reserved in the index.
+    reserved: u64,
+    /// When the object was last used before it came here (LRU rank).
+    last_use: u64,
 }
 
 pub struct DiskTier {
@@ -144,10 +153,14 @@ impl DiskTier {
             }
         };
         let byte_limit = config.byte_limit(fs_capacity(&config.storage_path)?);
+        // Per-object eviction needs hole punching; file-per-key units
+        // hold one object each anyway.
+        let per_object = config.backend == Backend::Bucket && supports_punch(&root);
         let mut index = TierIndex::new(
             config.effective_policy(),
             byte_limit,
             config.total_keys_limit,
+            per_object,
         );
         for unit in &report.units {
             // Never read since the restart: lru evicts these first, in write order.
@@ -212,26 +225,32 @@ impl DiskTier {
     /// Turns sealed objects into index entries; returns their reservations.
     fn commit_locked(&self, ws: &mut WriteState, sealed: Vec<NewUnit>, now: u64) -> Committed {
         let n: usize = sealed.iter().map(|u| u.objects.len()).sum();
-        let released: Vec<(String, u64)> = ws.pending.drain(..n.min(ws.pending.len())).collect();
+        let released: Vec<Pending> = ws.pending.drain(..n.min(ws.pending.len())).collect();
         let mut index = self.index.lock();
-        index.release(released.iter().map(|(_, b)| b).sum(), released.len() as u64);
+        index.release(
+            released.iter().map(|p| p.reserved).sum(),
+            released.len() as u64,
+        );
         let mut objects = Vec::with_capacity(n);
         for unit in sealed {
             objects.extend(unit.objects.iter().cloned());
             index.insert(unit, now);
         }
+        for p in released.iter().filter(|p| p.last_use < now) {
+            index.set_last_use(&p.key, p.last_use);
+        }
         Committed { objects }
     }
 
     fn fail_locked(&self, ws: &mut WriteState, error: TierError) -> WriteError {
-        let discarded: Vec<(String, u64)> = ws.pending.drain(..).collect();
+        let discarded: Vec<Pending> = ws.pending.drain(..).collect();
         self.index.lock().release(
-            discarded.iter().map(|(_, b)| b).sum(),
+            discarded.iter().map(|p| p.reserved).sum(),
             discarded.len() as u64,
         );
         WriteError {
             error,
-            discarded: discarded.into_iter().map(|(k, _)| k).collect(),
+            discarded: discarded.into_iter().map(|p| p.key).collect(),
         }
     }
 
@@ -244,6 +263,20 @@ impl DiskTier {
         parts: &[&[u8]],
         now: u64,
     ) -> Result<StageOutcome, WriteError> {
+        self.stage_idle(key, tag, parts, now, now)
+    }
+
+    /// [`DiskTier::stage`] of an object last used at `last_use` (before
+    /// `now`, e.g. in memory before it was offloaded): under `lru` it ranks
+    /// by that time, as one LRU spanning memory and tier would.
+    pub fn stage_idle(
+        &self,
+        key: &str,
+        tag: u64,
+        parts: &[&[u8]],
+        now: u64,
+        last_use: u64,
+    ) -> Result<StageOutcome, WriteError> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let reserve = self.reservation(key, len);
         let mut ws = self.write.lock();
@@ -255,7 +288,11 @@ impl DiskTier {
                 error,
                 discarded: Vec::new(),
             })?;
-        ws.pending.push((key.to_string(), reserve));
+        ws.pending.push(Pending {
+            key: key.to_string(),
+            reserved: reserve,
+            last_use: last_use.min(now),
+        });
         let sealed = match &mut ws.writer {
             Writer::Bucket(w) => w
                 .stage(key, tag, parts)

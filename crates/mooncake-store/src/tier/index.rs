@@ -2,27 +2,39 @@
 //! the objects (a bucket, or one file-per-key object), and eviction within a
 //! byte and key limit.
 //!
-//! Eviction runs in two phases so a read in flight never sees its file vanish:
+//! The unit of eviction is one object. Its bytes go back by punching its
+//! blocks out of the bucket file ([`super::io::holes`]); a bucket whose last
+//! object goes is deleted. Where the filesystem cannot punch holes, or an
+//! object covers no whole block of its own, eviction takes the object's
+//! whole unit instead.
+//!
+//! Eviction runs in two phases so a read in flight never sees its bytes
+//! vanish:
 //! 1. [`TierIndex::admit`] (or [`TierIndex::evict_above_watermark`]) takes the
 //!    victims out of the index: from then on no lookup hands them out. The
 //!    caller tells the master their disk replicas are gone.
-//! 2. [`TierIndex::finalize`] dooms the victims' files. A doomed file is
-//!    deleted when the last [`UnitHandle`] is dropped: readers clone the handle
-//!    at lookup and hold it for the whole read, so deletion waits for them.
+//! 2. [`TierIndex::finalize`] frees them: a doomed unit's files are deleted
+//!    when the last handle is dropped, a punched object's blocks once no
+//!    reader of its unit is left (see [`super::unit_files`]).
 //!
 //! If telling the master fails, [`TierIndex::restore`] puts the victims back.
 //! Times (for LRU) are the caller's ticks; the index never reads a clock.
 
 use super::config::EvictionPolicy;
+use super::io::holes::inner_blocks;
+pub use super::unit_files::{ReadHandle, UnitFiles};
 use super::TierError;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Buckets and file-per-key objects are both "units": ordered by id (ids only
-/// grow, so id order is write order), evicted whole.
+/// Buckets and file-per-key objects are both "units", numbered in write
+/// order (ids only grow).
 pub type UnitId = u64;
+
+/// What a reader holds while it reads from a unit's files.
+pub type UnitHandle = ReadHandle;
 
 /// Where an object's value is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,37 +47,6 @@ pub struct ObjectLocation {
     pub tag: u64,
 }
 
-/// The files of one unit. Once doomed, they are removed when the last handle
-/// is dropped.
-#[derive(Debug)]
-pub struct UnitFiles {
-    pub id: UnitId,
-    /// The file the values are read from.
-    pub data: PathBuf,
-    /// A bucket's metadata file.
-    pub meta: Option<PathBuf>,
-    bytes: u64,
-    doomed: AtomicBool,
-    doomed_bytes: Arc<AtomicU64>,
-}
-
-impl Drop for UnitFiles {
-    fn drop(&mut self) {
-        if self.doomed.load(Ordering::Acquire) {
-            // Metadata first: a crash between the two leaves an orphan data
-            // file (removed by the next scan), never metadata without data.
-            if let Some(meta) = &self.meta {
-                let _ = std::fs::remove_file(meta);
-            }
-            let _ = std::fs::remove_file(&self.data);
-            self.doomed_bytes.fetch_sub(self.bytes, Ordering::AcqRel);
-        }
-    }
-}
-
-/// What a reader holds while it reads from a unit's files.
-pub type UnitHandle = Arc<UnitFiles>;
-
 /// A unit to add: its files, its on-disk bytes, its objects in file order.
 #[derive(Debug, Clone)]
 pub struct NewUnit {
@@ -76,12 +57,23 @@ pub struct NewUnit {
     pub objects: Vec<(String, ObjectLocation)>,
 }
 
+/// An object's place in the eviction order: (last use, insertion sequence)
+/// under `lru`, (0, insertion sequence) otherwise. The smallest goes first.
+type Rank = (u64, u64);
+
+#[derive(Debug, Clone)]
+struct Entry {
+    loc: ObjectLocation,
+    rank: Rank,
+}
+
 #[derive(Debug)]
 struct Unit {
-    files: UnitHandle,
+    files: Arc<UnitFiles>,
     keys: Vec<String>,
     live: usize,
-    last_access: u64,
+    /// Bytes the unit counts for: its files less what was punched out.
+    charged: u64,
 }
 
 /// Victims taken out of the index (phase 1), waiting for
@@ -92,6 +84,7 @@ pub struct EvictionBatch {
     /// The evicted objects' keys: their disk replicas are gone.
     pub keys: Vec<String>,
     units: Vec<Victim>,
+    punched: Vec<Punched>,
 }
 
 /// An evicted unit and the objects it took out of the index.
@@ -99,17 +92,28 @@ pub struct EvictionBatch {
 struct Victim {
     id: UnitId,
     unit: Unit,
-    objects: Vec<(String, ObjectLocation)>,
+    objects: Vec<(String, Entry)>,
+}
+
+/// An object evicted from a unit that stays.
+#[derive(Debug)]
+struct Punched {
+    key: String,
+    entry: Entry,
+    files: Arc<UnitFiles>,
+    /// The blocks freed: `(offset, len)`.
+    blocks: (u64, u64),
 }
 
 impl EvictionBatch {
     pub fn is_empty(&self) -> bool {
-        self.units.is_empty()
+        self.units.is_empty() && self.punched.is_empty()
     }
 
     /// Bytes the batch frees once finalized.
     pub fn bytes(&self) -> u64 {
-        self.units.iter().map(|v| v.unit.files.bytes).sum()
+        self.units.iter().map(|v| v.unit.charged).sum::<u64>()
+            + self.punched.iter().map(|p| p.blocks.1).sum::<u64>()
     }
 }
 
@@ -122,17 +126,20 @@ pub struct IndexUsage {
     /// Admitted for writes not yet committed.
     pub reserved_bytes: u64,
     pub reserved_keys: u64,
-    /// Evicted or emptied units whose files a reader still holds.
+    /// Evicted or removed bytes still on disk while a reader holds them.
     pub doomed_bytes: u64,
     pub byte_limit: u64,
     pub key_limit: u64,
 }
 
 pub struct TierIndex {
-    objects: HashMap<String, ObjectLocation>,
+    objects: HashMap<String, Entry>,
+    order: BTreeMap<Rank, String>,
     units: BTreeMap<UnitId, Unit>,
-    lru: BTreeSet<(u64, UnitId)>,
     policy: EvictionPolicy,
+    /// Objects may be evicted one by one (the filesystem punches holes).
+    per_object: bool,
+    next_seq: u64,
     byte_limit: u64,
     key_limit: u64,
     bytes: u64,
@@ -142,12 +149,17 @@ pub struct TierIndex {
 }
 
 impl TierIndex {
-    pub fn new(policy: EvictionPolicy, byte_limit: u64, key_limit: u64) -> Self {
+    /// `per_object`: the directory's filesystem punches holes
+    /// ([`super::io::holes::supports_punch`]); without it eviction takes
+    /// whole units.
+    pub fn new(policy: EvictionPolicy, byte_limit: u64, key_limit: u64, per_object: bool) -> Self {
         TierIndex {
             objects: HashMap::new(),
+            order: BTreeMap::new(),
             units: BTreeMap::new(),
-            lru: BTreeSet::new(),
             policy,
+            per_object,
+            next_seq: 0,
             byte_limit,
             key_limit,
             bytes: 0,
@@ -171,91 +183,112 @@ impl TierIndex {
     }
 
     pub fn location(&self, key: &str) -> Option<&ObjectLocation> {
-        self.objects.get(key)
+        self.objects.get(key).map(|e| &e.loc)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = (&String, &ObjectLocation)> {
-        self.objects.iter()
+        self.objects.iter().map(|(k, e)| (k, &e.loc))
+    }
+
+    fn rank(&mut self, now: u64) -> Rank {
+        self.next_seq += 1;
+        match self.policy {
+            EvictionPolicy::Lru => (now, self.next_seq),
+            EvictionPolicy::Fifo | EvictionPolicy::None => (0, self.next_seq),
+        }
     }
 
     /// Adds a unit that is durable on disk. An object whose key is already
     /// indexed replaces the old copy; a unit left with no live object is
     /// removed and its files doomed.
     pub fn insert(&mut self, unit: NewUnit, now: u64) {
-        let files = Arc::new(UnitFiles {
-            id: unit.id,
-            data: unit.data,
-            meta: unit.meta,
-            bytes: unit.bytes,
-            doomed: AtomicBool::new(false),
-            doomed_bytes: self.doomed_bytes.clone(),
-        });
-        let mut keys = Vec::with_capacity(unit.objects.len());
-        for (key, loc) in unit.objects {
-            if let Some(old) = self.objects.insert(key.clone(), loc) {
-                self.drop_object_from(old.unit);
-            }
-            keys.push(key);
-        }
-        let live = keys
-            .iter()
-            .filter(|k| self.objects.get(*k).is_some_and(|l| l.unit == unit.id))
-            .count();
+        let files = Arc::new(UnitFiles::new(
+            unit.id,
+            unit.data,
+            unit.meta,
+            self.doomed_bytes.clone(),
+        ));
         self.bytes += unit.bytes;
-        self.lru.insert((now, unit.id));
         self.units.insert(
             unit.id,
             Unit {
                 files,
-                keys,
-                live,
-                last_access: now,
+                keys: Vec::with_capacity(unit.objects.len()),
+                live: 0,
+                charged: unit.bytes,
             },
         );
-        if live == 0 {
+        for (key, loc) in unit.objects {
+            let rank = self.rank(now);
+            self.order.insert(rank, key.clone());
+            let u = self.units.get_mut(&unit.id).expect("inserted above");
+            u.keys.push(key.clone());
+            u.live += 1;
+            if let Some(old) = self.objects.insert(key, Entry { loc, rank }) {
+                self.order.remove(&old.rank);
+                self.drop_object(old.loc);
+            }
+        }
+        if self.units.get(&unit.id).is_some_and(|u| u.live == 0) {
             self.drop_unit(unit.id);
         }
     }
 
-    /// One object of `unit` stopped being live (replaced or removed).
-    fn drop_object_from(&mut self, id: UnitId) {
-        if let Some(u) = self.units.get_mut(&id) {
-            u.live = u.live.saturating_sub(1);
-            if u.live == 0 {
-                self.drop_unit(id);
-            }
+    /// Under `lru`, places `key` as last used at `at` (earlier or later
+    /// than now): a copy of an object that was idle in memory before it
+    /// came here ranks by that idle time, not by when it was written.
+    pub fn set_last_use(&mut self, key: &str, at: u64) {
+        if self.policy != EvictionPolicy::Lru {
+            return;
+        }
+        if let Some(e) = self.objects.get_mut(key) {
+            let key = self.order.remove(&e.rank).expect("ranked");
+            e.rank.0 = at;
+            self.order.insert(e.rank, key);
+        }
+    }
+
+    /// An object at `loc` stopped being live (replaced or removed): its
+    /// blocks are punched out, or its unit goes with its last object.
+    fn drop_object(&mut self, loc: ObjectLocation) {
+        let Some(u) = self.units.get_mut(&loc.unit) else {
+            return;
+        };
+        u.live = u.live.saturating_sub(1);
+        if u.live == 0 {
+            self.drop_unit(loc.unit);
+            return;
+        }
+        if self.per_object {
+            let (start, len) = inner_blocks(loc.offset, loc.len);
+            u.charged -= len;
+            self.bytes -= len;
+            u.files.punch_later(start, len);
         }
     }
 
     /// Removes an empty unit and dooms its files.
     fn drop_unit(&mut self, id: UnitId) {
         if let Some(u) = self.units.remove(&id) {
-            self.lru.remove(&(u.last_access, id));
-            self.bytes -= u.files.bytes;
-            self.doom(&u.files);
+            self.bytes -= u.charged;
+            u.files.doom(u.charged);
         }
     }
 
-    fn doom(&self, files: &UnitFiles) {
-        if !files.doomed.swap(true, Ordering::AcqRel) {
-            self.doomed_bytes.fetch_add(files.bytes, Ordering::AcqRel);
-        }
-    }
-
-    /// Finds an object and the handle that keeps its files for the read;
-    /// marks its unit used at `now` (LRU).
+    /// Finds an object and the handle that keeps its bytes for the read;
+    /// marks it used at `now` (LRU).
     pub fn lookup(&mut self, key: &str, now: u64) -> Option<(ObjectLocation, UnitHandle)> {
-        let loc = self.objects.get(key)?.clone();
+        let e = self.objects.get_mut(key)?;
+        if self.policy == EvictionPolicy::Lru && now > e.rank.0 {
+            let k = self.order.remove(&e.rank).expect("ranked");
+            e.rank.0 = now;
+            self.order.insert(e.rank, k);
+        }
         let u = self
             .units
-            .get_mut(&loc.unit)
+            .get(&e.loc.unit)
             .expect("indexed objects have a unit");
-        if now > u.last_access {
-            self.lru.remove(&(u.last_access, loc.unit));
-            u.last_access = now;
-            self.lru.insert((now, loc.unit));
-        }
-        Some((loc, u.files.clone()))
+        Some((e.loc.clone(), u.files.reader()))
     }
 
     /// Forgets objects (the master removed them). Returns how many were here.
@@ -263,7 +296,8 @@ impl TierIndex {
         let mut n = 0;
         for k in keys {
             if let Some(old) = self.objects.remove(k) {
-                self.drop_object_from(old.unit);
+                self.order.remove(&old.rank);
+                self.drop_object(old.loc);
                 n += 1;
             }
         }
@@ -275,13 +309,38 @@ impl TierIndex {
             && self.objects.len() as u64 + self.reserved_keys + keys <= self.key_limit
     }
 
-    /// The next victim under the policy.
-    fn candidate(&self) -> Option<UnitId> {
-        match self.policy {
-            EvictionPolicy::None => None,
-            EvictionPolicy::Fifo => self.units.keys().next().copied(),
-            EvictionPolicy::Lru => self.lru.first().map(|&(_, id)| id),
+    /// Phase 1 on the next victim under the policy; false when there is none.
+    fn take_next(&mut self, batch: &mut EvictionBatch) -> bool {
+        if self.policy == EvictionPolicy::None {
+            return false;
         }
+        let Some((_, key)) = self.order.first_key_value() else {
+            return false;
+        };
+        let key = key.clone();
+        let loc = &self.objects[&key].loc;
+        let (unit, blocks) = (loc.unit, inner_blocks(loc.offset, loc.len));
+        if self.units[&unit].live == 1 || !self.per_object || blocks.1 == 0 {
+            self.take_unit(unit, batch);
+            return true;
+        }
+        let e = self
+            .objects
+            .remove(&key)
+            .expect("ranked objects are indexed");
+        self.order.remove(&e.rank);
+        let u = self.units.get_mut(&e.loc.unit).expect("checked");
+        u.live -= 1;
+        u.charged -= blocks.1;
+        self.bytes -= blocks.1;
+        batch.keys.push(key.clone());
+        batch.punched.push(Punched {
+            key,
+            entry: e,
+            files: u.files.clone(),
+            blocks,
+        });
+        true
     }
 
     /// Phase 1 on one unit: out of the index, into the batch.
@@ -289,14 +348,14 @@ impl TierIndex {
         let Some(u) = self.units.remove(&id) else {
             return;
         };
-        self.lru.remove(&(u.last_access, id));
-        self.bytes -= u.files.bytes;
+        self.bytes -= u.charged;
         let mut objects = Vec::new();
         for k in &u.keys {
-            if self.objects.get(k).is_some_and(|l| l.unit == id) {
-                let loc = self.objects.remove(k).expect("checked");
+            if self.objects.get(k).is_some_and(|e| e.loc.unit == id) {
+                let e = self.objects.remove(k).expect("checked");
+                self.order.remove(&e.rank);
                 batch.keys.push(k.clone());
-                objects.push((k.clone(), loc));
+                objects.push((k.clone(), e));
             }
         }
         batch.units.push(Victim {
@@ -314,20 +373,17 @@ impl TierIndex {
     pub fn admit(&mut self, bytes: u64, keys: u64) -> Result<EvictionBatch, TierError> {
         let mut batch = EvictionBatch::default();
         while !self.fits(bytes, keys) {
-            match self.candidate() {
-                Some(id) => self.take_unit(id, &mut batch),
-                None => {
-                    let why = format!(
-                        "{} bytes / {} keys used of {} / {}, {} more bytes asked",
-                        self.bytes + self.reserved_bytes,
-                        self.objects.len() as u64 + self.reserved_keys,
-                        self.byte_limit,
-                        self.key_limit,
-                        bytes
-                    );
-                    self.restore(batch);
-                    return Err(TierError::Full(why));
-                }
+            if !self.take_next(&mut batch) {
+                let why = format!(
+                    "{} bytes / {} keys used of {} / {}, {} more bytes asked",
+                    self.bytes + self.reserved_bytes,
+                    self.objects.len() as u64 + self.reserved_keys,
+                    self.byte_limit,
+                    self.key_limit,
+                    bytes
+                );
+                self.restore(batch);
+                return Err(TierError::Full(why));
             }
         }
         self.reserved_bytes += bytes;
@@ -349,20 +405,18 @@ impl TierIndex {
         if self.policy == EvictionPolicy::None || (self.bytes as f64) <= high * limit {
             return batch;
         }
-        while (self.bytes as f64) > low * limit {
-            match self.candidate() {
-                Some(id) => self.take_unit(id, &mut batch),
-                None => break,
-            }
-        }
+        while (self.bytes as f64) > low * limit && self.take_next(&mut batch) {}
         batch
     }
 
-    /// Phase 2: dooms the batch's files; each is deleted as soon as no reader
-    /// holds it (at once if none does).
+    /// Phase 2: frees the batch's bytes, each as soon as no reader holds
+    /// them (at once if none does).
     pub fn finalize(&self, batch: EvictionBatch) {
         for v in batch.units {
-            self.doom(&v.unit.files);
+            v.unit.files.doom(v.unit.charged);
+        }
+        for p in batch.punched {
+            p.files.punch_later(p.blocks.0, p.blocks.1);
         }
     }
 
@@ -376,189 +430,41 @@ impl TierIndex {
         } in batch.units
         {
             let mut live = 0;
-            for (k, loc) in objects {
-                if let std::collections::hash_map::Entry::Vacant(e) = self.objects.entry(k) {
-                    e.insert(loc);
+            for (k, e) in objects {
+                if let std::collections::hash_map::Entry::Vacant(v) = self.objects.entry(k) {
+                    self.order.insert(e.rank, v.key().clone());
+                    v.insert(e);
                     live += 1;
                 }
             }
             if live == 0 {
-                self.doom(&u.files);
+                u.files.doom(u.charged);
                 continue;
             }
             u.live = live;
-            self.bytes += u.files.bytes;
-            self.lru.insert((u.last_access, id));
+            self.bytes += u.charged;
             self.units.insert(id, u);
+        }
+        for p in batch.punched {
+            let (start, len) = p.blocks;
+            let home = self.units.get_mut(&p.entry.loc.unit);
+            match home {
+                Some(u) if !self.objects.contains_key(&p.key) => {
+                    u.live += 1;
+                    u.charged += len;
+                    self.bytes += len;
+                    self.order.insert(p.entry.rank, p.key.clone());
+                    self.objects.insert(p.key, p.entry);
+                }
+                // Replaced meanwhile: its old blocks are free after all.
+                Some(_) => p.files.punch_later(start, len),
+                // Its unit went meanwhile, files and all.
+                None => {}
+            }
         }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn unit(dir: &std::path::Path, id: UnitId, keys: &[&str], bytes: u64) -> NewUnit {
-        let data = dir.join(format!("u{id}"));
-        std::fs::write(&data, b"x").unwrap();
-        NewUnit {
-            id,
-            data,
-            meta: None,
-            bytes,
-            objects: keys
-                .iter()
-                .enumerate()
-                .map(|(i, k)| {
-                    (
-                        k.to_string(),
-                        ObjectLocation {
-                            unit: id,
-                            offset: i as u64 * 10,
-                            len: 10,
-                            crc: 0,
-                            tag: id,
-                        },
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    fn evict_order(policy: EvictionPolicy, touches: &[(&str, u64)]) -> Vec<String> {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(policy, 300, 1000);
-        ix.insert(unit(dir.path(), 1, &["a"], 100), 1);
-        ix.insert(unit(dir.path(), 2, &["b"], 100), 2);
-        ix.insert(unit(dir.path(), 3, &["c"], 100), 3);
-        for (k, t) in touches {
-            ix.lookup(k, *t).unwrap();
-        }
-        let mut order = Vec::new();
-        for round in 0..3u64 {
-            let b = ix.admit(100, 1).unwrap();
-            order.extend(b.keys.iter().cloned());
-            ix.finalize(b);
-            // The write that needed the room lands as a newer unit.
-            ix.release(100, 1);
-            ix.insert(
-                unit(dir.path(), 10 + round, &[&format!("new{round}")], 100),
-                50 + round,
-            );
-        }
-        order
-    }
-
-    #[test]
-    fn fifo_evicts_oldest_first_whatever_was_read() {
-        assert_eq!(
-            evict_order(EvictionPolicy::Fifo, &[("a", 10)]),
-            ["a", "b", "c"]
-        );
-    }
-
-    #[test]
-    fn lru_evicts_least_recently_read_first() {
-        assert_eq!(
-            evict_order(EvictionPolicy::Lru, &[("a", 10), ("c", 11), ("b", 12)]),
-            ["a", "c", "b"]
-        );
-        assert_eq!(
-            evict_order(EvictionPolicy::Lru, &[("a", 10)]),
-            ["b", "c", "a"]
-        );
-    }
-
-    #[test]
-    fn none_refuses_instead_of_evicting() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::None, 200, 1000);
-        ix.insert(unit(dir.path(), 1, &["a"], 150), 0);
-        assert!(matches!(ix.admit(100, 1), Err(TierError::Full(_))));
-        assert!(ix.location("a").is_some());
-        let b = ix.admit(50, 1).unwrap();
-        assert!(b.is_empty());
-        ix.finalize(b);
-        assert_eq!(ix.usage().reserved_bytes, 50);
-        // The key limit holds too.
-        let mut ix = TierIndex::new(EvictionPolicy::None, 1 << 30, 1);
-        ix.insert(unit(dir.path(), 2, &["b"], 1), 0);
-        assert!(matches!(ix.admit(1, 1), Err(TierError::Full(_))));
-    }
-
-    #[test]
-    fn a_write_too_big_for_the_tier_changes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::Fifo, 200, 1000);
-        ix.insert(unit(dir.path(), 1, &["a"], 100), 0);
-        assert!(matches!(ix.admit(500, 1), Err(TierError::Full(_))));
-        assert!(ix.location("a").is_some());
-        assert_eq!(ix.usage().bytes, 100);
-    }
-
-    #[test]
-    fn a_file_is_deleted_only_after_its_last_reader_is_done() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::Fifo, 100, 1000);
-        ix.insert(unit(dir.path(), 1, &["a", "b"], 100), 0);
-        let path = dir.path().join("u1");
-        let (_, reader) = ix.lookup("a", 1).unwrap();
-        let batch = ix.admit(100, 1).unwrap();
-        assert_eq!(batch.keys, ["a", "b"]);
-        // Phase 1: the index no longer hands the objects out.
-        assert!(ix.lookup("a", 2).is_none());
-        assert!(path.exists());
-        ix.finalize(batch);
-        // Phase 2 waits for the reader.
-        assert!(path.exists());
-        assert_eq!(ix.usage().doomed_bytes, 100);
-        drop(reader);
-        assert!(!path.exists());
-        assert_eq!(ix.usage().doomed_bytes, 0);
-    }
-
-    #[test]
-    fn restore_undoes_phase_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::Fifo, 100, 1000);
-        ix.insert(unit(dir.path(), 1, &["a"], 100), 0);
-        let batch = ix.admit(100, 1).unwrap();
-        ix.release(100, 1);
-        assert!(ix.location("a").is_none());
-        ix.restore(batch);
-        assert!(ix.location("a").is_some());
-        assert_eq!(ix.usage().bytes, 100);
-        assert!(dir.path().join("u1").exists());
-    }
-
-    #[test]
-    fn replaced_and_removed_objects_free_their_units() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::Fifo, 1000, 1000);
-        ix.insert(unit(dir.path(), 1, &["a", "b"], 100), 0);
-        ix.insert(unit(dir.path(), 2, &["a"], 100), 0);
-        assert_eq!(ix.location("a").unwrap().unit, 2);
-        assert!(dir.path().join("u1").exists(), "b still lives in unit 1");
-        assert_eq!(ix.remove(&["b".to_string(), "zz".to_string()]), 1);
-        assert!(!dir.path().join("u1").exists());
-        assert_eq!(ix.usage().bytes, 100);
-        // Duplicates inside one unit: the later entry wins.
-        ix.insert(unit(dir.path(), 3, &["d", "d"], 100), 0);
-        assert_eq!(ix.location("d").unwrap().offset, 10);
-        assert_eq!(ix.usage().keys, 2);
-    }
-
-    #[test]
-    fn watermark_eviction_goes_down_to_the_low_mark() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut ix = TierIndex::new(EvictionPolicy::Fifo, 1000, 1000);
-        for id in 1..=10 {
-            ix.insert(unit(dir.path(), id, &[&format!("k{id}")], 95), id);
-        }
-        assert!(ix.evict_above_watermark(0.96, 0.5).is_empty());
-        let b = ix.evict_above_watermark(0.9, 0.5);
-        assert_eq!(b.keys, ["k1", "k2", "k3", "k4", "k5"]);
-        ix.finalize(b);
-        assert_eq!(ix.usage().bytes, 475);
-    }
-}
+#[path = "index_tests.rs"]
+mod tests;

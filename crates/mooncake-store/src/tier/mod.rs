@@ -27,6 +27,7 @@ pub mod io;
 pub mod read;
 pub mod scan;
 pub mod shared_fs;
+pub mod unit_files;
 
 pub use config::{Backend, EvictionPolicy, TierConfig};
 pub use disk_tier::{tier_identity, Committed, DiskTier, StageOutcome, TierUsage, WriteError};

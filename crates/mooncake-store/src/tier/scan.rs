@@ -7,11 +7,14 @@
 //! removed with whatever data it had; a leftover `.meta.tmp` is a commit cut
 //! short (removed). Inside a good bucket, an object that lies past the end of
 //! a truncated data file, or whose checksum fails, is dropped, and the
-//! metadata is rewritten without it so it is reported once.
+//! metadata is rewritten without it so it is reported once. An object whose
+//! blocks were punched out (evicted, see [`super::index`]) is dropped the
+//! same way, quietly.
 
 use super::bucket::{data_path, meta_path, parse_name, FileKind};
 use super::format::{decode_bucket_meta, encode_bucket_meta, BucketMeta};
 use super::index::{NewUnit, ObjectLocation, UnitId};
+use super::io::holes::{has_hole, inner_blocks};
 use super::io::{commit_file, on_disk, sync_dir, AlignedBuf, DiskFile, IoEngine};
 use super::read::{read_value, ValueRef};
 use super::{Result, TierError};
@@ -81,6 +84,9 @@ pub struct ScanReport {
     /// Complete units, in id order, ready for the index.
     pub units: Vec<NewUnit>,
     pub problems: Vec<ScanProblem>,
+    /// Objects whose blocks were punched out (evicted or removed while
+    /// their bucket stayed): dropped, and not a problem.
+    pub evicted: usize,
     /// The first id no file in the directory uses.
     pub next_id: u64,
 }
@@ -220,6 +226,11 @@ fn scan_bucket(
                 unit: id,
                 key: e.key.clone(),
             });
+            continue;
+        }
+        let (start, blocks) = inner_blocks(e.offset, e.len);
+        if blocks > 0 && has_hole(file.fd(), start, blocks) {
+            report.evicted += 1;
             continue;
         }
         if verify == Verify::All {

@@ -15,6 +15,7 @@
 //! - `service`: readers of disk-only objects ask this client to stage them
 //!   into its engine-managed buffer and pull the bytes with the engine.
 
+pub(crate) mod poll;
 pub mod service;
 mod worker;
 

@@ -2,22 +2,18 @@
 //!
 //! One round: take up to [`TASKS_PER_ROUND`] tasks from the master, stage
 //! each object from this client's segment into the tier, commit once, then
-//! report what is durable. A round that found nothing backs off from
-//! [`MIN_IDLE`] to [`MAX_IDLE`], so a busy tier drains at disk speed and an
-//! idle one costs a few calls per second.
+//! report what is durable, polled by [`poll_until_stopped`].
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use mooncake_common::{ErrorCode, Result};
+use mooncake_common::Result;
 
+use super::poll::poll_until_stopped;
 use super::TierShared;
 use crate::tier::{Committed, EvictionBatch, StageOutcome, WriteError};
 use crate::types::OffloadTask;
 
 const TASKS_PER_ROUND: u32 = 256;
-const MIN_IDLE: Duration = Duration::from_millis(1);
-const MAX_IDLE: Duration = Duration::from_millis(20);
 /// How often the staged-read sweep and the watermark eviction run.
 const HOUSEKEEPING: Duration = Duration::from_millis(200);
 
@@ -54,49 +50,28 @@ pub(super) fn mount_and_restore(s: &TierShared) -> Result<usize> {
 }
 
 pub(super) fn run(s: &TierShared) {
-    let mut idle = MIN_IDLE;
     let mut last_housekeeping = std::time::Instant::now();
-    while !s.stop.load(Ordering::Relaxed) {
+    let poll = || {
         if last_housekeeping.elapsed() >= HOUSEKEEPING {
             last_housekeeping = std::time::Instant::now();
             s.gc_batches();
             let batch = s.tier.evict_above_watermark();
             report_eviction(s, batch);
         }
-        let worked = match s.master.fetch_offload_tasks(s.id, TASKS_PER_ROUND) {
-            Ok(batch) => {
-                if !batch.removes.is_empty() {
-                    s.tier.remove(&batch.removes);
-                }
-                let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
-                if !batch.tasks.is_empty() {
-                    offload_round(s, &batch.tasks);
-                }
-                for key in &batch.promotions {
-                    promote(s, key);
-                }
-                any
-            }
-            Err(e) if e.code == ErrorCode::SEGMENT_NOT_FOUND => {
-                // The master lost our tier (it restarted, or expired us).
-                tracing::warn!(error = %e, "SSD tier not known to the master: mounting again");
-                if let Err(e) = mount_and_restore(s) {
-                    tracing::warn!(error = %e, "SSD tier remount failed");
-                }
-                false
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "fetching offload tasks failed");
-                false
-            }
-        };
-        if worked {
-            idle = MIN_IDLE;
-        } else {
-            std::thread::sleep(idle);
-            idle = (idle * 2).min(MAX_IDLE);
+        let batch = s.master.fetch_offload_tasks(s.id, TASKS_PER_ROUND)?;
+        if !batch.removes.is_empty() {
+            s.tier.remove(&batch.removes);
         }
-    }
+        let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
+        if !batch.tasks.is_empty() {
+            offload_round(s, &batch.tasks);
+        }
+        for key in &batch.promotions {
+            promote(s, key);
+        }
+        Ok(any)
+    };
+    poll_until_stopped(&s.stop, "ssd", poll, || mount_and_restore(s).map(|_| ()));
 }
 
 /// Copies `tasks` into the tier and reports them.
@@ -115,7 +90,8 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
             failed.push(t.key.clone());
             continue;
         };
-        match s.tier.stage(&t.key, 0, &[bytes], now) {
+        let last_use = now.saturating_sub(t.idle_ms);
+        match s.tier.stage_idle(&t.key, 0, &[bytes], now, last_use) {
             Ok(StageOutcome { committed, evicted }) => {
                 take_committed(committed, &mut durable);
                 report_eviction(s, evicted);

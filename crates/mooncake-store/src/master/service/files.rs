@@ -238,6 +238,7 @@ impl MasterService {
             key: key.to_string(),
             size: obj.size,
             address,
+            idle_ms: 0,
         };
         self.files.queue_write(writer, task, limit, room)
     }

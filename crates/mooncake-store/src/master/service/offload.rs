@@ -120,7 +120,7 @@ impl MasterService {
             tasks: Vec::with_capacity(tasks.len()),
             ..taken
         };
-        for task in tasks {
+        for mut task in tasks {
             let mut shard = self.objects.lock(&task.key);
             let now = shard.clock(now);
             let fresh = shard.get_mut(task.key.as_str()).filter(|obj| {
@@ -132,6 +132,9 @@ impl MasterService {
             });
             match fresh {
                 Some(mut obj) => {
+                    // Before the copy's lease moves it: the object's age in
+                    // memory's LRU order.
+                    task.idle_ms = now.saturating_sub(obj.lease_until);
                     self.policy.lease.on_read(&mut obj, now);
                     batch.tasks.push(task);
                 }
@@ -365,8 +368,18 @@ impl MasterService {
             key: key.to_string(),
             size: obj.size,
             address,
+            idle_ms: 0,
         };
         self.disk.queue_offload(owner, task, limit)
+    }
+
+    /// Whether a copy of `key` is queued or being written (it will be
+    /// free to leave memory once it lands).
+    pub(super) fn copy_under_way(&self, key: &str, obj: &ObjectMeta) -> bool {
+        match self.offload_target(obj).filter(|_| self.offload.enabled) {
+            Some((owner, _)) => self.disk.is_queued(owner, key),
+            None => self.files.is_busy(key),
+        }
     }
 
     /// A PutEnd just made `key` readable: in put mode, queue its copy.

@@ -134,8 +134,12 @@ impl MasterService {
     }
 
     /// Evicts the oldest eligible objects until `target` bytes are freed;
-    /// `force` takes objects that have no disk copy yet. Objects kept only
-    /// for lack of a copy are queued for one (up to `queue_budget`).
+    /// `force` takes objects that have no disk copy yet. When those with a
+    /// copy cover less than `target`, the oldest objects still waiting for
+    /// one are queued for it (up to `queue_budget`), just enough to cover
+    /// the rest with the copies already under way: memory keeps everything
+    /// else, so memory and tier hold different objects, as the two levels
+    /// of one LRU would.
     fn evict_pass(
         &self,
         now: u64,
@@ -147,25 +151,39 @@ impl MasterService {
         let may_go = |o: &ObjectMeta| {
             eligible(o, now, include_soft_pinned) && self.may_leave_memory(o, force)
         };
+        let must_wait = |o: &ObjectMeta| {
+            *queue_budget > 0 && eligible(o, now, include_soft_pinned) && !may_go(o)
+        };
         // Pass 1: find the lease time below which evicting frees enough,
+        // and below which the objects waiting for a copy should get one,
         // without copying keys.
         let mut candidates: Vec<(u64, u64)> = Vec::new();
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        let mut under_way = 0;
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
                 if may_go(o) {
                     candidates.push((o.lease_until, footprint(o)));
-                } else if *queue_budget > 0
-                    && eligible(o, now, include_soft_pinned)
-                    && self.queue_offload(key, o, usize::MAX)
-                {
-                    *queue_budget -= 1;
+                } else if must_wait(o) {
+                    if self.copy_under_way(key, o) {
+                        under_way += footprint(o);
+                    } else {
+                        waiting.push((o.lease_until, footprint(o)));
+                    }
                 }
             }
         }
-        let Some(threshold) = eviction::threshold(&mut candidates, target) else {
+        let evictable = eviction::cover(&mut candidates, target);
+        drop(candidates);
+        let freeable = evictable.map_or(0, |(_, b)| b);
+        let short = target.saturating_sub(freeable).saturating_sub(under_way);
+        if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
+            drop(waiting);
+            self.queue_oldest(now, queue_below, include_soft_pinned, force, queue_budget);
+        }
+        let Some((threshold, _)) = evictable else {
             return (0, 0);
         };
-        drop(candidates);
 
         // Pass 2: evict up to the threshold (objects may have changed since).
         let (mut keys, mut bytes) = (0, 0);
@@ -183,5 +201,31 @@ impl MasterService {
             });
         }
         (keys, bytes)
+    }
+
+    /// Queues for a copy every object waiting for one whose lease ended by
+    /// `below`, while `queue_budget` lasts.
+    fn queue_oldest(
+        &self,
+        now: u64,
+        below: u64,
+        include_soft_pinned: bool,
+        force: bool,
+        queue_budget: &mut usize,
+    ) {
+        for shard in self.objects.shards() {
+            for (key, o) in shard.iter() {
+                if *queue_budget == 0 {
+                    return;
+                }
+                if o.lease_until <= below
+                    && eligible(o, now, include_soft_pinned)
+                    && !self.may_leave_memory(o, force)
+                    && self.queue_offload(key, o, usize::MAX)
+                {
+                    *queue_budget -= 1;
+                }
+            }
+        }
     }
 }

@@ -135,6 +135,16 @@ fn stale_files_and_removed_objects_are_deleted_before_the_key_is_written_again()
         "not written again until the delete is reported"
     );
     let _ = s.notify_file_copies(A, &[], &[], &[], &[key.as_str()], 3000);
+    // Once the delete is reported, the key is written again when eviction
+    // next wants it out: make it the oldest object of a full memory.
+    for i in 0..16 {
+        if format!("k{i}") != key {
+            s.remove(&format!("k{i}"), true, 3000).unwrap();
+        }
+    }
+    for i in 0..15 {
+        put(&s, &format!("m{i}"), 1024, &one(), 3000 + i);
+    }
     tick(&s, 4000);
     let queued = s.fetch_file_tasks(A, 1000, 4000).unwrap();
     assert!(queued.tasks.iter().any(|t| t.key == key));

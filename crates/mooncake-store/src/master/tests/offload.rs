@@ -74,6 +74,44 @@ fn in_evict_mode_eviction_queues_the_copies() {
 }
 
 #[test]
+fn in_evict_mode_a_round_copies_only_the_oldest_objects_it_needs() {
+    let s = offloading(true);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    // Full: the round (down to 70% of 16 KiB) needs 5 objects out.
+    tick(&s, 1000);
+    let batch = s.fetch_offload_tasks(A, 1000, 1000).unwrap();
+    let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["k0", "k1", "k2", "k3", "k4"],
+        "the oldest, and only them"
+    );
+    // Each task says how long its object sat unused in memory.
+    let k0 = batch.tasks.iter().find(|t| t.key == "k0").unwrap();
+    assert_eq!(k0.idle_ms, 1000);
+    // Copies under way count: the next round queues nothing more.
+    tick(&s, 1100);
+    assert!(s
+        .fetch_offload_tasks(A, 1000, 1100)
+        .unwrap()
+        .tasks
+        .is_empty());
+    let sizes = vec![1024; keys.len()];
+    for r in s.notify_offload(A, &keys, &sizes, false, 1200) {
+        r.unwrap();
+    }
+    // Landed copies go first; the rest stay in memory without one.
+    tick(&s, 1300);
+    for i in 0..16 {
+        let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
+        assert_eq!(reps.iter().all(is_local_disk), i < 5, "k{i}");
+    }
+}
+
+#[test]
 fn stale_copies_are_refused_and_replaced_objects_drop_theirs() {
     let s = offloading(false);
     put(&s, "k", 1024, &one(), 0);

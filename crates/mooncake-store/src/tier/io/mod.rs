@@ -6,6 +6,7 @@
 //! name, fsyncs it, renames it into place and fsyncs the directory, so a crash
 //! leaves either the old state or the new one, never half a file.
 
+pub mod holes;
 pub mod psync;
 pub mod uring;
 
