@@ -155,6 +155,8 @@ def run(args: argparse.Namespace) -> dict:
         env = {}
         if args.tier == "ssd":
             master_flags.append("--enable_offload=true")
+            if args.offload_on_evict:
+                master_flags.append("--offload_on_evict=true")
             tier_dir = work / "tier"
             tier_dir.mkdir()
             env = {
@@ -196,7 +198,8 @@ def run(args: argparse.Namespace) -> dict:
     capacity_blocks = (seg + tier) // B
     ideal_hits, ideal_blocks = ideal_lru_hits(requests, capacity_blocks)
     return {
-        "system": system.name, "tier": args.tier, "requests": len(requests),
+        "system": system.name, "tier": args.tier, "offload_on_evict": args.offload_on_evict,
+        "requests": len(requests),
         "unique_blocks": unique, "block_bytes": B,
         "unique_over_capacity": round(unique * B / (seg + tier), 2),
         "hit_rate": round(r["hits"] / max(1, r["blocks"]), 4),
@@ -218,6 +221,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--segment-mib", type=int, default=64)
     p.add_argument("--tier", choices=["none", "ssd"], default="none")
     p.add_argument("--tier-mib", type=int, default=192)
+    p.add_argument("--offload-on-evict", action="store_true",
+                   help="copy to the tier at eviction (exclusive) instead of at put end")
     p.add_argument("--verify", action="store_true", help="check every block read byte-exact")
     p.add_argument("--timeout", type=float, default=3600.0)
     p.add_argument("--chart", help="draw the hit rates and lookup latency here as SVG")

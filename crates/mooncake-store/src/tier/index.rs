@@ -22,16 +22,12 @@
 
 use super::config::EvictionPolicy;
 use super::io::holes::inner_blocks;
-pub use super::unit_files::{ReadHandle, UnitFiles};
+pub use super::unit_files::{ReadHandle, UnitFiles, UnitId};
 use super::TierError;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Buckets and file-per-key objects are both "units", numbered in write
-/// order (ids only grow).
-pub type UnitId = u64;
 
 /// What a reader holds while it reads from a unit's files.
 pub type UnitHandle = ReadHandle;

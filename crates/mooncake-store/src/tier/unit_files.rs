@@ -8,12 +8,15 @@
 //! A reader that looked the object up before it left the index holds such a
 //! handle, so it never reads a hole.
 
-use super::index::UnitId;
 use super::io::holes::punch_hole;
 use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// Buckets and file-per-key objects are both "units", numbered in write
+/// order (ids only grow).
+pub type UnitId = u64;
 
 #[derive(Debug, Default)]
 struct FileState {
