@@ -78,7 +78,11 @@ def run(args) -> dict:
                       "get": gbps(n, t3 - t2), "get_into": gbps(n, t4 - t3)}
         print(f"{phase:<6} " + " ".join(f"{k}={v:.2f} GB/s" for k, v in out[phase].items()),
               file=sys.stderr, flush=True)
-        store.remove_all(True)
+        # Only this run's keys, forced: `remove_all(True)` is an admin call on
+        # our master, and the warm phase must reuse the first phase's pages.
+        n = store.remove_by_regex(f"^ff/{os.getpid()}/{phase}/", True)
+        if n != args.count:
+            raise SystemExit(f"cleanup removed {n} of {args.count}")
     store.close()
     print(f"memcpy {out['memcpy_gb_s']:.2f} GB/s", file=sys.stderr)
     return out
