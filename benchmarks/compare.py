@@ -73,7 +73,7 @@ def parse_args() -> argparse.Namespace:
                          "or auto (mooncake_client when the system has it)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="store_bench rounds; systems alternate within a round, medians are reported")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,memcpy,redis")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: store,te,first_fill,memcpy,redis")
     ap.add_argument("--trace-replay", action="store_true",
                     help="also replay the conversation trace (trace_replay.py), memory only and with the SSD tier")
     ap.add_argument("--trace-requests", type=int, default=12031)
@@ -412,6 +412,9 @@ def build_table(results: dict, names: list[str]) -> str:
                 lines.append("| " + " | ".join(row) + " |")
     lines += targets_section(results, names)
     lines += trace_section(results, names)
+    import first_fill
+
+    lines += first_fill.section(results, names)
     if results.get("memcpy"):
         lines.append("\n### memcpy ceiling (numpy copyto into a warm 512 MiB region)\n")
         lines.append("| size | p50 µs | GB/s |")
@@ -540,6 +543,18 @@ def main() -> int:
             except Exception as e:  # noqa: BLE001
                 log(f"{system.name} transfer_engine_bench failed: {e}")
                 res.setdefault("errors", []).append(f"te: {e}")
+        (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
+    if "first_fill" not in skip:
+        import first_fill
+
+        for system in systems:
+            res = results["systems"][system.name]
+            try:
+                log(f"{system.name}: first_fill")
+                res["first_fill"] = first_fill.run_system(system, out / "runs" / system.name / "first_fill")
+            except Exception as e:  # noqa: BLE001
+                log(f"{system.name} first fill failed: {e}")
+                res.setdefault("errors", []).append(f"first_fill: {e}")
         (out / "compare.json").write_text(json.dumps(results, indent=1) + "\n")
     if args.trace_replay:
         for system in systems:
