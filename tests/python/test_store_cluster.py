@@ -36,10 +36,23 @@ def real_client(own_cluster):
     assert rc.stop() == 0, rc.proc.output()
 
 
+def accepted_on_unix_socket(port):
+    """Connections the mooncake_client on `port` accepted on its abstract
+    Unix socket (the kernel lists them under the listener's name)."""
+    name = f"@mooncake_client_{port}.sock"
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for f in rows if len(f) == 8 and f[5] == "03" and f[7] == name)
+
+
 def test_dummy_clients_share_a_mooncake_client(own_cluster, real_client):
     a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
+    port = int(real_client.address.rsplit(":", 1)[1])
+    assert accepted_on_unix_socket(port) == 0
     assert a.setup_dummy(16 * MiB, 16 * MiB, real_client.address) == 0
     assert b.setup_dummy(16 * MiB, 16 * MiB, real_client.address) == 0
+    # On the mooncake_client's host, dummies come over its Unix socket.
+    assert accepted_on_unix_socket(port) >= 2
     try:
         value = os.urandom(3 * MiB)
         assert a.put("dummy-k", value) == 0

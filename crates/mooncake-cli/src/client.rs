@@ -1,6 +1,7 @@
 //! `mooncake_client`: the standalone "real client". It mounts a storage
 //! segment on the master and serves dummy clients on this host over a local
-//! RPC port, sharing memory with them.
+//! RPC port and the abstract Unix socket `@mooncake_client_<port>.sock`,
+//! sharing memory with them.
 
 use clap::{ArgAction, Parser};
 use mooncake_common::auth::ClusterToken;
@@ -20,7 +21,9 @@ pub struct Args {
     /// Address dummy clients connect to; also this node's engine host unless
     /// `--local_hostname` is given (an unspecified address uses the machine's
     /// name). Dummies share this host, so the service listens on loopback
-    /// unless an address is given (the reference binds 0.0.0.0).
+    /// unless an address is given (the reference binds 0.0.0.0). It also
+    /// listens on the abstract Unix socket `@mooncake_client_<port>.sock`,
+    /// which dummies on this host use.
     #[arg(long)]
     pub host: Option<String>,
     #[arg(long, default_value_t = 50052)]
@@ -189,6 +192,9 @@ pub fn main(argv: Vec<String>) -> i32 {
             service.hostname(),
             format_size(args.global_segment_size)
         );
+        if let Some(name) = service.local_socket() {
+            println!("mooncake_client local: dummy clients on this host use @{name}");
+        }
         if let Some(h) = &http {
             println!("mooncake_client http: /metrics and /health on {}", h.addr());
         }

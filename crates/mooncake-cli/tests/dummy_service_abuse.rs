@@ -1,14 +1,17 @@
-//! The dummy service (`mooncake_client`) against strangers on loopback:
-//! idle sockets by the thousand, calls without a session, stolen or
-//! guessed session tokens. Waits are bounded; nothing asserts a duration.
+//! The dummy service (`mooncake_client`) against strangers on loopback and
+//! on its Unix socket: idle sockets by the thousand, calls without a
+//! session, stolen or guessed session tokens, other users. Waits are
+//! bounded; nothing asserts a duration.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use mooncake_common::ErrorCode;
-use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
-use mooncake_store::client::{Client, ServiceConfig, ServiceLimits, StoreService};
+use mooncake_store::client::dummy_proto::{local_socket_name, DummyRequest, DummyResponse};
+use mooncake_store::client::{Client, DummyTransport, ServiceConfig, ServiceLimits, StoreService};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::types::ReplicateConfig;
 
@@ -28,7 +31,7 @@ fn service(cluster: &Cluster, limits: ServiceLimits) -> StoreService {
     .unwrap()
 }
 
-fn call(s: &mut TcpStream, req: &DummyRequest) -> DummyResponse {
+fn call(s: &mut (impl Read + Write), req: &DummyRequest) -> DummyResponse {
     let mut frame = Vec::new();
     encode_frame(req, &mut frame).unwrap();
     s.write_all(&frame).unwrap();
@@ -48,6 +51,33 @@ fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(WAIT)).unwrap();
     s
+}
+
+/// A connection to the service's abstract Unix socket.
+fn connect_local(service: &StoreService) -> UnixStream {
+    let name = service
+        .local_socket()
+        .expect("the service has a Unix socket");
+    assert_eq!(name, local_socket_name(service.local_addr().port()));
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name).unwrap();
+    let s = UnixStream::connect_addr(&addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+/// Connections accepted on the abstract Unix socket `name` (the kernel's
+/// table shows an accepted socket under its listener's name, connected).
+fn accepted_on(name: &str) -> usize {
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let want = format!("@{name}");
+    table
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // State 03: connected.
+            f.len() == 8 && f[5] == "03" && f[7] == want
+        })
+        .count()
 }
 
 /// The session token a dummy was given, read through a second `Hello`
@@ -162,24 +192,45 @@ fn calls_need_a_session_and_tokens_are_not_transferable() {
         DummyResponse::Session { session, .. } if session == token
     ));
     // A stolen token, used from another process, is refused.
+    assert_eq!(
+        steal(&addr.to_string(), token),
+        ErrorCode::CLIENT_NOT_FOUND.code()
+    );
+    service.stop();
+}
+
+/// Presents `token` in `Attach` from another process, over `target`
+/// (`host:port`, or `@name` for an abstract Unix socket): the error code,
+/// 0 when accepted.
+fn steal(target: &str, token: u64) -> i32 {
     let out = std::process::Command::new("python3")
         .arg("-c")
-        .arg(STEAL)
-        .arg(addr.to_string())
+        .arg(format!("{CONNECT_PY}{STEAL}"))
+        .arg(target)
         .arg(token.to_string())
         .output()
         .expect("python3 runs");
     assert!(out.status.success(), "{out:?}");
-    let code: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-    assert_eq!(code, ErrorCode::CLIENT_NOT_FOUND.code(), "{out:?}");
-    service.stop();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
+
+/// Connects to `sys.argv[1]`: `@name` (abstract Unix socket) or `host:port`.
+const CONNECT_PY: &str = r#"
+import socket, sys
+def connect(target, timeout=None):
+    if target.startswith("@"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect("\0" + target[1:])
+        return s
+    host, port = target.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout)
+"#;
 
 /// Sends `Attach{token}` from another process and prints the error code
 /// (0 when accepted). Frame: u32 length, version 1, tag 2, varint token.
 const STEAL: &str = r#"
-import socket, struct, sys
-host, port = sys.argv[1].rsplit(":", 1)
+import struct
 token = int(sys.argv[2])
 body = bytearray([1, 2])
 while True:
@@ -190,7 +241,7 @@ while True:
     else:
         body.append(b)
         break
-s = socket.create_connection((host, int(port)))
+s = connect(sys.argv[1])
 s.sendall(struct.pack("<I", len(body)) + body)
 n = struct.unpack("<I", s.recv(4, socket.MSG_WAITALL))[0]
 a = s.recv(n, socket.MSG_WAITALL)
@@ -216,7 +267,8 @@ fn thousands_of_idle_sockets_do_not_lock_dummies_out() {
     let idle: Vec<TcpStream> = (0..2000)
         .map(|_| TcpStream::connect(addr).unwrap())
         .collect();
-    let dummy = Client::setup_dummy(1 << 20, 1 << 20, &addr.to_string()).unwrap();
+    let dummy =
+        Client::setup_dummy_over(1 << 20, 1 << 20, &addr.to_string(), DummyTransport::Tcp).unwrap();
     let cfg = ReplicateConfig::default();
     dummy.put("past-the-idle", b"served", &cfg).unwrap();
     assert_eq!(dummy.get("past-the-idle").unwrap(), b"served");
@@ -225,14 +277,139 @@ fn thousands_of_idle_sockets_do_not_lock_dummies_out() {
     service.stop();
 }
 
+#[test]
+fn thousands_of_idle_unix_connections_do_not_lock_dummies_out() {
+    let cluster = Cluster::start(&[]);
+    let service = service(&cluster, ServiceLimits::default());
+    let addr = service.local_addr();
+    let idle: Vec<UnixStream> = (0..2000).map(|_| connect_local(&service)).collect();
+    let dummy = Client::setup_dummy_over(1 << 20, 1 << 20, &addr.to_string(), DummyTransport::Unix)
+        .unwrap();
+    let cfg = ReplicateConfig::default();
+    dummy.put("past-the-idle-unix", b"served", &cfg).unwrap();
+    assert_eq!(dummy.get("past-the-idle-unix").unwrap(), b"served");
+    dummy.close().unwrap();
+    drop(idle);
+    service.stop();
+}
+
+/// A dummy on the service's host talks to it over the Unix socket without
+/// being told to, and moves bytes through the shared region there.
+#[test]
+fn a_dummy_on_this_host_uses_the_unix_socket() {
+    let cluster = Cluster::start(&[]);
+    let service = service(&cluster, ServiceLimits::default());
+    let name = service
+        .local_socket()
+        .expect("the service has a Unix socket");
+    assert_eq!(accepted_on(&name), 0);
+    let dummy = Client::setup_dummy(4 << 20, 1 << 20, &service.local_addr().to_string()).unwrap();
+    assert!(accepted_on(&name) >= 1, "the dummy came over TCP");
+    let cfg = ReplicateConfig::default();
+    dummy.put("over-unix", b"bytes", &cfg).unwrap();
+    assert_eq!(dummy.get("over-unix").unwrap(), b"bytes");
+    // Zero copy: a pool buffer is written and read in place.
+    let len = 256 << 10;
+    let (src, dst) = (
+        dummy.alloc_from_mem_pool(len).unwrap(),
+        dummy.alloc_from_mem_pool(len).unwrap(),
+    );
+    let want = value("zero-copy", len);
+    // SAFETY: `src` and `dst` are distinct pool allocations of `len` bytes.
+    let (src_buf, dst_buf) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(src as *mut u8, len),
+            std::slice::from_raw_parts_mut(dst as *mut u8, len),
+        )
+    };
+    src_buf.copy_from_slice(&want);
+    dummy.put_from("zero-copy", src, len, &cfg).unwrap();
+    assert_eq!(dummy.get_into("zero-copy", dst, len).unwrap(), len as u64);
+    assert!(
+        dst_buf == &want[..],
+        "wrong bytes through the shared region"
+    );
+    dummy.free_to_mem_pool(src).unwrap();
+    dummy.free_to_mem_pool(dst).unwrap();
+    dummy.close().unwrap();
+    // Told to use TCP, it does.
+    let before = accepted_on(&name);
+    let over_tcp = Client::setup_dummy_over(
+        1 << 20,
+        1 << 20,
+        &service.local_addr().to_string(),
+        DummyTransport::Tcp,
+    )
+    .unwrap();
+    assert_eq!(over_tcp.get("over-unix").unwrap(), b"bytes");
+    assert!(
+        accepted_on(&name) <= before,
+        "told TCP, came over the Unix socket"
+    );
+    over_tcp.close().unwrap();
+    service.stop();
+}
+
+/// Over the Unix socket the kernel names the peer: `Hello` must name the
+/// peer's own pid, and a session's token is no use to another process.
+#[test]
+fn unix_peers_are_who_the_kernel_says() {
+    let cluster = Cluster::start(&[]);
+    let service = service(&cluster, ServiceLimits::default());
+    let region = tempfile_region::Region::new(1 << 20);
+    let hello = |pid| DummyRequest::Hello {
+        shm_name: region.name.clone(),
+        region_len: 1 << 20,
+        pid,
+        fd: region.fd,
+    };
+    // Another process's pid (our parent's) in Hello is refused.
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    let mut liar = connect_local(&service);
+    assert_eq!(
+        error_of(call(&mut liar, &hello(parent))),
+        ErrorCode::ILLEGAL_CLIENT
+    );
+    // Our own is accepted.
+    let mut owner = connect_local(&service);
+    let token = match call(&mut owner, &hello(std::process::id())) {
+        DummyResponse::Session { session, .. } => session,
+        other => panic!("Hello refused: {other:?}"),
+    };
+    let mut second = connect_local(&service);
+    assert!(matches!(
+        call(&mut second, &DummyRequest::Attach { session: token }),
+        DummyResponse::Session { session, .. } if session == token
+    ));
+    // Without a session, nothing but Health.
+    let mut stranger = connect_local(&service);
+    assert_eq!(
+        error_of(call(
+            &mut stranger,
+            &DummyRequest::RemoveAll { force: true }
+        )),
+        ErrorCode::ILLEGAL_CLIENT
+    );
+    // The token, stolen by another process, is refused over the Unix
+    // socket as over TCP.
+    let name = service.local_socket().unwrap();
+    assert_eq!(
+        steal(&format!("@{name}"), token),
+        ErrorCode::CLIENT_NOT_FOUND.code()
+    );
+    assert_eq!(
+        steal(&service.local_addr().to_string(), token),
+        ErrorCode::CLIENT_NOT_FOUND.code()
+    );
+    service.stop();
+}
+
 /// A process of another user on this host cannot open a session, even
-/// for its own memory: the service checks the peer socket's owner.
+/// for its own memory, over TCP or the Unix socket: the service checks
+/// the peer's owner.
 #[test]
 fn other_users_cannot_open_sessions() {
-    use std::io::{BufRead, BufReader};
-    use std::os::unix::process::CommandExt;
-    use std::process::{Command, Stdio};
-
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: needs root to run a process as another user");
@@ -240,14 +417,32 @@ fn other_users_cannot_open_sessions() {
     }
     let cluster = Cluster::start(&[]);
     let svc = service(&cluster, ServiceLimits::default());
-    let addr = svc.local_addr();
-    // The stranger (uid 65534) relays one frame we build for it and
-    // prints the answer in hex.
+    let local = format!("@{}", svc.local_socket().expect("a Unix socket"));
+    for target in [svc.local_addr().to_string(), local] {
+        let e = stranger_hello(&target);
+        assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT, "{target}: {e}");
+        assert!(
+            e.context.contains("user"),
+            "{target}: refused for its user: {e}"
+        );
+    }
+    svc.stop();
+}
+
+/// Runs a process as uid 65534 that says `Hello` (for its own pid) to the
+/// service at `target` and returns the refusal.
+fn stranger_hello(target: &str) -> mooncake_common::Error {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+
+    // The stranger relays one frame we build for it and prints the answer
+    // in hex.
     let relay = r#"
-import socket, sys, os
+import os
 print(os.getpid(), flush=True)
 frame = bytes.fromhex(sys.stdin.readline().strip())
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s = connect(sys.argv[1], timeout=20)
 s.sendall(frame)
 n = int.from_bytes(s.recv(4, socket.MSG_WAITALL), "little")
 body = b""
@@ -259,12 +454,7 @@ while len(body) < n:
 print(body.hex(), flush=True)
 "#;
     let mut child = Command::new("python3")
-        .args([
-            "-c",
-            relay,
-            &addr.ip().to_string(),
-            &addr.port().to_string(),
-        ])
+        .args(["-c", &format!("{CONNECT_PY}{relay}"), target])
         .uid(65534)
         .gid(65534)
         .stdin(Stdio::piped())
@@ -291,13 +481,8 @@ print(body.hex(), flush=True)
     let body: Vec<u8> = (0..line.trim().len() / 2)
         .map(|i| u8::from_str_radix(&line.trim()[2 * i..2 * i + 2], 16).unwrap())
         .collect();
-    let resp: DummyResponse = decode_payload(&body).unwrap();
-    match resp {
-        DummyResponse::Unit { result: Err(e) } => {
-            assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT, "{e}");
-            assert!(e.context.contains("user"), "refused for its user: {e}");
-        }
+    match decode_payload::<DummyResponse>(&body).unwrap() {
+        DummyResponse::Unit { result: Err(e) } => e,
         other => panic!("expected a refusal, got {other:?}"),
     }
-    svc.stop();
 }

@@ -1,5 +1,7 @@
 //! The dummy client: holds no segment and no engine; forwards every call to
-//! the real client (`mooncake_client`) on this host.
+//! the real client (`mooncake_client`) on this host, over the service's
+//! Unix socket when it can prove the socket is that service's, else over
+//! TCP (see [`session`]).
 //!
 //! At setup it creates one shared region: `mem_pool_size` bytes for
 //! [`alloc_from_mem_pool`](super::Client::alloc_from_mem_pool) followed by a
@@ -23,8 +25,10 @@ use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
 use super::{Backend, BufferHandle};
 use super::{Payload, RangeRead};
+use crate::rpc::AnyStream;
 use crate::rpc::Pool;
 use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
+pub use session::DummyTransport;
 use session::{Service, Timeouts};
 
 /// A window `[off, off+len)` of the shared region.
@@ -59,7 +63,7 @@ pub(crate) struct DummyClient {
     staging: Option<StagingPool>,
     registry: BufferRegistry,
     pool_allocs: PoolAllocations,
-    conns: Pool<Service>,
+    conns: Pool<Service, AnyStream>,
     client_id: ClientId,
     hostname: String,
 }
@@ -69,11 +73,13 @@ impl DummyClient {
         mem_pool_size: u64,
         local_buffer_size: u64,
         server: &str,
+        transport: DummyTransport,
     ) -> Result<DummyClient> {
         Self::connect_with(
             mem_pool_size,
             local_buffer_size,
             server,
+            transport,
             Timeouts::from_env(),
         )
     }
@@ -82,6 +88,7 @@ impl DummyClient {
         mem_pool_size: u64,
         local_buffer_size: u64,
         server: &str,
+        transport: DummyTransport,
         timeouts: Timeouts,
     ) -> Result<DummyClient> {
         let to_usize = |v: u64| {
@@ -98,7 +105,7 @@ impl DummyClient {
                 )
             })?;
         let region = Arc::new(ShmRegion::create(total)?);
-        let (conns, client_id, hostname) = session::open(server, timeouts, &region)?;
+        let (conns, client_id, hostname) = session::open(server, transport, timeouts, &region)?;
         let sub = |off, len| -> Option<StagingPool> {
             (len > 0).then(|| {
                 StagingPool::new(

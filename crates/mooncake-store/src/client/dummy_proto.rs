@@ -4,12 +4,23 @@
 //! Memory is named by [`Span`]s: offsets into the region the dummy shared
 //! at [`DummyRequest::Hello`]. Only metadata crosses the socket; object
 //! bytes are read and written in that region by the real client.
+//!
+//! The service listens on TCP (`--host`, `--port`) and on the Unix socket
+//! [`local_socket_name`] in the abstract namespace; both speak this protocol.
 
 use mooncake_common::{Error, ErrorCode, Result};
 
 use crate::proto::messages::wire_enum;
 use crate::proto::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
 use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
+
+/// The abstract Unix socket (shown as `@mooncake_client_<port>.sock`, the
+/// reference's name for it) of the service whose TCP port is `port`.
+/// Abstract: it lives in the network namespace like the TCP port, and leaves
+/// no file behind a crashed service.
+pub fn local_socket_name(port: u16) -> String {
+    format!("mooncake_client_{port}.sock")
+}
 
 /// `len` bytes at `off` in the shared region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

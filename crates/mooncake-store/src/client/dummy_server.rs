@@ -11,12 +11,16 @@
 //! the process that shared the memory may open it (`Hello` must come over
 //! a socket that process `pid` holds) or join it (`Attach` likewise, with
 //! the token), and every call but `Hello`, `Attach` and `Health` needs a
-//! session. The peer is found in the kernel's socket table
-//! ([`super::peer`]), so only dummies on this host are served.
+//! session. The service listens twice, with the same protocol and limits:
+//! on TCP, where the peer is found in the kernel's socket table
+//! ([`super::peer`]), so only dummies on this host are served; and on the
+//! Unix socket [`local_socket_name`] (abstract, named after the TCP port),
+//! where the kernel tells who connected (`SO_PEERCRED`): the pid a dummy
+//! names in `Hello` must be the peer's, its uid ours or an allowed one.
 //!
 //! Dummies are served by the framed-RPC server loop (`crate::rpc::server`),
 //! a thread per connection: at most [`ServiceLimits::max_connections`] are
-//! served at once. A connection that has not opened or joined a session
+//! served at once on each listener. A connection that has not opened or joined a session
 //! within [`ServiceLimits::handshake_timeout`] is closed, and is the first
 //! to go when the service is full; past that, new connections wait in the
 //! accept queue. A connection with a session may stay idle between calls up
@@ -29,7 +33,9 @@
 
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{self as unix, UnixListener};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -38,7 +44,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use super::config::ClientConfig;
-use super::dummy_proto::{Batch, DummyRequest, DummyResponse, RangeItem, Span};
+use super::dummy_proto::{local_socket_name, Batch, DummyRequest, DummyResponse, RangeItem, Span};
 use super::metered::Metered;
 use super::metrics::ClientMetrics;
 use super::peer::{self, PeerSocket};
@@ -46,6 +52,7 @@ use super::shm::ShmRegion;
 use super::staging::Region;
 use super::Backend;
 use super::{real::RealClient, Payload, RangeRead};
+use crate::rpc::Peer;
 use crate::rpc::{Handler, Server, ServerOptions, WhenFull};
 use crate::types::WriteOptions;
 
@@ -120,21 +127,28 @@ struct Session {
 
 /// One dummy connection's state.
 pub(crate) struct Conn {
-    /// `(peer, ours)`: who the peer is is looked up only when it asks for
-    /// a session, so idle sockets cost no lookups.
-    ends: Option<(SocketAddr, SocketAddr)>,
+    /// Who is at the other end: a TCP peer's process is looked up only
+    /// when it asks for a session, so idle sockets cost no lookups.
+    peer: Peer,
     session: Option<Arc<Session>>,
     /// Presented the cluster token (or none is required).
     authenticated: bool,
 }
 
 impl Conn {
-    /// Whether the peer's socket belongs to process `pid` on this host,
-    /// run by a user in `uids`.
+    /// Whether the peer is process `pid` on this host, run by a user in
+    /// `uids`.
     fn is_process(&self, pid: u32, uids: &[u32]) -> bool {
-        self.ends
-            .and_then(|(far, near)| peer::local_peer(far, near))
-            .is_some_and(|p: PeerSocket| uids.contains(&p.uid) && peer::process_holds(pid, p.inode))
+        match self.peer {
+            // The kernel's word: the process that connected.
+            Peer::Local(cred) => cred.pid == pid && uids.contains(&cred.uid),
+            Peer::Tcp { remote, local } => {
+                peer::local_peer(remote, local).is_some_and(|p: PeerSocket| {
+                    uids.contains(&p.uid) && peer::process_holds(pid, p.inode)
+                })
+            }
+            Peer::Unknown => false,
+        }
     }
 }
 
@@ -212,6 +226,8 @@ pub struct StoreService {
     client: Arc<dyn Backend>,
     metrics: Option<Arc<ClientMetrics>>,
     server: Option<Server>,
+    /// The Unix socket's server (`None` when its name was taken).
+    local: Option<Server<unix::SocketAddr>>,
 }
 
 impl StoreService {
@@ -249,14 +265,25 @@ impl StoreService {
                 .chain(config.allowed_uids.iter().copied())
                 .collect(),
         });
-        let server =
-            Server::start(listener, inner, config.limits.server_options()).map_err(socket_error)?;
-        tracing::info!(addr = %server.local_addr(), hostname = %client.hostname(), "store service listening for dummy clients");
+        let opts = config.limits.server_options();
+        let server = Server::start(listener, inner.clone(), opts.clone()).map_err(socket_error)?;
+        let port = server.local_addr().port();
+        let local = serve_local(port, inner, opts);
+        tracing::info!(addr = %server.local_addr(), hostname = %client.hostname(), local = local.is_some(), "store service listening for dummy clients");
         Ok(StoreService {
             client,
             metrics,
             server: Some(server),
+            local,
         })
+    }
+
+    /// The name of the abstract Unix socket dummies on this host connect
+    /// to (`None` when it could not be bound: they use TCP then).
+    pub fn local_socket(&self) -> Option<String> {
+        self.local
+            .as_ref()
+            .map(|_| local_socket_name(self.local_addr().port()))
     }
 
     /// The real client's metrics, counting what it serves for dummies
@@ -290,6 +317,9 @@ impl StoreService {
     }
 
     fn stop_inner(&mut self) {
+        if let Some(local) = self.local.take() {
+            local.stop();
+        }
         if let Some(server) = self.server.take() {
             server.stop();
             let _ = self.client.close();
@@ -311,9 +341,9 @@ impl Handler for Inner {
     type Session = Conn;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::SERIALIZE_FAIL;
 
-    fn session(&self, conn: &TcpStream) -> Conn {
+    fn session(&self, peer: &Peer) -> Conn {
         Conn {
-            ends: peer::ends(conn),
+            peer: *peer,
             session: None,
             authenticated: self.cluster_token.is_none(),
         }
@@ -338,6 +368,27 @@ impl Handler for Inner {
 
     fn failure(&self, error: Error) -> DummyResponse {
         DummyResponse::Unit { result: Err(error) }
+    }
+}
+
+/// Serves the dummy protocol on the abstract Unix socket named after `port`,
+/// unless another process holds that name (then dummies use TCP: before
+/// they trust the socket they check that its owner listens on the TCP port).
+fn serve_local(
+    port: u16,
+    inner: Arc<Inner>,
+    opts: ServerOptions,
+) -> Option<Server<unix::SocketAddr>> {
+    let name = local_socket_name(port);
+    let served = unix::SocketAddr::from_abstract_name(name.as_bytes())
+        .and_then(|addr| UnixListener::bind_addr(&addr))
+        .and_then(|listener| Server::start(listener, inner, opts));
+    match served {
+        Ok(server) => Some(server),
+        Err(e) => {
+            tracing::warn!("cannot listen on the Unix socket @{name} (dummies use TCP): {e}");
+            None
+        }
     }
 }
 

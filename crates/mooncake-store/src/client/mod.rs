@@ -42,6 +42,7 @@ use mooncake_transfer::TransferEngine;
 
 pub use buffer::BufferHandle;
 pub use config::ClientConfig;
+pub use dummy::DummyTransport;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
 pub use http::ClientHttpServer;
 pub use metrics::ClientMetrics;
@@ -322,10 +323,28 @@ impl Client {
         local_buffer_size: u64,
         server_address: &str,
     ) -> Result<Client> {
+        Self::setup_dummy_over(
+            mem_pool_size,
+            local_buffer_size,
+            server_address,
+            DummyTransport::Auto,
+        )
+    }
+
+    /// [`setup_dummy`](Client::setup_dummy) over a chosen transport: by
+    /// default a dummy uses the service's Unix socket when the service is
+    /// on this host, else TCP.
+    pub fn setup_dummy_over(
+        mem_pool_size: u64,
+        local_buffer_size: u64,
+        server_address: &str,
+        transport: DummyTransport,
+    ) -> Result<Client> {
         let inner = Arc::new(dummy::DummyClient::connect(
             mem_pool_size,
             local_buffer_size,
             server_address,
+            transport,
         )?);
         let cluster = config::process_env("MC_STORE_CLUSTER_ID");
         let metrics = metrics::from_env("dummy", cluster.as_deref(), config::process_env);

@@ -2,20 +2,19 @@
 //! socket table (`/proc/net/tcp`, `/proc/net/tcp6`) names the peer
 //! socket's owner uid and inode, and `/proc/<pid>/fd` tells whether a
 //! process holds that socket. The store service uses it to tie a dummy's
-//! session to the process that opened it (TCP has no `SO_PEERCRED`).
+//! session to the process that opened it when the dummy comes over TCP
+//! (TCP has no `SO_PEERCRED`; over the Unix socket the kernel says who the
+//! peer is). A dummy uses the same tables the other way round: before it
+//! trusts the service's Unix socket, it checks that the process behind it
+//! is the one listening on the TCP address it was given.
 
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The socket at the far end of a local connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PeerSocket {
     pub(crate) uid: u32,
     pub(crate) inode: u64,
-}
-
-/// The two ends of `conn`: `(peer, ours)`.
-pub(crate) fn ends(conn: &TcpStream) -> Option<(SocketAddr, SocketAddr)> {
-    Some((conn.peer_addr().ok()?, conn.local_addr().ok()?))
 }
 
 /// The socket at `peer` connected to `local`, when the peer is on this host
@@ -38,6 +37,71 @@ pub(crate) fn process_holds(pid: u32, inode: u64) -> bool {
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).is_ok_and(|target| target.as_os_str() == want.as_str())
     })
+}
+
+/// Whether process `pid` holds a TCP socket listening where a connection
+/// to one of `addrs` arrives (that address or a wildcard on its port).
+pub(crate) fn holds_listener(pid: u32, addrs: &[SocketAddr]) -> bool {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t).ok())
+        .flat_map(|table| listeners(&table, addrs))
+        .any(|inode| process_holds(pid, inode))
+}
+
+/// The inodes of the listening sockets of `table` that accept connections
+/// to one of `addrs`.
+fn listeners(table: &str, addrs: &[SocketAddr]) -> Vec<u64> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // State 0A: TCP_LISTEN.
+            if f.len() < 10 || f[3] != "0A" {
+                return None;
+            }
+            let bound = parse_proc_addr(f[1])?;
+            addrs
+                .iter()
+                .any(|a| accepts(bound, *a))
+                .then(|| f[9].parse().ok())
+                .flatten()
+        })
+        .collect()
+}
+
+/// Whether a socket listening on `bound` takes connections to `to`.
+fn accepts(bound: SocketAddr, to: SocketAddr) -> bool {
+    let mapped = |ip: IpAddr| match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    bound.port() == to.port()
+        && (bound.ip().is_unspecified() || mapped(bound.ip()) == mapped(to.ip()))
+}
+
+/// An address as the kernel spells it in its socket tables (see
+/// [`proc_addr`]).
+fn parse_proc_addr(s: &str) -> Option<SocketAddr> {
+    let (ip, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let word = |i: usize| -> Option<[u8; 4]> {
+        let w = u32::from_str_radix(ip.get(8 * i..8 * i + 8)?, 16).ok()?;
+        Some(w.to_ne_bytes())
+    };
+    let ip = match ip.len() {
+        8 => IpAddr::V4(Ipv4Addr::from(word(0)?)),
+        32 => {
+            let mut octets = [0u8; 16];
+            for i in 0..4 {
+                octets[4 * i..4 * i + 4].copy_from_slice(&word(i)?);
+            }
+            IpAddr::V6(Ipv6Addr::from(octets))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// The kernel's spelling of an address in its socket tables: each 32-bit
@@ -81,7 +145,7 @@ fn find_socket(table: &str, peer: SocketAddr, ours: SocketAddr) -> Option<PeerSo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     #[test]
     fn reads_the_kernels_spelling() {
@@ -100,6 +164,21 @@ mod tests {
         assert_eq!(find_socket(table, ours, peer), None);
         let v6: SocketAddr = "[::1]:80".parse().unwrap();
         assert_eq!(proc_addr(v6), "00000000000000000000000001000000:0050");
+        for a in [peer, ours, v6] {
+            assert_eq!(parse_proc_addr(&proc_addr(a)), Some(a));
+        }
+        // Row 0 listens on 127.0.0.1:50000; row 1 is connected, not listening.
+        assert_eq!(listeners(table, &[ours]), [111]);
+        assert!(listeners(table, &[peer]).is_empty());
+        let elsewhere: SocketAddr = "127.0.0.2:50000".parse().unwrap();
+        assert!(listeners(table, &[elsewhere]).is_empty());
+        let wild: SocketAddr = "0.0.0.0:50000".parse().unwrap();
+        assert!(accepts(wild, elsewhere) && accepts(wild, ours));
+        let wild6: SocketAddr = "[::]:50000".parse().unwrap();
+        let mapped: SocketAddr = "[::ffff:127.0.0.1]:50000".parse().unwrap();
+        assert!(accepts(wild6, ours) && accepts(mapped, ours));
+        let other_port: SocketAddr = "127.0.0.1:50001".parse().unwrap();
+        assert!(!accepts(mapped, elsewhere) && !accepts(wild, other_port));
     }
 
     #[test]
@@ -107,11 +186,17 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
-        let (far, near) = ends(&server).unwrap();
+        let (far, near) = (server.peer_addr().unwrap(), server.local_addr().unwrap());
         let peer = local_peer(far, near).expect("a loopback peer is found");
         // SAFETY: geteuid has no preconditions.
         assert_eq!(peer.uid, unsafe { libc::geteuid() });
         assert!(process_holds(std::process::id(), peer.inode));
+        let me = std::process::id();
+        let at = listener.local_addr().unwrap();
+        assert!(holds_listener(me, &[at]));
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        assert!(!holds_listener(parent, &[at]), "another process's listener");
         drop(client);
     }
 }

@@ -269,7 +269,7 @@ impl Handler for Rpc {
     type Session = Session;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self, _: &std::net::TcpStream) -> Session {
+    fn session(&self, _: &rpc::Peer) -> Session {
         Session {
             standby: None,
             access: self.0.access.initial(),

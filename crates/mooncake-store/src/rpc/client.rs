@@ -21,6 +21,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
 use super::poll;
+use super::stream::Stream;
 use crate::proto::frame::{read_frame_within, write_frames};
 
 /// The limits and socket policy of one client.
@@ -42,14 +43,15 @@ pub(crate) struct ClientOptions {
     pub drop_idle_on_failure: bool,
 }
 
-/// Where a pool's connections go, and what each does before its first call.
-pub(crate) trait Connector: Send + Sync {
+/// Where a pool's connections go (over transport `S`, TCP unless said),
+/// and what each does before its first call.
+pub(crate) trait Connector<S: Stream = TcpStream>: Send + Sync {
     /// The server, as error messages name it.
     fn peer(&self) -> String;
     /// A new stream to the server.
-    fn connect(&self, timeout: Duration) -> Result<TcpStream>;
+    fn connect(&self, timeout: Duration) -> Result<S>;
     /// Runs on each new connection before it carries calls.
-    fn handshake(&self, _conn: &mut Connection) -> Result<()> {
+    fn handshake(&self, _conn: &mut Connection<S>) -> Result<()> {
         Ok(())
     }
 }
@@ -72,17 +74,17 @@ pub(crate) fn connect_any(addrs: &[SocketAddr], timeout: Duration) -> io::Result
 }
 
 /// One connection to the server.
-pub(crate) struct Connection {
+pub(crate) struct Connection<S = TcpStream> {
     /// Buffered so an answer usually takes one read system call.
-    stream: BufReader<TcpStream>,
+    stream: BufReader<S>,
     buf: Vec<u8>,
     /// The answer deadline; the socket's timeouts match it.
     timeout: Duration,
 }
 
-impl Connection {
+impl<S: Stream> Connection<S> {
     /// Sets `stream` up for calls (no delay, timeouts of `opts`).
-    pub(crate) fn new(stream: TcpStream, opts: &ClientOptions) -> io::Result<Connection> {
+    pub(crate) fn new(stream: S, opts: &ClientOptions) -> io::Result<Connection<S>> {
         stream.set_nodelay(true)?;
         let mut conn = Connection {
             stream: BufReader::with_capacity(opts.read_buffer, stream),
@@ -113,7 +115,7 @@ impl Connection {
     /// ([`receive`](Self::receive) reads it), so the caller can work
     /// meanwhile.
     pub(crate) fn send(&mut self, frame: &[u8]) -> io::Result<()> {
-        write_frames(&mut self.stream.get_ref(), frame)
+        write_frames(self.stream.get_mut(), frame)
     }
 
     /// Reads the answer to the request sent last, polling for it for
@@ -129,16 +131,16 @@ impl Connection {
     }
 }
 
-/// Connections to one server; usable from any thread.
-pub(crate) struct Pool<C> {
+/// Connections to one server over transport `S`; usable from any thread.
+pub(crate) struct Pool<C, S = TcpStream> {
     connector: C,
     opts: ClientOptions,
-    idle: Mutex<Vec<Connection>>,
+    idle: Mutex<Vec<Connection<S>>>,
     closed: AtomicBool,
 }
 
-impl<C: Connector> Pool<C> {
-    pub(crate) fn new(connector: C, opts: ClientOptions) -> Pool<C> {
+impl<S: Stream, C: Connector<S>> Pool<C, S> {
+    pub(crate) fn new(connector: C, opts: ClientOptions) -> Pool<C, S> {
         Pool {
             connector,
             opts,
@@ -152,7 +154,7 @@ impl<C: Connector> Pool<C> {
     }
 
     /// A new connection, handshake done.
-    pub(crate) fn open(&self) -> Result<Connection> {
+    pub(crate) fn open(&self) -> Result<Connection<S>> {
         let stream = self.connector.connect(self.opts.connect_timeout)?;
         let mut conn = Connection::new(stream, &self.opts)
             .map_err(|e| rpc_fail(format!("{}: {e}", self.connector.peer())))?;
@@ -161,7 +163,7 @@ impl<C: Connector> Pool<C> {
     }
 
     /// Keeps `conn` for a later call (unless the pool is full or closed).
-    pub(crate) fn put_idle(&self, conn: Connection) {
+    pub(crate) fn put_idle(&self, conn: Connection<S>) {
         if self.closed.load(Ordering::Relaxed) {
             return;
         }

@@ -1,6 +1,9 @@
-//! Framed RPC over TCP, for any protocol built on [`crate::proto::frame`]:
-//! the master protocol and the dummy-client protocol both run on it.
+//! Framed RPC over TCP or Unix stream sockets, for any protocol built on
+//! [`crate::proto::frame`]: the master protocol and the dummy-client
+//! protocol both run on it.
 //!
+//! - [`stream`]: the transports ([`stream::Listener`], [`Stream`]) and what a
+//!   socket tells about its peer ([`Peer`], `SO_PEERCRED` on Unix sockets);
 //! - [`client`]: a pooled blocking client ([`Pool`]) with connect and call
 //!   timeouts, retry on a stale pooled connection, and a [`Connector`] hook
 //!   for where connections go and what each does first;
@@ -14,9 +17,11 @@
 pub(crate) mod client;
 pub(crate) mod poll;
 pub(crate) mod server;
+pub(crate) mod stream;
 
 pub(crate) use client::{connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
 pub(crate) use server::{Handler, Server, ServerOptions, WhenFull};
+pub(crate) use stream::{connect_abstract, peer_credentials, AnyStream, Peer};
 
 #[cfg(test)]
 mod tests;

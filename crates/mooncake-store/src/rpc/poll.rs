@@ -14,7 +14,6 @@
 //! base are rationed ([`LongPolls`]): at most half the cores poll that long
 //! at once, so busy clients never cost the master more than that.
 
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -92,7 +91,7 @@ impl AdaptiveWindow {
     /// Polls `stream` for the client's next call for this window (the part
     /// beyond `base` only with a slot of [`LongPolls::shared`]); see
     /// [`await_readable`].
-    pub(crate) fn await_next(&self, stream: &TcpStream, base: Duration) -> bool {
+    pub(crate) fn await_next(&self, stream: &impl AsRawFd, base: Duration) -> bool {
         let window = self.window(base);
         if window <= base {
             return await_readable(stream, window);
@@ -153,7 +152,7 @@ impl LongPolls {
 /// Polls `stream` until it has bytes to read (or an error or end of stream
 /// to report) or `window` has passed. Returns whether it is readable; the
 /// caller then reads as usual (blocking when it is not).
-pub(crate) fn await_readable(stream: &TcpStream, window: Duration) -> bool {
+pub(crate) fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
     if window.is_zero() {
         return false;
     }
@@ -189,7 +188,7 @@ pub(crate) fn await_readable(stream: &TcpStream, window: Duration) -> bool {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     #[test]
     fn adaptive_window_follows_short_gaps_only() {

@@ -24,9 +24,9 @@
 //! - a polling window before blocking for the next call ([`super::poll`]).
 
 use std::collections::HashMap;
-use std::io::{self, BufRead, BufReader, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use std::io::{self, BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -36,6 +36,7 @@ use mooncake_common::{Error, ErrorCode, LogLimit};
 use parking_lot::{Condvar, Mutex};
 
 use super::poll::AdaptiveWindow;
+use super::stream::{Listener, Peer, Stream};
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
 use crate::proto::wire::{Decode, Encode};
 
@@ -49,8 +50,8 @@ pub(crate) trait Handler: Send + Sync + 'static {
     /// Code of the error sent instead of an answer over the frame limit.
     const OVERSIZED_ANSWER: ErrorCode;
 
-    /// A new connection's state; `conn` tells who the peer is.
-    fn session(&self, conn: &TcpStream) -> Self::Session;
+    /// A new connection's state; `peer` tells who is at the other end.
+    fn session(&self, peer: &Peer) -> Self::Session;
     /// How long a connection in state `session` may stay silent between
     /// calls; `configured` is [`ServerOptions::idle_timeout`].
     fn idle_limit(
@@ -121,7 +122,8 @@ pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One served connection, as the accept loop sees it.
 struct Open {
-    stream: TcpStream,
+    /// A handle on its socket, to close it.
+    socket: Box<dyn Shut>,
     /// Set by its thread between calls when the protocol says so.
     evictable: Arc<AtomicBool>,
 }
@@ -153,8 +155,19 @@ impl Connections {
         let Some(id) = victim.and_then(|id| self.open.remove(&id)) else {
             return false;
         };
-        let _ = id.stream.shutdown(Shutdown::Both);
+        id.socket.shut();
         true
+    }
+}
+
+/// Closing a served connection from the accept loop or at stop.
+trait Shut: Send {
+    fn shut(&self);
+}
+
+impl<S: Stream> Shut for S {
+    fn shut(&self) {
+        let _ = Stream::shutdown(self);
     }
 }
 
@@ -165,25 +178,26 @@ struct Registry {
     freed: Condvar,
 }
 
-/// A running server; dropping it stops it.
-pub(crate) struct Server {
-    addr: SocketAddr,
+/// A running server on a listener of address type `A` (TCP by default);
+/// dropping it stops it.
+pub(crate) struct Server<A = SocketAddr> {
+    addr: A,
     /// A handle on the listening socket, to wake the blocked accept at stop.
-    listener: TcpListener,
+    listener: OwnedFd,
     registry: Arc<Registry>,
     accept: Option<JoinHandle<()>>,
 }
 
-impl Server {
+impl<A: Clone + std::fmt::Debug + Send + 'static> Server<A> {
     /// Serves `listener` (blocking mode is set here) until stopped.
-    pub(crate) fn start<H: Handler>(
-        listener: TcpListener,
+    pub(crate) fn start<L: Listener<Addr = A>, H: Handler>(
+        listener: L,
         handler: Arc<H>,
         opts: ServerOptions,
-    ) -> io::Result<Server> {
+    ) -> io::Result<Server<A>> {
         listener.set_nonblocking(false)?;
         let addr = listener.local_addr()?;
-        let waker = listener.try_clone()?;
+        let waker = listener.as_fd().try_clone_to_owned()?;
         let registry = Arc::new(Registry {
             stopping: AtomicBool::new(false),
             conns: Mutex::new(Connections::default()),
@@ -201,10 +215,12 @@ impl Server {
         })
     }
 
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.addr
+    pub(crate) fn local_addr(&self) -> A {
+        self.addr.clone()
     }
+}
 
+impl<A> Server<A> {
     /// Stops accepting, closes every connection (a call being answered
     /// finishes first) and waits for their threads.
     pub(crate) fn stop(mut self) {
@@ -229,7 +245,7 @@ impl Server {
         let threads = {
             let mut c = self.registry.conns.lock();
             for s in c.open.values() {
-                let _ = s.stream.shutdown(Shutdown::Both);
+                s.socket.shut();
             }
             std::mem::take(&mut c.threads)
         };
@@ -239,14 +255,14 @@ impl Server {
     }
 }
 
-impl Drop for Server {
+impl<A> Drop for Server<A> {
     fn drop(&mut self) {
         self.stop_inner();
     }
 }
 
-fn accept_loop<H: Handler>(
-    listener: TcpListener,
+fn accept_loop<L: Listener, H: Handler>(
+    listener: L,
     reg: &Arc<Registry>,
     handler: &Arc<H>,
     opts: &ServerOptions,
@@ -284,7 +300,7 @@ fn accept_loop<H: Handler>(
                 if let Some(suppressed) = first.then(|| refusals.should_log()).flatten() {
                     tracing::warn!(
                         server = opts.name,
-                        %peer,
+                        ?peer,
                         max = opts.max_connections,
                         suppressed,
                         "too many connections; a new one waits for a slot"
@@ -296,16 +312,16 @@ fn accept_loop<H: Handler>(
         if stopping() {
             return;
         }
-        if let Err(e) = spawn_connection(stream, peer, reg, handler, opts) {
-            tracing::warn!(server = opts.name, %peer, "cannot serve connection: {e}");
+        if let Err(e) = spawn_connection(stream, peer.clone(), reg, handler, opts) {
+            tracing::warn!(server = opts.name, ?peer, "cannot serve connection: {e}");
         }
     }
 }
 
 /// Serves `stream` on a thread of its own until the peer closes it.
-fn spawn_connection<H: Handler>(
-    stream: TcpStream,
-    peer: SocketAddr,
+fn spawn_connection<S: Stream, A: std::fmt::Debug + Send + 'static, H: Handler>(
+    stream: S,
+    peer: A,
     reg: &Arc<Registry>,
     handler: &Arc<H>,
     opts: &ServerOptions,
@@ -317,7 +333,7 @@ fn spawn_connection<H: Handler>(
         let id = c.next_id;
         c.next_id += 1;
         let open = Open {
-            stream: stream.try_clone()?,
+            socket: Box::new(stream.try_clone()?),
             evictable: evictable.clone(),
         };
         c.open.insert(id, open);
@@ -330,7 +346,7 @@ fn spawn_connection<H: Handler>(
     }
     let spawned = builder.spawn(move || {
         if let Err(e) = serve_connection(stream, &*handler, &thread_opts, &evictable) {
-            tracing::debug!(server = thread_opts.name, %peer, "connection closed: {e}");
+            tracing::debug!(server = thread_opts.name, ?peer, "connection closed: {e}");
         }
         registry.conns.lock().open.remove(&id);
         registry.freed.notify_one();
@@ -351,8 +367,8 @@ fn spawn_connection<H: Handler>(
 /// Waits for the next request frame: `Ok(false)` when the peer closed the
 /// connection between frames. The wait for its first byte is bounded by
 /// `idle` (`None`: unbounded); the rest must arrive within `limit`.
-fn next_request(
-    reader: &mut BufReader<TcpStream>,
+fn next_request<S: Stream>(
+    reader: &mut BufReader<S>,
     payload: &mut Vec<u8>,
     idle: Option<Duration>,
     limit: Duration,
@@ -393,14 +409,14 @@ fn next_request(
 }
 
 /// Serves one connection: frame in, frame out, until it closes.
-fn serve_connection<H: Handler>(
-    stream: TcpStream,
+fn serve_connection<S: Stream, H: Handler>(
+    stream: S,
     handler: &H,
     opts: &ServerOptions,
     evictable: &AtomicBool,
 ) -> io::Result<()> {
     stream.set_nodelay(opts.nodelay)?;
-    let mut session = handler.session(&stream);
+    let mut session = handler.session(&stream.peer());
     let mut reader = BufReader::with_capacity(opts.read_buffer, stream);
     let mut payload = Vec::new();
     let mut out = Vec::with_capacity(256);
@@ -436,7 +452,7 @@ fn serve_connection<H: Handler>(
                 let error = Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string());
                 out.clear();
                 encode_frame(&handler.failure(error), &mut out)?;
-                reader.get_ref().write_all(&out)?;
+                reader.get_mut().write_all(&out)?;
                 return Err(e);
             }
             Err(e) => return Err(e),
@@ -456,7 +472,7 @@ fn serve_connection<H: Handler>(
             encode_frame(&handler.failure(error), &mut out)?;
         }
         drop(resp);
-        reader.get_ref().write_all(&out)?;
+        reader.get_mut().write_all(&out)?;
         // Do not keep a huge call's buffers for the life of the connection,
         // nor the heap its answer took (glibc keeps freed arena memory).
         let large = payload.capacity() > SHRINK_ABOVE || out.capacity() > SHRINK_ABOVE;

@@ -3,6 +3,8 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener, UnixStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +23,8 @@ const WAIT: Duration = Duration::from_secs(30);
 #[derive(Default)]
 struct Toy {
     malformed: AtomicUsize,
+    /// Who each connection's socket said its peer was.
+    peers: parking_lot::Mutex<Vec<Peer>>,
 }
 
 impl Handler for Toy {
@@ -30,7 +34,8 @@ impl Handler for Toy {
     type Session = u64;
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::INVALID_PARAMS;
 
-    fn session(&self, _: &TcpStream) -> u64 {
+    fn session(&self, peer: &Peer) -> u64 {
+        self.peers.lock().push(*peer);
         0
     }
 
@@ -92,7 +97,7 @@ fn frame(req: &Request<'_>) -> Vec<u8> {
     out
 }
 
-fn exchange(s: &mut TcpStream, bytes: &[u8]) -> Response {
+fn exchange(s: &mut (impl Read + Write), bytes: &[u8]) -> Response {
     s.write_all(bytes).unwrap();
     let mut buf = Vec::new();
     read_frame(s, &mut buf).unwrap();
@@ -107,7 +112,7 @@ fn failed_code(resp: Response) -> ErrorCode {
 }
 
 /// Whether the peer closes `s` (end of stream or reset) within [`WAIT`].
-fn closed_by_peer(s: &mut TcpStream) -> bool {
+fn closed_by_peer(s: &mut impl Read) -> bool {
     match s.read(&mut [0u8; 1]) {
         Ok(0) => true,
         Err(e) if e.kind() == ErrorKind::ConnectionReset => true,
@@ -343,4 +348,80 @@ fn a_call_without_an_answer_fails_and_drops_its_connection() {
     p.close();
     let e = exists(&p, "yes").unwrap_err();
     assert_eq!(e.code, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+}
+
+/// Connects to the abstract Unix socket `name` with a read timeout.
+fn connect_unix(name: &str) -> UnixStream {
+    let s = stream::connect_abstract(name, WAIT).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+#[test]
+fn a_unix_socket_is_served_with_the_same_limits_and_knows_its_peer() {
+    let name = format!("mooncake-rpc-test-{}", rand::random::<u64>());
+    let addr = UnixAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let toy = Arc::new(Toy::default());
+    let opts = ServerOptions {
+        max_connections: 2,
+        ..options()
+    };
+    let server = Server::start(UnixListener::bind_addr(&addr).unwrap(), toy.clone(), opts).unwrap();
+    let mut s = connect_unix(&name);
+    let yes = frame(&Request::ExistKey { key: "yes" });
+    assert_eq!(exchange(&mut s, &yes), Response::Bool { result: Ok(true) });
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    match toy.peers.lock()[0] {
+        Peer::Local(c) => assert_eq!((c.pid, c.uid), (std::process::id(), uid)),
+        other => panic!("a Unix peer seen as {other:?}"),
+    }
+    // Bad lengths are answered and closed.
+    drop(s);
+    let mut s = connect_unix(&name);
+    let code = failed_code(exchange(&mut s, &u32::MAX.to_le_bytes()));
+    assert_eq!(code, ErrorCode::DESERIALIZE_FAIL);
+    assert!(closed_by_peer(&mut s));
+    // Past the cap, a connection without a call makes room.
+    let mut first = connect_unix(&name);
+    let mut second = connect_unix(&name);
+    let mut third = connect_unix(&name);
+    assert_eq!(
+        exchange(&mut third, &yes),
+        Response::Bool { result: Ok(true) }
+    );
+    first
+        .set_read_timeout(Some(Duration::from_millis(1)))
+        .unwrap();
+    let evicted = closed_by_peer(&mut first) || closed_by_peer(&mut second);
+    assert!(evicted, "nothing was evicted");
+    // The pool works over it too.
+    struct Local(String);
+    impl Connector<UnixStream> for Local {
+        fn peer(&self) -> String {
+            format!("@{}", self.0)
+        }
+        fn connect(&self, timeout: Duration) -> Result<UnixStream> {
+            stream::connect_abstract(&self.0, timeout).map_err(rpc_fail)
+        }
+    }
+    let p: Pool<Local, UnixStream> = Pool::new(
+        Local(name.clone()),
+        ClientOptions {
+            connect_timeout: WAIT,
+            call_timeout: WAIT,
+            max_idle: 1,
+            read_buffer: 4096,
+            poll: Duration::ZERO,
+            drop_idle_on_failure: true,
+        },
+    );
+    let answer = p.call(&yes, |a| decode_payload::<Response>(a).map_err(Error::from));
+    assert_eq!(answer.unwrap(), Response::Bool { result: Ok(true) });
+    server.stop();
+    assert!(closed_by_peer(&mut third));
+    assert!(
+        stream::connect_abstract(&name, Duration::ZERO).is_err(),
+        "still listening"
+    );
 }

@@ -1,7 +1,12 @@
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 
 use super::*;
+use crate::client::dummy_proto::local_socket_name;
 use crate::proto::frame::{encode_frame, read_frame, write_frames};
 
 /// A store service that answers `Hello` (when `hello`) and then never
@@ -49,14 +54,18 @@ const SHORT: Timeouts = Timeouts {
 #[test]
 fn silent_service_fails_setup_with_rpc_fail() {
     let addr = wedged_service(false);
-    let r = bounded(move || DummyClient::connect_with(4096, 4096, &addr, SHORT).map(drop));
+    let r = bounded(move || {
+        DummyClient::connect_with(4096, 4096, &addr, DummyTransport::Auto, SHORT).map(drop)
+    });
     assert_eq!(r.unwrap_err().code, ErrorCode::RPC_FAIL);
 }
 
 #[test]
 fn service_wedged_mid_session_fails_calls_with_rpc_fail() {
     let addr = wedged_service(true);
-    let dummy = Arc::new(DummyClient::connect_with(4096, 4096, &addr, SHORT).unwrap());
+    let dummy = Arc::new(
+        DummyClient::connect_with(4096, 4096, &addr, DummyTransport::Auto, SHORT).unwrap(),
+    );
     assert_eq!(dummy.hostname(), "wedged");
     for _ in 0..2 {
         // The first call times out on the Hello connection (dropped);
@@ -85,3 +94,56 @@ fn parts_fill_in_order_and_never_past_their_length() {
     assert_eq!(filled_lens(u64::MAX, &[(1, 7), (2, 9)]), [7, 9]);
     assert!(filled_lens(0, &[]).is_empty());
 }
+
+/// Holds the abstract name of the service socket for TCP port `port`.
+fn hold_local_name(port: u16) -> UnixListener {
+    let addr = UnixAddr::from_abstract_name(local_socket_name(port).as_bytes()).unwrap();
+    UnixListener::bind_addr(&addr).unwrap()
+}
+
+#[test]
+fn the_unix_socket_is_trusted_only_when_its_owner_listens_at_the_address() {
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = tcp.local_addr().unwrap();
+    // Nobody holds the name: TCP.
+    assert!(session::local_service(&[at], WAIT).is_none());
+    // This process holds the name and the listener: the service's socket.
+    let _name = hold_local_name(at.port());
+    let (local, _conn) = session::local_service(&[at], WAIT).expect("trusted");
+    assert_eq!(local.pid, std::process::id());
+    // The same port on an address this process does not listen on.
+    let elsewhere = SocketAddr::new("127.0.0.2".parse().unwrap(), at.port());
+    assert!(session::local_service(&[elsewhere], WAIT).is_none());
+}
+
+#[test]
+fn a_stranger_holding_the_name_is_not_trusted() {
+    // The "service" (its TCP listener) is another process; the name is ours.
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import socket, sys\n\
+             s = socket.socket()\n\
+             s.bind(('127.0.0.1', 0))\n\
+             s.listen()\n\
+             print(s.getsockname()[1], flush=True)\n\
+             sys.stdin.read()",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    let at = SocketAddr::new("127.0.0.1".parse().unwrap(), port);
+    let _name = hold_local_name(port);
+    assert!(session::local_service(&[at], WAIT).is_none());
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
+/// Bounds the tests' waits.
+const WAIT: Duration = Duration::from_secs(30);

@@ -76,7 +76,7 @@ impl<S: TierServe> Handler for TierHandler<S> {
     type Session = ();
     const OVERSIZED_ANSWER: ErrorCode = ErrorCode::SERIALIZE_FAIL;
 
-    fn session(&self, _: &std::net::TcpStream) {}
+    fn session(&self, _: &crate::rpc::Peer) {}
 
     fn handle(&self, _: &mut (), req: TierRequest<'_>) -> TierResponse {
         match req {
