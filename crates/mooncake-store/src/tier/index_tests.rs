@@ -390,7 +390,7 @@ fn replay(policy: EvictionPolicy, capacity: usize, ops: Vec<Op>) -> Result<(), T
             Op::Remove(k) => {
                 let k = format!("k{k}");
                 prop_assert_eq!(
-                    ix.remove(&[k.clone()]),
+                    ix.remove(std::slice::from_ref(&k)),
                     m.objects.remove(&k).map_or(0, |_| 1)
                 );
             }
