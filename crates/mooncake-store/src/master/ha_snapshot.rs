@@ -56,7 +56,8 @@ pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>)
         clear_state(&shared.service);
         repl.forget_log();
     }
-    let meta = format::decode_into(&bytes, &shared.service, &shared.metrics.restore).map_err(bad)?;
+    let meta =
+        format::decode_into(&bytes, &shared.service, &shared.metrics.restore).map_err(bad)?;
     shared.clock.advance_to(meta.now);
     repl.loaded_snapshot(meta.seq, meta.term, bytes)?;
     Ok(meta.seq)

@@ -665,8 +665,12 @@ mod tests {
             let caller = std::thread::spawn(move || {
                 l.write_through(1).unwrap();
                 let synced = *l.synced.lock();
-                tx.send(if synced >= 1 { "answered, synced" } else { "answered unsynced" })
-                    .unwrap();
+                tx.send(if synced >= 1 {
+                    "answered, synced"
+                } else {
+                    "answered unsynced"
+                })
+                .unwrap();
             });
             let first = rx.recv().unwrap();
             if sync_ack {
