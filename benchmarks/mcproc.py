@@ -124,13 +124,23 @@ class Proc:
             return ""
 
 
-def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str]) -> Proc:
+def normal_priority() -> None:
+    """For a child of a driver run under `chrt -f`: back to the normal
+    scheduler. A program that busy-polls on every core (both systems'
+    `transfer_engine_bench`) would otherwise, at a real-time priority,
+    starve everything else, the driver that times it out included."""
+    if hasattr(os, "sched_setscheduler"):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def _spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str],
+           preexec_fn=None) -> Proc:
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = workdir / f"{name}.log"
     log = open(log_path, "wb")
     # Own session (and process group): stop() signals exactly this process and its children.
     popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn)
     log.close()
     return Proc(name, popen, log_path)
 

@@ -154,7 +154,13 @@ class Bench:
               file=sys.stderr, flush=True)
 
     def cleanup(self) -> None:
-        self.store.remove_all(True)
+        # This run's keys only (digits, '-', '/': nothing to escape), forced
+        # (a reader's lease would keep some):
+        # `remove_all(True)` is an admin call on our master, and a cleanup
+        # that silently left the store full would measure eviction instead.
+        n = self.store.remove_by_regex(f"^bench/{self.run_id}/", True)
+        if n < 0:
+            raise SystemExit(f"cleanup: remove_by_regex returned {n}")
 
     def warmup(self, size: int) -> None:
         k = self.key("warm", size, 0)

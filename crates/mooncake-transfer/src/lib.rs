@@ -30,6 +30,7 @@ pub mod fuzzing;
 pub mod http_serve;
 mod idle;
 mod listener;
+pub mod memcopy;
 mod memory;
 pub mod metadata;
 mod rawmem;

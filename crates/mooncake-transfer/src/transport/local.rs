@@ -1,8 +1,8 @@
 //! The target is this engine's own segment: a plain memcpy.
 
-use crate::rawmem;
 use crate::transport::{OpenSegment, Route, Transport, Work};
 use crate::Opcode;
+use crate::{memcopy, rawmem};
 
 pub(crate) struct LocalTransport;
 
@@ -29,13 +29,16 @@ impl Route for LocalRoute {
         for w in work {
             w.task.expect_slices(1);
             let remote = w.remote as usize;
-            let (dst, src) = match w.opcode {
-                Opcode::Read => (w.local, remote),
-                Opcode::Write => (remote, w.local),
-            };
             // SAFETY: the engine checked both ranges against this engine's
             // registry before submitting (`remote` is our own address).
-            unsafe { rawmem::copy(dst, src, w.len) };
+            unsafe {
+                match w.opcode {
+                    Opcode::Read => rawmem::copy(w.local, remote, w.len),
+                    Opcode::Write => {
+                        memcopy::copy_to_segment(remote as *mut u8, w.local as *const u8, w.len)
+                    }
+                }
+            };
             w.task.slice_done(Ok(w.len));
         }
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 
+use crate::memcopy;
 use crate::rawmem::{self, FileId, PeerMapping, ProcessWatch};
 use crate::segment::{BufferDesc, SegmentDesc};
 use crate::transport::{OpenSegment, Route, Transport, Work};
@@ -69,13 +70,16 @@ impl View {
         len: usize,
     ) -> Option<Result<(), ErrorCode>> {
         let (mapped, map) = self.resolve(remote, len).filter(|(_, map)| map.is_live())?;
-        let (dst, src) = match opcode {
-            Opcode::Read => (local, mapped),
-            Opcode::Write => (mapped, local),
-        };
         // SAFETY: `mapped..mapped+len` is inside our mapping (bounds-checked
         // by `PeerMapping::range`); the caller vouches for `local`.
-        unsafe { rawmem::copy(dst, src, len) };
+        unsafe {
+            match opcode {
+                Opcode::Read => rawmem::copy(local, mapped, len),
+                Opcode::Write => {
+                    memcopy::copy_to_segment(mapped as *mut u8, local as *const u8, len)
+                }
+            }
+        };
         Some(if map.is_live() {
             Ok(())
         } else {

@@ -73,13 +73,30 @@ impl<'e> Flight<'e> {
 
     /// Runs `copies` while the batch is in flight, waits for it, frees it.
     pub fn finish(self, copies: &[Memcpy]) -> Vec<Result<()>> {
+        self.finish_with(copies, false)
+    }
+
+    /// [`Self::finish`] for copies into this process's own segment: they
+    /// are read later, so they bypass the cache (`copy_to_segment`).
+    pub fn finish_into_segment(self, copies: &[Memcpy]) -> Vec<Result<()>> {
+        self.finish_with(copies, true)
+    }
+
+    fn finish_with(self, copies: &[Memcpy], into_segment: bool) -> Vec<Result<()>> {
         for c in copies {
+            let (dst, src) = (c.dst as *mut u8, c.src as *const u8);
             // SAFETY: every copy's source was checked with `check_local` (or
             // is a live slice, a staging buffer or a leased replica in our own
             // segment) and its destination lies inside this process's own
             // segment or a checked caller buffer; ranges of distinct copies
             // never overlap because each belongs to a distinct allocation.
-            unsafe { std::ptr::copy_nonoverlapping(c.src as *const u8, c.dst as *mut u8, c.len) };
+            unsafe {
+                if into_segment {
+                    mooncake_transfer::memcopy::copy_to_segment(dst, src, c.len)
+                } else {
+                    std::ptr::copy_nonoverlapping(src, dst, c.len)
+                }
+            };
         }
         let Ok(Some(batch)) = self.batch else {
             return self.joined.into_iter().map(|r| r.map(|_| ())).collect();

@@ -146,7 +146,12 @@ impl RealClient {
                 Err(e) => sent[i] = Sent::Failed(e),
             }
         }
-        for ((r, &i), len) in flight.finish(&copies).into_iter().zip(&owner).zip(&lens) {
+        for ((r, &i), len) in flight
+            .finish_into_segment(&copies)
+            .into_iter()
+            .zip(&owner)
+            .zip(&lens)
+        {
             match (r, &sent[i]) {
                 (Err(e), Sent::Written) => {
                     sent[i] = Sent::Failed(e.with_context(format!("writing {}", keys[i])));
