@@ -19,9 +19,7 @@ use common::ha::{
     start_master, start_master_in, start_master_with, Master,
 };
 use common::load::{check, storage_client, under_load, Load};
-use common::{
-    code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT,
-};
+use common::{code, eventually, free_port, metadata_server, value, Proc, WAIT};
 use mooncake_common::ErrorCode;
 use mooncake_store::types::ReplicateConfig;
 use test_support::services;
