@@ -5,7 +5,10 @@
 //!   master, then through the leader of three `--enable_ha
 //!   --enable_oplog` masters (each put waits until the standbys hold its
 //!   entries), without and with each master's log on disk (`--wal_dir`,
-//!   then also `--ha_wal_sync_ack`: the leader's fsync on the path);
+//!   then also `--ha_wal_sync_ack`: the leader's fsync on the path). All
+//!   setups are up at once and their phases take turns, `--repeats`
+//!   rounds, each replicated phase reported against the plain one of its
+//!   round (the machine's load changes between rounds, not within one);
 //! - failover: `kill -9`, then SIGTERM, of the leader while a client
 //!   puts and gets in a loop; the time from the signal to its first good
 //!   put and get through the new leader, `runs` times each.
@@ -28,12 +31,19 @@ pub struct HaBenchConfig {
     /// etcd `host:port`.
     pub etcd: String,
     pub seconds: f64,
+    /// Failovers per signal (0: none).
     pub runs: usize,
+    /// Rounds of put phases.
+    pub repeats: usize,
+    /// Also the setups with each master's log on disk.
+    pub wal: bool,
 }
 
 /// One measured put phase.
 pub struct PutRow {
     pub setup: &'static str,
+    /// Which round of the phases it ran in.
+    pub repeat: usize,
     pub summary: Summary,
 }
 
@@ -206,14 +216,24 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str) -> Result<Summary> {
     Ok(stats::summarize(&mut lat, 4096, 1))
 }
 
-/// Runs the benchmark; `progress` sees each put setup and each failover
-/// as it ends.
+/// One setup the put phases run on: its client and what serves it.
+struct Setup {
+    name: &'static str,
+    client: Client,
+    _plain: Option<Proc>,
+    masters: Vec<HaMaster>,
+}
+
+/// Runs the benchmark; `progress` sees each put phase and each failover
+/// as it ends. Every setup is started first and stays up; the phases then
+/// take turns, `repeats` rounds of one phase per setup, so that each
+/// replicated phase has a plain one next to it under the same load.
 pub fn run(
     cfg: &HaBenchConfig,
     mut progress: impl FnMut(String),
 ) -> Result<(Vec<PutRow>, Vec<FailoverRow>)> {
     let (_meta, metadata) = metadata_server()?;
-    let mut puts = Vec::new();
+    let mut setups = Vec::new();
 
     let rpc = free_port()?;
     let plain = [
@@ -223,49 +243,65 @@ pub fn run(
         "--metrics_port=0".into(),
     ];
     let (plain_master, _) = start_master("plain-master", &plain, "listening on")?;
-    let c = client(&format!("127.0.0.1:{rpc}"), "plain", &metadata)?;
-    put_phase(&c, cfg.seconds / 4.0, "warm")?;
-    puts.push(PutRow {
-        setup: "1 master",
-        summary: put_phase(&c, cfg.seconds, "plain")?,
+    setups.push(Setup {
+        name: PLAIN,
+        client: client(&format!("127.0.0.1:{rpc}"), "plain", &metadata)?,
+        _plain: Some(plain_master),
+        masters: Vec::new(),
     });
-    progress(put_line(&puts[0]));
-    drop(c);
-    drop(plain_master);
 
     let etcd_url = format!("etcd://{}", cfg.etcd);
-    let mut logged = Vec::new();
-    for (setup, sync_ack) in [
-        ("3 masters, replicated, log on disk", false),
-        (
+    let mut kinds = vec![(REPLICATED, None)];
+    if cfg.wal {
+        kinds.push(("3 masters, replicated, log on disk", Some(false)));
+        kinds.push((
             "3 masters, replicated, log on disk, --ha_wal_sync_ack",
-            true,
-        ),
-    ] {
-        let cluster = format!("bench-ha-wal-{sync_ack}-{}", std::process::id());
-        let masters = ha_cluster(&cfg.etcd, &cluster, Some(sync_ack))?;
-        let c = client(&etcd_url, &cluster, &metadata)?;
-        put_phase(&c, cfg.seconds / 4.0, "warm")?;
-        let summary = put_phase(&c, cfg.seconds, "ha-wal")?;
-        drop(c);
-        drop(masters);
-        logged.push(PutRow { setup, summary });
+            Some(true),
+        ));
+    }
+    for (name, log) in kinds {
+        let tag = match log {
+            None => "mem".to_string(),
+            Some(sync) => format!("wal-{sync}"),
+        };
+        let cluster = format!("bench-ha-{tag}-{}", std::process::id());
+        let masters = ha_cluster(&cfg.etcd, &cluster, log)?;
+        setups.push(Setup {
+            name,
+            client: client(&etcd_url, &cluster, &metadata)?,
+            _plain: None,
+            masters,
+        });
+    }
+    for s in &setups {
+        put_phase(&s.client, cfg.seconds / 4.0, "warm")?;
     }
 
-    let cluster = format!("bench-ha-{}", std::process::id());
-    let mut masters = ha_cluster(&cfg.etcd, &cluster, None)?;
-    let c = client(&etcd_url, &cluster, &metadata)?;
-    put_phase(&c, cfg.seconds / 4.0, "warm")?;
-    puts.push(PutRow {
-        setup: "3 masters, replicated",
-        summary: put_phase(&c, cfg.seconds, "ha")?,
-    });
-    progress(put_line(&puts[1]));
-    for row in logged {
-        progress(put_line(&row));
-        puts.push(row);
+    let mut puts = Vec::new();
+    for repeat in 0..cfg.repeats {
+        for s in &setups {
+            let summary = put_phase(&s.client, cfg.seconds, &format!("r{repeat}"))?;
+            let row = PutRow {
+                setup: s.name,
+                repeat,
+                summary,
+            };
+            progress(put_line(&row));
+            puts.push(row);
+        }
     }
 
+    // The failovers run on the replicated setup without a log on disk.
+    setups.retain(|s| s.name == REPLICATED);
+    let Some(Setup {
+        client: c,
+        mut masters,
+        ..
+    }) = setups.pop()
+    else {
+        return Err(err("no replicated setup".into()));
+    };
+    let cluster = format!("bench-ha-mem-{}", std::process::id());
     let mut failovers = Vec::new();
     for (signal, signo) in [("kill -9", libc::SIGKILL), ("SIGTERM", libc::SIGTERM)] {
         for run in 0..cfg.runs {
@@ -283,10 +319,18 @@ pub fn run(
     Ok((puts, failovers))
 }
 
+const PLAIN: &str = "1 master";
+const REPLICATED: &str = "3 masters, replicated";
+
 fn put_line(r: &PutRow) -> String {
     format!(
-        "{}: {} puts, p50 {:.1} µs, p99 {:.1} µs",
-        r.setup, r.summary.n, r.summary.p50_us, r.summary.p99_us
+        "round {}, {}: {} puts, p50 {:.1} µs, p99 {:.1} µs, {:.0} puts/s",
+        r.repeat + 1,
+        r.setup,
+        r.summary.n,
+        r.summary.p50_us,
+        r.summary.p99_us,
+        r.summary.ops_s
     )
 }
 
@@ -352,11 +396,8 @@ fn failover(
 
 /// Put latency per setup and each failover's times, drawn.
 pub fn charts(puts: &[PutRow], failovers: &[FailoverRow]) -> Vec<crate::svg::Bars> {
-    let put = |f: fn(&Summary) -> f64| {
-        puts.iter()
-            .map(|r| (r.setup.to_string(), f(&r.summary)))
-            .collect()
-    };
+    let m = medians(puts);
+    let put = |i: usize| m.iter().map(|(name, v)| (name.to_string(), v[i])).collect();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let failover = failovers
         .iter()
@@ -374,34 +415,128 @@ pub fn charts(puts: &[PutRow], failovers: &[FailoverRow]) -> Vec<crate::svg::Bar
             ]
         })
         .collect();
-    vec![
-        crate::svg::Bars::new("4 KiB put p50", "µs", put(|s| s.p50_us)),
-        crate::svg::Bars::new("4 KiB put p99", "µs", put(|s| s.p99_us)),
-        crate::svg::Bars::new(
+    let mut charts = vec![
+        crate::svg::Bars::new("4 KiB put p50 (median of rounds)", "µs", put(0)),
+        crate::svg::Bars::new("4 KiB put p99 (median of rounds)", "µs", put(1)),
+    ];
+    if !failovers.is_empty() {
+        charts.push(crate::svg::Bars::new(
             "Leader stopped: time to the first put and get",
             "ms",
             failover,
-        ),
-    ]
+        ));
+    }
+    charts
+}
+
+/// The plain phase of `r`'s round.
+fn plain_of<'a>(puts: &'a [PutRow], r: &PutRow) -> Option<&'a Summary> {
+    puts.iter()
+        .find(|p| p.setup == PLAIN && p.repeat == r.repeat)
+        .map(|p| &p.summary)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each setup's median over the rounds: p50, p99, puts/s, and the
+/// medians of its per-round ratios to the plain phase.
+fn medians(puts: &[PutRow]) -> Vec<(&'static str, [f64; 5])> {
+    let mut setups: Vec<&'static str> = Vec::new();
+    for r in puts {
+        if !setups.contains(&r.setup) {
+            setups.push(r.setup);
+        }
+    }
+    setups
+        .into_iter()
+        .map(|name| {
+            let rows: Vec<&PutRow> = puts.iter().filter(|r| r.setup == name).collect();
+            let pick = |f: &dyn Fn(&PutRow) -> Option<f64>| {
+                median(rows.iter().filter_map(|r| f(r)).collect())
+            };
+            (
+                name,
+                [
+                    pick(&|r| Some(r.summary.p50_us)),
+                    pick(&|r| Some(r.summary.p99_us)),
+                    pick(&|r| Some(r.summary.ops_s)),
+                    pick(&|r| plain_of(puts, r).map(|p| r.summary.p50_us / p.p50_us)),
+                    pick(&|r| plain_of(puts, r).map(|p| r.summary.ops_s / p.ops_s)),
+                ],
+            )
+        })
+        .collect()
 }
 
 pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
+    let ratio = |r: &PutRow| {
+        plain_of(puts, r).map_or(("-".to_string(), "-".to_string()), |p| {
+            (
+                format!("{:.2}×", r.summary.p50_us / p.p50_us),
+                format!("{:.0}%", 100.0 * r.summary.ops_s / p.ops_s),
+            )
+        })
+    };
     let rows: Vec<Vec<String>> = puts
         .iter()
         .map(|r| {
+            let (p50, ops) = ratio(r);
             vec![
+                (r.repeat + 1).to_string(),
                 r.setup.to_string(),
                 r.summary.n.to_string(),
                 format!("{:.1}", r.summary.p50_us),
                 format!("{:.1}", r.summary.p99_us),
                 format!("{:.0}", r.summary.ops_s),
+                p50,
+                ops,
             ]
         })
         .collect();
     let mut out = stats::table(
-        &["4 KiB put", "n", "p50 µs", "p99 µs", "puts/s (1 thread)"],
+        &[
+            "round",
+            "4 KiB put",
+            "n",
+            "p50 µs",
+            "p99 µs",
+            "puts/s (1 thread)",
+            "p50 / plain",
+            "puts/s / plain",
+        ],
         &rows,
     );
+    out.push('\n');
+    let rows: Vec<Vec<String>> = medians(puts)
+        .into_iter()
+        .map(|(name, m)| {
+            vec![
+                name.to_string(),
+                format!("{:.1}", m[0]),
+                format!("{:.1}", m[1]),
+                format!("{:.0}", m[2]),
+                format!("{:.2}×", m[3]),
+                format!("{:.0}%", 100.0 * m[4]),
+            ]
+        })
+        .collect();
+    out.push_str(&stats::table(
+        &[
+            "median over rounds",
+            "p50 µs",
+            "p99 µs",
+            "puts/s",
+            "p50 / plain",
+            "puts/s / plain",
+        ],
+        &rows,
+    ));
     out.push('\n');
     let rows: Vec<Vec<String>> = failovers
         .iter()

@@ -85,9 +85,15 @@ pub(crate) struct HaArgs {
     /// Seconds per put phase.
     #[arg(long, default_value_t = 3.0)]
     pub(crate) seconds: f64,
-    /// Failovers per signal.
+    /// Failovers per signal (0: none).
     #[arg(long, default_value_t = 5)]
     pub(crate) runs: usize,
+    /// Rounds of put phases (one per setup each, in turn).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) repeats: usize,
+    /// Leave out the setups with each master's log on disk.
+    #[arg(long)]
+    pub(crate) no_wal: bool,
     /// Draw the results here as SVG.
     #[arg(long)]
     pub(crate) chart: Option<PathBuf>,
@@ -340,7 +346,9 @@ fn run_ha(a: HaArgs) -> Result<(), String> {
     let cfg = ha::HaBenchConfig {
         etcd: a.etcd,
         seconds: a.seconds,
-        runs: a.runs.max(1),
+        runs: a.runs,
+        repeats: a.repeats.max(1),
+        wal: !a.no_wal,
     };
     let (puts, failovers) =
         ha::run(&cfg, |line| eprintln!("  {line}")).map_err(|e| e.to_string())?;

@@ -12,154 +12,17 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use common::load::{check, storage_client, under_load, Load};
-use common::{
-    code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT,
+use common::ha::{
+    cluster, gauge, http_get, in_sync, leader, mounted_client, replication_field, role,
+    start_master, start_master_in, start_master_with, Master,
 };
+use common::load::{check, storage_client, under_load, Load};
+use common::{code, eventually, free_port, metadata_server, value, Proc, WAIT};
 use mooncake_common::ErrorCode;
 use mooncake_store::types::ReplicateConfig;
 use test_support::services;
-
-struct Master {
-    proc: Proc,
-    rpc: u16,
-    http: u16,
-    up: Receiver<String>,
-}
-
-fn start_master(coordination: &str, cluster: &str, rpc: u16, http: u16) -> Master {
-    start_master_with(coordination, cluster, rpc, http, 3)
-}
-
-fn start_master_with(
-    coordination: &str,
-    cluster: &str,
-    rpc: u16,
-    http: u16,
-    client_ttl: u32,
-) -> Master {
-    start_master_in(coordination, cluster, rpc, http, client_ttl, None, &[])
-}
-
-/// With `snapshots`: HA snapshots every second, stored under that
-/// directory (shared by the masters, as an S3 bucket would be).
-fn start_master_in(
-    coordination: &str,
-    cluster: &str,
-    rpc: u16,
-    http: u16,
-    client_ttl: u32,
-    snapshots: Option<&std::path::Path>,
-    extra: &[&str],
-) -> Master {
-    let mut args = vec![
-        "--enable_ha=true".to_string(),
-        "--enable_oplog=true".into(),
-        format!("--etcd_endpoints={coordination}"),
-        format!("--cluster_id={cluster}"),
-        format!("--rpc_port={rpc}"),
-        "--rpc_address=127.0.0.1".into(),
-        "--metrics_host=127.0.0.1".into(),
-        format!("--metrics_port={http}"),
-        format!("--client_ttl={client_ttl}"),
-        "--default_kv_lease_ttl=200".into(),
-        "--oplog_poll_interval_ms=200".into(),
-    ];
-    let Some(dir) = snapshots else {
-        let (proc, up) = spawn_watching(MASTER, &args, "listening on");
-        return Master {
-            proc,
-            rpc,
-            http,
-            up,
-        };
-    };
-    args.extend([
-        "--enable_snapshot=true".to_string(),
-        "--snapshot_interval_seconds=1".into(),
-        "--snapshot_retention_count=2".into(),
-    ]);
-    args.extend(extra.iter().map(|s| s.to_string()));
-    let mut child = std::process::Command::new(MASTER)
-        .args(&args)
-        .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, up) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(|l| l.ok())
-        {
-            if line.contains("listening on") && tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let proc = Proc(child);
-    Master {
-        proc,
-        rpc,
-        http,
-        up,
-    }
-}
-
-/// One HTTP GET; `None` while nothing listens.
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let status = resp.split_whitespace().nth(1)?.parse().ok()?;
-    let (_, body) = resp.split_once("\r\n\r\n")?;
-    Some((status, body.to_string()))
-}
-
-fn role(m: &Master) -> Option<String> {
-    http_get(m.http, "/role").map(|(_, b)| b)
-}
-
-/// How many standbys the leader has recorded as in sync.
-fn in_sync(m: &Master) -> usize {
-    let Some((_, body)) = http_get(m.http, "/replication") else {
-        return 0;
-    };
-    body.split("\"in_sync\":[")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .map_or(0, |list| list.matches('#').count())
-}
-
-fn leader(masters: &[Master]) -> usize {
-    let mut found = None;
-    eventually("one master leads", || {
-        found = masters
-            .iter()
-            .position(|m| role(m).as_deref() == Some("leader"));
-        found.is_some()
-    });
-    found.unwrap()
-}
-
-/// A cluster of its own for each test: tests share one etcd.
-fn cluster(test: &str) -> String {
-    format!("{test}-{}", std::process::id())
-}
 
 /// Three masters, `kills` rounds of kill -9 of the leader under load (the
 /// killed master restarts as a fresh standby and catches up before the
@@ -389,30 +252,6 @@ fn a_partitioned_leader_commits_nothing() {
 
 /// A master client of `cluster` (found through etcd at `etcd`) that has
 /// mounted a 64 MiB segment as `client_id`.
-fn mounted_client(etcd: &str, cluster: &str, client_id: u128) -> mooncake_store::MasterClient {
-    let m = mooncake_store::MasterClient::connect_in_cluster(&format!("etcd://{etcd}"), cluster)
-        .unwrap();
-    let _ = m.ping(client_id);
-    let segment = mooncake_store::types::SegmentInfo {
-        name: "seg".into(),
-        base: 1 << 30,
-        size: 64 << 20,
-        transport_endpoint: "127.0.0.1:1".into(),
-    };
-    m.mount_segment(client_id, &segment).unwrap();
-    m
-}
-
-/// A number from `/replication` (`"name":123`).
-fn replication_field(m: &Master, name: &str) -> u64 {
-    http_get(m.http, "/replication")
-        .and_then(|(_, b)| {
-            let rest = b.split(&format!("\"{name}\":")).nth(1)?;
-            rest.split([',', '}']).next()?.parse().ok()
-        })
-        .unwrap_or(0)
-}
-
 /// With HA snapshots, a standby started after 100 000 objects loads the
 /// leader's snapshot (the log before it is compacted away on the leader)
 /// and then the log tail, joins the in-sync set, and once the leader and
@@ -650,13 +489,6 @@ fn losing_every_master_at_once_under_load_loses_nothing_with_the_log_on_disk() {
     let (present, removed) = check(&client, &load, &ledgers);
     println!("every master lost: {present} acknowledged puts and {removed} removes kept");
     drop(restarted);
-}
-
-/// The value of an unlabelled metric on `m`'s `/metrics`.
-fn gauge(m: &Master, name: &str) -> Option<i64> {
-    let (_, body) = http_get(m.http, "/metrics")?;
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 /// A leader and a standby export the `ha_*` families with their view of

@@ -86,6 +86,18 @@ struct FileOrder {
 }
 
 impl DiskTable {
+    /// Forgets every tier and copy (a standby about to load its leader's
+    /// snapshot over what it held).
+    pub(crate) fn clear(&self) {
+        self.copies.lock().clear();
+        self.tiers.write().clear();
+        self.mail.lock().clear();
+        self.hits.lock().clear();
+        self.promoting.lock().clear();
+        self.bytes.store(0, Ordering::Relaxed);
+        *self.files.lock() = FileOrder::default();
+    }
+
     pub(crate) fn copy(&self, key: &str) -> Option<DiskCopy> {
         self.copies.lock().get(key).copied()
     }

@@ -51,6 +51,13 @@ pub(crate) struct FileTier {
 }
 
 impl FileTier {
+    /// Forgets every writer and write (a standby about to load its
+    /// leader's snapshot over what it held).
+    pub(crate) fn clear(&self) {
+        self.writers.write().clear();
+        *self.state.lock() = State::default();
+    }
+
     pub(crate) fn new(policy: FilePolicy) -> Self {
         FileTier {
             policy,

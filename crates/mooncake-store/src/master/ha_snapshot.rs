@@ -12,8 +12,9 @@
 //! standby it hears from still lacks, on a standby only behind its
 //! previous image.
 //!
-//! A standby behind its leader's compacted log loads the leader's image
-//! ([`load_snapshot`]) and pulls the entries after it.
+//! A standby behind its leader's compacted log (started late, or brought
+//! back from an old log directory) loads the leader's image in place of
+//! its state ([`load_snapshot`]) and pulls the entries after it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,21 +34,44 @@ use super::snapshot::{RestoreProgress, Stores};
 /// Most entries the shadow takes from the log at once.
 const SHADOW_BATCH: usize = 16_384;
 
-/// Loads the snapshot `bytes` into `shared`'s state machine, which must
-/// hold nothing yet (a standby started late); the log then starts after
-/// it. Returns its position.
+/// Loads the snapshot `bytes` into `shared`'s state machine; the log then
+/// starts after it. Returns its position.
+///
+/// A standby whose state already holds something (one brought back from
+/// its log directory, behind its leader's compacted log) has it replaced:
+/// the snapshot is checked on a scratch copy first, so a damaged one
+/// leaves the state as it was, and only then is the state emptied and
+/// the snapshot loaded.
 pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>) -> Result<u64> {
-    repl.may_load_snapshot()?;
+    let bad = |e: format::SnapshotError| {
+        Error::new(
+            ErrorCode::DESERIALIZE_FAIL,
+            format!("snapshot from the leader: {e}"),
+        )
+    };
+    if repl.may_load_snapshot()? {
+        let scratch = MasterService::new(&shared.config);
+        format::decode_into(&bytes, &scratch, &RestoreProgress::default()).map_err(bad)?;
+        drop(scratch);
+        clear_state(&shared.service);
+        repl.forget_log();
+    }
     let meta =
-        format::decode_into(&bytes, &shared.service, &shared.metrics.restore).map_err(|e| {
-            Error::new(
-                ErrorCode::DESERIALIZE_FAIL,
-                format!("snapshot from the leader: {e}"),
-            )
-        })?;
+        format::decode_into(&bytes, &shared.service, &shared.metrics.restore).map_err(bad)?;
     shared.clock.advance_to(meta.now);
     repl.loaded_snapshot(meta.seq, meta.term, bytes)?;
     Ok(meta.seq)
+}
+
+/// Empties a standby's state machine for a snapshot to replace it.
+fn clear_state(service: &MasterService) {
+    service.objects.clear();
+    service.segments.clear();
+    service.retired.clear();
+    service.disk.clear();
+    service.files.clear();
+    *service.clients.lock() = Default::default();
+    *service.tasks.lock() = Default::default();
 }
 
 /// Loads the newest usable snapshot of `stores` into `shared`'s still
@@ -173,6 +197,11 @@ fn round(
     stores: Option<&Stores>,
     shadow: &mut Option<Shadow>,
 ) -> Result<Option<(u64, usize, u64)>> {
+    if shadow.as_ref().is_some_and(|s| s.seq < repl.log_base()) {
+        // The log starts past the shadow (this standby loaded its
+        // leader's snapshot): the shadow starts over from that image.
+        *shadow = None;
+    }
     if shadow.is_none() {
         let service = MasterService::new(&shared.config);
         let seq = match repl.image() {

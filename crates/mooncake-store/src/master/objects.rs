@@ -331,6 +331,18 @@ impl Default for ObjectMap {
 }
 
 impl ObjectMap {
+    /// Forgets every object (a standby about to load its leader's
+    /// snapshot over what it held).
+    pub(crate) fn clear(&self) {
+        for shard in self.shards.iter() {
+            let mut s = shard.0.lock();
+            s.map = HashMap::new();
+            s.tally = Tally::default();
+            s.oldest_pending = u64::MAX;
+        }
+        self.metadata_used.store(0, Ordering::Relaxed);
+    }
+
     fn shard_of(&self, key: &str) -> usize {
         (self.hasher.hash_one(key) as usize) & (SHARDS - 1)
     }

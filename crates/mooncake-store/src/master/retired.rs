@@ -24,6 +24,11 @@ pub(crate) struct RetiredSpace {
 }
 
 impl RetiredSpace {
+    /// Forgets every retired range (its segments are forgotten too).
+    pub(crate) fn clear(&self) {
+        self.ranges.lock().clear();
+    }
+
     /// Keeps `size` bytes at each of `placements` allocated until `free_at`.
     pub(crate) fn retire(&self, placements: &[Placement], size: u64, free_at: u64) {
         self.push(placements, size, free_at, false);

@@ -215,6 +215,15 @@ pub(crate) struct SegmentTable {
 }
 
 impl SegmentTable {
+    /// Forgets every segment, mounted or not (a standby about to load its
+    /// leader's snapshot over what it held).
+    pub(crate) fn clear(&self) {
+        let _lock = self.writer.lock();
+        self.table.store(Arc::new(Table::default()));
+        self.unmounted.lock().clear();
+        self.awaiting_owners.store(false, Ordering::Release);
+    }
+
     /// Takes the writer lock: mounts and unmounts happen one at a time,
     /// while allocations go on reading the published snapshot.
     pub(crate) fn write(&self) -> SegmentWriter<'_> {

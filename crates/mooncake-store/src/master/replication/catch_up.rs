@@ -3,10 +3,11 @@
 //! the log compaction behind it. `master::ha_snapshot` takes the images
 //! and loads them into the state machine.
 //!
-//! A standby asking for entries the log no longer holds (one started late)
-//! is answered with the image instead, in chunks (`SnapshotChunk`, then
-//! `SnapshotFetch` for the rest); it loads it into its still empty state
-//! and pulls the entries after it.
+//! A standby asking for entries the log no longer holds (one started late,
+//! or one brought back from its log directory after the leader compacted
+//! past its last entry) is answered with the image instead, in chunks
+//! (`SnapshotChunk`, then `SnapshotFetch` for the rest); it loads it in
+//! place of whatever its state held and pulls the entries after it.
 
 use std::sync::Arc;
 
@@ -62,17 +63,26 @@ impl Replication {
         }
     }
 
-    /// Fails unless this master may load a snapshot: a standby whose
-    /// state holds nothing yet (one started late).
-    pub(crate) fn may_load_snapshot(&self) -> Result<()> {
+    /// Fails unless this master may load a snapshot: a standby. Returns
+    /// whether its state holds something the snapshot must replace.
+    pub(crate) fn may_load_snapshot(&self) -> Result<bool> {
         let st = self.state.lock();
-        if st.role != Role::Standby || st.applied > 0 || st.log.last() > 0 {
+        if st.role != Role::Standby {
             return Err(Error::new(
                 ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                "this standby fell behind its leader's compacted log; restart it to catch up from a snapshot",
+                "only a standby loads its leader's snapshot",
             ));
         }
-        Ok(())
+        Ok(st.applied > 0 || st.log.last() > 0)
+    }
+
+    /// Forgets every entry held (a standby whose state a snapshot is about
+    /// to replace; the entries after it come from the leader).
+    pub(crate) fn forget_log(&self) {
+        let mut st = self.state.lock();
+        st.log.reset(0, 0);
+        st.applied = 0;
+        st.keep_tail = false;
     }
 
     /// The state machine now holds the snapshot `bytes` of entry `seq` (of

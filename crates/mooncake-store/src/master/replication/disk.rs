@@ -89,6 +89,12 @@ pub(crate) struct DiskLog {
     wake_lock: Mutex<bool>,
     failed: Mutex<Option<String>>,
     stop: AtomicBool,
+    /// Tests: held, it keeps the syncer from syncing; `probe` hears an
+    /// answer wait for its sync.
+    #[cfg(test)]
+    sync_gate: Mutex<()>,
+    #[cfg(test)]
+    probe: Mutex<Option<std::sync::mpsc::Sender<&'static str>>>,
 }
 
 /// What a log directory held at start.
@@ -286,6 +292,10 @@ impl DiskLog {
             wake_lock: Mutex::new(false),
             failed: Mutex::new(None),
             stop: AtomicBool::new(false),
+            #[cfg(test)]
+            sync_gate: Mutex::new(()),
+            #[cfg(test)]
+            probe: Mutex::new(None),
         });
         let l = log.clone();
         std::thread::Builder::new()
@@ -332,6 +342,10 @@ impl DiskLog {
             let mut s = self.synced.lock();
             while *s < seq {
                 self.check()?;
+                #[cfg(test)]
+                if let Some(p) = &*self.probe.lock() {
+                    let _ = p.send("waits for its sync");
+                }
                 self.synced_cv.wait_for(&mut s, SYNC_IDLE);
             }
         }
@@ -514,7 +528,12 @@ impl DiskLog {
                 (cur.file.clone(), cur.last, cur.path.clone())
             };
             if upto > *self.synced.lock() {
-                if let Err(e) = file.sync_data() {
+                #[cfg(test)]
+                let gate = self.sync_gate.lock();
+                let r = file.sync_data();
+                #[cfg(test)]
+                drop(gate);
+                if let Err(e) = r {
                     self.fail(&io_error("sync", &path, e));
                     return;
                 }
@@ -628,6 +647,45 @@ mod tests {
     }
 
     const HEADER_AT: usize = 20;
+
+    /// With `--ha_wal_sync_ack` an answer waits for the fdatasync of its
+    /// entry; without, it goes once the entry is written. The syncer is
+    /// held back, so an answer that did not wait comes while nothing is
+    /// synced.
+    #[test]
+    fn with_sync_ack_an_answer_waits_for_its_sync() {
+        for sync_ack in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = DiskLog::start(dir.path(), 0, sync_ack).unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            *log.probe.lock() = Some(tx.clone());
+            let gate = log.sync_gate.lock();
+            log.append(1, &frame(1, 1));
+            let l = log.clone();
+            let caller = std::thread::spawn(move || {
+                l.write_through(1).unwrap();
+                let synced = *l.synced.lock();
+                tx.send(if synced >= 1 {
+                    "answered, synced"
+                } else {
+                    "answered unsynced"
+                })
+                .unwrap();
+            });
+            let first = rx.recv().unwrap();
+            if sync_ack {
+                assert_eq!(first, "waits for its sync");
+                drop(gate);
+                let answer = rx.iter().find(|e| e.starts_with("answered")).unwrap();
+                assert_eq!(answer, "answered, synced");
+            } else {
+                assert_eq!(first, "answered unsynced");
+                drop(gate);
+            }
+            caller.join().unwrap();
+            log.stop();
+        }
+    }
 
     #[test]
     fn compaction_removes_only_files_a_snapshot_holds() {

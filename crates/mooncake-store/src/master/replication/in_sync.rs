@@ -335,6 +335,89 @@ mod tests {
         assert_eq!(s.committed(), 4);
     }
 
+    #[derive(Debug, Clone)]
+    enum Op {
+        Append(u64),
+        /// Standby `i` receives up to `n` more entries and asks for more.
+        Ack(usize, u64),
+        Gone(usize),
+        /// Time passes, then the leader looks at its record.
+        Record(u64),
+        Written,
+        WriteFailed,
+        Forget,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (1..4u64).prop_map(Op::Append),
+            (0..3usize, 0..4u64).prop_map(|(i, n)| Op::Ack(i, n)),
+            (0..3usize).prop_map(Op::Gone),
+            (0..1500u64).prop_map(Op::Record),
+            Just(Op::Written),
+            Just(Op::WriteFailed),
+            Just(Op::Forget),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever the standbys do and whichever record writes succeed,
+        /// every standby the leader waits for, and so every recorded one
+        /// (the only ones that may be promoted), holds every committed
+        /// entry: a new leader needs no "longest log" choice among them.
+        #[test]
+        fn every_recorded_standby_holds_every_committed_entry(
+            ops in proptest::collection::vec(op(), 1..200)
+        ) {
+            let ids = ["b", "c", "d"];
+            let mut held = [0u64; 3];
+            let (mut last, mut now) = (0u64, 0u64);
+            let mut s = InSync::new(0, set(&[]), 1000, 0);
+            let mut writing = None;
+            for op in ops {
+                match op {
+                    Op::Append(n) => {
+                        last += n;
+                        s.appended(last);
+                    }
+                    Op::Ack(i, n) => {
+                        held[i] = (held[i] + n).min(last);
+                        s.acked(ids[i], held[i], now);
+                    }
+                    Op::Gone(i) => s.gone(ids[i]),
+                    Op::Record(dt) => {
+                        now += dt;
+                        if let Some(want) = s.next_record(now) {
+                            writing = Some(want);
+                        }
+                    }
+                    Op::Written => {
+                        if let Some(w) = writing.take() {
+                            s.written(w);
+                        }
+                    }
+                    Op::WriteFailed => {
+                        if writing.take().is_some() {
+                            s.write_failed();
+                        }
+                    }
+                    Op::Forget => s.forget_silent(now),
+                }
+                let c = s.committed();
+                proptest::prop_assert!(c <= last);
+                for (i, id) in ids.iter().enumerate() {
+                    if s.required().contains(*id) || s.recorded().contains(*id) {
+                        proptest::prop_assert!(
+                            held[i] >= c,
+                            "{id} holds {} of {c} committed", held[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn record_round_trip() {
         let r = Record {
