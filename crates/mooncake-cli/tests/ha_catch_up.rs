@@ -44,7 +44,7 @@ fn a_standby_back_from_its_directory_behind_the_compacted_log_catches_up() {
     let m = mounted_client(&etcd.addr, &cluster, client_id);
     let opts = WriteOptions::default();
     let mut keys: Vec<String> = Vec::new();
-    let mut put = |ks: Vec<String>, keys: &mut Vec<String>| {
+    let put = |ks: Vec<String>, keys: &mut Vec<String>| {
         m.ping(client_id).unwrap();
         for r in m
             .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
