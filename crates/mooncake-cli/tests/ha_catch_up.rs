@@ -12,9 +12,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::ha::{cluster, in_sync, mounted_client, replication_field, role, start_master_in};
+use common::ha::{
+    cluster, in_sync, mounted_client, put_keys, replication_field, role, start_master_in,
+};
 use common::{eventually, free_port, WAIT};
-use mooncake_store::types::WriteOptions;
 use test_support::services;
 
 #[test]
@@ -42,19 +43,9 @@ fn a_standby_back_from_its_directory_behind_the_compacted_log_catches_up() {
 
     let client_id = 61u128;
     let m = mounted_client(&etcd.addr, &cluster, client_id);
-    let opts = WriteOptions::default();
     let mut keys: Vec<String> = Vec::new();
     let put = |ks: Vec<String>, keys: &mut Vec<String>| {
-        m.ping(client_id).unwrap();
-        for r in m
-            .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
-            .unwrap()
-        {
-            r.unwrap();
-        }
-        for r in m.batch_put_end(client_id, &ks).unwrap() {
-            r.unwrap();
-        }
+        put_keys(&m, client_id, &ks);
         keys.extend(ks);
     };
     put((0..500).map(|i| format!("before-{i}")).collect(), &mut keys);

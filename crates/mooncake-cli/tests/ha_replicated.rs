@@ -15,7 +15,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::ha::{
-    cluster, gauge, http_get, in_sync, leader, mounted_client, replication_field, role,
+    cluster, gauge, http_get, in_sync, leader, mounted_client, put_keys, replication_field, role,
     start_master, start_master_in, start_master_with, Master,
 };
 use common::load::{check, storage_client, under_load, Load};
@@ -258,8 +258,6 @@ fn a_partitioned_leader_commits_nothing() {
 /// the other standby are killed serves every one of them.
 #[test]
 fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
-    use mooncake_store::types::WriteOptions;
-
     let etcd = services::etcd();
     let cluster = cluster("late");
     let dir = tempfile::tempdir().unwrap();
@@ -288,20 +286,10 @@ fn a_standby_started_after_100k_objects_catches_up_from_a_snapshot() {
 
     let client_id = 42u128;
     let m = mounted_client(&etcd.addr, &cluster, client_id);
-    let opts = WriteOptions::default();
     let mut keys = Vec::new();
     let put_batch = |batch: usize, keys: &mut Vec<String>| {
         let ks: Vec<String> = (0..1000).map(|i| format!("k{batch}-{i}")).collect();
-        m.ping(client_id).unwrap();
-        for r in m
-            .batch_put_start(client_id, &ks, &vec![64; ks.len()], &opts)
-            .unwrap()
-        {
-            r.unwrap();
-        }
-        for r in m.batch_put_end(client_id, &ks).unwrap() {
-            r.unwrap();
-        }
+        put_keys(&m, client_id, &ks);
         keys.extend(ks);
     };
     for batch in 0..100 {

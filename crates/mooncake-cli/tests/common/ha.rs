@@ -161,6 +161,22 @@ pub fn mounted_client(etcd: &str, cluster: &str, client_id: u128) -> mooncake_st
 }
 
 /// A number from `/replication` (`"name":123`).
+/// Puts `keys` (64 bytes each, nothing written) through `m` as client
+/// `client_id` in one batch, after a ping, and asserts every step.
+pub fn put_keys(m: &mooncake_store::MasterClient, client_id: u128, keys: &[String]) {
+    let opts = mooncake_store::types::WriteOptions::default();
+    m.ping(client_id).unwrap();
+    for r in m
+        .batch_put_start(client_id, keys, &vec![64; keys.len()], &opts)
+        .unwrap()
+    {
+        r.unwrap();
+    }
+    for r in m.batch_put_end(client_id, keys).unwrap() {
+        r.unwrap();
+    }
+}
+
 pub fn replication_field(m: &Master, name: &str) -> u64 {
     http_get(m.http, "/replication")
         .and_then(|(_, b)| {

@@ -134,14 +134,7 @@ pub(crate) fn restore(
     }
     if report.snapshot.is_some() || position > 0 {
         shared.clock.advance_to(now);
-        // Owners may be gone since: their segments are served again only
-        // once they are heard from; every client gets a full TTL.
-        shared.service.segments.unverify_all();
-        shared
-            .service
-            .clients
-            .lock()
-            .touch_all(shared.clock.now_ms());
+        shared.service.await_owners(shared.clock.now_ms());
     }
     let log = DiskLog::start(dir, position, sync_ack)?;
     log.note_committed(position - report.kept);

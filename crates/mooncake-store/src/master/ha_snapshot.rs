@@ -83,14 +83,7 @@ pub(crate) fn restore_newest(shared: &Shared, stores: &Stores) -> Result<Option<
         return Ok(None);
     };
     let seq = load_snapshot(shared, repl, bytes)?;
-    // Owners may be gone since: their segments are served again only once
-    // they are heard from.
-    shared.service.segments.unverify_all();
-    shared
-        .service
-        .clients
-        .lock()
-        .touch_all(shared.clock.now_ms());
+    shared.service.await_owners(shared.clock.now_ms());
     Ok(Some(seq))
 }
 

@@ -168,6 +168,14 @@ impl MasterService {
     }
 
     /// Bytes of object metadata held, as the budget counts them.
+    /// After a restore: owners may be gone since, so every restored client
+    /// gets a full TTL from `now` to come back, and its segments are served
+    /// only once it is heard from.
+    pub(crate) fn await_owners(&self, now: u64) {
+        self.clients.lock().touch_all(now);
+        self.segments.unverify_all();
+    }
+
     pub fn metadata_bytes(&self) -> u64 {
         self.objects.metadata_bytes()
     }

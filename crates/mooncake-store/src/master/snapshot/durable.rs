@@ -95,12 +95,9 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         start_history(dir, base)?;
         (MasterService::new(config), 0, base + 1, None)
     };
-    // Every restored client gets a full TTL from now to come back; its
-    // segments are served once it is heard from.
     let clock_base = if report.is_some() { now + 1 } else { 0 };
     if report.is_some() {
-        service.clients.lock().touch_all(clock_base);
-        service.segments.unverify_all();
+        service.await_owners(clock_base);
     }
     if !writes_log {
         return Ok(Opened {
