@@ -5,7 +5,7 @@
 //! thread hops. A batch call is one round trip. Transport failures are
 //! `RPC_FAIL`.
 
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -129,7 +129,7 @@ impl MasterClient {
         };
         let resolved = match &election {
             Some(e) => e.look_up(connect_timeout)?,
-            None => socket_addrs(master_addr)?,
+            None => rpc::resolve(master_addr, "master")?,
         };
         let target = MasterAddr {
             addr: master_addr.to_string(),
@@ -566,25 +566,6 @@ impl MasterClient {
             resp => Ok(resp),
         }
     }
-}
-
-fn socket_addrs(addr: &str) -> Result<Vec<SocketAddr>> {
-    let resolved: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| {
-            Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("bad master address {addr:?}: {e}"),
-            )
-        })?
-        .collect();
-    if resolved.is_empty() {
-        return Err(Error::new(
-            ErrorCode::INVALID_PARAMS,
-            format!("master address {addr:?} resolves to nothing"),
-        ));
-    }
-    Ok(resolved)
 }
 
 /// How often the first connection to an HA master is tried again.

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use mooncake_common::Result;
 use parking_lot::Mutex;
 
-use super::socket_addrs;
 use crate::ha;
+use crate::rpc::resolve;
 use crate::rpc::rpc_fail;
 
 /// How long one leader lookup's outcome stands. While no master leads (a
@@ -44,7 +44,9 @@ impl Election {
         let poll = matches!(self.backend, ha::Backend::K8s(..));
         loop {
             match ha::find_leader(&self.backend, cluster) {
-                Ok(Some(leader)) => return socket_addrs(&leader).map_err(|e| rpc_fail(e.context)),
+                Ok(Some(leader)) => {
+                    return resolve(&leader, "master").map_err(|e| rpc_fail(e.context))
+                }
                 Ok(None) if poll && Instant::now() + LEADERLESS_POLL < deadline => {
                     std::thread::sleep(LEADERLESS_POLL)
                 }

@@ -13,7 +13,7 @@
 //! joins its session.
 
 use std::io::{self, BufReader, ErrorKind};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -59,6 +59,27 @@ pub(crate) trait Connector<S: Stream = TcpStream>: Send + Sync {
 /// `RPC_FAIL`: the server could not be reached or did not answer.
 pub(crate) fn rpc_fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::RPC_FAIL, what.to_string())
+}
+
+/// The addresses of `addr` (`host:port`) of a `what` server (named in the
+/// errors), or `INVALID_PARAMS`.
+pub(crate) fn resolve(addr: &str, what: &str) -> Result<Vec<SocketAddr>> {
+    let resolved: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| {
+            Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("bad {what} address {addr:?}: {e}"),
+            )
+        })?
+        .collect();
+    if resolved.is_empty() {
+        return Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("{what} address {addr:?} resolves to nothing"),
+        ));
+    }
+    Ok(resolved)
 }
 
 /// Connects to the first of `addrs` that accepts.

@@ -19,7 +19,9 @@ pub(crate) mod poll;
 pub(crate) mod server;
 pub(crate) mod stream;
 
-pub(crate) use client::{connect_any, rpc_fail, ClientOptions, Connection, Connector, Pool};
+pub(crate) use client::{
+    connect_any, resolve, rpc_fail, ClientOptions, Connection, Connector, Pool,
+};
 pub(crate) use server::{Handler, Server, ServerOptions, WhenFull};
 pub(crate) use stream::{connect_abstract, peer_credentials, AnyStream, Peer};
 

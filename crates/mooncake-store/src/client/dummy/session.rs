@@ -10,7 +10,7 @@
 //! uses TCP (a service on another host, a name held by a stranger, a
 //! service run by a user whose processes this one cannot inspect).
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use mooncake_common::auth::ClusterToken;
@@ -22,7 +22,7 @@ use super::super::shm::ShmRegion;
 use super::super::staging::Region;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::rpc::{
-    connect_abstract, connect_any, peer_credentials, rpc_fail, AnyStream, ClientOptions,
+    connect_abstract, connect_any, peer_credentials, resolve, rpc_fail, AnyStream, ClientOptions,
     Connection, Connector, Pool,
 };
 use crate::types::ClientId;
@@ -110,26 +110,6 @@ impl Service {
             other => Err(unexpected(&other)),
         }
     }
-}
-
-/// The addresses of `server` (`host:port`).
-fn resolve(server: &str) -> Result<Vec<SocketAddr>> {
-    let addrs: Vec<_> = server
-        .to_socket_addrs()
-        .map_err(|e| {
-            Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("bad server address {server:?}: {e}"),
-            )
-        })?
-        .collect();
-    if addrs.is_empty() {
-        return Err(Error::new(
-            ErrorCode::INVALID_PARAMS,
-            format!("{server:?} resolves to nothing"),
-        ));
-    }
-    Ok(addrs)
 }
 
 /// The Unix socket of the service listening at `addrs`, when it is on this
@@ -222,7 +202,7 @@ pub(super) fn open(
     region: &ShmRegion,
 ) -> Result<(Pool<Service, AnyStream>, ClientId, String)> {
     let connect_timeout = CONNECT_TIMEOUT.min(timeouts.hello);
-    let addrs = resolve(server)?;
+    let addrs = resolve(server, "server")?;
     let local = match transport {
         DummyTransport::Tcp => None,
         DummyTransport::Auto | DummyTransport::Unix => local_service(&addrs, connect_timeout),
