@@ -192,11 +192,7 @@ def cmd_run(a) -> int:
 # notes themselves are in docs/reference-behaviour.md.
 REASONS = [
     ("test_import_structure.py", "TestImportStructure.test_top_level_buffer_pool_alias", "buffer-pool"),
-    ("test_http_metadata_server.py", "", "py-metadata-server"),
-    ("test_put_get_tensor.py", "TestCodecInference.", "structured-store"),
-    ("test_put_get_tensor.py", "TestDistributedObjectStore.", "structured-store-import"),
-    ("test_tensor_api.py", "", "unified-parallelism"),
-    ("test_upsert_api.py", "", "unified-parallelism"),
+    ("test_put_get_tensor.py", "TestDistributedObjectStore.test_cuda_", "cuda"),
     ("test_drain_http_api.py", "", "drain"),
     ("test_batch_replica_clear.py", "TestBatchReplicaClearSingleStore.", "name-reuse"),
 ]

@@ -28,10 +28,20 @@ _SHAPE = struct.Struct("<8q")
 _GLOBAL_SHAPE_AT = 40
 _LOCAL_SHAPE_AT = 104
 _AXES_AT = 168
-# axis count, then one axis: kind, reserved, rank, size, split dim, reserved, shard extent
+# axis count (u32 + padding), then up to four axes: kind, index in the
+# caller's list, rank, size, split dim (-1: none), expert/stage id, shard
+# extent along the split dim
 _AXIS_COUNT = struct.Struct("<Q")
-_AXIS = struct.Struct("<IIIIIIQ")
-_AXIS_TENSOR_PARALLEL = 1
+_AXIS = struct.Struct("<iiiiiiq")
+MAX_AXES = 4
+# The axis kinds the header and the shard keys know, by their header codes.
+AXIS_KINDS = {"dp": 0, "tp": 1, "ep": 2, "pp": 3}
+
+# A shard manifest: magic, version, size, dtype, ndim, split dim, shard
+# count, two reserved words, then the full tensor's shape.
+_MANIFEST = struct.Struct("<4sHHiiiiii")
+_MANIFEST_MAGIC = b"NAMW"
+MANIFEST_SIZE = 96
 
 LAYOUT_WHOLE = 0
 LAYOUT_SHARD = 1
@@ -100,22 +110,71 @@ def encode(
     shape: Sequence[int],
     global_shape: Optional[Sequence[int]] = None,
     shard: Optional[tuple] = None,
+    axes: Optional[Sequence[tuple]] = None,
 ) -> bytes:
     """The header for a tensor of ``dtype`` and ``shape`` (``()`` for a 0-d
     tensor: ndim 0, one element). For a TP shard pass the full tensor's
-    ``global_shape`` and ``shard = (rank, size, split_dim)``."""
+    ``global_shape`` and ``shard = (rank, size, split_dim)``; for any other
+    shard the layout ``axes``, each ``(kind, rank, size, split_dim, tag)``
+    (``split_dim`` -1 when the axis does not split, ``tag`` the expert or
+    stage id or 0). A header with axes has the shard layout."""
     shape = tuple(shape)
+    if shard is not None:
+        rank, size, split_dim = shard
+        axes = [(AXIS_KINDS["tp"], rank, size, split_dim, 0)]
     nbytes = prod(shape) * DTYPES[dtype][1]
     out = bytearray(HEADER_SIZE)
-    layout = LAYOUT_WHOLE if shard is None else LAYOUT_SHARD
+    layout = LAYOUT_SHARD if axes else LAYOUT_WHOLE
     _HEAD.pack_into(out, 0, _MAGIC, _VERSION, HEADER_SIZE, dtype, len(shape), layout, HEADER_SIZE, nbytes)
     out[_GLOBAL_SHAPE_AT : _GLOBAL_SHAPE_AT + _SHAPE.size] = _shape_array(global_shape or shape)
     out[_LOCAL_SHAPE_AT : _LOCAL_SHAPE_AT + _SHAPE.size] = _shape_array(shape)
-    if shard is not None:
-        rank, size, split_dim = shard
-        _AXIS_COUNT.pack_into(out, _AXES_AT, 1)
-        _AXIS.pack_into(out, _AXES_AT + 8, _AXIS_TENSOR_PARALLEL, 0, rank, size, split_dim, 0, shape[split_dim])
+    if axes:
+        _AXIS_COUNT.pack_into(out, _AXES_AT, len(axes))
+        for index, (kind, rank, size, split_dim, tag) in enumerate(axes):
+            # A splitting axis records the shard's extent along its dimension.
+            extent = shape[split_dim] if split_dim >= 0 else 0
+            _AXIS.pack_into(out, _AXES_AT + 8 + index * _AXIS.size, kind, index, rank, size, split_dim, tag, extent)
     return bytes(out)
+
+
+def layout_of(buf: memoryview):
+    """``(global shape, axes)`` of a header that :func:`decode` accepted:
+    the axes as ``(kind, rank, size, split_dim, tag)``."""
+    ndim = _HEAD.unpack_from(buf, 0)[4]
+    global_shape = tuple(_SHAPE.unpack_from(buf, _GLOBAL_SHAPE_AT)[:ndim])
+    count = min(_AXIS_COUNT.unpack_from(buf, _AXES_AT)[0], MAX_AXES)
+    axes = []
+    for i in range(count):
+        kind, _index, rank, size, split_dim, tag, _extent = _AXIS.unpack_from(buf, _AXES_AT + 8 + i * _AXIS.size)
+        axes.append((kind, rank, size, split_dim, tag))
+    return global_shape, axes
+
+
+def encode_manifest(dtype: int, global_shape: Sequence[int], split_dim: int, size: int) -> bytes:
+    """The manifest of a tensor stored as ``size`` uniform shards along
+    ``split_dim``: what a reader needs to put the full tensor back together
+    (or cut it another way) without reading a shard first."""
+    out = bytearray(MANIFEST_SIZE)
+    _MANIFEST.pack_into(out, 0, _MANIFEST_MAGIC, _VERSION, MANIFEST_SIZE, dtype, len(global_shape), split_dim, size, 0, 0)
+    out[_MANIFEST.size :] = _shape_array(global_shape)
+    return bytes(out)
+
+
+def decode_manifest(buf) -> Optional[tuple]:
+    """``(dtype, global shape, split_dim, size)`` of a manifest, or None when
+    the bytes are not one."""
+    buf = memoryview(buf)
+    if len(buf) < MANIFEST_SIZE:
+        return None
+    magic, version, size_field, dtype, ndim, split_dim, size, _r0, _r1 = _MANIFEST.unpack_from(buf, 0)
+    if magic != _MANIFEST_MAGIC or version != _VERSION or size_field != MANIFEST_SIZE:
+        return None
+    if dtype not in DTYPES or not 0 < ndim <= MAX_DIMS or not 0 <= split_dim < ndim or size < 1:
+        return None
+    shape = tuple(_SHAPE.unpack_from(buf, _MANIFEST.size)[:ndim])
+    if any(d < 0 for d in shape) or shape[split_dim] % size:
+        return None
+    return dtype, shape, split_dim, size
 
 
 def decode(buf: memoryview) -> Optional[Meta]:

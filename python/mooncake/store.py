@@ -3,8 +3,10 @@
 :class:`MooncakeDistributedStore` joins a cluster run by ``mooncake_master``
 (``setup``), or talks to a ``mooncake_client`` on this host (``setup_dummy``),
 and stores objects as bytes. The tensor calls (``put_tensor``,
-``get_tensor``, ``*_with_tp``, ...) need PyTorch and store
-``[TensorMetadata][tensor bytes]`` in the reference's layout.
+``get_tensor``, ``*_with_tp``, ``*_with_parallelism`` with
+:class:`ParallelAxis`, :class:`TensorParallelism` and :class:`ReadTarget`,
+...) need PyTorch and store ``[TensorMetadata][tensor bytes]`` in the
+reference's layout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from typing import List, Optional
 
 from . import _tensor
+from ._parallel import ParallelAxis, ParallelTensorCalls, ReadTarget, TensorParallelism
 from ._mooncake import (
     BufferHandle,
     Descriptor,
@@ -41,13 +44,16 @@ __all__ = [
     "MooncakeDistributedStore",
     "MooncakeHostMemAllocator",
     "ObjectDataType",
+    "ParallelAxis",
     "QueryTaskResponse",
+    "ReadTarget",
     "ReplicaDescriptor",
     "ReplicaStatus",
     "ReplicateConfig",
     "SoftPinAction",
     "TaskStatus",
     "TaskType",
+    "TensorParallelism",
     "bind_to_numa_node",
 ]
 
@@ -70,9 +76,10 @@ def _shard_key(key: str, tp_rank: int, tp_size: int) -> str:
     return key if tp_size <= 1 else _tensor.shard_key(key, tp_rank)
 
 
-class MooncakeDistributedStore(_Store):
+class MooncakeDistributedStore(ParallelTensorCalls, _Store):
     """A Mooncake Store client. The byte calls are implemented in Rust; the
-    tensor calls below are built on them."""
+    tensor calls below (and the unified parallel tensor calls of
+    :class:`~mooncake._parallel.ParallelTensorCalls`) are built on them."""
 
     __slots__ = ()
 

@@ -126,6 +126,13 @@ pub(crate) fn _readable(ptr: Unsigned, size: Unsigned) -> bool {
     mem::accessible(ptr.usize(), size.usize(), Access::Read)
 }
 
+/// Whether `size` bytes at `ptr` are writable memory of this process (used
+/// by the Python tensor helpers before they copy into a caller's buffer).
+#[pyfunction]
+pub(crate) fn _writable(ptr: Unsigned, size: Unsigned) -> bool {
+    mem::accessible(ptr.usize(), size.usize(), Access::Write)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

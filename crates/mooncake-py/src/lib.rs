@@ -101,5 +101,6 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<hostmem::HostMemAllocator>()?;
     m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
     m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;
+    m.add_function(wrap_pyfunction!(hostmem::_writable, m)?)?;
     Ok(())
 }
