@@ -629,10 +629,8 @@ class ParallelTensorCalls:
         rows = self._rows(stored, range(stored.size))
         if rows is None:
             return None
-        torch = _tensor.torch_module()
-        data = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
         header = _tensor.encode(stored.dtype, stored.shape)
-        return self._emit(stored.dtype, stored.shape, header, data, into)
+        return self._emit(stored.dtype, stored.shape, header, rows, into)
 
     def _cut(self, stored: _Stored, layout: _Layout, into):
         """The target's TP shard cut from shards of another TP size: only
@@ -644,32 +642,43 @@ class ParallelTensorCalls:
         extent = full[tp.split] // tp.size
         inner = prod(full[tp.split + 1 :]) * _tensor.DTYPES[stored.dtype][1]
         src_row = (full[tp.split] // stored.size) * inner
+        # The target's bytes within one row (one index of the dims before the
+        # split dim) are [lo, hi); stored shard r holds [r, r + 1) * src_row.
         lo = tp.rank * extent * inner
-        width = extent * inner
+        hi = lo + extent * inner
         if src_row == 0:
             first, last = 0, 1
         else:
-            first, last = lo // src_row, max(-(-(lo + width) // src_row), lo // src_row + 1)
+            first, last = lo // src_row, max(-(-hi // src_row), lo // src_row + 1)
         rows = self._rows(stored, range(first, last))
         if rows is None:
             return None
-        torch = _tensor.torch_module()
-        data = rows[0] if len(rows) == 1 else torch.cat(rows, dim=1)
-        data = data.narrow(1, lo - first * src_row, width)
+        pieces = []
+        for rank, row in zip(range(first, last), rows):
+            start, end = max(lo, rank * src_row), min(hi, (rank + 1) * src_row)
+            if end > start:
+                pieces.append(row.narrow(1, start - rank * src_row, end - start))
         shape = full[: tp.split] + (extent,) + full[tp.split + 1 :]
         header = _tensor.encode(stored.dtype, shape, global_shape=full, axes=layout.header_axes())
-        return self._emit(stored.dtype, shape, header, data, into)
+        return self._emit(stored.dtype, shape, header, pieces, into)
 
-    def _emit(self, dtype: int, shape: tuple, header: bytes, data, into):
-        """A tensor of ``shape`` from the ``(outer, bytes)`` uint8 ``data``:
-        new memory, or ``[header][data]`` written into the caller's buffer."""
+    def _emit(self, dtype: int, shape: tuple, header: bytes, pieces: list, into):
+        """A tensor of ``shape`` whose C-order bytes are the ``(outer, n)``
+        uint8 ``pieces`` side by side: new memory, or ``[header][data]``
+        written into the caller's buffer. Each byte is copied once."""
         torch = _tensor.torch_module()
+        tdtype = getattr(torch, _tensor.DTYPES[dtype][0])
         nbytes = prod(shape) * _tensor.DTYPES[dtype][1]
         if into is None:
             if nbytes == 0:
-                return torch.empty(shape, dtype=getattr(torch, _tensor.DTYPES[dtype][0]))
-            flat = data.reshape(-1)
-            return flat.view(getattr(torch, _tensor.DTYPES[dtype][0])).reshape(shape)
+                return torch.empty(shape, dtype=tdtype)
+            if len(pieces) == 1 and pieces[0].is_contiguous():
+                # One whole shard: its fetched memory is the tensor's.
+                return pieces[0].reshape(-1).view(tdtype).reshape(shape)
+            outer = pieces[0].shape[0]
+            out = torch.empty((outer, nbytes // outer), dtype=torch.uint8)
+            self._place(out, pieces)
+            return out.reshape(-1).view(tdtype).reshape(shape)
         ptr, size = into
         total = _tensor.HEADER_SIZE + nbytes
         if not ptr or size < total or not self._writable(ptr, total):
@@ -677,10 +686,19 @@ class ParallelTensorCalls:
         mem = _tensor.memory_at(ptr, total)
         mem[: _tensor.HEADER_SIZE] = header
         if nbytes:
+            outer = pieces[0].shape[0]
             dst = torch.frombuffer(mem, dtype=torch.uint8, count=nbytes, offset=_tensor.HEADER_SIZE)
-            dst.view(data.shape).copy_(data)
-        meta = _tensor.decode(mem)
-        return _tensor.to_tensor(torch, meta, mem)
+            self._place(dst.view(outer, nbytes // outer), pieces)
+        return _tensor.to_tensor(torch, _tensor.decode(mem), mem)
+
+    @staticmethod
+    def _place(dst, pieces) -> None:
+        """Copies the pieces into ``dst`` side by side (column ranges)."""
+        at = 0
+        for piece in pieces:
+            width = piece.shape[1]
+            dst.narrow(1, at, width).copy_(piece)
+            at += width
 
     def _writable(self, ptr: int, size: int) -> bool:
         from ._mooncake import _writable
