@@ -142,7 +142,7 @@ def layout_of(buf: memoryview):
     the axes as ``(kind, rank, size, split_dim, tag)``."""
     ndim = _HEAD.unpack_from(buf, 0)[4]
     global_shape = tuple(_SHAPE.unpack_from(buf, _GLOBAL_SHAPE_AT)[:ndim])
-    count = min(_AXIS_COUNT.unpack_from(buf, _AXES_AT)[0], MAX_AXES)
+    count = min(struct.unpack_from("<I", buf, _AXES_AT)[0], MAX_AXES)
     axes = []
     for i in range(count):
         kind, _index, rank, size, split_dim, tag, _extent = _AXIS.unpack_from(buf, _AXES_AT + 8 + i * _AXIS.size)
