@@ -7,11 +7,14 @@
 //! Writes objects of 256 KiB-1 MiB (deterministic sizes) through
 //! `DiskTier::stage` with the default bucket limits, committing once at the
 //! end (buckets seal as they fill), so the time covers every `fdatasync` and
-//! metadata commit. Then drops the page cache (`/proc/sys/vm/drop_caches`,
-//! when permitted), reopens the tier (a structure scan; checksums are verified
-//! by every read), and reads every object back: one at a time, then in
-//! batches of 16. The baselines are `dd if=/dev/zero bs=8M oflag=direct
-//! conv=fdatasync` and `dd bs=8M iflag=direct` of a file of the same size.
+//! metadata commit. Then drops the page cache (`/proc/sys/vm/drop_caches`
+//! when permitted, and `posix_fadvise(DONTNEED)` on every file read, which
+//! needs no privilege), reopens the tier (a structure scan; checksums are
+//! verified by every read), and reads every object back: one at a time, then
+//! in batches of 16. The baselines are `dd if=/dev/zero bs=8M oflag=direct
+//! conv=fdatasync` and `dd bs=8M iflag=direct` of a file of the same size,
+//! run in each round right before the tier's pass they are compared with
+//! (`--rounds N`: the disk is shared, so each round gives its own ratios).
 
 use mooncake_store::tier::io::AlignedBuf;
 use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
@@ -24,6 +27,7 @@ struct Args {
     total: u64,
     uring: bool,
     backend: Backend,
+    rounds: usize,
 }
 
 fn parse_args() -> Args {
@@ -32,6 +36,7 @@ fn parse_args() -> Args {
         total: 2048 << 20,
         uring: false,
         backend: Backend::Bucket,
+        rounds: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -46,6 +51,14 @@ fn parse_args() -> Args {
                     << 20
             }
             "--uring" => a.uring = true,
+            "--rounds" => {
+                a.rounds = it
+                    .next()
+                    .expect("--rounds N")
+                    .parse::<usize>()
+                    .expect("a number")
+                    .max(1)
+            }
             "--backend" => {
                 a.backend = match it.next().as_deref() {
                     Some("bucket") => Backend::Bucket,
@@ -59,10 +72,37 @@ fn parse_args() -> Args {
     a
 }
 
-fn drop_caches() -> bool {
+/// Drops the page cache of `files` (and everything, when permitted).
+/// Returns whether the global drop worked; the per-file one needs no
+/// privilege and always runs.
+fn drop_caches(files: &[PathBuf]) -> bool {
     // SAFETY: sync() has no preconditions.
     unsafe { libc::sync() };
+    for f in files {
+        if let Ok(file) = std::fs::File::open(f) {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid descriptor; fadvise touches no memory of ours.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
+}
+
+/// Every file under `dir` (one level: the bucket layout).
+fn files_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// Runs dd and returns its bytes/second (from its own summary line).
@@ -73,13 +113,13 @@ fn dd(args: &[String]) -> f64 {
         .lines()
         .find(|l| l.contains("copied"))
         .unwrap_or_else(|| panic!("dd said: {text}"));
-    // "N bytes (...) copied, S s, R MB/s"
+    // "N bytes (2.1 GB, 2.0 GiB) copied, S s, R MB/s": the seconds follow
+    // "copied, " (the sizes in parentheses hold ", " too).
     let bytes: f64 = line.split_whitespace().next().unwrap().parse().unwrap();
     let secs: f64 = line
-        .split(", ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap()
+        .split_once("copied, ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no seconds in {line:?}"))
         .replace(',', ".")
         .parse()
         .unwrap();
@@ -105,16 +145,32 @@ fn sizes(total: u64) -> Vec<usize> {
     out
 }
 
-fn main() {
-    let args = parse_args();
-    std::fs::create_dir_all(&args.dir).expect("bench directory");
+struct Round {
+    dd_write: f64,
+    write: f64,
+    dd_read: f64,
+    read: f64,
+    read16: f64,
+    scan_s: f64,
+    units: u64,
+    global_drop: bool,
+    engine: &'static str,
+}
+
+fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     let tier_dir = args.dir.join("tier");
     let _ = std::fs::remove_dir_all(&tier_dir);
     std::fs::create_dir_all(&tier_dir).unwrap();
     let dd_file = args.dir.join("dd.bin");
-    let count = args.total.div_ceil(8 << 20);
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let count = total.div_ceil(8 << 20);
+    let config = TierConfig {
+        storage_path: tier_dir.clone(),
+        backend: args.backend,
+        use_uring: args.uring,
+        ..TierConfig::default()
+    };
 
-    // Baselines.
     let dd_write = dd(&[
         "if=/dev/zero".into(),
         format!("of={}", dd_file.display()),
@@ -123,32 +179,6 @@ fn main() {
         "oflag=direct".into(),
         "conv=fdatasync".into(),
     ]);
-    let cache_dropped = drop_caches();
-    let dd_read = dd(&[
-        format!("if={}", dd_file.display()),
-        "of=/dev/null".into(),
-        "bs=8M".into(),
-        "iflag=direct".into(),
-    ]);
-    let _ = std::fs::remove_file(&dd_file);
-
-    let config = TierConfig {
-        storage_path: tier_dir.clone(),
-        backend: args.backend,
-        use_uring: args.uring,
-        ..TierConfig::default()
-    };
-    let sizes = sizes(args.total);
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    // Source bytes: one random pool, objects are windows of it.
-    let mut pool = vec![0u8; 2 << 20];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for b in pool.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
     let (tier, _) = DiskTier::open(config.clone(), Verify::All).expect("open tier");
     let engine = tier.engine_name();
     let t = Instant::now();
@@ -163,7 +193,16 @@ fn main() {
     let write_s = t.elapsed().as_secs_f64();
     drop(tier);
 
-    let cache_dropped = drop_caches() && cache_dropped;
+    let mut global_drop = drop_caches(&[dd_file.clone()]);
+    let dd_read = dd(&[
+        format!("if={}", dd_file.display()),
+        "of=/dev/null".into(),
+        "bs=8M".into(),
+        "iflag=direct".into(),
+    ]);
+    let _ = std::fs::remove_file(&dd_file);
+
+    global_drop &= drop_caches(&files_in(&tier_dir));
     let t = Instant::now();
     let (tier, report) = DiskTier::open(config, Verify::Structure).expect("reopen");
     let scan_s = t.elapsed().as_secs_f64();
@@ -179,7 +218,7 @@ fn main() {
         }
     }
     let read_s = t.elapsed().as_secs_f64();
-    drop_caches();
+    global_drop &= drop_caches(&files_in(&tier_dir));
     let mut bufs: Vec<AlignedBuf> = (0..16).map(|_| AlignedBuf::new(1 << 20)).collect();
     let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
     let t = Instant::now();
@@ -192,55 +231,102 @@ fn main() {
         for r in tier.read_batch(&mut reads, 3) {
             r.expect("batch read");
         }
+        if chunk[0] % 97 == 0 {
+            let (i, n) = (chunk[0], sizes[chunk[0]]);
+            let start = (i * 4099) % (pool.len() - n);
+            assert!(bufs[0][..n] == pool[start..start + n], "obj-{i} bytes");
+        }
     }
     let batch_s = t.elapsed().as_secs_f64();
     let usage = tier.usage();
     drop(tier);
     let _ = std::fs::remove_dir_all(&tier_dir);
+    Round {
+        dd_write: dd_write / 1e6,
+        write: mbps(total, write_s),
+        dd_read: dd_read / 1e6,
+        read: mbps(total, read_s),
+        read16: mbps(total, batch_s),
+        scan_s,
+        units: usage.units,
+        global_drop,
+        engine,
+    }
+}
 
-    let w = mbps(total, write_s);
-    let r = mbps(total, read_s);
-    let rb = mbps(total, batch_s);
+fn pct(a: f64, b: f64) -> f64 {
+    100.0 * a / b
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.dir).expect("bench directory");
+    let sizes = sizes(args.total);
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    // Source bytes: one random pool, objects are windows of it.
+    let mut pool = vec![0u8; 2 << 20];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in pool.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let rounds: Vec<Round> = (0..args.rounds)
+        .map(|_| round(&args, &sizes, &pool))
+        .collect();
     println!(
-        "directory        {} ({} objects, {:.0} MiB, engine {engine}, {:?})",
+        "directory   {} ({} objects, {:.0} MiB, engine {}, {:?}, {} units)",
         args.dir.display(),
         sizes.len(),
         total as f64 / (1 << 20) as f64,
-        args.backend
+        rounds[0].engine,
+        args.backend,
+        rounds[0].units,
     );
     println!(
-        "page cache       {}",
-        if cache_dropped {
-            "dropped before each read pass"
+        "page cache  dropped before each read pass: posix_fadvise(DONTNEED) on every file read{}; \
+         dd and the tier read with O_DIRECT",
+        if rounds.iter().all(|r| r.global_drop) {
+            " and /proc/sys/vm/drop_caches"
         } else {
-            "not dropped (no permission); reads use O_DIRECT where the filesystem allows"
+            " (/proc/sys/vm/drop_caches not permitted)"
         }
     );
-    println!("dd write direct  {:8.0} MB/s", dd_write / 1e6);
     println!(
-        "tier write       {:8.0} MB/s  {:5.1}% of dd  (target >= 70%)",
-        w,
-        100.0 * w * 1e6 / dd_write
+        "round  dd write   tier write         dd read   tier read          tier read x16      scan"
     );
-    println!("dd read direct   {:8.0} MB/s", dd_read / 1e6);
+    for (i, r) in rounds.iter().enumerate() {
+        println!(
+            "{:5}  {:5.0} MB/s  {:5.0} MB/s {:5.1}%  {:5.0} MB/s {:5.0} MB/s {:5.1}%  {:5.0} MB/s {:5.1}%  {:.3} s",
+            i + 1,
+            r.dd_write,
+            r.write,
+            pct(r.write, r.dd_write),
+            r.dd_read,
+            r.read,
+            pct(r.read, r.dd_read),
+            r.read16,
+            pct(r.read16, r.dd_read),
+            r.scan_s
+        );
+    }
+    let w = median(rounds.iter().map(|r| pct(r.write, r.dd_write)).collect());
+    let rd = median(rounds.iter().map(|r| pct(r.read, r.dd_read)).collect());
+    let rb = median(rounds.iter().map(|r| pct(r.read16, r.dd_read)).collect());
     println!(
-        "tier read        {:8.0} MB/s  {:5.1}% of dd  (target >= 80%)",
-        r,
-        100.0 * r * 1e6 / dd_read
+        "median of the rounds' ratios: write {w:.1}% (target >= 70%), read {rd:.1}%, \
+         read x16 {rb:.1}% (targets >= 80%)"
     );
-    println!(
-        "tier read x16    {:8.0} MB/s  {:5.1}% of dd  (target >= 80%)",
-        rb,
-        100.0 * rb * 1e6 / dd_read
-    );
-    println!(
-        "restart scan     {:8.3} s for {} units",
-        scan_s, usage.units
-    );
-    println!(
-        "{{\"dd_write_mbps\":{:.0},\"tier_write_mbps\":{w:.0},\"dd_read_mbps\":{:.0},\"tier_read_mbps\":{r:.0},\"tier_read_batch16_mbps\":{rb:.0},\"engine\":\"{engine}\",\"objects\":{},\"bytes\":{total},\"scan_s\":{scan_s:.3}}}",
-        dd_write / 1e6,
-        dd_read / 1e6,
-        sizes.len()
-    );
+    for r in &rounds {
+        println!(
+            "{{\"dd_write_mbps\":{:.0},\"tier_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"tier_read_mbps\":{:.0},\"tier_read_batch16_mbps\":{:.0},\"engine\":\"{}\",\"objects\":{},\"bytes\":{total},\"scan_s\":{:.3}}}",
+            r.dd_write, r.write, r.dd_read, r.read, r.read16, r.engine, sizes.len(), r.scan_s
+        );
+    }
 }

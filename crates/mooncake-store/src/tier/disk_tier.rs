@@ -397,16 +397,27 @@ impl DiskTier {
             let mut index = self.index.lock();
             reads.iter().map(|(k, _)| index.lookup(k, now)).collect()
         };
-        let files: Vec<Option<Result<DiskFile>>> = found
+        // One descriptor per unit, so a bucket's adjacent values can be
+        // read as one request.
+        let mut opened: std::collections::HashMap<u64, Arc<Result<DiskFile>>> =
+            std::collections::HashMap::new();
+        let files: Vec<Option<Arc<Result<DiskFile>>>> = found
             .iter()
-            .map(|f| f.as_ref().map(|(_, h)| DiskFile::open_read(&h.data)))
+            .map(|f| {
+                f.as_ref().map(|(loc, h)| {
+                    opened
+                        .entry(loc.unit)
+                        .or_insert_with(|| Arc::new(DiskFile::open_read(&h.data)))
+                        .clone()
+                })
+            })
             .collect();
         let mut results: Vec<Option<Result<()>>> = (0..reads.len()).map(|_| None).collect();
         let mut batch = Vec::new();
         let mut slots = Vec::new();
         for (i, ((_, dst), (f, file))) in reads.iter_mut().zip(found.iter().zip(&files)).enumerate()
         {
-            match (f, file) {
+            match (f, file.as_deref()) {
                 (None, _) => results[i] = Some(Err(TierError::NotFound)),
                 (Some(_), Some(Err(e))) => {
                     results[i] = Some(Err(TierError::Invalid(format!("open: {e}"))));
