@@ -21,6 +21,7 @@ use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex
 use super::io::holes::supports_punch;
 use super::io::{engine, fs_capacity, DiskFile, IoEngine};
 use super::read::{read_range, read_value, read_values, ValueRead, ValueRef};
+use super::readahead::Readahead;
 use super::scan::{scan_buckets, ScanReport, Verify};
 use super::{Result, TierError};
 use parking_lot::Mutex;
@@ -105,6 +106,8 @@ pub struct DiskTier {
     engine_note: Option<String>,
     index: Mutex<TierIndex>,
     write: Mutex<WriteState>,
+    /// Bucket layout only: a file-per-key unit holds one value.
+    readahead: Option<Readahead>,
 }
 
 fn bucket_unit(root: &std::path::Path, s: &SealedBucket) -> NewUnit {
@@ -178,9 +181,17 @@ impl DiskTier {
                 Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id))
             }
         };
+        let readahead = match config.backend {
+            Backend::Bucket => Some(
+                Readahead::new(engine.clone())
+                    .map_err(|e| TierError::io("spawn readahead for", &root, e))?,
+            ),
+            Backend::FilePerKey => None,
+        };
         let tier = DiskTier {
             config,
             root,
+            readahead,
             engine,
             engine_note,
             index: Mutex::new(index),
@@ -360,6 +371,18 @@ impl DiskTier {
             .lock()
             .lookup(key, now)
             .ok_or(TierError::NotFound)?;
+        if let Some(ra) = &self.readahead {
+            let end = loc.offset + loc.len;
+            ra.advance(loc.unit, loc.offset, end, &handle.data);
+            // A window's bytes count only if they pass the checksum; if
+            // they do not, the file decides below.
+            if dst.len() as u64 == loc.len
+                && ra.read(loc.unit, loc.offset, dst)
+                && crc32c::crc32c(dst) == loc.crc
+            {
+                return Ok(());
+            }
+        }
         let file = DiskFile::open_read(&handle.data)?;
         let v = ValueRef {
             file: &file,
@@ -476,6 +499,11 @@ impl DiskTier {
             self.config.disk_eviction_high_watermark_ratio,
             self.config.disk_eviction_low_watermark_ratio,
         )
+    }
+
+    /// Single reads served from readahead windows so far.
+    pub fn readahead_hits(&self) -> u64 {
+        self.readahead.as_ref().map_or(0, |r| r.hits())
     }
 
     pub fn usage(&self) -> TierUsage {

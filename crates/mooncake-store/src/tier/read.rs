@@ -306,3 +306,126 @@ pub fn read_values(engine: &dyn IoEngine, reads: &mut [ValueRead<'_>]) -> Vec<Re
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::io::psync::PsyncEngine;
+    use crate::tier::io::uring::UringEngine;
+
+    /// Values of these lengths laid out as a bucket lays them out (each on
+    /// a block boundary), the file's bytes and each value's offset.
+    fn layout(dir: &std::path::Path, lens: &[usize]) -> (std::path::PathBuf, Vec<u8>, Vec<u64>) {
+        let mut bytes = Vec::new();
+        let mut offsets = Vec::new();
+        for (i, &n) in lens.iter().enumerate() {
+            offsets.push(bytes.len() as u64);
+            bytes.extend((0..n).map(|j| (j * 7 + i * 13) as u8));
+            bytes.resize(align_up(bytes.len() as u64, DIO_ALIGN as u64) as usize, 0);
+        }
+        let p = dir.join("bucket");
+        std::fs::write(&p, &bytes).unwrap();
+        (p, bytes, offsets)
+    }
+
+    fn engines() -> Vec<Box<dyn IoEngine>> {
+        let mut e: Vec<Box<dyn IoEngine>> = vec![Box::new(PsyncEngine)];
+        if let Ok(u) = UringEngine::new() {
+            e.push(Box::new(u));
+        }
+        e
+    }
+
+    /// Adjacent values are read as one request, into aligned and unaligned
+    /// destinations alike; a value whose checksum fails fails alone, and a
+    /// value cut short by the end of the file is reported truncated.
+    #[test]
+    fn a_batch_of_adjacent_values_reads_each_right_and_fails_each_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let lens = [70_000usize, 4096, 1, 200_000, 65_536, 5000];
+        let (path, bytes, offsets) = layout(dir.path(), &lens);
+        let file = DiskFile::open_read(&path).unwrap();
+        for engine in engines() {
+            let mut aligned: Vec<AlignedBuf> = lens.iter().map(|&n| AlignedBuf::new(n)).collect();
+            let mut plain: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n + 1]).collect();
+            let mut reads: Vec<ValueRead<'_>> = Vec::new();
+            for (i, (a, p)) in aligned.iter_mut().zip(plain.iter_mut()).enumerate() {
+                let at = offsets[i] as usize;
+                let crc = crc32c::crc32c(&bytes[at..at + lens[i]]);
+                // Every other value into an unaligned destination.
+                let dst: &mut [u8] = if i % 2 == 0 {
+                    &mut a[..lens[i]]
+                } else {
+                    &mut p[1..]
+                };
+                let wrong = i == 3;
+                reads.push(ValueRead {
+                    value: ValueRef {
+                        file: &file,
+                        offset: offsets[i],
+                        len: lens[i] as u64,
+                        crc: if wrong { crc ^ 1 } else { crc },
+                    },
+                    dst,
+                });
+            }
+            // A value said to reach past the end of the file.
+            let mut past = AlignedBuf::new(8192);
+            reads.push(ValueRead {
+                value: ValueRef {
+                    file: &file,
+                    offset: bytes.len() as u64 - 4096,
+                    len: 8192,
+                    crc: 0,
+                },
+                dst: &mut past[..8192],
+            });
+            let results = read_values(&*engine, &mut reads);
+            for (i, r) in results.iter().enumerate() {
+                match i {
+                    3 => assert!(matches!(r, Err(TierError::Corrupt { .. })), "{r:?}"),
+                    6 => assert!(
+                        matches!(r, Err(TierError::Corrupt { what }) if what.contains("truncated")),
+                        "{r:?}"
+                    ),
+                    _ => assert!(r.is_ok(), "value {i}: {r:?}"),
+                }
+            }
+            drop(reads);
+            for i in [0, 2, 4] {
+                let at = offsets[i] as usize;
+                assert!(
+                    aligned[i][..lens[i]] == bytes[at..at + lens[i]],
+                    "value {i}"
+                );
+            }
+            for i in [1, 5] {
+                let at = offsets[i] as usize;
+                assert!(plain[i][1..] == bytes[at..at + lens[i]], "value {i}");
+            }
+        }
+    }
+
+    /// A scattered read that meets the end of the file stops there, however
+    /// the pieces fall around it.
+    #[test]
+    fn a_scattered_read_stops_at_the_end_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes, _) = layout(dir.path(), &[3 * 4096]);
+        let file = DiskFile::open_read(&path).unwrap();
+        for engine in engines() {
+            let mut a = AlignedBuf::new(8192);
+            let mut b = AlignedBuf::new(8192);
+            let mut op = ReadOp::new(file.fd(), a.as_mut_ptr(), 8192, 0);
+            op.iov.push(libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 8192,
+            });
+            // SAFETY: `a` and `b` are live, distinct and 8192 bytes long.
+            unsafe { engine.read_many(std::slice::from_mut(&mut op)) };
+            assert_eq!(*op.result.as_ref().unwrap(), 3 * 4096);
+            assert!(a[..] == bytes[..8192]);
+            assert!(b[..4096] == bytes[8192..]);
+        }
+    }
+}

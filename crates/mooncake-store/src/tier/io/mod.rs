@@ -362,6 +362,35 @@ mod tests {
     }
 
     #[test]
+    fn iov_after_skips_exactly_what_was_done() {
+        let mut a = [0u8; 10];
+        let mut b = [0u8; 5];
+        let iov = [
+            libc::iovec {
+                iov_base: a.as_mut_ptr().cast(),
+                iov_len: 10,
+            },
+            libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+            libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 5,
+            },
+        ];
+        let lens = |v: &[libc::iovec]| v.iter().map(|v| v.iov_len).collect::<Vec<_>>();
+        assert_eq!(lens(&iov_after(&iov, 0)), [10, 5]);
+        assert_eq!(lens(&iov_after(&iov, 3)), [7, 5]);
+        assert_eq!(iov_after(&iov, 3)[0].iov_base, a[3..].as_mut_ptr().cast());
+        assert_eq!(lens(&iov_after(&iov, 10)), [5]);
+        assert_eq!(lens(&iov_after(&iov, 14)), [1]);
+        assert_eq!(iov_after(&iov, 14)[0].iov_base, b[4..].as_mut_ptr().cast());
+        assert!(iov_after(&iov, 15).is_empty());
+        assert!(iov_after(&iov, 99).is_empty());
+    }
+
+    #[test]
     fn commit_file_replaces_atomically() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m");
