@@ -33,6 +33,9 @@ const AHEAD: u64 = 2;
 const MAX_WINDOWS: usize = 8;
 /// Units whose last read position is remembered.
 const MAX_STREAMS: usize = 16;
+/// How long a read waits for a window in flight before reading the file
+/// itself.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 enum Fill {
     InFlight,
@@ -106,10 +109,10 @@ impl Readahead {
                         (Some(w), Some(n)) => w.fill = Fill::Ready(Arc::new(job.buf), n),
                         (Some(w), None) => {
                             w.fill = Fill::Failed;
-                            st.spare.push(job.buf);
+                            keep_spare(&mut st, job.buf);
                         }
                         // Dropped meanwhile: nobody waits for it.
-                        (None, _) => st.spare.push(job.buf),
+                        (None, _) => keep_spare(&mut st, job.buf),
                     }
                     drop(st);
                     s.filled.notify_all();
@@ -139,7 +142,13 @@ impl Readahead {
                         .find(|w| w.unit == unit && w.start <= at && at < w.start + WINDOW as u64);
                     match w.map(|w| (&w.fill, w.start)) {
                         None | Some((Fill::Failed, _)) => return false,
-                        Some((Fill::InFlight, _)) => self.shared.filled.wait(&mut st),
+                        Some((Fill::InFlight, _)) => {
+                            // Bounded: a read never hangs on a stuck window.
+                            let r = self.shared.filled.wait_for(&mut st, WAIT);
+                            if r.timed_out() {
+                                return false;
+                            }
+                        }
                         Some((Fill::Ready(buf, n), start)) => break (buf.clone(), *n, start),
                     }
                 }
@@ -251,10 +260,16 @@ fn remove_window(st: &mut State, i: usize) {
     };
     if let Fill::Ready(buf, _) = w.fill {
         if let Ok(buf) = Arc::try_unwrap(buf) {
-            if st.spare.len() < MAX_WINDOWS {
-                st.spare.push(buf);
-            }
+            keep_spare(st, buf);
         }
+    }
+}
+
+/// Keeps a buffer for the next window while windows and spares together
+/// stay within [`MAX_WINDOWS`] buffers; frees it otherwise.
+fn keep_spare(st: &mut State, buf: AlignedBuf) {
+    if st.windows.len() + st.spare.len() < MAX_WINDOWS {
+        st.spare.push(buf);
     }
 }
 
