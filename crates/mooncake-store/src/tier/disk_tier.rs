@@ -364,6 +364,20 @@ impl DiskTier {
         r
     }
 
+    /// Notes a read of `loc` for readahead and fills `dst` from its windows
+    /// if they hold the value and it passes its checksum. A window that
+    /// fails the checksum serves nothing: the caller reads the file, which
+    /// decides.
+    fn from_readahead(&self, loc: &ObjectLocation, data: &std::path::Path, dst: &mut [u8]) -> bool {
+        let Some(ra) = &self.readahead else {
+            return false;
+        };
+        ra.advance(loc.unit, loc.offset, loc.offset + loc.len, data);
+        dst.len() as u64 == loc.len
+            && ra.read(loc.unit, loc.offset, dst)
+            && crc32c::crc32c(dst) == loc.crc
+    }
+
     /// Reads `key`'s value into `dst` (exactly its length), verified.
     pub fn read(&self, key: &str, dst: &mut [u8], now: u64) -> Result<()> {
         let (loc, handle) = self
@@ -371,17 +385,8 @@ impl DiskTier {
             .lock()
             .lookup(key, now)
             .ok_or(TierError::NotFound)?;
-        if let Some(ra) = &self.readahead {
-            let end = loc.offset + loc.len;
-            ra.advance(loc.unit, loc.offset, end, &handle.data);
-            // A window's bytes count only if they pass the checksum; if
-            // they do not, the file decides below.
-            if dst.len() as u64 == loc.len
-                && ra.read(loc.unit, loc.offset, dst)
-                && crc32c::crc32c(dst) == loc.crc
-            {
-                return Ok(());
-            }
+        if self.from_readahead(&loc, &handle.data, dst) {
+            return Ok(());
         }
         let file = DiskFile::open_read(&handle.data)?;
         let v = ValueRef {
@@ -420,10 +425,21 @@ impl DiskTier {
             // One value: the single read, which may come from readahead.
             return vec![self.read(key, dst, now)];
         }
-        let found: Vec<_> = {
+        let mut found: Vec<_> = {
             let mut index = self.index.lock();
             reads.iter().map(|(k, _)| index.lookup(k, now)).collect()
         };
+        let mut results: Vec<Option<Result<()>>> = (0..reads.len()).map(|_| None).collect();
+        // In order: a batch of a bucket's values read in write order is a
+        // sequential reader too. What the windows served needs no request.
+        for (i, (f, (_, dst))) in found.iter_mut().zip(reads.iter_mut()).enumerate() {
+            if let Some((loc, h)) = f {
+                if self.from_readahead(loc, &h.data, dst) {
+                    results[i] = Some(Ok(()));
+                    *f = None;
+                }
+            }
+        }
         // One descriptor per unit, so a bucket's adjacent values can be
         // read as one request.
         let mut opened: std::collections::HashMap<u64, Arc<Result<DiskFile>>> =
@@ -439,12 +455,12 @@ impl DiskTier {
                 })
             })
             .collect();
-        let mut results: Vec<Option<Result<()>>> = (0..reads.len()).map(|_| None).collect();
         let mut batch = Vec::new();
         let mut slots = Vec::new();
         for (i, ((_, dst), (f, file))) in reads.iter_mut().zip(found.iter().zip(&files)).enumerate()
         {
             match (f, file.as_deref()) {
+                (None, _) if results[i].is_some() => {} // served by readahead
                 (None, _) => results[i] = Some(Err(TierError::NotFound)),
                 (Some(_), Some(Err(e))) => {
                     results[i] = Some(Err(TierError::Invalid(format!("open: {e}"))));

@@ -344,6 +344,36 @@ fn readahead_serves_sequential_reads_and_never_a_flipped_byte() {
         tier.read("key-9", &mut [0u8; 1], 2),
         Err(TierError::NotFound)
     ));
+    // Batches in write order are sequential readers too.
+    drop(tier);
+    let (tier, _) = reopen(dir.path(), Verify::Structure);
+    let keys: Vec<String> = (0..24)
+        .filter(|&i| i != 9)
+        .map(|i| format!("key-{i}"))
+        .collect();
+    for chunk in keys.chunks(4) {
+        let mut bufs: Vec<Vec<u8>> = chunk
+            .iter()
+            .map(|k| vec![0u8; tier.location(k).unwrap().len as usize])
+            .collect();
+        let mut reads: Vec<(&str, &mut [u8])> = chunk
+            .iter()
+            .map(|k| k.as_str())
+            .zip(bufs.iter_mut().map(|b| &mut b[..]))
+            .collect();
+        for r in tier.read_batch(&mut reads, 3) {
+            r.unwrap();
+        }
+        for (k, b) in chunk.iter().zip(&bufs) {
+            let i: usize = k["key-".len()..].parse().unwrap();
+            assert!(b[..] == value(i, sizes[i % sizes.len()])[..], "{k}");
+        }
+    }
+    assert!(
+        tier.readahead_hits() > 12,
+        "{} of 23",
+        tier.readahead_hits()
+    );
 }
 
 #[test]
