@@ -156,6 +156,7 @@ struct Round {
     dd_read: f64,
     raw_read: f64,
     readahead_hits: u64,
+    batch_hits: u64,
     read: f64,
     read16: f64,
     scan_s: f64,
@@ -258,6 +259,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     global_drop &= drop_caches(&files_in(&tier_dir));
     let mut bufs: Vec<AlignedBuf> = (0..16).map(|_| AlignedBuf::new(1 << 20)).collect();
     let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
+    let hits_before = tier.readahead_hits();
     let t = Instant::now();
     for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(16) {
         let mut reads: Vec<(&str, &mut [u8])> = chunk
@@ -275,6 +277,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
         }
     }
     let batch_s = t.elapsed().as_secs_f64();
+    let batch_hits = tier.readahead_hits() - hits_before;
     let usage = tier.usage();
     drop(tier);
     let _ = std::fs::remove_dir_all(&tier_dir);
@@ -285,6 +288,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
         dd_read: dd_read / 1e6,
         raw_read: raw_read / 1e6,
         readahead_hits,
+        batch_hits,
         read: mbps(total, read_s),
         read16: mbps(total, batch_s),
         scan_s,
@@ -339,9 +343,10 @@ fn main() {
         }
     );
     println!(
-        "single reads served from readahead windows: {} of {} (first round)",
+        "values served from readahead windows: {} of {} single reads, {} in batches (first round)",
         rounds[0].readahead_hits,
-        sizes.len()
+        sizes.len(),
+        rounds[0].batch_hits
     );
     println!("MB/s; % = tier / dd (tier / raw)");
     println!(

@@ -184,11 +184,10 @@ impl Readahead {
             remove_window(&mut st, i);
         }
         let pos = st.streams.iter().position(|s| s.unit == unit);
-        let sequential = start == 0
-            || pos.is_some_and(|i| {
-                let prev = st.streams[i].end;
-                start >= prev && start <= align_up(prev, DIO_ALIGN as u64)
-            });
+        let continues = pos.is_some_and(|i| {
+            let prev = st.streams[i].end;
+            start >= prev && start <= align_up(prev, DIO_ALIGN as u64)
+        });
         let mut stream = match pos {
             Some(i) => st.streams.remove(i).expect("found"),
             None => Stream {
@@ -197,9 +196,16 @@ impl Readahead {
                 ahead: 0,
             },
         };
+        let from = end / DIO_ALIGN as u64 * DIO_ALIGN as u64;
+        // A stream that starts over (at the start of the file) schedules
+        // from here, not from where its previous pass had got to.
+        stream.ahead = if continues {
+            stream.ahead.max(from)
+        } else {
+            from
+        };
         stream.end = end;
-        if sequential {
-            stream.ahead = stream.ahead.max(end / DIO_ALIGN as u64 * DIO_ALIGN as u64);
+        if continues || start == 0 {
             while stream.ahead < end + AHEAD * WINDOW as u64 {
                 if !self.schedule(&mut st, unit, stream.ahead, path) {
                     break;
@@ -325,6 +331,23 @@ mod tests {
         // Another unit shares nothing.
         assert!(!ra.read(2, tail, &mut [0u8; 10]));
         assert_eq!(ra.hits(), 2);
+        // Starting over at the start of the file schedules from there again,
+        // wherever the previous pass had got to.
+        let dir2 = tempfile::tempdir().unwrap();
+        let (path2, bytes2) = file(dir2.path(), 3 * WINDOW);
+        let w = WINDOW as u64;
+        // Windows start where the read that schedules them ends.
+        ra.advance(3, 0, 10, &path2);
+        assert!(ra.read(3, 10, &mut [0u8; 10]));
+        assert!(ra.read(3, w + 10, &mut [0u8; 10]));
+        // Reading on past the first window: it is used up and goes.
+        ra.advance(3, 10, w + 20, &path2);
+        ra.advance(3, w + 20, w + 30, &path2);
+        assert!(!ra.read(3, 20, &mut [0u8; 10]));
+        ra.advance(3, 0, 10, &path2);
+        let mut dst = vec![0u8; 100];
+        assert!(ra.read(3, 20, &mut dst));
+        assert!(dst[..] == bytes2[20..120]);
     }
 
     #[test]
