@@ -34,6 +34,11 @@ struct Args {
     rounds: usize,
 }
 
+fn number(arg: Option<String>, usage: &str) -> u64 {
+    arg.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{usage}: a number"))
+}
+
 fn parse_args() -> Args {
     let mut a = Args {
         dir: PathBuf::from("/var/tmp/tier-bench"),
@@ -46,23 +51,9 @@ fn parse_args() -> Args {
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--dir" => a.dir = PathBuf::from(it.next().expect("--dir DIR")),
-            "--total-mib" => {
-                a.total = it
-                    .next()
-                    .expect("--total-mib N")
-                    .parse::<u64>()
-                    .expect("a number")
-                    << 20
-            }
+            "--total-mib" => a.total = number(it.next(), "--total-mib N") << 20,
             "--uring" => a.uring = true,
-            "--rounds" => {
-                a.rounds = it
-                    .next()
-                    .expect("--rounds N")
-                    .parse::<usize>()
-                    .expect("a number")
-                    .max(1)
-            }
+            "--rounds" => a.rounds = number(it.next(), "--rounds N").max(1) as usize,
             "--backend" => {
                 a.backend = match it.next().as_deref() {
                     Some("bucket") => Backend::Bucket,

@@ -85,8 +85,20 @@ fn check_reads(tier: &DiskTier, n: usize, sizes: &[usize]) {
             Err(TierError::BufferSize { .. })
         ));
     }
-    let mut bufs: Vec<Vec<u8>> = (0..n).map(|i| vec![0u8; sizes[i % sizes.len()]]).collect();
     let keys: Vec<String> = (0..n).map(|i| format!("key-{i}")).collect();
+    let bufs = read_batch_ok(tier, &keys);
+    for (i, b) in bufs.iter().enumerate() {
+        assert!(b[..] == value(i, sizes[i % sizes.len()])[..]);
+    }
+}
+
+/// One batch read of `keys`, each into a buffer of its length; every
+/// read must succeed.
+fn read_batch_ok(tier: &DiskTier, keys: &[String]) -> Vec<Vec<u8>> {
+    let mut bufs: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|k| vec![0u8; tier.location(k).unwrap().len as usize])
+        .collect();
     let mut reads: Vec<(&str, &mut [u8])> = keys
         .iter()
         .map(|k| k.as_str())
@@ -95,9 +107,7 @@ fn check_reads(tier: &DiskTier, n: usize, sizes: &[usize]) {
     for r in tier.read_batch(&mut reads, 3) {
         r.unwrap();
     }
-    for (i, b) in bufs.iter().enumerate() {
-        assert!(b[..] == value(i, sizes[i % sizes.len()])[..]);
-    }
+    bufs
 }
 
 fn round_trip(backend: Backend, uring: bool) {
@@ -352,18 +362,7 @@ fn readahead_serves_sequential_reads_and_never_a_flipped_byte() {
         .map(|i| format!("key-{i}"))
         .collect();
     for chunk in keys.chunks(4) {
-        let mut bufs: Vec<Vec<u8>> = chunk
-            .iter()
-            .map(|k| vec![0u8; tier.location(k).unwrap().len as usize])
-            .collect();
-        let mut reads: Vec<(&str, &mut [u8])> = chunk
-            .iter()
-            .map(|k| k.as_str())
-            .zip(bufs.iter_mut().map(|b| &mut b[..]))
-            .collect();
-        for r in tier.read_batch(&mut reads, 3) {
-            r.unwrap();
-        }
+        let bufs = read_batch_ok(&tier, chunk);
         for (k, b) in chunk.iter().zip(&bufs) {
             let i: usize = k["key-".len()..].parse().unwrap();
             assert!(b[..] == value(i, sizes[i % sizes.len()])[..], "{k}");
