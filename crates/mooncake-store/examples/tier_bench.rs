@@ -220,7 +220,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     let write_s = t.elapsed().as_secs_f64();
     drop(tier);
 
-    let mut global_drop = drop_caches(&[dd_file.clone()]);
+    let mut global_drop = drop_caches(std::slice::from_ref(&dd_file));
     let dd_read = dd(&[
         format!("if={}", dd_file.display()),
         "of=/dev/null".into(),

@@ -81,7 +81,8 @@ pub struct WriteError {
 }
 
 enum Writer {
-    Bucket(BucketWriter),
+    // Boxed: its open bucket (chunk buffers, flusher) makes it the large one.
+    Bucket(Box<BucketWriter>),
     Files(FilePerKeyWriter),
 }
 
@@ -170,13 +171,13 @@ impl DiskTier {
             index.insert(unit.clone(), 0);
         }
         let writer = match config.backend {
-            Backend::Bucket => Writer::Bucket(BucketWriter::new(
+            Backend::Bucket => Writer::Bucket(Box::new(BucketWriter::new(
                 &root,
                 engine.clone(),
                 config.bucket_size_limit,
                 config.bucket_keys_limit,
                 report.next_id,
-            )),
+            ))),
             Backend::FilePerKey => {
                 Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id))
             }
@@ -368,7 +369,12 @@ impl DiskTier {
     /// if they hold the value and it passes its checksum. A window that
     /// fails the checksum serves nothing: the caller reads the file, which
     /// decides.
-    fn from_readahead(&self, loc: &ObjectLocation, data: &std::path::Path, dst: &mut [u8]) -> bool {
+    fn served_by_readahead(
+        &self,
+        loc: &ObjectLocation,
+        data: &std::path::Path,
+        dst: &mut [u8],
+    ) -> bool {
         let Some(ra) = &self.readahead else {
             return false;
         };
@@ -385,7 +391,7 @@ impl DiskTier {
             .lock()
             .lookup(key, now)
             .ok_or(TierError::NotFound)?;
-        if self.from_readahead(&loc, &handle.data, dst) {
+        if self.served_by_readahead(&loc, &handle.data, dst) {
             return Ok(());
         }
         let file = DiskFile::open_read(&handle.data)?;
@@ -434,7 +440,7 @@ impl DiskTier {
         // sequential reader too. What the windows served needs no request.
         for (i, (f, (_, dst))) in found.iter_mut().zip(reads.iter_mut()).enumerate() {
             if let Some((loc, h)) = f {
-                if self.from_readahead(loc, &h.data, dst) {
+                if self.served_by_readahead(loc, &h.data, dst) {
                     results[i] = Some(Ok(()));
                     *f = None;
                 }
