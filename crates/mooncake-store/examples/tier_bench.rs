@@ -7,13 +7,20 @@
 //! Writes objects of 256 KiB-1 MiB (deterministic sizes) through
 //! `DiskTier::stage` with the default bucket limits, committing once at the
 //! end (buckets seal as they fill), so the time covers every `fdatasync` and
-//! metadata commit. Then drops the page cache (`/proc/sys/vm/drop_caches`,
-//! when permitted), reopens the tier (a structure scan; checksums are verified
-//! by every read), and reads every object back: one at a time, then in
-//! batches of 16. The baselines are `dd if=/dev/zero bs=8M oflag=direct
-//! conv=fdatasync` and `dd bs=8M iflag=direct` of a file of the same size.
+//! metadata commit. Then drops the page cache (`/proc/sys/vm/drop_caches`
+//! when permitted, and `posix_fadvise(DONTNEED)` on every file read, which
+//! needs no privilege), reopens the tier (a structure scan; checksums are
+//! verified by every read), and reads every object back: one at a time, then
+//! in batches of 16. The baselines are `dd if=/dev/zero bs=8M oflag=direct
+//! conv=fdatasync` and `dd bs=8M iflag=direct` of a file of the same size,
+//! run in each round right before the tier's pass they are compared with
+//! (`--rounds N`: the disk is shared, so each round gives its own ratios).
+//! A second baseline, "raw", does what dd does (8 MiB `O_DIRECT` requests,
+//! one at a time) from a buffer on transparent huge pages, as the tier's
+//! buffers are: on a virtual disk a request costs per page it spans, so dd's
+//! small-page buffer understates what the disk can do.
 
-use mooncake_store::tier::io::AlignedBuf;
+use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
 use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
 use std::path::PathBuf;
 use std::process::Command;
@@ -24,6 +31,12 @@ struct Args {
     total: u64,
     uring: bool,
     backend: Backend,
+    rounds: usize,
+}
+
+fn number(arg: Option<String>, usage: &str) -> u64 {
+    arg.and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{usage}: a number"))
 }
 
 fn parse_args() -> Args {
@@ -32,20 +45,15 @@ fn parse_args() -> Args {
         total: 2048 << 20,
         uring: false,
         backend: Backend::Bucket,
+        rounds: 1,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--dir" => a.dir = PathBuf::from(it.next().expect("--dir DIR")),
-            "--total-mib" => {
-                a.total = it
-                    .next()
-                    .expect("--total-mib N")
-                    .parse::<u64>()
-                    .expect("a number")
-                    << 20
-            }
+            "--total-mib" => a.total = number(it.next(), "--total-mib N") << 20,
             "--uring" => a.uring = true,
+            "--rounds" => a.rounds = number(it.next(), "--rounds N").max(1) as usize,
             "--backend" => {
                 a.backend = match it.next().as_deref() {
                     Some("bucket") => Backend::Bucket,
@@ -59,10 +67,37 @@ fn parse_args() -> Args {
     a
 }
 
-fn drop_caches() -> bool {
+/// Drops the page cache of `files` (and everything, when permitted).
+/// Returns whether the global drop worked; the per-file one needs no
+/// privilege and always runs.
+fn drop_caches(files: &[PathBuf]) -> bool {
     // SAFETY: sync() has no preconditions.
     unsafe { libc::sync() };
+    for f in files {
+        if let Ok(file) = std::fs::File::open(f) {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid descriptor; fadvise touches no memory of ours.
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        }
+    }
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
+}
+
+/// Every file under `dir` (one level: the bucket layout).
+fn files_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 /// Runs dd and returns its bytes/second (from its own summary line).
@@ -73,13 +108,13 @@ fn dd(args: &[String]) -> f64 {
         .lines()
         .find(|l| l.contains("copied"))
         .unwrap_or_else(|| panic!("dd said: {text}"));
-    // "N bytes (...) copied, S s, R MB/s"
+    // "N bytes (2.1 GB, 2.0 GiB) copied, S s, R MB/s": the seconds follow
+    // "copied, " (the sizes in parentheses hold ", " too).
     let bytes: f64 = line.split_whitespace().next().unwrap().parse().unwrap();
     let secs: f64 = line
-        .split(", ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap()
+        .split_once("copied, ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no seconds in {line:?}"))
         .replace(',', ".")
         .parse()
         .unwrap();
@@ -105,16 +140,64 @@ fn sizes(total: u64) -> Vec<usize> {
     out
 }
 
-fn main() {
-    let args = parse_args();
-    std::fs::create_dir_all(&args.dir).expect("bench directory");
+struct Round {
+    dd_write: f64,
+    raw_write: f64,
+    write: f64,
+    dd_read: f64,
+    raw_read: f64,
+    readahead_hits: u64,
+    batch_hits: u64,
+    read: f64,
+    read16: f64,
+    scan_s: f64,
+    units: u64,
+    global_drop: bool,
+    engine: &'static str,
+}
+
+/// Writes then reads `total` bytes at `path` in 8 MiB `O_DIRECT` requests
+/// from one huge-page buffer, one request at a time; bytes/second of each
+/// (the write's time includes its `fdatasync`).
+fn raw(path: &std::path::Path, total: u64, uring: bool) -> (f64, f64) {
+    let (io, _) = engine(uring);
+    let mut buf = AlignedBuf::new(8 << 20);
+    buf.fill(0x5a);
+    let count = total.div_ceil(8 << 20);
+    let f = DiskFile::create(path).expect("raw file");
+    let t = Instant::now();
+    for i in 0..count {
+        io.write_all_at(&f, &buf, i * (8 << 20)).expect("raw write");
+    }
+    io.sync_data(&f).expect("raw fdatasync");
+    let w = (count << 23) as f64 / t.elapsed().as_secs_f64();
+    drop(f);
+    drop_caches(&[path.to_path_buf()]);
+    let f = DiskFile::open_read(path).expect("raw file");
+    let t = Instant::now();
+    for i in 0..count {
+        io.read_at(&f, &mut buf, i * (8 << 20)).expect("raw read");
+    }
+    let r = (count << 23) as f64 / t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    (w, r)
+}
+
+fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     let tier_dir = args.dir.join("tier");
     let _ = std::fs::remove_dir_all(&tier_dir);
     std::fs::create_dir_all(&tier_dir).unwrap();
     let dd_file = args.dir.join("dd.bin");
-    let count = args.total.div_ceil(8 << 20);
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let count = total.div_ceil(8 << 20);
+    let config = TierConfig {
+        storage_path: tier_dir.clone(),
+        backend: args.backend,
+        use_uring: args.uring,
+        ..TierConfig::default()
+    };
 
-    // Baselines.
+    let (raw_write, raw_read) = raw(&args.dir.join("raw.bin"), total, args.uring);
     let dd_write = dd(&[
         "if=/dev/zero".into(),
         format!("of={}", dd_file.display()),
@@ -123,32 +206,6 @@ fn main() {
         "oflag=direct".into(),
         "conv=fdatasync".into(),
     ]);
-    let cache_dropped = drop_caches();
-    let dd_read = dd(&[
-        format!("if={}", dd_file.display()),
-        "of=/dev/null".into(),
-        "bs=8M".into(),
-        "iflag=direct".into(),
-    ]);
-    let _ = std::fs::remove_file(&dd_file);
-
-    let config = TierConfig {
-        storage_path: tier_dir.clone(),
-        backend: args.backend,
-        use_uring: args.uring,
-        ..TierConfig::default()
-    };
-    let sizes = sizes(args.total);
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    // Source bytes: one random pool, objects are windows of it.
-    let mut pool = vec![0u8; 2 << 20];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for b in pool.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
     let (tier, _) = DiskTier::open(config.clone(), Verify::All).expect("open tier");
     let engine = tier.engine_name();
     let t = Instant::now();
@@ -163,12 +220,22 @@ fn main() {
     let write_s = t.elapsed().as_secs_f64();
     drop(tier);
 
-    let cache_dropped = drop_caches() && cache_dropped;
+    let mut global_drop = drop_caches(std::slice::from_ref(&dd_file));
+    let dd_read = dd(&[
+        format!("if={}", dd_file.display()),
+        "of=/dev/null".into(),
+        "bs=8M".into(),
+        "iflag=direct".into(),
+    ]);
+    let _ = std::fs::remove_file(&dd_file);
+
+    global_drop &= drop_caches(&files_in(&tier_dir));
     let t = Instant::now();
     let (tier, report) = DiskTier::open(config, Verify::Structure).expect("reopen");
     let scan_s = t.elapsed().as_secs_f64();
     assert_eq!(report.objects(), sizes.len());
     let mut buf = AlignedBuf::new(1 << 20);
+    let hits_before = tier.readahead_hits();
     let t = Instant::now();
     for (i, &n) in sizes.iter().enumerate() {
         tier.read(&format!("obj-{i}"), &mut buf[..n], 2)
@@ -179,9 +246,11 @@ fn main() {
         }
     }
     let read_s = t.elapsed().as_secs_f64();
-    drop_caches();
+    let readahead_hits = tier.readahead_hits() - hits_before;
+    global_drop &= drop_caches(&files_in(&tier_dir));
     let mut bufs: Vec<AlignedBuf> = (0..16).map(|_| AlignedBuf::new(1 << 20)).collect();
     let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
+    let hits_before = tier.readahead_hits();
     let t = Instant::now();
     for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(16) {
         let mut reads: Vec<(&str, &mut [u8])> = chunk
@@ -192,55 +261,123 @@ fn main() {
         for r in tier.read_batch(&mut reads, 3) {
             r.expect("batch read");
         }
+        if chunk[0] % 97 == 0 {
+            let (i, n) = (chunk[0], sizes[chunk[0]]);
+            let start = (i * 4099) % (pool.len() - n);
+            assert!(bufs[0][..n] == pool[start..start + n], "obj-{i} bytes");
+        }
     }
     let batch_s = t.elapsed().as_secs_f64();
+    let batch_hits = tier.readahead_hits() - hits_before;
     let usage = tier.usage();
     drop(tier);
     let _ = std::fs::remove_dir_all(&tier_dir);
+    Round {
+        dd_write: dd_write / 1e6,
+        raw_write: raw_write / 1e6,
+        write: mbps(total, write_s),
+        dd_read: dd_read / 1e6,
+        raw_read: raw_read / 1e6,
+        readahead_hits,
+        batch_hits,
+        read: mbps(total, read_s),
+        read16: mbps(total, batch_s),
+        scan_s,
+        units: usage.units,
+        global_drop,
+        engine,
+    }
+}
 
-    let w = mbps(total, write_s);
-    let r = mbps(total, read_s);
-    let rb = mbps(total, batch_s);
+fn pct(a: f64, b: f64) -> f64 {
+    100.0 * a / b
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args = parse_args();
+    std::fs::create_dir_all(&args.dir).expect("bench directory");
+    let sizes = sizes(args.total);
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    // Source bytes: one random pool, objects are windows of it.
+    let mut pool = vec![0u8; 2 << 20];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in pool.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let rounds: Vec<Round> = (0..args.rounds)
+        .map(|_| round(&args, &sizes, &pool))
+        .collect();
     println!(
-        "directory        {} ({} objects, {:.0} MiB, engine {engine}, {:?})",
+        "directory   {} ({} objects, {:.0} MiB, engine {}, {:?}, {} units)",
         args.dir.display(),
         sizes.len(),
         total as f64 / (1 << 20) as f64,
-        args.backend
+        rounds[0].engine,
+        args.backend,
+        rounds[0].units,
     );
     println!(
-        "page cache       {}",
-        if cache_dropped {
-            "dropped before each read pass"
+        "page cache  dropped before each read pass: posix_fadvise(DONTNEED) on every file read{}; \
+         dd and the tier read with O_DIRECT",
+        if rounds.iter().all(|r| r.global_drop) {
+            " and /proc/sys/vm/drop_caches"
         } else {
-            "not dropped (no permission); reads use O_DIRECT where the filesystem allows"
+            " (/proc/sys/vm/drop_caches not permitted)"
         }
     );
-    println!("dd write direct  {:8.0} MB/s", dd_write / 1e6);
     println!(
-        "tier write       {:8.0} MB/s  {:5.1}% of dd  (target >= 70%)",
-        w,
-        100.0 * w * 1e6 / dd_write
+        "values served from readahead windows: {} of {} single reads, {} in batches (first round)",
+        rounds[0].readahead_hits,
+        sizes.len(),
+        rounds[0].batch_hits
     );
-    println!("dd read direct   {:8.0} MB/s", dd_read / 1e6);
+    println!("MB/s; % = tier / dd (tier / raw)");
     println!(
-        "tier read        {:8.0} MB/s  {:5.1}% of dd  (target >= 80%)",
-        r,
-        100.0 * r * 1e6 / dd_read
+        "round  dd write  raw write  tier write          dd read  raw read  tier read           tier read x16       scan"
     );
+    for (i, r) in rounds.iter().enumerate() {
+        println!(
+            "{:5}  {:8.0}  {:9.0}  {:5.0} {:5.0}% ({:3.0}%)  {:7.0}  {:8.0}  {:5.0} {:5.0}% ({:3.0}%)  {:5.0} {:5.0}% ({:3.0}%)  {:.3} s",
+            i + 1,
+            r.dd_write,
+            r.raw_write,
+            r.write,
+            pct(r.write, r.dd_write),
+            pct(r.write, r.raw_write),
+            r.dd_read,
+            r.raw_read,
+            r.read,
+            pct(r.read, r.dd_read),
+            pct(r.read, r.raw_read),
+            r.read16,
+            pct(r.read16, r.dd_read),
+            pct(r.read16, r.raw_read),
+            r.scan_s
+        );
+    }
+    let med = |f: &dyn Fn(&Round) -> f64| median(rounds.iter().map(f).collect());
     println!(
-        "tier read x16    {:8.0} MB/s  {:5.1}% of dd  (target >= 80%)",
-        rb,
-        100.0 * rb * 1e6 / dd_read
+        "median of the rounds' ratios to dd (to raw): write {:.0}% ({:.0}%) (target >= 70%), \
+         read {:.0}% ({:.0}%), read x16 {:.0}% ({:.0}%) (targets >= 80%)",
+        med(&|r| pct(r.write, r.dd_write)),
+        med(&|r| pct(r.write, r.raw_write)),
+        med(&|r| pct(r.read, r.dd_read)),
+        med(&|r| pct(r.read, r.raw_read)),
+        med(&|r| pct(r.read16, r.dd_read)),
+        med(&|r| pct(r.read16, r.raw_read)),
     );
-    println!(
-        "restart scan     {:8.3} s for {} units",
-        scan_s, usage.units
-    );
-    println!(
-        "{{\"dd_write_mbps\":{:.0},\"tier_write_mbps\":{w:.0},\"dd_read_mbps\":{:.0},\"tier_read_mbps\":{r:.0},\"tier_read_batch16_mbps\":{rb:.0},\"engine\":\"{engine}\",\"objects\":{},\"bytes\":{total},\"scan_s\":{scan_s:.3}}}",
-        dd_write / 1e6,
-        dd_read / 1e6,
-        sizes.len()
-    );
+    for r in &rounds {
+        println!(
+            "{{\"dd_write_mbps\":{:.0},\"raw_write_mbps\":{:.0},\"tier_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"raw_read_mbps\":{:.0},\"tier_read_mbps\":{:.0},\"tier_read_batch16_mbps\":{:.0},\"readahead_hits\":{},\"engine\":\"{}\",\"objects\":{},\"bytes\":{total},\"scan_s\":{:.3}}}",
+            r.dd_write, r.raw_write, r.write, r.dd_read, r.raw_read, r.read, r.read16, r.readahead_hits, r.engine, sizes.len(), r.scan_s
+        );
+    }
 }

@@ -12,13 +12,15 @@
 use super::format::{
     align_up, encode_bucket_meta, value_start, BucketMeta, MetaEntry, DIO_ALIGN, MAX_KEY_LEN,
 };
-use super::io::{commit_file, on_disk, temp_path, DiskFile, IoEngine, SeqWriter};
+use super::io::{commit_file, on_disk, temp_path, AlignedBuf, DiskFile, IoEngine, SeqWriter};
 use super::{Result, TierError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Bytes staged in memory before they go to the data file in one write.
 pub const DEFAULT_CHUNK: usize = 8 << 20;
+/// Chunk buffers per open bucket: one fills while the others are written.
+pub const DEFAULT_DEPTH: usize = 3;
 
 /// What a file in the tier directory is, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +88,9 @@ pub struct BucketWriter {
     size_limit: u64,
     keys_limit: usize,
     chunk: usize,
+    depth: usize,
+    /// Chunk buffers between buckets: allocated (and faulted in) once.
+    spare: Vec<AlignedBuf>,
     next_id: u64,
     open: Option<OpenBucket>,
 }
@@ -105,6 +110,8 @@ impl BucketWriter {
             size_limit: size_limit.max(1),
             keys_limit: keys_limit.clamp(1, u32::MAX as u64) as usize,
             chunk: DEFAULT_CHUNK,
+            depth: DEFAULT_DEPTH,
+            spare: Vec::new(),
             next_id,
             open: None,
         }
@@ -113,7 +120,25 @@ impl BucketWriter {
     /// Sets the write size (a multiple of the `O_DIRECT` alignment).
     pub fn with_chunk(mut self, chunk: usize) -> Self {
         self.chunk = align_up(chunk.max(1) as u64, DIO_ALIGN as u64) as usize;
+        self.spare.clear();
         self
+    }
+
+    /// Sets how many chunk buffers a bucket writes through (1: every write
+    /// inline; n: up to n - 1 in flight while the next fills).
+    pub fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth.max(1);
+        self.spare.clear();
+        self
+    }
+
+    fn buffers(&mut self) -> Vec<AlignedBuf> {
+        let mut bufs = std::mem::take(&mut self.spare);
+        bufs.truncate(self.depth);
+        while bufs.len() < self.depth {
+            bufs.push(AlignedBuf::new(self.chunk));
+        }
+        bufs
     }
 
     /// Keys and value bytes staged since the last seal.
@@ -160,22 +185,20 @@ impl BucketWriter {
             let path = data_path(&self.dir, id);
             let file = DiskFile::create(&path)?;
             self.next_id += 1;
+            let bufs = self.buffers();
             self.open = Some(OpenBucket {
                 id,
-                out: SeqWriter::new(file, self.chunk),
+                out: SeqWriter::with_buffers(file, self.engine.clone(), bufs),
                 entries: Vec::new(),
             });
         }
-        let engine = self.engine.clone();
         let open = self.open.as_mut().expect("opened above");
         let offset = value_start(open.out.end(), len);
         let mut crc = 0;
         let written = (|| {
-            open.out
-                .append(&*engine, &[], (offset - open.out.end()) as usize)?;
+            open.out.append(&[], (offset - open.out.end()) as usize)?;
             for part in parts {
-                crc = crc32c::crc32c_append(crc, part);
-                open.out.append(&*engine, part, 0)?;
+                open.out.append_crc(part, &mut crc)?;
             }
             Ok(())
         })();
@@ -202,13 +225,17 @@ impl BucketWriter {
         };
         let data = data_path(&self.dir, open.id);
         if open.entries.is_empty() {
+            self.recycle(open.out);
             let _ = std::fs::remove_file(&data);
             return Ok(None);
         }
+        let finished = open.out.finish();
+        let (file, bufs) = open.out.into_parts();
+        self.spare = bufs;
         let result = (|| {
-            let data_len = open.out.finish(&*self.engine)?;
+            let data_len = finished?;
             self.engine
-                .sync_data(&open.out.file)
+                .sync_data(&file)
                 .map_err(|e| TierError::io("fdatasync", &data, e))?;
             let entries = std::mem::take(&mut open.entries);
             let meta = BucketMeta {
@@ -235,8 +262,14 @@ impl BucketWriter {
     /// Discards the open bucket and its data file.
     pub fn abort(&mut self) {
         if let Some(open) = self.open.take() {
+            self.recycle(open.out);
             let _ = std::fs::remove_file(data_path(&self.dir, open.id));
         }
+    }
+
+    /// Keeps a bucket's buffers for the next one (waiting for its writes).
+    fn recycle(&mut self, out: SeqWriter) {
+        self.spare = out.into_parts().1;
     }
 }
 

@@ -21,6 +21,7 @@ use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex
 use super::io::holes::supports_punch;
 use super::io::{engine, fs_capacity, DiskFile, IoEngine};
 use super::read::{read_range, read_value, read_values, ValueRead, ValueRef};
+use super::readahead::Readahead;
 use super::scan::{scan_buckets, ScanReport, Verify};
 use super::{Result, TierError};
 use parking_lot::Mutex;
@@ -80,7 +81,8 @@ pub struct WriteError {
 }
 
 enum Writer {
-    Bucket(BucketWriter),
+    // Boxed: its open bucket (chunk buffers, flusher) makes it the large one.
+    Bucket(Box<BucketWriter>),
     Files(FilePerKeyWriter),
 }
 
@@ -105,6 +107,8 @@ pub struct DiskTier {
     engine_note: Option<String>,
     index: Mutex<TierIndex>,
     write: Mutex<WriteState>,
+    /// Bucket layout only: a file-per-key unit holds one value.
+    readahead: Option<Readahead>,
 }
 
 fn bucket_unit(root: &std::path::Path, s: &SealedBucket) -> NewUnit {
@@ -167,20 +171,28 @@ impl DiskTier {
             index.insert(unit.clone(), 0);
         }
         let writer = match config.backend {
-            Backend::Bucket => Writer::Bucket(BucketWriter::new(
+            Backend::Bucket => Writer::Bucket(Box::new(BucketWriter::new(
                 &root,
                 engine.clone(),
                 config.bucket_size_limit,
                 config.bucket_keys_limit,
                 report.next_id,
-            )),
+            ))),
             Backend::FilePerKey => {
                 Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id))
             }
         };
+        let readahead = match config.backend {
+            Backend::Bucket => Some(
+                Readahead::new(engine.clone())
+                    .map_err(|e| TierError::io("spawn readahead for", &root, e))?,
+            ),
+            Backend::FilePerKey => None,
+        };
         let tier = DiskTier {
             config,
             root,
+            readahead,
             engine,
             engine_note,
             index: Mutex::new(index),
@@ -353,6 +365,25 @@ impl DiskTier {
         r
     }
 
+    /// Notes a read of `loc` for readahead and fills `dst` from its windows
+    /// if they hold the value and it passes its checksum. A window that
+    /// fails the checksum serves nothing: the caller reads the file, which
+    /// decides.
+    fn served_by_readahead(
+        &self,
+        loc: &ObjectLocation,
+        data: &std::path::Path,
+        dst: &mut [u8],
+    ) -> bool {
+        let Some(ra) = &self.readahead else {
+            return false;
+        };
+        ra.advance(loc.unit, loc.offset, loc.offset + loc.len, data);
+        dst.len() as u64 == loc.len
+            && ra.read(loc.unit, loc.offset, dst)
+            && crc32c::crc32c(dst) == loc.crc
+    }
+
     /// Reads `key`'s value into `dst` (exactly its length), verified.
     pub fn read(&self, key: &str, dst: &mut [u8], now: u64) -> Result<()> {
         let (loc, handle) = self
@@ -360,6 +391,9 @@ impl DiskTier {
             .lock()
             .lookup(key, now)
             .ok_or(TierError::NotFound)?;
+        if self.served_by_readahead(&loc, &handle.data, dst) {
+            return Ok(());
+        }
         let file = DiskFile::open_read(&handle.data)?;
         let v = ValueRef {
             file: &file,
@@ -393,20 +427,46 @@ impl DiskTier {
 
     /// Reads many values at once; one result per read, in order.
     pub fn read_batch(&self, reads: &mut [(&str, &mut [u8])], now: u64) -> Vec<Result<()>> {
-        let found: Vec<_> = {
+        if let [(key, dst)] = reads {
+            // One value: the single read, which may come from readahead.
+            return vec![self.read(key, dst, now)];
+        }
+        let mut found: Vec<_> = {
             let mut index = self.index.lock();
             reads.iter().map(|(k, _)| index.lookup(k, now)).collect()
         };
-        let files: Vec<Option<Result<DiskFile>>> = found
-            .iter()
-            .map(|f| f.as_ref().map(|(_, h)| DiskFile::open_read(&h.data)))
-            .collect();
         let mut results: Vec<Option<Result<()>>> = (0..reads.len()).map(|_| None).collect();
+        // In order: a batch of a bucket's values read in write order is a
+        // sequential reader too. What the windows served needs no request.
+        for (i, (f, (_, dst))) in found.iter_mut().zip(reads.iter_mut()).enumerate() {
+            if let Some((loc, h)) = f {
+                if self.served_by_readahead(loc, &h.data, dst) {
+                    results[i] = Some(Ok(()));
+                    *f = None;
+                }
+            }
+        }
+        // One descriptor per unit, so a bucket's adjacent values can be
+        // read as one request.
+        let mut opened: std::collections::HashMap<u64, Arc<Result<DiskFile>>> =
+            std::collections::HashMap::new();
+        let files: Vec<Option<Arc<Result<DiskFile>>>> = found
+            .iter()
+            .map(|f| {
+                f.as_ref().map(|(loc, h)| {
+                    opened
+                        .entry(loc.unit)
+                        .or_insert_with(|| Arc::new(DiskFile::open_read(&h.data)))
+                        .clone()
+                })
+            })
+            .collect();
         let mut batch = Vec::new();
         let mut slots = Vec::new();
         for (i, ((_, dst), (f, file))) in reads.iter_mut().zip(found.iter().zip(&files)).enumerate()
         {
-            match (f, file) {
+            match (f, file.as_deref()) {
+                (None, _) if results[i].is_some() => {} // served by readahead
                 (None, _) => results[i] = Some(Err(TierError::NotFound)),
                 (Some(_), Some(Err(e))) => {
                     results[i] = Some(Err(TierError::Invalid(format!("open: {e}"))));
@@ -465,6 +525,11 @@ impl DiskTier {
             self.config.disk_eviction_high_watermark_ratio,
             self.config.disk_eviction_low_watermark_ratio,
         )
+    }
+
+    /// Single reads served from readahead windows so far.
+    pub fn readahead_hits(&self) -> u64 {
+        self.readahead.as_ref().map_or(0, |r| r.hits())
     }
 
     pub fn usage(&self) -> TierUsage {

@@ -88,7 +88,7 @@ impl CommittedFile {
 struct Staged {
     temp: PathBuf,
     committed: CommittedFile,
-    file: DiskFile,
+    file: std::sync::Arc<DiskFile>,
 }
 
 /// Writes object files; stage several, then [`FilePerKeyWriter::seal`] makes
@@ -166,26 +166,24 @@ impl FilePerKeyWriter {
         let head = encode_object_header(&header);
         let mut out = SeqWriter::new(
             DiskFile::create(&temp)?,
+            self.engine.clone(),
             self.chunk.min(on_disk(header.value_offset + len) as usize),
         );
         let written = (|| {
-            out.append(&*self.engine, &head, 0)?;
-            out.append(
-                &*self.engine,
-                &[],
-                (header.value_offset as usize) - head.len(),
-            )?;
+            out.append(&head, 0)?;
+            out.append(&[], (header.value_offset as usize) - head.len())?;
             for p in parts {
-                out.append(&*self.engine, p, 0)?;
+                out.append(p, 0)?;
             }
-            out.finish(&*self.engine)?;
+            out.finish()?;
             // Drop the block padding: the value ends the file.
-            out.file.set_len(header.value_offset + len)
+            out.file().set_len(header.value_offset + len)
         })();
         if let Err(e) = written {
             let _ = std::fs::remove_file(&temp);
             return Err(e);
         }
+        let file = out.into_parts().0;
         self.next_seq += 1;
         self.staged.push(Staged {
             temp,
@@ -195,7 +193,7 @@ impl FilePerKeyWriter {
                 file_len: header.value_offset + len,
                 header,
             },
-            file: out.file,
+            file,
         });
         Ok(())
     }

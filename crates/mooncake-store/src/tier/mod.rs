@@ -9,6 +9,7 @@
 //!   `psync` and `io_uring` engines, atomic file commits;
 //! - [`bucket`] and [`file_per_key`]: the two layouts' writers;
 //! - [`read`]: checksum-verified reads of one object, a range, or a batch;
+//! - [`readahead`]: windows read ahead of values read one at a time in order;
 //! - [`scan`]: the restart scan that keeps complete objects and drops torn ones;
 //! - [`index`]: the in-memory key → location map with fifo/lru/none eviction
 //!   in two phases;
@@ -25,6 +26,7 @@ pub mod format;
 pub mod index;
 pub mod io;
 pub mod read;
+pub mod readahead;
 pub mod scan;
 pub mod shared_fs;
 pub mod unit_files;

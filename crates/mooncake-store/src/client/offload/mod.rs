@@ -119,25 +119,40 @@ impl TierShared {
 impl TierServe for TierShared {
     fn stage(&self, keys: &[&str]) -> Result<StagedBatch> {
         let now = self.now();
+        // Room for every key the tier holds, then one batch read: values
+        // that lie back to back in a bucket come in one request.
+        let mut slots: Vec<Result<StagingBuf>> = keys
+            .iter()
+            .map(|&key| {
+                self.tier
+                    .location(key)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorCode::OBJECT_NOT_FOUND,
+                            format!("{key:?} is not in this tier"),
+                        )
+                    })
+                    .and_then(|loc| self.staging.allocate(loc.len))
+            })
+            .collect();
+        let mut reads: Vec<(&str, &mut [u8])> = Vec::with_capacity(keys.len());
+        let mut slot_of = Vec::with_capacity(keys.len());
+        for (i, (key, slot)) in keys.iter().zip(slots.iter_mut()).enumerate() {
+            if let Ok(buf) = slot {
+                reads.push((key, buf.as_mut_slice()));
+                slot_of.push(i);
+            }
+        }
+        let results = self.tier.read_batch(&mut reads, now);
+        drop(reads);
+        for (i, r) in slot_of.into_iter().zip(results) {
+            if let Err(e) = r {
+                slots[i] = Err(Error::new(e.code(), e.to_string()));
+            }
+        }
         let mut objects = Vec::with_capacity(keys.len());
         let mut bufs = Vec::with_capacity(keys.len());
-        for &key in keys {
-            let staged = self
-                .tier
-                .location(key)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorCode::OBJECT_NOT_FOUND,
-                        format!("{key:?} is not in this tier"),
-                    )
-                })
-                .and_then(|loc| self.staging.allocate(loc.len))
-                .and_then(|mut buf| {
-                    self.tier
-                        .read(key, buf.as_mut_slice(), now)
-                        .map_err(|e| Error::new(e.code(), e.to_string()))?;
-                    Ok(buf)
-                });
+        for staged in slots {
             objects.push(staged.map(|buf| {
                 let o = StagedObject {
                     address: buf.addr() as u64,

@@ -8,7 +8,10 @@
 
 pub mod holes;
 pub mod psync;
+pub mod seq;
 pub mod uring;
+
+pub use seq::SeqWriter;
 
 use super::format::DIO_ALIGN;
 use super::TierError;
@@ -21,11 +24,17 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// A zeroed heap buffer whose address and capacity are multiples of
-/// [`DIO_ALIGN`], as `O_DIRECT` requires.
+/// [`DIO_ALIGN`], as `O_DIRECT` requires. Buffers of [`HUGE`] or more are
+/// aligned to it and asked to be backed by transparent huge pages: every
+/// `O_DIRECT` transfer pins its buffer's pages, and pinning one 2 MiB page
+/// is far cheaper than pinning 512 small ones.
 pub struct AlignedBuf {
     ptr: std::ptr::NonNull<u8>,
     cap: usize,
 }
+
+/// The size of a transparent huge page on x86-64 and most arm64 kernels.
+pub const HUGE: usize = 2 << 20;
 
 // SAFETY: the buffer is uniquely owned heap memory, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
@@ -36,11 +45,30 @@ impl AlignedBuf {
     /// At least `len` bytes, rounded up to [`DIO_ALIGN`] (one block for 0).
     pub fn new(len: usize) -> AlignedBuf {
         let cap = len.div_ceil(DIO_ALIGN).max(1) * DIO_ALIGN;
-        let layout = Layout::from_size_align(cap, DIO_ALIGN).expect("aligned layout");
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let layout = Self::layout(cap);
+        let raw = if layout.align() == HUGE {
+            // SAFETY: the layout has a non-zero size.
+            let raw = unsafe { alloc::alloc(layout) };
+            if !raw.is_null() {
+                // The hint must come before the first touch, which is the
+                // zeroing below; without THP it is a no-op.
+                // SAFETY: `raw..raw + cap` is our allocation, HUGE-aligned.
+                unsafe { libc::madvise(raw.cast(), cap, libc::MADV_HUGEPAGE) };
+                // SAFETY: as above; writes `cap` bytes inside it.
+                unsafe { std::ptr::write_bytes(raw, 0, cap) };
+            }
+            raw
+        } else {
+            // SAFETY: the layout has a non-zero size.
+            unsafe { alloc::alloc_zeroed(layout) }
+        };
         let ptr = std::ptr::NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, cap }
+    }
+
+    fn layout(cap: usize) -> Layout {
+        let align = if cap >= HUGE { HUGE } else { DIO_ALIGN };
+        Layout::from_size_align(cap, align).expect("aligned layout")
     }
 
     pub fn capacity(&self) -> usize {
@@ -50,9 +78,8 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = Layout::from_size_align(self.cap, DIO_ALIGN).expect("aligned layout");
         // SAFETY: allocated in `new` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.cap)) }
     }
 }
 
@@ -164,84 +191,60 @@ impl DiskFile {
     }
 }
 
-/// Writes a file front to back through one aligned buffer: bytes are copied
-/// in, and each time the buffer fills it goes to the file in one write.
-pub struct SeqWriter {
-    pub file: DiskFile,
-    buf: AlignedBuf,
-    staged: usize,
-    flushed: u64,
-}
-
-impl SeqWriter {
-    pub fn new(file: DiskFile, chunk: usize) -> SeqWriter {
-        SeqWriter {
-            file,
-            buf: AlignedBuf::new(chunk),
-            staged: 0,
-            flushed: 0,
-        }
-    }
-
-    /// Bytes appended so far.
-    pub fn end(&self) -> u64 {
-        self.flushed + self.staged as u64
-    }
-
-    /// Appends `zeros` zero bytes, then `bytes`.
-    pub fn append(
-        &mut self,
-        engine: &dyn IoEngine,
-        mut bytes: &[u8],
-        mut zeros: usize,
-    ) -> Result<(), TierError> {
-        while !bytes.is_empty() || zeros > 0 {
-            let room = self.buf.capacity() - self.staged;
-            if zeros > 0 {
-                let n = room.min(zeros);
-                self.buf[self.staged..self.staged + n].fill(0);
-                self.staged += n;
-                zeros -= n;
-            } else {
-                let n = room.min(bytes.len());
-                self.buf[self.staged..self.staged + n].copy_from_slice(&bytes[..n]);
-                self.staged += n;
-                bytes = &bytes[n..];
-            }
-            if self.staged == self.buf.capacity() {
-                engine
-                    .write_all_at(&self.file, &self.buf, self.flushed)
-                    .map_err(|e| TierError::io("write", self.file.path(), e))?;
-                self.flushed += self.staged as u64;
-                self.staged = 0;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes what is buffered, zero-padded to a whole block. Returns the file
-    /// length (a multiple of [`DIO_ALIGN`]). Durability is the caller's
-    /// `sync_data`, after any length change.
-    pub fn finish(&mut self, engine: &dyn IoEngine) -> Result<u64, TierError> {
-        let tail = super::format::align_up(self.staged as u64, DIO_ALIGN as u64) as usize;
-        self.buf[self.staged..tail].fill(0);
-        engine
-            .write_all_at(&self.file, &self.buf[..tail], self.flushed)
-            .map_err(|e| TierError::io("write", self.file.path(), e))?;
-        self.flushed += tail as u64;
-        self.staged = 0;
-        Ok(self.flushed)
-    }
-}
-
-/// One read of a batch: `len` bytes at `offset` of `fd` into `buf`.
+/// One read of a batch: `len()` bytes at `offset` of `fd`, scattered over
+/// `iov` in order (one request for a value and its bounced tail, or for a
+/// run of adjacent values).
 pub struct ReadOp {
     pub fd: RawFd,
-    pub buf: *mut u8,
-    pub len: usize,
+    pub iov: Vec<libc::iovec>,
     pub offset: u64,
     /// Filled in by the engine: bytes read (short only at end of file) or the error.
     pub result: io::Result<usize>,
+}
+
+/// Most pieces one read scatters into (the kernel's `IOV_MAX`).
+pub const MAX_IOV: usize = 1024;
+
+impl ReadOp {
+    /// A read of `len` bytes at `offset` into `buf`.
+    pub fn new(fd: RawFd, buf: *mut u8, len: usize, offset: u64) -> ReadOp {
+        ReadOp {
+            fd,
+            iov: vec![libc::iovec {
+                iov_base: buf.cast(),
+                iov_len: len,
+            }],
+            offset,
+            result: Ok(0),
+        }
+    }
+
+    /// Bytes the op asks for.
+    pub fn len(&self) -> usize {
+        self.iov.iter().map(|v| v.iov_len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The pieces of `iov` left after its first `done` bytes.
+pub fn iov_after(iov: &[libc::iovec], mut done: usize) -> Vec<libc::iovec> {
+    let mut out = Vec::with_capacity(iov.len());
+    for v in iov {
+        if done >= v.iov_len {
+            done -= v.iov_len;
+            continue;
+        }
+        out.push(libc::iovec {
+            // Stays inside the piece: `done < iov_len`.
+            iov_base: v.iov_base.cast::<u8>().wrapping_add(done).cast(),
+            iov_len: v.iov_len - done,
+        });
+        done = 0;
+    }
+    out
 }
 
 /// How the tier moves bytes between buffers and files. Every call completes
@@ -256,8 +259,8 @@ pub trait IoEngine: Send + Sync {
     /// Runs every op (in any order), filling in each result.
     ///
     /// # Safety
-    /// Each op's `buf` must be valid for writes of `len` bytes, not aliased by
-    /// another op, and stay so until the call returns.
+    /// Each piece of each op's `iov` must be valid for writes of its length,
+    /// not overlap any other piece, and stay so until the call returns.
     unsafe fn read_many(&self, ops: &mut [ReadOp]);
     /// `fdatasync`.
     fn sync_data(&self, file: &DiskFile) -> io::Result<()>;
@@ -335,13 +338,56 @@ mod tests {
 
     #[test]
     fn aligned_buf_is_aligned_and_zeroed() {
-        for len in [0, 1, 4095, 4096, 4097, 1 << 20] {
+        for len in [
+            0,
+            1,
+            4095,
+            4096,
+            4097,
+            1 << 20,
+            HUGE - 1,
+            HUGE,
+            HUGE + 1,
+            3 * HUGE,
+        ] {
             let b = AlignedBuf::new(len);
             assert!((b.as_ptr() as usize).is_multiple_of(DIO_ALIGN));
+            if b.capacity() >= HUGE {
+                assert!((b.as_ptr() as usize).is_multiple_of(HUGE));
+            }
             assert!(b.capacity() >= len.max(1));
             assert!(b.capacity().is_multiple_of(DIO_ALIGN));
             assert!(b.iter().all(|&x| x == 0));
         }
+    }
+
+    #[test]
+    fn iov_after_skips_exactly_what_was_done() {
+        let mut a = [0u8; 10];
+        let mut b = [0u8; 5];
+        let iov = [
+            libc::iovec {
+                iov_base: a.as_mut_ptr().cast(),
+                iov_len: 10,
+            },
+            libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+            libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 5,
+            },
+        ];
+        let lens = |v: &[libc::iovec]| v.iter().map(|v| v.iov_len).collect::<Vec<_>>();
+        assert_eq!(lens(&iov_after(&iov, 0)), [10, 5]);
+        assert_eq!(lens(&iov_after(&iov, 3)), [7, 5]);
+        assert_eq!(iov_after(&iov, 3)[0].iov_base, a[3..].as_mut_ptr().cast());
+        assert_eq!(lens(&iov_after(&iov, 10)), [5]);
+        assert_eq!(lens(&iov_after(&iov, 14)), [1]);
+        assert_eq!(iov_after(&iov, 14)[0].iov_base, b[4..].as_mut_ptr().cast());
+        assert!(iov_after(&iov, 15).is_empty());
+        assert!(iov_after(&iov, 99).is_empty());
     }
 
     #[test]

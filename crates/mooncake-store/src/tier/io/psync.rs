@@ -18,20 +18,39 @@ fn errno_result(n: isize) -> io::Result<usize> {
 /// # Safety
 /// `buf` must be valid for writes of `len` bytes.
 unsafe fn pread_full(fd: i32, buf: *mut u8, len: usize, offset: u64) -> io::Result<usize> {
+    let iov = [libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    }];
+    // SAFETY: the caller's guarantee for `buf` is the one `preadv_full` needs.
+    unsafe { preadv_full(fd, &iov, offset) }
+}
+
+/// `preadv` until every piece is full or the file ends; returns the bytes read.
+///
+/// # Safety
+/// Every piece of `iov` must be valid for writes of its length.
+unsafe fn preadv_full(fd: i32, iov: &[libc::iovec], offset: u64) -> io::Result<usize> {
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
+    let mut rest = iov.to_vec();
     let mut done = 0;
-    while done < len {
-        // SAFETY: the caller guarantees `buf[..len]` is writable.
+    while done < total {
+        let n_iov = rest.len().min(super::MAX_IOV) as libc::c_int;
+        // SAFETY: `rest` are the caller's pieces, advanced past what was read.
         let n = unsafe {
-            libc::pread(
+            libc::preadv(
                 fd,
-                buf.add(done).cast(),
-                len - done,
+                rest.as_ptr(),
+                n_iov,
                 (offset + done as u64) as libc::off_t,
             )
         };
         match errno_result(n) {
             Ok(0) => break,
-            Ok(n) => done += n,
+            Ok(n) => {
+                done += n;
+                rest = super::iov_after(&rest, n);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
@@ -96,8 +115,8 @@ impl IoEngine for PsyncEngine {
 
     unsafe fn read_many(&self, ops: &mut [ReadOp]) {
         for op in ops {
-            // SAFETY: the caller guarantees each op's buffer is valid.
-            op.result = unsafe { pread_full(op.fd, op.buf, op.len, op.offset) };
+            // SAFETY: the caller guarantees each op's pieces are valid.
+            op.result = unsafe { preadv_full(op.fd, &op.iov, op.offset) };
         }
     }
 

@@ -3,7 +3,7 @@
 //! into up to [`QUEUE_DEPTH`] operations in flight at once.
 
 use super::psync::with_fallback;
-use super::{DiskFile, IoEngine, ReadOp};
+use super::{iov_after, DiskFile, IoEngine, ReadOp, MAX_IOV};
 use io_uring::{opcode, types, IoUring};
 use std::cell::RefCell;
 use std::io;
@@ -41,13 +41,33 @@ fn with_ring<T>(f: impl FnOnce(&mut IoUring) -> io::Result<T>) -> io::Result<T> 
 /// One operation being driven to completion (resubmitted after a short transfer).
 struct Piece {
     fd: i32,
-    ptr: *mut u8,
+    /// A write's one buffer, or the pieces a read scatters into.
+    iov: Vec<libc::iovec>,
     len: usize,
     offset: u64,
     write: bool,
     done: usize,
+    /// What is left of `iov` for the read in flight; the kernel reads this
+    /// array, so it is not touched until the completion arrives.
+    rest: Vec<libc::iovec>,
     result: Option<io::Result<usize>>,
     in_flight: bool,
+}
+
+impl Piece {
+    fn new(fd: i32, iov: Vec<libc::iovec>, offset: u64, write: bool) -> Piece {
+        Piece {
+            fd,
+            len: iov.iter().map(|v| v.iov_len).sum(),
+            iov,
+            offset,
+            write,
+            done: 0,
+            rest: Vec::new(),
+            result: None,
+            in_flight: false,
+        }
+    }
 }
 
 /// Runs every piece to completion, at most [`QUEUE_DEPTH`] in flight.
@@ -65,17 +85,18 @@ unsafe fn run(ring: &mut IoUring, pieces: &mut [Piece]) -> io::Result<()> {
             if p.result.is_some() || p.in_flight {
                 continue;
             }
-            let remaining = (p.len - p.done).min(u32::MAX as usize & !4095) as u32;
-            // SAFETY: `done < len`, so the pointer stays inside the caller's buffer.
-            let ptr = unsafe { p.ptr.add(p.done) };
             let fd = types::Fd(p.fd);
+            let at = p.offset + p.done as u64;
             let entry = if p.write {
-                opcode::Write::new(fd, ptr, remaining)
-                    .offset(p.offset + p.done as u64)
-                    .build()
+                let remaining = (p.len - p.done).min(u32::MAX as usize & !4095) as u32;
+                // SAFETY: `done < len`, so the pointer stays inside the caller's buffer.
+                let ptr = unsafe { p.iov[0].iov_base.cast::<u8>().add(p.done) };
+                opcode::Write::new(fd, ptr, remaining).offset(at).build()
             } else {
-                opcode::Read::new(fd, ptr, remaining)
-                    .offset(p.offset + p.done as u64)
+                p.rest = iov_after(&p.iov, p.done);
+                let n = p.rest.len().min(MAX_IOV) as u32;
+                opcode::Readv::new(fd, p.rest.as_ptr(), n)
+                    .offset(at)
                     .build()
             }
             .user_data(i as u64);
@@ -139,15 +160,12 @@ impl IoEngine for UringEngine {
             let mut pieces: Vec<Piece> = buf
                 .chunks(WRITE_PIECE)
                 .enumerate()
-                .map(|(i, c)| Piece {
-                    fd: file.fd(),
-                    ptr: c.as_ptr() as *mut u8,
-                    len: c.len(),
-                    offset: offset + (i * WRITE_PIECE) as u64,
-                    write: true,
-                    done: 0,
-                    result: None,
-                    in_flight: false,
+                .map(|(i, c)| {
+                    let iov = vec![libc::iovec {
+                        iov_base: c.as_ptr() as *mut libc::c_void,
+                        iov_len: c.len(),
+                    }];
+                    Piece::new(file.fd(), iov, offset + (i * WRITE_PIECE) as u64, true)
                 })
                 .collect();
             // SAFETY: the pieces cover disjoint parts of `buf`, borrowed for the call;
@@ -162,16 +180,11 @@ impl IoEngine for UringEngine {
 
     fn read_at(&self, file: &DiskFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         with_fallback(file, || {
-            let mut pieces = [Piece {
-                fd: file.fd(),
-                ptr: buf.as_mut_ptr(),
-                len: buf.len(),
-                offset,
-                write: false,
-                done: 0,
-                result: None,
-                in_flight: false,
+            let iov = vec![libc::iovec {
+                iov_base: buf.as_mut_ptr().cast(),
+                iov_len: buf.len(),
             }];
+            let mut pieces = [Piece::new(file.fd(), iov, offset, false)];
             // SAFETY: `buf` is borrowed mutably for the whole call.
             with_ring(|ring| unsafe { run(ring, &mut pieces) })?;
             let [p] = pieces;
@@ -182,16 +195,7 @@ impl IoEngine for UringEngine {
     unsafe fn read_many(&self, ops: &mut [ReadOp]) {
         let mut pieces: Vec<Piece> = ops
             .iter()
-            .map(|op| Piece {
-                fd: op.fd,
-                ptr: op.buf,
-                len: op.len,
-                offset: op.offset,
-                write: false,
-                done: 0,
-                result: None,
-                in_flight: false,
-            })
+            .map(|op| Piece::new(op.fd, op.iov.clone(), op.offset, false))
             .collect();
         // SAFETY: the caller guarantees the ops' buffers are valid and disjoint.
         match with_ring(|ring| unsafe { run(ring, &mut pieces) }) {
@@ -269,26 +273,33 @@ mod tests {
         // A batch of reads at different offsets.
         let mut a = AlignedBuf::new(4096);
         let mut b = AlignedBuf::new(4096);
+        let mut d = AlignedBuf::new(4096);
+        let mut c = AlignedBuf::new(4096);
         let mut ops = [
+            ReadOp::new(r.fd(), a.as_mut_ptr(), 4096, 4096),
+            ReadOp::new(r.fd(), b.as_mut_ptr(), 4096, 1 << 20),
+            // One request scattered over two buffers.
             ReadOp {
-                fd: r.fd(),
-                buf: a.as_mut_ptr(),
-                len: 4096,
-                offset: 4096,
-                result: Ok(0),
-            },
-            ReadOp {
-                fd: r.fd(),
-                buf: b.as_mut_ptr(),
-                len: 4096,
-                offset: 1 << 20,
-                result: Ok(0),
+                iov: vec![
+                    libc::iovec {
+                        iov_base: c.as_mut_ptr().cast(),
+                        iov_len: 4096,
+                    },
+                    libc::iovec {
+                        iov_base: d.as_mut_ptr().cast(),
+                        iov_len: 4096,
+                    },
+                ],
+                ..ReadOp::new(r.fd(), std::ptr::null_mut(), 0, 8192)
             },
         ];
-        // SAFETY: `a` and `b` are distinct live buffers of 4096 bytes.
+        // SAFETY: `a`..`d` are distinct live buffers of 4096 bytes.
         unsafe { engine.read_many(&mut ops) };
         assert_eq!(ops[0].result.as_ref().unwrap(), &4096);
         assert_eq!(ops[1].result.as_ref().unwrap(), &4096);
+        assert_eq!(ops[2].result.as_ref().unwrap(), &8192);
+        assert!(c[..] == buf[8192..12288]);
+        assert!(d[..] == buf[12288..16384]);
         assert!(a[..] == buf[4096..8192]);
         assert!(b[..] == buf[1 << 20..(1 << 20) + 4096]);
     }

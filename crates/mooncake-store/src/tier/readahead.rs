@@ -1,0 +1,368 @@
+//! Readahead for values read one at a time in the order they were written.
+//!
+//! The tier reads with `O_DIRECT`, so the kernel's readahead never runs:
+//! each lone read waits for its request, then the caller checksums it while
+//! the disk idles. A bucket's objects are written back to back, and objects
+//! put together tend to be read together (a request's prefix blocks), so
+//! once two reads of a bucket follow each other, a background thread reads
+//! the next windows of the file while the caller checksums and uses what it
+//! has. A read that a window covers copies from it; the caller verifies the
+//! checksum as for any read, so a window never serves bytes the file's
+//! checksum does not vouch for.
+//!
+//! Windows stay valid for every object still indexed: a bucket's bytes never
+//! change after its seal, except blocks punched out of objects that left
+//! the index, and unit ids are never reused.
+
+use super::format::{align_up, DIO_ALIGN};
+use super::io::{AlignedBuf, DiskFile, IoEngine};
+use super::unit_files::UnitId;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Bytes one readahead request reads.
+pub const WINDOW: usize = 4 << 20;
+/// Windows kept ahead of a sequential reader.
+const AHEAD: u64 = 2;
+/// Windows held at most (in flight or ready), across all streams.
+const MAX_WINDOWS: usize = 8;
+/// Units whose last read position is remembered.
+const MAX_STREAMS: usize = 16;
+/// How long a read waits for a window in flight before reading the file
+/// itself.
+const WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+enum Fill {
+    InFlight,
+    /// The bytes read (fewer than the window at the end of the file).
+    Ready(Arc<AlignedBuf>, usize),
+    Failed,
+}
+
+struct Window {
+    unit: UnitId,
+    start: u64,
+    fill: Fill,
+}
+
+struct Stream {
+    unit: UnitId,
+    /// Where the last read ended.
+    end: u64,
+    /// Where the windows scheduled so far end.
+    ahead: u64,
+}
+
+#[derive(Default)]
+struct State {
+    streams: VecDeque<Stream>,
+    windows: VecDeque<Window>,
+    spare: Vec<AlignedBuf>,
+}
+
+struct Job {
+    unit: UnitId,
+    start: u64,
+    path: PathBuf,
+    buf: AlignedBuf,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    filled: Condvar,
+}
+
+pub struct Readahead {
+    shared: Arc<Shared>,
+    /// Reads served from windows.
+    hits: AtomicU64,
+    jobs: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Readahead {
+    pub fn new(engine: Arc<dyn IoEngine>) -> std::io::Result<Readahead> {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            filled: Condvar::new(),
+        });
+        let (jobs, rx) = channel::<Job>();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("tier-readahead".into())
+            .spawn(move || {
+                for mut job in rx {
+                    let read = DiskFile::open_read(&job.path)
+                        .ok()
+                        .and_then(|f| engine.read_at(&f, &mut job.buf, job.start).ok());
+                    let mut st = s.state.lock();
+                    let slot = st
+                        .windows
+                        .iter_mut()
+                        .find(|w| w.unit == job.unit && w.start == job.start);
+                    match (slot, read) {
+                        (Some(w), Some(n)) => w.fill = Fill::Ready(Arc::new(job.buf), n),
+                        (Some(w), None) => {
+                            w.fill = Fill::Failed;
+                            keep_spare(&mut st, job.buf);
+                        }
+                        // Dropped meanwhile: nobody waits for it.
+                        (None, _) => keep_spare(&mut st, job.buf),
+                    }
+                    drop(st);
+                    s.filled.notify_all();
+                }
+            })?;
+        Ok(Readahead {
+            shared,
+            hits: AtomicU64::new(0),
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// Copies `[offset, offset + dst.len())` of `unit` into `dst` from the
+    /// windows, waiting for one in flight. `false` (and `dst` unspecified)
+    /// when the windows do not hold all of it.
+    pub fn read(&self, unit: UnitId, offset: u64, dst: &mut [u8]) -> bool {
+        let mut done = 0usize;
+        while done < dst.len() {
+            let at = offset + done as u64;
+            let buf = {
+                let mut st = self.shared.state.lock();
+                loop {
+                    let w = st
+                        .windows
+                        .iter()
+                        .find(|w| w.unit == unit && w.start <= at && at < w.start + WINDOW as u64);
+                    match w.map(|w| (&w.fill, w.start)) {
+                        None | Some((Fill::Failed, _)) => return false,
+                        Some((Fill::InFlight, _)) => {
+                            // Bounded: a read never hangs on a stuck window.
+                            let r = self.shared.filled.wait_for(&mut st, WAIT);
+                            if r.timed_out() {
+                                return false;
+                            }
+                        }
+                        Some((Fill::Ready(buf, n), start)) => break (buf.clone(), *n, start),
+                    }
+                }
+            };
+            let (buf, valid, start) = buf;
+            let from = (at - start) as usize;
+            if from >= valid {
+                return false; // past the end of the file
+            }
+            let n = (valid - from).min(dst.len() - done);
+            dst[done..done + n].copy_from_slice(&buf[from..from + n]);
+            done += n;
+        }
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Reads served from windows so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Notes a read of `[start, end)` of `unit` (whose data file is
+    /// `path`). When it continues the unit's previous read, or starts the
+    /// file, windows are scheduled ahead of it; windows behind it go.
+    pub fn advance(&self, unit: UnitId, start: u64, end: u64, path: &std::path::Path) {
+        let mut st = self.shared.state.lock();
+        // Windows wholly behind this read are used up.
+        let used = |w: &Window| {
+            w.unit == unit && w.start + WINDOW as u64 <= start && !matches!(w.fill, Fill::InFlight)
+        };
+        while let Some(i) = st.windows.iter().position(used) {
+            remove_window(&mut st, i);
+        }
+        let pos = st.streams.iter().position(|s| s.unit == unit);
+        let continues = pos.is_some_and(|i| {
+            let prev = st.streams[i].end;
+            start >= prev && start <= align_up(prev, DIO_ALIGN as u64)
+        });
+        let mut stream = match pos {
+            Some(i) => st.streams.remove(i).expect("found"),
+            None => Stream {
+                unit,
+                end,
+                ahead: 0,
+            },
+        };
+        let from = end / DIO_ALIGN as u64 * DIO_ALIGN as u64;
+        // A stream that starts over (at the start of the file) schedules
+        // from here, not from where its previous pass had got to.
+        stream.ahead = if continues {
+            stream.ahead.max(from)
+        } else {
+            from
+        };
+        stream.end = end;
+        if continues || start == 0 {
+            while stream.ahead < end + AHEAD * WINDOW as u64 {
+                if !self.schedule(&mut st, unit, stream.ahead, path) {
+                    break;
+                }
+                stream.ahead += WINDOW as u64;
+            }
+        }
+        st.streams.push_front(stream);
+        st.streams.truncate(MAX_STREAMS);
+    }
+
+    /// Queues a window unless one covers `start` already; `false` when
+    /// there is no room (the oldest ready window makes way if needed).
+    fn schedule(&self, st: &mut State, unit: UnitId, start: u64, path: &std::path::Path) -> bool {
+        if st
+            .windows
+            .iter()
+            .any(|w| w.unit == unit && w.start == start)
+        {
+            return true;
+        }
+        if st.windows.len() >= MAX_WINDOWS {
+            let Some(i) = st
+                .windows
+                .iter()
+                .position(|w| !matches!(w.fill, Fill::InFlight))
+            else {
+                return false;
+            };
+            remove_window(st, i);
+        }
+        let buf = st.spare.pop().unwrap_or_else(|| AlignedBuf::new(WINDOW));
+        let job = Job {
+            unit,
+            start,
+            path: path.to_path_buf(),
+            buf,
+        };
+        match self.jobs.as_ref().map(|j| j.send(job)) {
+            Some(Ok(())) => {
+                st.windows.push_back(Window {
+                    unit,
+                    start,
+                    fill: Fill::InFlight,
+                });
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Drops window `i`, keeping its buffer for the next window unless a
+/// reader still copies from it.
+fn remove_window(st: &mut State, i: usize) {
+    let Some(w) = st.windows.remove(i) else {
+        return;
+    };
+    if let Fill::Ready(buf, _) = w.fill {
+        if let Ok(buf) = Arc::try_unwrap(buf) {
+            keep_spare(st, buf);
+        }
+    }
+}
+
+/// Keeps a buffer for the next window while windows and spares together
+/// stay within [`MAX_WINDOWS`] buffers; frees it otherwise.
+fn keep_spare(st: &mut State, buf: AlignedBuf) {
+    if st.windows.len() + st.spare.len() < MAX_WINDOWS {
+        st.spare.push(buf);
+    }
+}
+
+impl Drop for Readahead {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tier::io::psync::PsyncEngine;
+
+    fn file(dir: &std::path::Path, len: usize) -> (PathBuf, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len)
+            .map(|i| (i % 251) as u8 ^ (i >> 12) as u8)
+            .collect();
+        let p = dir.join("data");
+        std::fs::write(&p, &bytes).unwrap();
+        (p, bytes)
+    }
+
+    #[test]
+    fn sequential_reads_are_served_from_windows_across_their_edges() {
+        let dir = tempfile::tempdir().unwrap();
+        let len = 3 * WINDOW + 12_345;
+        let (path, bytes) = file(dir.path(), len);
+        let ra = Readahead::new(Arc::new(PsyncEngine)).unwrap();
+        // Nothing was read yet: no window holds anything.
+        let mut dst = vec![0u8; 100];
+        assert!(!ra.read(1, 0, &mut dst));
+        // A read at the start of the file schedules windows ahead of it.
+        ra.advance(1, 0, 100, &path);
+        // Across the first window's edge, then into the second.
+        let at = WINDOW as u64 - 1000;
+        let mut dst = vec![0u8; 5000];
+        assert!(ra.read(1, at, &mut dst));
+        assert!(dst[..] == bytes[at as usize..at as usize + 5000]);
+        // Reading on schedules the next windows; the file's tail is short.
+        ra.advance(1, at, at + 5000, &path);
+        ra.advance(1, at + 5000, 3 * WINDOW as u64, &path);
+        let tail = 3 * WINDOW as u64 + 10_000;
+        let mut dst = vec![0u8; 2345];
+        assert!(ra.read(1, tail, &mut dst));
+        assert!(dst[..] == bytes[tail as usize..]);
+        // Past the end of the file: not served.
+        let mut dst = vec![0u8; 2346];
+        assert!(!ra.read(1, tail, &mut dst));
+        // Another unit shares nothing.
+        assert!(!ra.read(2, tail, &mut [0u8; 10]));
+        assert_eq!(ra.hits(), 2);
+        // Starting over at the start of the file schedules from there again,
+        // wherever the previous pass had got to.
+        let dir2 = tempfile::tempdir().unwrap();
+        let (path2, bytes2) = file(dir2.path(), 3 * WINDOW);
+        let w = WINDOW as u64;
+        // Windows start where the read that schedules them ends.
+        ra.advance(3, 0, 10, &path2);
+        assert!(ra.read(3, 10, &mut [0u8; 10]));
+        assert!(ra.read(3, w + 10, &mut [0u8; 10]));
+        // Reading on past the first window: it is used up and goes.
+        ra.advance(3, 10, w + 20, &path2);
+        ra.advance(3, w + 20, w + 30, &path2);
+        assert!(!ra.read(3, 20, &mut [0u8; 10]));
+        ra.advance(3, 0, 10, &path2);
+        let mut dst = vec![0u8; 100];
+        assert!(ra.read(3, 20, &mut dst));
+        assert!(dst[..] == bytes2[20..120]);
+    }
+
+    #[test]
+    fn a_jump_schedules_nothing_and_a_missing_file_serves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = file(dir.path(), 4 * WINDOW);
+        let ra = Readahead::new(Arc::new(PsyncEngine)).unwrap();
+        // Not at the start, and not where a previous read ended.
+        ra.advance(1, 2 * WINDOW as u64, 2 * WINDOW as u64 + 10, &path);
+        ra.advance(1, 100_000, 100_010, &path);
+        assert!(!ra.read(1, 3 * WINDOW as u64, &mut [0u8; 10]));
+        assert!(!ra.read(1, 100_010, &mut [0u8; 10]));
+        // A file that cannot be opened: the windows fail, readers fall back.
+        ra.advance(7, 0, 10, &dir.path().join("gone"));
+        assert!(!ra.read(7, 10, &mut [0u8; 10]));
+        assert_eq!(ra.hits(), 0);
+    }
+}
