@@ -18,10 +18,17 @@ import argparse
 import ctypes
 import json
 import os
+import resource
 import sys
 import time
 
 MiB = 1 << 20
+
+
+def minor_faults() -> int:
+    """Page faults of this process so far that needed no I/O (fresh or
+    reclaimed pages of the heap, of a segment, of a caller's buffer)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def gbps(nbytes: int, ns: int) -> float:
@@ -94,25 +101,33 @@ def run(args) -> dict:
     for phase in ("first", "warm"):
         keys = [f"ff/{os.getpid()}/{phase}/{i}" for i in range(args.count)]
         half = args.count // 2
+        f0 = minor_faults()
         t0 = time.perf_counter_ns()
         for k in keys[:half]:
             assert store.put(k, value) == 0
         t1 = time.perf_counter_ns()
+        f1 = minor_faults()
         for k in keys[half:]:
             assert store.put_from(k, addr, args.size) == 0
         t2 = time.perf_counter_ns()
+        f2 = minor_faults()
         for k in keys[:half]:
             got = store.get(k)
             assert got == value
             del got
         t3 = time.perf_counter_ns()
+        f3 = minor_faults()
         for k in keys[half:]:
             assert store.get_into(k, addr, args.size) == args.size
         t4 = time.perf_counter_ns()
+        f4 = minor_faults()
         assert ctypes.string_at(addr, args.size) == value
         n = half * args.size
         out[phase] = {"put": gbps(n, t1 - t0), "put_from": gbps(n, t2 - t1),
                       "get": gbps(n, t3 - t2), "get_into": gbps(n, t4 - t3)}
+        # Minor page faults of this process per op (its heap, its own
+        # segment in this local topology, the get_into buffer).
+        out[f"{phase}_faults"] = {"put": f1 - f0, "put_from": f2 - f1, "get": f3 - f2, "get_into": f4 - f3}
         print(f"{phase:<6} " + " ".join(f"{k}={v:.2f} GB/s" for k, v in out[phase].items()),
               file=sys.stderr, flush=True)
         # Only this run's keys, forced: `remove_all(True)` is an admin call on

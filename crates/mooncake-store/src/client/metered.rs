@@ -34,15 +34,13 @@ impl Metered {
         results: &[Result<T>],
         size: impl Fn(&T) -> u64,
     ) {
-        let ok: Vec<u64> = results
+        let (ok, bytes) = results
             .iter()
             .filter_map(|r| r.as_ref().ok().map(&size))
-            .collect();
-        let failed = (results.len() - ok.len()) as u64;
-        let bytes = ok.iter().sum();
+            .fold((0u64, 0u64), |(n, b), s| (n + 1, b + s));
         let outcome = Outcome {
-            ok: ok.len() as u64,
-            failed,
+            ok,
+            failed: results.len() as u64 - ok,
             bytes,
         };
         self.metrics

@@ -135,14 +135,22 @@ impl Tally {
     }
 }
 
-/// The series one operation (or RPC) updates, looked up in their families
-/// once: each call then touches atomics only, instead of building a label
-/// set and hashing it into every family it updates.
-#[derive(Clone)]
-struct Series {
+/// The series one operation updates, looked up in their families once:
+/// each call then touches atomics only, instead of building a label set and
+/// hashing it into every family it updates. Kept with the operation's tally,
+/// so a call takes one lock and one map lookup for both.
+struct OpEntry {
     count: Gauge,
     bytes: Gauge,
     latency: Histogram,
+    tally: Tally,
+}
+
+/// One RPC's series and tally (see [`OpEntry`]).
+struct RpcEntry {
+    count: Gauge,
+    latency: Histogram,
+    tally: Tally,
 }
 
 /// What the periodic report remembers between two reports.
@@ -174,11 +182,10 @@ pub struct ClientMetrics {
     engine_requests: Family<Labels, Gauge>,
     engine_bytes: Family<Labels, Gauge>,
     totals: [AtomicU64; 2],
-    tallies: Mutex<BTreeMap<(bool, &'static str), Tally>>,
-    rpc_tallies: Mutex<BTreeMap<&'static str, Tally>>,
-    /// Per (write, op): the interface series; per RPC: count and latency.
-    op_series: Mutex<BTreeMap<(bool, &'static str), Series>>,
-    rpc_series: Mutex<BTreeMap<&'static str, (Gauge, Histogram)>>,
+    /// Per (write, op): the interface series and tally; per RPC: count,
+    /// latency and tally.
+    ops: Mutex<BTreeMap<(bool, &'static str), OpEntry>>,
+    rpcs: Mutex<BTreeMap<&'static str, RpcEntry>>,
     /// Per route and direction (read, write), created at first use.
     route_series: [[OnceLock<Gauge>; 2]; 3],
     /// `mooncake_transfer_{read,write}_bytes` of this client.
@@ -239,10 +246,8 @@ impl ClientMetrics {
             engine_requests: Family::default(),
             engine_bytes: Family::default(),
             totals: Default::default(),
-            tallies: Mutex::new(BTreeMap::new()),
-            rpc_tallies: Mutex::new(BTreeMap::new()),
-            op_series: Mutex::new(BTreeMap::new()),
-            rpc_series: Mutex::new(BTreeMap::new()),
+            ops: Mutex::new(BTreeMap::new()),
+            rpcs: Mutex::new(BTreeMap::new()),
             route_series: Default::default(),
             mode_totals: Default::default(),
             interval: Mutex::new(Interval {
@@ -406,31 +411,28 @@ impl ClientMetrics {
                 h,
             )
         };
-        let series = self
-            .op_series
-            .lock()
-            .entry((write, op))
-            .or_insert_with(|| {
+        {
+            let mut ops = self.ops.lock();
+            let e = ops.entry((write, op)).or_insert_with(|| {
                 let labels = self.labels(&[("op_name", op)]);
-                Series {
+                OpEntry {
                     count: count.get_or_create(&labels).clone(),
                     bytes: op_bytes.get_or_create(&labels).clone(),
                     latency: lat.get_or_create(&labels).clone(),
+                    tally: Tally::default(),
                 }
-            })
-            .clone();
-        series.count.inc();
-        series.bytes.inc_by(bytes as i64);
-        series.latency.observe(us);
+            });
+            e.count.inc();
+            e.bytes.inc_by(bytes as i64);
+            e.latency.observe(us);
+            e.tally.batch = batch;
+            e.tally.add(bytes, us);
+        }
         self.mode_totals[usize::from(write)]
             .get_or_init(|| total.get_or_create(&self.mode).clone())
             .inc_by(bytes as i64);
         hist.observe(us);
         self.totals[usize::from(write)].fetch_add(bytes, Ordering::Relaxed);
-        let mut tallies = self.tallies.lock();
-        let t = tallies.entry((write, op)).or_default();
-        t.batch = batch;
-        t.add(bytes, us);
     }
 
     /// `bytes` of a value moved over `route`.
@@ -501,7 +503,12 @@ impl ClientMetrics {
             rate(read as f64 / secs),
             rate(write as f64 / secs)
         );
-        let tallies = self.tallies.lock().clone();
+        let tallies: BTreeMap<(bool, &str), Tally> = self
+            .ops
+            .lock()
+            .iter()
+            .map(|(&k, e)| (k, e.tally.clone()))
+            .collect();
         let merged = |write: bool, batch: bool| {
             let mut t = Tally::default();
             for ((w, _), v) in &tallies {
@@ -520,7 +527,12 @@ impl ClientMetrics {
         };
         let _ = writeln!(s, "\n=== Latency Summary (microseconds) ===\nGet: {}\nPut: {}\nBatch Get: {}\nBatch Put: {}", merged(false, false), merged(true, false), merged(false, true), merged(true, true));
         s.push_str("\n=== RPC Metrics Summary ===\n");
-        let rpcs = self.rpc_tallies.lock().clone();
+        let rpcs: BTreeMap<&str, Tally> = self
+            .rpcs
+            .lock()
+            .iter()
+            .map(|(&k, e)| (k, e.tally.clone()))
+            .collect();
         if rpcs.is_empty() {
             s.push_str("No RPC calls recorded\n");
         }
@@ -567,21 +579,18 @@ impl RpcObserver for ClientMetrics {
     /// One master RPC (`rpc`: the request's name).
     fn observe_rpc(&self, rpc: &'static str, took: Duration) {
         let us = took.as_secs_f64() * 1e6;
-        let (count, latency) = self
-            .rpc_series
-            .lock()
-            .entry(rpc)
-            .or_insert_with(|| {
-                let labels = self.labels(&[("rpc_name", rpc)]);
-                (
-                    self.rpc_count.get_or_create(&labels).clone(),
-                    self.rpc_latency.get_or_create(&labels).clone(),
-                )
-            })
-            .clone();
-        count.inc();
-        latency.observe(us);
-        self.rpc_tallies.lock().entry(rpc).or_default().add(0, us);
+        let mut rpcs = self.rpcs.lock();
+        let e = rpcs.entry(rpc).or_insert_with(|| {
+            let labels = self.labels(&[("rpc_name", rpc)]);
+            RpcEntry {
+                count: self.rpc_count.get_or_create(&labels).clone(),
+                latency: self.rpc_latency.get_or_create(&labels).clone(),
+                tally: Tally::default(),
+            }
+        });
+        e.count.inc();
+        e.latency.observe(us);
+        e.tally.add(0, us);
     }
 }
 
