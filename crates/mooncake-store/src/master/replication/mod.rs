@@ -152,10 +152,11 @@ struct State {
     /// A standby is connected to the leader it follows (or kept an
     /// answer of it).
     following: bool,
-    /// Entries past `applied` came from this master's disk log: they are
-    /// kept when it first follows a leader, and dropped only if that
-    /// leader's log does not hold them.
-    keep_tail: bool,
+    /// Standby: entries past this point may not be in the leader's log
+    /// (it is new, or refused the log). The next pull asks for what
+    /// follows it; entries resent with the term held here are kept (the
+    /// same entries), the first that differs replaces the rest.
+    verify: Option<u64>,
 }
 
 thread_local! {
@@ -227,7 +228,7 @@ impl Replication {
                 in_sync: None,
                 leader: None,
                 following: false,
-                keep_tail: false,
+                verify: None,
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
