@@ -579,6 +579,10 @@ impl MutationSink for std::sync::Arc<Replication> {
         }
         LAST_SEQ.with(|c| c.set(seq));
     }
+
+    fn position(&self) -> u64 {
+        self.last_hint.load(Ordering::Acquire)
+    }
 }
 
 fn not_leader() -> Error {

@@ -25,7 +25,7 @@ pub(super) enum Fate {
 
 impl MasterService {
     /// The hook: every mutation passes here before it takes effect.
-    fn observe(&self, m: &Mutation<'_>) {
+    pub(super) fn observe(&self, m: &Mutation<'_>) {
         if let Some(sink) = &self.sink {
             sink.applied(m);
         }
@@ -358,6 +358,26 @@ impl MasterService {
                 self.apply_free_retired(now);
             }
             Mutation::Disk(op) => self.replay_disk(op),
+            Mutation::Reserve {
+                segment,
+                offset,
+                len,
+            } => {
+                if !self.replay_reserve(segment, offset, len) {
+                    return diverged(format!("reserve {offset}+{len} of segment {segment}"));
+                }
+            }
+            Mutation::Unreserve {
+                segment,
+                offset,
+                len,
+                free_at,
+                now,
+            } => {
+                if !self.replay_unreserve(segment, offset, len, free_at, now) {
+                    return diverged(format!("unreserve {offset}+{len} of segment {segment}"));
+                }
+            }
         }
         Ok(())
     }
