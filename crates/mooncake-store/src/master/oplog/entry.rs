@@ -34,12 +34,17 @@ pub struct Placed {
 /// variant means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnedMutation {
-    Object { key: String, op: OwnedObjectOp },
+    Object {
+        key: String,
+        op: OwnedObjectOp,
+    },
     Segment(OwnedSegmentOp),
     Client(OwnedClientOp),
     Task(OwnedTaskOp),
     Disk(OwnedDiskOp),
-    FreeRetired { now: u64 },
+    FreeRetired {
+        now: u64,
+    },
     Reserve {
         segment: u32,
         offset: u64,
@@ -248,9 +253,7 @@ impl OwnedMutation {
                 | OwnedTaskOp::Start { now, .. }
                 | OwnedTaskOp::Finish { now, .. },
             ) => Some(*now),
-            OwnedMutation::FreeRetired { now } | OwnedMutation::Unreserve { now, .. } => {
-                Some(*now)
-            }
+            OwnedMutation::FreeRetired { now } | OwnedMutation::Unreserve { now, .. } => Some(*now),
         }
     }
 

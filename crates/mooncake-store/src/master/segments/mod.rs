@@ -4,7 +4,6 @@
 //! allocation reads the current snapshot without a lock and then takes the
 //! one segment's allocator lock, so puts to different segments never contend.
 
-
 pub(crate) mod space;
 
 use std::collections::HashMap;
@@ -16,8 +15,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, MutexGuard};
 use rand::Rng;
 
-use super::allocator::BadFree;
 use self::space::Space;
+use super::allocator::BadFree;
 use super::policy::AllocationStrategy;
 use crate::types::{
     ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,

@@ -223,7 +223,10 @@ mod tests {
         // Outside allocations never land in reserved space.
         for _ in 0..200 {
             let o = s.allocate(4096).unwrap();
-            assert!(o + 4096 <= r || o >= r + (64 << 10), "{o} inside the region");
+            assert!(
+                o + 4096 <= r || o >= r + (64 << 10),
+                "{o} inside the region"
+            );
         }
         s.free(a, 4096).unwrap();
         assert_eq!(s.used(), 200 * 4096);
