@@ -351,7 +351,7 @@ impl Handler for Rpc {
         let answer_at = crate::master::mutation::take_answer_at();
         if let Some(wal) = &shared.durability.wal {
             // Acknowledged only once its mutations are durable.
-            if let Err(error) = wal.wait_for_this_thread() {
+            if let Err(error) = wal.wait_for_this_thread_upto(answer_at.unwrap_or(u64::MAX)) {
                 resp = Response::Failed { error };
             }
         }

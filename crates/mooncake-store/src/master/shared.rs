@@ -108,12 +108,7 @@ impl Shared {
             durability,
         } = super::snapshot::open(&config, &metrics.restore)?;
         if let Some(r) = &replication {
-            service = service.with_sink(Box::new(r.clone()));
-            // `MC_PUT_FENCE=0`: every PutStart waits for its own commit, as
-            // before the fence (to measure what the fence saves).
-            if std::env::var("MC_PUT_FENCE").as_deref() != Ok("0") {
-                service = service.with_put_fence();
-            }
+            service = service.with_sink(Box::new(r.clone())).with_put_fence();
         }
         let clock = Clock::new();
         // A restored master resumes after every time its state holds.

@@ -358,24 +358,10 @@ impl MasterService {
                 self.apply_free_retired(now);
             }
             Mutation::Disk(op) => self.replay_disk(op),
-            Mutation::Reserve {
-                segment,
-                offset,
-                len,
-            } => {
-                if !self.replay_reserve(segment, offset, len) {
-                    return diverged(format!("reserve {offset}+{len} of segment {segment}"));
-                }
-            }
-            Mutation::Unreserve {
-                segment,
-                offset,
-                len,
-                free_at,
-                now,
-            } => {
-                if !self.replay_unreserve(segment, offset, len, free_at, now) {
-                    return diverged(format!("unreserve {offset}+{len} of segment {segment}"));
+            m @ (Mutation::Reserve { .. } | Mutation::Unreserve { .. }) => {
+                let what = format!("{m:?}");
+                if !self.replay_space(m) {
+                    return diverged(what);
                 }
             }
         }

@@ -111,47 +111,40 @@ impl MasterService {
         }
     }
 
-    /// Replays a reservation (a standby).
-    pub(super) fn replay_reserve(&self, segment: u32, offset: u64, len: u64) -> bool {
-        self.observe(&Mutation::Reserve {
+    /// Replays a `Reserve` or `Unreserve` (a standby); false when it
+    /// does not fit this state.
+    pub(super) fn replay_space(&self, m: Mutation<'_>) -> bool {
+        self.observe(&m);
+        let (Mutation::Reserve {
             segment,
             offset,
             len,
-        });
-        match self.segments.any_by_id(segment) {
-            Some(seg) if seg.is_mounted() => seg.add_reserved(offset, len),
-            // Unmounted since: its space is gone with it.
-            Some(_) => true,
-            None => false,
         }
-    }
-
-    /// Replays the return of reserved space (a standby).
-    pub(super) fn replay_unreserve(
-        &self,
-        segment: u32,
-        offset: u64,
-        len: u64,
-        free_at: u64,
-        now: u64,
-    ) -> bool {
-        self.observe(&Mutation::Unreserve {
+        | Mutation::Unreserve {
             segment,
             offset,
             len,
-            free_at,
-            now,
-        });
-        match self.segments.any_by_id(segment) {
-            Some(seg) if seg.is_mounted() => {
+            ..
+        }) = m
+        else {
+            return false;
+        };
+        let Some(seg) = self.segments.any_by_id(segment) else {
+            return false;
+        };
+        if !seg.is_mounted() {
+            // Unmounted since: its space went with it.
+            return true;
+        }
+        match m {
+            Mutation::Unreserve { free_at, now, .. } => {
                 if !seg.take_reserved(offset, len) {
                     return false;
                 }
                 self.release_unreserved(seg, offset, len, free_at, now);
                 true
             }
-            Some(_) => true,
-            None => false,
+            _ => seg.add_reserved(offset, len),
         }
     }
 }
