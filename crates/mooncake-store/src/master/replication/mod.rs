@@ -7,8 +7,10 @@
 //!   sequence number, the election's term, the mutation) and appends it
 //!   to the in-memory [`log`]. The RPC server then waits, before it
 //!   answers, until the call's last entry is committed
-//!   ([`Replication::wait_committed`]); a PutStart's allocation is thus
-//!   replicated before the writer learns where to write.
+//!   ([`Replication::wait_committed`]). A PutStart in reserved space
+//!   waits only for its reservation (`segments::space`): where its writer
+//!   writes is replicated before it learns where, and its own entry is
+//!   committed with its PutEnd.
 //! - Standbys pull: each keeps one `ReplicationPull` call outstanding on
 //!   the leader's RPC port (a long poll, answered as soon as there is
 //!   more). Asking for the entries after `n` acknowledges those up to
