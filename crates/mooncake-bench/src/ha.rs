@@ -37,6 +37,8 @@ pub struct HaBenchConfig {
     pub repeats: usize,
     /// Also the setups with each master's log on disk.
     pub wal: bool,
+    /// Also the replicated setup without the put fence.
+    pub unfenced: bool,
 }
 
 /// One measured put phase.
@@ -90,6 +92,7 @@ impl HaMaster {
         cluster: &str,
         rpc: u16,
         extra: &[String],
+        env: &[(&str, &str)],
     ) -> Result<HaMaster> {
         let (exe, mut args) = program("mooncake_master")?;
         args.extend(ha_flags(etcd, cluster, rpc));
@@ -99,6 +102,7 @@ impl HaMaster {
             std::fs::File::create(&log).map_err(|e| err(format!("{}: {e}", log.display())))?;
         let child = Command::new(exe)
             .args(&args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -151,7 +155,12 @@ fn ha_flags(etcd: &str, cluster: &str, rpc: u16) -> Vec<String> {
 /// Three replicated masters; the first leads. With `log`, each keeps its
 /// log on disk (`--wal_dir` under the work directory), with
 /// `--ha_wal_sync_ack` when `log` says so.
-fn ha_cluster(etcd: &str, cluster: &str, log: Option<bool>) -> Result<Vec<HaMaster>> {
+fn ha_cluster(
+    etcd: &str,
+    cluster: &str,
+    log: Option<bool>,
+    env: &[(&str, &str)],
+) -> Result<Vec<HaMaster>> {
     let mut masters = Vec::new();
     for i in 0..3 {
         let mut extra = Vec::new();
@@ -167,6 +176,7 @@ fn ha_cluster(etcd: &str, cluster: &str, log: Option<bool>) -> Result<Vec<HaMast
             cluster,
             free_port()?,
             &extra,
+            env,
         )?);
         if i == 0 {
             let t = Instant::now();
@@ -251,21 +261,28 @@ pub fn run(
     });
 
     let etcd_url = format!("etcd://{}", cfg.etcd);
-    let mut kinds = vec![(REPLICATED, None)];
+    let fenced: &[(&str, &str)] = &[];
+    let mut kinds = vec![(REPLICATED, None, fenced)];
+    let unfenced: &[(&str, &str)] = &[("MC_PUT_FENCE", "0")];
+    if cfg.unfenced {
+        kinds.push((UNFENCED, None, unfenced));
+    }
     if cfg.wal {
-        kinds.push(("3 masters, replicated, log on disk", Some(false)));
+        kinds.push(("3 masters, replicated, log on disk", Some(false), fenced));
         kinds.push((
             "3 masters, replicated, log on disk, --ha_wal_sync_ack",
             Some(true),
+            fenced,
         ));
     }
-    for (name, log) in kinds {
+    for (name, log, env) in kinds {
         let tag = match log {
-            None => "mem".to_string(),
+            None if env.is_empty() => "mem".to_string(),
+            None => "unfenced".to_string(),
             Some(sync) => format!("wal-{sync}"),
         };
         let cluster = format!("bench-ha-{tag}-{}", std::process::id());
-        let masters = ha_cluster(&cfg.etcd, &cluster, log)?;
+        let masters = ha_cluster(&cfg.etcd, &cluster, log, env)?;
         setups.push(Setup {
             name,
             client: client(&etcd_url, &cluster, &metadata)?,
@@ -321,6 +338,7 @@ pub fn run(
 
 const PLAIN: &str = "1 master";
 const REPLICATED: &str = "3 masters, replicated";
+const UNFENCED: &str = "3 masters, replicated, MC_PUT_FENCE=0";
 
 fn put_line(r: &PutRow) -> String {
     format!(
@@ -384,6 +402,7 @@ fn failover(
         etcd,
         cluster,
         rpc,
+        &[],
         &[],
     )?;
     std::thread::sleep(Duration::from_secs(2));

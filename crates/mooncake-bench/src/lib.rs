@@ -94,6 +94,10 @@ pub(crate) struct HaArgs {
     /// Leave out the setups with each master's log on disk.
     #[arg(long)]
     pub(crate) no_wal: bool,
+    /// Also the replicated setup without the put fence (every PutStart
+    /// waits for its own commit, `MC_PUT_FENCE=0`), to compare.
+    #[arg(long)]
+    pub(crate) unfenced: bool,
     /// Draw the results here as SVG.
     #[arg(long)]
     pub(crate) chart: Option<PathBuf>,
@@ -349,6 +353,7 @@ fn run_ha(a: HaArgs) -> Result<(), String> {
         runs: a.runs,
         repeats: a.repeats.max(1),
         wal: !a.no_wal,
+        unfenced: a.unfenced,
     };
     let (puts, failovers) =
         ha::run(&cfg, |line| eprintln!("  {line}")).map_err(|e| e.to_string())?;

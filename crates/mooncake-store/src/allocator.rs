@@ -75,6 +75,11 @@ impl<const ALIGN: u64> OffsetAllocator<ALIGN> {
         self.by_len.last().map_or(0, |&(len, _)| len)
     }
 
+    /// The free ranges (offset, length), by offset.
+    pub fn free_list(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.by_offset.iter().map(|(&o, &l)| (o, l))
+    }
+
     /// Number of free ranges (a fragmentation measure).
     pub fn free_ranges(&self) -> usize {
         self.by_offset.len()

@@ -31,6 +31,8 @@ pub struct Load {
     kill_at: AtomicU64,
     pub first_put: AtomicU64,
     pub first_get: AtomicU64,
+    /// Nanoseconds since `start` of the latest good get.
+    last_get: AtomicU64,
 }
 
 impl Load {
@@ -39,6 +41,13 @@ impl Load {
         if now > self.kill_at.load(Ordering::SeqCst) {
             let _ = slot.fetch_min(now, Ordering::SeqCst);
         }
+    }
+
+    /// Whether a get succeeded after `at` (nanoseconds since `start`).
+    /// (A get the old leader answered just before it died counts as the
+    /// first after the kill; this tells one through its successor.)
+    pub fn got_after(&self, at: u64) -> bool {
+        self.last_get.load(Ordering::SeqCst) > at
     }
 
     /// A kill now: the first good put and get are timed from here.
@@ -94,6 +103,8 @@ pub fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger
         if let Some(k) = mine.get(i % mine.len().max(1)) {
             if let Ok(got) = client.get(k) {
                 load.note(start, &load.first_get);
+                let now = start.elapsed().as_nanos() as u64;
+                load.last_get.fetch_max(now, Ordering::SeqCst);
                 if Some(&got) != ledger.present.get(k) {
                     load.wrong.fetch_add(1, Ordering::SeqCst);
                 }

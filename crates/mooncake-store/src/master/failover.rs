@@ -323,10 +323,14 @@ where
         now,
     );
     repl.record_done(first, true);
+    // Before any put: space the last leader reserved may hold puts it
+    // answered and never committed.
+    let retired = shared.service.retire_reserved(now);
     let status = repl.status();
     tracing::info!(
         term = leadership.term(),
         entries = status.last_seq,
+        retired_reservations = retired,
         "elected leader: serving the replicated state"
     );
     let server = match MasterServer::bind_serving(shared.clone(), http_addr).await {

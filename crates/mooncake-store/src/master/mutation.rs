@@ -43,6 +43,22 @@ pub(crate) enum Mutation<'a> {
     FreeRetired {
         now: u64,
     },
+    /// `[offset, offset + len)` of a segment is reserved for the leader's
+    /// puts (`segments::space`): taken, though no object holds it yet.
+    Reserve {
+        segment: SegmentId,
+        offset: u64,
+        len: u64,
+    },
+    /// Reserved space no object took goes back: freed at `free_at`
+    /// (retired until then: a writer of an earlier term may hold it).
+    Unreserve {
+        segment: SegmentId,
+        offset: u64,
+        len: u64,
+        free_at: u64,
+        now: u64,
+    },
 }
 
 /// A change to one object.
@@ -197,4 +213,39 @@ pub(crate) enum DiskOp<'a> {
 /// server's part.
 pub(crate) trait MutationSink: Send + Sync {
     fn applied(&self, m: &Mutation<'_>);
+
+    /// The log position of the last mutation recorded (0: no positions).
+    fn position(&self) -> u64 {
+        0
+    }
+}
+
+thread_local! {
+    /// Set by a call whose answer need not wait for its own entries: the
+    /// position up to which they must be committed instead (`u64::MAX`:
+    /// one of them must wait after all).
+    static ANSWER_AT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// A PutStart of the calling thread's call, in reserved space
+/// (`segments::space`), may be answered once the log is committed up to
+/// `upto` (its reservation), before its own entry: its PutEnd's commit
+/// covers that.
+pub(crate) fn answer_at(upto: u64) {
+    ANSWER_AT.with(|c| {
+        let v = c.get().map_or(upto, |v| v.max(upto));
+        c.set(Some(v));
+    });
+}
+
+/// A PutStart of the calling thread's call outside reserved space: the
+/// call waits for all its entries, whatever [`answer_at`] said.
+pub(crate) fn answer_after_all() {
+    ANSWER_AT.with(|c| c.set(Some(u64::MAX)));
+}
+
+/// Up to where the calling thread's call must be committed before its
+/// answer, if less than all its entries; resets it.
+pub(crate) fn take_answer_at() -> Option<u64> {
+    ANSWER_AT.with(|c| c.take()).filter(|v| *v != u64::MAX)
 }

@@ -346,16 +346,20 @@ impl Handler for Rpc {
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
+        let _ = crate::master::mutation::take_answer_at();
         let mut resp = shared.service.handle(req, now);
+        let answer_at = crate::master::mutation::take_answer_at();
         if let Some(wal) = &shared.durability.wal {
             // Acknowledged only once its mutations are durable.
-            if let Err(error) = wal.wait_for_this_thread() {
+            if let Err(error) = wal.wait_for_this_thread_upto(answer_at.unwrap_or(u64::MAX)) {
                 resp = Response::Failed { error };
             }
         }
         if let Some(r) = &shared.replication {
             // Acknowledged only once the in-sync set holds its entries.
-            let seq = Replication::take_last_seq();
+            // A put in reserved space waits for its reservation only: its
+            // PutEnd's commit covers its own entry (`segments::space`).
+            let seq = Replication::take_last_seq().min(answer_at.unwrap_or(u64::MAX));
             if seq > 0 {
                 if let Err(error) = r.wait_committed(seq) {
                     resp = Response::Failed { error };

@@ -108,7 +108,7 @@ impl Shared {
             durability,
         } = super::snapshot::open(&config, &metrics.restore)?;
         if let Some(r) = &replication {
-            service = service.with_sink(Box::new(r.clone()));
+            service = service.with_sink(Box::new(r.clone())).with_put_fence();
         }
         let clock = Clock::new();
         // A restored master resumes after every time its state holds.

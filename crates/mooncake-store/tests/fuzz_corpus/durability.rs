@@ -195,6 +195,24 @@ fn log_mutations() -> Vec<(&'static str, OwnedMutation)> {
             OwnedMutation::Disk(OwnedDiskOp::DropCopy { key: "key".into() }),
         ),
         ("free_retired", OwnedMutation::FreeRetired { now: 4_000 }),
+        (
+            "reserve",
+            OwnedMutation::Reserve {
+                segment: 1,
+                offset: 1 << 20,
+                len: 1 << 20,
+            },
+        ),
+        (
+            "unreserve",
+            OwnedMutation::Unreserve {
+                segment: 1,
+                offset: 1 << 20,
+                len: 1 << 20,
+                free_at: 64_000,
+                now: 4_000,
+            },
+        ),
     ]
 }
 

@@ -5,9 +5,12 @@
 //! applies those the leader says are committed, and follows the leader's
 //! clock so that times in the state stay in one domain across leaders.
 //!
-//! When the leader changes, entries received but not applied are dropped:
-//! they may never have been committed, and the new leader resends what it
-//! has. When the leader's process is gone (the connection that worked
+//! When the leader changes, entries received but not applied are kept
+//! but checked: the standby asks the new leader for what follows its last
+//! entry known committed, keeps the resent entries it holds with the same
+//! term and replaces the rest (never committed). Dropping them instead
+//! would lose committed entries whose commit this standby had not heard
+//! of yet, should it lead after all. When the leader's process is gone (the connection that worked
 //! breaks and its port then refuses connections), the thread reports it,
 //! so that the election can end its lease now rather than at expiry.
 //!
@@ -173,7 +176,7 @@ impl Run {
                 continue;
             };
             if following.as_ref().map(|f| &f.addr) != Some(&addr) {
-                self.repl.drop_unapplied()?;
+                self.repl.new_leader();
                 following = Some(Following {
                     addr: addr.clone(),
                     conn: None,
@@ -287,12 +290,12 @@ impl Run {
                 Ok(Response::Failed { error }) => {
                     tracing::debug!(leader = %f.addr, "pull refused: {error}");
                     if error.code == ErrorCode::INVALID_PARAMS {
-                        // A tail the leader does not hold (never
-                        // committed): pull again from what is applied.
-                        // Not on any other refusal: a leader stepping down
-                        // says so too, and this standby, which may lead
-                        // next, must keep every entry it acknowledged.
-                        self.repl.drop_unapplied()?;
+                        // The leader does not hold the entry checked from:
+                        // check again from what is applied. Not on any
+                        // other refusal: a leader stepping down says so
+                        // too, and this standby, which may lead next, must
+                        // keep every entry it acknowledged.
+                        self.repl.refused_log();
                     }
                     f.conn = None;
                     std::thread::sleep(IDLE * 5);

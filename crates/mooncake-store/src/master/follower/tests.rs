@@ -191,6 +191,139 @@ fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
     assert_eq!(a["ha_oplog_last_sequence_id"], seq as i64);
 
     // A new leader not heard from yet: connecting again.
-    rb.drop_unapplied().unwrap();
+    rb.new_leader();
     assert_eq!(ha_gauges(&lb, &rb)["ha_standby_state"], 1);
+}
+
+/// A leading B and C, both recorded in sync, with a segment mounted.
+fn three() -> [(Arc<Shared>, Arc<Replication>); 3] {
+    let (la, ra) = master("a#1");
+    let (lb, rb) = master("b#1");
+    let (lc, rc) = master("c#1");
+    let rec = ra.promote(7, "a:1", None, 0);
+    ra.record_done(rec, true);
+    la.service.mount_segment(1, &segment(), 0).unwrap();
+    for (l, r) in [(&lb, &rb), (&lc, &rc)] {
+        let (term, committed, frames) = pull(&ra, r, 1);
+        receive(l, r, term, committed, &frames).unwrap();
+        let _ = pull(&ra, r, 2);
+    }
+    let rec = ra.next_record(2).unwrap();
+    assert_eq!(rec.standbys.len(), 2);
+    ra.record_done(rec, true);
+    [(la, ra), (lb, rb), (lc, rc)]
+}
+
+fn a_record() -> Record {
+    Record {
+        term: 7,
+        leader: "a#1".into(),
+        standbys: BTreeSet::from(["b#1".to_string(), "c#1".to_string()]),
+    }
+}
+
+/// The last entry of a put is acknowledged by both standbys, so A answers
+/// the put; neither has heard it is committed (the commit point travels
+/// with the next answer, which a stopped standby never reads). C then
+/// sees B elected, but B's win does not hold (its candidacy expired while
+/// it was stopped), and C, being recorded, leads: it must hold the put.
+#[test]
+fn a_standby_that_saw_another_leader_keeps_what_it_acknowledged() {
+    let [(la, ra), (lb, rb), (lc, rc)] = three();
+    let cfg = ReplicateConfig::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    la.service.put_end(1, "k", 4).unwrap();
+    let seq = Replication::take_last_seq();
+    for (l, r) in [(&lb, &rb), (&lc, &rc)] {
+        let (term, committed, frames) = pull(&ra, r, 5);
+        assert!(committed < seq);
+        receive(l, r, term, committed, &frames).unwrap();
+    }
+    for r in [&rb, &rc] {
+        let _ = pull(&ra, r, 6); // acknowledges; the answer is never read
+    }
+    ra.wait_committed(seq).unwrap();
+    assert!(rc.status().applied_seq < seq, "C has not applied the put");
+
+    rc.new_leader();
+    assert!(a_record().holds_all(rc.member()));
+    apply_up_to(&lc, &rc, u64::MAX).unwrap();
+    rc.promote(9, "c:1", Some(&a_record()), 10);
+    assert!(
+        lc.service.exist_key("k", 10).unwrap(),
+        "the acknowledged put is lost on the new leader"
+    );
+}
+
+/// A new leader whose log is shorter: the standby keeps the entries it
+/// holds with the same term, replaces those the leader wrote in their
+/// place, and ends up with the leader's log and state.
+#[test]
+fn a_standby_checks_its_tail_against_a_new_leader() {
+    let [(la, ra), (lb, rb), (lc, rc)] = three();
+    let cfg = ReplicateConfig::default();
+    // "k1" reaches both and is committed, "k2" only C: never committed.
+    la.service.put_start(1, "k1", 100, &cfg, false, 3).unwrap();
+    for (l, r) in [(&lb, &rb), (&lc, &rc)] {
+        let (term, committed, frames) = pull(&ra, r, 4);
+        receive(l, r, term, committed, &frames).unwrap();
+    }
+    let k1 = Replication::take_last_seq();
+    la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
+    let (term, committed, frames) = pull(&ra, &rc, 6);
+    receive(&lc, &rc, term, committed, &frames).unwrap();
+    let k2 = Replication::take_last_seq();
+    assert!(k2 > k1 && rc.status().last_seq == k2);
+    assert_eq!(rb.status().last_seq, k1);
+
+    // B leads with what it holds and writes its own entry where C has k2.
+    apply_up_to(&lb, &rb, u64::MAX).unwrap();
+    let rec = rb.promote(9, "b:1", Some(&a_record()), 7);
+    rb.record_done(rec, true);
+    lb.service.put_start(1, "k3", 100, &cfg, false, 8).unwrap();
+    let k3 = Replication::take_last_seq();
+    assert_eq!(k3, k2, "B's entry takes k2's place");
+
+    rc.new_leader();
+    let p = rc.pull_request(1024, Duration::ZERO);
+    assert!(p.after < k1, "C asks from what it knows committed");
+    let (term, committed, frames) = pull(&rb, &rc, 9);
+    receive(&lc, &rc, term, committed, &frames).unwrap();
+    assert_eq!(rc.term_of(k1), Some(7), "kept");
+    assert_eq!(rc.term_of(k2), Some(9), "replaced");
+    assert_eq!(rc.status().last_seq, k3);
+    let _ = pull(&rb, &rc, 10); // acknowledges
+    rb.wait_committed(k3).unwrap();
+    let (term, committed, frames) = pull(&rb, &rc, 11);
+    receive(&lc, &rc, term, committed, &frames).unwrap();
+    assert_eq!(rc.status().applied_seq, k3);
+    // k2 was never committed: C's state has B's k3 in flight, not k2.
+    lc.service.put_end(1, "k3", 12).unwrap();
+    assert!(lc.service.put_end(1, "k2", 12).is_err());
+}
+
+/// A new leader that holds less than the standby and nothing more: the
+/// standby's tail past the leader's last entry goes.
+#[test]
+fn a_tail_past_the_new_leaders_log_is_cut() {
+    let [(la, ra), (lb, rb), (lc, rc)] = three();
+    let cfg = ReplicateConfig::default();
+    let before = rb.status().last_seq;
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    let (term, committed, frames) = pull(&ra, &rc, 4);
+    receive(&lc, &rc, term, committed, &frames).unwrap();
+    assert!(rc.status().last_seq > before);
+
+    apply_up_to(&lb, &rb, u64::MAX).unwrap();
+    let rec = rb.promote(9, "b:1", Some(&a_record()), 5);
+    rb.record_done(rec, true);
+    rc.new_leader();
+    // The entries C holds up to B's last (resent, the same), then none.
+    for now in [6, 7] {
+        let (term, committed, frames) = pull(&rb, &rc, now);
+        receive(&lc, &rc, term, committed, &frames).unwrap();
+    }
+    assert_eq!(rc.status().last_seq, before);
+    // What it holds now matches B's log: the next pull is answered.
+    let _ = pull(&rb, &rc, 8);
 }

@@ -34,12 +34,29 @@ pub struct Placed {
 /// variant means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OwnedMutation {
-    Object { key: String, op: OwnedObjectOp },
+    Object {
+        key: String,
+        op: OwnedObjectOp,
+    },
     Segment(OwnedSegmentOp),
     Client(OwnedClientOp),
     Task(OwnedTaskOp),
     Disk(OwnedDiskOp),
-    FreeRetired { now: u64 },
+    FreeRetired {
+        now: u64,
+    },
+    Reserve {
+        segment: u32,
+        offset: u64,
+        len: u64,
+    },
+    Unreserve {
+        segment: u32,
+        offset: u64,
+        len: u64,
+        free_at: u64,
+        now: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +244,7 @@ impl OwnedMutation {
                 OwnedObjectOp::PutRevoke | OwnedObjectOp::TransferRevoke => None,
             },
             OwnedMutation::Segment(_)
+            | OwnedMutation::Reserve { .. }
             | OwnedMutation::Disk(_)
             | OwnedMutation::Client(OwnedClientOp::Expire { .. }) => None,
             OwnedMutation::Client(OwnedClientOp::Register { now, .. }) => Some(*now),
@@ -235,7 +253,7 @@ impl OwnedMutation {
                 | OwnedTaskOp::Start { now, .. }
                 | OwnedTaskOp::Finish { now, .. },
             ) => Some(*now),
-            OwnedMutation::FreeRetired { now } => Some(*now),
+            OwnedMutation::FreeRetired { now } | OwnedMutation::Unreserve { now, .. } => Some(*now),
         }
     }
 
@@ -295,6 +313,28 @@ impl OwnedMutation {
             }),
             Mutation::Disk(op) => OwnedMutation::Disk(OwnedDiskOp::from_op(op)),
             Mutation::FreeRetired { now } => OwnedMutation::FreeRetired { now: *now },
+            Mutation::Reserve {
+                segment,
+                offset,
+                len,
+            } => OwnedMutation::Reserve {
+                segment: *segment,
+                offset: *offset,
+                len: *len,
+            },
+            Mutation::Unreserve {
+                segment,
+                offset,
+                len,
+                free_at,
+                now,
+            } => OwnedMutation::Unreserve {
+                segment: *segment,
+                offset: *offset,
+                len: *len,
+                free_at: *free_at,
+                now: *now,
+            },
         }
     }
 }
@@ -389,6 +429,8 @@ wire_tagged!(OwnedMutation as "mutation" {
     8 => Task(OwnedTaskOp::Finish { id, status, message, now }),
     9 => FreeRetired { now },
     10 => Disk(op),
+    11 => Reserve { segment, offset, len },
+    12 => Unreserve { segment, offset, len, free_at, now },
 });
 
 /// Task ids are 16 bytes each: the count is checked against that, so a

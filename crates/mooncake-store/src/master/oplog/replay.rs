@@ -87,6 +87,34 @@ impl MasterService {
             ),
             OwnedMutation::Disk(op) => (Mutation::Disk(op.as_op()), Vec::new()),
             OwnedMutation::FreeRetired { now } => (Mutation::FreeRetired { now: *now }, Vec::new()),
+            OwnedMutation::Reserve {
+                segment,
+                offset,
+                len,
+            } => (
+                Mutation::Reserve {
+                    segment: *segment,
+                    offset: *offset,
+                    len: *len,
+                },
+                Vec::new(),
+            ),
+            OwnedMutation::Unreserve {
+                segment,
+                offset,
+                len,
+                free_at,
+                now,
+            } => (
+                Mutation::Unreserve {
+                    segment: *segment,
+                    offset: *offset,
+                    len: *len,
+                    free_at: *free_at,
+                    now: *now,
+                },
+                Vec::new(),
+            ),
         };
         self.replay(mutation).inspect_err(|_| {
             for (p, size) in &reserved {

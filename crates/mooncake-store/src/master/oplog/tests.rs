@@ -40,6 +40,12 @@ fn recorded_encoded_decoded_replayed_gives_the_same_state() {
         };
         let recorder = Arc::new(Recorder::default());
         let leader = service(strategy).with_sink(Box::new(recorder.clone()));
+        // Half of them place puts in reserved space, as a replicated leader.
+        let leader = if seed % 4 < 2 {
+            leader.with_put_fence()
+        } else {
+            leader
+        };
         let follower = service(strategy);
         for (name, owner) in SEGMENTS {
             leader.mount_segment(owner, &segment(name), 0).unwrap();

@@ -89,6 +89,10 @@ impl MutationSink for WalSink {
         drop(q);
         self.0.wake_writer.notify_one();
     }
+
+    fn position(&self) -> u64 {
+        QUEUED.get()
+    }
 }
 
 /// Forgets what this thread queued (before a call; see
@@ -309,7 +313,14 @@ impl Wal {
     /// Waits until every mutation this thread queued since
     /// [`begin_call`] is durable; an error when the log failed.
     pub fn wait_for_this_thread(&self) -> Result<()> {
-        let pos = QUEUED.get();
+        self.wait_for_this_thread_upto(u64::MAX)
+    }
+
+    /// [`Wal::wait_for_this_thread`], but only up to position `upto`: a
+    /// put in reserved space waits for its reservation only
+    /// (`segments::space`).
+    pub fn wait_for_this_thread_upto(&self, upto: u64) -> Result<()> {
+        let pos = QUEUED.get().min(upto);
         if pos == 0 {
             return Ok(());
         }

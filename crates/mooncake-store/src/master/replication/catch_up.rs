@@ -82,7 +82,7 @@ impl Replication {
         let mut st = self.state.lock();
         st.log.reset(0, 0);
         st.applied = 0;
-        st.keep_tail = false;
+        st.verify = None;
     }
 
     /// The state machine now holds the snapshot `bytes` of entry `seq` (of
@@ -96,6 +96,7 @@ impl Replication {
         st.log.reset(seq, term);
         st.applied = seq;
         st.committed = st.committed.max(seq);
+        st.verify = None;
         drop(st);
         self.set_image(Image { seq, term, bytes });
         Ok(())

@@ -41,10 +41,6 @@ impl Log {
         self.entries.get(i as usize).map(|k| k.term)
     }
 
-    pub(crate) fn last_term(&self) -> u64 {
-        self.entries.last().map_or(self.base_term, |k| k.term)
-    }
-
     /// Bytes of frames held.
     pub(crate) fn bytes(&self) -> usize {
         self.bytes
@@ -134,7 +130,10 @@ mod tests {
         assert_eq!(l.push(3, vec![1, 2]), 1);
         assert_eq!(l.push(3, vec![3]), 2);
         assert_eq!(l.push(4, vec![4, 5, 6]), 3);
-        assert_eq!((l.last_term(), l.term_at(2), l.bytes()), (4, Some(3), 6));
+        assert_eq!(
+            (l.term_at(l.last()).unwrap(), l.term_at(2), l.bytes()),
+            (4, Some(3), 6)
+        );
         let mut out = Vec::new();
         assert_eq!(l.copy_after(1, 10, 1 << 20, &mut out), 2);
         assert_eq!(out, [3, 4, 5, 6]);
@@ -172,13 +171,21 @@ mod tests {
         assert_eq!(l.copy_after(2, 10, 1 << 20, &mut out), 2);
         assert_eq!(out, [3, 4]);
         assert_eq!(l.compact_through(9), 2, "never past the last");
-        assert_eq!((l.base(), l.last(), l.last_term(), l.bytes()), (4, 4, 2, 0));
+        assert_eq!(
+            (l.base(), l.last(), l.term_at(l.last()).unwrap(), l.bytes()),
+            (4, 4, 2, 0)
+        );
         assert_eq!(l.push(3, vec![5]), 5);
         l.truncate_after(4);
         assert_eq!(l.last(), 4);
         l.reset(10, 7);
         assert_eq!(
-            (l.base(), l.last(), l.last_term(), l.term_at(10)),
+            (
+                l.base(),
+                l.last(),
+                l.term_at(l.last()).unwrap(),
+                l.term_at(10)
+            ),
             (10, 10, 7, Some(7))
         );
         assert_eq!(l.push(7, vec![1]), 11);

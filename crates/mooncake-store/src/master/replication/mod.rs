@@ -7,8 +7,10 @@
 //!   sequence number, the election's term, the mutation) and appends it
 //!   to the in-memory [`log`]. The RPC server then waits, before it
 //!   answers, until the call's last entry is committed
-//!   ([`Replication::wait_committed`]); a PutStart's allocation is thus
-//!   replicated before the writer learns where to write.
+//!   ([`Replication::wait_committed`]). A PutStart in reserved space
+//!   waits only for its reservation (`segments::space`): where its writer
+//!   writes is replicated before it learns where, and its own entry is
+//!   committed with its PutEnd.
 //! - Standbys pull: each keeps one `ReplicationPull` call outstanding on
 //!   the leader's RPC port (a long poll, answered as soon as there is
 //!   more). Asking for the entries after `n` acknowledges those up to
@@ -152,10 +154,11 @@ struct State {
     /// A standby is connected to the leader it follows (or kept an
     /// answer of it).
     following: bool,
-    /// Entries past `applied` came from this master's disk log: they are
-    /// kept when it first follows a leader, and dropped only if that
-    /// leader's log does not hold them.
-    keep_tail: bool,
+    /// Standby: entries past this point may not be in the leader's log
+    /// (it is new, or refused the log). The next pull asks for what
+    /// follows it; entries resent with the term held here are kept (the
+    /// same entries), the first that differs replaces the rest.
+    verify: Option<u64>,
 }
 
 thread_local! {
@@ -227,7 +230,7 @@ impl Replication {
                 in_sync: None,
                 leader: None,
                 following: false,
-                keep_tail: false,
+                verify: None,
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
@@ -577,6 +580,10 @@ impl MutationSink for std::sync::Arc<Replication> {
             self.committed.notify_all();
         }
         LAST_SEQ.with(|c| c.set(seq));
+    }
+
+    fn position(&self) -> u64 {
+        self.last_hint.load(Ordering::Acquire)
     }
 }
 

@@ -8,7 +8,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use std::sync::atomic::Ordering;
 
-use super::{Replication, Role};
+use super::{Replication, Role, State};
 
 /// What a standby asks for next.
 pub(crate) struct Pull {
@@ -22,9 +22,12 @@ pub(crate) struct Pull {
 impl Replication {
     pub(crate) fn pull_request(&self, max: u32, wait: Duration) -> Pull {
         let st = self.state.lock();
+        let after = st
+            .verify
+            .map_or(st.log.last(), |v| v.clamp(st.log.base(), st.log.last()));
         Pull {
-            after: st.log.last(),
-            after_term: st.log.last_term(),
+            after,
+            after_term: st.log.term_at(after).unwrap_or(0),
             // What it knows committed (and applies next): a leader holds
             // the pull until it can say more than that.
             applied: st.committed.min(st.log.last()).max(st.applied),
@@ -38,25 +41,24 @@ impl Replication {
         self.state.lock().following = connected;
     }
 
-    /// A new leader: entries received but not applied go (the new leader
-    /// resends those it has).
-    pub(crate) fn drop_unapplied(&self) -> Result<()> {
+    /// A new leader: the entries received but not applied are kept, but
+    /// checked against its log before anything more is kept. They may
+    /// hold committed entries this master has not heard were committed
+    /// (the commit point travels with the next answer), and this master
+    /// may yet lead, if the one it sees leading does not hold on.
+    pub(crate) fn new_leader(&self) {
         let mut st = self.state.lock();
         st.following = false;
-        if std::mem::take(&mut st.keep_tail) {
-            // Read back from disk at start: kept unless the leader's log
-            // refuses them (then this is called again).
-            return Ok(());
-        }
-        let applied = st.applied;
-        if st.log.last() <= applied {
-            return Ok(());
-        }
-        st.log.truncate_after(applied);
-        match self.disk.get() {
-            Some(d) => d.truncate_after(applied),
-            None => Ok(()),
-        }
+        // Known committed, so in the log of every leader that may lead.
+        let sure = st.committed.min(st.log.last()).max(st.applied);
+        st.verify = Some(sure);
+    }
+
+    /// The leader refused the log from the point being checked: check it
+    /// again from what is applied.
+    pub(crate) fn refused_log(&self) {
+        let mut st = self.state.lock();
+        st.verify = Some(st.applied);
     }
 
     /// Writes the entries kept so far to this master's disk log (before
@@ -71,7 +73,8 @@ impl Replication {
 
     /// Entry `seq` (of `term`) read back from this master's disk log at
     /// start: kept, and applied (`applied`, by the caller) when it is
-    /// known committed.
+    /// known committed. The rest is checked against the first leader's
+    /// log, as after any change of leader.
     pub(crate) fn restored_entry(&self, seq: u64, term: u64, frame: Vec<u8>, applied: bool) {
         let mut st = self.state.lock();
         debug_assert_eq!(seq, st.log.last() + 1);
@@ -80,8 +83,6 @@ impl Replication {
         if applied {
             st.applied = seq;
             st.committed = st.committed.max(seq);
-        } else {
-            st.keep_tail = true;
         }
         self.last_hint.store(seq, Ordering::Release);
     }
@@ -104,7 +105,16 @@ impl Replication {
         }
         st.term = term;
         st.following = true;
+        let reached = batch.last().map(|e| e.0);
         for (seq, entry_term, frame) in batch {
+            if st.verify.is_some() && seq <= st.log.last() {
+                if st.log.term_at(seq) == Some(entry_term) {
+                    // The entry held here: a term's entries come from its
+                    // one leader, in order.
+                    continue;
+                }
+                self.cut_after(&mut st, seq - 1)?;
+            }
             if seq != st.log.last() + 1 || entry_term > term {
                 return Err(Error::new(
                     ErrorCode::INTERNAL_ERROR,
@@ -116,11 +126,41 @@ impl Replication {
             }
             st.log.push(entry_term, frame);
         }
+        if let Some(from) = st.verify {
+            let reached = reached.unwrap_or(from);
+            if reached >= st.log.last() {
+                st.verify = None;
+            } else if reached == from {
+                // The leader's log ends here: the rest was never committed.
+                self.cut_after(&mut st, from)?;
+                st.verify = None;
+            } else {
+                st.verify = Some(reached);
+            }
+        }
         st.committed = st.committed.max(committed);
         if let Some(d) = self.disk.get() {
             d.note_committed(st.committed);
         }
         Ok(st.committed.min(st.log.last()))
+    }
+
+    /// Drops the entries after `seq`, which the leader does not hold.
+    fn cut_after(&self, st: &mut State, seq: u64) -> Result<()> {
+        if seq < st.applied {
+            return Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!(
+                    "the leader's log differs at entry {}, applied here",
+                    seq + 1
+                ),
+            ));
+        }
+        st.log.truncate_after(seq);
+        match self.disk.get() {
+            Some(d) => d.truncate_after(seq),
+            None => Ok(()),
+        }
     }
 
     /// The next kept entry to apply, if it is at most `target`.

@@ -25,7 +25,7 @@ pub(super) enum Fate {
 
 impl MasterService {
     /// The hook: every mutation passes here before it takes effect.
-    fn observe(&self, m: &Mutation<'_>) {
+    pub(super) fn observe(&self, m: &Mutation<'_>) {
         if let Some(sink) = &self.sink {
             sink.applied(m);
         }
@@ -358,6 +358,12 @@ impl MasterService {
                 self.apply_free_retired(now);
             }
             Mutation::Disk(op) => self.replay_disk(op),
+            m @ (Mutation::Reserve { .. } | Mutation::Unreserve { .. }) => {
+                let what = format!("{m:?}");
+                if !self.replay_space(m) {
+                    return diverged(what);
+                }
+            }
         }
         Ok(())
     }

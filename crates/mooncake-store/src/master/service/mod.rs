@@ -50,6 +50,7 @@ mod offload;
 mod put;
 mod read;
 mod remove;
+mod reserve;
 #[cfg(test)]
 pub(in crate::master) mod tests;
 mod tick;
@@ -148,6 +149,9 @@ pub struct MasterService {
     epoch_offset_ms: AtomicU64,
     /// Sees every applied mutation (see the module docs).
     sink: Option<Box<dyn MutationSink>>,
+    /// Puts go to reserved space and are answered before their entries
+    /// are committed (a replicated leader, `segments::space`).
+    fence: bool,
 }
 
 impl MasterService {
@@ -196,6 +200,7 @@ impl MasterService {
             counters: Counters::default(),
             epoch_offset_ms: AtomicU64::new(0),
             sink: None,
+            fence: false,
         }
     }
 
@@ -208,6 +213,15 @@ impl MasterService {
     /// effect, in an order a standby can replay).
     pub(crate) fn with_sink(mut self, sink: Box<dyn MutationSink>) -> Self {
         self.sink = Some(sink);
+        self
+    }
+
+    /// Places puts in reserved space, answered before their entries are
+    /// committed (`segments::space`): for a sink that logs. Off with
+    /// `MC_PUT_FENCE=0` (every PutStart waits for its own entry, to
+    /// measure what the fence saves).
+    pub(crate) fn with_put_fence(mut self) -> Self {
+        self.fence = std::env::var("MC_PUT_FENCE").as_deref() != Ok("0");
         self
     }
 

@@ -129,10 +129,12 @@ impl MasterService {
                         .all(|p| p.segment.is_mounted()) =>
             {
                 let descs = obj.replicas.descriptors(len, ReplicaStatus::Processing);
+                // Rewrites readable replicas: answered only once committed.
+                crate::master::mutation::answer_after_all();
                 (Write::InPlace, descs)
             }
             existing => {
-                let replicas = Replicas::from_vec(self.place(len, cfg)?);
+                let replicas = Replicas::from_vec(self.place_put(len, cfg, now)?);
                 let descs = replicas.descriptors(len, ReplicaStatus::Processing);
                 match existing {
                     Some(_) => (Write::Replacing(replicas), descs),

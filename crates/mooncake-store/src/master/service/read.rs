@@ -1,7 +1,7 @@
 //! Reads: they change only volatile state (the read lease and soft pin),
 //! so they make no mutation.
 
-use mooncake_common::{ErrorCode, Result};
+use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, not_found, not_ready, MasterService};
 use crate::master::objects::ObjectMeta;
@@ -49,7 +49,10 @@ impl MasterService {
                 // A restored segment waits for its owner to be heard from.
                 return Err(match live.count() {
                     0 => not_found(key),
-                    _ => not_ready(key),
+                    _ => Error::new(
+                        ErrorCode::REPLICA_IS_NOT_READY,
+                        format!("object {key:?} is on a segment whose owner was not heard from since the restore"),
+                    ),
                 });
             }
             Ok(replicas)

@@ -147,8 +147,8 @@ pub(in crate::master) fn assert_same(
     for s in &segs {
         let t = f.segments.get(&s.info.name).expect("mounted on both");
         assert_eq!(
-            (s.id, s.owner, &s.info, s.used()),
-            (t.id, t.owner, &t.info, t.used()),
+            (s.id, s.owner, &s.info, s.used(), s.reserved_ranges()),
+            (t.id, t.owner, &t.info, t.used(), t.reserved_ranges()),
             "{ctx}"
         );
     }

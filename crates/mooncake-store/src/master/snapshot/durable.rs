@@ -108,7 +108,14 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
     }
     let dir = dir.expect("checked above");
     let wal = Wal::start(&dir, next_seq, config.local_wal())?;
-    let service = service.with_sink(Box::new(WalSink(wal.clone())));
+    // A put is answered once its reservation is durable, its own entry
+    // with its PutEnd's. Space reserved before a restart may hold puts
+    // answered whose entries never reached the disk: retired for the put
+    // release timeout (`segments::space`).
+    let service = service
+        .with_sink(Box::new(WalSink(wal.clone())))
+        .with_put_fence();
+    service.retire_reserved(clock_base);
     let snapshots = match (&stores, config.enable_snapshot) {
         (Some(stores), true) => Some(Snapshotter::start(
             config.clone(),

@@ -3,14 +3,14 @@
 //!
 //! ```text
 //! 0..4   magic "MCSN"
-//! 4      format version (1)
+//! 4      format version (2; 1 is read too: it has no reserved space)
 //! 5..8   zero
 //! 8..16  payload length, u64 little-endian
 //! 16..20 CRC-32C of bytes 4..16 and the payload
 //! 20..   payload (varint-based wire encoding, `crate::proto::wire`):
 //!        seq, term, now, segments (next id, mounted, unmounted ones
 //!        replicas still name), clients, objects, tasks, retired ranges,
-//!        SSD tiers, their copies
+//!        SSD tiers, their copies, reserved space (version 2)
 //! ```
 //!
 //! Placements are (segment id, offset), as in the log. Decoding checks
@@ -37,7 +37,9 @@ use crate::proto::wire::{self, Decode, Encode, Reader};
 use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskStatus};
 
 pub const MAGIC: [u8; 4] = *b"MCSN";
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// The oldest version still read.
+const OLDEST: u8 = 1;
 pub const HEADER_LEN: usize = 20;
 
 /// Where in the log a snapshot stands.
@@ -210,6 +212,14 @@ pub fn encode(s: &MasterService, meta: SnapshotMeta) -> Vec<u8> {
         copy.size.encode(&mut out);
     }
 
+    let reserved = crate::master::segments::space::all_reserved(&mounted);
+    reserved.len().encode(&mut out);
+    for (seg, offset, len) in &reserved {
+        seg.id.encode(&mut out);
+        offset.encode(&mut out);
+        len.encode(&mut out);
+    }
+
     let len = (out.len() - HEADER_LEN) as u64;
     out[8..16].copy_from_slice(&len.to_le_bytes());
     let crc = checksum(&out[4..16], &out[HEADER_LEN..]);
@@ -278,7 +288,7 @@ pub fn payload(buf: &[u8]) -> std::result::Result<&[u8], SnapshotError> {
         return Err(SnapshotError::BadMagic);
     }
     if let Some(&v) = buf.get(4) {
-        if v != VERSION {
+        if !(OLDEST..=VERSION).contains(&v) {
             return Err(SnapshotError::UnknownVersion(v));
         }
     }
@@ -514,6 +524,21 @@ pub fn decode_into(
             return Err(inconsistent(format!("copy of {key:?} in no tier")));
         }
         s.disk.add(key, copy);
+    }
+    if buf[4] >= 2 {
+        for _ in 0..r.len(3)? {
+            let (id, offset, len) = (
+                u32::decode(&mut r)?,
+                u64::decode(&mut r)?,
+                u64::decode(&mut r)?,
+            );
+            let seg = segs.get(&id).filter(|s| s.is_mounted());
+            if !seg.is_some_and(|s| s.add_reserved(offset, len)) {
+                return Err(inconsistent(format!(
+                    "reserved range {offset}+{len} of segment {id}"
+                )));
+            }
+        }
     }
     r.finish()?;
     Ok(meta)

@@ -4,6 +4,8 @@
 //! allocation reads the current snapshot without a lock and then takes the
 //! one segment's allocator lock, so puts to different segments never contend.
 
+pub(crate) mod space;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Mutex, MutexGuard};
 use rand::Rng;
 
-use super::allocator::{BadFree, OffsetAllocator};
+use self::space::Space;
+use super::allocator::BadFree;
 use super::policy::AllocationStrategy;
 use crate::types::{
     ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
@@ -35,7 +38,8 @@ pub(crate) struct Segment {
     pub(crate) id: SegmentId,
     pub(crate) info: SegmentInfo,
     pub(crate) owner: ClientId,
-    alloc: Mutex<OffsetAllocator>,
+    /// Its allocator, with the space reserved ahead of puts (`space`).
+    pub(super) space: Mutex<Space>,
     used: AtomicU64,
     /// False once unmounted: its space is gone, allocations fail and frees
     /// are no-ops. Changed only under the allocator lock.
@@ -79,12 +83,12 @@ impl SegmentStatus {
 
 impl Segment {
     fn new(id: SegmentId, info: SegmentInfo, owner: ClientId) -> Self {
-        let alloc = OffsetAllocator::new(info.size);
+        let space = Space::new(info.size);
         Segment {
             id,
             info,
             owner,
-            alloc: Mutex::new(alloc),
+            space: Mutex::new(space),
             used: AtomicU64::new(0),
             mounted: AtomicBool::new(true),
             status: AtomicU8::new(SegmentStatus::Ok as u8),
@@ -130,42 +134,51 @@ impl Segment {
     /// Allocates `size` bytes here; `None` when full, unmounted or being
     /// drained.
     pub(crate) fn allocate(&self, size: u64) -> Option<u64> {
-        let mut alloc = self.alloc.lock();
-        if !self.is_mounted() || self.status() != SegmentStatus::Ok {
+        let mut space = self.space.lock();
+        if !self.takes_new() {
             return None;
         }
-        let off = alloc.allocate(size)?;
-        self.used.store(alloc.used(), Ordering::Relaxed);
+        let off = space.allocate(size)?;
+        self.note_used(&space);
         Some(off)
+    }
+
+    /// Mounted and not being drained: takes new replicas.
+    pub(super) fn takes_new(&self) -> bool {
+        self.is_mounted() && self.status() == SegmentStatus::Ok
+    }
+
+    pub(super) fn note_used(&self, space: &Space) {
+        self.used.store(space.used(), Ordering::Relaxed);
     }
 
     /// Allocates exactly `[offset, offset + size)`, as a log or snapshot
     /// says; false when that range is not free here (or unmounted).
     pub(crate) fn reserve(&self, offset: u64, size: u64) -> bool {
-        let mut alloc = self.alloc.lock();
-        if !self.is_mounted() || alloc.reserve(offset, size).is_err() {
+        let mut space = self.space.lock();
+        if !self.is_mounted() || space.reserve(offset, size).is_err() {
             return false;
         }
-        self.used.store(alloc.used(), Ordering::Relaxed);
+        self.note_used(&space);
         true
     }
 
     /// Gives a replica's range back; a no-op on an unmounted segment.
     pub(crate) fn free(&self, offset: u64, size: u64) {
-        let mut alloc = self.alloc.lock();
+        let mut space = self.space.lock();
         if !self.is_mounted() {
             return;
         }
-        if let Err(BadFree { offset, len }) = alloc.free(offset, size) {
+        if let Err(BadFree { offset, len }) = space.free(offset, size) {
             tracing::error!(segment = %self.info.name, offset, len, "refused a free that was never allocated");
         }
-        self.used.store(alloc.used(), Ordering::Relaxed);
+        self.note_used(&space);
     }
 
     fn unmount(&self) {
-        let mut alloc = self.alloc.lock();
+        let mut space = self.space.lock();
         self.mounted.store(false, Ordering::Release);
-        *alloc = OffsetAllocator::new(0);
+        *space = Space::new(0);
         self.used.store(0, Ordering::Relaxed);
     }
 
@@ -349,6 +362,17 @@ impl SegmentTable {
         config: &ReplicateConfig,
         strategy: AllocationStrategy,
     ) -> Result<Vec<Placement>> {
+        self.place_with(size, config, strategy, &mut |s, n| s.allocate(n))
+    }
+
+    /// [`SegmentTable::place`], taking each range with `allocate`.
+    pub(crate) fn place_with(
+        &self,
+        size: u64,
+        config: &ReplicateConfig,
+        strategy: AllocationStrategy,
+        allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
+    ) -> Result<Vec<Placement>> {
         let t = self.table.load();
         if t.list.is_empty() {
             return Err(Error::new(
@@ -371,7 +395,7 @@ impl SegmentTable {
             }
             if let Some(seg) = t.by_name.get(name) {
                 if !taken(&placed, seg) {
-                    if let Some(offset) = seg.allocate(size) {
+                    if let Some(offset) = allocate(seg.as_ref(), size) {
                         placed.push(Placement {
                             segment: seg.clone(),
                             offset,
@@ -397,7 +421,7 @@ impl SegmentTable {
                     break;
                 }
                 if !taken(&placed, seg) {
-                    if let Some(offset) = seg.allocate(size) {
+                    if let Some(offset) = allocate(seg.as_ref(), size) {
                         placed.push(Placement {
                             segment: seg.clone(),
                             offset,
@@ -415,7 +439,7 @@ impl SegmentTable {
                 }
                 let seg = &t.list[(start + i) % n];
                 if !taken(&placed, seg) {
-                    if let Some(offset) = seg.allocate(size) {
+                    if let Some(offset) = allocate(seg.as_ref(), size) {
                         placed.push(Placement {
                             segment: seg.clone(),
                             offset,
