@@ -121,14 +121,23 @@ pub fn under_load<R>(
     load: &Load,
     during: impl FnOnce(Instant) -> R,
 ) -> (Vec<Ledger>, R) {
+    /// Stops the workers however `during` ends: a failed assertion in it
+    /// must fail the test, not leave the scope waiting for them forever.
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
     let start = Instant::now();
     load.killed(start);
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|id| s.spawn(move || worker(client, id, load, start)))
             .collect();
+        let stop = StopOnDrop(&load.stop);
         let r = during(start);
-        load.stop.store(true, Ordering::SeqCst);
+        drop(stop);
         let ledgers = workers.into_iter().map(|w| w.join().unwrap()).collect();
         (ledgers, r)
     })
