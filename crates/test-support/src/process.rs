@@ -42,12 +42,34 @@ impl Proc {
     }
 }
 
+/// Where a child's stderr goes: nowhere, or with `MOONCAKE_TEST_LOG_DIR`
+/// set, a file of its own in that directory, to read after a failed run.
+pub fn child_stderr(bin: &str) -> Stdio {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let Some(dir) = std::env::var_os("MOONCAKE_TEST_LOG_DIR") else {
+        return Stdio::null();
+    };
+    let name = std::path::Path::new(bin)
+        .file_name()
+        .map_or_else(|| "child".into(), |n| n.to_string_lossy().into_owned());
+    let path = std::path::Path::new(&dir).join(format!(
+        "{name}-{}-{}.log",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    match std::fs::File::create(&path) {
+        Ok(f) => f.into(),
+        Err(e) => panic!("MOONCAKE_TEST_LOG_DIR: {}: {e}", path.display()),
+    }
+}
+
 /// Spawns `bin`; its stdout lines containing `marker` arrive on the receiver.
 pub fn spawn_watching(bin: &str, args: &[String], marker: &str) -> (Proc, mpsc::Receiver<String>) {
     let mut child = Command::new(bin)
         .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(child_stderr(bin))
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();

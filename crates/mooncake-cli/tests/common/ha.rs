@@ -74,7 +74,7 @@ pub fn start_master_in(
         .args(&args)
         .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir)
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(test_support::process::child_stderr(MASTER))
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
