@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import sys
 
@@ -87,6 +88,29 @@ def store(cluster):
     yield s
     s.remove_all(force=True)
     s.close()
+
+
+class Buffer:
+    """A host buffer registered with `store`; ``at(offset)`` is an address inside it."""
+
+    def __init__(self, store, size=1 << 20):
+        self.store, self.size = store, size
+        self.mem = (ctypes.c_ubyte * size)()
+        self.ptr = ctypes.addressof(self.mem)
+        assert store.register_buffer(self.ptr, size) == 0
+
+    def at(self, offset: int) -> int:
+        return self.ptr + offset
+
+    def close(self):
+        assert self.store.unregister_buffer(self.ptr) == 0
+
+
+@pytest.fixture
+def buf(store):
+    b = Buffer(store)
+    yield b
+    b.close()
 
 
 class MooncakeClientProc:

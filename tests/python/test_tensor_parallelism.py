@@ -9,7 +9,6 @@ conftest.py), where it passed except for the cases marked ours-only.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import struct
@@ -89,24 +88,6 @@ def manifest(raw: bytes):
     magic, ver, size, dtype, ndim, split, count = struct.unpack_from("<4sHHiiii", raw, 0)
     shape = struct.unpack_from("<8q", raw, 32)[:ndim]
     return magic, ver, size, dtype, split, count, shape
-
-
-class Buffer:
-    def __init__(self, store, size=1 << 20):
-        self.store, self.size = store, size
-        self.mem = (ctypes.c_ubyte * size)()
-        self.ptr = ctypes.addressof(self.mem)
-        assert store.register_buffer(self.ptr, size) == 0
-
-    def close(self):
-        assert self.store.unregister_buffer(self.ptr) == 0
-
-
-@pytest.fixture
-def buf(store):
-    b = Buffer(store)
-    yield b
-    b.close()
 
 
 _n = [0]

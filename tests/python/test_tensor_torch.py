@@ -54,29 +54,6 @@ def same_bits(a, b) -> bool:
     return bytes(a.contiguous().view(torch.uint8).numpy()) == bytes(b.contiguous().view(torch.uint8).numpy())
 
 
-class Buffer:
-    """A registered host buffer; ``at(offset)`` is an address inside it."""
-
-    def __init__(self, store, size=1 << 20):
-        self.store, self.size = store, size
-        self.mem = (ctypes.c_ubyte * size)()
-        self.ptr = ctypes.addressof(self.mem)
-        assert store.register_buffer(self.ptr, size) == 0
-
-    def at(self, offset: int) -> int:
-        return self.ptr + offset
-
-    def close(self):
-        assert self.store.unregister_buffer(self.ptr) == 0
-
-
-@pytest.fixture
-def buf(store):
-    b = Buffer(store)
-    yield b
-    b.close()
-
-
 # ---- put / get --------------------------------------------------------------
 
 
