@@ -431,10 +431,7 @@ class ParallelTensorCalls:
                 obj_keys.append(k)
                 obj_parts.append(p)
                 owners.append(i)
-        if obj_keys:
-            for i, c in zip(owners, self._batch_put_parts(obj_keys, obj_parts, config, upsert)):
-                if c != 0 and codes[i] == 0:
-                    codes[i] = c
+        self._put_owned(obj_keys, obj_parts, owners, codes, config, upsert)
         return codes
 
     def _parallel_put(self, keys, tensors, parallelisms, parts, config, upsert) -> List[int]:

@@ -235,11 +235,16 @@ class MooncakeDistributedStore(ParallelTensorCalls, _Store):
                 todo_keys.append(_tensor.shard_key(key, rank))
                 todo_parts.append([header, *pieces])
                 owners.append(i)
-        if todo_keys:
-            for i, c in zip(owners, self._batch_put_parts(todo_keys, todo_parts, config, False)):
+        self._put_owned(todo_keys, todo_parts, owners, codes, config, False)
+        return codes
+
+    def _put_owned(self, keys, parts, owners, codes, config, upsert) -> None:
+        """Writes objects that belong to callers' entries (``owners[j]`` is the
+        entry of ``keys[j]``); an entry keeps the first error of its objects."""
+        if keys:
+            for i, c in zip(owners, self._batch_put_parts(keys, parts, config, upsert)):
                 if c != 0 and codes[i] == 0:
                     codes[i] = c
-        return codes
 
     def _tensor_sources(self, tensors):
         torch = _tensor.loaded_torch()
