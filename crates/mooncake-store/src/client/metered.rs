@@ -80,7 +80,15 @@ impl Backend for Metered {
         payloads: Vec<Payload<'_>>,
         opts: &WriteOptions,
     ) -> Vec<Result<()>> {
-        let lens: Vec<u64> = payloads.iter().map(Payload::len).collect();
+        // One key (the usual call) needs no vector of lengths.
+        let single = match payloads.as_slice() {
+            [p] => Some(p.len()),
+            _ => None,
+        };
+        let lens: Vec<u64> = match single {
+            Some(_) => Vec::new(),
+            None => payloads.iter().map(Payload::len).collect(),
+        };
         let from_mem = matches!(payloads.first(), Some(Payload::Mem(_)));
         let op = match (opts.upsert, from_mem) {
             (false, false) => name(keys.len(), "put", "put_batch"),
@@ -91,10 +99,10 @@ impl Backend for Metered {
         let t = Instant::now();
         let results = self.inner.write(keys, payloads, opts);
         let (mut ok, mut bytes) = (0, 0);
-        for (r, len) in results.iter().zip(&lens) {
+        for (i, r) in results.iter().enumerate() {
             if r.is_ok() {
                 ok += 1;
-                bytes += len;
+                bytes += single.unwrap_or_else(|| lens.get(i).copied().unwrap_or(0));
             }
         }
         let failed = results.len() as u64 - ok;

@@ -153,6 +153,40 @@ struct RpcEntry {
     tally: Tally,
 }
 
+/// Entries per (flag, static name), in first-use order. Callers name them
+/// with `&'static str`s, so a lookup compares pointers first and the text
+/// only for a name seen through another pointer: cheaper than hashing or
+/// ordering strings on every call, for the dozen names a client uses.
+struct NameTable<V>(Vec<(bool, &'static str, V)>);
+
+impl<V> NameTable<V> {
+    fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    fn get_or_insert_with(
+        &mut self,
+        flag: bool,
+        name: &'static str,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        let found = self
+            .0
+            .iter()
+            .position(|(f, n, _)| *f == flag && std::ptr::eq(*n, name))
+            .or_else(|| self.0.iter().position(|(f, n, _)| *f == flag && *n == name));
+        let i = found.unwrap_or_else(|| {
+            self.0.push((flag, name, make()));
+            self.0.len() - 1
+        });
+        &mut self.0[i].2
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (bool, &'static str, &V)> {
+        self.0.iter().map(|(f, n, v)| (*f, *n, v))
+    }
+}
+
 /// What the periodic report remembers between two reports.
 struct Interval {
     at: Instant,
@@ -184,8 +218,8 @@ pub struct ClientMetrics {
     totals: [AtomicU64; 2],
     /// Per (write, op): the interface series and tally; per RPC: count,
     /// latency and tally.
-    ops: Mutex<BTreeMap<(bool, &'static str), OpEntry>>,
-    rpcs: Mutex<BTreeMap<&'static str, RpcEntry>>,
+    ops: Mutex<NameTable<OpEntry>>,
+    rpcs: Mutex<NameTable<RpcEntry>>,
     /// Per route and direction (read, write), created at first use.
     route_series: [[OnceLock<Gauge>; 2]; 3],
     /// `mooncake_transfer_{read,write}_bytes` of this client.
@@ -246,8 +280,8 @@ impl ClientMetrics {
             engine_requests: Family::default(),
             engine_bytes: Family::default(),
             totals: Default::default(),
-            ops: Mutex::new(BTreeMap::new()),
-            rpcs: Mutex::new(BTreeMap::new()),
+            ops: Mutex::new(NameTable::new()),
+            rpcs: Mutex::new(NameTable::new()),
             route_series: Default::default(),
             mode_totals: Default::default(),
             interval: Mutex::new(Interval {
@@ -413,7 +447,7 @@ impl ClientMetrics {
         };
         {
             let mut ops = self.ops.lock();
-            let e = ops.entry((write, op)).or_insert_with(|| {
+            let e = ops.get_or_insert_with(write, op, || {
                 let labels = self.labels(&[("op_name", op)]);
                 OpEntry {
                     count: count.get_or_create(&labels).clone(),
@@ -507,7 +541,7 @@ impl ClientMetrics {
             .ops
             .lock()
             .iter()
-            .map(|(&k, e)| (k, e.tally.clone()))
+            .map(|(w, op, e)| ((w, op), e.tally.clone()))
             .collect();
         let merged = |write: bool, batch: bool| {
             let mut t = Tally::default();
@@ -531,7 +565,7 @@ impl ClientMetrics {
             .rpcs
             .lock()
             .iter()
-            .map(|(&k, e)| (k, e.tally.clone()))
+            .map(|(_, name, e)| (name, e.tally.clone()))
             .collect();
         if rpcs.is_empty() {
             s.push_str("No RPC calls recorded\n");
@@ -580,7 +614,7 @@ impl RpcObserver for ClientMetrics {
     fn observe_rpc(&self, rpc: &'static str, took: Duration) {
         let us = took.as_secs_f64() * 1e6;
         let mut rpcs = self.rpcs.lock();
-        let e = rpcs.entry(rpc).or_insert_with(|| {
+        let e = rpcs.get_or_insert_with(false, rpc, || {
             let labels = self.labels(&[("rpc_name", rpc)]);
             RpcEntry {
                 count: self.rpc_count.get_or_create(&labels).clone(),

@@ -110,9 +110,10 @@ fn timed_out(what: &str) -> io::Error {
 /// (`set_read_timeout`) of at most `limit`. The frame must be complete
 /// `limit` after its first byte (`idle`: a server waiting for the next call,
 /// however long) or after now (not `idle`: a client awaiting an answer).
-/// The deadline is checked whenever a read returns, so a stalled frame fails
-/// at most one read timeout late, with `TimedOut`; the stream is then out of
-/// step and must be closed.
+/// The deadline is checked before every read that follows a short read or a
+/// read timeout (a frame read in full reads no clock), so a stalled or
+/// trickling frame fails at most one read timeout late, with `TimedOut`; the
+/// stream is then out of step and must be closed.
 pub fn read_frame_within(
     stream: &mut impl Read,
     buf: &mut Vec<u8>,
@@ -123,6 +124,7 @@ pub fn read_frame_within(
         inner: stream,
         since: (!idle).then(Instant::now),
         limit,
+        waited: false,
     };
     read_frame(&mut timed, buf)
 }
@@ -133,12 +135,14 @@ struct Timed<'a, R> {
     inner: &'a mut R,
     since: Option<Instant>,
     limit: Duration,
+    /// The last read came back short or timed out: the data may be stalling.
+    waited: bool,
 }
 
 impl<R: Read> Read for Timed<'_, R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         loop {
-            if self.since.is_some_and(|t| t.elapsed() > self.limit) {
+            if self.waited && self.since.is_some_and(|t| t.elapsed() > self.limit) {
                 return Err(timed_out("frame not complete in time"));
             }
             match self.inner.read(out) {
@@ -146,6 +150,7 @@ impl<R: Read> Read for Timed<'_, R> {
                     if n > 0 && self.since.is_none() {
                         self.since = Some(Instant::now());
                     }
+                    self.waited = n < out.len();
                     return Ok(n);
                 }
                 // The socket's read timeout: between frames keep waiting,
@@ -154,7 +159,10 @@ impl<R: Read> Read for Timed<'_, R> {
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
+                    ) =>
+                {
+                    self.waited = true
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -3,8 +3,11 @@
 //! for the engine when one is needed, engine requests submitted value by
 //! value into one batch, own-segment memcpys while that batch is in flight.
 
+use std::borrow::Cow;
+
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{Opcode, SegmentHandle, TransferRequest};
+use smallvec::SmallVec;
 
 use super::super::metrics::Route;
 use super::super::staging::StagingBuf;
@@ -26,14 +29,15 @@ pub(super) enum Sent {
 }
 
 impl Payload<'_> {
-    /// The value as `(address, length)` parts, in order.
-    fn parts(&self) -> Vec<(usize, usize)> {
+    /// The value as `(address, length)` parts, in order (most values have
+    /// one or two: no allocation for them).
+    fn parts(&self) -> SmallVec<[(usize, usize); 2]> {
         match self {
             Payload::Bytes(slices) => slices
                 .iter()
                 .map(|s| (s.as_ptr() as usize, s.len()))
                 .collect(),
-            Payload::Mem(parts) => parts.clone(),
+            Payload::Mem(parts) => parts.iter().copied().collect(),
         }
     }
 }
@@ -103,7 +107,8 @@ impl RealClient {
         payloads: &[&Payload<'_>],
         started: &[Result<Vec<ReplicaDesc>>],
     ) -> Vec<Sent> {
-        let parts: Vec<Vec<(usize, usize)>> = payloads.iter().map(|p| p.parts()).collect();
+        let parts: Vec<SmallVec<[(usize, usize); 2]>> =
+            payloads.iter().map(|p| p.parts()).collect();
         let mut sent = Vec::with_capacity(keys.len());
         let mut plans: Vec<Option<WritePlan<'_>>> = Vec::with_capacity(keys.len());
         for ((start, parts), p) in started.iter().zip(&parts).zip(payloads) {
@@ -174,36 +179,28 @@ impl RealClient {
         payload: &Payload<'_>,
         staged: &mut Vec<StagingBuf>,
     ) -> Result<Vec<TransferRequest>> {
+        // Every peer's segment first: a value with an unknown peer fails
+        // before any byte of it moves.
         let targets = plan
             .peers
             .iter()
             .map(|p| self.handle(p.endpoint))
-            .collect::<Result<Vec<SegmentHandle>>>()?;
-        // Plain bytes go straight into a same-host peer's shared memory when
-        // it serves the replica; only the rest need the engine.
-        let refused: Vec<bool> = plan
-            .peers
-            .iter()
-            .zip(&targets)
-            .map(|(p, &t)| {
-                p.shared.as_ref().is_none_or(|s| {
-                    let copied = self.write_shared(t, s);
-                    if copied {
-                        self.count_route(Route::Shm, true, s.iter().map(|p| p.len).sum());
-                    }
-                    !copied
-                })
-            })
-            .collect();
+            .collect::<Result<SmallVec<[SegmentHandle; 4]>>>()?;
         let mut staged_copy: Option<usize> = None;
-        let mut requests = Vec::with_capacity(plan.max_requests());
-        for ((peer, &target), _) in plan
-            .peers
-            .iter()
-            .zip(&targets)
-            .zip(&refused)
-            .filter(|(_, &refused)| refused)
-        {
+        let mut requests = Vec::new();
+        for (peer, &target) in plan.peers.iter().zip(&targets) {
+            // Plain bytes go straight into a same-host peer's shared memory
+            // when it serves the replica; only the rest need the engine.
+            if let Some(shared) = &peer.shared {
+                if self.write_shared(target, shared) {
+                    let len = shared.iter().map(|p| p.len).sum();
+                    self.count_route(Route::Shm, true, len);
+                    continue;
+                }
+            }
+            if requests.capacity() == 0 {
+                requests.reserve(plan.max_requests());
+            }
             match peer.engine {
                 EngineWrite::Parts(ref pieces) => requests.extend(
                     pieces
@@ -281,8 +278,13 @@ impl RealClient {
             }
         }
         if !to_end.is_empty() {
-            let end_keys: Vec<String> = to_end.iter().map(|&i| keys[i].clone()).collect();
-            let ended = match end_keys.as_slice() {
+            // Every key written (the usual case): no copies of the keys.
+            let end_keys: Cow<'_, [String]> = if to_end.len() == keys.len() {
+                Cow::Borrowed(keys)
+            } else {
+                Cow::Owned(to_end.iter().map(|&i| keys[i].clone()).collect())
+            };
+            let ended = match &*end_keys {
                 [key] => vec![self.master.put_end(self.id, key)],
                 _ => batch_answer(
                     self.master.batch_put_end(self.id, &end_keys),

@@ -4,6 +4,7 @@ use std::sync::atomic::Ordering;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
+use super::apply::Fate;
 use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::allocator::aligned_len;
 use crate::master::mutation::{ObjectOp, Write};
@@ -158,7 +159,10 @@ impl MasterService {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
-        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
+        // One lookup for the check, the mutation and the copy's flags: the
+        // object stays (a PutEnd never drops it) and the guard keeps the
+        // shard's tally right.
+        let mut obj = shard.get_mut(key).ok_or_else(|| not_found(key))?;
         match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
@@ -168,11 +172,10 @@ impl MasterService {
             now,
             readers_until: obj.lease_until,
         };
-        self.apply_in(&mut shard, key, end);
-        if let Some(mut obj) = shard.get_mut(key) {
-            self.reflag_copy(key, &mut obj);
-            self.offload_at_put_end(key, &obj);
-        }
+        let fate = self.apply_object(key, &mut obj, end);
+        debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
+        self.reflag_copy(key, &mut obj);
+        self.offload_at_put_end(key, &obj);
         Ok(())
     }
 
