@@ -117,7 +117,6 @@ class BufferPool:
         if local == 0:
             raise RuntimeError("BufferPool requires a store configured with a local buffer")
         self._store = store
-        self._local_bytes = local
         self._max_bytes = 2 * local if max_bytes == 0 else max(max_bytes, local)
         self._min_class = min_size_class
         self._max_class = (
