@@ -7,7 +7,8 @@ The file runs as ``__main__``; whatever unittest runner it builds (its own
 ``TextTestRunner`` or ``unittest.main``) records its results here. Cases of a
 class or module whose setup failed are recorded as errors with that setup's
 message, since they never ran. A file that is a plain script (no unittest)
-is one case named after the file, passed when it exits with 0.
+is one case named after the file, passed when it exits with 0. A file whose
+main is ``pytest.main(...)`` has its cases recorded through a pytest plugin.
 """
 
 from __future__ import annotations
@@ -111,6 +112,33 @@ class RecordingRunner(unittest.TextTestRunner):
         return super().run(test)
 
 
+class PytestRecorder:
+    """A pytest plugin recording each case of a file whose main is
+    ``pytest.main(...)``."""
+
+    def pytest_runtest_logreport(self, report):
+        case_id = report.nodeid.split("::", 1)[-1].replace("::", ".")
+        if report.skipped:
+            _record(case_id, "skipped", str(report.longrepr))
+        elif report.failed:
+            _record(case_id, "failed" if report.when == "call" else "error", str(report.longrepr))
+        elif report.when == "call":
+            _record(case_id, "passed")
+
+
+def _record_pytest_cases() -> None:
+    try:
+        import pytest
+    except ImportError:
+        return
+    run = pytest.main
+
+    def main(args=None, plugins=None):
+        return run(args, [*(plugins or []), PytestRecorder()])
+
+    pytest.main = main
+
+
 def main() -> int:
     global script_name
     out, path, args = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -119,6 +147,7 @@ def main() -> int:
     # `unittest.runner.TextTestRunner` when it runs.
     unittest.TextTestRunner = RecordingRunner
     unittest.runner.TextTestRunner = RecordingRunner
+    _record_pytest_cases()
     sys.argv = [path, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     code = 0

@@ -33,11 +33,14 @@ from ._mooncake import (
 )
 from ._mooncake import MooncakeDistributedStore as _Store
 from ._mooncake import MooncakeHostMemAllocator, bind_to_numa_node
+from .buffer_pool import BufferLease, BufferPool, RegisteredBufferLease, RegisteredBufferPool
 
 INVALID_PARAMS = -600
 
 __all__ = [
     "BufferHandle",
+    "BufferLease",
+    "BufferPool",
     "Descriptor",
     "DiskDescriptor",
     "MemoryDescriptor",
@@ -47,6 +50,8 @@ __all__ = [
     "ParallelAxis",
     "QueryTaskResponse",
     "ReadTarget",
+    "RegisteredBufferLease",
+    "RegisteredBufferPool",
     "ReplicaDescriptor",
     "ReplicaStatus",
     "ReplicateConfig",

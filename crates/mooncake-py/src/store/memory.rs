@@ -44,6 +44,11 @@ impl KnownMemory {
         self.pool.lock().insert(addr, len);
     }
 
+    /// Forgets pool memory given back (a buffer pool's lease).
+    pub(super) fn unpooled(&self, addr: usize) {
+        self.pool.lock().remove(&addr);
+    }
+
     /// End of the vouched-for region that contains `addr`.
     fn region_end(&self, addr: usize) -> Option<usize> {
         let r = self
@@ -143,6 +148,8 @@ mod tests {
         assert_eq!(known.clamp(r + 2048, 100), 100, "outside: unchanged");
         known.unregister(r);
         assert_eq!(known.classify(r, 1024, Access::Write), Mem::Copy);
+        known.unpooled(p);
+        assert_eq!(known.classify(p, 1024, Access::Write), Mem::Copy);
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //!   addresses, which `memory` classifies;
 //! - `objects`: sizes, existence and removal;
 //! - `tensor`: the helpers `mooncake/store.py` builds the tensor calls on;
+//! - `pool_memory`: the memory `mooncake.BufferPool` leases out;
 //! - `replica`, `tasks`: replica descriptors, copy and move tasks, with the
 //!   classes they return in `descriptors`.
 //!
@@ -112,6 +113,7 @@ mod descriptors;
 mod get_into;
 mod memory;
 mod objects;
+mod pool_memory;
 mod put_from;
 mod replica;
 mod setup;
@@ -164,5 +166,6 @@ fn scatter<T>(out: &mut [T], idx: &[usize], vals: impl IntoIterator<Item = T>) {
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStore>()?;
     m.add_class::<BufferHandle>()?;
+    m.add_class::<pool_memory::PoolMemory>()?;
     descriptors::register(m)
 }

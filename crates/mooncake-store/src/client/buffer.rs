@@ -73,3 +73,43 @@ impl std::fmt::Debug for BufferHandle {
             .finish()
     }
 }
+
+/// A piece of the client's local buffer (its registered staging memory)
+/// lent to the caller until dropped. The zero-copy calls (`put_from`,
+/// `get_into`, ...) use it in place, without registering it. The memory
+/// stays mapped while the lease lives, even after the client closes.
+pub struct LocalLease {
+    buf: StagingBuf,
+}
+
+impl LocalLease {
+    pub(crate) fn new(buf: StagingBuf) -> LocalLease {
+        LocalLease { buf }
+    }
+
+    /// Address of the first byte (64-byte aligned).
+    pub fn addr(&self) -> usize {
+        self.buf.addr()
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == 0
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        self.buf.as_mut_slice()
+    }
+}
+
+impl std::fmt::Debug for LocalLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalLease")
+            .field("addr", &self.addr())
+            .field("len", &self.len())
+            .finish()
+    }
+}

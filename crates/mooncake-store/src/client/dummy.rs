@@ -296,6 +296,20 @@ impl Backend for DummyClient {
         self.pool_allocs.free(addr)
     }
 
+    fn local_buffer_size(&self) -> u64 {
+        self.staging.as_ref().map_or(0, StagingPool::capacity)
+    }
+
+    fn lease_local_buffer(&self, len: usize) -> Result<Option<StagingBuf>> {
+        if self.conns.is_closed() {
+            return Err(Error::new(
+                ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                "client is closed",
+            ));
+        }
+        Ok(self.staging_pool()?.try_allocate(len as u64))
+    }
+
     fn write(
         &self,
         keys: &[String],

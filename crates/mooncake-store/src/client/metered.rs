@@ -7,6 +7,7 @@ use std::time::Instant;
 use mooncake_common::Result;
 
 use super::metrics::{ClientMetrics, Outcome};
+use super::staging::StagingBuf;
 use super::{Backend, BufferHandle, DestFn, Payload, RangeRead};
 use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
 
@@ -72,6 +73,12 @@ impl Backend for Metered {
     }
     fn free_to_mem_pool(&self, addr: usize) -> Result<()> {
         self.inner.free_to_mem_pool(addr)
+    }
+    fn local_buffer_size(&self) -> u64 {
+        self.inner.local_buffer_size()
+    }
+    fn lease_local_buffer(&self, len: usize) -> Result<Option<StagingBuf>> {
+        self.inner.lease_local_buffer(len)
     }
 
     fn write(

@@ -40,7 +40,7 @@ use std::sync::Arc;
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::TransferEngine;
 
-pub use buffer::BufferHandle;
+pub use buffer::{BufferHandle, LocalLease};
 pub use config::ClientConfig;
 pub use dummy::DummyTransport;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
@@ -52,6 +52,7 @@ pub(crate) use ranges::RangeRead;
 
 use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo, WriteOptions};
 use ranges::RangeBatch;
+use staging::StagingBuf;
 use validate::same_len;
 
 /// Where a value's bytes come from.
@@ -95,6 +96,10 @@ pub(crate) trait Backend: Send + Sync {
     fn unregister_buffer(&self, addr: usize) -> Result<()>;
     fn alloc_from_mem_pool(&self, size: usize) -> Result<usize>;
     fn free_to_mem_pool(&self, addr: usize) -> Result<()>;
+    /// Bytes of the staging pool (0: none).
+    fn local_buffer_size(&self) -> u64;
+    /// `len` bytes of the staging pool if it has room now, else `None`.
+    fn lease_local_buffer(&self, len: usize) -> Result<Option<StagingBuf>>;
 
     /// Puts or upserts every `(key, payload)`, one outcome per key.
     fn write(
@@ -397,6 +402,20 @@ impl Client {
     /// Returns memory from [`alloc_from_mem_pool`](Self::alloc_from_mem_pool).
     pub fn free_to_mem_pool(&self, addr: usize) -> Result<()> {
         self.inner.free_to_mem_pool(addr)
+    }
+
+    /// Size of the local buffer (`local_buffer_size` at setup; 0: none).
+    pub fn local_buffer_size(&self) -> u64 {
+        self.inner.local_buffer_size()
+    }
+
+    /// Lends `len` bytes of the local buffer (registered staging memory, so
+    /// usable by the zero-copy calls in place) until the lease drops.
+    /// `Ok(None)` when the local buffer has no room for them now: unlike a
+    /// put's staging, this never waits. Fails when the client is closed or
+    /// has no local buffer.
+    pub fn lease_local_buffer(&self, len: usize) -> Result<Option<LocalLease>> {
+        Ok(self.inner.lease_local_buffer(len)?.map(LocalLease::new))
     }
 
     // ---- writes ---------------------------------------------------------

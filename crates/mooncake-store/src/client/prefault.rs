@@ -10,19 +10,26 @@
 //! cut into chunks so that stopping (the client closing before the memory
 //! is freed) waits for one chunk at most.
 //!
-//! A low priority alone does not keep the thread out of the way: the RPC
-//! layer's pollers yield the CPU every few polls, and the scheduler hands
-//! a yielded core to any runnable thread, nice 19 included. A populating
-//! thread that is always runnable then costs every small call a chunk's
-//! worth of delay (a remote 4 KiB `get` took 55 µs instead of 24 µs while
-//! a fresh 1.5 GiB segment was being populated). So the thread also backs
-//! off: while other threads keep every core busy (the kernel's count of
-//! runnable threads says so), it sleeps instead of taking the next chunk.
+//! The thread runs at normal priority, so other processes on a busy
+//! machine share the cores with it rather than starve it (at nice 19, a
+//! fill 3 s after setup under a load of 10 ran as slowly as one with no
+//! population at all). What it must
+//! not do is take a core from this process's own threads: the RPC layer's
+//! pollers yield the CPU every few polls, and a populating thread that is
+//! always runnable then costs every small call a chunk's worth of delay (a
+//! remote 4 KiB `get` took 55 µs instead of 24 µs while a fresh 1.5 GiB
+//! segment was being populated). So between chunks it backs off while both
+//! hold: every core is busy (the kernel's count of runnable threads says
+//! so) and one of the process's other threads waited to run since the last
+//! look (their scheduler statistics' run-queue delay grew). Where those
+//! statistics cannot be read, busy cores alone send it to sleep.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use contention::Contention;
 
 /// Bytes populated per call: small enough to stop promptly, to hold the
 /// process's mmap lock (which `MADV_POPULATE_WRITE` takes) only briefly,
@@ -31,7 +38,7 @@ use std::time::Duration;
 /// chunk displaces by ~0.2 ms at most.
 const CHUNK: usize = 256 << 10;
 const PAGE: usize = 4096;
-/// How long to stay off the cores once they were found busy.
+/// How long to stay off the cores before looking again.
 const BACKOFF: Duration = Duration::from_millis(20);
 
 /// A running background population; [`Prefault::stop`] (or drop) ends it
@@ -63,15 +70,14 @@ impl Prefault {
         let thread = std::thread::Builder::new()
             .name("mc-prefault".into())
             .spawn(move || {
-                lowest_priority();
                 let started = std::time::Instant::now();
                 let mut total = 0;
                 let mut method = None;
-                let cpus = online_cpus();
-                let busy = || others_running().is_some_and(|n| cores_busy(n, cpus));
+                let mut contention = Contention::of_this_thread();
+                let mut busy = || contention.back_off();
                 for (addr, len) in ranges {
                     // SAFETY: the caller keeps the ranges mapped until stop.
-                    let (done, m) = unsafe { populate(addr, len, &flag, &busy) };
+                    let (done, m) = unsafe { populate(addr, len, &flag, &mut busy) };
                     total += done;
                     method = method.or(m);
                     if flag.load(Ordering::Relaxed) {
@@ -108,49 +114,12 @@ impl Drop for Prefault {
     }
 }
 
-/// Populating is opportunistic: it must never take CPU from the puts and
-/// gets it is meant to speed up, so the thread runs at nice 19 (not
-/// SCHED_IDLE: a thread that is never scheduled while it holds the mmap
-/// lock would stall everyone behind it).
-fn lowest_priority() {
-    // SAFETY: plain syscalls on the calling thread; no memory is passed.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 19);
-    }
-}
-
 /// `MC_STORE_PREFAULT=0` leaves pages to fault on first use.
 fn disabled() -> bool {
     std::env::var("MC_STORE_PREFAULT")
         .ok()
         .and_then(|v| mooncake_common::gflags::parse_bool(&v).ok())
         == Some(false)
-}
-
-/// Runnable threads on the machine other than the caller (the fourth
-/// field of `/proc/loadavg`, `running/total`, counts the reader too);
-/// `None` where it cannot be read.
-fn others_running() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    parse_running(&text).map(|n| n.saturating_sub(1))
-}
-
-fn parse_running(loadavg: &str) -> Option<u64> {
-    let field = loadavg.split_whitespace().nth(3)?;
-    field.split('/').next()?.parse().ok()
-}
-
-/// Online CPUs: the machine-wide count `/proc/loadavg` is measured against.
-fn online_cpus() -> u64 {
-    // SAFETY: sysconf reads a system constant.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    n.max(1) as u64
-}
-
-/// Whether `others` runnable threads leave no core for populating.
-fn cores_busy(others: u64, cpus: u64) -> bool {
-    others >= cpus
 }
 
 /// Populates `[addr, addr+len)` chunk by chunk until done or `stop`; returns
@@ -162,7 +131,7 @@ unsafe fn populate(
     addr: usize,
     len: usize,
     stop: &AtomicBool,
-    busy: &dyn Fn() -> bool,
+    busy: &mut dyn FnMut() -> bool,
 ) -> (usize, Option<Method>) {
     let mut method = None;
     let mut off = 0;
@@ -184,8 +153,8 @@ unsafe fn populate(
         off += n;
         // Let runnable foreground threads go first between chunks.
         std::thread::yield_now();
-        // While others need every core, sleep (stop unparks) rather than
-        // stay runnable and be handed a core they yield.
+        // While this process's threads wait for a core, sleep (stop
+        // unparks) rather than stay runnable and be handed one they yield.
         while !stop.load(Ordering::Relaxed) && busy() {
             std::thread::park_timeout(BACKOFF);
         }
@@ -223,6 +192,8 @@ unsafe fn read_touch(addr: usize, len: usize) {
     }
 }
 
+mod contention;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,7 +226,7 @@ mod tests {
         // Stop may cut it short; a full run covers every page.
         let stop = AtomicBool::new(false);
         // SAFETY: `map` is mapped for the whole call.
-        let (done, method) = unsafe { populate(addr, n, &stop, &|| false) };
+        let (done, method) = unsafe { populate(addr, n, &stop, &mut || false) };
         assert_eq!(done, len);
         assert!(method.is_some());
         assert!(resident_pages(&map) > before);
@@ -279,32 +250,18 @@ mod tests {
     }
 
     #[test]
-    fn busy_cores_read_from_loadavg() {
-        assert_eq!(parse_running("14.88 15.00 11.69 15/224 5161\n"), Some(15));
-        assert_eq!(parse_running("0.00 0.01 0.05 1/80 42"), Some(1));
-        assert_eq!(parse_running("0.00 0.01"), None);
-        assert_eq!(parse_running(""), None);
-        assert!(!cores_busy(0, 2), "an idle machine");
-        assert!(!cores_busy(1, 2), "a core is free");
-        assert!(cores_busy(2, 2), "two pollers on two cores");
-        assert!(cores_busy(13, 2));
-        assert!(online_cpus() >= 1);
-        assert!(others_running().is_some());
-    }
-
-    #[test]
     fn a_busy_machine_holds_the_next_chunk_back() {
         let len = 3 * CHUNK;
         let map = memmap2::MmapMut::map_anon(len).unwrap();
         // Busy twice, then free, after every chunk.
         let asked = std::cell::Cell::new(0);
-        let busy = || {
+        let mut busy = || {
             asked.set(asked.get() + 1);
             asked.get() % 3 != 0
         };
         let stop = AtomicBool::new(false);
         // SAFETY: `map` is mapped for the call.
-        let (done, _) = unsafe { populate(map.as_ptr() as usize, len, &stop, &busy) };
+        let (done, _) = unsafe { populate(map.as_ptr() as usize, len, &stop, &mut busy) };
         assert_eq!(done, len);
         assert_eq!(asked.get(), 9, "asked until free after each of 3 chunks");
     }
@@ -314,7 +271,7 @@ mod tests {
         let stop = AtomicBool::new(true);
         let map = memmap2::MmapMut::map_anon(CHUNK).unwrap();
         // SAFETY: `map` is mapped for the call.
-        let (done, method) = unsafe { populate(map.as_ptr() as usize, CHUNK, &stop, &|| true) };
+        let (done, method) = unsafe { populate(map.as_ptr() as usize, CHUNK, &stop, &mut || true) };
         assert_eq!((done, method), (0, None));
     }
 }

@@ -124,6 +124,19 @@ impl StagingPool {
         }
     }
 
+    /// A buffer of `len` bytes if the pool has room for it now; `None` when
+    /// it does not (including a request larger than the whole pool). Never
+    /// waits: callers that lend pool memory for a long time (the Python
+    /// buffer pool) choose for themselves what to do when it is full.
+    pub(crate) fn try_allocate(&self, len: u64) -> Option<StagingBuf> {
+        let offset = self.inner.alloc.lock().allocate(len)?;
+        Some(StagingBuf {
+            pool: self.clone(),
+            offset,
+            len: len as usize,
+        })
+    }
+
     fn release(&self, offset: u64, len: usize) {
         let freed = self.inner.alloc.lock().free(offset, len as u64);
         debug_assert!(freed.is_ok(), "staging buffer freed twice: {freed:?}");
@@ -197,6 +210,23 @@ mod tests {
         );
         drop(a);
         assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
+    fn try_allocate_answers_at_once() {
+        let pool = StagingPool::new(
+            Box::new(memmap2::MmapMut::map_anon(4096).unwrap()),
+            Duration::from_secs(60),
+        );
+        let a = pool.try_allocate(3000).expect("room for 3000 bytes");
+        assert_eq!((a.len(), a.addr() % ALIGN as usize), (3000, 0));
+        assert!(pool.try_allocate(2000).is_none(), "full: no wait");
+        assert!(pool.try_allocate(8192).is_none(), "larger than the pool");
+        let b = pool.try_allocate(1000).expect("the rest still fits");
+        assert!(b.addr() >= a.addr() + a.len() || b.addr() + b.len() <= a.addr());
+        drop((a, b));
+        assert_eq!(pool.used(), 0);
+        assert_eq!(pool.try_allocate(4096).map(|b| b.len()), Some(4096));
     }
 
     #[test]

@@ -209,6 +209,11 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
             .is_some_and(|c| poll::await_readable(c.stream.get_ref(), wait))
     }
 
+    /// Whether [`close`](Self::close) was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     /// Drops the idle connections; later calls fail.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -240,6 +240,15 @@ impl Backend for RealClient {
         self.pool_allocs.free(addr)
     }
 
+    fn local_buffer_size(&self) -> u64 {
+        self.staging.as_ref().map_or(0, StagingPool::capacity)
+    }
+
+    fn lease_local_buffer(&self, len: usize) -> Result<Option<StagingBuf>> {
+        self.check_open()?;
+        Ok(self.staging_pool()?.try_allocate(len as u64))
+    }
+
     // ---- writes -------------------------------------------------------
 
     /// One start RPC for all values, all replicas of all of them in one
