@@ -146,7 +146,9 @@ def ideal_lru_hits(requests: list[list[int]], capacity_blocks: int) -> tuple[int
     return hits, blocks
 
 
-HELD_METRICS = ("master_key_count", "master_allocated_bytes", "master_allocated_file_size_bytes")
+# Objects with a memory copy, objects with a tier copy, and their bytes.
+HELD_METRICS = ("master_key_count", "file_cache_nums_", "master_allocated_bytes",
+                "master_allocated_file_size_bytes")
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -167,7 +169,7 @@ class HeldSampler:
     master's metrics every `period` s while the replay runs: the capacity it
     actually uses, to compare with the one it was given."""
 
-    def __init__(self, url: str, period: float = 0.25):
+    def __init__(self, url: str, period: float = 0.2):
         self.url, self.period = url, period
         self.samples: list[dict[str, float]] = []
         self.stop = threading.Event()
@@ -193,13 +195,21 @@ class HeldSampler:
         self.thread.join()
 
     def steady(self) -> list[dict[str, float]]:
-        """Samples from the first one holding 90% of the most keys seen on:
+        """Samples from the first one holding 90% of the most blocks seen on:
         the filling phase says nothing about the capacity in use."""
         if not self.samples:
             return []
-        most = max(s["master_key_count"] for s in self.samples)
-        first = next(i for i, s in enumerate(self.samples) if s["master_key_count"] >= 0.9 * most)
+        most = max(held_blocks(s) for s in self.samples)
+        first = next(i for i, s in enumerate(self.samples) if held_blocks(s) >= 0.9 * most)
         return self.samples[first:]
+
+
+def held_blocks(sample: dict[str, float]) -> float:
+    """Blocks held: those with a memory copy plus those with a tier copy.
+    Exact when the tier is exclusive (`--offload-on-evict`: an object leaves
+    memory once its copy is durable); with copies at put end, objects in
+    both count twice."""
+    return sample["master_key_count"] + sample.get("file_cache_nums_", 0)
 
 
 def mean(values: list[float]) -> float:
@@ -207,9 +217,9 @@ def mean(values: list[float]) -> float:
 
 
 def held_report(steady: list[dict[str, float]], keys: float, ideal: float, B: int) -> dict:
-    """What the system held once full (means of the master's samples): keys,
-    and memory and tier bytes in blocks; the ideal LRU's hit rate at that
-    many blocks. Nothing when the master published no samples."""
+    """What the system held once full (means of the master's samples):
+    blocks, and memory and tier bytes in blocks; the ideal LRU's hit rate at
+    that many blocks. Nothing when the master published no samples."""
     if not steady:
         return {"held_samples": 0}
     return {
@@ -279,7 +289,7 @@ def run(args: argparse.Namespace) -> dict:
     capacity_blocks = (seg + tier) // B
     ideal_hits, ideal_blocks = ideal_lru_hits(requests, capacity_blocks)
     steady = held.steady()
-    held_keys = mean([h["master_key_count"] for h in steady])
+    held_keys = mean([held_blocks(h) for h in steady])
     eff_hits, eff_blocks = ideal_lru_hits(requests, int(held_keys)) if steady else (0, 0)
     return {
         "system": system.name, "tier": args.tier, "offload_on_evict": args.offload_on_evict,
