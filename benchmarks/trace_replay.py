@@ -10,7 +10,10 @@ are several times the memory). One storage client owns the memory segment
 client has no segment of its own.
 
 The script also computes the hit rate an ideal LRU cache of the same total
-capacity (memory, plus the tier's limit) would reach on the same requests.
+capacity (memory, plus the tier's limit) would reach on the same requests,
+and, from the master's metrics sampled during the replay, how many blocks
+the system actually held once full (keys, and memory and tier bytes in
+blocks) with the ideal LRU hit rate at that capacity.
 
 Prints one JSON line: requests, blocks looked up, block hit rate, the ideal
 LRU hit rate, requests/s, lookup latency quantiles (ms), puts rejected with
@@ -29,6 +32,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -141,6 +146,91 @@ def ideal_lru_hits(requests: list[list[int]], capacity_blocks: int) -> tuple[int
     return hits, blocks
 
 
+# Objects with a memory copy, objects with a tier copy, and their bytes.
+HELD_METRICS = ("master_key_count", "file_cache_nums_", "master_allocated_bytes",
+                "master_allocated_file_size_bytes")
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """The unlabelled samples of `HELD_METRICS` in a Prometheus text page."""
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in HELD_METRICS:
+            try:
+                out[name] = float(value.split()[0])
+            except (ValueError, IndexError):
+                pass
+    return out
+
+
+class HeldSampler:
+    """Samples what the system holds (keys, memory and tier bytes) from the
+    master's metrics every `period` s while the replay runs: the capacity it
+    actually uses, to compare with the one it was given."""
+
+    def __init__(self, url: str, period: float = 0.2):
+        self.url, self.period = url, period
+        self.samples: list[dict[str, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period):
+            try:
+                status, body = mcproc.http_get(self.url, timeout=2.0)
+            except OSError:
+                continue
+            if status == 200:
+                v = metric_values(body)
+                if "master_key_count" in v:
+                    self.samples.append(v)
+
+    def __enter__(self) -> "HeldSampler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def steady(self) -> list[dict[str, float]]:
+        """Samples from the first one holding 90% of the most blocks seen on:
+        the filling phase says nothing about the capacity in use."""
+        if not self.samples:
+            return []
+        most = max(held_blocks(s) for s in self.samples)
+        first = next(i for i, s in enumerate(self.samples) if held_blocks(s) >= 0.9 * most)
+        return self.samples[first:]
+
+
+def held_blocks(sample: dict[str, float]) -> float:
+    """Blocks held: those with a memory copy plus those with a tier copy.
+    Exact when the tier is exclusive (`--offload-on-evict`: an object leaves
+    memory once its copy is durable); with copies at put end, objects in
+    both count twice."""
+    return sample["master_key_count"] + sample.get("file_cache_nums_", 0)
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def held_report(steady: list[dict[str, float]], keys: float, ideal: float, B: int) -> dict:
+    """What the system held once full (means of the master's samples):
+    blocks, and memory and tier bytes in blocks; the ideal LRU's hit rate at
+    that many blocks. Nothing when the master published no samples."""
+    if not steady:
+        return {"held_samples": 0}
+    return {
+        "held_blocks": round(keys, 1),
+        "held_memory_blocks": round(mean([h.get("master_allocated_bytes", 0) for h in steady]) / B, 1),
+        "held_tier_blocks": round(mean([h.get("master_allocated_file_size_bytes", 0) for h in steady]) / B, 1),
+        "held_samples": len(steady),
+        "ideal_lru_hit_rate_at_held": round(ideal, 4),
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     system = mcproc.System.from_venv(args.name, args.venv)
     requests = load_requests(Path(args.trace or default_trace()), args.requests)
@@ -185,9 +275,10 @@ def run(args: argparse.Namespace) -> dict:
                "requests": requests, "verify": args.verify}
         cfg_file = work / "replay.json"
         cfg_file.write_text(json.dumps(cfg))
-        out = subprocess.run(
-            [system.python, "-c", REPLAY_PY.replace("sys.argv[1]", f"open({str(cfg_file)!r}).read()")],
-            env=system.env(), capture_output=True, text=True, timeout=args.timeout)
+        with HeldSampler(f"{master.admin_url}/metrics") as held:
+            out = subprocess.run(
+                [system.python, "-c", REPLAY_PY.replace("sys.argv[1]", f"open({str(cfg_file)!r}).read()")],
+                env=system.env(), capture_output=True, text=True, timeout=args.timeout)
         if out.returncode != 0:
             raise RuntimeError(f"replay failed ({out.returncode}):\n{out.stderr[-3000:]}")
         r = json.loads(out.stdout.strip().splitlines()[-1])
@@ -197,6 +288,9 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     capacity_blocks = (seg + tier) // B
     ideal_hits, ideal_blocks = ideal_lru_hits(requests, capacity_blocks)
+    steady = held.steady()
+    held_keys = mean([held_blocks(h) for h in steady])
+    eff_hits, eff_blocks = ideal_lru_hits(requests, int(held_keys)) if steady else (0, 0)
     return {
         "system": system.name, "tier": args.tier, "offload_on_evict": args.offload_on_evict,
         "requests": len(requests),
@@ -204,6 +298,8 @@ def run(args: argparse.Namespace) -> dict:
         "unique_over_capacity": round(unique * B / (seg + tier), 2),
         "hit_rate": round(r["hits"] / max(1, r["blocks"]), 4),
         "ideal_lru_hit_rate": round(ideal_hits / max(1, ideal_blocks), 4),
+        "capacity_blocks": capacity_blocks,
+        **held_report(steady, held_keys, eff_hits / max(1, eff_blocks), B),
         "requests_per_s": round(len(requests) / r["seconds"], 1),
         "lookup_ms": {k: round(v, 3) for k, v in r["lookup_ms"].items()},
         "rejected_puts": r["rejected_puts"], "failed_puts": r["failed_puts"],

@@ -19,8 +19,15 @@
 //! one at a time) from a buffer on transparent huge pages, as the tier's
 //! buffers are: on a virtual disk a request costs per page it spans, so dd's
 //! small-page buffer understates what the disk can do.
+//!
+//! `--dfs` measures the shared-filesystem tier's writer instead: the same
+//! objects written as files at their keys' paths (`shared_fs::object_file`)
+//! by `shared_fs::GroupWriter` in groups of 64 (a client writer's round),
+//! against `dd oflag=direct conv=fdatasync` in the same directory; reads go
+//! through the tier's `read_object` (buffered, as clients read the mount).
 
 use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
+use mooncake_store::tier::shared_fs::{self, GroupObject, GroupWriter};
 use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
 use std::path::PathBuf;
 use std::process::Command;
@@ -32,6 +39,7 @@ struct Args {
     uring: bool,
     backend: Backend,
     rounds: usize,
+    dfs: bool,
 }
 
 fn number(arg: Option<String>, usage: &str) -> u64 {
@@ -46,6 +54,7 @@ fn parse_args() -> Args {
         uring: false,
         backend: Backend::Bucket,
         rounds: 1,
+        dfs: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -53,6 +62,7 @@ fn parse_args() -> Args {
             "--dir" => a.dir = PathBuf::from(it.next().expect("--dir DIR")),
             "--total-mib" => a.total = number(it.next(), "--total-mib N") << 20,
             "--uring" => a.uring = true,
+            "--dfs" => a.dfs = true,
             "--rounds" => a.rounds = number(it.next(), "--rounds N").max(1) as usize,
             "--backend" => {
                 a.backend = match it.next().as_deref() {
@@ -298,6 +308,112 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Objects of a client writer's round: the group size of `client/file_tier.rs`.
+const DFS_GROUP: usize = 64;
+
+/// The shared-filesystem tier's writer against dd, same directory, same
+/// round: (dd write, tier write, dd read, tier read), bytes/second.
+fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> (f64, f64, f64, f64) {
+    let fsdir = args.dir.join("dfs");
+    let _ = std::fs::remove_dir_all(&fsdir);
+    std::fs::create_dir_all(&fsdir).unwrap();
+    let dd_file = args.dir.join("dd.bin");
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let count = total.div_ceil(8 << 20);
+    let dd_write = dd(&[
+        "if=/dev/zero".into(),
+        format!("of={}", dd_file.display()),
+        "bs=8M".into(),
+        format!("count={count}"),
+        "oflag=direct".into(),
+        "conv=fdatasync".into(),
+    ]);
+    let fsdir_s = fsdir.to_str().expect("a UTF-8 directory");
+    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
+    let value = |i: usize| {
+        let start = (i * 4099) % (pool.len() - sizes[i]);
+        &pool[start..start + sizes[i]]
+    };
+    let mut writer = GroupWriter::default();
+    let t = Instant::now();
+    for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(DFS_GROUP) {
+        let group: Vec<GroupObject<'_>> = chunk
+            .iter()
+            .map(|&i| GroupObject {
+                key: &keys[i],
+                path: shared_fs::path_of(&shared_fs::object_file(fsdir_s, &keys[i])),
+                value: value(i),
+            })
+            .collect();
+        for r in writer.write_group(&group) {
+            r.expect("dfs write");
+        }
+    }
+    let write_s = t.elapsed().as_secs_f64();
+
+    drop_caches(std::slice::from_ref(&dd_file));
+    let dd_read = dd(&[
+        format!("if={}", dd_file.display()),
+        "of=/dev/null".into(),
+        "bs=8M".into(),
+        "iflag=direct".into(),
+    ]);
+    let _ = std::fs::remove_file(&dd_file);
+    drop_caches(&files_in(&fsdir));
+    let mut buf = vec![0u8; 1 << 20];
+    let t = Instant::now();
+    for (i, &n) in sizes.iter().enumerate() {
+        let path = shared_fs::path_of(&shared_fs::object_file(fsdir_s, &keys[i]));
+        shared_fs::read_object(&path, &keys[i], &mut buf[..n]).expect("dfs read");
+        if i % 97 == 0 {
+            assert!(buf[..n] == *value(i), "obj-{i} bytes");
+        }
+    }
+    let read_s = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&fsdir);
+    (
+        dd_write,
+        total as f64 / write_s,
+        dd_read,
+        total as f64 / read_s,
+    )
+}
+
+fn dfs_main(args: &Args, sizes: &[usize], pool: &[u8]) {
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    println!(
+        "directory   {} (shared-filesystem tier, {} objects, {:.0} MiB, groups of {DFS_GROUP})",
+        args.dir.display(),
+        sizes.len(),
+        total as f64 / (1 << 20) as f64,
+    );
+    println!("MB/s; % = tier / dd");
+    println!("round  dd write  tier write      dd read  tier read");
+    let mut ratios = Vec::new();
+    for i in 0..args.rounds {
+        let (dw, tw, dr, tr) = dfs_round(args, sizes, pool);
+        println!(
+            "{:5}  {:8.0}  {:5.0} {:5.0}%  {:7.0}  {:5.0} {:5.0}%",
+            i + 1,
+            dw / 1e6,
+            tw / 1e6,
+            pct(tw, dw),
+            dr / 1e6,
+            tr / 1e6,
+            pct(tr, dr)
+        );
+        println!(
+            "{{\"dd_write_mbps\":{:.0},\"dfs_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"dfs_read_mbps\":{:.0},\"objects\":{},\"bytes\":{total}}}",
+            dw / 1e6, tw / 1e6, dr / 1e6, tr / 1e6, sizes.len()
+        );
+        ratios.push(pct(tw, dw));
+    }
+    println!(
+        "median write ratio to dd: {:.0}% (target >= 70%)",
+        median(ratios)
+    );
+}
+
 fn main() {
     let args = parse_args();
     std::fs::create_dir_all(&args.dir).expect("bench directory");
@@ -311,6 +427,9 @@ fn main() {
         x ^= x >> 7;
         x ^= x << 17;
         *b = x as u8;
+    }
+    if args.dfs {
+        return dfs_main(&args, &sizes, &pool);
     }
     let rounds: Vec<Round> = (0..args.rounds)
         .map(|_| round(&args, &sizes, &pool))

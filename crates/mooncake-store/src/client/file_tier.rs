@@ -2,9 +2,10 @@
 //! --root_fs_dir`): when the master announces the tier and its directory
 //! is reachable here, the client mounts it and runs a writer thread. Each
 //! round takes the master's tasks (objects of this client's segments that
-//! eviction wants out of memory), writes each as a file at the path
-//! derived from its key, durably (`tier::shared_fs::write_object`), deletes
-//! the files the master no longer wants, and reports both. The master
+//! eviction wants out of memory), writes them as one group of files at the
+//! paths derived from their keys (`tier::shared_fs::GroupWriter`: direct
+//! I/O from reused buffers, one durability pass per group), deletes the
+//! files the master no longer wants, and reports both. The master
 //! keeps the memory copy until it hears.
 //!
 //! Reading needs no writer: any client reads a file copy straight from the
@@ -78,7 +79,7 @@ impl FileWriter {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("mooncake-fs-tier".into())
-            .spawn(move || run(&s))
+            .spawn(move || run(&s, &mut shared_fs::GroupWriter::default()))
             .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("fs tier thread: {e}")))?;
         tracing::info!(dir = %shared.fsdir, "shared-filesystem tier mounted");
         Ok(FileWriter {
@@ -102,12 +103,12 @@ impl Drop for FileWriter {
     }
 }
 
-fn run(s: &Shared) {
+fn run(s: &Shared, writer: &mut shared_fs::GroupWriter) {
     let poll = || {
         let batch = s.master.fetch_file_tasks(s.id, TASKS_PER_ROUND)?;
         let any = !batch.tasks.is_empty() || !batch.removes.is_empty();
         if any {
-            round(s, &batch.tasks, batch.removes);
+            round(s, writer, &batch.tasks, batch.removes);
         }
         Ok(any)
     };
@@ -116,24 +117,41 @@ fn run(s: &Shared) {
     });
 }
 
-/// Deletes `removes`, writes `tasks`, reports everything.
-fn round(s: &Shared, tasks: &[OffloadTask], removes: Vec<String>) {
+/// Deletes `removes`, writes `tasks` as one group, reports everything.
+fn round(
+    s: &Shared,
+    writer: &mut shared_fs::GroupWriter,
+    tasks: &[OffloadTask],
+    removes: Vec<String>,
+) {
     for key in &removes {
         let path = shared_fs::object_file(&s.fsdir, key);
         if let Err(e) = shared_fs::remove_object(Path::new(&path)) {
             tracing::warn!(key, error = %e, "deleting a shared-filesystem file failed");
         }
     }
-    let mut copied = Vec::with_capacity(tasks.len());
     let mut failed = Vec::new();
+    let mut group = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let Some(bytes) = s.own_range(t.address, t.size) else {
-            tracing::warn!(key = %t.key, "file task outside this client's segments");
-            failed.push(t.key.clone());
-            continue;
-        };
-        let path = shared_fs::object_file(&s.fsdir, &t.key);
-        match shared_fs::write_object(Path::new(&path), &t.key, 0, bytes) {
+        match s.own_range(t.address, t.size) {
+            Some(value) => group.push((
+                t,
+                shared_fs::GroupObject {
+                    key: &t.key,
+                    path: shared_fs::path_of(&shared_fs::object_file(&s.fsdir, &t.key)),
+                    value,
+                },
+            )),
+            None => {
+                tracing::warn!(key = %t.key, "file task outside this client's segments");
+                failed.push(t.key.clone());
+            }
+        }
+    }
+    let (group_tasks, objects): (Vec<&OffloadTask>, Vec<_>) = group.into_iter().unzip();
+    let mut copied = Vec::with_capacity(objects.len());
+    for (t, r) in group_tasks.iter().zip(writer.write_group(&objects)) {
+        match r {
             Ok(()) => copied.push((t.key.clone(), t.size)),
             Err(e) => {
                 tracing::warn!(key = %t.key, error = %e, "shared-filesystem write failed");

@@ -67,7 +67,9 @@ pub struct TierConfig {
     /// `MOONCAKE_OFFLOAD_USE_URING` (false; fallback `MOONCAKE_USE_URING`):
     /// `true`/`false`/`1`/`0`, any case.
     pub use_uring: bool,
-    /// `MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION` (true).
+    /// `MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION` (true): evict when
+    /// the filesystem holding the tier passes the high ratio of its size,
+    /// down to the low one (the tier's own size is kept by admission).
     pub enable_disk_watermark_eviction: bool,
     /// `MOONCAKE_OFFLOAD_DISK_EVICTION_HIGH_WATERMARK_RATIO` (0.90; fallback
     /// `MOONCAKE_DISK_EVICTION_HIGH_WATERMARK_RATIO`): in (0, 1].

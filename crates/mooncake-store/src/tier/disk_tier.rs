@@ -19,7 +19,7 @@ use super::file_per_key::{scan_files, FilePerKeyWriter};
 use super::format::{align_up, ObjectHeader, DIO_ALIGN};
 use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex};
 use super::io::holes::supports_punch;
-use super::io::{engine, fs_capacity, DiskFile, IoEngine};
+use super::io::{engine, fs_capacity, fs_usage, DiskFile, IoEngine};
 use super::read::{read_range, read_value, read_values, ValueRead, ValueRef};
 use super::readahead::Readahead;
 use super::scan::{scan_buckets, ScanReport, Verify};
@@ -516,15 +516,40 @@ impl DiskTier {
     }
 
     /// The proactive eviction (`MOONCAKE_OFFLOAD_ENABLE_DISK_WATERMARK_EVICTION`
-    /// and its ratios); an empty batch when disabled or under the high mark.
+    /// and its ratios), for a disk filling up from elsewhere: when the
+    /// filesystem holding the tier is above the high mark, the tier's
+    /// coldest objects go until it would be back at the low mark. The tier's
+    /// own size needs no sweep (admission evicts exactly what each write
+    /// needs), so the tier holds its whole configured size. An empty batch
+    /// when disabled, under the high mark, or when the filesystem cannot be
+    /// asked.
     pub fn evict_above_watermark(&self) -> EvictionBatch {
         if !self.config.enable_disk_watermark_eviction {
             return EvictionBatch::default();
         }
-        self.index.lock().evict_above_watermark(
+        match fs_usage(&self.config.storage_path) {
+            Ok((used, size)) => self.evict_for_disk_usage(used, size),
+            Err(e) => {
+                tracing::debug!(error = %e, "disk usage for the watermark eviction");
+                EvictionBatch::default()
+            }
+        }
+    }
+
+    /// [`Self::evict_above_watermark`] at a measured disk usage.
+    pub(crate) fn evict_for_disk_usage(&self, used: u64, size: u64) -> EvictionBatch {
+        let mut index = self.index.lock();
+        let excess = watermark_excess(
+            used,
+            size,
+            index.usage().doomed_bytes,
             self.config.disk_eviction_high_watermark_ratio,
             self.config.disk_eviction_low_watermark_ratio,
-        )
+        );
+        if excess == 0 {
+            return EvictionBatch::default();
+        }
+        index.evict_bytes(excess)
     }
 
     /// Single reads served from readahead windows so far.
@@ -535,6 +560,16 @@ impl DiskTier {
     pub fn usage(&self) -> TierUsage {
         self.index.lock().usage()
     }
+}
+
+/// Bytes to free for a disk `used` of `size` bytes to go from above the
+/// `high` ratio down to the `low` one, less what is freed already and
+/// waiting for its readers (`pending`); 0 at or under the high mark.
+pub(crate) fn watermark_excess(used: u64, size: u64, pending: u64, high: f64, low: f64) -> u64 {
+    if size == 0 || used as f64 <= high * size as f64 {
+        return 0;
+    }
+    (used - (low * size as f64) as u64).saturating_sub(pending)
 }
 
 #[cfg(test)]

@@ -586,11 +586,24 @@ fn reads_racing_eviction_get_the_bytes_or_not_found_never_an_error() {
 }
 
 #[test]
-fn watermark_eviction_follows_the_configured_ratios() {
+fn watermark_excess_is_what_brings_the_disk_to_the_low_mark() {
+    assert_eq!(super::watermark_excess(900, 1000, 0, 0.9, 0.8), 0);
+    assert_eq!(super::watermark_excess(950, 1000, 0, 0.9, 0.8), 150);
+    assert_eq!(super::watermark_excess(950, 1000, 100, 0.9, 0.8), 50);
+    assert_eq!(super::watermark_excess(950, 1000, 500, 0.9, 0.8), 0);
+    assert_eq!(super::watermark_excess(5, 0, 0, 0.9, 0.8), 0);
+}
+
+/// The tier fills to its configured size without a sweep taking anything;
+/// a disk above the high mark gives back what brings it to the low one,
+/// coldest first.
+#[test]
+fn watermark_eviction_follows_the_disk_not_the_tier_size() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = config(dir.path(), Backend::Bucket, false);
     c.bucket_keys_limit = 1;
-    c.bucket_max_total_size = 10 * 16384;
+    // A one-key bucket of 10,000 bytes takes 16 KiB: data and metadata.
+    c.bucket_max_total_size = 6 * 16384;
     c.disk_eviction_high_watermark_ratio = 0.5;
     c.disk_eviction_low_watermark_ratio = 0.2;
     let (tier, _) = DiskTier::open(c, Verify::All).unwrap();
@@ -601,7 +614,10 @@ fn watermark_eviction_follows_the_configured_ratios() {
         tier.finalize(out.evicted);
         tier.commit(1).unwrap();
     }
-    let batch = tier.evict_above_watermark();
+    assert_eq!(tier.usage().bytes, 6 * 16384, "full to its size");
+    assert!(tier.evict_for_disk_usage(50_000, 100_000).is_empty());
+    // 70% used: 50,000 bytes to free, four objects.
+    let batch = tier.evict_for_disk_usage(70_000, 100_000);
     assert_eq!(batch.keys, ["key-0", "key-1", "key-2", "key-3"]);
     tier.finalize(batch);
     assert_eq!(readable(&tier), [4, 5]);

@@ -10,7 +10,7 @@
 //!
 //! Eviction runs in two phases so a read in flight never sees its bytes
 //! vanish:
-//! 1. [`TierIndex::admit`] (or [`TierIndex::evict_above_watermark`]) takes the
+//! 1. [`TierIndex::admit`] (or [`TierIndex::evict_bytes`]) takes the
 //!    victims out of the index: from then on no lookup hands them out. The
 //!    caller tells the master their disk replicas are gone.
 //! 2. [`TierIndex::finalize`] frees them: a doomed unit's files are deleted
@@ -394,14 +394,16 @@ impl TierIndex {
         self.reserved_keys = self.reserved_keys.saturating_sub(keys);
     }
 
-    /// Proactive eviction: above `high × limit` bytes, evict down to `low × limit`.
-    pub fn evict_above_watermark(&mut self, high: f64, low: f64) -> EvictionBatch {
+    /// Proactive eviction: takes objects in policy order until at least
+    /// `bytes` of the tier's are freed (or none is left). Nothing under the
+    /// `none` policy.
+    pub fn evict_bytes(&mut self, bytes: u64) -> EvictionBatch {
         let mut batch = EvictionBatch::default();
-        let limit = self.byte_limit as f64;
-        if self.policy == EvictionPolicy::None || (self.bytes as f64) <= high * limit {
+        if self.policy == EvictionPolicy::None {
             return batch;
         }
-        while (self.bytes as f64) > low * limit && self.take_next(&mut batch) {}
+        let goal = self.bytes.saturating_sub(bytes);
+        while self.bytes > goal && self.take_next(&mut batch) {}
         batch
     }
 

@@ -156,17 +156,25 @@ fn replaced_and_removed_objects_free_their_units() {
 }
 
 #[test]
-fn watermark_eviction_goes_down_to_the_low_mark() {
+fn proactive_eviction_frees_what_it_is_asked_in_policy_order() {
     let dir = tempfile::tempdir().unwrap();
     let mut ix = TierIndex::new(EvictionPolicy::Fifo, 1000, 1000, true);
     for id in 1..=10 {
         ix.insert(unit(dir.path(), id, &[&format!("k{id}")], 95), id);
     }
-    assert!(ix.evict_above_watermark(0.96, 0.5).is_empty());
-    let b = ix.evict_above_watermark(0.9, 0.5);
+    assert!(ix.evict_bytes(0).is_empty());
+    let b = ix.evict_bytes(400);
     assert_eq!(b.keys, ["k1", "k2", "k3", "k4", "k5"]);
     ix.finalize(b);
     assert_eq!(ix.usage().bytes, 475);
+    let b = ix.evict_bytes(10_000);
+    assert_eq!(b.keys.len(), 5, "everything, and no more");
+    ix.finalize(b);
+    assert_eq!(ix.usage().bytes, 0);
+
+    let mut none = TierIndex::new(EvictionPolicy::None, 1000, 1000, true);
+    none.insert(unit(dir.path(), 11, &["n"], 95), 1);
+    assert!(none.evict_bytes(95).is_empty());
 }
 
 const B: u64 = 4096;

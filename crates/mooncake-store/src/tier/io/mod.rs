@@ -327,6 +327,23 @@ pub fn fs_capacity(path: &Path) -> Result<u64, TierError> {
     Ok(st.f_blocks as u64 * st.f_frsize as u64)
 }
 
+/// `(used, size)` of the filesystem holding `path`, as `df` counts them:
+/// `size` is what is used plus what an unprivileged writer may still take
+/// (blocks reserved for root are in neither).
+pub fn fs_usage(path: &Path) -> Result<(u64, u64), TierError> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| TierError::Invalid("path contains a NUL byte".into()))?;
+    // SAFETY: zeroed statvfs is a valid out-parameter; `c` is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(TierError::io("stat", path, io::Error::last_os_error()));
+    }
+    let block = st.f_frsize as u64;
+    let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64) * block;
+    Ok((used, used + st.f_bavail as u64 * block))
+}
+
 /// Bytes a file of `len` occupies on disk, rounded to whole blocks.
 pub fn on_disk(len: u64) -> u64 {
     super::format::align_up(len, DIO_ALIGN as u64)
