@@ -1,7 +1,8 @@
 //! `mooncake-bench ha`: what replicated metadata costs and how fast a
 //! failover is, on an etcd given with `--etcd`:
 //!
-//! - 4 KiB put latency and single-thread throughput through one plain
+//! - 4 KiB put latency and throughput (one client thread, then
+//!   `--threads` of them sharing the client) through one plain
 //!   master, then through the leader of three `--enable_ha
 //!   --enable_oplog` masters (each put waits until the standbys hold its
 //!   entries), without and with each master's log on disk (`--wal_dir`,
@@ -39,6 +40,8 @@ pub struct HaBenchConfig {
     pub wal: bool,
     /// Also the replicated setup without the put fence.
     pub unfenced: bool,
+    /// Client threads of the second put phase (1: none).
+    pub threads: usize,
 }
 
 /// One measured put phase.
@@ -46,6 +49,9 @@ pub struct PutRow {
     pub setup: &'static str,
     /// Which round of the phases it ran in.
     pub repeat: usize,
+    /// Client threads putting at once.
+    pub threads: usize,
+    /// `ops_s` is puts over the wall time spent putting.
     pub summary: Summary,
 }
 
@@ -207,23 +213,71 @@ fn client(master: &str, cluster: &str, metadata: &str) -> Result<Client> {
     })
 }
 
-/// Puts distinct 4 KiB values for `seconds` (removing each afterwards
-/// keeps the segment from filling); latencies of the puts.
-fn put_phase(c: &Client, seconds: f64, prefix: &str) -> Result<Summary> {
+/// Puts distinct 4 KiB values for `seconds` of wall time from `threads`
+/// threads sharing `c`: latencies of the puts, and puts per second of
+/// wall time. The phase runs in slices; between two, each thread removes
+/// what it put (untimed, so the segment does not fill).
+fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<Summary> {
+    const SLICE: f64 = 0.25;
+    let slices = (seconds / SLICE).ceil().max(1.0) as usize;
+    let per_slice = Duration::from_secs_f64(seconds / slices as f64);
+    let barrier = std::sync::Barrier::new(threads);
     let v = vec![7u8; 4096];
     let cfg = ReplicateConfig::default();
+    let outcomes: Vec<Result<(Vec<u64>, Duration)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (barrier, v, cfg) = (&barrier, &v, &cfg);
+                scope.spawn(move || {
+                    let mut lat = Vec::new();
+                    let mut wall = Duration::ZERO;
+                    let mut failed = None;
+                    let mut keys = Vec::new();
+                    for slice in 0..slices {
+                        // Every thread passes every barrier, failed or not.
+                        barrier.wait();
+                        let start = Instant::now();
+                        let until = start + per_slice;
+                        while failed.is_none() && Instant::now() < until {
+                            let key = format!("{prefix}-{t}-{slice}-{}", keys.len());
+                            let at = Instant::now();
+                            match c.put(&key, v, cfg) {
+                                Ok(()) => lat.push(at.elapsed().as_nanos() as u64),
+                                Err(e) => failed = Some(e),
+                            }
+                            keys.push(key);
+                        }
+                        barrier.wait();
+                        wall += start.elapsed();
+                        for key in keys.drain(..) {
+                            if let Err(e) = c.remove(&key, true) {
+                                failed.get_or_insert(e);
+                            }
+                        }
+                    }
+                    failed.map_or(Ok((lat, wall)), Err)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(err("a put thread panicked".into())))
+            })
+            .collect()
+    });
     let mut lat = Vec::new();
-    let until = Instant::now() + Duration::from_secs_f64(seconds);
-    let mut i = 0;
-    while Instant::now() < until {
-        let key = format!("{prefix}-{i}");
-        i += 1;
-        let t = Instant::now();
-        c.put(&key, &v, &cfg)?;
-        lat.push(t.elapsed().as_nanos() as u64);
-        c.remove(&key, true)?;
+    let mut wall = Duration::ZERO;
+    for o in outcomes {
+        let (l, w) = o?;
+        lat.extend(l);
+        // The threads' slices start and end at the same barriers.
+        wall = wall.max(w);
     }
-    Ok(stats::summarize(&mut lat, 4096, 1))
+    let mut summary = stats::summarize(&mut lat, 4096, 1);
+    summary.ops_s = summary.n as f64 / wall.as_secs_f64().max(1e-9);
+    Ok(summary)
 }
 
 /// One setup the put phases run on: its client and what serves it.
@@ -291,20 +345,28 @@ pub fn run(
         });
     }
     for s in &setups {
-        put_phase(&s.client, cfg.seconds / 4.0, "warm")?;
+        put_phase(&s.client, cfg.seconds / 4.0, "warm", cfg.threads)?;
     }
 
     let mut puts = Vec::new();
     for repeat in 0..cfg.repeats {
-        for s in &setups {
-            let summary = put_phase(&s.client, cfg.seconds, &format!("r{repeat}"))?;
-            let row = PutRow {
-                setup: s.name,
-                repeat,
-                summary,
-            };
-            progress(put_line(&row));
-            puts.push(row);
+        let mut counts = vec![1];
+        if cfg.threads > 1 {
+            counts.push(cfg.threads);
+        }
+        for &threads in &counts {
+            for s in &setups {
+                let prefix = format!("r{repeat}-t{threads}");
+                let summary = put_phase(&s.client, cfg.seconds, &prefix, threads)?;
+                let row = PutRow {
+                    setup: s.name,
+                    repeat,
+                    threads,
+                    summary,
+                };
+                progress(put_line(&row));
+                puts.push(row);
+            }
         }
     }
 
@@ -342,9 +404,10 @@ const UNFENCED: &str = "3 masters, replicated, MC_PUT_FENCE=0";
 
 fn put_line(r: &PutRow) -> String {
     format!(
-        "round {}, {}: {} puts, p50 {:.1} µs, p99 {:.1} µs, {:.0} puts/s",
+        "round {}, {}, {} thread(s): {} puts, p50 {:.1} µs, p99 {:.1} µs, {:.0} puts/s",
         r.repeat + 1,
         r.setup,
+        r.threads,
         r.summary.n,
         r.summary.p50_us,
         r.summary.p99_us,
@@ -416,7 +479,11 @@ fn failover(
 /// Put latency per setup and each failover's times, drawn.
 pub fn charts(puts: &[PutRow], failovers: &[FailoverRow]) -> Vec<crate::svg::Bars> {
     let m = medians(puts);
-    let put = |i: usize| m.iter().map(|(name, v)| (name.to_string(), v[i])).collect();
+    let put = |i: usize| {
+        m.iter()
+            .map(|((name, threads), v)| (format!("{name}, {threads} thread(s)"), v[i]))
+            .collect()
+    };
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let failover = failovers
         .iter()
@@ -448,10 +515,10 @@ pub fn charts(puts: &[PutRow], failovers: &[FailoverRow]) -> Vec<crate::svg::Bar
     charts
 }
 
-/// The plain phase of `r`'s round.
+/// The plain phase of `r`'s round and thread count.
 fn plain_of<'a>(puts: &'a [PutRow], r: &PutRow) -> Option<&'a Summary> {
     puts.iter()
-        .find(|p| p.setup == PLAIN && p.repeat == r.repeat)
+        .find(|p| p.setup == PLAIN && p.repeat == r.repeat && p.threads == r.threads)
         .map(|p| &p.summary)
 }
 
@@ -463,24 +530,27 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Each setup's median over the rounds: p50, p99, puts/s, and the
-/// medians of its per-round ratios to the plain phase.
-fn medians(puts: &[PutRow]) -> Vec<(&'static str, [f64; 5])> {
-    let mut setups: Vec<&'static str> = Vec::new();
+/// Each setup's median over the rounds, per thread count: p50, p99,
+/// puts/s, and the medians of its per-round ratios to the plain phase.
+fn medians(puts: &[PutRow]) -> Vec<((&'static str, usize), [f64; 5])> {
+    let mut setups: Vec<(&'static str, usize)> = Vec::new();
     for r in puts {
-        if !setups.contains(&r.setup) {
-            setups.push(r.setup);
+        if !setups.contains(&(r.setup, r.threads)) {
+            setups.push((r.setup, r.threads));
         }
     }
     setups
         .into_iter()
-        .map(|name| {
-            let rows: Vec<&PutRow> = puts.iter().filter(|r| r.setup == name).collect();
+        .map(|(name, threads)| {
+            let rows: Vec<&PutRow> = puts
+                .iter()
+                .filter(|r| r.setup == name && r.threads == threads)
+                .collect();
             let pick = |f: &dyn Fn(&PutRow) -> Option<f64>| {
                 median(rows.iter().filter_map(|r| f(r)).collect())
             };
             (
-                name,
+                (name, threads),
                 [
                     pick(&|r| Some(r.summary.p50_us)),
                     pick(&|r| Some(r.summary.p99_us)),
@@ -509,6 +579,7 @@ pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
             vec![
                 (r.repeat + 1).to_string(),
                 r.setup.to_string(),
+                r.threads.to_string(),
                 r.summary.n.to_string(),
                 format!("{:.1}", r.summary.p50_us),
                 format!("{:.1}", r.summary.p99_us),
@@ -522,10 +593,11 @@ pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
         &[
             "round",
             "4 KiB put",
+            "threads",
             "n",
             "p50 µs",
             "p99 µs",
-            "puts/s (1 thread)",
+            "puts/s",
             "p50 / plain",
             "puts/s / plain",
         ],
@@ -534,9 +606,10 @@ pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
     out.push('\n');
     let rows: Vec<Vec<String>> = medians(puts)
         .into_iter()
-        .map(|(name, m)| {
+        .map(|((name, threads), m)| {
             vec![
                 name.to_string(),
+                threads.to_string(),
                 format!("{:.1}", m[0]),
                 format!("{:.1}", m[1]),
                 format!("{:.0}", m[2]),
@@ -548,6 +621,7 @@ pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
     out.push_str(&stats::table(
         &[
             "median over rounds",
+            "threads",
             "p50 µs",
             "p99 µs",
             "puts/s",

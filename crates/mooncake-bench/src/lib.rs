@@ -94,6 +94,10 @@ pub(crate) struct HaArgs {
     /// Leave out the setups with each master's log on disk.
     #[arg(long)]
     pub(crate) no_wal: bool,
+    /// Client threads of a second put phase per setup and round, after
+    /// the one-thread phase (1: only that one).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub(crate) threads: u64,
     /// Also the replicated setup without the put fence (every PutStart
     /// waits for its own commit, `MC_PUT_FENCE=0`), to compare.
     #[arg(long)]
@@ -354,6 +358,7 @@ fn run_ha(a: HaArgs) -> Result<(), String> {
         repeats: a.repeats.max(1),
         wal: !a.no_wal,
         unfenced: a.unfenced,
+        threads: a.threads as usize,
     };
     let (puts, failovers) =
         ha::run(&cfg, |line| eprintln!("  {line}")).map_err(|e| e.to_string())?;
