@@ -13,16 +13,14 @@
 //! The thread runs at normal priority, so other processes on a busy
 //! machine share the cores with it rather than starve it (at nice 19, a
 //! fill 3 s after setup under a load of 10 ran as slowly as one with no
-//! population at all). What it must
-//! not do is take a core from this process's own threads: the RPC layer's
-//! pollers yield the CPU every few polls, and a populating thread that is
-//! always runnable then costs every small call a chunk's worth of delay (a
+//! population at all). What it must not do is take a core from this
+//! process's own threads: the RPC layer's pollers yield the CPU every few
+//! polls, and a populating thread that is always runnable then costs every small call a chunk's worth of delay (a
 //! remote 4 KiB `get` took 55 µs instead of 24 µs while a fresh 1.5 GiB
 //! segment was being populated). So between chunks it backs off while both
 //! hold: every core is busy (the kernel's count of runnable threads says
-//! so) and one of the process's other threads waited to run since the last
-//! look (their scheduler statistics' run-queue delay grew). Where those
-//! statistics cannot be read, busy cores alone send it to sleep.
+//! so) and one of the process's other threads is runnable, which a
+//! populating thread on a core would make wait (see `contention`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,7 +71,7 @@ impl Prefault {
                 let started = std::time::Instant::now();
                 let mut total = 0;
                 let mut method = None;
-                let mut contention = Contention::of_this_thread();
+                let contention = Contention::of_this_thread();
                 let mut busy = || contention.back_off();
                 for (addr, len) in ranges {
                     // SAFETY: the caller keeps the ranges mapped until stop.
