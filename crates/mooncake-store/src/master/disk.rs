@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::file_tier::SHARED_FS;
+use super::leases::CopyLease;
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -57,6 +58,8 @@ struct Mailbox {
     tasks: VecDeque<OffloadTask>,
     /// Keys queued or handed out and not yet reported: never queued twice.
     queued: HashSet<Box<str>>,
+    /// The leases of the copies handed out, given back when reported.
+    lent: HashMap<Box<str>, CopyLease>,
     removes: Vec<String>,
     promotions: Vec<String>,
 }
@@ -327,11 +330,20 @@ impl DiskTable {
         self.promoting.lock().remove(key);
     }
 
-    /// A handed-out task ended (or was found stale): `key` may be queued again.
-    pub(crate) fn done(&self, owner: ClientId, key: &str) {
+    /// `key`'s copy, handed out to `owner`, holds `lease` on the object.
+    pub(crate) fn lent(&self, owner: ClientId, key: &str, lease: CopyLease) {
         if let Some(m) = self.mail.lock().get_mut(&owner) {
-            m.queued.remove(key);
+            m.lent.insert(key.into(), lease);
         }
+    }
+
+    /// A handed-out task ended (or was found stale): `key` may be queued
+    /// again. Returns the lease its copy held, for the caller to give back.
+    pub(crate) fn done(&self, owner: ClientId, key: &str) -> Option<CopyLease> {
+        let mut mail = self.mail.lock();
+        let m = mail.get_mut(&owner)?;
+        m.queued.remove(key);
+        m.lent.remove(key)
     }
 
     /// Keys queued or in flight for `owner`.

@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use parking_lot::{Mutex, RwLock};
 
+use super::leases::CopyLease;
 use super::policy::FilePolicy;
 use crate::types::{ClientId, OffloadTask};
 
@@ -41,6 +42,8 @@ struct State {
     deletes: Vec<String>,
     /// Bytes of writes queued or in flight.
     reserved: u64,
+    /// The leases of the writes handed out, given back when reported.
+    lent: HashMap<Box<str>, CopyLease>,
 }
 
 #[derive(Default)]
@@ -151,10 +154,21 @@ impl FileTier {
         (tasks, deletes)
     }
 
+    /// The write of `key` handed out holds `lease` on the object.
+    pub(crate) fn lent(&self, key: &str, lease: CopyLease) {
+        self.state.lock().lent.insert(key.into(), lease);
+    }
+
+    /// The lease the write of `key` held, for the caller to give back.
+    pub(crate) fn take_lease(&self, key: &str) -> Option<CopyLease> {
+        self.state.lock().lent.remove(key)
+    }
+
     /// `writer`'s write of `key` ended (written, failed or found stale);
     /// false when the object changed while it was written.
     pub(crate) fn write_done(&self, writer: ClientId, key: &str) -> bool {
         let mut st = self.state.lock();
+        st.lent.remove(key);
         match st.busy.get(key).copied() {
             Some(Busy::Write {
                 writer: w,

@@ -91,7 +91,8 @@ impl MasterService {
                 .filter(|o| still_as_queued(o, client, &task));
             match obj {
                 Some(mut obj) => {
-                    self.policy.lease.on_read(&mut obj, now);
+                    let lease = self.policy.lease.lend_for_copy(&mut obj, now);
+                    self.files.lent(&task.key, lease);
                     fresh.push(task);
                 }
                 None => {
@@ -123,6 +124,9 @@ impl MasterService {
         for &key in removed {
             self.files.deleted(key);
         }
+        for &key in keys.iter().chain(failed) {
+            self.give_back_lease(key, now);
+        }
         for &key in failed {
             // The object stays in memory; a stale one is queued anew anyway.
             self.files.write_done(client, key);
@@ -141,6 +145,19 @@ impl MasterService {
                 r
             })
             .collect()
+    }
+
+    /// The write of `key` ended: its object gets its earlier lease back.
+    fn give_back_lease(&self, key: &str, now: u64) {
+        let Some(lease) = self.files.take_lease(key) else {
+            return;
+        };
+        let mut shard = self.objects.lock(key);
+        let _ = shard.clock(now);
+        // A statement, not the block's tail: the guard must drop before `shard`.
+        if let Some(mut obj) = shard.get_mut(key) {
+            lease.release(&mut obj);
+        };
     }
 
     fn accept_file(&self, client: ClientId, key: &str, size: u64, now: u64) -> Result<()> {

@@ -135,10 +135,13 @@ impl MasterService {
                     // Before the copy's lease moves it: the object's age in
                     // memory's LRU order.
                     task.idle_ms = now.saturating_sub(obj.lease_until);
-                    self.policy.lease.on_read(&mut obj, now);
+                    let lease = self.policy.lease.lend_for_copy(&mut obj, now);
+                    self.disk.lent(client, &task.key, lease);
                     batch.tasks.push(task);
                 }
-                None => self.disk.done(client, &task.key),
+                None => {
+                    self.disk.done(client, &task.key);
+                }
             }
         }
         Ok(batch)
@@ -173,7 +176,11 @@ impl MasterService {
                 check_key(key)?;
                 let mut shard = self.objects.lock(key);
                 let _ = shard.clock(now);
-                self.disk.done(client, key);
+                if let (Some(lease), Some(mut obj)) =
+                    (self.disk.done(client, key), shard.get_mut(key))
+                {
+                    lease.release(&mut obj);
+                }
                 let held = self.disk.copy(key);
                 let ok = match shard.get(key) {
                     Some(obj) if restore => {
@@ -209,7 +216,14 @@ impl MasterService {
     /// memory copies stay.
     pub fn notify_offload_failure(&self, client: ClientId, keys: &[&str]) -> Result<()> {
         for &key in keys {
-            self.disk.done(client, key);
+            let mut shard = self.objects.lock(key);
+            let Some(lease) = self.disk.done(client, key) else {
+                continue;
+            };
+            // A statement, not the block's tail: the guard must drop before `shard`.
+            if let Some(mut obj) = shard.get_mut(key) {
+                lease.release(&mut obj);
+            };
         }
         Ok(())
     }

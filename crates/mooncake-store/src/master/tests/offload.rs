@@ -59,6 +59,44 @@ fn memory_keeps_objects_until_their_copy_is_durable() {
     assert!(disk_only > 0);
 }
 
+/// A copy leases its object only while it is written: once reported (or
+/// failed), the object is evictable at once, not a lease later, so a full
+/// memory drains at the tier's speed.
+#[test]
+fn a_reported_copy_gives_its_lease_back() {
+    let s = offloading(false);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    let batch = s.fetch_offload_tasks(A, 1000, 100).unwrap();
+    assert_eq!(batch.tasks.len(), 16);
+    // While the copies are written, the objects are leased.
+    let busy = s.remove("k0", false, 101);
+    assert_eq!(busy.unwrap_err().code, ErrorCode::OBJECT_HAS_LEASE);
+    // k1 is read meanwhile: its reader's lease outlives the copy's.
+    s.get_replica_list("k1", 102).unwrap();
+    let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    let sizes: Vec<u64> = batch.tasks.iter().map(|t| t.size).collect();
+    let (failed, written) = keys.split_at(1);
+    s.notify_offload_failure(A, failed).unwrap();
+    for r in s.notify_offload(A, written, &sizes[1..], false, 103) {
+        r.unwrap();
+    }
+    // Well inside the lease TTL: the copied objects make room for a put.
+    put(&s, "k16", 1024, &one(), 104);
+    assert!(s.exist_key("k16", 104).unwrap());
+    assert!(
+        s.get_replica_list("k1", 105)
+            .unwrap()
+            .replicas
+            .iter()
+            .any(|r| !is_local_disk(r)),
+        "the object a reader leased stays in memory"
+    );
+    // The failed copy's object is unleased and still in memory, no copy.
+    s.remove("k0", false, 106).unwrap();
+}
+
 #[test]
 fn in_evict_mode_eviction_queues_the_copies() {
     let s = offloading(true);
