@@ -101,7 +101,7 @@ const GROUP_DEPTH: usize = 2;
 /// Threads of a group's durability pass. Syncs issued together share the
 /// filesystem's journal commits and device flushes (and on a network
 /// filesystem, its round trips); one at a time, each waits for its own.
-const SYNC_THREADS: usize = 16;
+const SYNC_THREADS: usize = 64;
 
 /// `f` of every item, from up to [`SYNC_THREADS`] threads; results in order.
 fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
