@@ -95,13 +95,15 @@ pub fn object_file(fsdir: &str, key: &str) -> String {
 
 /// Bytes of each of the group writer's reused buffers.
 pub const GROUP_CHUNK: usize = 4 << 20;
-/// Buffers per writer: one fills while the other is written.
+/// Buffers per writing thread: one fills while the other is written.
 const GROUP_DEPTH: usize = 2;
+/// Threads writing a group's files.
+const WRITE_LANES: usize = 4;
 
 /// Threads of a group's durability pass. Syncs issued together share the
 /// filesystem's journal commits and device flushes (and on a network
 /// filesystem, its round trips); one at a time, each waits for its own.
-const SYNC_THREADS: usize = 16;
+const SYNC_THREADS: usize = 64;
 
 /// `f` of every item, from up to [`SYNC_THREADS`] threads; results in order.
 fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
@@ -138,8 +140,9 @@ struct Staged {
 }
 
 /// Writes groups of object files the way the SSD tier writes its own:
-/// `O_DIRECT` from a few aligned buffers reused across files and groups
-/// (buffered where the filesystem refuses `O_DIRECT`), then one
+/// `O_DIRECT` from aligned buffers reused across files and groups (two per
+/// writing thread, a few threads per group; buffered where the filesystem
+/// refuses `O_DIRECT`), then one
 /// durability pass per group: `fdatasync` of every file, renames from the
 /// `.tmp` names, one fsync per directory touched, each step from several
 /// threads. Syncing after all the writes, together, lets the syncs share
@@ -147,7 +150,8 @@ struct Staged {
 /// complete.
 pub struct GroupWriter {
     engine: Arc<dyn IoEngine>,
-    bufs: Vec<AlignedBuf>,
+    /// Each writing thread's buffers, kept for the next group.
+    lanes: Vec<Vec<AlignedBuf>>,
     chunk: usize,
 }
 
@@ -164,7 +168,7 @@ impl GroupWriter {
         let chunk = chunk.div_ceil(DIO_ALIGN).max(1) * DIO_ALIGN;
         GroupWriter {
             engine,
-            bufs: Vec::new(),
+            lanes: Vec::new(),
             chunk,
         }
     }
@@ -173,10 +177,37 @@ impl GroupWriter {
     /// failed object leaves no file under its name (a file it replaced is
     /// kept) and does not affect the others.
     pub fn write_group(&mut self, objects: &[GroupObject<'_>]) -> Vec<Result<()>> {
+        if objects.is_empty() {
+            return Vec::new();
+        }
+        // Files are written by a few threads, each through its own buffers:
+        // one writer at a time leaves the disk idle between its files.
+        let lanes = objects.len().min(WRITE_LANES);
+        self.lanes
+            .resize_with(self.lanes.len().max(lanes), Vec::new);
+        let per = objects.len().div_ceil(lanes);
+        let (engine, chunk) = (&self.engine, self.chunk);
+        let written: Vec<Result<(PathBuf, Arc<DiskFile>)>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = objects
+                .chunks(per)
+                .zip(self.lanes.iter_mut())
+                .map(|(part, bufs)| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|o| write_temp(engine, chunk, bufs, o))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().expect("a writing thread panicked"))
+                .collect()
+        });
         let mut results: Vec<Result<()>> = Vec::with_capacity(objects.len());
         let mut staged = Vec::with_capacity(objects.len());
-        for (index, o) in objects.iter().enumerate() {
-            match self.write_temp(o) {
+        for (index, w) in written.into_iter().enumerate() {
+            match w {
                 Ok((temp, file)) => {
                     staged.push(Staged { index, temp, file });
                     results.push(Ok(()));
@@ -223,49 +254,51 @@ impl GroupWriter {
         }
         results
     }
+}
 
-    /// Writes one object under its `.tmp` name (removed again on error).
-    fn write_temp(&mut self, o: &GroupObject<'_>) -> Result<(PathBuf, Arc<DiskFile>)> {
-        let dir = o
-            .path
-            .parent()
-            .ok_or_else(|| TierError::Invalid(format!("{} has no directory", o.path.display())))?;
-        std::fs::create_dir_all(dir).map_err(|e| TierError::io("create", dir, e))?;
-        let header = ObjectHeader {
-            key: o.key.to_string(),
-            value_len: o.value.len() as u64,
-            tag: 0,
-            seq: 0,
-            value_offset: ObjectHeader::value_offset_for(o.key.len()),
-            value_crc: crc32c::crc32c(o.value),
-        };
-        let head = encode_object_header(&header);
-        let temp = temp_path(&o.path);
-        let file = DiskFile::create(&temp)?;
-        while self.bufs.len() < GROUP_DEPTH {
-            self.bufs.push(AlignedBuf::new(self.chunk));
-        }
-        let mut out =
-            SeqWriter::with_buffers(file, self.engine.clone(), std::mem::take(&mut self.bufs));
-        let written = (|| {
-            out.append(&head, 0)?;
-            out.append(o.value, header.value_offset as usize - head.len())?;
-            out.finish()?;
-            // Drop the block padding: the value ends the file.
-            out.file().set_len(header.value_offset + header.value_len)
-        })();
-        let (file, bufs) = out.into_parts();
-        self.bufs = bufs
-            .into_iter()
-            .filter(|b| b.capacity() == self.chunk)
-            .collect();
-        match written {
-            Ok(()) => Ok((temp, file)),
-            Err(e) => {
-                drop(file);
-                let _ = std::fs::remove_file(&temp);
-                Err(e)
-            }
+/// Writes one object under its `.tmp` name (removed again on error) through
+/// `bufs` (refilled to [`GROUP_DEPTH`] buffers of `chunk` bytes).
+fn write_temp(
+    engine: &Arc<dyn IoEngine>,
+    chunk: usize,
+    bufs: &mut Vec<AlignedBuf>,
+    o: &GroupObject<'_>,
+) -> Result<(PathBuf, Arc<DiskFile>)> {
+    let dir = o
+        .path
+        .parent()
+        .ok_or_else(|| TierError::Invalid(format!("{} has no directory", o.path.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| TierError::io("create", dir, e))?;
+    let header = ObjectHeader {
+        key: o.key.to_string(),
+        value_len: o.value.len() as u64,
+        tag: 0,
+        seq: 0,
+        value_offset: ObjectHeader::value_offset_for(o.key.len()),
+        value_crc: crc32c::crc32c(o.value),
+    };
+    let head = encode_object_header(&header);
+    let temp = temp_path(&o.path);
+    let file = DiskFile::create(&temp)?;
+    while bufs.len() < GROUP_DEPTH {
+        bufs.push(AlignedBuf::new(chunk));
+    }
+    let mut out = SeqWriter::with_buffers(file, engine.clone(), std::mem::take(bufs));
+    let written = (|| {
+        out.append(&head, 0)?;
+        out.append(o.value, header.value_offset as usize - head.len())?;
+        out.finish()?;
+        // Drop the block padding: the value ends the file.
+        out.file().set_len(header.value_offset + header.value_len)
+    })();
+    let (file, back) = out.into_parts();
+    *bufs = back.into_iter().filter(|b| b.capacity() == chunk).collect();
+    match written {
+        Ok(()) => Ok((temp, file)),
+        Err(e) => {
+            drop(file);
+            let _ = std::fs::remove_file(&temp);
+            Err(e)
         }
     }
 }
