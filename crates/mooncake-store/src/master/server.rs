@@ -305,14 +305,6 @@ impl Handler for Rpc {
         self.answer(session, req, Some(later))
     }
 
-    /// A call answered at once (a PutStart in reserved space, a read):
-    /// its entries go to the parked pulls only now, after its answer.
-    fn answered(&self, _session: &mut Session) {
-        if let Some(r) = &self.0.replication {
-            r.end_call();
-        }
-    }
-
     fn failure(&self, error: Error) -> Response {
         Response::Failed { error }
     }
@@ -364,7 +356,7 @@ impl Rpc {
             }
             let wait = Duration::from_millis(u64::from(*wait_ms));
             let (after, after_term, applied, max) = (*after, *after_term, *applied, *max);
-            let Some(later) = later.filter(|_| std::env::var_os("MCX_NO_PARK").is_none()) else {
+            let Some(later) = later else {
                 return Some(r.serve_pull(standby, after, after_term, applied, max, wait, now));
             };
             let park = || -> PullAnswer {
@@ -404,6 +396,11 @@ impl Rpc {
             Replication::begin_call();
         }
         let mut resp = shared.service.handle(req, now);
+        if let Some(r) = &shared.replication {
+            // Out of the service's locks: the parked pulls get this
+            // call's entries, from this thread.
+            r.end_call();
+        }
         let answer_at = crate::master::mutation::take_answer_at();
         if let Some(wal) = &shared.durability.wal {
             // Acknowledged only once its mutations are durable.
@@ -416,16 +413,7 @@ impl Rpc {
             // A put in reserved space waits for its reservation only: its
             // PutEnd's commit covers its own entry (`segments::space`).
             let seq = Replication::take_last_seq().min(answer_at.unwrap_or(u64::MAX));
-            let inline = later.is_none();
-            if let Some(later) = later.filter(|_| {
-                seq > 0
-                    && !r.committed_through(seq)
-                    && std::env::var_os("MCX_NO_DEFER_CALLS").is_none()
-            }) {
-                // Its entries go to the parked pulls now, from this
-                // thread (out of the service's locks): its commit waits
-                // for them.
-                r.end_call();
+            if let Some(later) = later.filter(|_| seq > 0 && !r.committed_through(seq)) {
                 let reply = later.take();
                 let rpc = self.clone();
                 let answer: CallAnswer = Box::new(move |committed| {
@@ -437,10 +425,6 @@ impl Rpc {
                 });
                 r.answer_when_committed(seq, answer);
                 return None;
-            }
-            if inline {
-                // No `answered` follows to send the entries.
-                r.end_call();
             }
             if seq > 0 {
                 if let Err(error) = r.wait_committed(seq) {

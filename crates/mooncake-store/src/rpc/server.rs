@@ -80,9 +80,6 @@ pub(crate) trait Handler: Send + Sync + 'static {
         let _ = later;
         Some(self.handle(session, req))
     }
-    /// The answer of `handle_or_defer` was written (or could not be):
-    /// work that should not delay it goes here.
-    fn answered(&self, _session: &mut Self::Session) {}
     /// An answer carrying only `error`: for frames that cannot be read.
     fn failure(&self, error: Error) -> Self::Response;
     /// Counts a malformed frame (metrics); called once for each.
@@ -389,27 +386,19 @@ fn next_request<S: Stream>(
     limit: Duration,
     window: &mut AdaptiveWindow,
     base: Duration,
-    deferred: bool,
 ) -> io::Result<bool> {
     // A client that just got an answer often calls again soon (a put's end
     // after its start and copy): poll for a while before sleeping, as long
-    // as this client's last gaps suggest. Not after a call answered by
-    // another thread: its answer is still to come, and the time to the next
-    // call is not the client's.
-    let polls = !deferred;
+    // as this client's last gaps suggest.
     let since = Instant::now();
-    if reader.buffer().is_empty() && polls {
+    if reader.buffer().is_empty() {
         window.await_next(reader.get_ref(), base);
-    } else if reader.buffer().is_empty() && std::env::var_os("MCX_POLL_DEFERRED").is_some() {
-        super::poll::await_readable(reader.get_ref(), base);
     }
     loop {
         match reader.fill_buf() {
             Ok([]) => return Ok(false),
             Ok(_) => {
-                if polls {
-                    window.observe(since.elapsed());
-                }
+                window.observe(since.elapsed());
                 break;
             }
             // The socket's read timeout: only an idle limit ends the wait.
@@ -446,8 +435,6 @@ fn serve_connection<S: Stream, H: Handler>(
     let mut window = AdaptiveWindow::default();
     let mut wake = None;
     let outbox = Outbox::new(reader.get_ref())?;
-    // The last call is answered by another thread.
-    let mut deferred = false;
     loop {
         let idle = handler.idle_limit(&session, opts.idle_timeout);
         let limit = idle.map_or(opts.frame_timeout, |t| t.min(opts.frame_timeout));
@@ -466,9 +453,7 @@ fn serve_connection<S: Stream, H: Handler>(
             limit,
             &mut window,
             opts.poll,
-            deferred,
         );
-        deferred = false;
         match next {
             Ok(true) => {}
             Ok(false) => return Ok(()),
@@ -493,10 +478,7 @@ fn serve_connection<S: Stream, H: Handler>(
         let resp = match decode_payload::<H::Request<'_>>(&payload) {
             Ok(req) => match handler.handle_or_defer(&mut session, req, outbox.later()) {
                 Some(resp) => resp,
-                None => {
-                    deferred = true;
-                    continue;
-                }
+                None => continue,
             },
             Err(e) => {
                 handler.observe_malformed();
@@ -510,9 +492,7 @@ fn serve_connection<S: Stream, H: Handler>(
             encode_frame(&handler.failure(error), &mut out)?;
         }
         drop(resp);
-        let written = reader.get_mut().write_all(&out);
-        handler.answered(&mut session);
-        written?;
+        reader.get_mut().write_all(&out)?;
         // Do not keep a huge call's buffers for the life of the connection,
         // nor the heap its answer took (glibc keeps freed arena memory).
         let large = payload.capacity() > SHRINK_ABOVE || out.capacity() > SHRINK_ABOVE;

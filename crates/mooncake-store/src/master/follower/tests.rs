@@ -8,12 +8,11 @@ use std::time::Duration;
 
 use super::{apply_up_to, receive};
 use crate::master::replication::in_sync::Record;
-use crate::master::replication::{Options, PullAnswer, Replication, Role};
+use crate::master::replication::{Options, Replication, Role};
 use crate::master::shared::Shared;
 use crate::master::MasterConfig;
 use crate::proto::{Frames, Response};
 use crate::types::{ReplicateConfig, SegmentInfo};
-use mooncake_common::Result;
 
 fn opts() -> Options {
     Options {
@@ -327,110 +326,4 @@ fn a_tail_past_the_new_leaders_log_is_cut() {
     assert_eq!(rc.status().last_seq, before);
     // What it holds now matches B's log: the next pull is answered.
     let _ = pull(&rb, &rc, 8);
-}
-
-/// A pull parked with nothing to carry is answered by the call that
-/// appends an entry, at the call's end; a call parked until its entry is
-/// committed is answered by the pull that acknowledges it; a deposed
-/// leader answers both kinds with an error, and the timer answers an idle
-/// pull when its wait runs out.
-#[test]
-fn parked_answers_come_from_the_threads_that_make_them_due() {
-    use std::sync::mpsc;
-    let long = Options {
-        poll: Duration::from_secs(60),
-        ..opts()
-    };
-    let ra = Arc::new(Replication::new("a#1".into(), long));
-    let la = Shared::replicated(MasterConfig::default(), ra.clone()).unwrap();
-    let (lb, rb) = master("b#1");
-    let rec = ra.promote(7, "a:1", None, 0);
-    ra.record_done(rec, true);
-    la.service.mount_segment(1, &segment(), 0).unwrap();
-    let (term, committed, frames) = pull(&ra, &rb, 1);
-    receive(&lb, &rb, term, committed, &frames).unwrap();
-    let _ = pull(&ra, &rb, 2);
-    let rec = ra.next_record(2).unwrap();
-    ra.record_done(rec, true);
-
-    let (pulls, answers) = mpsc::channel::<Response>();
-    let park_pull = |wait: Duration| {
-        let p = rb.pull_request(1024, wait);
-        let pulls = pulls.clone();
-        ra.serve_pull_or_park(
-            rb.member(),
-            p.after,
-            p.after_term,
-            p.applied,
-            1024,
-            wait,
-            3,
-            move || -> PullAnswer { Box::new(move |r| pulls.send(r).unwrap()) },
-        )
-    };
-    assert!(park_pull(Duration::from_secs(60)).is_none(), "nothing new");
-
-    Replication::begin_call();
-    la.service
-        .put_start(1, "k", 100, &ReplicateConfig::default(), false, 4)
-        .unwrap();
-    let seq = Replication::take_last_seq();
-    assert!(answers.try_recv().is_err(), "not within the call");
-    ra.end_call();
-    let Ok(Response::Entries {
-        term,
-        committed,
-        frames,
-        ..
-    }) = answers.try_recv()
-    else {
-        panic!("the call's end answers the parked pull");
-    };
-    assert!(committed < seq);
-
-    let (calls, called) = mpsc::channel::<Result<()>>();
-    let call = calls.clone();
-    ra.answer_when_committed(seq, Box::new(move |r| call.send(r).unwrap()));
-    assert!(called.try_recv().is_err(), "B has not acknowledged it");
-    receive(&lb, &rb, term, committed, &frames).unwrap();
-    // The acknowledgement answers the call; the pull, with only the new
-    // commit point to tell, parks.
-    assert!(park_pull(Duration::from_secs(60)).is_none());
-    assert!(called.try_recv().unwrap().is_ok());
-    let Ok(Response::Entries {
-        term,
-        committed,
-        frames,
-        ..
-    }) = answers.recv_timeout(Duration::from_secs(5))
-    else {
-        panic!("the timer tells the commit point")
-    };
-    assert_eq!(committed, seq);
-    receive(&lb, &rb, term, committed, &frames).unwrap();
-    assert!(ra.status().committed_seq >= seq);
-
-    // An idle pull is answered by the timer once its wait runs out.
-    assert!(park_pull(Duration::from_millis(20)).is_none());
-    assert!(matches!(
-        answers.recv_timeout(Duration::from_secs(5)),
-        Ok(Response::Entries { .. })
-    ));
-
-    // Deposed: parked pulls and calls fail, new calls fail at once.
-    assert!(park_pull(Duration::from_secs(60)).is_none());
-    Replication::begin_call();
-    la.service
-        .put_start(1, "k2", 100, &ReplicateConfig::default(), false, 5)
-        .unwrap();
-    let seq = Replication::take_last_seq();
-    let call = calls.clone();
-    ra.answer_when_committed(seq, Box::new(move |r| call.send(r).unwrap()));
-    ra.depose();
-    ra.end_call();
-    assert!(called.try_recv().unwrap().is_err());
-    assert!(matches!(answers.try_recv(), Ok(Response::Failed { .. })));
-    let call = calls.clone();
-    ra.answer_when_committed(seq, Box::new(move |r| call.send(r).unwrap()));
-    assert!(called.try_recv().unwrap().is_err());
 }
