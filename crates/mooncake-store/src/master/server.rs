@@ -29,10 +29,9 @@ use tokio::task::JoinSet;
 use super::access::Access;
 use super::config::MasterConfig;
 use super::http;
-use super::replication::{CallAnswer, PullAnswer, Replication, Role};
+use super::replication::{Replication, Role};
 use super::shared::Shared;
 use crate::proto::{Request, Response};
-use crate::rpc::reply::Later;
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
 /// How often the timers run.
@@ -246,7 +245,6 @@ fn rpc_options(config: &MasterConfig) -> ServerOptions {
 }
 
 /// The master protocol on the RPC server loop.
-#[derive(Clone)]
 struct Rpc(Arc<Shared>);
 
 /// A connection a standby pulls on: when it closes, the leader counts the
@@ -289,53 +287,19 @@ impl Handler for Rpc {
     /// replication, a call that changed state is answered once its
     /// entries are committed.
     fn handle(&self, session: &mut Session, req: Request<'_>) -> Response {
-        self.answer(session, req, None)
-            .expect("answered at once without a way to answer later")
-    }
-
-    /// With replication, a call waiting for its commit, and a standby's
-    /// pull waiting for entries, are answered by the thread that commits
-    /// them or appends them (`replication::waiting`).
-    fn handle_or_defer(
-        &self,
-        session: &mut Session,
-        req: Request<'_>,
-        later: Later<'_>,
-    ) -> Option<Response> {
-        self.answer(session, req, Some(later))
-    }
-
-    fn failure(&self, error: Error) -> Response {
-        Response::Failed { error }
-    }
-
-    fn observe_malformed(&self) {
-        self.0.metrics.observe_malformed();
-    }
-}
-
-impl Rpc {
-    /// Answers `req`, or (given `later`) leaves the answer to another
-    /// thread and returns none.
-    fn answer(
-        &self,
-        session: &mut Session,
-        req: Request<'_>,
-        later: Option<Later<'_>>,
-    ) -> Option<Response> {
         let shared = &*self.0;
         if let Request::Authenticate { token } = req {
             let result = shared.access.authenticate(session.access, token);
-            return Some(Response::Unit {
+            return Response::Unit {
                 result: result.map(|a| session.access = a),
-            });
+            };
         }
         if let Err(error) = shared.access.check(session.access, &req) {
-            return Some(Response::Failed { error });
+            return Response::Failed { error };
         }
         if let (Request::MountSegment { segment, .. }, Some(store)) = (&req, &shared.metadata) {
             if let Err(error) = super::published::check_mount(store, segment) {
-                return Some(Response::Unit { result: Err(error) });
+                return Response::Unit { result: Err(error) };
             }
         }
         let now = shared.clock.now_ms();
@@ -355,52 +319,35 @@ impl Rpc {
                 session.standby = Some((r.clone(), standby.to_string()));
             }
             let wait = Duration::from_millis(u64::from(*wait_ms));
-            let (after, after_term, applied, max) = (*after, *after_term, *applied, *max);
-            let Some(later) = later else {
-                return Some(r.serve_pull(standby, after, after_term, applied, max, wait, now));
-            };
-            let park = || -> PullAnswer {
-                let reply = later.take();
-                let rpc = self.clone();
-                Box::new(move |resp| reply.send(&rpc, &resp))
-            };
-            return r.serve_pull_or_park(standby, after, after_term, applied, max, wait, now, park);
+            return r.serve_pull(standby, *after, *after_term, *applied, *max, wait, now);
         }
         if let (Some(r), Request::SnapshotFetch { seq, offset, .. }) = (&shared.replication, &req) {
             if r.role() != Role::Leader {
-                return Some(Response::Failed {
+                return Response::Failed {
                     error: Error::new(
                         ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
                         "this master no longer leads its cluster",
                     ),
-                });
+                };
             }
-            return Some(r.snapshot_chunk(Some(*seq), *offset, now));
+            return r.snapshot_chunk(Some(*seq), *offset, now);
         }
         if let Some(r) = &shared.replication {
             if r.role() != Role::Leader {
                 // Deposed (or not yet leading): its sink no longer logs,
                 // so a change made now would be answered unreplicated.
-                return Some(Response::Failed {
+                return Response::Failed {
                     error: Error::new(
                         ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
                         "this master no longer leads its cluster",
                     ),
-                });
+                };
             }
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
         let _ = crate::master::mutation::take_answer_at();
-        if shared.replication.is_some() {
-            Replication::begin_call();
-        }
         let mut resp = shared.service.handle(req, now);
-        if let Some(r) = &shared.replication {
-            // Out of the service's locks: the parked pulls get this
-            // call's entries, from this thread.
-            r.end_call();
-        }
         let answer_at = crate::master::mutation::take_answer_at();
         if let Some(wal) = &shared.durability.wal {
             // Acknowledged only once its mutations are durable.
@@ -413,19 +360,6 @@ impl Rpc {
             // A put in reserved space waits for its reservation only: its
             // PutEnd's commit covers its own entry (`segments::space`).
             let seq = Replication::take_last_seq().min(answer_at.unwrap_or(u64::MAX));
-            if let Some(later) = later.filter(|_| seq > 0 && !r.committed_through(seq)) {
-                let reply = later.take();
-                let rpc = self.clone();
-                let answer: CallAnswer = Box::new(move |committed| {
-                    if let Err(error) = committed {
-                        resp = Response::Failed { error };
-                    }
-                    rpc.0.metrics.observe(call, &resp);
-                    reply.send(&rpc, &resp);
-                });
-                r.answer_when_committed(seq, answer);
-                return None;
-            }
             if seq > 0 {
                 if let Err(error) = r.wait_committed(seq) {
                     resp = Response::Failed { error };
@@ -442,7 +376,15 @@ impl Rpc {
             }
         }
         shared.metrics.observe(call, &resp);
-        Some(resp)
+        resp
+    }
+
+    fn failure(&self, error: Error) -> Response {
+        Response::Failed { error }
+    }
+
+    fn observe_malformed(&self) {
+        self.0.metrics.observe_malformed();
     }
 }
 

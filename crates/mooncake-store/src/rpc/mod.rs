@@ -10,14 +10,12 @@
 //! - [`server`]: the server loop ([`Server`]): connection cap, one thread
 //!   per connection, idle and frame deadlines, malformed-frame answers,
 //!   buffer shrinking; a protocol plugs in as a [`Handler`];
-//! - [`reply`]: answers written by another thread than the connection's;
 //! - [`poll`]: when a side polls its socket before blocking on it.
 //!
 //! The protocol code keeps only its messages, their encoding and dispatch.
 
 pub(crate) mod client;
 pub(crate) mod poll;
-pub(crate) mod reply;
 pub(crate) mod server;
 pub(crate) mod stream;
 

@@ -36,7 +36,6 @@ use mooncake_common::{Error, ErrorCode, LogLimit};
 use parking_lot::{Condvar, Mutex};
 
 use super::poll::AdaptiveWindow;
-use super::reply::{Later, Outbox};
 use super::stream::{Listener, Peer, Stream};
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
 use crate::proto::wire::{Decode, Encode};
@@ -69,17 +68,6 @@ pub(crate) trait Handler: Send + Sync + 'static {
     }
     /// Answers one call, on the connection's thread.
     fn handle(&self, session: &mut Self::Session, req: Self::Request<'_>) -> Self::Response;
-    /// Answers one call now, or takes `later` and returns none: another
-    /// thread then writes the answer ([`super::reply`]).
-    fn handle_or_defer(
-        &self,
-        session: &mut Self::Session,
-        req: Self::Request<'_>,
-        later: Later<'_>,
-    ) -> Option<Self::Response> {
-        let _ = later;
-        Some(self.handle(session, req))
-    }
     /// An answer carrying only `error`: for frames that cannot be read.
     fn failure(&self, error: Error) -> Self::Response;
     /// Counts a malformed frame (metrics); called once for each.
@@ -434,7 +422,6 @@ fn serve_connection<S: Stream, H: Handler>(
     let mut out = Vec::with_capacity(256);
     let mut window = AdaptiveWindow::default();
     let mut wake = None;
-    let outbox = Outbox::new(reader.get_ref())?;
     loop {
         let idle = handler.idle_limit(&session, opts.idle_timeout);
         let limit = idle.map_or(opts.frame_timeout, |t| t.min(opts.frame_timeout));
@@ -463,7 +450,6 @@ fn serve_connection<S: Stream, H: Handler>(
                 // why, then close.
                 handler.observe_malformed();
                 let error = Error::new(ErrorCode::DESERIALIZE_FAIL, e.to_string());
-                outbox.settle();
                 out.clear();
                 encode_frame(&handler.failure(error), &mut out)?;
                 reader.get_mut().write_all(&out)?;
@@ -472,14 +458,8 @@ fn serve_connection<S: Stream, H: Handler>(
             Err(e) => return Err(e),
         }
         evictable.store(false, Ordering::Relaxed);
-        // Answers in the calls' order: the last call's, if another thread
-        // owes it, is written first.
-        outbox.settle();
         let resp = match decode_payload::<H::Request<'_>>(&payload) {
-            Ok(req) => match handler.handle_or_defer(&mut session, req, outbox.later()) {
-                Some(resp) => resp,
-                None => continue,
-            },
+            Ok(req) => handler.handle(&mut session, req),
             Err(e) => {
                 handler.observe_malformed();
                 tracing::debug!(server = opts.name, "malformed request: {e}");

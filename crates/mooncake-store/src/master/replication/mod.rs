@@ -30,7 +30,6 @@ pub(crate) mod disk;
 pub(crate) mod in_sync;
 mod log;
 mod standby;
-mod waiting;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -39,7 +38,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex};
 
 use self::in_sync::{InSync, Record};
 use self::log::Log;
@@ -48,9 +47,7 @@ use super::metrics::tiers::StandbyState;
 use super::metrics::MasterMetrics;
 use super::mutation::{Mutation, MutationSink};
 use super::oplog::{OwnedEntry, OwnedMutation};
-use crate::proto::Response;
-
-pub(crate) use self::waiting::{CallAnswer, PullAnswer};
+use crate::proto::{Frames, Response};
 
 /// Most frame bytes in one answer to a pull (past its first entry).
 const PULL_BUDGET: usize = 8 << 20;
@@ -162,8 +159,6 @@ struct State {
     /// follows it; entries resent with the term held here are kept (the
     /// same entries), the first that differs replaces the rest.
     verify: Option<u64>,
-    /// Leader: the calls and pulls whose answers wait (`waiting`).
-    waiting: waiting::Waiting,
 }
 
 thread_local! {
@@ -189,9 +184,6 @@ pub(crate) struct Replication {
     appended: Condvar,
     /// A new commit point (or a lost election): what calls wait for.
     committed: Condvar,
-    /// What the timer thread of `waiting` sleeps on.
-    timer: Condvar,
-    timer_thread: OnceLock<()>,
     /// The latest snapshot of this master's committed state, if snapshots
     /// are on (`catch_up`).
     image: Mutex<Option<std::sync::Arc<catch_up::Image>>>,
@@ -239,12 +231,9 @@ impl Replication {
                 leader: None,
                 following: false,
                 verify: None,
-                waiting: waiting::Waiting::default(),
             }),
             appended: Condvar::new(),
             committed: Condvar::new(),
-            timer: Condvar::new(),
-            timer_thread: OnceLock::new(),
             image: Mutex::new(None),
             disk: OnceLock::new(),
         }
@@ -361,11 +350,9 @@ impl Replication {
             st.role = Role::Deposed;
         }
         self.leading.store(false, Ordering::Release);
-        let due = self.answer_all(&mut st);
         drop(st);
         self.appended.notify_all();
         self.committed.notify_all();
-        due.give();
     }
 
     /// The record to write next, if it should change (leader only).
@@ -373,8 +360,10 @@ impl Replication {
         let mut st = self.state.lock();
         let term = st.term;
         let set = st.in_sync.as_mut()?.next_record(now)?;
-        if self.recommit(&mut st) {
-            self.committed_moved(st);
+        let moved = self.recommit(&mut st);
+        drop(st);
+        if moved {
+            self.wake_committed();
         }
         Some(Record {
             term,
@@ -394,8 +383,10 @@ impl Replication {
         } else {
             s.write_failed();
         }
-        if self.recommit(&mut st) {
-            self.committed_moved(st);
+        let moved = self.recommit(&mut st);
+        drop(st);
+        if moved {
+            self.wake_committed();
         }
     }
 
@@ -411,6 +402,13 @@ impl Replication {
             }
         }
         moved
+    }
+
+    /// Wakes the calls waiting for a commit. Pulls are not woken: the
+    /// commit point travels with the next entries (or, idle, after
+    /// [`COMMIT_ONLY_DELAY`] or the poll interval).
+    fn wake_committed(&self) {
+        self.committed.notify_all();
     }
 
     /// Forgets standbys gone for long (leader).
@@ -473,15 +471,30 @@ impl Replication {
         now: u64,
     ) -> Response {
         let failed = |error| Response::Failed { error };
-        let mut st = match self.acknowledge(standby, after, after_term, now) {
-            Ok(st) => st,
-            Err(resp) => return resp,
-        };
-        let due = self.answer_committed(&mut st);
-        if !due.is_empty() {
+        let mut st = self.state.lock();
+        if st.role != Role::Leader {
+            return failed(not_leader());
+        }
+        if after < st.log.base() {
+            // Compacted away: the standby starts from the snapshot.
+            if let Some(s) = st.in_sync.as_mut() {
+                s.acked(standby, after, now);
+            }
             drop(st);
-            due.give();
-            st = self.state.lock();
+            return self.snapshot_chunk(None, 0, now);
+        }
+        if st.log.term_at(after) != Some(after_term) {
+            return failed(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("standby log does not match: entry {after} of term {after_term}"),
+            ));
+        }
+        let moved = match st.in_sync.as_mut() {
+            Some(s) => s.acked(standby, after, now),
+            None => false,
+        };
+        if moved && self.recommit(&mut st) {
+            self.wake_committed();
         }
         let start = Instant::now();
         let deadline = start + wait.min(self.opts.poll);
@@ -517,49 +530,14 @@ impl Replication {
             return failed(not_leader());
         }
         let max = (max as usize).clamp(1, self.opts.batch_max);
-        waiting::entries(&st, after, max, now)
-    }
-
-    /// The first part of answering a pull: the standby has the entries up
-    /// to `after` (of `after_term`), which may commit some. Returns the
-    /// lock to answer under, or the answer when there is nothing to wait
-    /// for: not leading, the snapshot, or a log that does not match.
-    fn acknowledge(
-        &self,
-        standby: &str,
-        after: u64,
-        after_term: u64,
-        now: u64,
-    ) -> std::result::Result<MutexGuard<'_, State>, Response> {
-        let failed = |error| Response::Failed { error };
-        let mut st = self.state.lock();
-        if st.role != Role::Leader {
-            return Err(failed(not_leader()));
+        let mut frames = Vec::new();
+        st.log.copy_after(after, max, PULL_BUDGET, &mut frames);
+        Response::Entries {
+            term: st.term,
+            committed: st.committed,
+            leader_now: now,
+            frames: Frames(frames),
         }
-        if after < st.log.base() {
-            // Compacted away: the standby starts from the snapshot.
-            if let Some(s) = st.in_sync.as_mut() {
-                s.acked(standby, after, now);
-            }
-            drop(st);
-            return Err(self.snapshot_chunk(None, 0, now));
-        }
-        if st.log.term_at(after) != Some(after_term) {
-            return Err(failed(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!("standby log does not match: entry {after} of term {after_term}"),
-            )));
-        }
-        let moved = match st.in_sync.as_mut() {
-            Some(s) => s.acked(standby, after, now),
-            None => false,
-        };
-        if moved && self.recommit(&mut st) {
-            // Calls blocked in `wait_committed`; the parked ones are
-            // answered by the caller.
-            self.committed.notify_all();
-        }
-        Ok(st)
     }
 
     /// A standby's connection closed: it counts as silent from now.
@@ -596,15 +574,6 @@ impl MutationSink for std::sync::Arc<Replication> {
             s.appended(seq);
         }
         let moved = self.recommit(&mut st);
-        let in_call = waiting::in_call();
-        if in_call {
-            waiting::note_appended();
-        }
-        // No call's end sends this entry to the parked pulls; calls this
-        // commit answers cannot be answered under the service's locks.
-        if !in_call || (moved && st.waiting.has_calls()) {
-            self.kick_timer(&st);
-        }
         drop(st);
         self.appended.notify_all();
         if moved {
