@@ -66,6 +66,30 @@ try:  # page cache dropped for the reads (needs root; skipped otherwise)
     dropped = True
 except OSError:
     dropped = False
+# Disk-only reads, timed call by call (the check of the bytes comes after):
+# half of the keys with no memory replica one `get` at a time, the other
+# half in `get_batch`es of 16.
+def on_disk_only(descs):
+    return bool(descs) and not any(d.is_memory_replica() for d in descs)
+names = [f"tier-probe-{i}" for i in acked]
+descs = store.batch_get_replica_desc(names) if names else {}
+disk_only = [i for i, k in zip(acked, names) if on_disk_only(descs.get(k))]
+singles, batched = disk_only[: len(disk_only) // 2], disk_only[len(disk_only) // 2:]
+single_ns, single_bytes, disk_bad = 0, 0, 0
+for i in singles:
+    t = time.perf_counter_ns()
+    got = store.get(f"tier-probe-{i}")
+    single_ns += time.perf_counter_ns() - t
+    single_bytes += len(got)
+    disk_bad += got != random.Random(i).randbytes(sizes[i])
+batch_ns, batch_bytes = 0, 0
+for b in range(0, len(batched), 16):
+    group = batched[b:b + 16]
+    t = time.perf_counter_ns()
+    values = store.get_batch([f"tier-probe-{i}" for i in group])
+    batch_ns += time.perf_counter_ns() - t
+    batch_bytes += sum(len(v) for v in values)
+    disk_bad += sum(v != random.Random(i).randbytes(sizes[i]) for i, v in zip(group, values))
 ok, missing, wrong = 0, 0, 0
 t1 = time.monotonic()
 for i in acked:
@@ -80,6 +104,9 @@ get_s = time.monotonic() - t1
 acked_bytes = sum(sizes[i] for i in acked)
 print(json.dumps(dict(keys=cfg["keys"], acked=len(acked), failed=failed, rejected_200=rejected,
                       acked_keys=acked, page_cache_dropped=dropped,
+                      disk_only=len(disk_only), disk_only_wrong=disk_bad,
+                      disk_get_mb_s=round(single_bytes / max(single_ns, 1) * 1e3, 1),
+                      disk_get_batch16_mb_s=round(batch_bytes / max(batch_ns, 1) * 1e3, 1),
                       put_mb_s=round(acked_bytes / put_s / 1e6, 1),
                       get_mb_s=round(acked_bytes / max(get_s, 1e-9) / 1e6, 1),
                       unattempted_after_budget=unattempted,
