@@ -19,12 +19,17 @@ use crate::rpc::{connect_any, Connection};
 /// How long a pull may be held when the leader has nothing new (the
 /// master's default poll interval).
 const POLL: Duration = Duration::from_secs(1);
+/// Longest a pull may wait for its answer.
+const IDLE_LIMIT: Duration = Duration::from_secs(3600);
 
 /// Follows the floor leader at `leader` as standby `id` until the
 /// connection fails (the leader stopped).
 pub fn run_standby(leader: SocketAddr, id: &str) -> Result<()> {
     let rpc = |e: std::io::Error| Error::new(ErrorCode::RPC_FAIL, format!("floor standby: {e}"));
-    let opts = pull_options(POLL);
+    let mut opts = pull_options(POLL);
+    // A direct leader answers only when it has entries, however long
+    // that takes; the timeout is never on the measured path.
+    opts.call_timeout = IDLE_LIMIT;
     let stream = connect_any(&[leader], opts.connect_timeout).map_err(rpc)?;
     let mut conn = Connection::new(stream, &opts).map_err(rpc)?;
     let mut frame = Vec::new();
