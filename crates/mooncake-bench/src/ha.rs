@@ -10,6 +10,11 @@
 //!   setups are up at once and their phases take turns, `--repeats`
 //!   rounds, each replicated phase reported against the plain one of its
 //!   round (the machine's load changes between rounds, not within one);
+//! - with `--floor`, the same put phases through the floor
+//!   ([`crate::floor`]): a leader process and two standby processes with
+//!   no state machine, reached in four ways, so each replicated phase is
+//!   also reported against the least this machine needs to replicate a
+//!   put (the fastest floor of its round);
 //! - failover: `kill -9`, then SIGTERM, of the leader while a client
 //!   puts and gets in a loop; the time from the signal to its first good
 //!   put and get through the new leader, `runs` times each.

@@ -352,3 +352,26 @@ impl Handler for Floor {
         Response::Failed { error }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_when_both_standbys_hold_an_entry() {
+        let mut log = Log::default();
+        for _ in 0..3 {
+            log.append(|seq| vec![seq as u8]);
+        }
+        assert!(!log.ack("b", 3), "one standby commits nothing");
+        assert_eq!((log.committed, log.base), (0, 0));
+        assert!(log.ack("c", 2));
+        assert_eq!((log.committed, log.base, log.last()), (2, 2, 3));
+        let mut out = Vec::new();
+        log.copy_after(2, &mut out);
+        assert_eq!(out, [3]);
+        assert!(!log.ack("c", 1), "never back");
+        assert!(log.ack("c", 9), "at most the last");
+        assert_eq!((log.committed, log.base), (3, 3));
+    }
+}

@@ -190,3 +190,52 @@ impl FloorClient {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A put is answered only once both standbys hold its entries, in
+    /// every mode that replicates; and every entry reaches them in order
+    /// (a standby fails on a gap).
+    #[test]
+    fn a_put_waits_for_both_standbys() {
+        for mode in [Mode::Pull, Mode::PullAtCommit, Mode::Direct] {
+            let leader = serve_leader(mode).unwrap();
+            let (rpc, standbys) = leader.addresses();
+            let client = FloorClient::connect(&rpc.to_string()).unwrap();
+            let value = vec![7u8; 4096];
+            let (tx, rx) = mpsc::channel();
+            std::thread::scope(|s| {
+                let (client, value) = (&client, &value);
+                s.spawn(move || {
+                    let mut segment = vec![0u8; 4096];
+                    for i in 0..50 {
+                        client.put(&format!("k{i}"), value, &mut segment).unwrap();
+                        tx.send(i).unwrap();
+                    }
+                });
+                std::thread::spawn(move || run_standby(standbys, "b"));
+                let early = rx.recv_timeout(Duration::from_millis(300));
+                assert!(early.is_err(), "{mode:?}: answered with one standby");
+                std::thread::spawn(move || run_standby(standbys, "c"));
+                for i in 0..50 {
+                    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(i), "{mode:?}");
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn alone_answers_at_once() {
+        let leader = serve_leader(Mode::Alone).unwrap();
+        let client = FloorClient::connect(&leader.addresses().0.to_string()).unwrap();
+        let mut segment = vec![0u8; 16];
+        client.put("k", &[1; 16], &mut segment).unwrap();
+        assert_eq!(segment, [1; 16]);
+        assert_eq!(Mode::parse("direct").unwrap(), Mode::Direct);
+        assert!(Mode::parse("nope").is_err());
+        assert!(!Mode::Alone.replicates() && Mode::Pull.replicates());
+    }
+}
