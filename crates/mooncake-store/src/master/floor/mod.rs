@@ -81,7 +81,7 @@ impl Mode {
 }
 
 /// The client's id in the calls (any: the leader keeps no clients).
-const CLIENT: ClientId = 0x666c_6f6f_72;
+const CLIENT: ClientId = 0x0066_6c6f_6f72;
 
 /// The frame of a put's first entry: its PutStart, one replica placed.
 fn put_start_entry(seq: u64, key: &str, size: u64) -> Vec<u8> {
