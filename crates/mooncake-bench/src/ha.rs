@@ -10,6 +10,11 @@
 //!   setups are up at once and their phases take turns, `--repeats`
 //!   rounds, each replicated phase reported against the plain one of its
 //!   round (the machine's load changes between rounds, not within one);
+//! - with `--floor`, the same put phases through the floor
+//!   ([`crate::floor`]): a leader process and two standby processes with
+//!   no state machine, reached in four ways, so each replicated phase is
+//!   also reported against the least this machine needs to replicate a
+//!   put (the fastest floor of its round);
 //! - failover: `kill -9`, then SIGTERM, of the leader while a client
 //!   puts and gets in a loop; the time from the signal to its first good
 //!   put and get through the new leader, `runs` times each.
@@ -25,7 +30,10 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 
+use mooncake_store::master::floor::{FloorClient, Mode};
+
 use crate::cluster::{program, work_dir, Proc};
+use crate::floor::Floor;
 use crate::stats::{self, Summary};
 
 pub struct HaBenchConfig {
@@ -42,6 +50,8 @@ pub struct HaBenchConfig {
     pub unfenced: bool,
     /// Client threads of the second put phase (1: none).
     pub threads: usize,
+    /// Also the floor setups (`crate::floor`).
+    pub floor: bool,
 }
 
 /// One measured put phase.
@@ -217,7 +227,7 @@ fn client(master: &str, cluster: &str, metadata: &str) -> Result<Client> {
 /// threads sharing `c`: latencies of the puts, and puts per second of
 /// wall time. The phase runs in slices; between two, each thread removes
 /// what it put (untimed, so the segment does not fill).
-fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<Summary> {
+fn put_phase(c: &Putter, seconds: f64, prefix: &str, threads: usize) -> Result<Summary> {
     const SLICE: f64 = 0.25;
     let slices = (seconds / SLICE).ceil().max(1.0) as usize;
     let per_slice = Duration::from_secs_f64(seconds / slices as f64);
@@ -233,6 +243,7 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<S
                     let mut wall = Duration::ZERO;
                     let mut failed = None;
                     let mut keys = Vec::new();
+                    let mut segment = vec![0u8; v.len()];
                     for slice in 0..slices {
                         // Every thread passes every barrier, failed or not.
                         barrier.wait();
@@ -241,7 +252,11 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<S
                         while failed.is_none() && Instant::now() < until {
                             let key = format!("{prefix}-{t}-{slice}-{}", keys.len());
                             let at = Instant::now();
-                            match c.put(&key, v, cfg) {
+                            let put = match c {
+                                Putter::Store(c) => c.put(&key, v, cfg),
+                                Putter::Floor(f) => f.put(&key, v, &mut segment),
+                            };
+                            match put {
                                 Ok(()) => lat.push(at.elapsed().as_nanos() as u64),
                                 Err(e) => failed = Some(e),
                             }
@@ -250,8 +265,10 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<S
                         barrier.wait();
                         wall += start.elapsed();
                         for key in keys.drain(..) {
-                            if let Err(e) = c.remove(&key, true) {
-                                failed.get_or_insert(e);
+                            if let Putter::Store(c) = c {
+                                if let Err(e) = c.remove(&key, true) {
+                                    failed.get_or_insert(e);
+                                }
                             }
                         }
                     }
@@ -280,11 +297,20 @@ fn put_phase(c: &Client, seconds: f64, prefix: &str, threads: usize) -> Result<S
     Ok(summary)
 }
 
+/// What a put phase puts through.
+enum Putter {
+    /// A store client of a master (or of the leader of masters).
+    Store(Client),
+    /// The client of a floor (`crate::floor`).
+    Floor(FloorClient),
+}
+
 /// One setup the put phases run on: its client and what serves it.
 struct Setup {
     name: &'static str,
-    client: Client,
+    client: Putter,
     _plain: Option<Proc>,
+    _floor: Option<Floor>,
     masters: Vec<HaMaster>,
 }
 
@@ -309,8 +335,9 @@ pub fn run(
     let (plain_master, _) = start_master("plain-master", &plain, "listening on")?;
     setups.push(Setup {
         name: PLAIN,
-        client: client(&format!("127.0.0.1:{rpc}"), "plain", &metadata)?,
+        client: Putter::Store(client(&format!("127.0.0.1:{rpc}"), "plain", &metadata)?),
         _plain: Some(plain_master),
+        _floor: None,
         masters: Vec::new(),
     });
 
@@ -339,10 +366,24 @@ pub fn run(
         let masters = ha_cluster(&cfg.etcd, &cluster, log, env)?;
         setups.push(Setup {
             name,
-            client: client(&etcd_url, &cluster, &metadata)?,
+            client: Putter::Store(client(&etcd_url, &cluster, &metadata)?),
             _plain: None,
+            _floor: None,
             masters,
         });
+    }
+    if cfg.floor {
+        for (name, mode) in FLOORS {
+            let floor = Floor::start(mode)?;
+            let f = FloorClient::connect(floor.address())?;
+            setups.push(Setup {
+                name,
+                client: Putter::Floor(f),
+                _plain: None,
+                _floor: Some(floor),
+                masters: Vec::new(),
+            });
+        }
     }
     for s in &setups {
         put_phase(&s.client, cfg.seconds / 4.0, "warm", cfg.threads)?;
@@ -373,7 +414,7 @@ pub fn run(
     // The failovers run on the replicated setup without a log on disk.
     setups.retain(|s| s.name == REPLICATED);
     let Some(Setup {
-        client: c,
+        client: Putter::Store(c),
         mut masters,
         ..
     }) = setups.pop()
@@ -401,6 +442,17 @@ pub fn run(
 const PLAIN: &str = "1 master";
 const REPLICATED: &str = "3 masters, replicated";
 const UNFENCED: &str = "3 masters, replicated, MC_PUT_FENCE=0";
+
+/// The floor setups, by how the floor's leader reaches its standbys.
+const FLOORS: [(&str, Mode); 4] = [
+    ("floor, 1 process", Mode::Alone),
+    ("floor, 3 processes, pull", Mode::Pull),
+    (
+        "floor, 3 processes, pull, entries at commit",
+        Mode::PullAtCommit,
+    ),
+    ("floor, 3 processes, direct", Mode::Direct),
+];
 
 fn put_line(r: &PutRow) -> String {
     format!(
@@ -522,6 +574,20 @@ fn plain_of<'a>(puts: &'a [PutRow], r: &PutRow) -> Option<&'a Summary> {
         .map(|p| &p.summary)
 }
 
+/// The floor of `r`'s round and thread count: the lowest p50 and the
+/// highest puts/s of the floor setups that replicate.
+fn floor_of(puts: &[PutRow], r: &PutRow) -> Option<(f64, f64)> {
+    let floors = puts.iter().filter(|p| {
+        p.repeat == r.repeat
+            && p.threads == r.threads
+            && FLOORS[1..].iter().any(|(name, _)| *name == p.setup)
+    });
+    floors.fold(None, |acc, p| {
+        let (p50, ops) = acc.unwrap_or((f64::INFINITY, 0.0));
+        Some((p50.min(p.summary.p50_us), ops.max(p.summary.ops_s)))
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
@@ -531,8 +597,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Each setup's median over the rounds, per thread count: p50, p99,
-/// puts/s, and the medians of its per-round ratios to the plain phase.
-fn medians(puts: &[PutRow]) -> Vec<((&'static str, usize), [f64; 5])> {
+/// puts/s, and the medians of its per-round ratios to the plain phase and
+/// to the floor (0 without floor phases).
+fn medians(puts: &[PutRow]) -> Vec<((&'static str, usize), [f64; 7])> {
     let mut setups: Vec<(&'static str, usize)> = Vec::new();
     for r in puts {
         if !setups.contains(&(r.setup, r.threads)) {
@@ -557,6 +624,8 @@ fn medians(puts: &[PutRow]) -> Vec<((&'static str, usize), [f64; 5])> {
                     pick(&|r| Some(r.summary.ops_s)),
                     pick(&|r| plain_of(puts, r).map(|p| r.summary.p50_us / p.p50_us)),
                     pick(&|r| plain_of(puts, r).map(|p| r.summary.ops_s / p.ops_s)),
+                    pick(&|r| floor_of(puts, r).map(|f| r.summary.p50_us / f.0)),
+                    pick(&|r| floor_of(puts, r).map(|f| r.summary.ops_s / f.1)),
                 ],
             )
         })
@@ -564,19 +633,24 @@ fn medians(puts: &[PutRow]) -> Vec<((&'static str, usize), [f64; 5])> {
 }
 
 pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
-    let ratio = |r: &PutRow| {
-        plain_of(puts, r).map_or(("-".to_string(), "-".to_string()), |p| {
-            (
-                format!("{:.2}×", r.summary.p50_us / p.p50_us),
-                format!("{:.0}%", 100.0 * r.summary.ops_s / p.ops_s),
-            )
-        })
-    };
+    let floors = puts.iter().any(|r| floor_of(puts, r).is_some());
+    let times = |x: f64| format!("{x:.2}×");
+    let share = |x: f64| format!("{:.0}%", 100.0 * x);
+    let dash = || "-".to_string();
+    let mut head = vec![
+        "p50 µs",
+        "p99 µs",
+        "puts/s",
+        "p50 / plain",
+        "puts/s / plain",
+    ];
+    if floors {
+        head.extend(["p50 / floor", "puts/s / floor"]);
+    }
     let rows: Vec<Vec<String>> = puts
         .iter()
         .map(|r| {
-            let (p50, ops) = ratio(r);
-            vec![
+            let mut row = vec![
                 (r.repeat + 1).to_string(),
                 r.setup.to_string(),
                 r.threads.to_string(),
@@ -584,50 +658,44 @@ pub fn render(puts: &[PutRow], failovers: &[FailoverRow]) -> String {
                 format!("{:.1}", r.summary.p50_us),
                 format!("{:.1}", r.summary.p99_us),
                 format!("{:.0}", r.summary.ops_s),
-                p50,
-                ops,
-            ]
+            ];
+            let plain = plain_of(puts, r);
+            row.push(plain.map_or_else(dash, |p| times(r.summary.p50_us / p.p50_us)));
+            row.push(plain.map_or_else(dash, |p| share(r.summary.ops_s / p.ops_s)));
+            if floors {
+                let floor = floor_of(puts, r);
+                row.push(floor.map_or_else(dash, |f| times(r.summary.p50_us / f.0)));
+                row.push(floor.map_or_else(dash, |f| share(r.summary.ops_s / f.1)));
+            }
+            row
         })
         .collect();
     let mut out = stats::table(
-        &[
-            "round",
-            "4 KiB put",
-            "threads",
-            "n",
-            "p50 µs",
-            "p99 µs",
-            "puts/s",
-            "p50 / plain",
-            "puts/s / plain",
-        ],
+        &[&["round", "4 KiB put", "threads", "n"][..], &head[..]].concat(),
         &rows,
     );
     out.push('\n');
     let rows: Vec<Vec<String>> = medians(puts)
         .into_iter()
         .map(|((name, threads), m)| {
-            vec![
+            let mut row = vec![
                 name.to_string(),
                 threads.to_string(),
                 format!("{:.1}", m[0]),
                 format!("{:.1}", m[1]),
                 format!("{:.0}", m[2]),
-                format!("{:.2}×", m[3]),
-                format!("{:.0}%", 100.0 * m[4]),
-            ]
+                times(m[3]),
+                share(m[4]),
+            ];
+            if floors {
+                row.push(times(m[5]));
+                row.push(share(m[6]));
+            }
+            row
         })
         .collect();
     out.push_str(&stats::table(
-        &[
-            "median over rounds",
-            "threads",
-            "p50 µs",
-            "p99 µs",
-            "puts/s",
-            "p50 / plain",
-            "puts/s / plain",
-        ],
+        &[&["median over rounds", "threads"][..], &head[..]].concat(),
         &rows,
     ));
     out.push('\n');

@@ -24,6 +24,7 @@ mod cluster;
 mod compare;
 mod durability;
 mod failover;
+mod floor;
 mod ha;
 mod memory;
 mod rpc;
@@ -102,6 +103,11 @@ pub(crate) struct HaArgs {
     /// waits for its own commit, `MC_PUT_FENCE=0`), to compare.
     #[arg(long)]
     pub(crate) unfenced: bool,
+    /// Also the floor: the same client, processes and threads with no
+    /// state machine (a leader forwarding each put's entries to two
+    /// standbys), in four ways of reaching them.
+    #[arg(long)]
+    pub(crate) floor: bool,
     /// Draw the results here as SVG.
     #[arg(long)]
     pub(crate) chart: Option<PathBuf>,
@@ -222,6 +228,9 @@ pub(crate) struct FailoverArgs {
 /// the exit code.
 pub fn main(argv: Vec<String>) -> i32 {
     if let Some(code) = cluster::run_as_program(&argv) {
+        return code;
+    }
+    if let Some(code) = floor::run_as_floor(&argv) {
         return code;
     }
     let args = match BenchArgs::try_parse_from(normalize(argv, &[])) {
@@ -359,6 +368,7 @@ fn run_ha(a: HaArgs) -> Result<(), String> {
         wal: !a.no_wal,
         unfenced: a.unfenced,
         threads: a.threads as usize,
+        floor: a.floor,
     };
     let (puts, failovers) =
         ha::run(&cfg, |line| eprintln!("  {line}")).map_err(|e| e.to_string())?;

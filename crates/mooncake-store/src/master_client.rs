@@ -43,6 +43,21 @@ pub(crate) trait RpcObserver: Send + Sync {
     fn observe_rpc(&self, rpc: &'static str, took: Duration);
 }
 
+/// The socket policy of a master client's connections.
+pub(crate) fn client_options(connect_timeout: Duration, call_timeout: Duration) -> ClientOptions {
+    ClientOptions {
+        connect_timeout,
+        call_timeout,
+        max_idle: MAX_IDLE_CONNECTIONS,
+        read_buffer: READ_BUFFER,
+        poll: rpc::poll::client_window(),
+        // The master did not answer (gone dark, or gone): the idle
+        // connections lead to it too. Later calls connect anew (and an
+        // HA client looks the leader up if that fails).
+        drop_idle_on_failure: true,
+    }
+}
+
 /// A handle to the master; cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct MasterClient {
@@ -137,18 +152,7 @@ impl MasterClient {
             resolved: Mutex::new(resolved),
             election,
         };
-        let opts = ClientOptions {
-            connect_timeout,
-            call_timeout,
-            max_idle: MAX_IDLE_CONNECTIONS,
-            read_buffer: READ_BUFFER,
-            poll: rpc::poll::client_window(),
-            // The master did not answer (gone dark, or gone): the idle
-            // connections lead to it too. Later calls connect anew (and an
-            // HA client looks the leader up if that fails).
-            drop_idle_on_failure: true,
-        };
-        let pool = Pool::new(target, opts);
+        let pool = Pool::new(target, client_options(connect_timeout, call_timeout));
         let conn = open_first(&pool, connect_timeout)?;
         pool.put_idle(conn);
         Ok(MasterClient {

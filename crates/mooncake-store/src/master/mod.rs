@@ -32,6 +32,7 @@ mod drain_http;
 mod eviction;
 mod failover;
 mod file_tier;
+pub mod floor;
 mod follower;
 pub mod ha;
 mod ha_durable;

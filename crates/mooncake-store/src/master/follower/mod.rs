@@ -132,6 +132,19 @@ impl Drop for Follower {
     }
 }
 
+/// The socket policy of a standby's connection to its leader, which
+/// answers a pull within `poll` when it has nothing new.
+pub(crate) fn pull_options(poll: Duration) -> ClientOptions {
+    ClientOptions {
+        connect_timeout: CONNECT_TIMEOUT,
+        call_timeout: poll + Duration::from_secs(3),
+        max_idle: 1,
+        read_buffer: 64 << 10,
+        poll: Duration::ZERO,
+        drop_idle_on_failure: true,
+    }
+}
+
 struct Run {
     shared: Arc<Shared>,
     repl: Arc<Replication>,
@@ -157,14 +170,7 @@ struct Following {
 impl Run {
     fn run(self) -> Result<()> {
         let opts = self.repl.options();
-        let client = ClientOptions {
-            connect_timeout: CONNECT_TIMEOUT,
-            call_timeout: opts.poll + Duration::from_secs(3),
-            max_idle: 1,
-            read_buffer: 64 << 10,
-            poll: Duration::ZERO,
-            drop_idle_on_failure: true,
-        };
+        let client = pull_options(opts.poll);
         let mut following: Option<Following> = None;
         let mut frame = Vec::new();
         let spin = super::replication::spin_window();

@@ -1,0 +1,241 @@
+//! The floor of a replicated put: the sockets, threads and hand-offs of
+//! one replicated commit with no state machine behind them, so that
+//! `mooncake-bench ha` can say how much of a replicated put's latency is
+//! the master's work and how much the machine charges for moving an entry
+//! to two standbys and back.
+//!
+//! Three processes, as in a cluster of three masters: a leader ([`leader`],
+//! process A) serving clients on the master's RPC server loop with the
+//! master's socket options, and two standbys ([`standby`], B and C) that
+//! pull from it as `master::follower` does (one `ReplicationPull`
+//! outstanding, the same client options, the next pull sent as soon as an
+//! answer is decoded). A put is what a client's put is to the master: a
+//! `PutStart` call, the 4 KiB value copied, a `PutEnd` call; the log entries
+//! are real `oplog` frames of a put's two mutations, so every message has
+//! the size it has in a replicated master. The leader keeps no objects: a
+//! call only appends entries and, for `PutEnd`, waits for both standbys.
+//!
+//! How the leader reaches its standbys ([`Mode`]):
+//! - [`Mode::Alone`]: it does not (both calls answered at once): a plain
+//!   master's round trips without its state machine;
+//! - [`Mode::Pull`]: the replicated master's hand-offs: each call appends
+//!   its entry and wakes the standbys' connection threads (one per
+//!   standby, blocked on a condition variable), which answer the pulls; a
+//!   pull's acknowledgement is read by that thread, which wakes the
+//!   `PutEnd`'s thread, waiting on another condition variable;
+//! - [`Mode::PullAtCommit`]: the same, but both entries are appended by the
+//!   `PutEnd` (one answer per standby per put instead of two);
+//! - [`Mode::Direct`]: the fewest hand-offs: the `PutEnd`'s own thread
+//!   writes both entries to the standbys' sockets and reads their next
+//!   pulls itself (with several client threads, one writes for all whose
+//!   entries are appended by then).
+
+mod leader;
+mod standby;
+
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+use crate::master::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite, Placed};
+use crate::proto::frame::{decode_payload, encode_frame};
+use crate::proto::{Request, Response};
+use crate::rpc::{connect_any, Connector, Pool};
+use crate::types::{ClientId, ReplicateConfig};
+
+pub use leader::serve_leader;
+pub use standby::run_standby;
+
+/// How the floor's leader reaches its standbys; see the module's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Alone,
+    Pull,
+    PullAtCommit,
+    Direct,
+}
+
+impl Mode {
+    /// Its name on a command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Alone => "alone",
+            Mode::Pull => "pull",
+            Mode::PullAtCommit => "pull-at-commit",
+            Mode::Direct => "direct",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Mode> {
+        [Mode::Alone, Mode::Pull, Mode::PullAtCommit, Mode::Direct]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| Error::new(ErrorCode::INVALID_PARAMS, format!("no floor mode {s:?}")))
+    }
+
+    /// Whether standbys take part.
+    pub fn replicates(self) -> bool {
+        self != Mode::Alone
+    }
+}
+
+/// The client's id in the calls (any: the leader keeps no clients).
+const CLIENT: ClientId = 0x0066_6c6f_6f72;
+
+/// The frame of a put's first entry: its PutStart, one replica placed.
+fn put_start_entry(seq: u64, key: &str, size: u64) -> Vec<u8> {
+    let op = OwnedObjectOp::PutStart {
+        client: CLIENT,
+        size,
+        pins: 0,
+        now: seq,
+        write: OwnedWrite::Fresh(vec![Placed {
+            segment: 1,
+            offset: seq * size,
+        }]),
+    };
+    entry(seq, key, op)
+}
+
+/// The frame of a put's second entry: its PutEnd.
+fn put_end_entry(seq: u64, key: &str) -> Vec<u8> {
+    let op = OwnedObjectOp::PutEnd {
+        now: seq,
+        readers_until: 0,
+    };
+    entry(seq, key, op)
+}
+
+fn entry(seq: u64, key: &str, op: OwnedObjectOp) -> Vec<u8> {
+    OwnedEntry {
+        seq,
+        term: TERM,
+        mutations: vec![OwnedMutation::Object {
+            key: key.to_string(),
+            op,
+        }],
+    }
+    .to_frame()
+}
+
+/// The term every floor entry carries.
+const TERM: u64 = 1;
+
+struct Target(Vec<SocketAddr>);
+
+impl Connector for Target {
+    fn peer(&self) -> String {
+        format!("floor leader {:?}", self.0)
+    }
+
+    fn connect(&self, timeout: Duration) -> Result<TcpStream> {
+        connect_any(&self.0, timeout).map_err(|e| Error::new(ErrorCode::RPC_FAIL, e.to_string()))
+    }
+}
+
+/// A client of the floor's leader, with a master client's connection pool
+/// and socket options; usable from any thread.
+pub struct FloorClient {
+    pool: Pool<Target>,
+}
+
+impl FloorClient {
+    pub fn connect(addr: &str) -> Result<FloorClient> {
+        let addrs = crate::rpc::resolve(addr, "floor leader")?;
+        let opts =
+            crate::master_client::client_options(Duration::from_secs(5), Duration::from_secs(30));
+        Ok(FloorClient {
+            pool: Pool::new(Target(addrs), opts),
+        })
+    }
+
+    /// One put of `value` under `key`: PutStart, the value copied into
+    /// `segment` (as a client holding its segment writes it), PutEnd.
+    pub fn put(&self, key: &str, value: &[u8], segment: &mut [u8]) -> Result<()> {
+        let mut frame = Vec::with_capacity(128);
+        let start = Request::PutStart {
+            client_id: CLIENT,
+            key,
+            value_len: value.len() as u64,
+            config: ReplicateConfig::default(),
+            upsert: false,
+        };
+        self.call(&start, &mut frame)?;
+        let n = value.len().min(segment.len());
+        segment[..n].copy_from_slice(&value[..n]);
+        std::hint::black_box(&segment[..n]);
+        self.call(
+            &Request::PutEnd {
+                client_id: CLIENT,
+                key,
+            },
+            &mut frame,
+        )
+    }
+
+    fn call(&self, req: &Request<'_>, frame: &mut Vec<u8>) -> Result<()> {
+        frame.clear();
+        encode_frame(req, frame)
+            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, e.to_string()))?;
+        self.pool.call(frame, |payload| {
+            match decode_payload::<Response>(payload)? {
+                Response::Unit { result } => result,
+                Response::Failed { error } => Err(error),
+                other => Err(Error::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("unexpected answer {}", other.name()),
+                )),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A put is answered only once both standbys hold its entries, in
+    /// every mode that replicates; and every entry reaches them in order
+    /// (a standby fails on a gap).
+    #[test]
+    fn a_put_waits_for_both_standbys() {
+        for mode in [Mode::Pull, Mode::PullAtCommit, Mode::Direct] {
+            let leader = serve_leader(mode).unwrap();
+            let (rpc, standbys) = leader.addresses();
+            let client = FloorClient::connect(&rpc.to_string()).unwrap();
+            let value = vec![7u8; 4096];
+            let (tx, rx) = mpsc::channel();
+            std::thread::scope(|s| {
+                let (client, value) = (&client, &value);
+                s.spawn(move || {
+                    let mut segment = vec![0u8; 4096];
+                    for i in 0..50 {
+                        client.put(&format!("k{i}"), value, &mut segment).unwrap();
+                        tx.send(i).unwrap();
+                    }
+                });
+                std::thread::spawn(move || run_standby(standbys, "b"));
+                let early = rx.recv_timeout(Duration::from_millis(300));
+                assert!(early.is_err(), "{mode:?}: answered with one standby");
+                std::thread::spawn(move || run_standby(standbys, "c"));
+                for i in 0..50 {
+                    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(i), "{mode:?}");
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn alone_answers_at_once() {
+        let leader = serve_leader(Mode::Alone).unwrap();
+        let client = FloorClient::connect(&leader.addresses().0.to_string()).unwrap();
+        let mut segment = vec![0u8; 16];
+        client.put("k", &[1; 16], &mut segment).unwrap();
+        assert_eq!(segment, [1; 16]);
+        assert_eq!(Mode::parse("direct").unwrap(), Mode::Direct);
+        assert!(Mode::parse("nope").is_err());
+        assert!(!Mode::Alone.replicates() && Mode::Pull.replicates());
+    }
+}
