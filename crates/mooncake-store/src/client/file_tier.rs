@@ -62,7 +62,10 @@ impl FileWriter {
         fsdir: String,
         segments: Vec<(usize, usize)>,
     ) -> Result<FileWriter> {
-        std::fs::create_dir_all(&fsdir).map_err(|e| {
+        // Every directory of the tier exists, its entry durable, before the
+        // first group: groups then sync only the directories they rename into.
+        let mut writer = shared_fs::GroupWriter::default();
+        writer.prepare(&fsdir).map_err(|e| {
             Error::new(
                 ErrorCode::FILE_OPEN_FAIL,
                 format!("shared-filesystem tier {fsdir}: {e}"),
@@ -79,7 +82,7 @@ impl FileWriter {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("mooncake-fs-tier".into())
-            .spawn(move || run(&s, &mut shared_fs::GroupWriter::default()))
+            .spawn(move || run(&s, &mut writer))
             .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("fs tier thread: {e}")))?;
         tracing::info!(dir = %shared.fsdir, "shared-filesystem tier mounted");
         Ok(FileWriter {
