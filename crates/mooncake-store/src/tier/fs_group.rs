@@ -260,15 +260,15 @@ fn write_temp(
     bufs: &mut Vec<AlignedBuf>,
     o: &GroupObject<'_>,
 ) -> Result<(PathBuf, Arc<DiskFile>)> {
-    let header = ObjectHeader {
+    let value_offset = ObjectHeader::value_offset_for(o.key.len());
+    let mut header = ObjectHeader {
         key: o.key.to_string(),
         value_len: o.value.len() as u64,
         tag: 0,
         seq: 0,
-        value_offset: ObjectHeader::value_offset_for(o.key.len()),
-        value_crc: crc32c::crc32c(o.value),
+        value_offset,
+        value_crc: 0,
     };
-    let head = encode_object_header(&header);
     let temp = temp_path(&o.path);
     let file = create_file(&temp)?;
     while bufs.len() < GROUP_DEPTH {
@@ -276,11 +276,21 @@ fn write_temp(
     }
     let mut out = SeqWriter::with_buffers(file, engine.clone(), std::mem::take(bufs));
     let written = (|| {
-        out.append(&head, 0)?;
-        out.append(o.value, header.value_offset as usize - head.len())?;
-        out.finish()?;
-        // Drop the block padding: the value ends the file.
-        out.file().set_len(header.value_offset + header.value_len)
+        if value_offset as usize + o.value.len() < chunk {
+            // The whole file fits one buffer: checksum the value as it is
+            // copied in, then put the header in front of it.
+            out.append(&[], value_offset as usize)?;
+            out.append_crc(o.value, &mut header.value_crc)?;
+            let head = encode_object_header(&header);
+            assert!(out.patch_unwritten(0, &head), "the file fits one buffer");
+        } else {
+            header.value_crc = crc32c::crc32c(o.value);
+            let head = encode_object_header(&header);
+            out.append(&head, 0)?;
+            out.append(o.value, value_offset as usize - head.len())?;
+        }
+        // The value ends the file: no padding after it.
+        out.finish_exact().map(|_| ())
     })();
     let (file, back) = out.into_parts();
     *bufs = back.into_iter().filter(|b| b.capacity() == chunk).collect();
