@@ -375,7 +375,7 @@ mod tests {
             let data = pattern(len, i as u8);
             w.append(&data, 0).unwrap();
             let patched = w.patch_unwritten(0, &[0xee; 2]);
-            assert_eq!(patched, len >= 2 && len < 8192, "{len}");
+            assert_eq!(patched, (2..8192).contains(&len), "{len}");
             assert_eq!(w.finish_exact().unwrap(), len as u64);
             let mut want = data.clone();
             if patched {
