@@ -3,8 +3,9 @@
 //! is reachable here, the client mounts it and runs a writer thread. Each
 //! round takes the master's tasks (objects of this client's segments that
 //! eviction wants out of memory), writes them as one group of files at the
-//! paths derived from their keys (`tier::shared_fs::GroupWriter`: direct
-//! I/O from reused buffers, one durability pass per group), deletes the
+//! paths derived from their keys (`tier::fs_group::GroupWriter`: direct
+//! I/O from reused buffers, each file synced and renamed as it is written,
+//! each directory fsynced once per group), deletes the
 //! files the master no longer wants, and reports both. The master
 //! keeps the memory copy until it hears.
 //!
