@@ -373,17 +373,27 @@ mod tests {
     }
 
     /// Values smaller and larger than the buffers (several chunks in
-    /// flight), reused across groups: each reads back byte-exact.
+    /// flight), reused across groups: each reads back byte-exact, its file
+    /// ending where its value does.
     #[test]
     fn groups_round_trip_through_reused_buffers() {
         let dir = tempfile::tempdir().unwrap();
         let fsdir = dir.path().to_str().unwrap();
         let mut w = GroupWriter::new(Arc::new(PsyncEngine), 3 * DIO_ALIGN);
         for round in 0..3u8 {
-            let keys: Vec<String> = (0..20).map(|i| format!("r{round}/k{i}")).collect();
+            let keys: Vec<String> = (0..26).map(|i| format!("r{round}/k{i}")).collect();
+            // Sizes spread over several buffers, then the file filling its
+            // one buffer short by a byte, exactly, and over by a byte.
+            let head = ObjectHeader::value_offset_for(keys[0].len()) as usize;
             let values: Vec<Vec<u8>> = (0..20)
-                .map(|i| value(i * 7_001 + round as usize, round))
+                .map(|i| i * 7_001 + round as usize)
+                .chain([3 * DIO_ALIGN - head - 1, 3 * DIO_ALIGN - head])
+                .chain([3 * DIO_ALIGN - head + 1, DIO_ALIGN, 1, 0])
+                .map(|len| value(len, round))
                 .collect();
+            let file_len = |o: &GroupObject<'_>| {
+                (ObjectHeader::value_offset_for(o.key.len()) as usize + o.value.len()) as u64
+            };
             let group: Vec<GroupObject<'_>> = keys
                 .iter()
                 .zip(&values)
@@ -400,6 +410,8 @@ mod tests {
                 let mut out = vec![0u8; o.value.len()];
                 read_object(&o.path, o.key, &mut out).unwrap();
                 assert_eq!(out, o.value, "{}", o.key);
+                // No padding after the value.
+                assert_eq!(std::fs::metadata(&o.path).unwrap().len(), file_len(o));
             }
         }
         assert!(temp_files(dir.path()).is_empty());
