@@ -82,7 +82,7 @@ impl GroupWriter {
     }
 
     /// Creates every directory of the tier at `fsdir` (those that exist are
-    /// kept) and makes their entries durable: one fsync per parent, for
+    /// kept) and makes the new entries durable: one fsync per parent, for
     /// all of its new children at once. A client does this when it mounts
     /// the tier, so groups only sync the directories they rename into.
     pub fn prepare(&mut self, fsdir: &str) -> Result<()> {
@@ -93,27 +93,24 @@ impl GroupWriter {
         }
         for (parent, children) in by_parent {
             self.ensure_dir(&parent)?;
+            let mut created = false;
             for c in &children {
-                make_dir(c)?;
+                created |= make_dir(c)?;
             }
-            sync_dir(&parent)?;
+            if created {
+                sync_dir(&parent)?;
+            }
             self.dirs.extend(children);
         }
         Ok(())
     }
 
-    /// Creates `dir` and its missing ancestors, each entry synced through
-    /// its parent, unless this writer already did.
+    /// [`make_dir_durable`] of `dir`, unless this writer already did it.
     fn ensure_dir(&mut self, dir: &Path) -> Result<()> {
-        if self.dirs.contains(dir) {
-            return Ok(());
+        if !self.dirs.contains(dir) {
+            make_dir_durable(dir)?;
+            self.dirs.insert(dir.to_path_buf());
         }
-        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-            self.ensure_dir(parent)?;
-            make_dir(dir)?;
-            sync_dir(parent)?;
-        }
-        self.dirs.insert(dir.to_path_buf());
         Ok(())
     }
 
@@ -205,13 +202,32 @@ impl GroupWriter {
     }
 }
 
-/// `mkdir`, content with a directory that is already there.
-fn make_dir(dir: &Path) -> Result<()> {
+/// `mkdir`, content with a directory that is already there; whether it
+/// made one.
+fn make_dir(dir: &Path) -> Result<bool> {
     match std::fs::create_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(false),
         Err(e) => Err(TierError::io("create", dir, e)),
     }
+}
+
+/// Creates `dir` and its missing ancestors, each new entry synced through
+/// its parent. A directory that exists was made durable by whoever made it
+/// (other writers do the same; directories above the tier are the
+/// operator's), so nothing outside the tier is opened.
+fn make_dir_durable(dir: &Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        make_dir_durable(parent)?;
+        if make_dir(dir)? {
+            sync_dir(parent)?;
+        }
+        return Ok(());
+    }
+    make_dir(dir).map(|_| ())
 }
 
 /// Writes `o` under its `.tmp` name, syncs its data and renames it to its
@@ -241,11 +257,7 @@ fn write_one(
 fn create_file(path: &Path) -> Result<DiskFile> {
     match DiskFile::create(path) {
         Err(TierError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-            let dir = path.parent().expect("object files have directories");
-            std::fs::create_dir_all(dir).map_err(|e| TierError::io("create", dir, e))?;
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent)?;
-            }
+            make_dir_durable(path.parent().expect("object files have directories"))?;
             DiskFile::create(path)
         }
         r => r,
@@ -415,6 +427,36 @@ mod tests {
             }
         }
         assert!(temp_files(dir.path()).is_empty());
+    }
+
+    /// `prepare` makes all 256 directories; one removed behind the
+    /// writer's back (with its parent) is made again by the next write.
+    #[test]
+    fn directories_are_made_at_mount_and_again_when_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fsdir = dir.path().join("tier");
+        let fsdir = fsdir.to_str().unwrap();
+        let mut w = GroupWriter::default();
+        w.prepare(fsdir).unwrap();
+        for d in crate::tier::shared_fs::object_dirs(fsdir) {
+            assert!(d.is_dir(), "{}", d.display());
+        }
+        w.prepare(fsdir).unwrap();
+        let v = value(10_000, 3);
+        let path = path_of(&object_file(fsdir, "gone"));
+        let d1 = path.parent().unwrap().parent().unwrap();
+        std::fs::remove_dir_all(d1).unwrap();
+        let put = [GroupObject {
+            key: "gone",
+            path: path.clone(),
+            value: &v,
+        }];
+        for r in w.write_group(&put) {
+            r.unwrap();
+        }
+        let mut out = vec![0u8; v.len()];
+        read_object(&path, "gone", &mut out).unwrap();
+        assert_eq!(out, v);
     }
 
     /// One object of a group fails at each step (its directory, a torn
