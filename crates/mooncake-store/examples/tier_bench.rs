@@ -23,8 +23,12 @@
 //! `--dfs` measures the shared-filesystem tier's writer instead: the same
 //! objects written as files at their keys' paths (`shared_fs::object_file`)
 //! by `shared_fs::GroupWriter` in groups of 64 (a client writer's round),
-//! against `dd oflag=direct conv=fdatasync` in the same directory; reads go
-//! through the tier's `read_object` (buffered, as clients read the mount).
+//! its directories created first as a client does when it mounts the tier,
+//! against `dd oflag=direct conv=fdatasync` in the same directory: of the
+//! whole size right before, and in slices of the next four groups' bytes
+//! before every four groups (the disk is shared; slices see the load the
+//! writes see); reads go through the tier's `read_object` (buffered, as
+//! clients read the mount).
 
 use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
 use mooncake_store::tier::shared_fs::{self, GroupObject, GroupWriter};
