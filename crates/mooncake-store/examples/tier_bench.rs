@@ -23,8 +23,12 @@
 //! `--dfs` measures the shared-filesystem tier's writer instead: the same
 //! objects written as files at their keys' paths (`shared_fs::object_file`)
 //! by `shared_fs::GroupWriter` in groups of 64 (a client writer's round),
-//! against `dd oflag=direct conv=fdatasync` in the same directory; reads go
-//! through the tier's `read_object` (buffered, as clients read the mount).
+//! its directories created first as a client does when it mounts the tier,
+//! against `dd oflag=direct conv=fdatasync` in the same directory: of the
+//! whole size right before, and in slices of the next four groups' bytes
+//! before every four groups (the disk is shared; slices see the load the
+//! writes see); reads go through the tier's `read_object` (buffered, as
+//! clients read the mount).
 
 use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
 use mooncake_store::tier::shared_fs::{self, GroupObject, GroupWriter};
@@ -311,45 +315,88 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// Objects of a client writer's round: the group size of `client/file_tier.rs`.
 const DFS_GROUP: usize = 64;
 
-/// The shared-filesystem tier's writer against dd, same directory, same
-/// round: (dd write, tier write, dd read, tier read), bytes/second.
-fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> (f64, f64, f64, f64) {
-    let fsdir = args.dir.join("dfs");
-    let _ = std::fs::remove_dir_all(&fsdir);
-    std::fs::create_dir_all(&fsdir).unwrap();
-    let dd_file = args.dir.join("dd.bin");
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    let count = total.div_ceil(8 << 20);
-    let dd_write = dd(&[
+/// Groups written between two slices of dd in the write pass.
+const DFS_SLICE_GROUPS: usize = 4;
+
+/// One round of the shared-filesystem tier against dd, bytes/second.
+struct DfsRound {
+    /// dd of the whole size, right before the tier's writes.
+    dd_write: f64,
+    /// dd slices interleaved with the tier's writes (each slice the bytes of
+    /// the groups after it, a new file each): both see the same load.
+    dd_slices: f64,
+    write: f64,
+    dd_read: f64,
+    read: f64,
+    /// Seconds the writer took to create the tier's directories (a
+    /// client does it once, when it mounts the tier).
+    prepare_s: f64,
+}
+
+/// dd writing `bytes` (whole 8 MiB blocks) to a new file `path`, as the
+/// tier's baseline: `O_DIRECT`, `fdatasync` at the end. Bytes/second and
+/// the bytes written.
+fn dd_write(path: &std::path::Path, bytes: u64) -> (f64, u64) {
+    let count = bytes.div_ceil(8 << 20);
+    let rate = dd(&[
         "if=/dev/zero".into(),
-        format!("of={}", dd_file.display()),
+        format!("of={}", path.display()),
         "bs=8M".into(),
         format!("count={count}"),
         "oflag=direct".into(),
         "conv=fdatasync".into(),
     ]);
+    (rate, count * (8 << 20))
+}
+
+/// The shared-filesystem tier's writer against dd, same directory, same
+/// round.
+fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> DfsRound {
+    let fsdir = args.dir.join("dfs");
+    let _ = std::fs::remove_dir_all(&fsdir);
+    std::fs::create_dir_all(&fsdir).unwrap();
+    let dd_file = args.dir.join("dd.bin");
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let (dd_write_rate, _) = dd_write(&dd_file, total);
     let fsdir_s = fsdir.to_str().expect("a UTF-8 directory");
     let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
     let value = |i: usize| {
         let start = (i * 4099) % (pool.len() - sizes[i]);
         &pool[start..start + sizes[i]]
     };
+    // As a client does when it mounts the tier: every directory created
+    // once, before the first group.
     let mut writer = GroupWriter::default();
     let t = Instant::now();
-    for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(DFS_GROUP) {
-        let group: Vec<GroupObject<'_>> = chunk
-            .iter()
-            .map(|&i| GroupObject {
-                key: &keys[i],
-                path: shared_fs::path_of(&shared_fs::object_file(fsdir_s, &keys[i])),
-                value: value(i),
-            })
-            .collect();
-        for r in writer.write_group(&group) {
-            r.expect("dfs write");
+    writer.prepare(fsdir_s).expect("dfs directories");
+    let prepare_s = t.elapsed().as_secs_f64();
+    let order: Vec<usize> = (0..sizes.len()).collect();
+    let (mut write_s, mut dd_s, mut dd_bytes) = (0.0, 0.0, 0u64);
+    let slices_dir = args.dir.join("dd-slices");
+    let _ = std::fs::remove_dir_all(&slices_dir);
+    std::fs::create_dir_all(&slices_dir).unwrap();
+    for (n, slice) in order.chunks(DFS_GROUP * DFS_SLICE_GROUPS).enumerate() {
+        let bytes: u64 = slice.iter().map(|&i| sizes[i] as u64).sum();
+        let (rate, written) = dd_write(&slices_dir.join(format!("s{n}")), bytes);
+        dd_s += written as f64 / rate;
+        dd_bytes += written;
+        let t = Instant::now();
+        for chunk in slice.chunks(DFS_GROUP) {
+            let group: Vec<GroupObject<'_>> = chunk
+                .iter()
+                .map(|&i| GroupObject {
+                    key: &keys[i],
+                    path: shared_fs::path_of(&shared_fs::object_file(fsdir_s, &keys[i])),
+                    value: value(i),
+                })
+                .collect();
+            for r in writer.write_group(&group) {
+                r.expect("dfs write");
+            }
         }
+        write_s += t.elapsed().as_secs_f64();
     }
-    let write_s = t.elapsed().as_secs_f64();
+    let _ = std::fs::remove_dir_all(&slices_dir);
 
     drop_caches(std::slice::from_ref(&dd_file));
     let dd_read = dd(&[
@@ -371,12 +418,14 @@ fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> (f64, f64, f64, f64) 
     }
     let read_s = t.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&fsdir);
-    (
-        dd_write,
-        total as f64 / write_s,
+    DfsRound {
+        dd_write: dd_write_rate,
+        dd_slices: dd_bytes as f64 / dd_s,
+        write: total as f64 / write_s,
         dd_read,
-        total as f64 / read_s,
-    )
+        read: total as f64 / read_s,
+        prepare_s,
+    }
 }
 
 fn dfs_main(args: &Args, sizes: &[usize], pool: &[u8]) {
@@ -387,30 +436,39 @@ fn dfs_main(args: &Args, sizes: &[usize], pool: &[u8]) {
         sizes.len(),
         total as f64 / (1 << 20) as f64,
     );
-    println!("MB/s; % = tier / dd");
-    println!("round  dd write  tier write      dd read  tier read");
+    println!(
+        "MB/s; % = tier / dd; dd slices: interleaved with the tier's writes, \
+         {DFS_SLICE_GROUPS} groups a slice"
+    );
+    println!(
+        "round  dd write  dd slices  tier write  (% dd, % slices)   dd read  tier read  mount ms"
+    );
     let mut ratios = Vec::new();
     for i in 0..args.rounds {
-        let (dw, tw, dr, tr) = dfs_round(args, sizes, pool);
+        let r = dfs_round(args, sizes, pool);
         println!(
-            "{:5}  {:8.0}  {:5.0} {:5.0}%  {:7.0}  {:5.0} {:5.0}%",
+            "{:5}  {:8.0}  {:9.0}  {:10.0}  ({:4.0}%, {:4.0}%)     {:7.0}  {:5.0} {:4.0}%  {:8.0}",
             i + 1,
-            dw / 1e6,
-            tw / 1e6,
-            pct(tw, dw),
-            dr / 1e6,
-            tr / 1e6,
-            pct(tr, dr)
+            r.dd_write / 1e6,
+            r.dd_slices / 1e6,
+            r.write / 1e6,
+            pct(r.write, r.dd_write),
+            pct(r.write, r.dd_slices),
+            r.dd_read / 1e6,
+            r.read / 1e6,
+            pct(r.read, r.dd_read),
+            r.prepare_s * 1e3
         );
         println!(
-            "{{\"dd_write_mbps\":{:.0},\"dfs_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"dfs_read_mbps\":{:.0},\"objects\":{},\"bytes\":{total}}}",
-            dw / 1e6, tw / 1e6, dr / 1e6, tr / 1e6, sizes.len()
+            "{{\"dd_write_mbps\":{:.0},\"dd_slices_mbps\":{:.0},\"dfs_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"dfs_read_mbps\":{:.0},\"objects\":{},\"bytes\":{total}}}",
+            r.dd_write / 1e6, r.dd_slices / 1e6, r.write / 1e6, r.dd_read / 1e6, r.read / 1e6, sizes.len()
         );
-        ratios.push(pct(tw, dw));
+        ratios.push((pct(r.write, r.dd_write), pct(r.write, r.dd_slices)));
     }
     println!(
-        "median write ratio to dd: {:.0}% (target >= 70%)",
-        median(ratios)
+        "median write ratio to dd: {:.0}% before, {:.0}% interleaved (target >= 70%)",
+        median(ratios.iter().map(|r| r.0).collect()),
+        median(ratios.iter().map(|r| r.1).collect())
     );
 }
 

@@ -3,8 +3,9 @@
 //! is reachable here, the client mounts it and runs a writer thread. Each
 //! round takes the master's tasks (objects of this client's segments that
 //! eviction wants out of memory), writes them as one group of files at the
-//! paths derived from their keys (`tier::shared_fs::GroupWriter`: direct
-//! I/O from reused buffers, one durability pass per group), deletes the
+//! paths derived from their keys (`tier::fs_group::GroupWriter`: direct
+//! I/O from reused buffers, each file synced and renamed as it is written,
+//! each directory fsynced once per group), deletes the
 //! files the master no longer wants, and reports both. The master
 //! keeps the memory copy until it hears.
 //!
@@ -62,7 +63,10 @@ impl FileWriter {
         fsdir: String,
         segments: Vec<(usize, usize)>,
     ) -> Result<FileWriter> {
-        std::fs::create_dir_all(&fsdir).map_err(|e| {
+        // Every directory of the tier exists, its entry durable, before the
+        // first group: groups then sync only the directories they rename into.
+        let mut writer = shared_fs::GroupWriter::default();
+        writer.prepare(&fsdir).map_err(|e| {
             Error::new(
                 ErrorCode::FILE_OPEN_FAIL,
                 format!("shared-filesystem tier {fsdir}: {e}"),
@@ -79,7 +83,7 @@ impl FileWriter {
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("mooncake-fs-tier".into())
-            .spawn(move || run(&s, &mut shared_fs::GroupWriter::default()))
+            .spawn(move || run(&s, &mut writer))
             .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("fs tier thread: {e}")))?;
         tracing::info!(dir = %shared.fsdir, "shared-filesystem tier mounted");
         Ok(FileWriter {

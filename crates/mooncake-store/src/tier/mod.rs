@@ -14,7 +14,8 @@
 //! - [`index`]: the in-memory key → location map with fifo/lru/none eviction
 //!   in two phases;
 //! - [`disk_tier`]: [`DiskTier`], the facade that ties them together;
-//! - [`shared_fs`]: the shared-filesystem tier's paths and object files.
+//! - [`shared_fs`]: the shared-filesystem tier's paths and object files;
+//! - [`fs_group`]: its group writer (a round of files, durable together).
 //!
 //! Nothing here reads a clock: times (for LRU) come in as arguments.
 
@@ -23,6 +24,7 @@ pub mod config;
 pub mod disk_tier;
 pub mod file_per_key;
 pub mod format;
+pub mod fs_group;
 pub mod index;
 pub mod io;
 pub mod read;

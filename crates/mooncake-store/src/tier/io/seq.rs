@@ -256,6 +256,51 @@ impl SeqWriter {
         Ok(self.flushed)
     }
 
+    /// Like [`Self::finish`], but the file ends exactly at [`Self::end`]: the
+    /// whole blocks go as usual, a partial last block is written without
+    /// `O_DIRECT` (the file leaves direct mode), unpadded. Cutting the
+    /// padding off afterwards instead would make the filesystem read the
+    /// last block back to zero its tail. Returns the file length.
+    pub fn finish_exact(&mut self) -> Result<u64, TierError> {
+        self.check()?;
+        let whole = self.staged / DIO_ALIGN * DIO_ALIGN;
+        while self.in_flight > 0 {
+            self.reap();
+        }
+        self.check()?;
+        let err = |e| TierError::io("write", self.file.path(), e);
+        if whole > 0 {
+            self.engine
+                .write_all_at(&self.file, &self.cur[..whole], self.flushed)
+                .map_err(err)?;
+        }
+        if self.staged > whole {
+            if self.file.is_direct() {
+                self.file.fall_back_to_buffered().map_err(err)?;
+            }
+            let at = self.flushed + whole as u64;
+            self.engine
+                .write_all_at(&self.file, &self.cur[whole..self.staged], at)
+                .map_err(err)?;
+        }
+        self.flushed += self.staged as u64;
+        self.staged = 0;
+        Ok(self.flushed)
+    }
+
+    /// Overwrites appended bytes at `offset` with `bytes` while they are
+    /// all still in the current buffer (nothing written yet): a header
+    /// whose checksum covers what follows it. False, and nothing changed,
+    /// once the range has left the buffer.
+    pub fn patch_unwritten(&mut self, offset: usize, bytes: &[u8]) -> bool {
+        let end = offset + bytes.len();
+        if self.flushed != 0 || end > self.staged {
+            return false;
+        }
+        self.cur[offset..end].copy_from_slice(bytes);
+        true
+    }
+
     /// The file and the buffers, for the next file (after [`Self::finish`];
     /// buffers still in flight are waited for).
     pub fn into_parts(mut self) -> (Arc<DiskFile>, Vec<AlignedBuf>) {
@@ -310,6 +355,33 @@ mod tests {
             let mut both = a.clone();
             both.extend_from_slice(&b);
             assert_eq!(crc, crc32c::crc32c(&both));
+        }
+    }
+
+    /// `finish_exact` leaves the file at exactly the bytes appended, whole
+    /// blocks or not, across several buffers; `patch_unwritten` changes
+    /// bytes only while none has been written.
+    #[test]
+    fn exact_finish_and_patches() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, len) in [0usize, 100, 4096, 8192 + 1, 3 * 8192 + 4095]
+            .into_iter()
+            .enumerate()
+        {
+            let p = dir.path().join(format!("e{i}"));
+            let bufs = (0..2).map(|_| AlignedBuf::new(8192)).collect();
+            let mut w =
+                SeqWriter::with_buffers(DiskFile::create(&p).unwrap(), Arc::new(PsyncEngine), bufs);
+            let data = pattern(len, i as u8);
+            w.append(&data, 0).unwrap();
+            let patched = w.patch_unwritten(0, &[0xee; 2]);
+            assert_eq!(patched, (2..8192).contains(&len), "{len}");
+            assert_eq!(w.finish_exact().unwrap(), len as u64);
+            let mut want = data.clone();
+            if patched {
+                want[..2].copy_from_slice(&[0xee; 2]);
+            }
+            assert_eq!(std::fs::read(&p).unwrap(), want, "{len}");
         }
     }
 
