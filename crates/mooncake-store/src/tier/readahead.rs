@@ -30,9 +30,9 @@ pub const WINDOW: usize = 4 << 20;
 /// Bytes kept read ahead of a sequential reader.
 pub const AHEAD_BYTES: u64 = 16 << 20;
 /// Windows held at most (in flight or ready), across all streams: a
-/// stream's windows ahead (at least one per unit, small buckets included)
-/// and the one being read.
-const MAX_WINDOWS: usize = 12;
+/// stream's windows ahead (at least one per unit, so small buckets take
+/// more windows than bytes) and the one being read.
+const MAX_WINDOWS: usize = 16;
 /// Units whose last read position is remembered.
 const MAX_STREAMS: usize = 16;
 /// How long a read waits for a window in flight before reading the file
@@ -229,7 +229,7 @@ impl Readahead {
             }
         };
         if (cross || start == 0) && route.first().is_some_and(|s| s.unit == unit) {
-            next = self.schedule_along(&mut st, route, end, next, cross);
+            next = self.schedule_along(&mut st, route, end, at, next, cross);
         }
         st.streams.push_front(Stream {
             unit,
@@ -240,7 +240,8 @@ impl Readahead {
     }
 
     /// Schedules windows from `next` along `route` (whose first unit the
-    /// read ending at `end` is in) until [`AHEAD_BYTES`] past that read,
+    /// read from `reader` to `end` is in) until [`AHEAD_BYTES`] past it,
+    /// or until the windows are all in use,
     /// into the following units only when `cross`. Returns where the
     /// scheduled windows end.
     fn schedule_along(
@@ -248,6 +249,7 @@ impl Readahead {
         st: &mut State,
         route: &[Span],
         end: u64,
+        reader: (UnitId, u64),
         mut next: (UnitId, u64),
         cross: bool,
     ) -> (UnitId, u64) {
@@ -276,7 +278,7 @@ impl Readahead {
             if (before + next.1).saturating_sub(read_end) >= AHEAD_BYTES {
                 return next;
             }
-            if !self.schedule(st, span.unit, next.1, &span.data) {
+            if !self.schedule(st, reader, span.unit, next.1, &span.data) {
                 return next;
             }
             next.1 += WINDOW as u64;
@@ -284,8 +286,18 @@ impl Readahead {
     }
 
     /// Queues a window unless one covers `start` already; `false` when
-    /// there is no room (the oldest ready window makes way if needed).
-    fn schedule(&self, st: &mut State, unit: UnitId, start: u64, path: &std::path::Path) -> bool {
+    /// there is no room. The oldest ready window makes way if needed,
+    /// except one between `reader` (where the read that schedules is) and
+    /// this window: those are about to be read, and dropping them to read
+    /// further ahead would only make the reader read the file itself.
+    fn schedule(
+        &self,
+        st: &mut State,
+        reader: (UnitId, u64),
+        unit: UnitId,
+        start: u64,
+        path: &std::path::Path,
+    ) -> bool {
         if st
             .windows
             .iter()
@@ -294,11 +306,11 @@ impl Readahead {
             return true;
         }
         if st.windows.len() >= MAX_WINDOWS {
-            let Some(i) = st
-                .windows
-                .iter()
-                .position(|w| !matches!(w.fill, Fill::InFlight))
-            else {
+            let Some(i) = st.windows.iter().position(|w| {
+                let ahead =
+                    (w.unit, w.start + WINDOW as u64) > reader && (w.unit, w.start) < (unit, start);
+                !matches!(w.fill, Fill::InFlight) && !ahead
+            }) else {
                 return false;
             };
             remove_window(st, i);
@@ -509,5 +521,40 @@ mod tests {
         let mut dst = vec![0u8; 7000];
         assert!(ra.read(22, 0, &mut dst));
         assert!(dst == c_bytes);
+    }
+
+    /// Units smaller than a window take a window each: the windows run out
+    /// before the bytes ahead do, and reading on never drops the windows
+    /// the reader is about to read to make room further ahead.
+    #[test]
+    fn windows_ahead_of_the_reader_are_never_dropped_for_later_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let route: Vec<Span> = (0..40u64)
+            .map(|i| {
+                let (p, _) = named(dir.path(), &format!("s{i}"), 5000, i as u8);
+                Span {
+                    unit: 30 + i,
+                    data: p,
+                    end: 5000,
+                }
+            })
+            .collect();
+        let ra = Readahead::new(Arc::new(PsyncEngine)).unwrap();
+        ra.advance(30, 0, 5000, &route);
+        assert!(ra.read(30, 4096, &mut [0u8; 10]));
+        ra.advance(31, 0, 5000, &route[1..]);
+        // Every window is held, each filled (the thread reads in order).
+        let last = 31 + MAX_WINDOWS as u64 - 1;
+        assert!(ra.read(last, 0, &mut [0u8; 10]));
+        assert!(!ra.read(last + 1, 0, &mut [0u8; 10]));
+        // Reading on frees unit 31's window for one more; no room is made
+        // by dropping the windows right ahead.
+        ra.advance(32, 0, 5000, &route[2..]);
+        for unit in 32..=last + 1 {
+            let bytes = std::fs::read(&route[(unit - 30) as usize].data).unwrap();
+            let mut dst = vec![0u8; 5000];
+            assert!(ra.read(unit, 0, &mut dst), "unit {unit}");
+            assert!(dst == bytes);
+        }
     }
 }
