@@ -197,36 +197,28 @@ impl Readahead {
     pub fn advance(&self, unit: UnitId, start: u64, end: u64, route: &[Span]) {
         let mut st = self.shared.state.lock();
         let at = (unit, start);
+        // Objects written together are not always read in that order (an
+        // eviction round writes its victims in its own order): a read of
+        // bytes a window holds continues the stream too, even behind its
+        // last read.
+        let covered = st
+            .windows
+            .iter()
+            .any(|w| w.unit == unit && w.start <= start && start < w.start + WINDOW as u64);
         let pos = st.streams.iter().position(|s| {
             (s.unit == unit && start >= s.end && start <= align_up(s.end, DIO_ALIGN as u64))
                 || ((s.unit, s.end) <= at && at <= s.ahead)
+                || (covered && at <= s.ahead)
         });
         let from = (unit, end / DIO_ALIGN as u64 * DIO_ALIGN as u64);
+        // Windows stay until their room is needed; those behind the
+        // reader go first (`schedule`).
         let (mut next, cross) = match pos {
             Some(i) => {
                 let s = st.streams.remove(i).expect("found");
-                // Windows of the stream's units before this read are used up.
-                let used = |w: &Window| {
-                    !matches!(w.fill, Fill::InFlight)
-                        && w.unit >= s.unit
-                        && (w.unit < unit || (w.unit == unit && w.start + WINDOW as u64 <= start))
-                };
-                while let Some(i) = st.windows.iter().position(used) {
-                    remove_window(&mut st, i);
-                }
                 (s.ahead.max(from), true)
             }
-            None => {
-                let used = |w: &Window| {
-                    w.unit == unit
-                        && w.start + WINDOW as u64 <= start
-                        && !matches!(w.fill, Fill::InFlight)
-                };
-                while let Some(i) = st.windows.iter().position(used) {
-                    remove_window(&mut st, i);
-                }
-                (from, false)
-            }
+            None => (from, false),
         };
         if (cross || start == 0) && route.first().is_some_and(|s| s.unit == unit) {
             next = self.schedule_along(&mut st, route, end, at, next, cross);
@@ -286,7 +278,8 @@ impl Readahead {
     }
 
     /// Queues a window unless one covers `start` already; `false` when
-    /// there is no room. The oldest ready window makes way if needed,
+    /// there is no room. The oldest ready window makes way if needed (the
+    /// windows a reader has passed are the oldest),
     /// except one between `reader` (where the read that schedules is) and
     /// this window: those are about to be read, and dropping them to read
     /// further ahead would only make the reader read the file itself.
@@ -432,10 +425,11 @@ mod tests {
         ra.advance(3, 0, 10, &route2);
         assert!(ra.read(3, 10, &mut [0u8; 10]));
         assert!(ra.read(3, w + 10, &mut [0u8; 10]));
-        // Reading on past the first window: it is used up and goes.
+        // Reading on past the first window: it stays until its room is
+        // needed, so a read behind the reader is still served.
         ra.advance(3, 10, w + 20, &route2);
         ra.advance(3, w + 20, w + 30, &route2);
-        assert!(!ra.read(3, 20, &mut [0u8; 10]));
+        assert!(ra.read(3, 20, &mut [0u8; 10]));
         ra.advance(3, 0, 10, &route2);
         let mut dst = vec![0u8; 100];
         assert!(ra.read(3, 20, &mut dst));
@@ -498,10 +492,14 @@ mod tests {
         assert!(dst[..] == files[2].1[69_000..]);
         // Past a unit's end: not served.
         assert!(!ra.read(12, 69_000, &mut [0u8; 1001]));
-        // Reading unit 11 continues the stream: unit 10's window is used up.
+        // Reading unit 11 continues the stream; a read back in unit 10 (out
+        // of write order) is still served from its window.
         ra.advance(11, 0, 50_000, &route(1));
-        assert!(!ra.read(10, 0, &mut [0u8; 10]));
         assert!(ra.read(12, 0, &mut [0u8; 10]));
+        ra.advance(10, 60_000, 70_000, &route(0));
+        let mut dst = vec![0u8; 10_000];
+        assert!(ra.read(10, 60_000, &mut dst));
+        assert!(dst[..] == files[0].1[60_000..70_000]);
 
         // A one-value unit finished by its first read: a read at the start
         // of the next unit continues the stream and crosses.
@@ -547,8 +545,8 @@ mod tests {
         let last = 31 + MAX_WINDOWS as u64 - 1;
         assert!(ra.read(last, 0, &mut [0u8; 10]));
         assert!(!ra.read(last + 1, 0, &mut [0u8; 10]));
-        // Reading on frees unit 31's window for one more; no room is made
-        // by dropping the windows right ahead.
+        // Reading on, unit 31's window (behind the reader) makes room for
+        // one more; no room is made by dropping the windows right ahead.
         ra.advance(32, 0, 5000, &route[2..]);
         for unit in 32..=last + 1 {
             let bytes = std::fs::read(&route[(unit - 30) as usize].data).unwrap();
