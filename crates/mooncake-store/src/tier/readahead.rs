@@ -80,8 +80,12 @@ struct State {
 struct Job {
     unit: UnitId,
     start: u64,
+    /// Bytes to read: up to the unit's last value, at most a window.
+    len: usize,
     path: PathBuf,
-    buf: AlignedBuf,
+    /// A recycled buffer; the thread allocates one when there is none, so
+    /// a reader never waits for a new buffer to be zeroed.
+    buf: Option<AlignedBuf>,
 }
 
 struct Shared {
@@ -108,23 +112,24 @@ impl Readahead {
         let thread = std::thread::Builder::new()
             .name("tier-readahead".into())
             .spawn(move || {
-                for mut job in rx {
+                for job in rx {
+                    let mut buf = job.buf.unwrap_or_else(|| AlignedBuf::new(WINDOW));
                     let read = DiskFile::open_read(&job.path)
                         .ok()
-                        .and_then(|f| engine.read_at(&f, &mut job.buf, job.start).ok());
+                        .and_then(|f| engine.read_at(&f, &mut buf[..job.len], job.start).ok());
                     let mut st = s.state.lock();
                     let slot = st
                         .windows
                         .iter_mut()
                         .find(|w| w.unit == job.unit && w.start == job.start);
                     match (slot, read) {
-                        (Some(w), Some(n)) => w.fill = Fill::Ready(Arc::new(job.buf), n),
+                        (Some(w), Some(n)) => w.fill = Fill::Ready(Arc::new(buf), n),
                         (Some(w), None) => {
                             w.fill = Fill::Failed;
-                            keep_spare(&mut st, job.buf);
+                            keep_spare(&mut st, buf);
                         }
                         // Dropped meanwhile: nobody waits for it.
-                        (None, _) => keep_spare(&mut st, job.buf),
+                        (None, _) => keep_spare(&mut st, buf),
                     }
                     drop(st);
                     s.filled.notify_all();
@@ -270,7 +275,8 @@ impl Readahead {
             if (before + next.1).saturating_sub(read_end) >= AHEAD_BYTES {
                 return next;
             }
-            if !self.schedule(st, reader, span.unit, next.1, &span.data) {
+            let len = align_up(span.end - next.1, DIO_ALIGN as u64).min(WINDOW as u64) as usize;
+            if !self.schedule(st, reader, span.unit, next.1, len, &span.data) {
                 return next;
             }
             next.1 += WINDOW as u64;
@@ -289,6 +295,7 @@ impl Readahead {
         reader: (UnitId, u64),
         unit: UnitId,
         start: u64,
+        len: usize,
         path: &std::path::Path,
     ) -> bool {
         if st
@@ -308,12 +315,12 @@ impl Readahead {
             };
             remove_window(st, i);
         }
-        let buf = st.spare.pop().unwrap_or_else(|| AlignedBuf::new(WINDOW));
         let job = Job {
             unit,
             start,
+            len,
             path: path.to_path_buf(),
-            buf,
+            buf: st.spare.pop(),
         };
         match self.jobs.as_ref().map(|j| j.send(job)) {
             Some(Ok(())) => {

@@ -124,12 +124,15 @@ const OPTIONS: ClientOptions = ClientOptions {
     drop_idle_on_failure: true,
 };
 
+/// A staged batch to hand back: (tier service, its pool, batch id).
+type Release = (String, Arc<Pool<Peer>>, u64);
+
 /// Connections to other storage clients' tier services, one pool each.
 #[derive(Default)]
 pub(crate) struct TierPeers {
     pools: Mutex<HashMap<String, Arc<Pool<Peer>>>>,
     /// Releases waiting for the releaser thread (started on first use).
-    releases: Mutex<Option<Sender<(String, Arc<Pool<Peer>>, u64)>>>,
+    releases: Mutex<Option<Sender<Release>>>,
 }
 
 impl TierPeers {
@@ -216,8 +219,8 @@ fn release_now(addr: &str, pool: &Pool<Peer>, batch_id: u64) {
 
 /// The thread that sends releases; it ends when its `TierPeers` drops
 /// (after sending what was queued).
-fn spawn_releaser() -> Option<Sender<(String, Arc<Pool<Peer>>, u64)>> {
-    let (tx, rx) = channel::<(String, Arc<Pool<Peer>>, u64)>();
+fn spawn_releaser() -> Option<Sender<Release>> {
+    let (tx, rx) = channel::<Release>();
     let spawned = std::thread::Builder::new()
         .name("mooncake-tier-release".into())
         .spawn(move || {
