@@ -112,6 +112,19 @@ impl Readahead {
         let thread = std::thread::Builder::new()
             .name("tier-readahead".into())
             .spawn(move || {
+                // The buffers are made before any read needs one: the
+                // kernel zeroes a fresh page on first touch, which here
+                // costs about as much as reading it from the disk, and a
+                // tier's first sequential reader would pay it window by
+                // window. Jobs queued meanwhile wait for this, once.
+                for _ in 0..MAX_WINDOWS {
+                    let buf = AlignedBuf::new(WINDOW);
+                    let mut st = s.state.lock();
+                    if st.windows.len() + st.spare.len() >= MAX_WINDOWS {
+                        break;
+                    }
+                    st.spare.push(buf);
+                }
                 for job in rx {
                     let mut buf = job.buf.unwrap_or_else(|| AlignedBuf::new(WINDOW));
                     let read = DiskFile::open_read(&job.path)
