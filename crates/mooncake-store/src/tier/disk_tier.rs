@@ -21,7 +21,7 @@ use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex
 use super::io::holes::supports_punch;
 use super::io::{engine, fs_capacity, fs_usage, DiskFile, IoEngine};
 use super::read::{read_range, read_value, read_values, ValueRead, ValueRef};
-use super::readahead::Readahead;
+use super::readahead::{Readahead, AHEAD_BYTES};
 use super::scan::{scan_buckets, ScanReport, Verify};
 use super::{Result, TierError};
 use parking_lot::Mutex;
@@ -369,16 +369,12 @@ impl DiskTier {
     /// if they hold the value and it passes its checksum. A window that
     /// fails the checksum serves nothing: the caller reads the file, which
     /// decides.
-    fn served_by_readahead(
-        &self,
-        loc: &ObjectLocation,
-        data: &std::path::Path,
-        dst: &mut [u8],
-    ) -> bool {
+    fn served_by_readahead(&self, loc: &ObjectLocation, dst: &mut [u8]) -> bool {
         let Some(ra) = &self.readahead else {
             return false;
         };
-        ra.advance(loc.unit, loc.offset, loc.offset + loc.len, data);
+        let route = self.index.lock().route(loc.unit, AHEAD_BYTES);
+        ra.advance(loc.unit, loc.offset, loc.offset + loc.len, &route);
         dst.len() as u64 == loc.len
             && ra.read(loc.unit, loc.offset, dst)
             && crc32c::crc32c(dst) == loc.crc
@@ -391,7 +387,7 @@ impl DiskTier {
             .lock()
             .lookup(key, now)
             .ok_or(TierError::NotFound)?;
-        if self.served_by_readahead(&loc, &handle.data, dst) {
+        if self.served_by_readahead(&loc, dst) {
             return Ok(());
         }
         let file = DiskFile::open_read(&handle.data)?;
@@ -439,8 +435,8 @@ impl DiskTier {
         // In order: a batch of a bucket's values read in write order is a
         // sequential reader too. What the windows served needs no request.
         for (i, (f, (_, dst))) in found.iter_mut().zip(reads.iter_mut()).enumerate() {
-            if let Some((loc, h)) = f {
-                if self.served_by_readahead(loc, &h.data, dst) {
+            if let Some((loc, _)) = f {
+                if self.served_by_readahead(loc, dst) {
                     results[i] = Some(Ok(()));
                     *f = None;
                 }

@@ -25,6 +25,8 @@ use super::io::holes::inner_blocks;
 pub use super::unit_files::{ReadHandle, UnitFiles, UnitId};
 use super::TierError;
 use std::collections::{BTreeMap, HashMap};
+
+pub use super::readahead::Span;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -70,6 +72,8 @@ struct Unit {
     live: usize,
     /// Bytes the unit counts for: its files less what was punched out.
     charged: u64,
+    /// Where its last value ends in the data file (readahead reads no further).
+    data_end: u64,
 }
 
 /// Victims taken out of the index (phase 1), waiting for
@@ -205,6 +209,12 @@ impl TierIndex {
             self.doomed_bytes.clone(),
         ));
         self.bytes += unit.bytes;
+        let data_end = unit
+            .objects
+            .iter()
+            .map(|(_, l)| l.offset + l.len)
+            .max()
+            .unwrap_or(0);
         self.units.insert(
             unit.id,
             Unit {
@@ -212,6 +222,7 @@ impl TierIndex {
                 keys: Vec::with_capacity(unit.objects.len()),
                 live: 0,
                 charged: unit.bytes,
+                data_end,
             },
         );
         for (key, loc) in unit.objects {
@@ -285,6 +296,28 @@ impl TierIndex {
             .get(&e.loc.unit)
             .expect("indexed objects have a unit");
         Some((e.loc.clone(), u.files.reader()))
+    }
+
+    /// `unit` and the units written after it, in write order, as far as
+    /// `ahead` bytes past `unit`'s end (for readahead; empty when `unit`
+    /// left the index).
+    pub fn route(&self, unit: UnitId, ahead: u64) -> Vec<Span> {
+        let mut out = Vec::new();
+        let mut covered = 0u64;
+        for (&id, u) in self.units.range(unit..) {
+            if id != unit && (out.is_empty() || covered >= ahead) {
+                break;
+            }
+            if id != unit {
+                covered += u.data_end;
+            }
+            out.push(Span {
+                unit: id,
+                data: u.files.data.clone(),
+                end: u.data_end,
+            });
+        }
+        out
     }
 
     /// Forgets objects (the master removed them). Returns how many were here.

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,10 +124,15 @@ const OPTIONS: ClientOptions = ClientOptions {
     drop_idle_on_failure: true,
 };
 
+/// A staged batch to hand back: (tier service, its pool, batch id).
+type Release = (String, Arc<Pool<Peer>>, u64);
+
 /// Connections to other storage clients' tier services, one pool each.
 #[derive(Default)]
 pub(crate) struct TierPeers {
     pools: Mutex<HashMap<String, Arc<Pool<Peer>>>>,
+    /// Releases waiting for the releaser thread (started on first use).
+    releases: Mutex<Option<Sender<Release>>>,
 }
 
 impl TierPeers {
@@ -146,11 +152,7 @@ impl TierPeers {
     }
 
     fn call(&self, addr: &str, req: &TierRequest<'_>) -> Result<TierResponse> {
-        let mut frame = Vec::new();
-        encode_frame(req, &mut frame)
-            .map_err(|e| Error::new(ErrorCode::SERIALIZE_FAIL, e.to_string()))?;
-        self.pool(addr)
-            .call(&frame, |answer| Ok(decode_payload::<TierResponse>(answer)?))
+        call_pool(&self.pool(addr), req)
     }
 
     pub(crate) fn stage(&self, addr: &str, keys: &[&str]) -> Result<StagedBatch> {
@@ -177,9 +179,60 @@ impl TierPeers {
         }
     }
 
+    /// Hands a staged batch back to its owner. The reader's bytes are
+    /// already copied, so nothing waits for the answer: a background
+    /// thread sends the `Release` (in order, on its own connections) while
+    /// the read returns. A release that never arrives is freed by the
+    /// owner's TTL sweep.
     pub(crate) fn release(&self, addr: &str, batch_id: u64) {
-        if let Err(e) = self.call(addr, &TierRequest::Release { batch_id }) {
-            tracing::debug!(addr, error = %e, "release of a staged batch failed (its TTL frees it)");
+        let pool = self.pool(addr);
+        let mut releases = self.releases.lock();
+        if releases.is_none() {
+            *releases = spawn_releaser();
+        }
+        let job = (addr.to_string(), pool, batch_id);
+        let job = match releases.as_ref() {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return,
+                Err(e) => e.0,
+            },
+            None => job,
+        };
+        // No releaser thread: release in this thread.
+        drop(releases);
+        release_now(&job.0, &job.1, job.2);
+    }
+}
+
+fn call_pool(pool: &Pool<Peer>, req: &TierRequest<'_>) -> Result<TierResponse> {
+    let mut frame = Vec::new();
+    encode_frame(req, &mut frame)
+        .map_err(|e| Error::new(ErrorCode::SERIALIZE_FAIL, e.to_string()))?;
+    pool.call(&frame, |answer| Ok(decode_payload::<TierResponse>(answer)?))
+}
+
+fn release_now(addr: &str, pool: &Pool<Peer>, batch_id: u64) {
+    if let Err(e) = call_pool(pool, &TierRequest::Release { batch_id }) {
+        tracing::debug!(addr, error = %e, "release of a staged batch failed (its TTL frees it)");
+    }
+}
+
+/// The thread that sends releases; it ends when its `TierPeers` drops
+/// (after sending what was queued).
+fn spawn_releaser() -> Option<Sender<Release>> {
+    let (tx, rx) = channel::<Release>();
+    let spawned = std::thread::Builder::new()
+        .name("mooncake-tier-release".into())
+        .spawn(move || {
+            for (addr, pool, batch_id) in rx {
+                release_now(&addr, &pool, batch_id);
+            }
+        });
+    match spawned {
+        Ok(_) => Some(tx),
+        Err(e) => {
+            tracing::debug!(error = %e, "no releaser thread: staged batches are released inline");
+            None
         }
     }
 }
