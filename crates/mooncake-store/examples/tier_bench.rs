@@ -22,7 +22,7 @@
 //!
 //! `--dfs` measures the shared-filesystem tier's writer instead: the same
 //! objects written as files at their keys' paths (`shared_fs::object_file`)
-//! by `shared_fs::GroupWriter` in groups of 64 (a client writer's round),
+//! by `fs_group::GroupWriter` in groups of 64 (a client writer's round),
 //! its directories created first as a client does when it mounts the tier,
 //! against `dd oflag=direct conv=fdatasync` in the same directory: of the
 //! whole size right before, and in slices of the next four groups' bytes
@@ -30,8 +30,9 @@
 //! writes see); reads go through the tier's `read_object` (buffered, as
 //! clients read the mount).
 
+use mooncake_store::tier::fs_group::{GroupObject, GroupWriter};
 use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
-use mooncake_store::tier::shared_fs::{self, GroupObject, GroupWriter};
+use mooncake_store::tier::shared_fs;
 use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
 use std::path::PathBuf;
 use std::process::Command;

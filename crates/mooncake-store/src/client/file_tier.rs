@@ -21,7 +21,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::offload::poll::{poll_until_stopped, MAX_IDLE};
 use crate::master_client::MasterClient;
-use crate::tier::shared_fs;
+use crate::tier::{fs_group, shared_fs};
 use crate::types::{ClientId, OffloadTask};
 
 const TASKS_PER_ROUND: u32 = 64;
@@ -65,7 +65,7 @@ impl FileWriter {
     ) -> Result<FileWriter> {
         // Every directory of the tier exists, its entry durable, before the
         // first group: groups then sync only the directories they rename into.
-        let mut writer = shared_fs::GroupWriter::default();
+        let mut writer = fs_group::GroupWriter::default();
         writer.prepare(&fsdir).map_err(|e| {
             Error::new(
                 ErrorCode::FILE_OPEN_FAIL,
@@ -107,7 +107,7 @@ impl Drop for FileWriter {
     }
 }
 
-fn run(s: &Shared, writer: &mut shared_fs::GroupWriter) {
+fn run(s: &Shared, writer: &mut fs_group::GroupWriter) {
     let poll = || {
         let batch = s.master.fetch_file_tasks(s.id, TASKS_PER_ROUND)?;
         let any = !batch.tasks.is_empty() || !batch.removes.is_empty();
@@ -124,7 +124,7 @@ fn run(s: &Shared, writer: &mut shared_fs::GroupWriter) {
 /// Deletes `removes`, writes `tasks` as one group, reports everything.
 fn round(
     s: &Shared,
-    writer: &mut shared_fs::GroupWriter,
+    writer: &mut fs_group::GroupWriter,
     tasks: &[OffloadTask],
     removes: Vec<String>,
 ) {
@@ -140,7 +140,7 @@ fn round(
         match s.own_range(t.address, t.size) {
             Some(value) => group.push((
                 t,
-                shared_fs::GroupObject {
+                fs_group::GroupObject {
                     key: &t.key,
                     path: shared_fs::path_of(&shared_fs::object_file(&s.fsdir, &t.key)),
                     value,

@@ -10,7 +10,7 @@
 //!
 //! A file is the SSD tier's object format (`format::ObjectHeader`: key,
 //! length, crc32c, then the value on a 4 KiB boundary), written in groups
-//! by [`GroupWriter`] (`fs_group.rs`): a file exists under its name only
+//! by `fs_group::GroupWriter`: a file exists under its name only
 //! once durable. Reads check the header's key and
 //! length against what the master said and the value's checksum, so a file
 //! of another key or version is never served.
@@ -22,8 +22,6 @@ use std::path::{Path, PathBuf};
 use super::format::{decode_object_header, FormatError, ObjectHeader};
 use super::io::temp_path;
 use super::{Result, TierError};
-
-pub use super::fs_group::{GroupObject, GroupWriter, GROUP_CHUNK};
 
 /// Longest file name most filesystems take (`NAME_MAX`).
 const NAME_MAX: usize = 255;
@@ -158,6 +156,7 @@ pub fn path_of(file: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tier::fs_group::{GroupObject, GroupWriter};
 
     #[test]
     fn hash_matches_libstdcxx() {
