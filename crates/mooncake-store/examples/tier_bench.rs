@@ -204,7 +204,6 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     std::fs::create_dir_all(&tier_dir).unwrap();
     let dd_file = args.dir.join("dd.bin");
     let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    let count = total.div_ceil(8 << 20);
     let config = TierConfig {
         storage_path: tier_dir.clone(),
         backend: args.backend,
@@ -213,14 +212,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     };
 
     let (raw_write, raw_read) = raw(&args.dir.join("raw.bin"), total, args.uring);
-    let dd_write = dd(&[
-        "if=/dev/zero".into(),
-        format!("of={}", dd_file.display()),
-        "bs=8M".into(),
-        format!("count={count}"),
-        "oflag=direct".into(),
-        "conv=fdatasync".into(),
-    ]);
+    let (dd_write, _) = dd_write(&dd_file, total);
     let (tier, _) = DiskTier::open(config.clone(), Verify::All).expect("open tier");
     let engine = tier.engine_name();
     let t = Instant::now();
