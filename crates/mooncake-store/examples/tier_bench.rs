@@ -228,12 +228,7 @@ fn round(args: &Args, sizes: &[usize], pool: &[u8]) -> Round {
     drop(tier);
 
     let mut global_drop = drop_caches(std::slice::from_ref(&dd_file));
-    let dd_read = dd(&[
-        format!("if={}", dd_file.display()),
-        "of=/dev/null".into(),
-        "bs=8M".into(),
-        "iflag=direct".into(),
-    ]);
+    let dd_read = dd_read(&dd_file);
     let _ = std::fs::remove_file(&dd_file);
 
     global_drop &= drop_caches(&files_in(&tier_dir));
@@ -329,6 +324,16 @@ struct DfsRound {
 /// dd writing `bytes` (whole 8 MiB blocks) to a new file `path`, as the
 /// tier's baseline: `O_DIRECT`, `fdatasync` at the end. Bytes/second and
 /// the bytes written.
+/// `dd`'s direct sequential read of `path` (MB/s), the read yardstick.
+fn dd_read(path: &std::path::Path) -> f64 {
+    dd(&[
+        format!("if={}", path.display()),
+        "of=/dev/null".into(),
+        "bs=8M".into(),
+        "iflag=direct".into(),
+    ])
+}
+
 fn dd_write(path: &std::path::Path, bytes: u64) -> (f64, u64) {
     let count = bytes.div_ceil(8 << 20);
     let rate = dd(&[
@@ -392,12 +397,7 @@ fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> DfsRound {
     let _ = std::fs::remove_dir_all(&slices_dir);
 
     drop_caches(std::slice::from_ref(&dd_file));
-    let dd_read = dd(&[
-        format!("if={}", dd_file.display()),
-        "of=/dev/null".into(),
-        "bs=8M".into(),
-        "iflag=direct".into(),
-    ]);
+    let dd_read = dd_read(&dd_file);
     let _ = std::fs::remove_file(&dd_file);
     drop_caches(&files_in(&fsdir));
     let mut buf = vec![0u8; 1 << 20];
