@@ -250,6 +250,62 @@ fn a_partitioned_leader_commits_nothing() {
     relay.thaw();
 }
 
+/// A leader frozen (SIGSTOP) past its lease while a standby takes over and
+/// a key is removed through the new leader: a read that was waiting in the
+/// frozen leader's socket is refused when it thaws, before its holder task
+/// has run to notice the lost lease, never answered from the old state.
+#[test]
+fn a_leader_thawed_after_its_lease_answers_no_read() {
+    let etcd = services::etcd();
+    let cluster = cluster("thawed");
+    let (_meta, metadata) = metadata_server();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let a = start_master(&etcd.addr, &cluster, ports[0].0, ports[0].1);
+    a.up.recv_timeout(WAIT).expect("A leads");
+    let b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
+    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
+    eventually("both standbys in sync", || in_sync(&a) == 2);
+
+    let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
+    let cfg = ReplicateConfig::default();
+    client.put("k", &value("k", 4096), &cfg).unwrap();
+    // A connection of its own to A, open before the freeze.
+    let direct = mooncake_store::MasterClient::connect(&format!("127.0.0.1:{}", a.rpc)).unwrap();
+    assert!(direct.get_replica_list("k").is_ok());
+
+    signal(&a.proc, libc::SIGSTOP);
+    eventually("A stopped", || stopped(&a.proc));
+    eventually("a standby takes over", || {
+        [&b, &c]
+            .iter()
+            .any(|m| role(m).as_deref() == Some("leader"))
+    });
+    // A client of its own: `client`'s calls to the frozen A wait out
+    // their deadline first.
+    let fresh = mooncake_store::MasterClient::connect_in_cluster(
+        &format!("etcd://{}", etcd.addr),
+        &cluster,
+    )
+    .unwrap();
+    eventually("k removed through the new leader", || {
+        fresh.remove("k", true).is_ok()
+    });
+    assert_eq!(
+        code(fresh.get_replica_list("k")),
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+
+    let read = std::thread::spawn(move || direct.get_replica_list("k"));
+    // The request reaches A's socket while A is still frozen.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(&a.proc, libc::SIGCONT);
+    let answer = read.join().unwrap();
+    assert!(
+        answer.is_err(),
+        "the thawed leader answered a read from its old state: {answer:?}"
+    );
+}
+
 /// A master client of `cluster` (found through etcd at `etcd`) that has
 /// mounted a 64 MiB segment as `client_id`.
 /// With HA snapshots, a standby started after 100 000 objects loads the

@@ -23,7 +23,7 @@ use mooncake_transfer::metadata::CONNECT_TIMEOUT;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::{BoxFuture, LeaderElection, Leadership, ResignRequest};
+use super::{BoxFuture, HeldUntil, LeaderElection, Leadership, ResignRequest};
 
 /// Bound on one unary etcd call (grant, get, revoke).
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -210,13 +210,13 @@ impl EtcdElection {
         let (lost_tx, lost_rx) = watch::channel(false);
         let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
         let (elected_tx, elected_rx) = oneshot::channel::<Vec<u8>>();
+        let held = HeldUntil::until((asked + ttl * 2 / 3).into_std());
         // From here on, dropping `resign_tx` (this future cancelled, or an
         // error below) makes the holder revoke the lease: no stale candidacy.
         tokio::spawn(hold(
             self.client.clone(),
-            lease,
-            ttl,
-            asked,
+            Grant { lease, ttl, asked },
+            held.clone(),
             lost_tx,
             resign_rx,
             elected_rx,
@@ -252,7 +252,9 @@ impl EtcdElection {
             })?;
         let _ = elected_tx.send(key.clone());
         tracing::info!(candidate, election = %self.name, lease, term, "won leader election");
-        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_term(term as u64, key))
+        Ok(Leadership::new(candidate.to_string(), lost_rx, resign_tx)
+            .with_term(term as u64, key)
+            .with_held(held))
     }
 
     async fn follow(self, tx: watch::Sender<Option<String>>) {
@@ -339,26 +341,34 @@ impl LeaderElection for EtcdElection {
     }
 }
 
+/// A lease etcd granted: its id, its TTL, and when the grant was asked
+/// for (the lease runs from then at the latest).
+struct Grant {
+    lease: i64,
+    ttl: Duration,
+    asked: Instant,
+}
+
 /// The holder task of one candidacy: renews the lease every `ttl / 3`,
 /// flags `lost` when the lease expired, the leader key vanished or no
 /// renewal got through for 2/3 of the TTL (the leader must stop before etcd
 /// lets the next one in), and revokes the lease on resign or when the
-/// [`Leadership`] is dropped. `granted` is when the grant was asked for.
+/// [`Leadership`] is dropped. It extends `held` at each renewal etcd
+/// accepts and ends it with the leadership.
 ///
 /// A renewal that hangs (etcd cut off without a reset) is given up at that
 /// 2/3 mark, not waited for: the mark is a deadline, checked on the clock.
 async fn hold(
     mut client: Client,
-    lease: i64,
-    ttl: Duration,
-    granted: Instant,
+    Grant { lease, ttl, asked }: Grant,
+    held: HeldUntil,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
     mut elected: oneshot::Receiver<Vec<u8>>,
 ) {
     let every = ttl / 3;
     let grace = ttl * 2 / 3;
-    let mut renewed_at = granted;
+    let mut renewed_at = asked;
     let mut keeper: Option<(LeaseKeeper, LeaseKeepAliveStream)> = None;
     let mut key: Option<Vec<u8>> = None;
     let mut awaiting_key = true;
@@ -375,7 +385,10 @@ async fn hold(
                 let sent = Instant::now();
                 let by = (sent + every).min(renewed_at + grace);
                 match tokio::time::timeout_at(by, renew(&mut client, &mut keeper, lease)).await {
-                    Ok(Ok(true)) => renewed_at = sent,
+                    Ok(Ok(true)) => {
+                        renewed_at = sent;
+                        held.extend_to((sent + grace).into_std());
+                    }
                     Ok(Ok(false)) => {
                         tracing::warn!(lease, "leader lease expired");
                         break None;
@@ -405,6 +418,7 @@ async fn hold(
             }
         }
     };
+    held.end();
     lost.send_replace(true);
     // Revoking deletes the candidate key, so the next candidate wins now
     // rather than at lease expiry.

@@ -10,6 +10,7 @@
 //! dropped.
 
 pub mod etcd;
+mod held;
 pub mod k8s;
 pub mod redis;
 
@@ -20,6 +21,8 @@ use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::{oneshot, watch};
+
+pub use held::HeldUntil;
 
 /// Leadership lease: a dead leader is replaced within about this long.
 pub const LEASE_TTL: Duration = Duration::from_secs(5);
@@ -198,6 +201,8 @@ pub struct Leadership {
     /// (etcd: the leader key).
     proof: Vec<u8>,
     lost: watch::Receiver<bool>,
+    /// Until when the lease is proven (calls check it: [`HeldUntil`]).
+    held: HeldUntil,
     resign: Option<oneshot::Sender<ResignRequest>>,
 }
 
@@ -215,6 +220,7 @@ impl Leadership {
             term: 0,
             proof: Vec::new(),
             lost,
+            held: HeldUntil::forever(),
             resign: Some(resign),
         }
     }
@@ -224,6 +230,19 @@ impl Leadership {
         self.term = term;
         self.proof = proof;
         self
+    }
+
+    /// Sets the deadline the backend's holder task keeps: extended at each
+    /// accepted renewal, ended when leadership ends.
+    pub fn with_held(mut self, held: HeldUntil) -> Leadership {
+        self.held = held;
+        self
+    }
+
+    /// Until when this leadership is proven, for threads that answer as
+    /// leader without waiting for the holder task to flag a loss.
+    pub fn held_until(&self) -> HeldUntil {
+        self.held.clone()
     }
 
     pub fn candidate(&self) -> &str {

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::{BoxFuture, LeaderElection, Leadership, ResignRequest};
+use super::{BoxFuture, HeldUntil, LeaderElection, Leadership, ResignRequest};
 
 /// Bound on one redis command.
 const OP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -157,14 +157,16 @@ impl RedisElection {
         };
         let (lost_tx, lost_rx) = watch::channel(false);
         let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
+        let held = HeldUntil::until((asked + s.ttl * 2 / 3).into_std());
         tokio::spawn(hold(
             self.shared.clone(),
             candidate.to_string(),
             asked,
+            held.clone(),
             lost_tx,
             resign_rx,
         ));
-        let leadership = Leadership::new(candidate.to_string(), lost_rx, resign_tx);
+        let leadership = Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_held(held);
         // Counted after the win: a winner's term exceeds every earlier one.
         let term: u64 = s
             .run("INCR", |mut c, _| {
@@ -350,6 +352,7 @@ async fn hold(
     s: Arc<Shared>,
     candidate: String,
     won: Instant,
+    held: HeldUntil,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
 ) {
@@ -367,7 +370,10 @@ async fn hold(
                 let sent = Instant::now();
                 let renewal = s.script("renew", &renew, &candidate, Some(ttl_ms));
                 match tokio::time::timeout_at(renewed_at + grace, renewal).await {
-                    Ok(Ok(true)) => renewed_at = sent,
+                    Ok(Ok(true)) => {
+                        renewed_at = sent;
+                        held.extend_to((sent + grace).into_std());
+                    }
                     Ok(Ok(false)) => {
                         tracing::warn!(key = %s.key, "leader key expired or taken over");
                         break None;
@@ -385,6 +391,7 @@ async fn hold(
             }
         }
     };
+    held.end();
     lost.send_replace(true);
     let released = s
         .script("release", &release, &candidate, None)

@@ -341,6 +341,7 @@ where
             return Err(e);
         }
     };
+    server.lead_until(leadership.held_until());
     on_bound(&server);
 
     let mut lost_rx = leadership.lost_watch();

@@ -141,6 +141,12 @@ impl MasterServer {
         &self.shared
     }
 
+    /// Answers as leader only while `lease` holds (HA: the election's
+    /// proven deadline, set once when this master starts leading).
+    pub(crate) fn lead_until(&self, lease: crate::ha::HeldUntil) {
+        let _ = self.shared.leader_lease.set(lease);
+    }
+
     /// Serves until `shutdown` resolves, then stops accepting, lets calls
     /// in flight finish and returns.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<()> {
@@ -343,6 +349,17 @@ impl Handler for Rpc {
                     ),
                 };
             }
+        }
+        if shared.leader_lease.get().is_some_and(|l| !l.holds()) {
+            // Past the proven lease (a process frozen past it, say, whose
+            // holder task has not run yet): a newer leader may have moved
+            // on, so even a read could answer from a stale state.
+            return Response::Failed {
+                error: Error::new(
+                    ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+                    "this master's leadership lease has run out",
+                ),
+            };
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();

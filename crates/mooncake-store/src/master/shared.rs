@@ -3,7 +3,7 @@
 //! the HTTP service all hold one [`Shared`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::access::AccessPolicy;
@@ -13,6 +13,7 @@ use super::metrics::MasterMetrics;
 use super::replication::Replication;
 use super::service::MasterService;
 use super::snapshot::{Durability, Opened};
+use crate::ha::HeldUntil;
 use mooncake_common::Result;
 use mooncake_transfer::metadata::http_server::MemoryStore;
 
@@ -76,6 +77,9 @@ pub(crate) struct Shared {
     /// The KV of the embedded HTTP metadata server, when enabled: mounts
     /// are checked against it (`super::published`).
     pub(crate) metadata: Option<MemoryStore>,
+    /// Until when this master's leadership is proven, in HA mode once it
+    /// leads: no call is answered as leader past it (`crate::ha::HeldUntil`).
+    pub(crate) leader_lease: OnceLock<HeldUntil>,
 }
 
 impl Shared {
@@ -127,6 +131,7 @@ impl Shared {
             replication,
             access,
             metadata,
+            leader_lease: OnceLock::new(),
         })
     }
 }

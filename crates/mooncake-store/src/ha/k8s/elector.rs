@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::api::{ApiError, Failure, Lease};
 use super::record::{decide, still_ours, LeaseRecord, Observed, Step};
 use super::{K8sElection, Timings, RECORD_ANNOTATION};
-use crate::ha::{Leadership, ResignRequest};
+use crate::ha::{HeldUntil, Leadership, ResignRequest};
 
 /// A write of the replication record, asked of the holder task of one
 /// term: done once the Lease carries it, as of a version that was still
@@ -97,8 +97,20 @@ pub(super) async fn run(e: K8sElection, identity: String, won: oneshot::Sender<(
     e.writers.lock().insert(key.clone(), writes_tx);
     // If the campaign was dropped meanwhile, the Leadership comes back and
     // is dropped here, which makes `hold` release at once.
-    let _ = won.send((Leadership::new(identity.clone(), lost_rx, resign_tx), term));
-    hold(e.clone(), identity, held, lost_tx, resign_rx, writes).await;
+    let proven = HeldUntil::until((held.sent + e.timings.renew_deadline).into_std());
+    let leadership =
+        Leadership::new(identity.clone(), lost_rx, resign_tx).with_held(proven.clone());
+    let _ = won.send((leadership, term));
+    hold(
+        e.clone(),
+        identity,
+        held,
+        proven,
+        lost_tx,
+        resign_rx,
+        writes,
+    )
+    .await;
     e.writers.lock().remove(&key);
 }
 
@@ -171,6 +183,7 @@ async fn hold(
     e: K8sElection,
     identity: String,
     mut held: Held,
+    proven: HeldUntil,
     lost: watch::Sender<bool>,
     mut resign: oneshot::Receiver<ResignRequest>,
     mut writes: mpsc::UnboundedReceiver<RecordWrite>,
@@ -199,6 +212,7 @@ async fn hold(
             Ok(Ok(Renewal::Renewed(lease))) => {
                 held.lease = lease;
                 renewed_at = sent;
+                proven.extend_to((sent + t.renew_deadline).into_std());
                 complaints.clear();
                 Ok(())
             }
@@ -235,6 +249,7 @@ async fn hold(
     };
     // Writes asked for from now on find no holder: they fail.
     drop(writes);
+    proven.end();
     lost.send_replace(true);
     let released = match tokio::time::timeout(
         t.renew_deadline,
