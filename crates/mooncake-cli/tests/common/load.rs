@@ -63,7 +63,9 @@ impl Load {
             slot.load(Ordering::SeqCst),
             self.kill_at.load(Ordering::SeqCst),
         );
-        (at != u64::MAX).then(|| Duration::from_nanos(at - kill))
+        // A call that ended as the slots were reset can be stamped just
+        // before the kill: it counts as at the kill.
+        (at != u64::MAX).then(|| Duration::from_nanos(at.saturating_sub(kill)))
     }
 
     /// Waits until `n` more puts were acknowledged.
