@@ -18,6 +18,10 @@ the puts over the wall time of the slices (the Python loop included). Then a
 get phase: `--get-seconds` of `store.get` over 256 keys put once at start
 (verified byte for byte, outside the timing).
 
+Each put phase also reports the CPU the rest of the machine took while it
+ran, in cores (from /proc: all busy time less that of the processes the
+probe started): other jobs on a shared machine show there.
+
 Prints a JSON line per phase, then Markdown tables: every round, the
 medians over rounds, and the ratios per round (replicated / plain within a
 system, ours / reference within a setup).
@@ -167,6 +171,38 @@ class Worker:
         self.popen.wait()
 
 
+def busy_ticks() -> int:
+    """CPU ticks spent by the whole machine so far (every state but idle and iowait)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return sum(f) - f[3] - f[4]
+
+
+def group_ticks(pgids: set[int]) -> int:
+    """CPU ticks spent so far by every process in the process groups `pgids`."""
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(f[2]) in pgids:
+            total += int(f[11]) + int(f[12])
+    return total
+
+
+def retried(start, attempts: int = 3):
+    """`start()`, again if it fails: a port picked free may be taken by
+    someone's outgoing connection before the master binds it."""
+    for i in range(attempts):
+        try:
+            return start()
+        except RuntimeError:
+            if i == attempts - 1:
+                raise
+
+
 def pct(sorted_ns: list[int], q: float) -> float:
     idx = min(len(sorted_ns) - 1, max(0, int(round(q * len(sorted_ns))) - 1))
     return sorted_ns[idx] / 1e3
@@ -201,24 +237,30 @@ def main() -> int:
     try:
         for system in systems:
             wd = tmp / system.name
-            plain = mcproc.start_master(system, wd / "plain")
+            plain = retried(lambda: mcproc.start_master(system, wd / "plain"))
             masters.append(plain)
             workers[(system.name, "plain")] = Worker(system, "plain", plain.address, wd, args.segment)
             cluster = f"hp-{system.name}-{os.getpid()}"
             flags = ["--enable_ha=true", "--enable_oplog=true", f"--etcd_endpoints=127.0.0.1:{etcd_port}",
                      f"--cluster_id={cluster}"]
             for m in range(3):
-                masters.append(start_ha_master(system, wd / f"m{m}", flags, first=(m == 0)))
+                masters.append(retried(lambda: start_ha_master(system, wd / f"m{m}", flags, first=(m == 0))))
             workers[(system.name, "ha")] = Worker(system, "ha", f"etcd://127.0.0.1:{etcd_port}", wd, args.segment,
                                                   env={"MC_STORE_CLUSTER_ID": cluster})
         order = [(s.name, setup) for s in systems for setup in setups]
+        ours = {os.getpgrp(), etcd.pid, *(m.proc.popen.pid for m in masters), *(w.popen.pid for w in workers.values())}
+        hz = os.sysconf("SC_CLK_TCK")
         print(f"# load average at start: {os.getloadavg()}", flush=True)
         for rnd in range(1, args.rounds + 1):
             k = (rnd - 1) % len(order)
             for name, setup in order[k:] + order[:k]:
                 w = workers[(name, setup)]
                 row = {"round": rnd, "system": name, "setup": setup, "load1": round(os.getloadavg()[0], 2)}
+                t0, b0, o0 = time.monotonic(), busy_ticks(), group_ticks(ours)
                 put = w.call(op="put", seconds=args.seconds, slice=args.slice)
+                # CPU the rest of the machine took meanwhile, in cores: other jobs.
+                others = (busy_ticks() - b0 - (group_ticks(ours) - o0)) / hz / (time.monotonic() - t0)
+                row["others_cores"] = round(max(0.0, others), 2)
                 row.update({"put_" + key: v for key, v in summarize(put).items()}, put_errors=put["errors"])
                 if args.get_seconds > 0:
                     get = w.call(op="get", seconds=args.get_seconds)
@@ -241,12 +283,12 @@ def main() -> int:
 
 def report(rows: list[dict], names: list[str], setups: list[str]) -> None:
     label = {"plain": "1 master", "ha": "3 masters, --enable_ha --enable_oplog"}
-    print("\n| round | system | 4 KiB put | n | p50 µs | p99 µs | puts/s | get p50 µs | errors |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| round | system | 4 KiB put | n | p50 µs | p99 µs | puts/s | get p50 µs | errors | others' CPU (cores) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['round']} | {r['system']} | {label[r['setup']]} | {r['put_n']} | {r['put_p50_us']}"
               f" | {r['put_p99_us']} | {r['put_ops_s']} | {r.get('get_p50_us', '-')}"
-              f" | {r['put_errors'] + r.get('get_wrong', 0)} |")
+              f" | {r['put_errors'] + r.get('get_wrong', 0)} | {r['others_cores']} |")
 
     def med(name, setup, key):
         v = [r[key] for r in rows if r["system"] == name and r["setup"] == setup and key in r]
