@@ -81,13 +81,19 @@ impl Spares {
             Some(d) if self.files.len() < MAX_SPARES => d,
             _ => return remove_object(path),
         };
+        // Only a regular file is kept (anything else is deleted, or fails
+        // to be, as before).
+        let is_file = std::fs::symlink_metadata(path).map(|m| m.is_file());
+        if !matches!(is_file, Ok(true)) {
+            return remove_object(path);
+        }
         let _ = std::fs::remove_file(super::io::temp_path(path));
         let spare = dir.join(format!("{SPARE_PREFIX}{:016x}.{}", self.token, self.next));
         match std::fs::rename(path, &spare) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            // Not a file we can keep (a directory, a permission problem):
-            // delete it as usual.
+            // Not a file we can keep (a permission problem): delete it as
+            // usual.
             Err(_) => return remove_object(path),
         }
         self.next += 1;
@@ -161,6 +167,11 @@ mod tests {
         let mut s = Spares::new();
         s.remove(&a).unwrap();
         s.remove(&dir.path().join("missing")).unwrap();
+        // A directory under an object's name is not taken (nor deleted).
+        let odd = dir.path().join("odd");
+        std::fs::create_dir(&odd).unwrap();
+        assert!(s.remove(&odd).is_err());
+        assert!(odd.is_dir());
         assert!(!a.exists());
         assert!(!super::super::io::temp_path(&a).exists());
         assert_eq!(s.len(), 1);
