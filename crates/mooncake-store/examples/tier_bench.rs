@@ -24,6 +24,9 @@
 //! objects written as files at their keys' paths (`shared_fs::object_file`)
 //! by `fs_group::GroupWriter` in groups of 64 (a client writer's round),
 //! its directories created first as a client does when it mounts the tier,
+//! after the writer has deleted the previous round's files (`DIR/dfs` keeps
+//! each round's files for the next round or run, as a tier at its quota
+//! deletes as much as it writes; the deletes are outside the write rate),
 //! against `dd oflag=direct conv=fdatasync` in the same directory: of the
 //! whole size right before, and in slices of the next four groups' bytes
 //! before every four groups (the disk is shared; slices see the load the
@@ -319,6 +322,10 @@ struct DfsRound {
     /// Seconds the writer took to create the tier's directories (a
     /// client does it once, when it mounts the tier).
     prepare_s: f64,
+    /// Files of the previous round deleted before dd, and the seconds it
+    /// took (not in the write rate).
+    removed: usize,
+    remove_s: f64,
 }
 
 /// dd writing `bytes` (whole 8 MiB blocks) to a new file `path`, as the
@@ -351,23 +358,32 @@ fn dd_write(path: &std::path::Path, bytes: u64) -> (f64, u64) {
 /// round.
 fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> DfsRound {
     let fsdir = args.dir.join("dfs");
-    let _ = std::fs::remove_dir_all(&fsdir);
     std::fs::create_dir_all(&fsdir).unwrap();
-    let dd_file = args.dir.join("dd.bin");
-    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
-    let (dd_write_rate, _) = dd_write(&dd_file, total);
     let fsdir_s = fsdir.to_str().expect("a UTF-8 directory");
-    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
-    let value = |i: usize| {
-        let start = (i * 4099) % (pool.len() - sizes[i]);
-        &pool[start..start + sizes[i]]
-    };
     // As a client does when it mounts the tier: every directory created
     // once, before the first group.
     let mut writer = GroupWriter::default();
     let t = Instant::now();
     writer.prepare(fsdir_s).expect("dfs directories");
     let prepare_s = t.elapsed().as_secs_f64();
+    // The previous round's files (kept by it, or by the previous run) are
+    // deleted through the writer, as the master's deletes reach a client's
+    // writer when its files are evicted or replaced: they become its
+    // spares, which the new files take over.
+    let t = Instant::now();
+    let old = files_in(&fsdir);
+    for f in &old {
+        writer.remove(f).expect("dfs delete");
+    }
+    let remove_s = t.elapsed().as_secs_f64();
+    let dd_file = args.dir.join("dd.bin");
+    let total: u64 = sizes.iter().map(|&n| n as u64).sum();
+    let (dd_write_rate, _) = dd_write(&dd_file, total);
+    let keys: Vec<String> = (0..sizes.len()).map(|i| format!("obj-{i}")).collect();
+    let value = |i: usize| {
+        let start = (i * 4099) % (pool.len() - sizes[i]);
+        &pool[start..start + sizes[i]]
+    };
     let order: Vec<usize> = (0..sizes.len()).collect();
     let (mut write_s, mut dd_s, mut dd_bytes) = (0.0, 0.0, 0u64);
     let slices_dir = args.dir.join("dd-slices");
@@ -410,7 +426,7 @@ fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> DfsRound {
         }
     }
     let read_s = t.elapsed().as_secs_f64();
-    let _ = std::fs::remove_dir_all(&fsdir);
+    // The files stay for the next round (or run) to delete.
     DfsRound {
         dd_write: dd_write_rate,
         dd_slices: dd_bytes as f64 / dd_s,
@@ -418,6 +434,8 @@ fn dfs_round(args: &Args, sizes: &[usize], pool: &[u8]) -> DfsRound {
         dd_read,
         read: total as f64 / read_s,
         prepare_s,
+        removed: old.len(),
+        remove_s,
     }
 }
 
@@ -434,13 +452,13 @@ fn dfs_main(args: &Args, sizes: &[usize], pool: &[u8]) {
          {DFS_SLICE_GROUPS} groups a slice"
     );
     println!(
-        "round  dd write  dd slices  tier write  (% dd, % slices)   dd read  tier read  mount ms"
+        "round  dd write  dd slices  tier write  (% dd, % slices)   dd read  tier read  mount ms  deleted (ms)"
     );
     let mut ratios = Vec::new();
     for i in 0..args.rounds {
         let r = dfs_round(args, sizes, pool);
         println!(
-            "{:5}  {:8.0}  {:9.0}  {:10.0}  ({:4.0}%, {:4.0}%)     {:7.0}  {:5.0} {:4.0}%  {:8.0}",
+            "{:5}  {:8.0}  {:9.0}  {:10.0}  ({:4.0}%, {:4.0}%)     {:7.0}  {:5.0} {:4.0}%  {:8.0}  {:7} ({:.0})",
             i + 1,
             r.dd_write / 1e6,
             r.dd_slices / 1e6,
@@ -450,7 +468,9 @@ fn dfs_main(args: &Args, sizes: &[usize], pool: &[u8]) {
             r.dd_read / 1e6,
             r.read / 1e6,
             pct(r.read, r.dd_read),
-            r.prepare_s * 1e3
+            r.prepare_s * 1e3,
+            r.removed,
+            r.remove_s * 1e3
         );
         println!(
             "{{\"dd_write_mbps\":{:.0},\"dd_slices_mbps\":{:.0},\"dfs_write_mbps\":{:.0},\"dd_read_mbps\":{:.0},\"dfs_read_mbps\":{:.0},\"objects\":{},\"bytes\":{total}}}",

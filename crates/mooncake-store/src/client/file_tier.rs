@@ -6,7 +6,8 @@
 //! paths derived from their keys (`tier::fs_group::GroupWriter`: direct
 //! I/O from reused buffers, each file synced and renamed as it is written,
 //! each directory fsynced once per group), deletes the
-//! files the master no longer wants, and reports both. The master
+//! files the master no longer wants (first, so the group's files take over
+//! their inodes: `tier::fs_spare`), and reports both. The master
 //! keeps the memory copy until it hears.
 //!
 //! Reading needs no writer: any client reads a file copy straight from the
@@ -113,6 +114,9 @@ fn run(s: &Shared, writer: &mut fs_group::GroupWriter) {
         let any = !batch.tasks.is_empty() || !batch.removes.is_empty();
         if any {
             round(s, writer, &batch.tasks, batch.removes);
+        } else {
+            // Spares serve the next writes; with none coming, delete them.
+            writer.release_spares();
         }
         Ok(any)
     };
@@ -130,7 +134,8 @@ fn round(
 ) {
     for key in &removes {
         let path = shared_fs::object_file(&s.fsdir, key);
-        if let Err(e) = shared_fs::remove_object(Path::new(&path)) {
+        // The file's inode is kept for this group's files (a spare).
+        if let Err(e) = writer.remove(Path::new(&path)) {
             tracing::warn!(key, error = %e, "deleting a shared-filesystem file failed");
         }
     }

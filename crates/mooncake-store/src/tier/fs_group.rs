@@ -13,6 +13,9 @@
 //! Directories are created once per writer (all of a tier's at mount, with
 //! [`GroupWriter::prepare`]) and their own entries made durable then, so a
 //! group syncs only the directories its renames touched.
+//!
+//! Files the writer deletes ([`GroupWriter::remove`]) become spares that its
+//! next files take over instead of allocating inodes ([`super::fs_spare`]).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -21,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::format::{encode_object_header, ObjectHeader, DIO_ALIGN};
+use super::fs_spare::{take_over, Spares};
 use super::io::psync::PsyncEngine;
 use super::io::{sync_dir, temp_path, AlignedBuf, DiskFile, IoEngine, SeqWriter};
 use super::{Result, TierError};
@@ -56,6 +60,8 @@ pub struct GroupWriter {
     chunk: usize,
     /// Directories this writer created or found, their entries synced.
     dirs: HashSet<PathBuf>,
+    /// Files it deleted, kept for the next files it writes.
+    spares: Spares,
 }
 
 impl Default for GroupWriter {
@@ -81,7 +87,25 @@ impl GroupWriter {
             lanes: Vec::new(),
             chunk,
             dirs: HashSet::new(),
+            spares: Spares::new(),
         }
+    }
+
+    /// Deletes the object file at `path` (and its `.tmp`): the name is gone
+    /// when this returns; the file is kept, emptied, as a spare for the
+    /// next file this writer writes (see [`super::fs_spare`]).
+    pub fn remove(&mut self, path: &Path) -> Result<()> {
+        self.spares.remove(path)
+    }
+
+    /// Deletes the spares kept: a writer with nothing to write calls it.
+    pub fn release_spares(&mut self) {
+        self.spares.clear();
+    }
+
+    /// Spares kept for the next files.
+    pub fn spares(&self) -> usize {
+        self.spares.len()
     }
 
     /// Creates every directory of the tier at `fsdir` (those that exist are
@@ -143,6 +167,11 @@ impl GroupWriter {
             return results;
         }
         let lanes = todo.len().min(WRITE_LANES);
+        // Each file takes a spare while there are any.
+        let mut spares: Vec<Option<PathBuf>> = vec![None; objects.len()];
+        for &i in &todo {
+            spares[i] = self.spares.pop();
+        }
         self.lanes
             .resize_with(self.lanes.len().max(lanes), Vec::new);
         let (engine, chunk) = (&self.engine, self.chunk);
@@ -153,13 +182,13 @@ impl GroupWriter {
             let workers: Vec<_> = self.lanes[..lanes]
                 .iter_mut()
                 .map(|bufs| {
-                    let (next, todo, shares) = (&next, &todo, &shares);
+                    let (next, todo, shares, spares) = (&next, &todo, &shares, &spares);
                     let dir_failures = &dir_failures;
                     scope.spawn(move || {
                         let mut out = Vec::new();
                         while let Some(&i) = todo.get(next.fetch_add(1, Ordering::Relaxed)) {
                             let o = &objects[i];
-                            let r = write_one(engine, chunk, bufs, o);
+                            let r = write_one(engine, chunk, bufs, o, spares[i].as_deref());
                             let dir = o.path.parent().expect("checked above");
                             let last = {
                                 let mut shares = shares.lock().expect("dir shares");
@@ -240,8 +269,9 @@ fn write_one(
     chunk: usize,
     bufs: &mut Vec<AlignedBuf>,
     o: &GroupObject<'_>,
+    spare: Option<&Path>,
 ) -> Result<()> {
-    let (temp, file) = write_temp(engine, chunk, bufs, o)?;
+    let (temp, file) = write_temp(engine, chunk, bufs, o, spare)?;
     let r = engine
         .sync_data(&file)
         .map_err(|e| TierError::io("fdatasync", &temp, e))
@@ -268,12 +298,14 @@ fn create_file(path: &Path) -> Result<DiskFile> {
 }
 
 /// Writes one object under its `.tmp` name (removed again on error) through
-/// `bufs` (refilled to [`GROUP_DEPTH`] buffers of `chunk` bytes).
+/// `bufs` (refilled to [`GROUP_DEPTH`] buffers of `chunk` bytes), in the
+/// file of `spare` if it can take that over.
 fn write_temp(
     engine: &Arc<dyn IoEngine>,
     chunk: usize,
     bufs: &mut Vec<AlignedBuf>,
     o: &GroupObject<'_>,
+    spare: Option<&Path>,
 ) -> Result<(PathBuf, Arc<DiskFile>)> {
     let value_offset = ObjectHeader::value_offset_for(o.key.len());
     let mut header = ObjectHeader {
@@ -285,6 +317,11 @@ fn write_temp(
         value_crc: 0,
     };
     let temp = temp_path(&o.path);
+    // Renamed to the temp name, a spare is what the create opens (and
+    // empties): no new inode.
+    if let Some(s) = spare {
+        take_over(s, &temp);
+    }
     let file = create_file(&temp)?;
     while bufs.len() < GROUP_DEPTH {
         bufs.push(AlignedBuf::new(chunk));
@@ -432,6 +469,75 @@ mod tests {
         assert!(temp_files(dir.path()).is_empty());
     }
 
+    /// Files the writer deleted are gone by name at once; the next group's
+    /// files (other keys, other directories) take over their inodes, read
+    /// back byte-exact and end at their values; a group with fewer files
+    /// than spares leaves the rest for later, and releasing them leaves
+    /// nothing but the objects.
+    #[test]
+    fn deleted_files_are_taken_over_by_the_next_group() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fsdir = dir.path().to_str().unwrap();
+        let mut w = GroupWriter::new(Arc::new(PsyncEngine), 4 * DIO_ALIGN);
+        w.prepare(fsdir).unwrap();
+        let write = |w: &mut GroupWriter, keys: &[String], seed: u8| -> Vec<u64> {
+            let values: Vec<Vec<u8>> = (0..keys.len())
+                .map(|i| value(1_000 + i * 5_003, seed))
+                .collect();
+            let group: Vec<GroupObject<'_>> = keys
+                .iter()
+                .zip(&values)
+                .map(|(k, v)| GroupObject {
+                    key: k,
+                    path: path_of(&object_file(fsdir, k)),
+                    value: v,
+                })
+                .collect();
+            assert!(w.write_group(&group).iter().all(|r| r.is_ok()));
+            group
+                .iter()
+                .map(|o| {
+                    let mut out = vec![0u8; o.value.len()];
+                    read_object(&o.path, o.key, &mut out).unwrap();
+                    assert_eq!(&out, o.value, "{}", o.key);
+                    let meta = std::fs::metadata(&o.path).unwrap();
+                    let end = ObjectHeader::value_offset_for(o.key.len()) + o.value.len() as u64;
+                    assert_eq!(meta.len(), end);
+                    meta.ino()
+                })
+                .collect()
+        };
+        let old: Vec<String> = (0..12).map(|i| format!("old{i}")).collect();
+        let old_inodes: HashSet<u64> = write(&mut w, &old, 1).into_iter().collect();
+        for k in &old {
+            let p = path_of(&object_file(fsdir, k));
+            w.remove(&p).unwrap();
+            assert!(!p.exists());
+        }
+        assert_eq!(w.spares(), old.len());
+        let new: Vec<String> = (0..8).map(|i| format!("new{i}")).collect();
+        for ino in write(&mut w, &new, 2) {
+            assert!(old_inodes.contains(&ino), "a new inode: {ino}");
+        }
+        assert_eq!(w.spares(), 4);
+        w.release_spares();
+        assert!(temp_files(dir.path()).is_empty());
+        let mut files = 0;
+        let mut stack = vec![dir.path().to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else {
+                    files += 1;
+                }
+            }
+        }
+        assert_eq!(files, new.len());
+    }
+
     /// `prepare` makes all 256 directories; one removed behind the
     /// writer's back (with its parent) is made again by the next write.
     #[test]
@@ -541,9 +647,11 @@ mod tests {
         &pool[at..at + len]
     }
 
-    /// A writer killed (SIGKILL) while writing groups: every object a group
-    /// returned as written is there, byte-exact, and every file under an
-    /// object's name is complete; only `.tmp` files may be partial.
+    /// A writer killed (SIGKILL) while writing groups, each after deleting
+    /// the group before last (its files the new group's spares): every
+    /// object a group returned as written and not deleted since is there,
+    /// byte-exact, and every file under an object's name is complete; only
+    /// `.tmp` files and spares may be partial.
     #[test]
     fn a_writer_killed_mid_group_leaves_only_complete_files() {
         if let Some(dir) = std::env::var_os(CRASH_CHILD) {
@@ -553,8 +661,11 @@ mod tests {
             let mut w = GroupWriter::new(Arc::new(PsyncEngine), 16 * DIO_ALIGN);
             w.prepare(fsdir).unwrap();
             let pid = std::process::id();
+            let keys_of = |g: usize| -> Vec<String> {
+                (0..24).map(|i| format!("p{pid}-g{g}-k{i}")).collect()
+            };
             for g in 0.. {
-                let keys: Vec<String> = (0..24).map(|i| format!("p{pid}-g{g}-k{i}")).collect();
+                let keys = keys_of(g);
                 let group: Vec<GroupObject<'_>> = keys
                     .iter()
                     .map(|k| GroupObject {
@@ -565,6 +676,17 @@ mod tests {
                     .collect();
                 use std::io::Write;
                 let mut out = std::io::stdout();
+                // The group before last is deleted first: this group's
+                // files take over its inodes (spares).
+                if g >= 2 {
+                    let old = keys_of(g - 2);
+                    writeln!(out, "removing {}", old.join(" "))
+                        .and_then(|()| out.flush())
+                        .unwrap();
+                    for k in &old {
+                        w.remove(&path_of(&object_file(fsdir, k))).unwrap();
+                    }
+                }
                 writeln!(out, "start").and_then(|()| out.flush()).unwrap();
                 for r in w.write_group(&group) {
                     r.unwrap();
@@ -578,6 +700,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fsdir = dir.path().to_str().unwrap();
         let mut acked: Vec<String> = Vec::new();
+        let mut removed: HashSet<String> = HashSet::new();
         for kill_after_ms in [0u64, 2, 5, 9, 14] {
             let mut child = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
@@ -600,6 +723,8 @@ mod tests {
                 if let Some(keys) = line.strip_prefix("ack ") {
                     acked.extend(keys.split(' ').map(String::from));
                     groups += 1;
+                } else if let Some(keys) = line.strip_prefix("removing ") {
+                    removed.extend(keys.split(' ').map(String::from));
                 } else if line == "start" && groups == 3 {
                     break;
                 }
@@ -609,11 +734,17 @@ mod tests {
             child.wait().unwrap();
             // What the child printed before it died was acknowledged too.
             for line in lines {
-                if let Some(keys) = line.unwrap().strip_prefix("ack ") {
+                let line = line.unwrap();
+                if let Some(keys) = line.strip_prefix("ack ") {
                     acked.extend(keys.split(' ').map(String::from));
+                } else if let Some(keys) = line.strip_prefix("removing ") {
+                    removed.extend(keys.split(' ').map(String::from));
                 }
             }
         }
+        // Deleted keys are gone or whole (a kill during the deletes).
+        acked.retain(|k| !removed.contains(k));
+        assert!(!acked.is_empty() && !removed.is_empty());
         for k in &acked {
             let want = crash_value(k);
             let mut out = vec![0u8; want.len()];
@@ -628,7 +759,7 @@ mod tests {
                 let name = p.file_name().unwrap().to_string_lossy().into_owned();
                 if p.is_dir() {
                     stack.push(p);
-                } else if !name.ends_with(".tmp") {
+                } else if !name.ends_with(".tmp") && !crate::tier::fs_spare::is_spare(&name) {
                     let want = crash_value(&name);
                     let mut out = vec![0u8; want.len()];
                     read_object(&p, &name, &mut out).unwrap();

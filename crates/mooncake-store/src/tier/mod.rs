@@ -15,7 +15,8 @@
 //!   in two phases;
 //! - [`disk_tier`]: [`DiskTier`], the facade that ties them together;
 //! - [`shared_fs`]: the shared-filesystem tier's paths and object files;
-//! - [`fs_group`]: its group writer (a round of files, durable together).
+//! - [`fs_group`]: its group writer (a round of files, durable together),
+//!   and [`fs_spare`]: the deleted files it reuses.
 //!
 //! Nothing here reads a clock: times (for LRU) come in as arguments.
 
@@ -25,6 +26,7 @@ pub mod disk_tier;
 pub mod file_per_key;
 pub mod format;
 pub mod fs_group;
+pub mod fs_spare;
 pub mod index;
 pub mod io;
 pub mod read;
