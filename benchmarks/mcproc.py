@@ -10,6 +10,7 @@ SURFACE.md), so the same code drives the reference package and ours: a
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,24 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    """A TCP port that was free a moment ago (bind to 0, read it, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on right now, below the kernel's ephemeral
+    range: a port from bind(0) can be taken by any outgoing connection
+    before the child binds it; ports here only by an explicit bind."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            start = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        start = 32768
+    low, high = (10000, start) if start > 12000 else (61000, 65535)
+    for _ in range(10000):
+        port = random.randrange(low, high)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}..{high}")
 
 
 def wait_tcp(port: int, timeout: float, proc: subprocess.Popen | None = None) -> None:

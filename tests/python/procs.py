@@ -4,7 +4,6 @@ for the tests, on free loopback ports, and stopping them by pid."""
 from __future__ import annotations
 
 import os
-import random
 import re
 import shutil
 import signal
@@ -14,29 +13,13 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 
 LOOPBACK = "127.0.0.1"
 
-
-def free_port() -> int:
-    """A port nothing listens on right now, below the kernel's ephemeral
-    range: a port from bind(0) can be taken by any outgoing connection
-    before the child binds it; ports here only by an explicit bind."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            start = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        start = 32768
-    low, high = (10000, start) if start > 12000 else (61000, 65535)
-    for _ in range(10000):
-        port = random.randrange(low, high)
-        with socket.socket() as s:
-            try:
-                s.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}..{high}")
+# The benchmarks' process helpers own the port choice (below the ephemeral range).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from mcproc import free_port  # noqa: E402
 
 
 def program(name: str) -> str:
