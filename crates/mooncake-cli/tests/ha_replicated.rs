@@ -162,6 +162,18 @@ fn signal(p: &Proc, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
 }
 
+/// Three masters of `cluster`: A, the leader, reaching the election at
+/// `a_coordination`, then two standbys at `coordination`, both in sync.
+fn three_masters(a_coordination: &str, coordination: &str, cluster: &str) -> [Master; 3] {
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let a = start_master(a_coordination, cluster, ports[0].0, ports[0].1);
+    a.up.recv_timeout(WAIT).expect("A leads");
+    let b = start_master(coordination, cluster, ports[1].0, ports[1].1);
+    let c = start_master(coordination, cluster, ports[2].0, ports[2].1);
+    eventually("both standbys in sync", || in_sync(&a) == 2);
+    [a, b, c]
+}
+
 /// The leader is cut off from etcd (a frozen relay) and from its standbys
 /// (stopped with SIGSTOP) while a client keeps calling it: it commits
 /// nothing, and the standby that takes over knows none of those calls.
@@ -171,12 +183,7 @@ fn a_partitioned_leader_commits_nothing() {
     let cluster = cluster("partition");
     let relay = test_support::freeze_proxy::FreezeProxy::start(&etcd.addr);
     let (_meta, metadata) = metadata_server();
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let a = start_master(&relay.addr, &cluster, ports[0].0, ports[0].1);
-    a.up.recv_timeout(WAIT).expect("A leads");
-    let b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
-    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
-    eventually("both standbys in sync", || in_sync(&a) == 2);
+    let [a, b, c] = three_masters(&relay.addr, &etcd.addr, &cluster);
 
     let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
     let cfg = ReplicateConfig::default();
@@ -259,12 +266,7 @@ fn a_leader_thawed_after_its_lease_answers_no_read() {
     let etcd = services::etcd();
     let cluster = cluster("thawed");
     let (_meta, metadata) = metadata_server();
-    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
-    let a = start_master(&etcd.addr, &cluster, ports[0].0, ports[0].1);
-    a.up.recv_timeout(WAIT).expect("A leads");
-    let b = start_master(&etcd.addr, &cluster, ports[1].0, ports[1].1);
-    let c = start_master(&etcd.addr, &cluster, ports[2].0, ports[2].1);
-    eventually("both standbys in sync", || in_sync(&a) == 2);
+    let [a, b, c] = three_masters(&etcd.addr, &etcd.addr, &cluster);
 
     let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
     let cfg = ReplicateConfig::default();

@@ -360,6 +360,22 @@ fn write_temp(
 mod tests {
     use super::*;
     use crate::tier::shared_fs::{object_file, path_of, read_object};
+
+    /// The group writing `values[i]` under `keys[i]`, each at its tier path.
+    fn group_of<'a, K: AsRef<str>>(
+        fsdir: &str,
+        keys: &'a [K],
+        values: &'a [Vec<u8>],
+    ) -> Vec<GroupObject<'a>> {
+        keys.iter()
+            .zip(values)
+            .map(|(k, v)| GroupObject {
+                key: k.as_ref(),
+                path: path_of(&object_file(fsdir, k.as_ref())),
+                value: v,
+            })
+            .collect()
+    }
     /// Fails writes of files whose name holds `torn` after their first
     /// block (a torn file), and the `fdatasync` of files named `unsynced`;
     /// counts files whose final name existed when their data was synced.
@@ -446,15 +462,7 @@ mod tests {
             let file_len = |o: &GroupObject<'_>| {
                 (ObjectHeader::value_offset_for(o.key.len()) as usize + o.value.len()) as u64
             };
-            let group: Vec<GroupObject<'_>> = keys
-                .iter()
-                .zip(&values)
-                .map(|(k, v)| GroupObject {
-                    key: k,
-                    path: path_of(&object_file(fsdir, k)),
-                    value: v,
-                })
-                .collect();
+            let group = group_of(fsdir, &keys, &values);
             for r in w.write_group(&group) {
                 r.unwrap();
             }
@@ -485,15 +493,7 @@ mod tests {
             let values: Vec<Vec<u8>> = (0..keys.len())
                 .map(|i| value(1_000 + i * 5_003, seed))
                 .collect();
-            let group: Vec<GroupObject<'_>> = keys
-                .iter()
-                .zip(&values)
-                .map(|(k, v)| GroupObject {
-                    key: k,
-                    path: path_of(&object_file(fsdir, k)),
-                    value: v,
-                })
-                .collect();
+            let group = group_of(fsdir, keys, &values);
             assert!(w.write_group(&group).iter().all(|r| r.is_ok()));
             group
                 .iter()
@@ -594,15 +594,7 @@ mod tests {
         std::fs::write(&blocked, b"not a directory").unwrap();
 
         let values: Vec<Vec<u8>> = (0..6).map(|i| value(9_000 + i * 3_000, i as u8)).collect();
-        let mut group: Vec<GroupObject<'_>> = ["a", "torn", "b", "unsynced", "c"]
-            .iter()
-            .zip(&values)
-            .map(|(k, v)| GroupObject {
-                key: k,
-                path: path_of(&object_file(fsdir, k)),
-                value: v,
-            })
-            .collect();
+        let mut group = group_of(fsdir, &["a", "torn", "b", "unsynced", "c"], &values);
         group.push(GroupObject {
             key: "d",
             path: blocked.join("x").join("d"),
