@@ -328,9 +328,6 @@ struct DfsRound {
     remove_s: f64,
 }
 
-/// dd writing `bytes` (whole 8 MiB blocks) to a new file `path`, as the
-/// tier's baseline: `O_DIRECT`, `fdatasync` at the end. Bytes/second and
-/// the bytes written.
 /// `dd`'s direct sequential read of `path` (MB/s), the read yardstick.
 fn dd_read(path: &std::path::Path) -> f64 {
     dd(&[
@@ -341,6 +338,9 @@ fn dd_read(path: &std::path::Path) -> f64 {
     ])
 }
 
+/// dd writing `bytes` (whole 8 MiB blocks) to a new file `path`, as the
+/// tier's baseline: `O_DIRECT`, `fdatasync` at the end. Bytes/second and
+/// the bytes written.
 fn dd_write(path: &std::path::Path, bytes: u64) -> (f64, u64) {
     let count = bytes.div_ceil(8 << 20);
     let rate = dd(&[
