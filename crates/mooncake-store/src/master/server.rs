@@ -329,12 +329,7 @@ impl Handler for Rpc {
         }
         if let (Some(r), Request::SnapshotFetch { seq, offset, .. }) = (&shared.replication, &req) {
             if r.role() != Role::Leader {
-                return Response::Failed {
-                    error: Error::new(
-                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                        "this master no longer leads its cluster",
-                    ),
-                };
+                return not_leading("this master no longer leads its cluster");
             }
             return r.snapshot_chunk(Some(*seq), *offset, now);
         }
@@ -342,24 +337,14 @@ impl Handler for Rpc {
             if r.role() != Role::Leader {
                 // Deposed (or not yet leading): its sink no longer logs,
                 // so a change made now would be answered unreplicated.
-                return Response::Failed {
-                    error: Error::new(
-                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                        "this master no longer leads its cluster",
-                    ),
-                };
+                return not_leading("this master no longer leads its cluster");
             }
         }
         if shared.leader_lease.get().is_some_and(|l| !l.holds()) {
             // Past the proven lease (a process frozen past it, say, whose
             // holder task has not run yet): a newer leader may have moved
             // on, so even a read could answer from a stale state.
-            return Response::Failed {
-                error: Error::new(
-                    ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                    "this master's leadership lease has run out",
-                ),
-            };
+            return not_leading("this master's leadership lease has run out");
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
@@ -384,12 +369,7 @@ impl Handler for Rpc {
             } else if r.role() != Role::Leader {
                 // Deposed during the call: the sink may have skipped its
                 // changes (it stops logging before the role is read here).
-                resp = Response::Failed {
-                    error: Error::new(
-                        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
-                        "this master no longer leads its cluster",
-                    ),
-                };
+                resp = not_leading("this master no longer leads its cluster");
             }
         }
         shared.metrics.observe(call, &resp);
@@ -402,6 +382,14 @@ impl Handler for Rpc {
 
     fn observe_malformed(&self) {
         self.0.metrics.observe_malformed();
+    }
+}
+
+/// The refusal of a master that cannot answer as leader: the client looks
+/// the leader up again.
+fn not_leading(why: &'static str) -> Response {
+    Response::Failed {
+        error: Error::new(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS, why),
     }
 }
 
