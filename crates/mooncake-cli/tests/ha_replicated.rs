@@ -306,6 +306,7 @@ fn a_leader_thawed_after_its_lease_answers_no_read() {
         answer.is_err(),
         "the thawed leader answered a read from its old state: {answer:?}"
     );
+    assert_eq!(code(answer), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
 }
 
 /// A master client of `cluster` (found through etcd at `etcd`) that has
