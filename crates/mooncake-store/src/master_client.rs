@@ -23,8 +23,10 @@ use crate::types::{
 };
 
 mod election;
+mod term;
 
 use election::Election;
+use term::Terms;
 
 /// Connections kept idle per client; more can be open while calls run.
 const MAX_IDLE_CONNECTIONS: usize = 32;
@@ -134,11 +136,10 @@ impl MasterClient {
             .iter()
             .any(|scheme| master_addr.starts_with(scheme))
         {
-            Some(Election {
-                backend: ha::Backend::parse(master_addr, false)?,
-                cluster: cluster_id.to_owned(),
-                last: Mutex::new(None),
-            })
+            Some(Election::new(
+                ha::Backend::parse(master_addr, false)?,
+                cluster_id.to_owned(),
+            ))
         } else {
             None
         };
@@ -164,6 +165,13 @@ impl MasterClient {
     /// The address this client talks to.
     pub fn address(&self) -> &str {
         &self.pool.connector().addr
+    }
+
+    /// HA: the highest election term this client has found its leader
+    /// under; its connections state it, and a master leading another
+    /// term refuses their calls. `None` for a master given by address.
+    pub fn term(&self) -> Option<u64> {
+        self.pool.connector().election.as_ref()?.terms.highest()
     }
 
     /// Heartbeat: the master marks the client alive. `CLIENT_NOT_FOUND` means
@@ -584,9 +592,14 @@ fn open_first(pool: &Pool<MasterAddr>, wait: Duration) -> Result<Connection> {
     let ha = pool.connector().election.is_some();
     loop {
         match pool.open() {
+            // Refused: that master leads another term than the lookup found
+            // (it was replaced, or won a moment ago).
             Err(e)
                 if ha
-                    && e.code == ErrorCode::RPC_FAIL
+                    && matches!(
+                        e.code,
+                        ErrorCode::RPC_FAIL | ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS
+                    )
                     && Instant::now() + FIRST_CONNECT_RETRY < deadline =>
             {
                 std::thread::sleep(FIRST_CONNECT_RETRY)
@@ -613,15 +626,20 @@ fn credentials(token: Option<ClusterToken>) -> Result<Vec<ClusterToken>> {
 /// Presents `token` on a new connection to a master (`Authenticate`); a
 /// refusal is the master's `ILLEGAL_CLIENT`.
 pub(crate) fn authenticate(conn: &mut Connection, token: &ClusterToken) -> Result<()> {
-    let mut frame = Vec::with_capacity(16 + token.as_str().len());
     let req = Request::Authenticate {
         token: token.as_str(),
     };
-    encode_frame(&req, &mut frame)
+    handshake_call(conn, &req, "authenticating to master")
+}
+
+/// One call of a connection's handshake, answered `Unit`.
+fn handshake_call(conn: &mut Connection, req: &Request<'_>, what: &str) -> Result<()> {
+    let mut frame = Vec::with_capacity(64);
+    encode_frame(req, &mut frame)
         .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
     let payload = conn
         .round_trip(&frame, Duration::ZERO)
-        .map_err(|e| rpc_fail(format!("authenticating to master: {e}")))?;
+        .map_err(|e| rpc_fail(format!("{what}: {e}")))?;
     match decode_payload::<Response>(payload)
         .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))?
     {
@@ -675,8 +693,36 @@ impl Connector for MasterAddr {
         Ok(stream)
     }
 
+    /// Presents the tokens; in HA mode then states the highest term seen
+    /// (`LeaderTerm`). A master that refuses the term leads another one:
+    /// the next connection looks the leader up again rather than go back
+    /// to it (a lookup naming it again with an older term than this
+    /// client has seen is refused: [`Terms::learn`]).
     fn handshake(&self, conn: &mut Connection) -> Result<()> {
-        self.tokens.iter().try_for_each(|t| authenticate(conn, t))
+        self.tokens.iter().try_for_each(|t| authenticate(conn, t))?;
+        let Some(election) = &self.election else {
+            return Ok(());
+        };
+        conn.tag = election.terms.stamp();
+        let Some(term) = Terms::term_of(conn.tag) else {
+            return Ok(());
+        };
+        let stated = handshake_call(conn, &Request::LeaderTerm { term }, "stating the term");
+        if let Err(e) = &stated {
+            if e.code == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS {
+                election.forget();
+                self.resolved.lock().clear();
+            }
+        }
+        stated
+    }
+
+    /// A pooled connection carries calls only while it states the highest
+    /// term this client has seen.
+    fn reusable(&self, conn: &Connection) -> bool {
+        self.election
+            .as_ref()
+            .is_none_or(|e| e.terms.current(conn.tag))
     }
 }
 

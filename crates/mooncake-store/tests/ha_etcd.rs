@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use mooncake_store::ha::etcd::{election_name, EtcdElection};
-use mooncake_store::ha::{find_leader, Backend, LeaderElection};
+use mooncake_store::ha::{find_leader, Backend, Leader, LeaderElection};
 use test_support::{services, FreezeProxy};
 
 /// Lease TTL for tests: short so failover tests are quick.
@@ -50,6 +50,7 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
     assert_eq!(a.leader().await.unwrap(), None);
 
     let la = a.campaign("10.0.0.1:50051").await.unwrap();
+    let term_a = la.term();
     assert!(la.is_held());
     assert_eq!(b.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
     let (backend, cid) = (Backend::Etcd(vec![etcd.addr.clone()]), id.clone());
@@ -57,7 +58,8 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(found.as_deref(), Some("10.0.0.1:50051"));
+    let (address, term) = ("10.0.0.1:50051".to_string(), la.term());
+    assert_eq!(found, Some(Leader { address, term }), "with its term");
 
     // b waits while a leads...
     let b2 = b.clone();
@@ -78,6 +80,9 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
         .unwrap();
     assert_eq!(lb.candidate(), "10.0.0.2:50051");
     assert_eq!(a.leader().await.unwrap().as_deref(), Some("10.0.0.2:50051"));
+    let found = a.leader_with_term().await.unwrap().unwrap();
+    assert_eq!(found.term, lb.term());
+    assert!(lb.term() > term_a, "the next leader's term is higher");
     lb.resign().await.unwrap();
     assert_eq!(a.leader().await.unwrap(), None);
 }

@@ -48,8 +48,12 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
     assert_eq!(a.leader().await.unwrap(), None);
 
     let la = a.campaign("10.0.0.1:50051").await.unwrap();
+    let term_a = la.term();
     assert!(la.is_held());
     assert_eq!(b.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
+    let found = b.leader_with_term().await.unwrap().unwrap();
+    assert_eq!(found.address, "10.0.0.1:50051");
+    assert_eq!(found.term, la.term(), "the lookup reads the winner's term");
 
     let b2 = b.clone();
     let mut b_campaign = tokio::spawn(async move { b2.campaign("10.0.0.2:50051").await });
@@ -67,8 +71,12 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
         .unwrap()
         .unwrap();
     assert_eq!(a.leader().await.unwrap().as_deref(), Some("10.0.0.2:50051"));
+    let found = a.leader_with_term().await.unwrap().unwrap();
+    assert_eq!(found.term, lb.term());
+    assert!(lb.term() > term_a, "the next leader's term is higher");
     lb.resign().await.unwrap();
     assert_eq!(a.leader().await.unwrap(), None);
+    assert_eq!(a.leader_with_term().await.unwrap(), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

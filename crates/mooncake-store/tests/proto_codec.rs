@@ -202,6 +202,7 @@ fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
             seq: 100_000,
             offset: 4 << 20,
         },
+        Request::LeaderTerm { term: u64::MAX },
     ]
 }
 

@@ -23,7 +23,7 @@ use mooncake_transfer::metadata::CONNECT_TIMEOUT;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::{BoxFuture, HeldUntil, LeaderElection, Leadership, ResignRequest};
+use super::{BoxFuture, HeldUntil, Leader, LeaderElection, Leadership, ResignRequest};
 
 /// Bound on one unary etcd call (grant, get, revoke).
 const OP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -176,6 +176,13 @@ impl EtcdElection {
 
     /// Current leader and the store revision it was read at.
     async fn leader_at(&self) -> Result<(Option<String>, i64)> {
+        let (leader, rev) = self.leader_term_at().await?;
+        Ok((leader.map(|l| l.address), rev))
+    }
+
+    /// Current leader with its term (its key's create revision, the term
+    /// its campaign won), and the store revision they were read at.
+    async fn leader_term_at(&self) -> Result<(Option<Leader>, i64)> {
         let prefix = format!("{}/", self.name);
         let kv = self.client.kv_client();
         let resp = retrying("get leader", OP_TIMEOUT, || {
@@ -188,10 +195,10 @@ impl EtcdElection {
         })
         .await?;
         let rev = resp.header().map_or(0, |h| h.revision());
-        let leader = resp
-            .kvs()
-            .first()
-            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned());
+        let leader = resp.kvs().first().map(|kv| Leader {
+            address: String::from_utf8_lossy(kv.value()).into_owned(),
+            term: kv.create_revision().max(0) as u64,
+        });
         Ok((leader, rev))
     }
 
@@ -313,6 +320,10 @@ impl LeaderElection for EtcdElection {
 
     fn leader(&self) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move { Ok(self.leader_at().await?.0) })
+    }
+
+    fn leader_with_term(&self) -> BoxFuture<'_, Result<Option<Leader>>> {
+        Box::pin(async move { Ok(self.leader_term_at().await?.0) })
     }
 
     fn observe(&self) -> BoxFuture<'_, Result<watch::Receiver<Option<String>>>> {

@@ -108,10 +108,21 @@ impl Backend {
     }
 }
 
-/// Blocking lookup of the current leader of `cluster_id`, for synchronous
-/// clients resolving an HA master address. Safe on any thread: the lookup
-/// runs on a short-lived thread with a runtime of its own.
-pub fn find_leader(backend: &Backend, cluster_id: &str) -> Result<Option<String>> {
+/// The leader as a client looking it up finds it: its value (RPC address)
+/// and the election's term, read together from the coordination service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    pub address: String,
+    /// The term of the election this leader won (etcd: its key's create
+    /// revision; redis: the counter, which its winner increments while it
+    /// holds the key; k8s: `leaseTransitions`).
+    pub term: u64,
+}
+
+/// Blocking lookup of the current leader of `cluster_id` and its term, for
+/// synchronous clients resolving an HA master address. Safe on any thread:
+/// the lookup runs on a short-lived thread with a runtime of its own.
+pub fn find_leader(backend: &Backend, cluster_id: &str) -> Result<Option<Leader>> {
     let (backend, cluster_id) = (backend.clone(), cluster_id.to_string());
     let failed = |what: String| Error::new(ErrorCode::RPC_FAIL, what);
     let lookup = std::thread::Builder::new()
@@ -123,7 +134,7 @@ pub fn find_leader(backend: &Backend, cluster_id: &str) -> Result<Option<String>
                 .map_err(|e| failed(format!("leader lookup runtime: {e}")))?;
             rt.block_on(async {
                 let election = backend.connect(&cluster_id, LEASE_TTL).await?;
-                election.leader().await
+                election.leader_with_term().await
             })
         })
         .map_err(|e| failed(format!("cannot start leader lookup: {e}")))?;
@@ -144,6 +155,10 @@ pub trait LeaderElection: Send + Sync + 'static {
 
     /// The current leader's value, if there is a leader.
     fn leader(&self) -> BoxFuture<'_, Result<Option<String>>>;
+
+    /// The current leader's value and term, read together, if there is a
+    /// leader.
+    fn leader_with_term(&self) -> BoxFuture<'_, Result<Option<Leader>>>;
 
     /// Follows the leader: the receiver holds the current leader (`None`
     /// between leaders) and is updated on every change, until dropped.

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use super::{BoxFuture, HeldUntil, LeaderElection, Leadership, ResignRequest};
+use super::{BoxFuture, HeldUntil, Leader, LeaderElection, Leadership, ResignRequest};
 
 /// Bound on one redis command.
 const OP_TIMEOUT: Duration = Duration::from_secs(3);
@@ -45,6 +45,15 @@ return 0";
 const RECORD: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[2], ARGV[2])
   return 1
+end
+return 0";
+
+/// Counts a win (increments the term counter KEYS[2]) if this candidate
+/// still holds the leader key (KEYS[1]): the new term, else 0. So the
+/// counter never runs past the term of the key's holder, and a lookup
+/// reading both at once never finds a term above its leader's.
+const COUNT: &str = r"if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('INCR', KEYS[2])
 end
 return 0";
 
@@ -167,13 +176,22 @@ impl RedisElection {
             resign_rx,
         ));
         let leadership = Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_held(held);
-        // Counted after the win: a winner's term exceeds every earlier one.
+        // Counted after the win, while the key is still ours: a winner's
+        // term exceeds every earlier one.
+        let script = Script::new(COUNT);
+        let mut invocation = script.key(&s.key);
+        invocation.key(&s.term_key).arg(candidate);
         let term: u64 = s
-            .run("INCR", |mut c, _| {
-                let key = s.term_key.clone();
-                async move { ::redis::cmd("INCR").arg(key).query_async(&mut c).await }
+            .run("count term", |mut c, _| async move {
+                invocation.invoke_async(&mut c).await
             })
             .await?;
+        if term == 0 {
+            return Err(Error::new(
+                ErrorCode::ETCD_OPERATION_ERROR,
+                "redis campaign: the leader key expired before the term was counted",
+            ));
+        }
         tracing::info!(candidate, key = %s.key, term, "won leader election");
         Ok(leadership.with_term(term, Vec::new()))
     }
@@ -229,6 +247,10 @@ impl LeaderElection for RedisElection {
 
     fn leader(&self) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(self.shared.leader())
+    }
+
+    fn leader_with_term(&self) -> BoxFuture<'_, Result<Option<Leader>>> {
+        Box::pin(self.shared.leader_with_term())
     }
 
     fn observe(&self) -> BoxFuture<'_, Result<watch::Receiver<Option<String>>>> {
@@ -317,6 +339,24 @@ impl Shared {
             ::redis::cmd("GET").arg(key).query_async(&mut c).await
         })
         .await
+    }
+
+    /// The leader key and the term counter, read at once (`MGET`).
+    async fn leader_with_term(&self) -> Result<Option<Leader>> {
+        let term_key = self.term_key.clone();
+        let (leader, term): (Option<String>, Option<u64>) = self
+            .run("MGET", |mut c, key| async move {
+                ::redis::cmd("MGET")
+                    .arg(key)
+                    .arg(term_key)
+                    .query_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok(leader.map(|address| Leader {
+            address,
+            term: term.unwrap_or(0),
+        }))
     }
 
     /// Runs a compare-and-act script for `candidate`: whether it acted.

@@ -341,7 +341,7 @@ where
             return Err(e);
         }
     };
-    server.lead_until(leadership.held_until());
+    server.lead(leadership.term(), leadership.held_until());
     on_bound(&server);
 
     let mut lost_rx = leadership.lost_watch();

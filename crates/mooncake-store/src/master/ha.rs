@@ -80,7 +80,7 @@ where
                 return Err(e);
             }
         };
-        server.lead_until(leadership.held_until());
+        server.lead(leadership.term(), leadership.held_until());
         on_bound(&server);
         if let Some(l) = &label {
             l.set(true);

@@ -30,7 +30,7 @@ use super::access::Access;
 use super::config::MasterConfig;
 use super::http;
 use super::replication::{Replication, Role};
-use super::shared::Shared;
+use super::shared::{Leading, Shared};
 use crate::proto::{Request, Response};
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
@@ -141,10 +141,11 @@ impl MasterServer {
         &self.shared
     }
 
-    /// Answers as leader only while `lease` holds (HA: the election's
-    /// proven deadline, set once when this master starts leading).
-    pub(crate) fn lead_until(&self, lease: crate::ha::HeldUntil) {
-        let _ = self.shared.leader_lease.set(lease);
+    /// Answers as leader of `term` only while `lease` holds (HA: the
+    /// election's term and proven deadline, set once when this master
+    /// starts leading, before it serves).
+    pub(crate) fn lead(&self, term: u64, lease: crate::ha::HeldUntil) {
+        let _ = self.shared.leading.set(Leading { lease, term });
     }
 
     /// Serves until `shutdown` resolves, then stops accepting, lets calls
@@ -259,6 +260,9 @@ struct Session {
     standby: Option<(Arc<Replication>, String)>,
     /// What the connection has proven (`super::access`).
     access: Access,
+    /// The election term the connection stated (`LeaderTerm`); its calls
+    /// are answered only while this master leads that term.
+    term: Option<u64>,
 }
 
 impl Drop for Session {
@@ -279,6 +283,7 @@ impl Handler for Rpc {
         Session {
             standby: None,
             access: self.0.access.initial(),
+            term: None,
         }
     }
 
@@ -340,11 +345,27 @@ impl Handler for Rpc {
                 return not_leading("this master no longer leads its cluster");
             }
         }
-        if shared.leader_lease.get().is_some_and(|l| !l.holds()) {
-            // Past the proven lease (a process frozen past it, say, whose
-            // holder task has not run yet): a newer leader may have moved
-            // on, so even a read could answer from a stale state.
-            return not_leading("this master's leadership lease has run out");
+        if let Some(leading) = shared.leading.get() {
+            if !leading.lease.holds() {
+                // Past the proven lease (a process frozen past it, say, whose
+                // holder task has not run yet): a newer leader may have moved
+                // on, so even a read could answer from a stale state.
+                return not_leading("this master's leadership lease has run out");
+            }
+            if let Request::LeaderTerm { term } = req {
+                session.term = Some(term);
+                let result = same_term(session.term, leading.term);
+                return match result {
+                    Ok(()) => Response::Unit { result },
+                    Err(error) => Response::Failed { error },
+                };
+            }
+            if let Err(error) = same_term(session.term, leading.term) {
+                // The client has seen another election than the one this
+                // master won: a newer one (this master is deposed and does
+                // not know yet), or an older one (it looks the leader up).
+                return Response::Failed { error };
+            }
         }
         let call = shared.metrics.classify(&shared.service, &req);
         crate::master::oplog::wal::begin_call();
@@ -393,6 +414,26 @@ fn not_leading(why: &'static str) -> Response {
     }
 }
 
+/// The term fence: a call on a connection that stated the term `stated`
+/// is answered only by the leader of that very term (`None`: the
+/// connection stated none, as plain and standby connections).
+pub(crate) fn same_term(stated: Option<u64>, leading: u64) -> Result<()> {
+    match stated {
+        Some(term) if term != leading => Err(Error::new(
+            ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,
+            format!(
+                "this master leads term {leading}, the call was made under term {term}{}",
+                if term > leading {
+                    ": a newer leader was elected"
+                } else {
+                    ": look the leader up again"
+                }
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 async fn timer_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -417,6 +458,24 @@ async fn timer_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         if shared.config.enable_metric_reporting && last_report.elapsed() >= report_every {
             last_report = Instant::now();
             tracing::info!("{}", http::summary_line(&shared));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_is_answered_only_under_the_term_its_connection_stated() {
+        assert!(same_term(None, 7).is_ok(), "no term stated: not fenced");
+        assert!(same_term(Some(7), 7).is_ok());
+        for (stated, why) in [(8, "newer leader"), (6, "look the leader up")] {
+            let e = same_term(Some(stated), 7).unwrap_err();
+            assert_eq!(e.code, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+            assert!(e.context.contains("term 7"), "{e:?}");
+            assert!(e.context.contains(&format!("term {stated}")), "{e:?}");
+            assert!(e.context.contains(why), "{e:?}");
         }
     }
 }

@@ -77,9 +77,18 @@ pub(crate) struct Shared {
     /// The KV of the embedded HTTP metadata server, when enabled: mounts
     /// are checked against it (`super::published`).
     pub(crate) metadata: Option<MemoryStore>,
-    /// Until when this master's leadership is proven, in HA mode once it
-    /// leads: no call is answered as leader past it (`crate::ha::HeldUntil`).
-    pub(crate) leader_lease: OnceLock<HeldUntil>,
+    /// In HA mode once it leads: the term it leads and until when that is
+    /// proven; no call is answered as leader past it, nor on a connection
+    /// that stated another term (`super::server`).
+    pub(crate) leading: OnceLock<Leading>,
+}
+
+/// The leadership a serving HA master answers under.
+pub(crate) struct Leading {
+    /// Until when the leadership is proven (`crate::ha::HeldUntil`).
+    pub(crate) lease: HeldUntil,
+    /// The election's term.
+    pub(crate) term: u64,
 }
 
 impl Shared {
@@ -131,7 +140,7 @@ impl Shared {
             replication,
             access,
             metadata,
-            leader_lease: OnceLock::new(),
+            leading: OnceLock::new(),
         })
     }
 }

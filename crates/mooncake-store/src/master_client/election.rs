@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use mooncake_common::Result;
 use parking_lot::Mutex;
 
+use super::term::Terms;
 use crate::ha;
 use crate::rpc::resolve;
 use crate::rpc::rpc_fail;
@@ -30,14 +31,27 @@ pub(super) struct Election {
     /// The last lookup: when it ended, and what it found. Locked for the
     /// whole lookup, so callers that need one at once share it.
     pub(super) last: Mutex<Option<(Instant, Result<Vec<SocketAddr>>)>>,
+    /// The highest term a lookup found (`super::term`).
+    pub(super) terms: Terms,
 }
 
 impl Election {
-    /// Looks the leader up now: its socket addresses. On a Lease, while it
-    /// has no holder (a failover between the old holder's expiry and the
-    /// new one's win), it polls for up to `wait`. `RPC_FAIL` when none
-    /// leads or the coordination service is out of reach (to the caller,
-    /// both mean the master cannot be reached).
+    pub(super) fn new(backend: ha::Backend, cluster: String) -> Election {
+        Election {
+            backend,
+            cluster,
+            last: Mutex::new(None),
+            terms: Terms::default(),
+        }
+    }
+
+    /// Looks the leader up now: its socket addresses; its term is learned.
+    /// On a Lease, while it has no holder (a failover between the old
+    /// holder's expiry and the new one's win), it polls for up to `wait`.
+    /// `RPC_FAIL` when none leads, when the one found leads an older term
+    /// than this client has seen (a stale answer), or when the coordination
+    /// service is out of reach (to the caller, each means the master cannot
+    /// be reached).
     pub(super) fn look_up(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
         let cluster = &self.cluster;
         let deadline = Instant::now() + wait;
@@ -45,7 +59,14 @@ impl Election {
         loop {
             match ha::find_leader(&self.backend, cluster) {
                 Ok(Some(leader)) => {
-                    return resolve(&leader, "master").map_err(|e| rpc_fail(e.context))
+                    if let Err(seen) = self.terms.learn(leader.term) {
+                        return Err(rpc_fail(format!(
+                            "the coordination service names {} as leader of cluster {cluster:?} \
+                             in term {}, older than term {seen} this client has seen",
+                            leader.address, leader.term
+                        )));
+                    }
+                    return resolve(&leader.address, "master").map_err(|e| rpc_fail(e.context));
                 }
                 Ok(None) if poll && Instant::now() + LEADERLESS_POLL < deadline => {
                     std::thread::sleep(LEADERLESS_POLL)
@@ -58,6 +79,12 @@ impl Election {
                 }
             }
         }
+    }
+
+    /// Drops the last lookup, so that the next one asks the coordination
+    /// service again (a master refused this client's term).
+    pub(super) fn forget(&self) {
+        *self.last.lock() = None;
     }
 
     /// The leader's addresses, as found by a recent lookup or by a new one

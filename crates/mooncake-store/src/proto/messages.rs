@@ -352,6 +352,13 @@ wire_enum! {
         /// A standby loading the leader's snapshot at `seq` asks for its
         /// bytes from `offset` on.
         40 => SnapshotFetch { standby: &'a str, seq: u64, offset: u64 },
+        /// HA: the election term this connection's calls are made under
+        /// (the leader's term as the client found it in the coordination
+        /// service), stated once per connection after `Authenticate`. A
+        /// master leading another term refuses it, and every later call
+        /// on the connection, with `UNAVAILABLE_IN_CURRENT_STATUS`;
+        /// accepted (and ignored) by a master outside HA.
+        41 => LeaderTerm { term: u64 },
     }
 }
 

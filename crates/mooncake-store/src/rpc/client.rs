@@ -54,6 +54,12 @@ pub(crate) trait Connector<S: Stream = TcpStream>: Send + Sync {
     fn handshake(&self, _conn: &mut Connection<S>) -> Result<()> {
         Ok(())
     }
+    /// Whether an idle connection may carry another call (what its
+    /// handshake stated, its [`tag`](Connection::tag), may have gone out
+    /// of date); one that may not is dropped.
+    fn reusable(&self, _conn: &Connection<S>) -> bool {
+        true
+    }
 }
 
 /// `RPC_FAIL`: the server could not be reached or did not answer.
@@ -101,6 +107,9 @@ pub(crate) struct Connection<S = TcpStream> {
     buf: Vec<u8>,
     /// The answer deadline; the socket's timeouts match it.
     timeout: Duration,
+    /// What the [`Connector`]'s handshake stated on it (the HA master
+    /// client: the election term), for [`Connector::reusable`].
+    pub(crate) tag: u64,
 }
 
 impl<S: Stream> Connection<S> {
@@ -111,6 +120,7 @@ impl<S: Stream> Connection<S> {
             stream: BufReader::with_capacity(opts.read_buffer, stream),
             buf: Vec::new(),
             timeout: opts.call_timeout,
+            tag: 0,
         };
         conn.set_call_timeout(opts.call_timeout)?;
         Ok(conn)
@@ -234,7 +244,13 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
                 "client is closed",
             ));
         }
-        let pooled = self.idle.lock().pop();
+        let pooled = loop {
+            let pooled = self.idle.lock().pop();
+            match pooled {
+                Some(c) if !self.connector.reusable(&c) => continue,
+                pooled => break pooled,
+            }
+        };
         let (mut conn, reused) = match pooled {
             Some(c) => (c, true),
             None => (self.open()?, false),

@@ -161,6 +161,7 @@ fn requests() -> Vec<Request<'static>> {
             seq: 200_002,
             offset: 4 << 20,
         },
+        Request::LeaderTerm { term: 7 },
     ]
 }
 

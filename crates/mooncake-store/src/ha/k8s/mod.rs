@@ -71,7 +71,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use self::api::{ApiClient, Failure};
 use self::config::ClusterConfig;
-use super::{BoxFuture, LeaderElection, Leadership};
+use super::{BoxFuture, Leader, LeaderElection, Leadership};
 
 /// The Lease an election runs on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -407,6 +407,16 @@ impl LeaderElection for K8sElection {
 
     fn leader(&self) -> BoxFuture<'_, Result<Option<String>>> {
         Box::pin(async move { Ok(self.holder().await?.identity) })
+    }
+
+    fn leader_with_term(&self) -> BoxFuture<'_, Result<Option<Leader>>> {
+        Box::pin(async move {
+            let holder = self.holder().await?;
+            Ok(holder.identity.map(|address| Leader {
+                address,
+                term: holder.transitions.max(0) as u64,
+            }))
+        })
     }
 
     fn observe(&self) -> BoxFuture<'_, Result<watch::Receiver<Option<String>>>> {

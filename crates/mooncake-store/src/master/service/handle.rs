@@ -174,7 +174,7 @@ impl MasterService {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
             // The connection answers it (see `master::server`).
-            Q::Authenticate { .. } => A::Unit { result: Ok(()) },
+            Q::Authenticate { .. } | Q::LeaderTerm { .. } => A::Unit { result: Ok(()) },
             Q::GetStorageConfig {} => A::Storage {
                 result: Ok(self.storage_config()),
             },
