@@ -130,8 +130,8 @@ fn a_deposed_leader_within_its_lease_refuses_calls_of_the_newer_term() {
     let read = raw.call(&Request::ExistKey { key: "k" });
     let took = cut.elapsed();
     println!("A deposed; {next} took over; A asked under term {term_b} {took:?} after the cut");
-    assert_term_refusal(&stated, term_a, term_b);
     assert_term_refusal(&read, term_a, term_b);
+    assert_term_refusal(&stated, term_a, term_b);
     // A connection stating an older term is refused by B too.
     let mut old = Raw::connect(if next == "B" { b.rpc } else { c.rpc });
     assert_term_refusal(
