@@ -1,6 +1,6 @@
 //! The floor phases of `mooncake-bench ha`: the same client, process and
 //! thread topology as a replicated master with no state machine behind it
-//! (`mooncake_store::master::floor`). The leader and its two standbys are
+//! (`mooncake_store::master::floor`). The leader and its standbys are
 //! this executable re-run in a hidden mode (`--floor-process`), so each is
 //! a process of its own, as the masters are.
 
@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use mooncake_common::{Error, ErrorCode, Result};
-use mooncake_store::master::floor::{self, Mode};
+use mooncake_store::master::floor::{self, Mode, Quorum};
 
 use crate::cluster::{field, work_dir, Proc};
 
@@ -21,7 +21,7 @@ fn err(what: String) -> Error {
     Error::new(ErrorCode::INTERNAL_ERROR, what)
 }
 
-/// `argv` = `[_, "--floor-process", "leader", MODE]` or
+/// `argv` = `[_, "--floor-process", "leader", MODE, QUORUM]` or
 /// `[_, "--floor-process", "standby", LEADER, ID]`: runs that process until
 /// it is stopped; `None` for any other command line.
 pub(crate) fn run_as_floor(argv: &[String]) -> Option<i32> {
@@ -30,7 +30,9 @@ pub(crate) fn run_as_floor(argv: &[String]) -> Option<i32> {
     }
     let args: Vec<&str> = argv[2..].iter().map(String::as_str).collect();
     let outcome = match args.as_slice() {
-        ["leader", mode] => Mode::parse(mode).and_then(lead),
+        ["leader", mode, quorum] => {
+            Mode::parse(mode).and_then(|m| Quorum::parse(quorum).and_then(|q| lead(m, q)))
+        }
         ["standby", leader, id] => leader
             .parse::<SocketAddr>()
             .map_err(|e| err(format!("leader address {leader}: {e}")))
@@ -39,7 +41,7 @@ pub(crate) fn run_as_floor(argv: &[String]) -> Option<i32> {
                 floor::run_standby(addr, id)
             }),
         _ => Err(err(format!(
-            "{FLOOR_PROCESS}: leader MODE | standby ADDR ID"
+            "{FLOOR_PROCESS}: leader MODE QUORUM | standby ADDR ID"
         ))),
     };
     match outcome {
@@ -58,8 +60,8 @@ fn ready(fields: &str) {
 }
 
 /// Serves as the floor's leader until the process is stopped.
-fn lead(mode: Mode) -> Result<()> {
-    let leader = floor::serve_leader(mode)?;
+fn lead(mode: Mode, quorum: Quorum) -> Result<()> {
+    let leader = floor::serve_leader(mode, quorum)?;
     let (rpc, standbys) = leader.addresses();
     ready(&format!("rpc={rpc} standbys={standbys}"));
     loop {
@@ -67,7 +69,7 @@ fn lead(mode: Mode) -> Result<()> {
     }
 }
 
-/// A floor of one mode: its processes, stopped when dropped.
+/// A floor of one mode and quorum: its processes, stopped when dropped.
 pub(crate) struct Floor {
     /// Where its leader serves clients.
     rpc: String,
@@ -75,11 +77,11 @@ pub(crate) struct Floor {
 }
 
 impl Floor {
-    pub(crate) fn start(mode: Mode) -> Result<Floor> {
+    pub(crate) fn start(mode: Mode, quorum: Quorum) -> Result<Floor> {
         let exe = std::env::current_exe().map_err(|e| err(format!("own executable: {e}")))?;
         let dir = work_dir()?;
-        let name = format!("floor-{}", mode.name());
-        let args = [FLOOR_PROCESS, "leader", mode.name()];
+        let name = format!("floor-{}-{}", mode.name(), quorum.name());
+        let args = [FLOOR_PROCESS, "leader", mode.name(), quorum.name()];
         let (leader, line) = Proc::spawn(
             &name,
             &exe,
@@ -92,7 +94,7 @@ impl Floor {
         let standbys = field(&line, "standbys").ok_or_else(|| err(format!("{name}: {line}")))?;
         let mut procs = vec![leader];
         if mode.replicates() {
-            for i in 0..2 {
+            for i in 0..quorum.standbys() {
                 let id = format!("{name}-standby-{i}");
                 let args = [FLOOR_PROCESS, "standby", standbys, id.as_str()];
                 let log = dir.join(format!("{id}.log"));

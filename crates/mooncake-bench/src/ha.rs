@@ -14,7 +14,9 @@
 //!   ([`crate::floor`]): a leader process and two standby processes with
 //!   no state machine, reached in four ways, so each replicated phase is
 //!   also reported against the least this machine needs to replicate a
-//!   put (the fastest floor of its round);
+//!   put to both standbys (the fastest such floor of its round); and
+//!   floors whose put waits for one standby only (the first of two, or
+//!   the only one);
 //! - failover: `kill -9`, then SIGTERM, of the leader while a client
 //!   puts and gets in a loop; the time from the signal to its first good
 //!   put and get through the new leader, `runs` times each.
@@ -30,7 +32,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 
-use mooncake_store::master::floor::{FloorClient, Mode};
+use mooncake_store::master::floor::{FloorClient, Mode, Quorum};
 
 use crate::cluster::{program, work_dir, Proc};
 use crate::floor::Floor;
@@ -373,8 +375,8 @@ pub fn run(
         });
     }
     if cfg.floor {
-        for (name, mode) in FLOORS {
-            let floor = Floor::start(mode)?;
+        for (name, mode, quorum) in FLOORS {
+            let floor = Floor::start(mode, quorum)?;
             let f = FloorClient::connect(floor.address())?;
             setups.push(Setup {
                 name,
@@ -443,15 +445,37 @@ const PLAIN: &str = "1 master";
 const REPLICATED: &str = "3 masters, replicated";
 const UNFENCED: &str = "3 masters, replicated, MC_PUT_FENCE=0";
 
-/// The floor setups, by how the floor's leader reaches its standbys.
-const FLOORS: [(&str, Mode); 4] = [
-    ("floor, 1 process", Mode::Alone),
-    ("floor, 3 processes, pull", Mode::Pull),
+/// The floor setups, by how the floor's leader reaches its standbys and
+/// which of them a put waits for.
+const FLOORS: [(&str, Mode, Quorum); 8] = [
+    ("floor, 1 process", Mode::Alone, Quorum::BothOf2),
+    ("floor, 3 processes, pull", Mode::Pull, Quorum::BothOf2),
     (
         "floor, 3 processes, pull, entries at commit",
         Mode::PullAtCommit,
+        Quorum::BothOf2,
     ),
-    ("floor, 3 processes, direct", Mode::Direct),
+    ("floor, 3 processes, direct", Mode::Direct, Quorum::BothOf2),
+    (
+        "floor, 3 processes, pull, first of 2",
+        Mode::Pull,
+        Quorum::FirstOf2,
+    ),
+    (
+        "floor, 2 processes, pull, 1 standby",
+        Mode::Pull,
+        Quorum::OneOf1,
+    ),
+    (
+        "floor, 3 processes, direct, first of 2",
+        Mode::Direct,
+        Quorum::FirstOf2,
+    ),
+    (
+        "floor, 2 processes, direct, 1 standby",
+        Mode::Direct,
+        Quorum::OneOf1,
+    ),
 ];
 
 fn put_line(r: &PutRow) -> String {
@@ -575,12 +599,14 @@ fn plain_of<'a>(puts: &'a [PutRow], r: &PutRow) -> Option<&'a Summary> {
 }
 
 /// The floor of `r`'s round and thread count: the lowest p50 and the
-/// highest puts/s of the floor setups that replicate.
+/// highest puts/s of the floor setups that replicate to both standbys.
 fn floor_of(puts: &[PutRow], r: &PutRow) -> Option<(f64, f64)> {
     let floors = puts.iter().filter(|p| {
         p.repeat == r.repeat
             && p.threads == r.threads
-            && FLOORS[1..].iter().any(|(name, _)| *name == p.setup)
+            && FLOORS.iter().any(|&(name, mode, quorum)| {
+                name == p.setup && mode.replicates() && quorum == Quorum::BothOf2
+            })
     });
     floors.fold(None, |acc, p| {
         let (p50, ops) = acc.unwrap_or((f64::INFINITY, 0.0));

@@ -105,7 +105,9 @@ pub(crate) struct HaArgs {
     pub(crate) unfenced: bool,
     /// Also the floor: the same client, processes and threads with no
     /// state machine (a leader forwarding each put's entries to two
-    /// standbys), in four ways of reaching them.
+    /// standbys), in four ways of reaching them; and, pulled and direct,
+    /// with a put waiting for one standby (the first of two, or the only
+    /// one).
     #[arg(long)]
     pub(crate) floor: bool,
     /// Draw the results here as SVG.

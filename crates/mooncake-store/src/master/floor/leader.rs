@@ -1,33 +1,32 @@
 //! The floor's leader (process A): the master's RPC server loop and socket
-//! options, an in-memory log of entry frames, and the commit rule of a
-//! replicated master with both standbys in its in-sync set.
+//! options, an in-memory log of entry frames, and a commit rule: its
+//! [`Quorum`] (both standbys, as a replicated master's in-sync set, or one).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
-use super::{put_end_entry, put_start_entry, Mode, TERM};
+use super::{put_end_entry, put_start_entry, Mode, Quorum, TERM};
 use crate::master::config::MasterConfig;
 use crate::master::server::rpc_options;
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
 use crate::proto::{Frames, Request, Response};
 use crate::rpc::{self, Handler, Server};
 
-/// Standbys a commit waits for.
-pub(super) const STANDBYS: usize = 2;
 /// Longest a call waits for its commit, or for the standbys to connect.
 const COMMIT_WAIT: Duration = Duration::from_secs(15);
 /// Longest an idle pull is held (the master's default poll interval).
 const POLL: Duration = Duration::from_secs(1);
 
 /// Entries `base + 1 ..= last` not yet acknowledged by every standby.
-#[derive(Default)]
 struct Log {
+    quorum: Quorum,
     base: u64,
     frames: VecDeque<Vec<u8>>,
     acked: BTreeMap<String, u64>,
@@ -35,6 +34,16 @@ struct Log {
 }
 
 impl Log {
+    fn new(quorum: Quorum) -> Log {
+        Log {
+            quorum,
+            base: 0,
+            frames: VecDeque::new(),
+            acked: BTreeMap::new(),
+            committed: 0,
+        }
+    }
+
     fn last(&self) -> u64 {
         self.base + self.frames.len() as u64
     }
@@ -54,21 +63,30 @@ impl Log {
     }
 
     /// `standby` holds every entry up to `after`; whether the commit point
-    /// moved. Entries every standby holds are dropped.
+    /// (what the quorum's number of standbys hold) moved. Entries every
+    /// standby holds are dropped.
     fn ack(&mut self, standby: &str, after: u64) -> bool {
         let after = after.min(self.last());
         let a = self.acked.entry(standby.to_string()).or_insert(after);
         *a = (*a).max(after);
-        if self.acked.len() < STANDBYS {
+        if self.acked.len() >= self.quorum.standbys() {
+            let all = self.acked.values().copied().min().unwrap_or(0);
+            while self.base < all {
+                self.frames.pop_front();
+                self.base += 1;
+            }
+        }
+        let acks = self.quorum.acks();
+        let held = self
+            .acked
+            .values()
+            .copied()
+            .filter(|&a| self.acked.values().filter(|&&b| b >= a).count() >= acks);
+        let Some(held) = held.max() else {
             return false;
-        }
-        let all = self.acked.values().copied().min().unwrap_or(0);
-        while self.base < all {
-            self.frames.pop_front();
-            self.base += 1;
-        }
-        let moved = all > self.committed;
-        self.committed = self.committed.max(all);
+        };
+        let moved = held > self.committed;
+        self.committed = self.committed.max(held);
         moved
     }
 }
@@ -81,10 +99,13 @@ struct Link {
     buf: Vec<u8>,
     /// What it holds: the `after` of its last pull.
     after: u64,
+    /// Entries were sent to it and its next pull is not read yet.
+    sent: bool,
 }
 
 struct Core {
     mode: Mode,
+    quorum: Quorum,
     log: Mutex<Log>,
     /// New entries: what pulls wait for.
     appended: Condvar,
@@ -110,13 +131,14 @@ impl Leader {
     }
 }
 
-/// Starts a floor leader of `mode` on loopback (ports chosen by the
-/// kernel).
-pub fn serve_leader(mode: Mode) -> Result<Leader> {
+/// Starts a floor leader of `mode` committing at `quorum` on loopback
+/// (ports chosen by the kernel).
+pub fn serve_leader(mode: Mode, quorum: Quorum) -> Result<Leader> {
     let fail = |e: io::Error| Error::new(ErrorCode::INTERNAL_ERROR, format!("floor leader: {e}"));
     let core = Arc::new(Core {
         mode,
-        log: Mutex::new(Log::default()),
+        quorum,
+        log: Mutex::new(Log::new(quorum)),
         appended: Condvar::new(),
         committed: Condvar::new(),
         links: Mutex::new(Vec::new()),
@@ -161,6 +183,7 @@ fn accept_links(l: &TcpListener, core: &Core) {
                 stream: BufReader::with_capacity(64 << 10, stream),
                 buf: Vec::new(),
                 after: 0,
+                sent: false,
             };
             read_pull(&mut link, Duration::ZERO)?;
             Ok(link)
@@ -219,7 +242,7 @@ impl Core {
         seq
     }
 
-    /// Waits until both standbys hold entry `seq`, woken by the threads
+    /// Waits until the quorum holds entry `seq`, woken by the threads
     /// that read their pulls.
     fn wait_committed(&self, seq: u64) -> Result<()> {
         let deadline = Instant::now() + COMMIT_WAIT;
@@ -250,43 +273,99 @@ impl Core {
         entries(log.committed, frames)
     }
 
-    /// [`Mode::Direct`]: sends every entry appended so far to both standbys
-    /// from this thread and reads their next pulls, unless another thread
-    /// already committed `seq`.
+    /// [`Mode::Direct`]: sends every entry appended so far to each standby
+    /// that lacks `seq` and is not sent entries already, from this thread,
+    /// and reads their next pulls, until the quorum holds `seq` (unless
+    /// another thread already committed it). A standby whose pull is not
+    /// read by then is sent its next entries by a later commit.
     fn commit_directly(&self, seq: u64) -> Result<()> {
         let deadline = Instant::now() + COMMIT_WAIT;
         let mut links = self.links.lock();
-        while links.len() < STANDBYS {
+        while links.len() < self.quorum.standbys() {
             if self.linked.wait_until(&mut links, deadline).timed_out() {
                 return Err(not_in_time(seq));
             }
         }
-        if self.log.lock().committed >= seq {
-            return Ok(());
-        }
         let mut out = Vec::new();
-        for link in links.iter_mut() {
-            let mut frames = Vec::new();
-            let committed = {
-                let log = self.log.lock();
-                log.copy_after(link.after.max(log.base), &mut frames);
-                log.committed
-            };
-            out.clear();
-            encode_frame(&entries(committed, frames), &mut out).map_err(io_error)?;
-            link.stream.get_mut().write_all(&out).map_err(io_error)?;
-        }
         let window = rpc::poll::server_window();
-        for link in links.iter_mut() {
-            read_pull(link, window)?;
+        while self.log.lock().committed < seq {
+            for link in links.iter_mut().filter(|l| !l.sent && l.after < seq) {
+                let mut frames = Vec::new();
+                let committed = {
+                    let log = self.log.lock();
+                    log.copy_after(link.after.max(log.base), &mut frames);
+                    log.committed
+                };
+                out.clear();
+                encode_frame(&entries(committed, frames), &mut out).map_err(io_error)?;
+                link.stream.get_mut().write_all(&out).map_err(io_error)?;
+                link.sent = true;
+            }
+            let ready = await_pulls(&links, window, deadline)?;
+            for (link, _) in links.iter_mut().zip(ready).filter(|(_, r)| *r) {
+                read_pull(link, Duration::ZERO)?;
+                link.sent = false;
+                self.log.lock().ack(&link.id, link.after);
+            }
         }
-        let mut log = self.log.lock();
-        for link in links.iter() {
-            log.ack(&link.id, link.after);
-        }
-        drop(log);
+        drop(links);
         self.committed.notify_all();
         Ok(())
+    }
+}
+
+/// Which of `links` that were sent entries have their next pull to read:
+/// polled for `window`, then waited for until `deadline`.
+fn await_pulls(links: &[Link], window: Duration, deadline: Instant) -> Result<Vec<bool>> {
+    let buffered: Vec<bool> = links
+        .iter()
+        .map(|l| l.sent && !l.stream.buffer().is_empty())
+        .collect();
+    if buffered.contains(&true) {
+        return Ok(buffered);
+    }
+    let mut fds: Vec<libc::pollfd> = links
+        .iter()
+        .map(|l| libc::pollfd {
+            // A link not sent entries is not polled (a negative fd).
+            fd: if l.sent {
+                l.stream.get_ref().as_raw_fd()
+            } else {
+                -1
+            },
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let now = Instant::now();
+        let timeout = if now.duration_since(start) < window {
+            0
+        } else if now >= deadline {
+            return Err(io_error(io::Error::from(io::ErrorKind::TimedOut)));
+        } else {
+            (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32
+        };
+        // SAFETY: valid pollfds of sockets the links own, for the call's
+        // duration.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(io_error(e));
+            }
+        } else if n > 0 {
+            // Ready, hung up or failed: the read tells which.
+            return Ok(fds.iter().map(|p| p.revents != 0).collect());
+        }
+        spins += 1;
+        if timeout == 0 && spins.is_multiple_of(16) {
+            std::thread::yield_now();
+        } else if timeout == 0 {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -297,7 +376,7 @@ fn io_error(e: io::Error) -> Error {
 fn not_in_time(seq: u64) -> Error {
     Error::new(
         ErrorCode::RPC_FAIL,
-        format!("floor entry {seq} not held by both standbys within {COMMIT_WAIT:?}"),
+        format!("floor entry {seq} not held by the standbys within {COMMIT_WAIT:?}"),
     )
 }
 
@@ -359,7 +438,7 @@ mod tests {
 
     #[test]
     fn commits_when_both_standbys_hold_an_entry() {
-        let mut log = Log::default();
+        let mut log = Log::new(Quorum::BothOf2);
         for _ in 0..3 {
             log.append(|seq| vec![seq as u8]);
         }
@@ -373,5 +452,24 @@ mod tests {
         assert!(!log.ack("c", 1), "never back");
         assert!(log.ack("c", 9), "at most the last");
         assert_eq!((log.committed, log.base), (3, 3));
+    }
+
+    #[test]
+    fn commits_when_one_standby_holds_an_entry() {
+        let mut log = Log::new(Quorum::FirstOf2);
+        for _ in 0..3 {
+            log.append(|seq| vec![seq as u8]);
+        }
+        assert!(log.ack("b", 2), "the first standby commits");
+        assert_eq!((log.committed, log.base), (2, 0), "kept for the second");
+        assert!(!log.ack("c", 1));
+        assert_eq!((log.committed, log.base), (2, 1));
+        assert!(log.ack("c", 3));
+        assert_eq!((log.committed, log.base), (3, 2));
+
+        let mut log = Log::new(Quorum::OneOf1);
+        log.append(|seq| vec![seq as u8]);
+        assert!(log.ack("b", 1));
+        assert_eq!((log.committed, log.base, log.last()), (1, 1, 1));
     }
 }

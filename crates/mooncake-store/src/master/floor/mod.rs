@@ -13,7 +13,10 @@
 //! `PutStart` call, the 4 KiB value copied, a `PutEnd` call; the log entries
 //! are real `oplog` frames of a put's two mutations, so every message has
 //! the size it has in a replicated master. The leader keeps no objects: a
-//! call only appends entries and, for `PutEnd`, waits for both standbys.
+//! call only appends entries and, for `PutEnd`, waits for the standbys its
+//! [`Quorum`] names: both (a replicated master's in-sync set), the first
+//! of the two to hold the entries (a majority of three), or the only one
+//! (a second standby absent: the least CPU a replicated put can use).
 //!
 //! How the leader reaches its standbys ([`Mode`]):
 //! - [`Mode::Alone`]: it does not (both calls answered at once): a plain
@@ -77,6 +80,52 @@ impl Mode {
     /// Whether standbys take part.
     pub fn replicates(self) -> bool {
         self != Mode::Alone
+    }
+}
+
+/// Which standbys run and which of them a `PutEnd` waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quorum {
+    /// Two standbys; a commit waits for both.
+    BothOf2,
+    /// Two standbys, both sent every entry; a commit waits for the first
+    /// that holds it.
+    FirstOf2,
+    /// One standby, and a commit waits for it.
+    OneOf1,
+}
+
+impl Quorum {
+    /// Its name on a command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Quorum::BothOf2 => "both-of-2",
+            Quorum::FirstOf2 => "first-of-2",
+            Quorum::OneOf1 => "1-of-1",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Quorum> {
+        [Quorum::BothOf2, Quorum::FirstOf2, Quorum::OneOf1]
+            .into_iter()
+            .find(|q| q.name() == s)
+            .ok_or_else(|| Error::new(ErrorCode::INVALID_PARAMS, format!("no floor quorum {s:?}")))
+    }
+
+    /// The standby processes.
+    pub fn standbys(self) -> usize {
+        match self {
+            Quorum::BothOf2 | Quorum::FirstOf2 => 2,
+            Quorum::OneOf1 => 1,
+        }
+    }
+
+    /// How many standbys hold an entry when it is committed.
+    pub fn acks(self) -> usize {
+        match self {
+            Quorum::BothOf2 => 2,
+            Quorum::FirstOf2 | Quorum::OneOf1 => 1,
+        }
     }
 }
 
@@ -196,26 +245,34 @@ mod tests {
     use super::*;
     use std::sync::mpsc;
 
+    /// Puts 50 keys on a thread of `s`; each index sent once answered.
+    fn putting<'s>(
+        s: &'s std::thread::Scope<'s, '_>,
+        client: &'s FloorClient,
+    ) -> mpsc::Receiver<i32> {
+        let (tx, rx) = mpsc::channel();
+        s.spawn(move || {
+            let value = vec![7u8; 4096];
+            let mut segment = vec![0u8; 4096];
+            for i in 0..50 {
+                client.put(&format!("k{i}"), &value, &mut segment).unwrap();
+                tx.send(i).unwrap();
+            }
+        });
+        rx
+    }
+
     /// A put is answered only once both standbys hold its entries, in
     /// every mode that replicates; and every entry reaches them in order
     /// (a standby fails on a gap).
     #[test]
     fn a_put_waits_for_both_standbys() {
         for mode in [Mode::Pull, Mode::PullAtCommit, Mode::Direct] {
-            let leader = serve_leader(mode).unwrap();
+            let leader = serve_leader(mode, Quorum::BothOf2).unwrap();
             let (rpc, standbys) = leader.addresses();
             let client = FloorClient::connect(&rpc.to_string()).unwrap();
-            let value = vec![7u8; 4096];
-            let (tx, rx) = mpsc::channel();
             std::thread::scope(|s| {
-                let (client, value) = (&client, &value);
-                s.spawn(move || {
-                    let mut segment = vec![0u8; 4096];
-                    for i in 0..50 {
-                        client.put(&format!("k{i}"), value, &mut segment).unwrap();
-                        tx.send(i).unwrap();
-                    }
-                });
+                let rx = putting(s, &client);
                 std::thread::spawn(move || run_standby(standbys, "b"));
                 let early = rx.recv_timeout(Duration::from_millis(300));
                 assert!(early.is_err(), "{mode:?}: answered with one standby");
@@ -227,9 +284,52 @@ mod tests {
         }
     }
 
+    /// A standby that pulls once and then stops: connected, never
+    /// acknowledging anything.
+    fn stalled_standby(leader: SocketAddr, id: &str) -> TcpStream {
+        let mut stream = TcpStream::connect(leader).unwrap();
+        let pull = Request::ReplicationPull {
+            standby: id,
+            after: 0,
+            after_term: TERM,
+            applied: 0,
+            max: 1024,
+            wait_ms: 1000,
+        };
+        let mut frame = Vec::new();
+        encode_frame(&pull, &mut frame).unwrap();
+        std::io::Write::write_all(&mut stream, &frame).unwrap();
+        stream
+    }
+
+    /// With one standby to wait for, a put waits for one, and is answered
+    /// while the other standby is stopped ([`Quorum::FirstOf2`]) or absent
+    /// ([`Quorum::OneOf1`]).
+    #[test]
+    fn a_put_waits_for_one_standby_in_a_one_standby_quorum() {
+        for mode in [Mode::Pull, Mode::PullAtCommit, Mode::Direct] {
+            for quorum in [Quorum::FirstOf2, Quorum::OneOf1] {
+                let leader = serve_leader(mode, quorum).unwrap();
+                let (rpc, standbys) = leader.addresses();
+                let client = FloorClient::connect(&rpc.to_string()).unwrap();
+                let _stalled = (quorum == Quorum::FirstOf2).then(|| stalled_standby(standbys, "c"));
+                std::thread::scope(|s| {
+                    let rx = putting(s, &client);
+                    let early = rx.recv_timeout(Duration::from_millis(300));
+                    assert!(early.is_err(), "{mode:?} {quorum:?}: answered unheld");
+                    std::thread::spawn(move || run_standby(standbys, "b"));
+                    for i in 0..50 {
+                        let got = rx.recv_timeout(Duration::from_secs(10));
+                        assert_eq!(got, Ok(i), "{mode:?} {quorum:?}");
+                    }
+                });
+            }
+        }
+    }
+
     #[test]
     fn alone_answers_at_once() {
-        let leader = serve_leader(Mode::Alone).unwrap();
+        let leader = serve_leader(Mode::Alone, Quorum::BothOf2).unwrap();
         let client = FloorClient::connect(&leader.addresses().0.to_string()).unwrap();
         let mut segment = vec![0u8; 16];
         client.put("k", &[1; 16], &mut segment).unwrap();
@@ -237,5 +337,9 @@ mod tests {
         assert_eq!(Mode::parse("direct").unwrap(), Mode::Direct);
         assert!(Mode::parse("nope").is_err());
         assert!(!Mode::Alone.replicates() && Mode::Pull.replicates());
+        for q in [Quorum::BothOf2, Quorum::FirstOf2, Quorum::OneOf1] {
+            assert_eq!(Quorum::parse(q.name()).unwrap(), q);
+        }
+        assert!(Quorum::parse("all").is_err());
     }
 }
