@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
-use mooncake_store::client::{Client, ServiceConfig, ServiceLimits, StoreService};
+use mooncake_store::client::{Client, ServiceLimits};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::types::ReplicateConfig;
 
 mod common;
+use common::dummy::{answer, error_of, service};
 use common::*;
 
 /// Says Hello to the service at `addr` for `len` bytes of `fd` named `name`.
@@ -171,18 +172,14 @@ fn still_open(s: &TcpStream) -> bool {
 #[test]
 fn dummy_service_bounds_connections_and_stalled_calls() {
     let cluster = Cluster::start(&[]);
-    let service = StoreService::start(&ServiceConfig {
-        client: cluster.config(16 << 20, 0),
-        host: "127.0.0.1".into(),
-        port: 0,
-        limits: ServiceLimits {
+    let service = service(
+        &cluster,
+        ServiceLimits {
             max_connections: 3,
             frame_timeout: Duration::from_secs(1),
             ..ServiceLimits::default()
         },
-        allowed_uids: Vec::new(),
-    })
-    .unwrap();
+    );
     let addr = service.local_addr();
     // Three idle connections fill the service; a fourth takes the place
     // of the oldest, which had no session.
@@ -219,35 +216,16 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
     service.stop();
 }
 
-/// The dummy service's answer to raw `bytes` on `s`.
-fn dummy_answer(s: &mut TcpStream, bytes: &[u8]) -> DummyResponse {
-    s.write_all(bytes).unwrap();
-    let mut buf = Vec::new();
-    read_frame(s, &mut buf).unwrap();
-    decode_payload(&buf).unwrap()
-}
-
-fn dummy_error(resp: DummyResponse) -> ErrorCode {
-    match resp {
-        DummyResponse::Unit { result: Err(e) } => e.code,
-        other => panic!("expected an error, got {other:?}"),
-    }
-}
-
 #[test]
 fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_master() {
     let cluster = Cluster::start(&[]);
-    let service = StoreService::start(&ServiceConfig {
-        client: cluster.config(16 << 20, 0),
-        host: "127.0.0.1".into(),
-        port: 0,
-        limits: ServiceLimits {
+    let service = service(
+        &cluster,
+        ServiceLimits {
             idle_timeout: Some(Duration::from_secs(1)),
             ..ServiceLimits::default()
         },
-        allowed_uids: Vec::new(),
-    })
-    .unwrap();
+    );
     let addr = service.local_addr();
     let connect = || {
         let s = TcpStream::connect(addr).unwrap();
@@ -257,7 +235,7 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
     // A length that cannot be trusted is answered, then the connection closes.
     for len in [u32::MAX, 0] {
         let mut s = connect();
-        let e = dummy_error(dummy_answer(&mut s, &len.to_le_bytes()));
+        let e = error_of(answer(&mut s, &len.to_le_bytes()));
         assert_eq!(e, ErrorCode::DESERIALIZE_FAIL);
         assert!(closed_by_peer(&mut s), "a bad length kept its connection");
     }
@@ -266,7 +244,7 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
     let mut garbage = 5u32.to_le_bytes().to_vec();
     garbage.extend_from_slice(&[1, 200, 1, 2, 3]);
     assert_eq!(
-        dummy_error(dummy_answer(&mut s, &garbage)),
+        error_of(answer(&mut s, &garbage)),
         ErrorCode::DESERIALIZE_FAIL
     );
     let mut frame = Vec::new();
@@ -274,17 +252,17 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
     let mut wrong_version = frame.clone();
     wrong_version[4] = 99;
     assert_eq!(
-        dummy_error(dummy_answer(&mut s, &wrong_version)),
+        error_of(answer(&mut s, &wrong_version)),
         ErrorCode::INVALID_VERSION
     );
     assert_eq!(
-        dummy_answer(&mut s, &frame),
+        answer(&mut s, &frame),
         DummyResponse::Unit { result: Ok(()) }
     );
     // Silent past the idle limit: closed by the service, which still serves.
     assert!(closed_by_peer(&mut s), "an idle connection stayed open");
     assert_eq!(
-        dummy_answer(&mut connect(), &frame),
+        answer(&mut connect(), &frame),
         DummyResponse::Unit { result: Ok(()) }
     );
     service.stop();

@@ -3,7 +3,7 @@
 //! session, stolen or guessed session tokens, other users. Waits are
 //! bounded; nothing asserts a duration.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
@@ -11,41 +11,15 @@ use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{local_socket_name, DummyRequest, DummyResponse};
-use mooncake_store::client::{Client, DummyTransport, ServiceConfig, ServiceLimits, StoreService};
-use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
+use mooncake_store::client::{Client, DummyTransport, ServiceLimits, StoreService};
+use mooncake_store::proto::frame::{decode_payload, encode_frame};
 use mooncake_store::types::ReplicateConfig;
 
 mod common;
+use common::dummy::{call, error_of, service};
 use common::*;
 
 const WAIT: Duration = Duration::from_secs(30);
-
-fn service(cluster: &Cluster, limits: ServiceLimits) -> StoreService {
-    StoreService::start(&ServiceConfig {
-        client: cluster.config(16 << 20, 0),
-        host: "127.0.0.1".into(),
-        port: 0,
-        limits,
-        allowed_uids: Vec::new(),
-    })
-    .unwrap()
-}
-
-fn call(s: &mut (impl Read + Write), req: &DummyRequest) -> DummyResponse {
-    let mut frame = Vec::new();
-    encode_frame(req, &mut frame).unwrap();
-    s.write_all(&frame).unwrap();
-    let mut buf = Vec::new();
-    read_frame(s, &mut buf).unwrap();
-    decode_payload(&buf).unwrap()
-}
-
-fn error_of(resp: DummyResponse) -> ErrorCode {
-    match resp {
-        DummyResponse::Unit { result: Err(e) } => e.code,
-        other => panic!("expected an error, got {other:?}"),
-    }
-}
 
 fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();

@@ -7,6 +7,7 @@
 // Each test crate uses a different subset.
 #![allow(dead_code, unused_imports)]
 
+pub mod dummy;
 pub mod ha;
 pub mod load;
 
