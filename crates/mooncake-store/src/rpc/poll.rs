@@ -14,6 +14,7 @@
 //! base are rationed ([`LongPolls`]): at most half the cores poll that long
 //! at once, so busy clients never cost the master more than that.
 
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -149,31 +150,35 @@ impl LongPolls {
     }
 }
 
-/// Polls `stream` until it has bytes to read (or an error or end of stream
-/// to report) or `window` has passed. Returns whether it is readable; the
-/// caller then reads as usual (blocking when it is not).
-pub(crate) fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
-    if window.is_zero() {
-        return false;
+/// One `poll(2)` of `fds`, waiting up to `timeout_ms` (0 never blocks, -1
+/// has no bound): how many have events (`revents`). Entries with a negative
+/// fd are skipped by the kernel.
+pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+    // SAFETY: the slice is valid for its length for the call's duration and
+    // the kernel writes only its `revents` fields.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
     }
-    let fd = stream.as_raw_fd();
+    Ok(n as usize)
+}
+
+/// Polls `fds` without blocking until one has events (readable, hung up or
+/// failed) or `window` has passed, yielding the CPU now and then: whether
+/// one has. An interrupted poll is tried again; any other failure is
+/// returned.
+pub(crate) fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for an fd we own, for the call's duration;
-        // a zero timeout never blocks.
-        let n = unsafe { libc::poll(&mut p, 1, 0) };
-        if n != 0 {
-            // Ready, hung up, or poll failed: the read will tell which.
-            return n > 0;
+        match poll_fds(fds, 0) {
+            Ok(0) => {}
+            Ok(_) => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
         if start.elapsed() >= window {
-            return false;
+            return Ok(false);
         }
         spins += 1;
         if spins.is_multiple_of(16) {
@@ -182,6 +187,22 @@ pub(crate) fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
             std::hint::spin_loop();
         }
     }
+}
+
+/// Polls `stream` until it has bytes to read (or an error or end of stream
+/// to report) or `window` has passed. Returns whether it is readable; the
+/// caller then reads as usual (blocking when it is not, or when the poll
+/// itself failed: the read will tell).
+pub(crate) fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
+    if window.is_zero() {
+        return false;
+    }
+    let mut p = [libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    spin_fds(&mut p, window).unwrap_or(false)
 }
 
 #[cfg(test)]
@@ -252,5 +273,28 @@ mod tests {
             (c, addr)
         };
         assert!(await_readable(&c, Duration::from_secs(10)));
+    }
+
+    #[test]
+    fn poll_fds_takes_empty_skipped_and_bad_descriptors() {
+        let pfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        assert_eq!(poll_fds(&mut [], 0).unwrap(), 0, "nothing to poll");
+        let mut skipped = [pfd(-1)];
+        assert_eq!(
+            poll_fds(&mut skipped, 0).unwrap(),
+            0,
+            "a negative fd is skipped"
+        );
+        // An fd number far above any open one: reported, not an error.
+        let mut bad = [pfd(1 << 20)];
+        assert_eq!(poll_fds(&mut bad, 0).unwrap(), 1);
+        assert_eq!(bad[0].revents, libc::POLLNVAL);
+        assert!(spin_fds(&mut bad, Duration::from_millis(1)).unwrap());
+        let mut none = [pfd(-1), pfd(-1)];
+        assert!(!spin_fds(&mut none, Duration::from_millis(1)).unwrap());
     }
 }

@@ -337,34 +337,22 @@ fn await_pulls(links: &[Link], window: Duration, deadline: Instant) -> Result<Ve
             revents: 0,
         })
         .collect();
-    let start = Instant::now();
-    let mut spins = 0u32;
+    let ready = |fds: &[libc::pollfd]| fds.iter().map(|p| p.revents != 0).collect();
+    // Ready, hung up or failed: the read tells which.
+    if rpc::poll::spin_fds(&mut fds, window).map_err(io_error)? {
+        return Ok(ready(&fds));
+    }
     loop {
         let now = Instant::now();
-        let timeout = if now.duration_since(start) < window {
-            0
-        } else if now >= deadline {
+        if now >= deadline {
             return Err(io_error(io::Error::from(io::ErrorKind::TimedOut)));
-        } else {
-            (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32
-        };
-        // SAFETY: valid pollfds of sockets the links own, for the call's
-        // duration.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(io_error(e));
-            }
-        } else if n > 0 {
-            // Ready, hung up or failed: the read tells which.
-            return Ok(fds.iter().map(|p| p.revents != 0).collect());
         }
-        spins += 1;
-        if timeout == 0 && spins.is_multiple_of(16) {
-            std::thread::yield_now();
-        } else if timeout == 0 {
-            std::hint::spin_loop();
+        let timeout = (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32;
+        match rpc::poll::poll_fds(&mut fds, timeout) {
+            Ok(0) => {}
+            Ok(_) => return Ok(ready(&fds)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_error(e)),
         }
     }
 }
