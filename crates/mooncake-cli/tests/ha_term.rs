@@ -6,42 +6,30 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::TcpStream;
 use std::time::Instant;
 
 use common::ha::{cluster, in_sync, mounted_client, put_keys, role, start_master, Master};
-use common::{eventually, free_port, WAIT};
+use common::{eventually, free_port, raw, WAIT};
 use mooncake_common::ErrorCode;
 use mooncake_store::ha::{self, Backend};
-use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::proto::{Request, Response};
 use test_support::freeze_proxy::FreezeProxy;
 use test_support::services;
 
 /// A connection of the test's own to a master: requests sent one frame at
 /// a time, answers read back.
-struct Raw {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
+struct Raw(TcpStream);
 
 impl Raw {
     fn connect(port: u16) -> Raw {
         let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
         stream.set_read_timeout(Some(WAIT)).unwrap();
-        Raw {
-            stream,
-            buf: Vec::new(),
-        }
+        Raw(stream)
     }
 
     fn call(&mut self, req: &Request<'_>) -> Response {
-        let mut frame = Vec::new();
-        encode_frame(req, &mut frame).unwrap();
-        self.stream.write_all(&frame).unwrap();
-        read_frame(&mut self.stream, &mut self.buf).unwrap();
-        decode_payload::<Response>(&self.buf).unwrap()
+        raw::call(&mut self.0, req)
     }
 }
 

@@ -1,11 +1,11 @@
-//! Talking to a dummy service (`StoreService`) frame by frame.
+//! A dummy service (`StoreService`) to talk to frame by frame
+//! (`super::raw`).
 
 use std::io::{Read, Write};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{ServiceConfig, ServiceLimits, StoreService};
-use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 
 use super::Cluster;
 
@@ -23,17 +23,12 @@ pub fn service(cluster: &Cluster, limits: ServiceLimits) -> StoreService {
 
 /// The service's answer to raw `bytes` on `s`.
 pub fn answer(s: &mut (impl Read + Write), bytes: &[u8]) -> DummyResponse {
-    s.write_all(bytes).unwrap();
-    let mut buf = Vec::new();
-    read_frame(s, &mut buf).unwrap();
-    decode_payload(&buf).unwrap()
+    super::raw::answer(s, bytes)
 }
 
 /// The service's answer to `req` on `s`.
 pub fn call(s: &mut (impl Read + Write), req: &DummyRequest) -> DummyResponse {
-    let mut frame = Vec::new();
-    encode_frame(req, &mut frame).unwrap();
-    answer(s, &frame)
+    super::raw::call(s, req)
 }
 
 /// The error code of a failed unit answer.

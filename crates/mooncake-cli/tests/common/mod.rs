@@ -10,6 +10,7 @@
 pub mod dummy;
 pub mod ha;
 pub mod load;
+pub mod raw;
 
 use std::process::{Command, Stdio};
 
