@@ -4,7 +4,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use mooncake_fuzz::{within_budget, BINARY_PER_BYTE};
-use mooncake_store::master::oplog::{decode, decode_prefix, OwnedEntry};
+use mooncake_store::master::durable::oplog::{decode, decode_prefix, OwnedEntry};
 
 fuzz_target!(|data: &[u8]| {
     within_budget(data.len(), BINARY_PER_BYTE, || {

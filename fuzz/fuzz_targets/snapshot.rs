@@ -5,8 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use mooncake_fuzz::within_budget;
-use mooncake_store::master::snapshot::format::{decode_into, encode, read_meta};
-use mooncake_store::master::snapshot::RestoreProgress;
+use mooncake_store::master::durable::snapshot::format::{decode_into, encode, read_meta};
+use mooncake_store::master::durable::snapshot::RestoreProgress;
 use mooncake_store::master::{MasterConfig, MasterService};
 
 fuzz_target!(|data: &[u8]| {

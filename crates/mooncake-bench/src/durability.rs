@@ -1,14 +1,14 @@
 //! Durability costs: 4 KiB put latency through a real `mooncake_master`
 //! without and with the local write-ahead log (`--enable_oplog`, fsync
 //! before each acknowledgement), and the snapshot path at scale
-//! (`mooncake_store::master::snapshot::bench`: snapshot and restore time,
+//! (`mooncake_store::master::durable::snapshot::bench`: snapshot and restore time,
 //! put latency while a snapshot runs).
 
 use std::time::Instant;
 
 use mooncake_common::Result;
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::master::snapshot::bench::{self as snap, SnapshotBench};
+use mooncake_store::master::durable::snapshot::bench::{self as snap, SnapshotBench};
 
 use crate::cluster;
 use crate::stats::{self, summarize, Summary};
@@ -134,8 +134,9 @@ pub fn charts(r: &DurabilityReport) -> Vec<crate::svg::Bars> {
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let s = &r.snapshot;
-    let total =
-        |x: &mooncake_store::master::snapshot::SnapshotReport| ms(x.apply + x.encode + x.store);
+    let total = |x: &mooncake_store::master::durable::snapshot::SnapshotReport| {
+        ms(x.apply + x.encode + x.store)
+    };
     vec![
         crate::svg::Bars::new("master put p50", "µs", put(|s| s.p50_us)),
         crate::svg::Bars::new("master put p99", "µs", put(|s| s.p99_us)),

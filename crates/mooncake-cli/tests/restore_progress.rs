@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, Proc, MASTER};
-use mooncake_store::master::snapshot::format::{encode, SnapshotMeta};
-use mooncake_store::master::snapshot::store::{snapshot_name, LocalStore, SnapshotStore};
+use mooncake_store::master::durable::snapshot::format::{encode, SnapshotMeta};
+use mooncake_store::master::durable::snapshot::store::{snapshot_name, LocalStore, SnapshotStore};
 use mooncake_store::master::{MasterConfig, MasterService};
 use mooncake_store::types::{ReplicateConfig, SegmentInfo};
 

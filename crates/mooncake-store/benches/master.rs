@@ -38,7 +38,7 @@ fn report(what: &str, n: usize, took: Duration) {
 }
 
 fn allocator(n: usize) {
-    use mooncake_store::master::allocator::OffsetAllocator;
+    use mooncake_store::master::state::allocator::OffsetAllocator;
     let mut a = OffsetAllocator::new(64 << 30);
     let t = Instant::now();
     let mut offs: Vec<u64> = (0..n).map(|_| a.allocate(4096).unwrap()).collect();

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use mooncake_common::{ErrorCode, Result};
-use mooncake_store::master::allocator::aligned_len;
+use mooncake_store::master::state::allocator::aligned_len;
 use mooncake_store::master::{AllocationStrategy, LeasePolicy, MasterService, Policy};
 use mooncake_store::types::{ClientId, ReplicaDesc, ReplicateConfig, SegmentInfo};
 use rand::rngs::StdRng;

@@ -11,9 +11,9 @@ use mooncake_common::{Error, ErrorCode, Result};
 use tokio::sync::oneshot;
 
 use super::config::MasterConfig;
-use super::server::MasterServer;
-use super::service::MasterService;
-use super::shared::Shared;
+use super::serve::server::MasterServer;
+use super::serve::shared::Shared;
+use super::state::service::MasterService;
 
 /// Binds and serves on the current runtime until `shutdown`.
 pub async fn serve(config: MasterConfig, shutdown: impl Future<Output = ()>) -> Result<()> {

@@ -313,13 +313,13 @@ fn master_durability_seeds() {
             mutations: vec![m.clone()],
         }
         .to_frame();
-        let back = mooncake_store::master::oplog::decode(&frame).unwrap();
+        let back = mooncake_store::master::durable::oplog::decode(&frame).unwrap();
         assert_eq!(&back.mutations[0], m, "{name}");
     }
     let snapshots = snapshot_seeds();
     for (name, bytes) in &snapshots {
         let s = MasterService::new(&MasterConfig::default());
-        let progress = mooncake_store::master::snapshot::RestoreProgress::default();
+        let progress = mooncake_store::master::durable::snapshot::RestoreProgress::default();
         snapshot::decode_into(bytes, &s, &progress).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(
             &snapshot::encode(&s, snapshot::read_meta(bytes).unwrap()),

@@ -11,11 +11,11 @@ use mooncake_store::client::dummy_proto::{
     DummyRequest, DummyResponse, RangeItem, ReadItem, Span, WriteItem,
 };
 use mooncake_store::ha::k8s::record::LeaseRecord;
-use mooncake_store::master::oplog::{
+use mooncake_store::master::durable::oplog::{
     OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
     OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
 };
-use mooncake_store::master::snapshot::format::{self as snapshot, SnapshotMeta};
+use mooncake_store::master::durable::snapshot::format::{self as snapshot, SnapshotMeta};
 use mooncake_store::master::{MasterConfig, MasterService, OffloadPolicy};
 use mooncake_store::proto::frame::{encode_frame, LEN_PREFIX};
 use mooncake_store::proto::wire::Encode;

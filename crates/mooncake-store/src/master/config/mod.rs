@@ -18,11 +18,13 @@ use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use self::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use parse::invalid;
 
 mod flags;
+pub(in crate::master) mod leader_label;
 mod parse;
+pub(in crate::master) mod policy;
 
 pub use flags::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 
@@ -155,7 +157,7 @@ impl MasterConfig {
         }
         if self.enable_ha {
             self.ha_backend()?;
-            super::leader_label::pod(self)?;
+            self::leader_label::pod(self)?;
             if self.rpc_listen_port() == 0 {
                 // The port is published as the leader's address before binding.
                 return Err(Error::new(
@@ -306,7 +308,7 @@ fn ms(d: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::policy::AllocationStrategy;
+    use super::policy::AllocationStrategy;
     use super::*;
 
     #[test]

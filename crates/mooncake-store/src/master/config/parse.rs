@@ -7,7 +7,7 @@ use mooncake_common::duration::parse_duration;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use crate::master::policy::AllocationStrategy;
+use crate::master::config::policy::AllocationStrategy;
 
 /// The error for a value `name` does not take.
 pub(super) fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {

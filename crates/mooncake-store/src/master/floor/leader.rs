@@ -14,7 +14,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{put_end_entry, put_start_entry, Mode, Quorum, TERM};
 use crate::master::config::MasterConfig;
-use crate::master::server::rpc_options;
+use crate::master::serve::server::rpc_options;
 use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
 use crate::proto::{Frames, Request, Response};
 use crate::rpc::{self, Handler, Server};

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-use crate::master::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite, Placed};
+use crate::master::durable::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite, Placed};
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{connect_any, Connector, Pool};

@@ -9,8 +9,8 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::TERM;
-use crate::master::follower::pull_options;
-use crate::master::oplog::decode_prefix;
+use crate::master::durable::oplog::decode_prefix;
+use crate::master::ha::follower::pull_options;
 use crate::master::replication::spin_window;
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};

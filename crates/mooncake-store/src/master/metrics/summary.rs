@@ -8,7 +8,7 @@ use std::time::Instant;
 use mooncake_common::size::format_size;
 
 use super::{BatchOp, MasterMetrics, Op};
-use crate::master::service::{MasterService, MasterStats};
+use crate::master::state::service::{MasterService, MasterStats};
 
 /// Counts at one summary.
 pub(super) struct Snapshot {

@@ -1,8 +1,8 @@
 //! Which family each served call moves, on a state machine without sockets.
 
 use super::MasterMetrics;
-use crate::master::policy::{AllocationStrategy, LeasePolicy, Policy};
-use crate::master::service::MasterService;
+use crate::master::config::policy::{AllocationStrategy, LeasePolicy, Policy};
+use crate::master::state::service::MasterService;
 use crate::proto::Request;
 use crate::types::{ReplicateConfig, SegmentInfo};
 

@@ -31,8 +31,8 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
-use crate::master::oplog::wal::{file_name, list_files};
-use crate::master::oplog::{decode_prefix, DecodeError};
+use crate::master::durable::oplog::wal::{file_name, list_files};
+use crate::master::durable::oplog::{decode_prefix, DecodeError};
 
 /// Longest the syncer sleeps when nothing wakes it.
 const SYNC_IDLE: Duration = Duration::from_millis(50);
@@ -561,7 +561,7 @@ impl DiskLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::master::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp};
+    use crate::master::durable::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp};
 
     fn frame(seq: u64, term: u64) -> Vec<u8> {
         OwnedEntry {

@@ -43,10 +43,10 @@ use parking_lot::{Condvar, Mutex};
 use self::in_sync::{InSync, Record};
 use self::log::Log;
 use super::config::MasterConfig;
+use super::durable::oplog::{OwnedEntry, OwnedMutation};
 use super::metrics::tiers::StandbyState;
 use super::metrics::MasterMetrics;
-use super::mutation::{Mutation, MutationSink};
-use super::oplog::{OwnedEntry, OwnedMutation};
+use super::state::mutation::{Mutation, MutationSink};
 use crate::proto::{Frames, Response};
 
 /// Most frame bytes in one answer to a pull (past its first entry).

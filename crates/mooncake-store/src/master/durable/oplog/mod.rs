@@ -1,0 +1,63 @@
+//! The operation log: the master's mutations as durable, replayable
+//! entries.
+//!
+//! - [`OwnedEntry`] (`entry`): a sequence number, the leader's term and
+//!   one or more [`OwnedMutation`]s, the owned form of the state
+//!   machine's `Mutation` with each placement as (segment id, offset);
+//! - `codec`: the versioned, checksummed frame of an entry:
+//!   [`OwnedEntry::encode_into`], [`decode`] (exactly one frame) and
+//!   [`decode_prefix`] (the first frame of a stream). Decoding never
+//!   panics and allocates in proportion to its input, so it can be fed
+//!   anything (a fuzz target calls [`decode`]);
+//! - `replay`: [`MasterService::apply_entry`] applies a decoded entry to
+//!   another copy of the state machine, reserving each logged range at
+//!   its offset;
+//! - [`Recorder`]: a `MutationSink` that collects the mutations a master
+//!   applies, to be cut into entries;
+//! - [`wal`]: the local write-ahead log with group commit.
+//!
+//! [`MasterService::apply_entry`]: crate::master::MasterService::apply_entry
+
+mod codec;
+mod entry;
+mod replay;
+#[cfg(test)]
+mod tests;
+pub mod wal;
+
+use parking_lot::Mutex;
+
+pub use codec::{decode, decode_prefix, DecodeError, HEADER_LEN, MAGIC, MAX_ENTRY_LEN, VERSION};
+pub use entry::{
+    OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
+    OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
+};
+
+use crate::master::state::mutation::{Mutation, MutationSink};
+
+/// Collects every mutation it sees, in order, for a log to take
+/// ([`Recorder::take`]) and cut into entries.
+#[derive(Default)]
+pub struct Recorder {
+    pending: Mutex<Vec<OwnedMutation>>,
+}
+
+impl Recorder {
+    /// The mutations seen since the last call.
+    pub fn take(&self) -> Vec<OwnedMutation> {
+        std::mem::take(&mut *self.pending.lock())
+    }
+}
+
+impl MutationSink for Recorder {
+    fn applied(&self, m: &Mutation<'_>) {
+        let owned = OwnedMutation::from_mutation(m);
+        self.pending.lock().push(owned);
+    }
+}
+
+impl MutationSink for std::sync::Arc<Recorder> {
+    fn applied(&self, m: &Mutation<'_>) {
+        (**self).applied(m);
+    }
+}

@@ -1,0 +1,324 @@
+//! Durability of a single master: the local log (`oplog::wal`), periodic
+//! snapshots, and restoring both at start.
+//!
+//! # Capture
+//!
+//! A snapshot is taken off the hot path, from the log: the snapshot
+//! thread cuts the log ([`Wal::rotate`], the only moment it meets the
+//! writers: microseconds), applies the closed log files to its own copy
+//! of the state machine (a shadow kept between rounds), encodes that copy
+//! (`format`) and stores it (`store`). The live state is never locked or
+//! copied, so the hot path does not stall at any size; the price is a
+//! second copy of the metadata in memory.
+//!
+//! # Retention and truncation
+//!
+//! The store keeps the newest `--snapshot_retention_count` snapshots; the
+//! log is truncated behind the *oldest* of them, so a restore can fall
+//! back to any snapshot kept and still replay every entry after it.
+//!
+//! # Restore
+//!
+//! The newest snapshot that decodes and holds together, then the log
+//! entries after it; a damaged or truncated snapshot is skipped for the
+//! next older one. The log directory's `BASE` file records the position
+//! a fresh log started from: snapshots at or before it belong to an older
+//! history and are never restored under that log.
+
+pub mod bench;
+mod durable;
+pub mod format;
+mod progress;
+pub mod store;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+pub(crate) use durable::{open, Durability, Opened};
+pub use progress::RestoreProgress;
+
+#[cfg(test)]
+mod counts;
+#[cfg(test)]
+mod tests;
+
+use super::oplog::wal;
+use super::oplog::OwnedEntry;
+use crate::master::config::MasterConfig;
+use crate::master::state::service::MasterService;
+use format::SnapshotMeta;
+use store::{snapshot_name, LocalStore, S3Store, SnapshotStore};
+
+/// What a restore found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// The snapshot restored (its seq), if any.
+    pub snapshot: Option<u64>,
+    /// Newer snapshots skipped as damaged.
+    pub skipped: Vec<u64>,
+    /// Log entries replayed after it.
+    pub entries: usize,
+    /// The last log position in the restored state.
+    pub last_seq: u64,
+    pub elapsed: Duration,
+}
+
+/// What one snapshot round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SnapshotReport {
+    pub seq: u64,
+    pub objects: u64,
+    pub bytes: u64,
+    /// How long the log cut held the writers.
+    pub cut: Duration,
+    /// Applying the new log files to the shadow copy.
+    pub apply: Duration,
+    pub encode: Duration,
+    pub store: Duration,
+    /// Snapshots deleted by retention, and log files truncated.
+    pub deleted_snapshots: usize,
+    pub deleted_log_files: usize,
+}
+
+/// The snapshot store and its optional local backup.
+pub(crate) struct Stores {
+    main: Box<dyn SnapshotStore>,
+    backup: Option<LocalStore>,
+}
+
+impl Stores {
+    pub(crate) fn from_config(config: &MasterConfig) -> Result<Stores> {
+        let main: Box<dyn SnapshotStore> = match config.snapshot_store_type() {
+            "s3" => Box::new(S3Store::from_env(&config.cluster_id)?),
+            _ => Box::new(LocalStore::from_env(&config.cluster_id)?),
+        };
+        let backup = match config.snapshot_backup_dir.as_str() {
+            "" => None,
+            dir => Some(LocalStore::new(dir)?),
+        };
+        Ok(Stores { main, backup })
+    }
+
+    pub(crate) fn new(main: Box<dyn SnapshotStore>, backup: Option<LocalStore>) -> Stores {
+        Stores { main, backup }
+    }
+
+    /// Seqs held in either place, newest first.
+    pub(crate) fn list(&self) -> Vec<u64> {
+        let mut seqs = self.main.list().unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        });
+        if let Some(b) = &self.backup {
+            seqs.extend(b.list().unwrap_or_default());
+        }
+        seqs.sort_unstable_by(|a, b| b.cmp(a));
+        seqs.dedup();
+        seqs
+    }
+
+    pub(crate) fn get(&self, seq: u64) -> Result<Vec<u8>> {
+        let name = snapshot_name(seq);
+        match self.main.get(&name) {
+            Ok(b) => Ok(b),
+            Err(e) => match &self.backup {
+                Some(backup) => backup.get(&name).map_err(|_| e),
+                None => Err(e),
+            },
+        }
+    }
+
+    pub(crate) fn put(&self, seq: u64, bytes: &[u8]) -> Result<()> {
+        let name = snapshot_name(seq);
+        self.main.put(&name, bytes)?;
+        if let Some(b) = &self.backup {
+            b.put(&name, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes all but the newest `keep`; returns the oldest kept and the
+    /// number deleted.
+    pub(crate) fn retain(&self, keep: usize) -> Result<(Option<u64>, usize)> {
+        let mut deleted = 0;
+        let mut oldest = None;
+        let places: Vec<&dyn SnapshotStore> = std::iter::once(&*self.main)
+            .chain(self.backup.as_ref().map(|b| b as &dyn SnapshotStore))
+            .collect();
+        for (i, place) in places.into_iter().enumerate() {
+            let seqs = place.list()?;
+            let cut = seqs.len().saturating_sub(keep);
+            for &seq in &seqs[..cut] {
+                place.delete(&snapshot_name(seq))?;
+                deleted += 1;
+            }
+            if i == 0 {
+                oldest = seqs.get(cut).copied();
+            }
+        }
+        Ok((oldest, deleted))
+    }
+}
+
+const BASE_FILE: &str = "BASE";
+
+/// The position the log in `dir` started from (None: no log there).
+fn read_base(dir: &Path) -> Result<Option<u64>> {
+    match std::fs::read_to_string(dir.join(BASE_FILE)) {
+        Ok(s) => s.trim().parse().map(Some).map_err(|e| {
+            Error::new(
+                ErrorCode::DESERIALIZE_FAIL,
+                format!("{}: {e}", dir.join(BASE_FILE).display()),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::new(
+            ErrorCode::FILE_READ_FAIL,
+            format!("{}: {e}", dir.join(BASE_FILE).display()),
+        )),
+    }
+}
+
+/// Starts a fresh log history in `dir`: old log files go, `BASE` says
+/// where the new one starts.
+fn start_history(dir: &Path, base: u64) -> Result<()> {
+    let io = |e: std::io::Error| {
+        Error::new(
+            ErrorCode::FILE_WRITE_FAIL,
+            format!("write-ahead log directory {}: {e}", dir.display()),
+        )
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    for (_, path) in wal::list_files(dir)? {
+        std::fs::remove_file(path).map_err(io)?;
+    }
+    let tmp = dir.join(".BASE.tmp");
+    std::fs::write(&tmp, format!("{base}\n")).map_err(io)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(io)?;
+    std::fs::rename(&tmp, dir.join(BASE_FILE)).map_err(io)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)
+}
+
+/// A restored state machine and where it stands.
+pub(crate) struct Restored {
+    pub(crate) service: MasterService,
+    pub(crate) report: RestoreReport,
+    /// The latest master clock (ms) in the restored state.
+    pub(crate) now: u64,
+}
+
+/// Applies the log entries in `dir` after `after` (up to `upto`) to `s`.
+fn replay_log(
+    s: &MasterService,
+    dir: &Path,
+    after: u64,
+    upto: Option<u64>,
+    now: &mut u64,
+) -> Result<(usize, u64)> {
+    if !dir.exists() {
+        return Ok((0, after));
+    }
+    let rec = wal::recover(dir, after, upto)?;
+    for e in &rec.entries {
+        apply(s, e, now)?;
+    }
+    Ok((rec.entries.len(), rec.last_seq.max(after)))
+}
+
+fn apply(s: &MasterService, e: &OwnedEntry, now: &mut u64) -> Result<()> {
+    for m in &e.mutations {
+        if let Some(t) = m.now() {
+            *now = (*now).max(t);
+        }
+    }
+    s.apply_entry(e)
+}
+
+/// Rebuilds the state into masters `make` gives: the newest usable
+/// snapshot, then the log after it.
+pub(crate) fn restore(
+    make: &dyn Fn() -> MasterService,
+    stores: Option<&Stores>,
+    wal_dir: Option<&Path>,
+    upto: Option<u64>,
+    progress: &RestoreProgress,
+) -> Result<Restored> {
+    let started = Instant::now();
+    let base = match wal_dir {
+        Some(d) => read_base(d)?,
+        None => None,
+    };
+    let mut report = RestoreReport::default();
+    let candidates = stores.map(Stores::list).unwrap_or_default();
+    let candidates = candidates
+        .into_iter()
+        .filter(|&seq| base.is_none_or(|b| seq > b) && upto.is_none_or(|u| seq <= u));
+    for seq in candidates {
+        let stores = stores.expect("candidates come from the stores");
+        let service = make();
+        let meta = stores.get(seq).and_then(|bytes| {
+            let meta = format::decode_into(&bytes, &service, progress)?;
+            if meta.seq != seq {
+                return Err(Error::new(
+                    ErrorCode::DESERIALIZE_FAIL,
+                    format!("snapshot named {seq} holds position {}", meta.seq),
+                ));
+            }
+            Ok(meta)
+        });
+        match meta {
+            Ok(SnapshotMeta { now, .. }) => {
+                let mut now = now;
+                let (entries, last) = match wal_dir {
+                    Some(d) => replay_log(&service, d, seq, upto, &mut now)?,
+                    None => (0, seq),
+                };
+                progress.replayed(entries);
+                report.snapshot = Some(seq);
+                report.entries = entries;
+                report.last_seq = last;
+                report.elapsed = started.elapsed();
+                return Ok(Restored {
+                    service,
+                    report,
+                    now,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(seq, "snapshot unusable, trying an older one: {e}");
+                report.skipped.push(seq);
+            }
+        }
+    }
+    let service = make();
+    let mut now = 0;
+    let after = base.unwrap_or(0);
+    if !report.skipped.is_empty() && base.is_none() {
+        return Err(Error::new(
+            ErrorCode::DESERIALIZE_FAIL,
+            format!(
+                "no usable snapshot (damaged: {:?}) and no log to rebuild from",
+                report.skipped
+            ),
+        ));
+    }
+    let (entries, last) = match wal_dir {
+        Some(d) => replay_log(&service, d, after, upto, &mut now)?,
+        None => (0, after),
+    };
+    progress.replayed(entries);
+    report.entries = entries;
+    report.last_seq = last;
+    report.elapsed = started.elapsed();
+    Ok(Restored {
+        service,
+        report,
+        now,
+    })
+}

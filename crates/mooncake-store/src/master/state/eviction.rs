@@ -1,0 +1,180 @@
+//! Watermark eviction: when to run a round, how much it frees, which
+//! objects qualify and in what order.
+//!
+//! When allocated bytes reach `eviction_high_watermark_ratio` of capacity,
+//! the timer runs a round that frees enough to get `eviction_ratio` of
+//! capacity below the watermark, and at least `eviction_ratio` of capacity.
+//! When a put finds no space, a round runs at once (freeing at least what the
+//! put needs) and the put is retried. Victims go oldest first by lease time (a read
+//! extends it, so this approximates LRU). Never evicted: hard-pinned objects,
+//! objects under a read lease, puts in flight. Soft-pinned objects go only in
+//! a second pass, when the first freed too little and
+//! `allow_evict_soft_pinned_objects` is set.
+//!
+//! Choosing victims is the leader's decision; the service removes each one
+//! with a `Remove` mutation, so a standby never evaluates leases.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
+
+use super::allocator::aligned_len;
+use super::objects::ObjectMeta;
+use crate::master::config::policy::Policy;
+
+/// When eviction rounds run: one at a time, with a generation count so a
+/// put that found no space can tell whether a round ran since.
+#[derive(Default)]
+pub(crate) struct Eviction {
+    /// An allocation failed for lack of space: evict at the next tick even
+    /// below the watermark.
+    needed: AtomicBool,
+    /// One eviction round at a time.
+    round: Mutex<()>,
+    /// Bumped after every eviction round.
+    generation: AtomicU64,
+}
+
+impl Eviction {
+    /// Asks for a round at the next tick.
+    pub(crate) fn request(&self) {
+        self.needed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a round was asked for; clears the request.
+    pub(crate) fn take_request(&self) -> bool {
+        self.needed.swap(false, Ordering::Relaxed)
+    }
+
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Holds off other rounds until the guard drops.
+    pub(crate) fn begin_round(&self) -> MutexGuard<'_, ()> {
+        self.round.lock()
+    }
+
+    pub(crate) fn end_round(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Bytes the timer's round frees at this usage, or `None` below the
+/// watermark (unless `forced`).
+pub(crate) fn round_target(p: &Policy, used: u64, capacity: u64, forced: bool) -> Option<u64> {
+    if capacity == 0 {
+        return None;
+    }
+    let high = (p.high_watermark * capacity as f64) as u64;
+    if used < high && !forced {
+        return None;
+    }
+    let ratio_bytes = ratio_bytes(p, capacity);
+    let target = used
+        .saturating_sub(high.saturating_sub(ratio_bytes))
+        .max(ratio_bytes);
+    Some(target.min(used))
+}
+
+/// `eviction_ratio` of `capacity`, in bytes.
+pub(crate) fn ratio_bytes(p: &Policy, capacity: u64) -> u64 {
+    (p.eviction_ratio * capacity as f64) as u64
+}
+
+/// Whether `obj` may be evicted at `now` (soft-pinned ones only when asked).
+pub(crate) fn eligible(obj: &ObjectMeta, now: u64, include_soft_pinned: bool) -> bool {
+    obj.is_complete()
+        && obj.pending.is_none()
+        && !obj.is_hard_pinned()
+        && !obj.is_leased(now)
+        && (include_soft_pinned || !obj.is_soft_pinned(now))
+}
+
+/// Allocated bytes evicting `obj` gives back.
+pub(crate) fn footprint(obj: &ObjectMeta) -> u64 {
+    aligned_len(obj.size).unwrap_or(obj.size) * obj.replicas.len() as u64
+}
+
+/// The lease time up to which evicting the `(lease_until, footprint)`
+/// candidates, oldest first, frees `target` bytes (all of them when they
+/// hold less). `None` when there is no candidate. Sorts `candidates`.
+pub(crate) fn threshold(candidates: &mut [(u64, u64)], target: u64) -> Option<u64> {
+    candidates.sort_unstable();
+    let mut acc = 0;
+    for &(t, b) in candidates.iter() {
+        acc += b;
+        if acc >= target {
+            return Some(t);
+        }
+    }
+    candidates.last().map(|&(t, _)| t)
+}
+
+/// [`threshold`], with the bytes the candidates up to it hold: the lease
+/// time up to which the oldest candidates cover `target`, and what they
+/// cover (less than `target` when all of them do not reach it).
+pub(crate) fn cover(candidates: &mut [(u64, u64)], target: u64) -> Option<(u64, u64)> {
+    let t = threshold(candidates, target)?;
+    let bytes = candidates
+        .iter()
+        .take_while(|&&(l, _)| l <= t)
+        .map(|&(_, b)| b)
+        .sum();
+    Some((t, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::master::config::policy::{AllocationStrategy, LeasePolicy};
+
+    fn policy(high_watermark: f64, eviction_ratio: f64) -> Policy {
+        Policy {
+            lease: LeasePolicy {
+                lease_ttl: 0,
+                soft_pin_ttl: 0,
+            },
+            client_ttl: 1,
+            discard_after: 1,
+            release_after: 1,
+            high_watermark,
+            eviction_ratio,
+            evict_soft_pinned: true,
+            strategy: AllocationStrategy::Random,
+        }
+    }
+
+    #[test]
+    fn targets_go_below_the_watermark() {
+        let p = policy(0.9, 0.2);
+        assert_eq!(round_target(&p, 89, 100, false), None);
+        assert_eq!(round_target(&p, 90, 100, false), Some(20));
+        assert_eq!(
+            round_target(&p, 10, 100, true),
+            Some(10),
+            "never more than used"
+        );
+        assert_eq!(round_target(&p, 0, 0, true), None);
+    }
+
+    #[test]
+    fn the_threshold_covers_the_target_oldest_first() {
+        let mut c = [(30, 10), (10, 10), (20, 10)];
+        assert_eq!(threshold(&mut c, 15), Some(20));
+        assert_eq!(threshold(&mut c, 1000), Some(30));
+        assert_eq!(threshold(&mut [], 1), None);
+    }
+
+    #[test]
+    fn cover_says_how_much_the_oldest_hold() {
+        let mut c = [(30, 10), (10, 10), (20, 10), (20, 5)];
+        assert_eq!(
+            cover(&mut c, 12),
+            Some((20, 25)),
+            "ties at the threshold go too"
+        );
+        assert_eq!(cover(&mut c, 1000), Some((30, 35)));
+        assert_eq!(cover(&mut [], 1), None);
+    }
+}

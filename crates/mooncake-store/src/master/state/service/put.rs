@@ -1,0 +1,223 @@
+//! Puts and upserts: PutStart, PutEnd, PutRevoke.
+
+use std::sync::atomic::Ordering;
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+use super::apply::Fate;
+use super::{check_key, check_put, not_found, pin_flags, MasterService};
+use crate::master::state::allocator::aligned_len;
+use crate::master::state::mutation::{ObjectOp, Write};
+use crate::master::state::objects::{PendingKind, Replicas};
+use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig};
+
+impl MasterService {
+    /// Allocates replicas for `key`; the object becomes readable at `put_end`.
+    /// With `upsert`, an existing object is replaced: in place when the size
+    /// is unchanged and no reader holds a lease (unreadable until PutEnd),
+    /// otherwise into new space while the old replicas stay readable.
+    ///
+    /// When no segment has room, an eviction round runs and the put is
+    /// retried once.
+    pub fn put_start(
+        &self,
+        client: ClientId,
+        key: &str,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
+        check_key(key)?;
+        check_put(len, cfg)?;
+        self.check_metadata_budget(key)?;
+        let generation = self.eviction.generation();
+        match self.put_start_once(client, key, len, cfg, upsert, now) {
+            Err(e)
+                if e.code == ErrorCode::NO_AVAILABLE_HANDLE
+                    && self.segments.max_capacity() >= len =>
+            {
+                let need = aligned_len(len)
+                    .unwrap_or(len)
+                    .saturating_mul(cfg.replica_num as u64);
+                if self.evict_for_put(need, generation, now) {
+                    self.put_start_once(client, key, len, cfg, upsert, now)
+                } else {
+                    Err(e)
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// A new key must fit `--max_metadata_bytes` (a key already held, in
+    /// memory or in an SSD tier, costs nothing more). Checked apart from
+    /// space: evicting objects for room is no answer to a full budget.
+    fn check_metadata_budget(&self, key: &str) -> Result<()> {
+        if self.objects.admits(key)
+            || self.objects.lock(key).contains_key(key)
+            || self.disk.has_copy(key)
+        {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::NO_AVAILABLE_HANDLE,
+            format!(
+                "metadata budget full ({} bytes held, --max_metadata_bytes); remove objects first",
+                self.objects.metadata_bytes()
+            ),
+        ))
+    }
+
+    fn put_start_once(
+        &self,
+        client: ClientId,
+        key: &str,
+        len: u64,
+        cfg: &ReplicateConfig,
+        upsert: bool,
+        now: u64,
+    ) -> Result<Vec<ReplicaDesc>> {
+        let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
+        let in_flight_since = shard
+            .get(key)
+            .and_then(|obj| obj.pending.as_ref())
+            .map(|p| p.started);
+        if let Some(started) = in_flight_since {
+            if now.saturating_sub(started) < self.policy.discard_after {
+                return Err(if upsert {
+                    Error::new(
+                        ErrorCode::OBJECT_REPLICA_BUSY,
+                        format!("object {key:?} has a put in flight"),
+                    )
+                } else {
+                    Error::new(
+                        ErrorCode::OBJECT_ALREADY_EXISTS,
+                        format!("object {key:?} is being written"),
+                    )
+                });
+            }
+            // The earlier writer is a zombie: discard its put, then go on.
+            self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);
+            let discard = ObjectOp::DiscardPut { free_at: None, now };
+            self.apply_in(&mut shard, key, discard);
+        }
+        if self.disk.has_copy(key) {
+            if !upsert {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_ALREADY_EXISTS,
+                    format!("object {key:?} exists"),
+                ));
+            }
+            // The new version makes the tier's copy stale.
+            self.forget_copy(key, shard.get_mut(key).as_deref_mut());
+        }
+        let (write, descs) = match shard.get(key) {
+            Some(_) if !upsert => {
+                return Err(Error::new(
+                    ErrorCode::OBJECT_ALREADY_EXISTS,
+                    format!("object {key:?} exists"),
+                ))
+            }
+            Some(obj)
+                if obj.size == len
+                    && !obj.is_leased(now)
+                    && obj
+                        .replicas
+                        .as_slice()
+                        .iter()
+                        .all(|p| p.segment.is_mounted()) =>
+            {
+                let descs = obj.replicas.descriptors(len, ReplicaStatus::Processing);
+                // Rewrites readable replicas: answered only once committed.
+                crate::master::state::mutation::answer_after_all();
+                (Write::InPlace, descs)
+            }
+            existing => {
+                let replicas = Replicas::from_vec(self.place_put(len, cfg, now)?);
+                let descs = replicas.descriptors(len, ReplicaStatus::Processing);
+                match existing {
+                    Some(_) => (Write::Replacing(replicas), descs),
+                    None => (Write::Fresh(replicas), descs),
+                }
+            }
+        };
+        let start = ObjectOp::PutStart {
+            client,
+            size: len,
+            pins: pin_flags(cfg),
+            now,
+            write,
+        };
+        self.apply_in(&mut shard, key, start);
+        Ok(descs)
+    }
+
+    /// Marks the put complete: the object becomes readable.
+    pub fn put_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {
+        check_key(key)?;
+        let mut shard = self.objects.lock(key);
+        let now = shard.clock(now);
+        // One lookup for the check, the mutation and the copy's flags: the
+        // object stays (a PutEnd never drops it) and the guard keeps the
+        // shard's tally right.
+        let mut obj = shard.get_mut(key).ok_or_else(|| not_found(key))?;
+        match &obj.pending {
+            // Already complete: a repeated PutEnd is harmless.
+            None => return Ok(()),
+            Some(p) => check_writer(key, &p.kind, p.client, client)?,
+        }
+        let end = ObjectOp::PutEnd {
+            now,
+            readers_until: obj.lease_until,
+        };
+        let fate = self.apply_object(key, &mut obj, end);
+        debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
+        self.reflag_copy(key, &mut obj);
+        self.offload_at_put_end(key, &obj);
+        Ok(())
+    }
+
+    /// Abandons a put: the object (or, for an upsert, the new version) is
+    /// dropped and its space freed.
+    pub fn put_revoke(&self, client: ClientId, key: &str, _now: u64) -> Result<()> {
+        check_key(key)?;
+        let mut shard = self.objects.lock(key);
+        let obj = shard.get(key).ok_or_else(|| not_found(key))?;
+        match &obj.pending {
+            None => {
+                return Err(Error::new(
+                    ErrorCode::INVALID_WRITE,
+                    format!("object {key:?} has no put in flight"),
+                ))
+            }
+            Some(p) => check_writer(key, &p.kind, p.client, client)?,
+        }
+        if self.disk.has_copy(key) {
+            // Only a promotion writes an object whose copy is recorded.
+            self.counters
+                .promotion_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
+        Ok(())
+    }
+}
+
+/// Whether `client` may end the put in flight, of `kind` by `writer`.
+fn check_writer(key: &str, kind: &PendingKind, writer: ClientId, client: ClientId) -> Result<()> {
+    if matches!(kind, PendingKind::Replicating { .. }) {
+        return Err(Error::new(
+            ErrorCode::OBJECT_HAS_REPLICATION_TASK,
+            format!("object {key:?} is being replicated, not written"),
+        ));
+    }
+    if writer != client {
+        return Err(Error::new(
+            ErrorCode::ILLEGAL_CLIENT,
+            format!("object {key:?} is being written by another client"),
+        ));
+    }
+    Ok(())
+}

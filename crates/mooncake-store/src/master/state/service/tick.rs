@@ -1,0 +1,231 @@
+//! Time: the timers (client expiry, put timeouts, delayed frees, task
+//! timeouts) and eviction rounds.
+
+use std::sync::atomic::Ordering;
+
+use super::apply::Fate;
+use super::{MasterService, TickReport};
+use crate::master::state::eviction::{self, eligible, footprint};
+use crate::master::state::mutation::ObjectOp;
+use crate::master::state::objects::ObjectMeta;
+
+impl MasterService {
+    /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
+    pub fn tick(&self, now: u64) -> TickReport {
+        let mut r = TickReport {
+            expired_clients: self.expire_clients(now),
+            ..Default::default()
+        };
+        r.discarded_puts = self.sweep_stale_puts(now);
+        r.freed_retired = self.free_retired(now);
+        r.failed_tasks = self.expire_tasks(now);
+        let (keys, bytes) = self.evict_if_needed(now);
+        r.evicted_keys = keys;
+        r.evicted_bytes = bytes;
+        r
+    }
+
+    /// Discards puts in flight for longer than the discard timeout.
+    fn sweep_stale_puts(&self, now: u64) -> usize {
+        let discard_after = self.policy.discard_after;
+        let mut n = 0;
+        for mut shard in self.objects.shards() {
+            if shard.oldest_pending.saturating_add(discard_after) > now {
+                continue;
+            }
+            let mut oldest = u64::MAX;
+            self.objects.retain(&mut shard, |key, obj| {
+                let Some(p) = &obj.pending else { return true };
+                if now.saturating_sub(p.started) < discard_after {
+                    oldest = oldest.min(p.started);
+                    return true;
+                }
+                n += 1;
+                let discard = ObjectOp::DiscardPut { free_at: None, now };
+                self.apply_object(key, obj, discard) == Fate::Keep
+            });
+            shard.oldest_pending = oldest;
+        }
+        self.counters
+            .discarded_puts
+            .fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Frees retired space whose time has come; returns how many ranges.
+    fn free_retired(&self, now: u64) -> usize {
+        if !self.retired.any_due(now) {
+            return 0;
+        }
+        self.apply_free_retired(now)
+    }
+
+    /// Staging bytes of discarded puts not yet released.
+    pub fn discarded_staging_bytes(&self) -> u64 {
+        self.retired.staging_bytes()
+    }
+
+    /// Allocated bytes waiting in the retired list (on mounted segments).
+    pub fn retired_bytes(&self) -> u64 {
+        self.retired.bytes()
+    }
+
+    /// Runs an eviction round if usage calls for one; returns (keys, bytes) freed.
+    fn evict_if_needed(&self, now: u64) -> (usize, u64) {
+        let forced = self.eviction.take_request();
+        let (used, capacity) = self.segments.usage();
+        let Some(target) = eviction::round_target(&self.policy, used, capacity, forced) else {
+            return (0, 0);
+        };
+        let _round = self.eviction.begin_round();
+        let freed = self.evict_round(now, target);
+        self.eviction.end_round();
+        freed
+    }
+
+    /// A put found no space: evict synchronously (at least `need` bytes and
+    /// `eviction_ratio` of capacity) so the caller can retry, as the
+    /// reference does. `seen` is the eviction generation read before the
+    /// failed attempt: if another round ran since, the caller just retries.
+    /// Returns whether a retry may succeed.
+    pub(super) fn evict_for_put(&self, need: u64, seen: u64, now: u64) -> bool {
+        let _round = self.eviction.begin_round();
+        if self.eviction.generation() != seen {
+            return true;
+        }
+        let (used, capacity) = self.segments.usage();
+        let ratio_bytes = eviction::ratio_bytes(&self.policy, capacity);
+        let (keys, _) = self.evict_round(now, need.max(ratio_bytes).min(used));
+        self.eviction.take_request();
+        self.eviction.end_round();
+        keys > 0
+    }
+
+    /// One round: frees `target` bytes (if it can), plain objects first.
+    /// Objects that must reach an SSD tier first are queued for it and
+    /// stay, unless `--offload_force_evict` lets a short round take them.
+    fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
+        if target == 0 {
+            return (0, 0);
+        }
+        let c = &self.counters;
+        c.eviction_rounds.fetch_add(1, Ordering::Relaxed);
+        let mut queue_budget = self.offload_policy().per_round();
+        let (mut keys, mut bytes) = self.evict_pass(now, target, false, false, &mut queue_budget);
+        if bytes < target && self.policy.evict_soft_pinned {
+            let (k, b) = self.evict_pass(now, target - bytes, true, false, &mut queue_budget);
+            keys += k;
+            bytes += b;
+        }
+        let tiers = self.offload_policy().enabled || self.files.enabled();
+        if bytes < target && tiers && self.offload_policy().force_evict {
+            let soft = self.policy.evict_soft_pinned;
+            let (k, b) = self.evict_pass(now, target - bytes, soft, true, &mut 0);
+            keys += k;
+            bytes += b;
+        }
+        if keys > 0 {
+            c.eviction_rounds_freeing.fetch_add(1, Ordering::Relaxed);
+            c.evicted_keys.fetch_add(keys as u64, Ordering::Relaxed);
+            c.evicted_bytes.fetch_add(bytes, Ordering::Relaxed);
+            tracing::info!(keys, bytes, target, "evicted objects");
+        }
+        (keys, bytes)
+    }
+
+    /// Evicts the oldest eligible objects until `target` bytes are freed;
+    /// `force` takes objects that have no disk copy yet. When those with a
+    /// copy cover less than `target`, the oldest objects still waiting for
+    /// one are queued for it (up to `queue_budget`), just enough to cover
+    /// the rest with the copies already under way: memory keeps everything
+    /// else, so memory and tier hold different objects, as the two levels
+    /// of one LRU would.
+    fn evict_pass(
+        &self,
+        now: u64,
+        target: u64,
+        include_soft_pinned: bool,
+        force: bool,
+        queue_budget: &mut usize,
+    ) -> (usize, u64) {
+        let may_go = |o: &ObjectMeta| {
+            eligible(o, now, include_soft_pinned) && self.may_leave_memory(o, force)
+        };
+        let must_wait = |o: &ObjectMeta| {
+            *queue_budget > 0 && eligible(o, now, include_soft_pinned) && !may_go(o)
+        };
+        // Pass 1: find the lease time below which evicting frees enough,
+        // and below which the objects waiting for a copy should get one,
+        // without copying keys.
+        let mut candidates: Vec<(u64, u64)> = Vec::new();
+        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        let mut under_way = 0;
+        for shard in self.objects.shards() {
+            for (key, o) in shard.iter() {
+                if may_go(o) {
+                    candidates.push((o.lease_until, footprint(o)));
+                } else if must_wait(o) {
+                    if self.copy_under_way(key, o) {
+                        under_way += footprint(o);
+                    } else {
+                        waiting.push((o.lease_until, footprint(o)));
+                    }
+                }
+            }
+        }
+        let evictable = eviction::cover(&mut candidates, target);
+        drop(candidates);
+        let freeable = evictable.map_or(0, |(_, b)| b);
+        let short = target.saturating_sub(freeable).saturating_sub(under_way);
+        if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
+            drop(waiting);
+            self.queue_oldest(now, queue_below, include_soft_pinned, force, queue_budget);
+        }
+        let Some((threshold, _)) = evictable else {
+            return (0, 0);
+        };
+
+        // Pass 2: evict up to the threshold (objects may have changed since).
+        let (mut keys, mut bytes) = (0, 0);
+        for mut shard in self.objects.shards() {
+            if bytes >= target {
+                break;
+            }
+            self.objects.retain(&mut shard, |key, obj| {
+                if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
+                    return true;
+                }
+                bytes += footprint(obj);
+                keys += 1;
+                self.apply_object(key, obj, ObjectOp::Remove { now }) == Fate::Keep
+            });
+        }
+        (keys, bytes)
+    }
+
+    /// Queues for a copy every object waiting for one whose lease ended by
+    /// `below`, while `queue_budget` lasts.
+    fn queue_oldest(
+        &self,
+        now: u64,
+        below: u64,
+        include_soft_pinned: bool,
+        force: bool,
+        queue_budget: &mut usize,
+    ) {
+        for shard in self.objects.shards() {
+            for (key, o) in shard.iter() {
+                if *queue_budget == 0 {
+                    return;
+                }
+                if o.lease_until <= below
+                    && eligible(o, now, include_soft_pinned)
+                    && !self.may_leave_memory(o, force)
+                    && self.queue_offload(key, o, usize::MAX)
+                {
+                    *queue_budget -= 1;
+                }
+            }
+        }
+    }
+}

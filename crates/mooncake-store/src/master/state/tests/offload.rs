@@ -1,0 +1,251 @@
+//! The SSD tiers: lossless eviction, copies, disk-only objects, takeover.
+
+use super::*;
+use crate::master::config::policy::OffloadPolicy;
+use crate::types::ReplicaKind;
+
+fn offloading(on_evict: bool) -> MasterService {
+    let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
+        enabled: true,
+        on_evict,
+        ..OffloadPolicy::default()
+    });
+    s.mount_segment(A, &seg("a", 0x10_000, 16 * 1024), 0)
+        .unwrap();
+    s.mount_local_disk(A, "dir-a", "a-host:9", 1 << 30, 0)
+        .unwrap();
+    s
+}
+
+/// A's tier writes whatever it was asked to.
+fn drain(s: &MasterService, now: u64) -> usize {
+    let batch = s.fetch_offload_tasks(A, 1000, now).unwrap();
+    let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    let sizes: Vec<u64> = batch.tasks.iter().map(|t| t.size).collect();
+    for r in s.notify_offload(A, &keys, &sizes, false, now) {
+        r.unwrap();
+    }
+    keys.len()
+}
+
+fn is_local_disk(r: &ReplicaDesc) -> bool {
+    matches!(r.kind, ReplicaKind::LocalDisk(_))
+}
+
+#[test]
+fn memory_keeps_objects_until_their_copy_is_durable() {
+    let s = offloading(false);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    // Full of objects without a copy: back-pressure, nothing evicted.
+    let full = s.put_start(W, "k16", 1024, &one(), false, 100);
+    assert_eq!(full.unwrap_err().code, ErrorCode::NO_AVAILABLE_HANDLE);
+    for i in 0..16 {
+        assert!(s.exist_key(&format!("k{i}"), 200).unwrap());
+    }
+    // The copies land; now eviction may take them, and they stay readable.
+    assert_eq!(drain(&s, 300), 16);
+    put(&s, "k16", 1024, &one(), 400);
+    let mut disk_only = 0;
+    for i in 0..17 {
+        let key = format!("k{i}");
+        let reps = s.get_replica_list(&key, 500).unwrap().replicas;
+        if reps.iter().all(is_local_disk) {
+            disk_only += 1;
+            assert_eq!(s.get_size(&key, 500).unwrap(), 1024);
+        }
+    }
+    assert!(disk_only > 0);
+}
+
+/// A copy leases its object only while it is written: once reported (or
+/// failed), the object is evictable at once, not a lease later, so a full
+/// memory drains at the tier's speed.
+#[test]
+fn a_reported_copy_gives_its_lease_back() {
+    let s = offloading(false);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    let batch = s.fetch_offload_tasks(A, 1000, 100).unwrap();
+    assert_eq!(batch.tasks.len(), 16);
+    // While the copies are written, the objects are leased.
+    let busy = s.remove("k0", false, 101);
+    assert_eq!(busy.unwrap_err().code, ErrorCode::OBJECT_HAS_LEASE);
+    // k1 is read meanwhile: its reader's lease outlives the copy's.
+    s.get_replica_list("k1", 102).unwrap();
+    let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    let sizes: Vec<u64> = batch.tasks.iter().map(|t| t.size).collect();
+    let (failed, written) = keys.split_at(1);
+    s.notify_offload_failure(A, failed).unwrap();
+    for r in s.notify_offload(A, written, &sizes[1..], false, 103) {
+        r.unwrap();
+    }
+    // Well inside the lease TTL: the copied objects make room for a put.
+    put(&s, "k16", 1024, &one(), 104);
+    assert!(s.exist_key("k16", 104).unwrap());
+    assert!(
+        s.get_replica_list("k1", 105)
+            .unwrap()
+            .replicas
+            .iter()
+            .any(|r| !is_local_disk(r)),
+        "the object a reader leased stays in memory"
+    );
+    // The failed copy's object is unleased and still in memory, no copy.
+    s.remove("k0", false, 106).unwrap();
+}
+
+#[test]
+fn in_evict_mode_eviction_queues_the_copies() {
+    let s = offloading(true);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    assert_eq!(drain(&s, 50), 0, "nothing is queued at PutEnd");
+    tick(&s, 1000);
+    assert!(
+        drain(&s, 1000) > 0,
+        "the round queued what it could not evict"
+    );
+}
+
+#[test]
+fn in_evict_mode_a_round_copies_only_the_oldest_objects_it_needs() {
+    let s = offloading(true);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    // Full: the round (down to 70% of 16 KiB) needs 5 objects out.
+    tick(&s, 1000);
+    let batch = s.fetch_offload_tasks(A, 1000, 1000).unwrap();
+    let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["k0", "k1", "k2", "k3", "k4"],
+        "the oldest, and only them"
+    );
+    // Each task says how long its object sat unused in memory.
+    let k0 = batch.tasks.iter().find(|t| t.key == "k0").unwrap();
+    assert_eq!(k0.idle_ms, 1000);
+    // Copies under way count: the next round queues nothing more.
+    tick(&s, 1100);
+    assert!(s
+        .fetch_offload_tasks(A, 1000, 1100)
+        .unwrap()
+        .tasks
+        .is_empty());
+    let sizes = vec![1024; keys.len()];
+    for r in s.notify_offload(A, &keys, &sizes, false, 1200) {
+        r.unwrap();
+    }
+    // Landed copies go first; the rest stay in memory without one.
+    tick(&s, 1300);
+    for i in 0..16 {
+        let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
+        assert_eq!(reps.iter().all(is_local_disk), i < 5, "k{i}");
+    }
+}
+
+#[test]
+fn stale_copies_are_refused_and_replaced_objects_drop_theirs() {
+    let s = offloading(false);
+    put(&s, "k", 1024, &one(), 0);
+    let batch = s.fetch_offload_tasks(A, 10, 1).unwrap();
+    assert_eq!(batch.tasks.len(), 1);
+    // A copy of another size is not this object.
+    assert!(s.notify_offload(A, &["k"], &[999], false, 2)[0].is_err());
+    assert!(s.notify_offload(A, &["k"], &[1024], false, 3)[0].is_ok());
+    // An upsert makes the copy stale: the tier is told to delete it.
+    s.put_start(W, "k", 2048, &one(), true, 200).unwrap();
+    s.put_end(W, "k", 200).unwrap();
+    let reps = s.get_replica_list("k", 300).unwrap().replicas;
+    assert!(!reps.iter().any(is_local_disk));
+    let batch = s.fetch_offload_tasks(A, 10, 300).unwrap();
+    assert_eq!(batch.removes, ["k"]);
+    assert_eq!(batch.tasks.len(), 1, "the new version is queued");
+}
+
+#[test]
+fn restored_copies_become_disk_only_objects_and_a_takeover_keeps_them() {
+    let s = offloading(false);
+    assert!(s.notify_offload(A, &["old"], &[10], true, 0)[0].is_ok());
+    let reps = s.get_replica_list("old", 1).unwrap().replicas;
+    assert_eq!(reps.len(), 1);
+    assert!(is_local_disk(&reps[0]));
+    assert_eq!(
+        s.put_start(W, "old", 10, &one(), false, 2)
+            .unwrap_err()
+            .code,
+        ErrorCode::OBJECT_ALREADY_EXISTS
+    );
+    // A new process on the same directory: the copies are its own at once,
+    // and the old process is gone.
+    s.mount_local_disk(B, "dir-a", "b-host:9", 1 << 30, 3)
+        .unwrap();
+    let reps = s.get_replica_list("old", 4).unwrap().replicas;
+    match &reps[0].kind {
+        ReplicaKind::LocalDisk(d) => {
+            assert_eq!(d.client_id, B);
+            assert_eq!(d.transport_endpoint, "b-host:9");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.segment_summaries().is_empty(), "A's segment went with it");
+    // Removing a disk-only object tells its tier.
+    s.remove("old", false, 5).unwrap();
+    assert!(!s.exist_key("old", 6).unwrap());
+    assert_eq!(s.fetch_offload_tasks(B, 1, 7).unwrap().removes, ["old"]);
+    assert_eq!(
+        s.evict_disk_replicas(B, &["old"], 8)[0]
+            .as_ref()
+            .unwrap_err()
+            .code,
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+}
+
+#[test]
+fn tiers_need_offload_enabled() {
+    let s = with_segment(1 << 20);
+    assert_eq!(
+        s.mount_local_disk(A, "d", "h:1", 1, 0).unwrap_err().code,
+        ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS
+    );
+}
+
+#[test]
+fn a_disk_only_object_read_often_is_promoted() {
+    let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
+        enabled: true,
+        promote_on_hit: true,
+        promote_after: 2,
+        ..OffloadPolicy::default()
+    });
+    s.mount_segment(A, &seg("a", 0x10_000, 16 * 1024), 0)
+        .unwrap();
+    s.mount_local_disk(A, "dir-a", "a-host:9", 1 << 30, 0)
+        .unwrap();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert!(s
+        .fetch_offload_tasks(A, 10, 2)
+        .unwrap()
+        .promotions
+        .is_empty());
+    s.get_replica_list("p", 3).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 4).unwrap().promotions, ["p"]);
+    // Only the copy's owner promotes.
+    assert!(s.promotion_start(B, "p", 5).is_err());
+    let descs = s.promotion_start(A, "p", 5).unwrap();
+    assert_eq!(descs.len(), 1);
+    assert_eq!(descs[0].memory().unwrap().segment_name, "a");
+    s.put_end(A, "p", 6).unwrap();
+    let reps = s.get_replica_list("p", 7).unwrap().replicas;
+    assert!(matches!(reps[0].kind, ReplicaKind::Memory(_)));
+    assert!(reps.iter().any(is_local_disk), "the copy stays");
+    // In memory with its copy: eviction may take it again at once.
+    assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
+}
