@@ -32,10 +32,8 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 
-use mooncake_store::master::floor::{FloorClient, Mode, Quorum};
-
 use crate::cluster::{program, work_dir, Proc};
-use crate::floor::Floor;
+use crate::floor::{Floor, FloorClient, Mode, Quorum};
 use crate::stats::{self, Summary};
 
 pub struct HaBenchConfig {

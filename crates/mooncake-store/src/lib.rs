@@ -18,7 +18,7 @@ pub mod ha;
 pub mod master;
 pub mod master_client;
 pub mod proto;
-mod rpc;
+pub mod rpc;
 pub mod tier;
 pub mod types;
 

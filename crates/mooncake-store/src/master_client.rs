@@ -46,7 +46,7 @@ pub(crate) trait RpcObserver: Send + Sync {
 }
 
 /// The socket policy of a master client's connections.
-pub(crate) fn client_options(connect_timeout: Duration, call_timeout: Duration) -> ClientOptions {
+pub fn client_options(connect_timeout: Duration, call_timeout: Duration) -> ClientOptions {
     ClientOptions {
         connect_timeout,
         call_timeout,

@@ -16,7 +16,6 @@
 
 mod config;
 pub mod durable;
-pub mod floor;
 pub mod ha;
 pub mod metrics;
 mod replication;

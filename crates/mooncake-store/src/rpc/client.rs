@@ -26,7 +26,7 @@ use crate::proto::frame::{read_frame_within, write_frames};
 
 /// The limits and socket policy of one client.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct ClientOptions {
+pub struct ClientOptions {
     pub connect_timeout: Duration,
     /// Longest a request may take to be sent, and its answer to arrive whole.
     pub call_timeout: Duration,
@@ -45,7 +45,7 @@ pub(crate) struct ClientOptions {
 
 /// Where a pool's connections go (over transport `S`, TCP unless said),
 /// and what each does before its first call.
-pub(crate) trait Connector<S: Stream = TcpStream>: Send + Sync {
+pub trait Connector<S: Stream = TcpStream>: Send + Sync {
     /// The server, as error messages name it.
     fn peer(&self) -> String;
     /// A new stream to the server.
@@ -63,13 +63,13 @@ pub(crate) trait Connector<S: Stream = TcpStream>: Send + Sync {
 }
 
 /// `RPC_FAIL`: the server could not be reached or did not answer.
-pub(crate) fn rpc_fail(what: impl std::fmt::Display) -> Error {
+pub fn rpc_fail(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::RPC_FAIL, what.to_string())
 }
 
 /// The addresses of `addr` (`host:port`) of a `what` server (named in the
 /// errors), or `INVALID_PARAMS`.
-pub(crate) fn resolve(addr: &str, what: &str) -> Result<Vec<SocketAddr>> {
+pub fn resolve(addr: &str, what: &str) -> Result<Vec<SocketAddr>> {
     let resolved: Vec<SocketAddr> = addr
         .to_socket_addrs()
         .map_err(|e| {
@@ -89,7 +89,7 @@ pub(crate) fn resolve(addr: &str, what: &str) -> Result<Vec<SocketAddr>> {
 }
 
 /// Connects to the first of `addrs` that accepts.
-pub(crate) fn connect_any(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
+pub fn connect_any(addrs: &[SocketAddr], timeout: Duration) -> io::Result<TcpStream> {
     let mut last = None;
     for addr in addrs {
         match TcpStream::connect_timeout(addr, timeout) {
@@ -101,7 +101,7 @@ pub(crate) fn connect_any(addrs: &[SocketAddr], timeout: Duration) -> io::Result
 }
 
 /// One connection to the server.
-pub(crate) struct Connection<S = TcpStream> {
+pub struct Connection<S = TcpStream> {
     /// Buffered so an answer usually takes one read system call.
     stream: BufReader<S>,
     buf: Vec<u8>,
@@ -109,12 +109,12 @@ pub(crate) struct Connection<S = TcpStream> {
     timeout: Duration,
     /// What the [`Connector`]'s handshake stated on it (the HA master
     /// client: the election term), for [`Connector::reusable`].
-    pub(crate) tag: u64,
+    pub tag: u64,
 }
 
 impl<S: Stream> Connection<S> {
     /// Sets `stream` up for calls (no delay, timeouts of `opts`).
-    pub(crate) fn new(stream: S, opts: &ClientOptions) -> io::Result<Connection<S>> {
+    pub fn new(stream: S, opts: &ClientOptions) -> io::Result<Connection<S>> {
         stream.set_nodelay(true)?;
         let mut conn = Connection {
             stream: BufReader::with_capacity(opts.read_buffer, stream),
@@ -127,7 +127,7 @@ impl<S: Stream> Connection<S> {
     }
 
     /// Changes how long a call may take on this connection.
-    pub(crate) fn set_call_timeout(&mut self, timeout: Duration) -> io::Result<()> {
+    pub fn set_call_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         let s = self.stream.get_ref();
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
@@ -137,7 +137,7 @@ impl<S: Stream> Connection<S> {
 
     /// Sends one encoded request frame and returns its answer's payload.
     /// Any error leaves the stream out of step: drop the connection.
-    pub(crate) fn round_trip(&mut self, frame: &[u8], window: Duration) -> io::Result<&[u8]> {
+    pub fn round_trip(&mut self, frame: &[u8], window: Duration) -> io::Result<&[u8]> {
         self.send(frame)?;
         self.receive(window)
     }
@@ -145,13 +145,13 @@ impl<S: Stream> Connection<S> {
     /// Sends one encoded request frame without waiting for its answer
     /// ([`receive`](Self::receive) reads it), so the caller can work
     /// meanwhile.
-    pub(crate) fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+    pub fn send(&mut self, frame: &[u8]) -> io::Result<()> {
         write_frames(self.stream.get_mut(), frame)
     }
 
     /// Reads the answer to the request sent last, polling for it for
     /// `window` before blocking.
-    pub(crate) fn receive(&mut self, window: Duration) -> io::Result<&[u8]> {
+    pub fn receive(&mut self, window: Duration) -> io::Result<&[u8]> {
         // The answer usually comes within microseconds: poll for it rather
         // than sleep and be woken.
         if self.stream.buffer().is_empty() {
@@ -163,7 +163,7 @@ impl<S: Stream> Connection<S> {
 }
 
 /// Connections to one server over transport `S`; usable from any thread.
-pub(crate) struct Pool<C, S = TcpStream> {
+pub struct Pool<C, S = TcpStream> {
     connector: C,
     opts: ClientOptions,
     idle: Mutex<Vec<Connection<S>>>,
@@ -171,7 +171,7 @@ pub(crate) struct Pool<C, S = TcpStream> {
 }
 
 impl<S: Stream, C: Connector<S>> Pool<C, S> {
-    pub(crate) fn new(connector: C, opts: ClientOptions) -> Pool<C, S> {
+    pub fn new(connector: C, opts: ClientOptions) -> Pool<C, S> {
         Pool {
             connector,
             opts,
@@ -180,12 +180,12 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
         }
     }
 
-    pub(crate) fn connector(&self) -> &C {
+    pub fn connector(&self) -> &C {
         &self.connector
     }
 
     /// A new connection, handshake done.
-    pub(crate) fn open(&self) -> Result<Connection<S>> {
+    pub fn open(&self) -> Result<Connection<S>> {
         let stream = self.connector.connect(self.opts.connect_timeout)?;
         let mut conn = Connection::new(stream, &self.opts)
             .map_err(|e| rpc_fail(format!("{}: {e}", self.connector.peer())))?;
@@ -194,7 +194,7 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
     }
 
     /// Keeps `conn` for a later call (unless the pool is full or closed).
-    pub(crate) fn put_idle(&self, conn: Connection<S>) {
+    pub fn put_idle(&self, conn: Connection<S>) {
         if self.closed.load(Ordering::Relaxed) {
             return;
         }
@@ -206,26 +206,26 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
 
     /// Connections waiting for a call.
     #[cfg(test)]
-    pub(crate) fn idle_count(&self) -> usize {
+    pub fn idle_count(&self) -> usize {
         self.idle.lock().len()
     }
 
     /// Whether the oldest idle connection has something to read (an end of
     /// stream: the server closed it) within `wait`.
     #[cfg(test)]
-    pub(crate) fn oldest_idle_readable_within(&self, wait: Duration) -> bool {
+    pub fn oldest_idle_readable_within(&self, wait: Duration) -> bool {
         let idle = self.idle.lock();
         idle.first()
             .is_some_and(|c| poll::await_readable(c.stream.get_ref(), wait))
     }
 
     /// Whether [`close`](Self::close) was called.
-    pub(crate) fn is_closed(&self) -> bool {
+    pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
 
     /// Drops the idle connections; later calls fail.
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.idle.lock().clear();
     }
@@ -233,11 +233,7 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
     /// Sends one encoded request frame and decodes its answer with
     /// `decode`. The connection goes back to the pool unless the call or
     /// the decoding failed.
-    pub(crate) fn call<T>(
-        &self,
-        frame: &[u8],
-        decode: impl FnOnce(&[u8]) -> Result<T>,
-    ) -> Result<T> {
+    pub fn call<T>(&self, frame: &[u8], decode: impl FnOnce(&[u8]) -> Result<T>) -> Result<T> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::new(
                 ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS,

@@ -13,17 +13,17 @@
 //! - [`poll`]: when a side polls its socket before blocking on it.
 //!
 //! The protocol code keeps only its messages, their encoding and dispatch.
+//! Public, so that a protocol outside this crate (the benchmark's floor
+//! processes) runs on the same loops and socket policies as the master.
 
-pub(crate) mod client;
-pub(crate) mod poll;
-pub(crate) mod server;
-pub(crate) mod stream;
+pub mod client;
+pub mod poll;
+pub mod server;
+pub mod stream;
 
-pub(crate) use client::{
-    connect_any, resolve, rpc_fail, ClientOptions, Connection, Connector, Pool,
-};
-pub(crate) use server::{Handler, Server, ServerOptions, WhenFull};
-pub(crate) use stream::{connect_abstract, peer_credentials, AnyStream, Peer};
+pub use client::{connect_any, resolve, rpc_fail, ClientOptions, Connection, Connector, Pool};
+pub use server::{Handler, Server, ServerOptions, WhenFull};
+pub use stream::{connect_abstract, peer_credentials, AnyStream, Peer};
 
 #[cfg(test)]
 mod tests;

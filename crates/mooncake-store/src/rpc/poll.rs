@@ -21,9 +21,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long a client polls for its answer before blocking.
-pub(crate) const DEFAULT_CLIENT_SPIN: Duration = Duration::from_micros(100);
+pub const DEFAULT_CLIENT_SPIN: Duration = Duration::from_micros(100);
 /// How long the master polls for a client's next call after answering one.
-pub(crate) const DEFAULT_SERVER_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SERVER_SPIN: Duration = Duration::from_micros(50);
 
 /// `MC_RPC_SPIN_US` (microseconds; `0` turns polling off) scales both
 /// windows: the client polls for that long, the master for half of it.
@@ -38,12 +38,12 @@ fn env_spin() -> Option<Duration> {
 }
 
 /// The client's window.
-pub(crate) fn client_window() -> Duration {
+pub fn client_window() -> Duration {
     env_spin().unwrap_or(DEFAULT_CLIENT_SPIN)
 }
 
 /// The master's window.
-pub(crate) fn server_window() -> Duration {
+pub fn server_window() -> Duration {
     env_spin().map_or(DEFAULT_SERVER_SPIN, |d| d / 2)
 }
 
@@ -56,19 +56,19 @@ pub(crate) fn server_window() -> Duration {
 /// recent gaps were all long gets only the base window, so idle connections
 /// cost no more polling than before.
 #[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct AdaptiveWindow {
+pub struct AdaptiveWindow {
     gaps: [Option<Duration>; 2],
 }
 
 impl AdaptiveWindow {
     /// The longest window it grows to: a same-host 1 MiB `get_into` and the
     /// check of its buffer take ~0.3 ms between calls on the test VM.
-    pub(crate) const MAX: Duration = Duration::from_millis(1);
+    pub const MAX: Duration = Duration::from_millis(1);
 
     /// The window for the next wait: half again the longest recent gap of at
     /// most [`Self::MAX`] (within `[base, MAX]`), else `base`; zero when
     /// polling is off (`base` zero).
-    pub(crate) fn window(&self, base: Duration) -> Duration {
+    pub fn window(&self, base: Duration) -> Duration {
         if base.is_zero() {
             return Duration::ZERO;
         }
@@ -85,14 +85,14 @@ impl AdaptiveWindow {
     }
 
     /// Records how long the client took to call again after an answer.
-    pub(crate) fn observe(&mut self, gap: Duration) {
+    pub fn observe(&mut self, gap: Duration) {
         self.gaps = [Some(gap), self.gaps[0]];
     }
 
     /// Polls `stream` for the client's next call for this window (the part
     /// beyond `base` only with a slot of [`LongPolls::shared`]); see
     /// [`await_readable`].
-    pub(crate) fn await_next(&self, stream: &impl AsRawFd, base: Duration) -> bool {
+    pub fn await_next(&self, stream: &impl AsRawFd, base: Duration) -> bool {
         let window = self.window(base);
         if window <= base {
             return await_readable(stream, window);
@@ -107,14 +107,14 @@ impl AdaptiveWindow {
 /// Slots for polling longer than the base window: spinning threads past the
 /// number of slots would take CPU from the work their clients wait for.
 #[derive(Debug)]
-pub(crate) struct LongPolls {
+pub struct LongPolls {
     active: AtomicUsize,
     limit: usize,
 }
 
 /// A taken slot; dropping it gives the slot back.
 #[derive(Debug)]
-pub(crate) struct LongPoll<'a>(&'a LongPolls);
+pub struct LongPoll<'a>(&'a LongPolls);
 
 impl Drop for LongPoll<'_> {
     fn drop(&mut self) {
@@ -123,7 +123,7 @@ impl Drop for LongPoll<'_> {
 }
 
 impl LongPolls {
-    pub(crate) const fn new(limit: usize) -> LongPolls {
+    pub const fn new(limit: usize) -> LongPolls {
         LongPolls {
             active: AtomicUsize::new(0),
             limit,
@@ -131,7 +131,7 @@ impl LongPolls {
     }
 
     /// The process's slots: half the cores, at least one.
-    pub(crate) fn shared() -> &'static LongPolls {
+    pub fn shared() -> &'static LongPolls {
         static SHARED: OnceLock<LongPolls> = OnceLock::new();
         SHARED.get_or_init(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -140,7 +140,7 @@ impl LongPolls {
     }
 
     /// A slot, unless all are taken.
-    pub(crate) fn take(&self) -> Option<LongPoll<'_>> {
+    pub fn take(&self) -> Option<LongPoll<'_>> {
         let taken = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
@@ -153,7 +153,7 @@ impl LongPolls {
 /// One `poll(2)` of `fds`, waiting up to `timeout_ms` (0 never blocks, -1
 /// has no bound): how many have events (`revents`). Entries with a negative
 /// fd are skipped by the kernel.
-pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+pub fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
     // SAFETY: the slice is valid for its length for the call's duration and
     // the kernel writes only its `revents` fields.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -167,7 +167,7 @@ pub(crate) fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<
 /// failed) or `window` has passed, yielding the CPU now and then: whether
 /// one has. An interrupted poll is tried again; any other failure is
 /// returned.
-pub(crate) fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
+pub fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -193,7 +193,7 @@ pub(crate) fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result
 /// to report) or `window` has passed. Returns whether it is readable; the
 /// caller then reads as usual (blocking when it is not, or when the poll
 /// itself failed: the read will tell).
-pub(crate) fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
+pub fn await_readable(stream: &impl AsRawFd, window: Duration) -> bool {
     if window.is_zero() {
         return false;
     }

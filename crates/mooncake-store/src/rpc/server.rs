@@ -42,7 +42,7 @@ use crate::proto::wire::{Decode, Encode};
 
 /// A protocol as the server loop sees it: how a request decodes, what it is
 /// answered, and how an error travels.
-pub(crate) trait Handler: Send + Sync + 'static {
+pub trait Handler: Send + Sync + 'static {
     type Request<'a>: Decode<'a>;
     type Response: Encode;
     /// What a connection remembers between its calls.
@@ -77,7 +77,7 @@ pub(crate) trait Handler: Send + Sync + 'static {
 /// What happens to a connection that arrives when the cap is reached and
 /// no connection is evictable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum WhenFull {
+pub enum WhenFull {
     /// It waits in the listener's accept queue until a connection closes
     /// (one that slips past the check is closed, and logged).
     Wait,
@@ -85,7 +85,7 @@ pub(crate) enum WhenFull {
 
 /// The limits and socket policy of one server.
 #[derive(Clone, Debug)]
-pub(crate) struct ServerOptions {
+pub struct ServerOptions {
     /// Names the connection threads and the log lines.
     pub name: &'static str,
     /// Connections served at once (one thread each).
@@ -118,7 +118,7 @@ const EVICT_RECHECK: Duration = Duration::from_millis(100);
 
 /// Connections held for a slot are logged at most this often (with a
 /// count).
-pub(crate) const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// One served connection, as the accept loop sees it.
 struct Open {
@@ -180,7 +180,7 @@ struct Registry {
 
 /// A running server on a listener of address type `A` (TCP by default);
 /// dropping it stops it.
-pub(crate) struct Server<A = SocketAddr> {
+pub struct Server<A = SocketAddr> {
     addr: A,
     /// A handle on the listening socket, to wake the blocked accept at stop.
     listener: OwnedFd,
@@ -190,7 +190,7 @@ pub(crate) struct Server<A = SocketAddr> {
 
 impl<A: Clone + std::fmt::Debug + Send + 'static> Server<A> {
     /// Serves `listener` (blocking mode is set here) until stopped.
-    pub(crate) fn start<L: Listener<Addr = A>, H: Handler>(
+    pub fn start<L: Listener<Addr = A>, H: Handler>(
         listener: L,
         handler: Arc<H>,
         opts: ServerOptions,
@@ -215,7 +215,7 @@ impl<A: Clone + std::fmt::Debug + Send + 'static> Server<A> {
         })
     }
 
-    pub(crate) fn local_addr(&self) -> A {
+    pub fn local_addr(&self) -> A {
         self.addr.clone()
     }
 }
@@ -223,7 +223,7 @@ impl<A: Clone + std::fmt::Debug + Send + 'static> Server<A> {
 impl<A> Server<A> {
     /// Stops accepting, closes every connection (a call being answered
     /// finishes first) and waits for their threads.
-    pub(crate) fn stop(mut self) {
+    pub fn stop(mut self) {
         self.stop_inner();
     }
 

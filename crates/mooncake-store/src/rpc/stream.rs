@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 /// A process as the kernel recorded it when it connected (or listened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Credentials {
+pub struct Credentials {
     pub pid: u32,
     pub uid: u32,
     pub gid: u32,
 }
 
 /// The credentials of the process at the other end of Unix socket `sock`.
-pub(crate) fn peer_credentials(sock: &impl AsRawFd) -> io::Result<Credentials> {
+pub fn peer_credentials(sock: &impl AsRawFd) -> io::Result<Credentials> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -55,7 +55,7 @@ pub(crate) fn peer_credentials(sock: &impl AsRawFd) -> io::Result<Credentials> {
 
 /// Who is at the other end of a served connection, as its socket tells.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Peer {
+pub enum Peer {
     /// A TCP peer: its address and ours.
     Tcp {
         remote: SocketAddr,
@@ -68,7 +68,7 @@ pub(crate) enum Peer {
 }
 
 /// A connected blocking socket.
-pub(crate) trait Stream: Read + Write + AsRawFd + Send + Sized + 'static {
+pub trait Stream: Read + Write + AsRawFd + Send + Sized + 'static {
     fn try_clone(&self) -> io::Result<Self>;
     fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
     fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
@@ -80,7 +80,7 @@ pub(crate) trait Stream: Read + Write + AsRawFd + Send + Sized + 'static {
 }
 
 /// A listening socket.
-pub(crate) trait Listener: AsFd + Send + 'static {
+pub trait Listener: AsFd + Send + 'static {
     type Stream: Stream;
     type Addr: Clone + Debug + Send + 'static;
     /// The next connection, and its peer's address for log lines.
@@ -164,7 +164,7 @@ impl Listener for UnixListener {
 
 /// A client connection over either transport, chosen at run time.
 #[derive(Debug)]
-pub(crate) enum AnyStream {
+pub enum AnyStream {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
@@ -226,7 +226,7 @@ impl Stream for AnyStream {
 /// Connects to the Unix socket `name` in the abstract namespace. A server
 /// whose accept queue is full makes a Unix connect fail at once (where TCP
 /// waits); this one waits up to `timeout` for a place, as TCP would.
-pub(crate) fn connect_abstract(name: &str, timeout: Duration) -> io::Result<UnixStream> {
+pub fn connect_abstract(name: &str, timeout: Duration) -> io::Result<UnixStream> {
     use socket2::{Domain, SockAddr, Socket, Type};
     let addr = SockAddr::unix(format!("\0{name}"))?;
     let deadline = Instant::now() + timeout;

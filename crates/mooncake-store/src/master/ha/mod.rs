@@ -17,7 +17,7 @@
 
 pub(in crate::master) mod compaction;
 pub(in crate::master) mod failover;
-pub(in crate::master) mod follower;
+pub mod follower;
 pub(in crate::master) mod recovery;
 
 use std::future::Future;

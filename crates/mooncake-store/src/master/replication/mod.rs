@@ -66,7 +66,7 @@ const COMMIT_WAIT: Duration = Duration::from_secs(15);
 /// wait for needs (measured: 4-5x the plain put's p50 with 200 us, 2.5x
 /// without). So the default is to block at once; `MC_REPL_SPIN_US` sets
 /// a window for masters with cores to spare.
-pub(crate) fn spin_window() -> Duration {
+pub fn spin_window() -> Duration {
     static SPIN: OnceLock<Duration> = OnceLock::new();
     *SPIN.get_or_init(|| {
         std::env::var("MC_REPL_SPIN_US")

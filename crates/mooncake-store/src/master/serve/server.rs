@@ -236,7 +236,7 @@ fn metadata_policy(shared: &Shared) -> http_server::ServerPolicy {
 }
 
 /// The master's RPC listener policy, from its flags.
-pub(crate) fn rpc_options(config: &MasterConfig) -> ServerOptions {
+pub fn rpc_options(config: &MasterConfig) -> ServerOptions {
     ServerOptions {
         name: "mc-master-rpc",
         max_connections: MAX_CONNECTIONS,

@@ -34,6 +34,7 @@ pub use entry::{
 };
 
 use crate::master::state::mutation::{Mutation, MutationSink};
+use crate::master::MasterService;
 
 /// Collects every mutation it sees, in order, for a log to take
 /// ([`Recorder::take`]) and cut into entries.
@@ -60,4 +61,11 @@ impl MutationSink for std::sync::Arc<Recorder> {
     fn applied(&self, m: &Mutation<'_>) {
         (**self).applied(m);
     }
+}
+
+/// `service` with every mutation it applies appended to `wal`: a logged
+/// state machine without a server, as the snapshot benchmark drives one
+/// (a master adds the put fence; `snapshot::open`).
+pub fn logged(service: MasterService, wal: &std::sync::Arc<wal::Wal>) -> MasterService {
+    service.with_sink(Box::new(wal::WalSink(wal.clone())))
 }

@@ -180,8 +180,10 @@ impl Snapshotter {
     }
 }
 
-/// The shadow copy of the state machine the snapshots are encoded from.
-pub(super) struct Shadow {
+/// The shadow copy of the state machine the snapshots are encoded from,
+/// kept between rounds (`None` before the first: [`round`] builds it from
+/// the store and the log).
+pub struct Shadow {
     service: MasterService,
     seq: u64,
     now: u64,
@@ -223,7 +225,7 @@ fn snapshot_loop(
 
 /// One snapshot: cut the log, bring the shadow to the cut, encode, store,
 /// apply retention and truncate the log behind the oldest snapshot kept.
-pub(super) fn round(
+pub fn round(
     make: &dyn Fn() -> MasterService,
     keep: usize,
     stores: &Stores,

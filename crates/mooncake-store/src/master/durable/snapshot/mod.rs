@@ -25,7 +25,6 @@
 //! a fresh log started from: snapshots at or before it belong to an older
 //! history and are never restored under that log.
 
-pub mod bench;
 mod durable;
 pub mod format;
 mod progress;
@@ -37,6 +36,7 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, Result};
 
 pub(crate) use durable::{open, Durability, Opened};
+pub use durable::{round, Shadow};
 pub use progress::RestoreProgress;
 
 #[cfg(test)]
@@ -83,7 +83,7 @@ pub struct SnapshotReport {
 }
 
 /// The snapshot store and its optional local backup.
-pub(crate) struct Stores {
+pub struct Stores {
     main: Box<dyn SnapshotStore>,
     backup: Option<LocalStore>,
 }
@@ -101,7 +101,8 @@ impl Stores {
         Ok(Stores { main, backup })
     }
 
-    pub(crate) fn new(main: Box<dyn SnapshotStore>, backup: Option<LocalStore>) -> Stores {
+    /// Snapshots kept in `main`, each also written to `backup` if given.
+    pub fn new(main: Box<dyn SnapshotStore>, backup: Option<LocalStore>) -> Stores {
         Stores { main, backup }
     }
 
@@ -183,7 +184,7 @@ fn read_base(dir: &Path) -> Result<Option<u64>> {
 
 /// Starts a fresh log history in `dir`: old log files go, `BASE` says
 /// where the new one starts.
-fn start_history(dir: &Path, base: u64) -> Result<()> {
+pub fn start_history(dir: &Path, base: u64) -> Result<()> {
     let io = |e: std::io::Error| {
         Error::new(
             ErrorCode::FILE_WRITE_FAIL,
@@ -206,11 +207,11 @@ fn start_history(dir: &Path, base: u64) -> Result<()> {
 }
 
 /// A restored state machine and where it stands.
-pub(crate) struct Restored {
-    pub(crate) service: MasterService,
-    pub(crate) report: RestoreReport,
+pub struct Restored {
+    pub service: MasterService,
+    pub report: RestoreReport,
     /// The latest master clock (ms) in the restored state.
-    pub(crate) now: u64,
+    pub now: u64,
 }
 
 /// Applies the log entries in `dir` after `after` (up to `upto`) to `s`.
@@ -242,7 +243,7 @@ fn apply(s: &MasterService, e: &OwnedEntry, now: &mut u64) -> Result<()> {
 
 /// Rebuilds the state into masters `make` gives: the newest usable
 /// snapshot, then the log after it.
-pub(crate) fn restore(
+pub fn restore(
     make: &dyn Fn() -> MasterService,
     stores: Option<&Stores>,
     wal_dir: Option<&Path>,

@@ -41,6 +41,11 @@ use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Frames, Request, Response};
 use crate::rpc::{connect_any, ClientOptions, Connection};
 
+/// How long a standby spins on its socket for the leader's answer before
+/// it blocks (`MC_REPL_SPIN_US`; the leader waits for acknowledgements
+/// with the same window).
+pub use crate::master::replication::spin_window;
+
 /// Pause between attempts while there is no leader to follow.
 const IDLE: Duration = Duration::from_millis(10);
 /// A leader whose port refuses connections this long is reported gone.
@@ -134,7 +139,7 @@ impl Drop for Follower {
 
 /// The socket policy of a standby's connection to its leader, which
 /// answers a pull within `poll` when it has nothing new.
-pub(crate) fn pull_options(poll: Duration) -> ClientOptions {
+pub fn pull_options(poll: Duration) -> ClientOptions {
     ClientOptions {
         connect_timeout: CONNECT_TIMEOUT,
         call_timeout: poll + Duration::from_secs(3),
@@ -173,7 +178,7 @@ impl Run {
         let client = pull_options(opts.poll);
         let mut following: Option<Following> = None;
         let mut frame = Vec::new();
-        let spin = crate::master::replication::spin_window();
+        let spin = spin_window();
         while !self.stop.load(Ordering::SeqCst) {
             let leader = self.leader.borrow().clone();
             self.repl.set_leader(leader.clone());

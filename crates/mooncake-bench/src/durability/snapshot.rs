@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::Result;
 
-use super::durable::{round, Shadow};
-use super::store::LocalStore;
-use super::{restore, start_history, RestoreProgress, SnapshotReport, Stores};
-use crate::master::config::MasterConfig;
-use crate::master::durable::oplog::wal::{Wal, WalSink};
-use crate::master::state::service::MasterService;
-use crate::types::{ReplicateConfig, SegmentInfo};
+use mooncake_store::master::durable::oplog::{self, wal::Wal};
+use mooncake_store::master::durable::snapshot::store::LocalStore;
+use mooncake_store::master::durable::snapshot::{
+    restore, round, start_history, RestoreProgress, Shadow, SnapshotReport, Stores,
+};
+use mooncake_store::master::{MasterConfig, MasterService};
+use mooncake_store::types::{ReplicateConfig, SegmentInfo};
 
 /// Put latencies of one phase, microseconds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -83,7 +83,7 @@ pub fn run(objects: usize, dir: &Path, progress: &mut dyn FnMut(String)) -> Resu
     let wal = Wal::start(&wal_dir, 1, false)?;
     let config = MasterConfig::default();
     let make = || MasterService::new(&config);
-    let leader = Arc::new(make().with_sink(Box::new(WalSink(wal.clone()))));
+    let leader = Arc::new(oplog::logged(make(), &wal));
     let seg = SegmentInfo {
         name: "bench".into(),
         base: 1 << 40,

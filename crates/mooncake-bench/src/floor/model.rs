@@ -33,22 +33,18 @@
 //!   pulls itself (with several client threads, one writes for all whose
 //!   entries are appended by then).
 
-mod leader;
-mod standby;
-
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-use crate::master::durable::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite, Placed};
-use crate::proto::frame::{decode_payload, encode_frame};
-use crate::proto::{Request, Response};
-use crate::rpc::{connect_any, Connector, Pool};
-use crate::types::{ClientId, ReplicateConfig};
-
-pub use leader::serve_leader;
-pub use standby::run_standby;
+use mooncake_store::master::durable::oplog::{
+    OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite, Placed,
+};
+use mooncake_store::proto::frame::{decode_payload, encode_frame};
+use mooncake_store::proto::{Request, Response};
+use mooncake_store::rpc::{connect_any, Connector, Pool};
+use mooncake_store::types::{ClientId, ReplicateConfig};
 
 /// How the floor's leader reaches its standbys; see the module's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,7 +129,7 @@ impl Quorum {
 const CLIENT: ClientId = 0x0066_6c6f_6f72;
 
 /// The frame of a put's first entry: its PutStart, one replica placed.
-fn put_start_entry(seq: u64, key: &str, size: u64) -> Vec<u8> {
+pub(super) fn put_start_entry(seq: u64, key: &str, size: u64) -> Vec<u8> {
     let op = OwnedObjectOp::PutStart {
         client: CLIENT,
         size,
@@ -148,7 +144,7 @@ fn put_start_entry(seq: u64, key: &str, size: u64) -> Vec<u8> {
 }
 
 /// The frame of a put's second entry: its PutEnd.
-fn put_end_entry(seq: u64, key: &str) -> Vec<u8> {
+pub(super) fn put_end_entry(seq: u64, key: &str) -> Vec<u8> {
     let op = OwnedObjectOp::PutEnd {
         now: seq,
         readers_until: 0,
@@ -169,7 +165,7 @@ fn entry(seq: u64, key: &str, op: OwnedObjectOp) -> Vec<u8> {
 }
 
 /// The term every floor entry carries.
-const TERM: u64 = 1;
+pub(super) const TERM: u64 = 1;
 
 struct Target(Vec<SocketAddr>);
 
@@ -191,9 +187,11 @@ pub struct FloorClient {
 
 impl FloorClient {
     pub fn connect(addr: &str) -> Result<FloorClient> {
-        let addrs = crate::rpc::resolve(addr, "floor leader")?;
-        let opts =
-            crate::master_client::client_options(Duration::from_secs(5), Duration::from_secs(30));
+        let addrs = mooncake_store::rpc::resolve(addr, "floor leader")?;
+        let opts = mooncake_store::master_client::client_options(
+            Duration::from_secs(5),
+            Duration::from_secs(30),
+        );
         Ok(FloorClient {
             pool: Pool::new(Target(addrs), opts),
         })
@@ -243,6 +241,8 @@ impl FloorClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::floor::leader::serve_leader;
+    use crate::floor::standby::run_standby;
     use std::sync::mpsc;
 
     /// Puts 50 keys on a thread of `s`; each index sent once answered.

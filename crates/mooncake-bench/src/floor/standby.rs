@@ -8,13 +8,12 @@ use std::time::Duration;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::TERM;
-use crate::master::durable::oplog::decode_prefix;
-use crate::master::ha::follower::pull_options;
-use crate::master::replication::spin_window;
-use crate::proto::frame::{decode_payload, encode_frame};
-use crate::proto::{Request, Response};
-use crate::rpc::{connect_any, Connection};
+use super::model::TERM;
+use mooncake_store::master::durable::oplog::decode_prefix;
+use mooncake_store::master::ha::follower::{pull_options, spin_window};
+use mooncake_store::proto::frame::{decode_payload, encode_frame};
+use mooncake_store::proto::{Request, Response};
+use mooncake_store::rpc::{connect_any, Connection};
 
 /// How long a pull may be held when the leader has nothing new (the
 /// master's default poll interval).

@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
-use super::{put_end_entry, put_start_entry, Mode, Quorum, TERM};
-use crate::master::config::MasterConfig;
-use crate::master::serve::server::rpc_options;
-use crate::proto::frame::{decode_payload, encode_frame, read_frame_within};
-use crate::proto::{Frames, Request, Response};
-use crate::rpc::{self, Handler, Server};
+use super::model::{put_end_entry, put_start_entry, Mode, Quorum, TERM};
+use mooncake_store::master::serve::server::rpc_options;
+use mooncake_store::master::MasterConfig;
+use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame_within};
+use mooncake_store::proto::{Frames, Request, Response};
+use mooncake_store::rpc::{self, Handler, Server};
 
 /// Longest a call waits for its commit, or for the standbys to connect.
 const COMMIT_WAIT: Duration = Duration::from_secs(15);

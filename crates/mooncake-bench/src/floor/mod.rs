@@ -1,6 +1,6 @@
 //! The floor phases of `mooncake-bench ha`: the same client, process and
 //! thread topology as a replicated master with no state machine behind it
-//! (`mooncake_store::master::floor`). The leader and its standbys are
+//! (`model`). The leader and its standbys are
 //! this executable re-run in a hidden mode (`--floor-process`), so each is
 //! a process of its own, as the masters are.
 
@@ -8,9 +8,13 @@ use std::io::Write;
 use std::net::SocketAddr;
 
 use mooncake_common::{Error, ErrorCode, Result};
-use mooncake_store::master::floor::{self, Mode, Quorum};
 
+pub(crate) use self::model::{FloorClient, Mode, Quorum};
 use crate::cluster::{field, work_dir, Proc};
+
+mod leader;
+mod model;
+mod standby;
 
 /// First argument that turns this executable into a floor process.
 const FLOOR_PROCESS: &str = "--floor-process";
@@ -38,7 +42,7 @@ pub(crate) fn run_as_floor(argv: &[String]) -> Option<i32> {
             .map_err(|e| err(format!("leader address {leader}: {e}")))
             .and_then(|addr| {
                 ready(&format!("standby={id}"));
-                floor::run_standby(addr, id)
+                standby::run_standby(addr, id)
             }),
         _ => Err(err(format!(
             "{FLOOR_PROCESS}: leader MODE QUORUM | standby ADDR ID"
@@ -61,7 +65,7 @@ fn ready(fields: &str) {
 
 /// Serves as the floor's leader until the process is stopped.
 fn lead(mode: Mode, quorum: Quorum) -> Result<()> {
-    let leader = floor::serve_leader(mode, quorum)?;
+    let leader = leader::serve_leader(mode, quorum)?;
     let (rpc, standbys) = leader.addresses();
     ready(&format!("rpc={rpc} standbys={standbys}"));
     loop {

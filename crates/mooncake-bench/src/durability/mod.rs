@@ -1,14 +1,16 @@
 //! Durability costs: 4 KiB put latency through a real `mooncake_master`
 //! without and with the local write-ahead log (`--enable_oplog`, fsync
 //! before each acknowledgement), and the snapshot path at scale
-//! (`mooncake_store::master::durable::snapshot::bench`: snapshot and restore time,
+//! (`snapshot`: snapshot and restore time,
 //! put latency while a snapshot runs).
 
 use std::time::Instant;
 
+use self::snapshot::{self as snap, SnapshotBench};
+
+mod snapshot;
 use mooncake_common::Result;
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::master::durable::snapshot::bench::{self as snap, SnapshotBench};
 
 use crate::cluster;
 use crate::stats::{self, summarize, Summary};
