@@ -362,7 +362,7 @@ wire_enum! {
     }
 }
 
-/// Log entry frames (`master::oplog` codec), back to back.
+/// Log entry frames (`master::durable::oplog` codec), back to back.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Frames(pub Vec<u8>);
 

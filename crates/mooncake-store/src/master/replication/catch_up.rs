@@ -1,6 +1,6 @@
 //! A replicated master's image: the latest snapshot of its committed
 //! state, how a standby behind the compacted log is answered with it, and
-//! the log compaction behind it. `master::ha_snapshot` takes the images
+//! the log compaction behind it. `master::ha::compaction` takes the images
 //! and loads them into the state machine.
 //!
 //! A standby asking for entries the log no longer holds (one started late,

@@ -23,7 +23,7 @@
 //!   nor shrink the set).
 //! - [`standby`] is a standby's bookkeeping: what to pull next, the
 //!   entries kept, the next to apply. The follower thread that drives it
-//!   and applies entries to the state machine is `master::follower`.
+//!   and applies entries to the state machine is `master::ha::follower`.
 
 pub(crate) mod catch_up;
 pub(crate) mod disk;

@@ -1,6 +1,6 @@
 //! A standby's bookkeeping of the entries it pulls: what to ask for next,
 //! keeping what a leader sends, and which kept entry to apply next. The
-//! follower thread (`master::follower`) drives it.
+//! follower thread (`master::ha::follower`) drives it.
 
 use std::time::Duration;
 

@@ -35,7 +35,7 @@ pub(crate) enum Mutation<'a> {
     Segment(SegmentOp<'a>),
     Client(ClientOp),
     Task(TaskOp<'a>),
-    /// A change to the SSD tiers and their copies (`disk`).
+    /// A change to the SSD tiers and their copies (`ssd_tier`).
     Disk(DiskOp<'a>),
     /// Frees the retired space due at `now`. (A range retired concurrently
     /// with it may be freed by a standby here and by the leader only at the

@@ -34,7 +34,7 @@ pub(crate) mod flags {
     pub(crate) const HARD_PIN: u8 = 2;
     /// Evicted only after everything else, while accessed within the soft-pin TTL.
     pub(crate) const SOFT_PIN: u8 = 4;
-    /// A durable copy is in an SSD tier (`disk`): memory may let it go.
+    /// A durable copy is in an SSD tier (`ssd_tier`): memory may let it go.
     pub(crate) const ON_DISK: u8 = 8;
 }
 

@@ -1,4 +1,4 @@
-//! What drain jobs (`master::drain`) read and set in the tables: segment
+//! What drain jobs (`serve::drain_jobs`) read and set in the tables: segment
 //! status, fill, and the objects with a replica on a segment.
 
 use super::MasterService;

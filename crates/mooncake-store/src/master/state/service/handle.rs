@@ -173,7 +173,7 @@ impl MasterService {
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
                 results: self.evict_disk_replicas(client_id, &keys, now),
             },
-            // The connection answers it (see `master::server`).
+            // The connection answers it (see `serve::server`).
             Q::Authenticate { .. } | Q::LeaderTerm { .. } => A::Unit { result: Ok(()) },
             Q::GetStorageConfig {} => A::Storage {
                 result: Ok(self.storage_config()),
