@@ -73,7 +73,7 @@ fn a_standby_follows_commits_and_takes_over() {
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 1).unwrap();
     la.service.put_end(1, "k", 2).unwrap();
-    let last = Replication::take_last_seq();
+    let last = ra.status().last_seq;
     assert!(last >= 3, "register, mount, put start and end are logged");
     ra.wait_committed(last).unwrap();
 
@@ -91,7 +91,7 @@ fn a_standby_follows_commits_and_takes_over() {
     assert_eq!(rec.standbys, BTreeSet::from(["b#1".to_string()]));
     ra.record_done(rec.clone(), true);
     la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     assert!(ra.status().committed_seq < seq, "B has not got it");
     let (term, committed, frames) = pull(&ra, &rb, 6);
     assert!(committed < seq);
@@ -166,7 +166,7 @@ fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
     // B keeps a put it may not apply yet: it is behind, syncing.
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     let (term, committed, frames) = pull(&ra, &rb, 4);
     receive(&lb, &rb, term, committed, &frames).unwrap();
     let b = ha_gauges(&lb, &rb);
@@ -233,7 +233,7 @@ fn a_standby_that_saw_another_leader_keeps_what_it_acknowledged() {
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     la.service.put_end(1, "k", 4).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     for (l, r) in [(&lb, &rb), (&lc, &rc)] {
         let (term, committed, frames) = pull(&ra, r, 5);
         assert!(committed < seq);
@@ -268,11 +268,11 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
         let (term, committed, frames) = pull(&ra, r, 4);
         receive(l, r, term, committed, &frames).unwrap();
     }
-    let k1 = Replication::take_last_seq();
+    let k1 = ra.status().last_seq;
     la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
     let (term, committed, frames) = pull(&ra, &rc, 6);
     receive(&lc, &rc, term, committed, &frames).unwrap();
-    let k2 = Replication::take_last_seq();
+    let k2 = ra.status().last_seq;
     assert!(k2 > k1 && rc.status().last_seq == k2);
     assert_eq!(rb.status().last_seq, k1);
 
@@ -281,7 +281,7 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
     let rec = rb.promote(9, "b:1", Some(&a_record()), 7);
     rb.record_done(rec, true);
     lb.service.put_start(1, "k3", 100, &cfg, false, 8).unwrap();
-    let k3 = Replication::take_last_seq();
+    let k3 = rb.status().last_seq;
     assert_eq!(k3, k2, "B's entry takes k2's place");
 
     rc.new_leader();

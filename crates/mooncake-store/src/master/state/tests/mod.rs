@@ -43,6 +43,7 @@ pub(in crate::master) fn policy() -> Policy {
         eviction_ratio: 0.2,
         evict_soft_pinned: true,
         strategy: AllocationStrategy::Random,
+        put_fence: true,
     }
 }
 
