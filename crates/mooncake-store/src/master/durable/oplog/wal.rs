@@ -309,6 +309,11 @@ impl Wal {
         }
     }
 
+    /// The position of the last mutation queued.
+    pub fn queued(&self) -> u64 {
+        self.queue.lock().queued
+    }
+
     /// Waits until everything queued so far is durable.
     pub fn flush(&self) -> Result<()> {
         let pos = self.queue.lock().queued;

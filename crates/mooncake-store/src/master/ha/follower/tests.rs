@@ -11,7 +11,8 @@ use crate::master::replication::in_sync::Record;
 use crate::master::replication::{Options, Replication, Role};
 use crate::master::serve::shared::Shared;
 use crate::master::MasterConfig;
-use crate::proto::{Frames, Response};
+use crate::master::Release;
+use crate::proto::{Frames, Request, Response};
 use crate::types::{ReplicateConfig, SegmentInfo};
 
 fn opts() -> Options {
@@ -122,6 +123,46 @@ fn a_standby_follows_commits_and_takes_over() {
         ra.serve_pull("b#1", 0, 0, 0, 1, Duration::ZERO, 10),
         Response::Failed { .. }
     ));
+}
+
+/// A leader's calls are released once committed: a put in reserved space
+/// at its reservation, its PutEnd at its own entry. A deposed leader's
+/// sink logs nothing, so its calls carry no position (the server then
+/// refuses them as not leading).
+#[test]
+fn a_leader_releases_its_calls_at_their_commit() {
+    let (la, ra) = master("a#1");
+    let rec = ra.promote(7, "a:1", None, 0);
+    ra.record_done(rec, true);
+    la.service.mount_segment(1, &segment(), 0).unwrap();
+    let put = |key| Request::PutStart {
+        client_id: 1,
+        key,
+        value_len: 100,
+        config: ReplicateConfig::default(),
+        upsert: false,
+    };
+    let before = ra.status().last_seq;
+    let start = la.service.handle(put("k"), 1);
+    assert_eq!(
+        start.release,
+        Release::Committed(before + 1),
+        "its reservation"
+    );
+    assert_eq!(ra.status().last_seq, before + 2, "then its own entry");
+    let end = Request::PutEnd {
+        client_id: 1,
+        key: "k",
+    };
+    let end = la.service.handle(end, 2);
+    assert_eq!(end.release, Release::Committed(ra.status().last_seq));
+    ra.wait_committed(ra.status().last_seq).unwrap();
+
+    ra.depose();
+    let last = ra.status().last_seq;
+    let refused = la.service.handle(put("k2"), 3);
+    assert_eq!(refused.release, Release::Now);
+    assert_eq!(ra.status().last_seq, last, "nothing logged");
 }
 
 #[test]

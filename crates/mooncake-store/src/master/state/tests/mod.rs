@@ -5,6 +5,7 @@ mod files;
 mod membership;
 mod offload;
 mod puts;
+mod release;
 mod removal;
 mod tasks;
 
