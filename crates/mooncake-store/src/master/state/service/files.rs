@@ -117,6 +117,7 @@ impl MasterService {
     /// the object's copy when the object is still the one the task named
     /// and the tier has room (making it, with eviction on); otherwise it
     /// is queued for deletion and its result says why.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn notify_file_copies_in(
         &self,
         call: &mut Call,

@@ -19,6 +19,7 @@ impl MasterService {
     ///
     /// When no segment has room, an eviction round runs and the put is
     /// retried once.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn put_start_in(
         &self,
         call: &mut Call,
@@ -70,6 +71,7 @@ impl MasterService {
         ))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn put_start_once(
         &self,
         call: &mut Call,
