@@ -263,7 +263,7 @@ impl Release {
 /// so when it may be answered ([`Call::release`]). The state machine
 /// records into it as it applies; the server waits on the release.
 #[derive(Debug, Default)]
-pub struct Call {
+pub(crate) struct Call {
     /// Where its last mutation lies.
     logged: Release,
     /// Set by a call whose answer need not wait for its own entries: the

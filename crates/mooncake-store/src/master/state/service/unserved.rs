@@ -4,7 +4,7 @@
 //! its release. The server goes through `handle`, whose [`Answer`] carries
 //! the release it must wait on.
 //!
-//! [`Answer`]: super::handle::Answer
+//! [`Answer`]: crate::master::Answer
 
 use mooncake_common::Result;
 
