@@ -28,6 +28,7 @@ fn policy(lease_ttl: u64) -> Policy {
         eviction_ratio: 0.0,
         evict_soft_pinned: true,
         strategy: AllocationStrategy::Random,
+        put_fence: true,
     }
 }
 

@@ -29,4 +29,5 @@ pub use config::policy::{
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use run::{run, serve, MasterHandle};
 pub use serve::server::MasterServer;
-pub use state::service::{MasterService, MasterStats, SegmentSummary, TickReport};
+pub use state::mutation::Release;
+pub use state::service::{Answer, MasterService, MasterStats, SegmentSummary, TickReport};

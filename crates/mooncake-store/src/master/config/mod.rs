@@ -74,6 +74,11 @@ impl MasterConfig {
         settings: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
     ) -> Result<Self> {
         let mut c = MasterConfig::default();
+        // The environment's spelling of `--put_fence=false`, under the
+        // config file and the flags.
+        if std::env::var("MC_PUT_FENCE").as_deref() == Ok("0") {
+            c.put_fence = false;
+        }
         if let Some((_, path)) = settings
             .clone()
             .into_iter()
@@ -251,6 +256,7 @@ impl MasterConfig {
             eviction_ratio: self.eviction_ratio,
             evict_soft_pinned: self.allow_evict_soft_pinned_objects,
             strategy: self.allocation_strategy,
+            put_fence: self.put_fence,
         }
     }
 

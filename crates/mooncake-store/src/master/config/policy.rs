@@ -58,6 +58,9 @@ pub struct Policy {
     pub eviction_ratio: f64,
     pub evict_soft_pinned: bool,
     pub strategy: AllocationStrategy,
+    /// A master whose sink logs places puts in reserved space and answers
+    /// them before their entries are kept (`segments::space`).
+    pub put_fence: bool,
 }
 
 /// Task limits and timeouts (0 = no timeout).

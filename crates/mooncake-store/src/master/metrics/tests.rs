@@ -19,6 +19,7 @@ fn service() -> MasterService {
         eviction_ratio: 0.1,
         evict_soft_pinned: true,
         strategy: AllocationStrategy::Random,
+        put_fence: true,
     })
 }
 
@@ -34,7 +35,7 @@ fn segment(name: &str) -> SegmentInfo {
 /// Serves `req` at `now` and counts it.
 fn call(m: &MasterMetrics, svc: &MasterService, req: Request<'_>, now: u64) {
     let c = m.classify(svc, &req);
-    let resp = svc.handle(req, now);
+    let resp = svc.handle(req, now).response;
     m.observe(c, &resp);
 }
 

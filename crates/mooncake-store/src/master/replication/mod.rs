@@ -31,7 +31,6 @@ pub(crate) mod in_sync;
 mod log;
 mod standby;
 
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -46,7 +45,7 @@ use super::config::MasterConfig;
 use super::durable::oplog::{OwnedEntry, OwnedMutation};
 use super::metrics::tiers::StandbyState;
 use super::metrics::MasterMetrics;
-use super::state::mutation::{Mutation, MutationSink};
+use super::state::mutation::{Mutation, MutationSink, Release};
 use crate::proto::{Frames, Response};
 
 /// Most frame bytes in one answer to a pull (past its first entry).
@@ -159,12 +158,6 @@ struct State {
     /// follows it; entries resent with the term held here are kept (the
     /// same entries), the first that differs replaces the rest.
     verify: Option<u64>,
-}
-
-thread_local! {
-    /// The last entry the calling thread's mutations made: what the call
-    /// it serves waits for.
-    static LAST_SEQ: Cell<u64> = const { Cell::new(0) };
 }
 
 /// The replicated log of one master, leader or standby.
@@ -418,12 +411,6 @@ impl Replication {
         }
     }
 
-    /// The last entry the calling thread's mutations made since the last
-    /// call (0: none).
-    pub(crate) fn take_last_seq() -> u64 {
-        LAST_SEQ.with(|c| c.replace(0))
-    }
-
     /// Waits until entry `seq` is committed. Fails once this master no
     /// longer leads, or after [`COMMIT_WAIT`]; the call's outcome is then
     /// unknown to its caller (as after a timeout).
@@ -549,14 +536,14 @@ impl Replication {
 }
 
 impl MutationSink for std::sync::Arc<Replication> {
-    fn applied(&self, m: &Mutation<'_>) {
+    fn applied(&self, m: &Mutation<'_>) -> Release {
         if !self.leading.load(Ordering::Acquire) {
-            return;
+            return Release::Now;
         }
         let owned = OwnedMutation::from_mutation(m);
         let mut st = self.state.lock();
         if st.role != Role::Leader {
-            return;
+            return Release::Now;
         }
         let entry = OwnedEntry {
             seq: st.log.last() + 1,
@@ -579,11 +566,7 @@ impl MutationSink for std::sync::Arc<Replication> {
         if moved {
             self.committed.notify_all();
         }
-        LAST_SEQ.with(|c| c.set(seq));
-    }
-
-    fn position(&self) -> u64 {
-        self.last_hint.load(Ordering::Acquire)
+        Release::Committed(seq)
     }
 }
 

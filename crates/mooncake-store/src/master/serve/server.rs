@@ -31,6 +31,8 @@ use super::http;
 use super::shared::{Leading, Shared};
 use crate::master::config::MasterConfig;
 use crate::master::replication::{Replication, Role};
+use crate::master::state::mutation::Release;
+use crate::master::state::service::Answer;
 use crate::proto::{Request, Response};
 use crate::rpc::{self, Handler, Server, ServerOptions, WhenFull};
 
@@ -368,33 +370,30 @@ impl Handler for Rpc {
             }
         }
         let call = shared.metrics.classify(&shared.service, &req);
-        crate::master::durable::oplog::wal::begin_call();
-        let _ = crate::master::state::mutation::take_answer_at();
-        let mut resp = shared.service.handle(req, now);
-        let answer_at = crate::master::state::mutation::take_answer_at();
-        if let Some(wal) = &shared.durability.wal {
-            // Acknowledged only once its mutations are durable.
-            if let Err(error) = wal.wait_for_this_thread_upto(answer_at.unwrap_or(u64::MAX)) {
-                resp = Response::Failed { error };
-            }
+        let Answer {
+            mut response,
+            release,
+        } = shared.service.handle(req, now);
+        // Answered only once its release holds: its mutations durable in
+        // the log (`Durable`), or held by the in-sync standbys (`Committed`).
+        let waited = match (release, &shared.durability.wal, &shared.replication) {
+            (Release::Now, ..) => Ok(()),
+            (Release::Durable(pos), Some(wal), _) => wal.wait_for(pos),
+            (Release::Committed(seq), _, Some(r)) => r.wait_committed(seq),
+            (other, ..) => unreachable!("{other:?} from a master without that log"),
+        };
+        if let Err(error) = waited {
+            response = Response::Failed { error };
         }
         if let Some(r) = &shared.replication {
-            // Acknowledged only once the in-sync set holds its entries.
-            // A put in reserved space waits for its reservation only: its
-            // PutEnd's commit covers its own entry (`segments::space`).
-            let seq = Replication::take_last_seq().min(answer_at.unwrap_or(u64::MAX));
-            if seq > 0 {
-                if let Err(error) = r.wait_committed(seq) {
-                    resp = Response::Failed { error };
-                }
-            } else if r.role() != Role::Leader {
+            if release == Release::Now && r.role() != Role::Leader {
                 // Deposed during the call: the sink may have skipped its
                 // changes (it stops logging before the role is read here).
-                resp = not_leading("this master no longer leads its cluster");
+                response = not_leading("this master no longer leads its cluster");
             }
         }
-        shared.metrics.observe(call, &resp);
-        resp
+        shared.metrics.observe(call, &response);
+        response
     }
 
     fn failure(&self, error: Error) -> Response {

@@ -142,6 +142,7 @@ mod tests {
             eviction_ratio,
             evict_soft_pinned: true,
             strategy: AllocationStrategy::Random,
+            put_fence: true,
         }
     }
 

@@ -208,44 +208,93 @@ pub(crate) enum DiskOp<'a> {
 /// Allocations happen before the mutation that carries them is seen, frees
 /// after the mutation that causes them, so the order in which a sink sees
 /// mutations is one in which a standby can reserve every logged range. It
-/// must not block or call back into the service: append and return;
-/// acknowledging a call only once its mutations are durable is the
-/// server's part.
+/// must not block or call back into the service: append and return where
+/// the entry lies ([`Release`]); the server waits for it once the call is
+/// decided, outside every lock.
 pub(crate) trait MutationSink: Send + Sync {
-    fn applied(&self, m: &Mutation<'_>);
+    /// Records `m`; returns what a call must wait for to have it kept
+    /// ([`Release::Now`]: the sink keeps no positions, or skipped it).
+    fn applied(&self, m: &Mutation<'_>) -> Release;
+}
 
-    /// The log position of the last mutation recorded (0: no positions).
-    fn position(&self) -> u64 {
-        0
+/// When the master may answer a call, as its mutations' log positions say
+/// (openraft's `Respond { when }`).
+///
+/// - `Now`: the call logged nothing (a read, a refusal, a master without
+///   a log), or nothing it logged needs waiting for.
+/// - `Durable(pos)`: a master with a local write-ahead log answers once
+///   the log is on disk up to `pos`.
+/// - `Committed(seq)`: a replicated leader answers once the standbys in
+///   sync hold its log up to `seq`.
+///
+/// The position is the call's last entry, except for a put in reserved
+/// space (`segments::space`): it waits only up to its reservation's
+/// entry, since the commit of its PutEnd covers its own. One put of the
+/// call outside reserved space makes it wait for all its entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[must_use = "the answer goes out only once its release holds"]
+pub enum Release {
+    #[default]
+    Now,
+    Durable(u64),
+    Committed(u64),
+}
+
+impl Release {
+    /// The log position (0 for `Now`).
+    pub fn position(self) -> u64 {
+        match self {
+            Release::Now => 0,
+            Release::Durable(p) | Release::Committed(p) => p,
+        }
+    }
+
+    /// The same release, waiting at most up to `upto` (`Now` at 0).
+    fn upto(self, upto: u64) -> Release {
+        match self {
+            Release::Durable(p) if p.min(upto) > 0 => Release::Durable(p.min(upto)),
+            Release::Committed(p) if p.min(upto) > 0 => Release::Committed(p.min(upto)),
+            _ => Release::Now,
+        }
     }
 }
 
-thread_local! {
+/// One call being served: what its mutations were given by the sink, and
+/// so when it may be answered ([`Call::release`]). The state machine
+/// records into it as it applies; the server waits on the release.
+#[derive(Debug, Default)]
+pub(crate) struct Call {
+    /// Where its last mutation lies.
+    logged: Release,
     /// Set by a call whose answer need not wait for its own entries: the
-    /// position up to which they must be committed instead (`u64::MAX`:
-    /// one of them must wait after all).
-    static ANSWER_AT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+    /// position up to which they must be kept instead (`u64::MAX`: one of
+    /// them must wait after all).
+    answer_at: Option<u64>,
 }
 
-/// A PutStart of the calling thread's call, in reserved space
-/// (`segments::space`), may be answered once the log is committed up to
-/// `upto` (its reservation), before its own entry: its PutEnd's commit
-/// covers that.
-pub(crate) fn answer_at(upto: u64) {
-    ANSWER_AT.with(|c| {
-        let v = c.get().map_or(upto, |v| v.max(upto));
-        c.set(Some(v));
-    });
-}
+impl Call {
+    /// Notes where the sink put one of this call's mutations.
+    pub(crate) fn logged(&mut self, at: Release) {
+        if at != Release::Now {
+            self.logged = at;
+        }
+    }
 
-/// A PutStart of the calling thread's call outside reserved space: the
-/// call waits for all its entries, whatever [`answer_at`] said.
-pub(crate) fn answer_after_all() {
-    ANSWER_AT.with(|c| c.set(Some(u64::MAX)));
-}
+    /// A PutStart of this call, in reserved space (`segments::space`), may
+    /// be answered once the log is kept up to `upto` (its reservation),
+    /// before its own entry: its PutEnd's commit covers that.
+    pub(crate) fn answer_at(&mut self, upto: u64) {
+        self.answer_at = Some(self.answer_at.map_or(upto, |v| v.max(upto)));
+    }
 
-/// Up to where the calling thread's call must be committed before its
-/// answer, if less than all its entries; resets it.
-pub(crate) fn take_answer_at() -> Option<u64> {
-    ANSWER_AT.with(|c| c.take()).filter(|v| *v != u64::MAX)
+    /// A PutStart of this call outside reserved space: the call waits for
+    /// all its entries, whatever [`Call::answer_at`] said.
+    pub(crate) fn answer_after_all(&mut self) {
+        self.answer_at = Some(u64::MAX);
+    }
+
+    /// When the call may be answered.
+    pub fn release(&self) -> Release {
+        self.logged.upto(self.answer_at.unwrap_or(u64::MAX))
+    }
 }

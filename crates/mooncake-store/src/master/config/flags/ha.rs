@@ -32,6 +32,8 @@ macro_rules! ha_flags {
         => pod_name: String = text;
     pod_namespace: Str = "", Full, "Pod namespace for K8s label-based routing (default: $POD_NAMESPACE)"
         => pod_namespace: String = text;
+    put_fence: Bool = "true", Full, "A master that logs (--enable_oplog) places puts in reserved space and answers one once its reservation is logged, before its own entry; false: every PutStart waits for its own entry (also MC_PUT_FENCE=0)"
+        => put_fence: bool = boolean;
     wal_dir: Str = "", Full, "Directory of the local write-ahead log (default: $MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>, and /<rpc_address>_<rpc_port> under it in HA mode; one per master)"
         => wal_dir: String = text;
     } };

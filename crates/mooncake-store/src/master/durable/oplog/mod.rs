@@ -33,7 +33,7 @@ pub use entry::{
     OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
 };
 
-use crate::master::state::mutation::{Mutation, MutationSink};
+use crate::master::state::mutation::{Mutation, MutationSink, Release};
 use crate::master::MasterService;
 
 /// Collects every mutation it sees, in order, for a log to take
@@ -51,15 +51,16 @@ impl Recorder {
 }
 
 impl MutationSink for Recorder {
-    fn applied(&self, m: &Mutation<'_>) {
+    fn applied(&self, m: &Mutation<'_>) -> Release {
         let owned = OwnedMutation::from_mutation(m);
         self.pending.lock().push(owned);
+        Release::Now
     }
 }
 
 impl MutationSink for std::sync::Arc<Recorder> {
-    fn applied(&self, m: &Mutation<'_>) {
-        (**self).applied(m);
+    fn applied(&self, m: &Mutation<'_>) -> Release {
+        (**self).applied(m)
     }
 }
 

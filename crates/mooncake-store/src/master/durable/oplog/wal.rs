@@ -3,11 +3,11 @@
 //! commits whatever has gathered since its last write with one
 //! `fdatasync` (group commit).
 //!
-//! The sink side ([`WalSink`]) only queues the mutation and notes its
-//! position in a thread-local; the RPC thread that made the call then
-//! waits, after the call and outside every lock, until the writer has
-//! made that position durable ([`Wal::wait_for_this_thread`]). A call is
-//! acknowledged only after its mutations are on disk.
+//! The sink side ([`WalSink`]) only queues the mutation and returns its
+//! position, which the call records (`mutation::Call`); the RPC thread
+//! that made the call then waits, after the call and outside every lock,
+//! until the writer has made that position durable ([`Wal::wait_for`]). A
+//! call is acknowledged only after its mutations are on disk.
 //!
 //! Files are `wal-<first seq, 20 digits>.log` in the log directory. A
 //! snapshot cuts the log ([`Wal::rotate`]): the current file is closed at
@@ -15,7 +15,6 @@
 //! can be built from the closed files alone and the files it covers
 //! deleted ([`Wal::remove_through`]).
 
-use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -27,15 +26,10 @@ use parking_lot::{Condvar, Mutex};
 
 use super::codec::{self, DecodeError};
 use super::entry::{OwnedEntry, OwnedMutation};
-use crate::master::state::mutation::{Mutation, MutationSink};
+use crate::master::state::mutation::{Mutation, MutationSink, Release};
 
 /// Mutations per entry at most (entries stay far below the frame limit).
 const MAX_MUTATIONS_PER_ENTRY: usize = 4096;
-
-thread_local! {
-    /// The log position of the last mutation this thread queued.
-    static QUEUED: Cell<u64> = const { Cell::new(0) };
-}
 
 /// Group-commit statistics.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -80,25 +74,16 @@ pub struct Wal {
 pub struct WalSink(pub Arc<Wal>);
 
 impl MutationSink for WalSink {
-    fn applied(&self, m: &Mutation<'_>) {
+    fn applied(&self, m: &Mutation<'_>) -> Release {
         let owned = OwnedMutation::from_mutation(m);
         let mut q = self.0.queue.lock();
         q.mutations.push(owned);
         q.queued += 1;
-        QUEUED.set(q.queued);
+        let at = q.queued;
         drop(q);
         self.0.wake_writer.notify_one();
+        Release::Durable(at)
     }
-
-    fn position(&self) -> u64 {
-        QUEUED.get()
-    }
-}
-
-/// Forgets what this thread queued (before a call; see
-/// [`Wal::wait_for_this_thread`]).
-pub fn begin_call() {
-    QUEUED.set(0);
 }
 
 fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
@@ -310,23 +295,6 @@ impl Wal {
         Ok((f, path))
     }
 
-    /// Waits until every mutation this thread queued since
-    /// [`begin_call`] is durable; an error when the log failed.
-    pub fn wait_for_this_thread(&self) -> Result<()> {
-        self.wait_for_this_thread_upto(u64::MAX)
-    }
-
-    /// [`Wal::wait_for_this_thread`], but only up to position `upto`: a
-    /// put in reserved space waits for its reservation only
-    /// (`segments::space`).
-    pub fn wait_for_this_thread_upto(&self, upto: u64) -> Result<()> {
-        let pos = QUEUED.get().min(upto);
-        if pos == 0 {
-            return Ok(());
-        }
-        self.wait_for(pos)
-    }
-
     /// Waits until position `pos` is durable.
     pub fn wait_for(&self, pos: u64) -> Result<()> {
         let mut d = self.durable.lock();
@@ -339,6 +307,11 @@ impl Wal {
             }
             self.wake_waiters.wait(&mut d);
         }
+    }
+
+    /// The position of the last mutation queued.
+    pub fn queued(&self) -> u64 {
+        self.queue.lock().queued
     }
 
     /// Waits until everything queued so far is durable.

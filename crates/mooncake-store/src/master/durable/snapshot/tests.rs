@@ -390,17 +390,24 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
     let progress = RestoreProgress::default();
     let first = super::open(&config, &progress).unwrap();
     first.service.mount_segment(1, &segment("a1"), 0).unwrap();
-    let cfg = crate::types::ReplicateConfig::default();
-    crate::master::durable::oplog::wal::begin_call();
-    let _ = crate::master::state::mutation::take_answer_at();
-    first
-        .service
-        .put_start(7, "k", 1024, &cfg, false, 10)
-        .unwrap();
-    let upto = crate::master::state::mutation::take_answer_at().expect("in reserved space");
+    let start = crate::proto::Request::PutStart {
+        client_id: 7,
+        key: "k",
+        value_len: 1024,
+        config: crate::types::ReplicateConfig::default(),
+        upsert: false,
+    };
+    let answer = first.service.handle(start, 10);
+    assert!(matches!(
+        answer.response,
+        crate::proto::Response::Replicas { result: Ok(_) }
+    ));
+    let crate::master::Release::Durable(upto) = answer.release else {
+        panic!("{:?}", answer.release)
+    };
     let wal = first.durability.wal.clone().unwrap();
-    // This thread's last position: the put's own entry.
-    let own = crate::master::state::mutation::MutationSink::position(&WalSink(wal.clone()));
+    // The log's last position: the put's own entry.
+    let own = wal.queued();
     assert!(own > upto, "its own entry comes later");
     wal.flush().unwrap();
     let reserved = |s: &MasterService| -> u64 {

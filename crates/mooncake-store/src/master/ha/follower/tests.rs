@@ -11,7 +11,8 @@ use crate::master::replication::in_sync::Record;
 use crate::master::replication::{Options, Replication, Role};
 use crate::master::serve::shared::Shared;
 use crate::master::MasterConfig;
-use crate::proto::{Frames, Response};
+use crate::master::Release;
+use crate::proto::{Frames, Request, Response};
 use crate::types::{ReplicateConfig, SegmentInfo};
 
 fn opts() -> Options {
@@ -73,7 +74,7 @@ fn a_standby_follows_commits_and_takes_over() {
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 1).unwrap();
     la.service.put_end(1, "k", 2).unwrap();
-    let last = Replication::take_last_seq();
+    let last = ra.status().last_seq;
     assert!(last >= 3, "register, mount, put start and end are logged");
     ra.wait_committed(last).unwrap();
 
@@ -91,7 +92,7 @@ fn a_standby_follows_commits_and_takes_over() {
     assert_eq!(rec.standbys, BTreeSet::from(["b#1".to_string()]));
     ra.record_done(rec.clone(), true);
     la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     assert!(ra.status().committed_seq < seq, "B has not got it");
     let (term, committed, frames) = pull(&ra, &rb, 6);
     assert!(committed < seq);
@@ -122,6 +123,46 @@ fn a_standby_follows_commits_and_takes_over() {
         ra.serve_pull("b#1", 0, 0, 0, 1, Duration::ZERO, 10),
         Response::Failed { .. }
     ));
+}
+
+/// A leader's calls are released once committed: a put in reserved space
+/// at its reservation, its PutEnd at its own entry. A deposed leader's
+/// sink logs nothing, so its calls carry no position (the server then
+/// refuses them as not leading).
+#[test]
+fn a_leader_releases_its_calls_at_their_commit() {
+    let (la, ra) = master("a#1");
+    let rec = ra.promote(7, "a:1", None, 0);
+    ra.record_done(rec, true);
+    la.service.mount_segment(1, &segment(), 0).unwrap();
+    let put = |key| Request::PutStart {
+        client_id: 1,
+        key,
+        value_len: 100,
+        config: ReplicateConfig::default(),
+        upsert: false,
+    };
+    let before = ra.status().last_seq;
+    let start = la.service.handle(put("k"), 1);
+    assert_eq!(
+        start.release,
+        Release::Committed(before + 1),
+        "its reservation"
+    );
+    assert_eq!(ra.status().last_seq, before + 2, "then its own entry");
+    let end = Request::PutEnd {
+        client_id: 1,
+        key: "k",
+    };
+    let end = la.service.handle(end, 2);
+    assert_eq!(end.release, Release::Committed(ra.status().last_seq));
+    ra.wait_committed(ra.status().last_seq).unwrap();
+
+    ra.depose();
+    let last = ra.status().last_seq;
+    let refused = la.service.handle(put("k2"), 3);
+    assert_eq!(refused.release, Release::Now);
+    assert_eq!(ra.status().last_seq, last, "nothing logged");
 }
 
 #[test]
@@ -166,7 +207,7 @@ fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
     // B keeps a put it may not apply yet: it is behind, syncing.
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     let (term, committed, frames) = pull(&ra, &rb, 4);
     receive(&lb, &rb, term, committed, &frames).unwrap();
     let b = ha_gauges(&lb, &rb);
@@ -233,7 +274,7 @@ fn a_standby_that_saw_another_leader_keeps_what_it_acknowledged() {
     let cfg = ReplicateConfig::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     la.service.put_end(1, "k", 4).unwrap();
-    let seq = Replication::take_last_seq();
+    let seq = ra.status().last_seq;
     for (l, r) in [(&lb, &rb), (&lc, &rc)] {
         let (term, committed, frames) = pull(&ra, r, 5);
         assert!(committed < seq);
@@ -268,11 +309,11 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
         let (term, committed, frames) = pull(&ra, r, 4);
         receive(l, r, term, committed, &frames).unwrap();
     }
-    let k1 = Replication::take_last_seq();
+    let k1 = ra.status().last_seq;
     la.service.put_start(1, "k2", 100, &cfg, false, 5).unwrap();
     let (term, committed, frames) = pull(&ra, &rc, 6);
     receive(&lc, &rc, term, committed, &frames).unwrap();
-    let k2 = Replication::take_last_seq();
+    let k2 = ra.status().last_seq;
     assert!(k2 > k1 && rc.status().last_seq == k2);
     assert_eq!(rb.status().last_seq, k1);
 
@@ -281,7 +322,7 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
     let rec = rb.promote(9, "b:1", Some(&a_record()), 7);
     rb.record_done(rec, true);
     lb.service.put_start(1, "k3", 100, &cfg, false, 8).unwrap();
-    let k3 = Replication::take_last_seq();
+    let k3 = rb.status().last_seq;
     assert_eq!(k3, k2, "B's entry takes k2's place");
 
     rc.new_leader();

@@ -127,7 +127,7 @@ pub(crate) trait Reserving {
     /// `[offset, offset + len)` of `segment` was reserved; returns the log
     /// position of the record. Called under the segment's allocator lock,
     /// so that no carve from the range is logged before it.
-    fn reserved(&self, segment: &Segment, offset: u64, len: u64) -> u64;
+    fn reserved(&mut self, segment: &Segment, offset: u64, len: u64) -> u64;
 }
 
 /// Where a replica went and whether in reserved space.
@@ -146,7 +146,7 @@ impl Segment {
     /// Allocates `size` bytes for a put (leader with the fence): in
     /// reserved space, reserving a region first when none fits; outside
     /// it when the size exceeds a region or no region is free.
-    pub(crate) fn carve(&self, size: u64, log: &dyn Reserving) -> Option<Carved> {
+    pub(crate) fn carve(&self, size: u64, log: &mut dyn Reserving) -> Option<Carved> {
         let mut space = self.space.lock();
         if !self.takes_new() {
             return None;

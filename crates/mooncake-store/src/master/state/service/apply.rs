@@ -10,7 +10,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::MasterService;
 use crate::master::state::clients::ClientTable;
 use crate::master::state::mutation::{
-    ClientOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write,
+    Call, ClientOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write,
 };
 use crate::master::state::objects::{flags, ObjectMeta, PendingKind, PendingPut, Replicas, Shard};
 use crate::master::state::segments::{Placement, SegmentWriter};
@@ -26,30 +26,37 @@ pub(super) enum Fate {
 }
 
 impl MasterService {
-    /// The hook: every mutation passes here before it takes effect.
-    pub(super) fn observe(&self, m: &Mutation<'_>) {
+    /// The hook: every mutation passes here before it takes effect; the
+    /// call notes where the sink put it.
+    pub(super) fn observe(&self, call: &mut Call, m: &Mutation<'_>) {
         if let Some(sink) = &self.sink {
-            sink.applied(m);
+            call.logged(sink.applied(m));
         }
     }
 
     /// Applies `op` to `key`'s object in its locked `shard`: a new entry
     /// for a fresh put, removed when the object goes.
-    pub(super) fn apply_in(&self, shard: &mut Shard, key: &str, op: ObjectOp<'_>) {
+    pub(super) fn apply_in(&self, call: &mut Call, shard: &mut Shard, key: &str, op: ObjectOp<'_>) {
         if let ObjectOp::PutStart { now, .. } | ObjectOp::TransferStart { now, .. } = op {
             shard.note_pending(now);
         }
         let create = is_fresh_put(&op);
         self.objects.update(shard, key, create, |obj| {
-            self.apply_object(key, obj, op) == Fate::Keep
+            self.apply_object(call, key, obj, op) == Fate::Keep
         });
     }
 
     /// Applies `op` to `obj`, the object `key` names, in a shard the caller
     /// holds. Sweeps over a shard call this from inside `retain`.
-    pub(super) fn apply_object(&self, key: &str, obj: &mut ObjectMeta, op: ObjectOp<'_>) -> Fate {
+    pub(super) fn apply_object(
+        &self,
+        call: &mut Call,
+        key: &str,
+        obj: &mut ObjectMeta,
+        op: ObjectOp<'_>,
+    ) -> Fate {
         let m = Mutation::Object { key, op };
-        self.observe(&m);
+        self.observe(call, &m);
         let Mutation::Object { op, .. } = m else {
             unreachable!("built above")
         };
@@ -258,9 +265,14 @@ impl MasterService {
         }
     }
 
-    pub(super) fn apply_segments(&self, w: &mut SegmentWriter<'_>, op: SegmentOp<'_>) {
+    pub(super) fn apply_segments(
+        &self,
+        call: &mut Call,
+        w: &mut SegmentWriter<'_>,
+        op: SegmentOp<'_>,
+    ) {
         let m = Mutation::Segment(op);
-        self.observe(&m);
+        self.observe(call, &m);
         let Mutation::Segment(op) = m else {
             unreachable!("built above")
         };
@@ -274,8 +286,8 @@ impl MasterService {
         }
     }
 
-    pub(super) fn apply_clients(&self, clients: &mut ClientTable, op: ClientOp) {
-        self.observe(&Mutation::Client(op));
+    pub(super) fn apply_clients(&self, call: &mut Call, clients: &mut ClientTable, op: ClientOp) {
+        self.observe(call, &Mutation::Client(op));
         match op {
             ClientOp::Register { client, now } => clients.insert(client, now),
             ClientOp::Expire { client } => {
@@ -284,9 +296,9 @@ impl MasterService {
         }
     }
 
-    pub(super) fn apply_tasks(&self, tasks: &mut TaskTable, op: TaskOp<'_>) {
+    pub(super) fn apply_tasks(&self, call: &mut Call, tasks: &mut TaskTable, op: TaskOp<'_>) {
         let m = Mutation::Task(op);
-        self.observe(&m);
+        self.observe(call, &m);
         let Mutation::Task(op) = m else {
             unreachable!("built above")
         };
@@ -311,8 +323,8 @@ impl MasterService {
     }
 
     /// Frees the retired space due at `now`; returns how many ranges.
-    pub(super) fn apply_free_retired(&self, now: u64) -> usize {
-        self.observe(&Mutation::FreeRetired { now });
+    pub(super) fn apply_free_retired(&self, call: &mut Call, now: u64) -> usize {
+        self.observe(call, &Mutation::FreeRetired { now });
         let (ranges, puts) = self.retired.free_due(now);
         self.counters
             .released_puts
@@ -325,8 +337,9 @@ impl MasterService {
     /// way. The replicas a `PutStart` or `TransferStart` carries must
     /// already be reserved in this master's segments. Fails, changing
     /// nothing, when the mutation does not fit this state (a log that does
-    /// not belong to it).
+    /// not belong to it). A replayed mutation answers no call here.
     pub(crate) fn replay(&self, m: Mutation<'_>) -> Result<()> {
+        let call = &mut Call::default();
         let diverged = |what: String| {
             Err(Error::new(
                 ErrorCode::INTERNAL_ERROR,
@@ -341,7 +354,7 @@ impl MasterService {
                     let state = if fresh { "exists" } else { "is absent" };
                     return diverged(format!("object {key:?} {state}"));
                 }
-                self.apply_in(&mut shard, key, op);
+                self.apply_in(call, &mut shard, key, op);
             }
             Mutation::Segment(op) => {
                 let mut w = self.segments.write();
@@ -352,17 +365,17 @@ impl MasterService {
                 if w.get(name).is_some() == mounting {
                     return diverged(format!("segment {name:?}"));
                 }
-                self.apply_segments(&mut w, op);
+                self.apply_segments(call, &mut w, op);
             }
-            Mutation::Client(op) => self.apply_clients(&mut self.clients.lock(), op),
-            Mutation::Task(op) => self.apply_tasks(&mut self.tasks.lock(), op),
+            Mutation::Client(op) => self.apply_clients(call, &mut self.clients.lock(), op),
+            Mutation::Task(op) => self.apply_tasks(call, &mut self.tasks.lock(), op),
             Mutation::FreeRetired { now } => {
-                self.apply_free_retired(now);
+                self.apply_free_retired(call, now);
             }
-            Mutation::Disk(op) => self.replay_disk(op),
+            Mutation::Disk(op) => self.replay_disk(call, op),
             m @ (Mutation::Reserve { .. } | Mutation::Unreserve { .. }) => {
                 let what = format!("{m:?}");
-                if !self.replay_space(m) {
+                if !self.replay_space(call, m) {
                     return diverged(what);
                 }
             }

@@ -13,7 +13,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::{check_key, MasterService};
 use crate::master::config::policy::FilePolicy;
 use crate::master::state::fs_tier::{FileTier, SHARED_FS};
-use crate::master::state::mutation::DiskOp;
+use crate::master::state::mutation::{Call, DiskOp};
 use crate::master::state::objects::ObjectMeta;
 use crate::types::{
     ClientId, DiskDescriptor, OffloadBatch, OffloadTask, ReplicaDesc, ReplicaKind, ReplicaStatus,
@@ -60,14 +60,19 @@ impl MasterService {
 
     /// `client` (a storage client that sees the mount) may be asked to
     /// write objects of its segments to the tier.
-    pub fn mount_shared_fs(&self, client: ClientId, now: u64) -> Result<()> {
+    pub(super) fn mount_shared_fs_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        now: u64,
+    ) -> Result<()> {
         if !self.files.enabled() {
             return Err(tier_off());
         }
         if client == SHARED_FS {
             return Err(Error::new(ErrorCode::INVALID_PARAMS, "client id 0"));
         }
-        self.ping(client, now).or_else(|e| match e.code {
+        self.ping_in(call, client, now).or_else(|e| match e.code {
             ErrorCode::CLIENT_NOT_FOUND => Ok(()),
             _ => Err(e),
         })?;
@@ -112,8 +117,10 @@ impl MasterService {
     /// the object's copy when the object is still the one the task named
     /// and the tier has room (making it, with eviction on); otherwise it
     /// is queued for deletion and its result says why.
-    pub fn notify_file_copies(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn notify_file_copies_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         keys: &[&str],
         sizes: &[u64],
@@ -136,7 +143,7 @@ impl MasterService {
             .map(|(&key, &size)| {
                 check_key(key)?;
                 let r = match self.files.write_done(client, key) {
-                    true => self.accept_file(client, key, size, now),
+                    true => self.accept_file(call, client, key, size, now),
                     false => Err(changed(key)),
                 };
                 if r.is_err() {
@@ -160,7 +167,14 @@ impl MasterService {
         };
     }
 
-    fn accept_file(&self, client: ClientId, key: &str, size: u64, now: u64) -> Result<()> {
+    fn accept_file(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+        size: u64,
+        now: u64,
+    ) -> Result<()> {
         let p = &self.files.policy;
         if self.disk.file_bytes().saturating_add(size) > p.capacity {
             if !p.evict || size > p.capacity {
@@ -169,7 +183,7 @@ impl MasterService {
                     "the shared-filesystem tier is full",
                 ));
             }
-            self.evict_files(p.capacity - size, key, now);
+            self.evict_files(call, p.capacity - size, key, now);
         }
         let mut shard = self.objects.lock(key);
         let _ = shard.clock(now);
@@ -191,13 +205,13 @@ impl MasterService {
             key,
             size,
         };
-        self.apply_copy(Some(&mut obj), op);
+        self.apply_copy(call, Some(&mut obj), op);
         Ok(())
     }
 
     /// Drops the tier's oldest copies (not `keep`'s) until it holds at
     /// most `limit` bytes; objects with no memory copy go with them.
-    fn evict_files(&self, limit: u64, keep: &str, now: u64) {
+    fn evict_files(&self, call: &mut Call, limit: u64, keep: &str, now: u64) {
         while self.disk.file_bytes() > limit {
             let victims = self.disk.oldest_files(64);
             let victims: Vec<String> = victims.into_iter().filter(|k| k != keep).collect();
@@ -213,7 +227,11 @@ impl MasterService {
                 let mut shard = self.objects.lock(key);
                 let _ = shard.clock(now);
                 if self.disk.copy(key).is_some_and(|c| c.owner == SHARED_FS) {
-                    self.apply_copy(shard.get_mut(key).as_deref_mut(), DiskOp::DropCopy { key });
+                    self.apply_copy(
+                        call,
+                        shard.get_mut(key).as_deref_mut(),
+                        DiskOp::DropCopy { key },
+                    );
                     self.files.queue_delete(key);
                 }
             }

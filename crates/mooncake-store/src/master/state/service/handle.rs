@@ -1,13 +1,33 @@
-//! The RPC surface: one decoded request in, one response out.
+//! The RPC surface: one decoded request in, one answer out: the response
+//! and when it may go out.
 
 use mooncake_common::{Error, ErrorCode};
 
 use super::MasterService;
+use crate::master::state::mutation::{Call, Release};
 use crate::proto::{Request, Response};
+
+/// A decided call: its response, and the release the server must wait
+/// for before sending it (an error of that wait replaces the response).
+#[derive(Debug)]
+#[must_use = "the response may go out only once its release holds"]
+pub struct Answer {
+    pub response: Response,
+    pub release: Release,
+}
 
 impl MasterService {
     /// Serves one decoded request.
-    pub fn handle(&self, req: Request<'_>, now: u64) -> Response {
+    pub fn handle(&self, req: Request<'_>, now: u64) -> Answer {
+        let mut call = Call::default();
+        let response = self.respond(&mut call, req, now);
+        Answer {
+            response,
+            release: call.release(),
+        }
+    }
+
+    fn respond(&self, call: &mut Call, req: Request<'_>, now: u64) -> Response {
         use Request as Q;
         use Response as A;
         let mismatch = |a: usize, b: usize| A::Failed {
@@ -18,13 +38,13 @@ impl MasterService {
         };
         match req {
             Q::Ping { client_id } => A::Unit {
-                result: self.ping(client_id, now),
+                result: self.ping_in(call, client_id, now),
             },
             Q::MountSegment { client_id, segment } => A::Unit {
-                result: self.mount_segment(client_id, &segment, now),
+                result: self.mount_segment_in(call, client_id, &segment, now),
             },
             Q::UnmountSegment { client_id, name } => A::Unit {
-                result: self.unmount_segment(client_id, name, now),
+                result: self.unmount_segment_in(call, client_id, name, now),
             },
             Q::PutStart {
                 client_id,
@@ -33,7 +53,7 @@ impl MasterService {
                 config,
                 upsert,
             } => A::Replicas {
-                result: self.put_start(client_id, key, value_len, &config, upsert, now),
+                result: self.put_start_in(call, client_id, key, value_len, &config, upsert, now),
             },
             Q::BatchPutStart {
                 client_id,
@@ -48,26 +68,28 @@ impl MasterService {
                 let results = keys
                     .iter()
                     .zip(&value_lens)
-                    .map(|(k, &len)| self.put_start(client_id, k, len, &config, upsert, now))
+                    .map(|(k, &len)| {
+                        self.put_start_in(call, client_id, k, len, &config, upsert, now)
+                    })
                     .collect();
                 A::BatchReplicas { results }
             }
             Q::PutEnd { client_id, key } => A::Unit {
-                result: self.put_end(client_id, key, now),
+                result: self.put_end_in(call, client_id, key, now),
             },
             Q::BatchPutEnd { client_id, keys } => A::Units {
                 results: keys
                     .iter()
-                    .map(|k| self.put_end(client_id, k, now))
+                    .map(|k| self.put_end_in(call, client_id, k, now))
                     .collect(),
             },
             Q::PutRevoke { client_id, key } => A::Unit {
-                result: self.put_revoke(client_id, key, now),
+                result: self.put_revoke_in(call, client_id, key, now),
             },
             Q::BatchPutRevoke { client_id, keys } => A::Units {
                 results: keys
                     .iter()
-                    .map(|k| self.put_revoke(client_id, k, now))
+                    .map(|k| self.put_revoke_in(call, client_id, k, now))
                     .collect(),
             },
             Q::GetReplicaList { key } => A::ReplicaList {
@@ -86,34 +108,37 @@ impl MasterService {
                 result: self.get_size(key, now),
             },
             Q::Remove { key, force } => A::Unit {
-                result: self.remove(key, force, now),
+                result: self.remove_in(call, key, force, now),
             },
             Q::BatchRemove { keys, force } => A::Units {
-                results: keys.iter().map(|k| self.remove(k, force, now)).collect(),
+                results: keys
+                    .iter()
+                    .map(|k| self.remove_in(call, k, force, now))
+                    .collect(),
             },
             Q::RemoveByRegex { pattern, force } => A::Count {
-                result: self.remove_by_regex(pattern, force, now),
+                result: self.remove_by_regex_in(call, pattern, force, now),
             },
             Q::BatchReplicaClear {
                 keys, segment_name, ..
             } => A::Keys {
-                result: Ok(self.batch_replica_clear(&keys, segment_name, now)),
+                result: Ok(self.batch_replica_clear_in(call, &keys, segment_name, now)),
             },
             Q::CreateCopyTask { key, targets } => A::Task {
-                result: self.create_copy_task(key, &targets, now),
+                result: self.create_copy_task_in(call, key, &targets, now),
             },
             Q::CreateMoveTask {
                 key,
                 source,
                 target,
             } => A::Task {
-                result: self.create_move_task(key, source, target, now),
+                result: self.create_move_task_in(call, key, source, target, now),
             },
             Q::QueryTask { id } => A::TaskState {
                 result: self.query_task(id),
             },
             Q::FetchTasks { client_id, max } => A::Tasks {
-                result: Ok(self.fetch_tasks(client_id, max, now)),
+                result: Ok(self.fetch_tasks_in(call, client_id, max, now)),
             },
             Q::MarkTaskComplete {
                 client_id,
@@ -121,7 +146,7 @@ impl MasterService {
                 success,
                 message,
             } => A::Unit {
-                result: self.mark_task_complete(client_id, id, success, message, now),
+                result: self.mark_task_complete_in(call, client_id, id, success, message, now),
             },
             Q::ReplicaTransferStart {
                 client_id,
@@ -129,16 +154,16 @@ impl MasterService {
                 source,
                 targets,
             } => A::Replicas {
-                result: self.replica_transfer_start(client_id, key, source, &targets, now),
+                result: self.replica_transfer_start_in(call, client_id, key, source, &targets, now),
             },
             Q::ReplicaTransferEnd { client_id, key } => A::Unit {
-                result: self.replica_transfer_end(client_id, key, now),
+                result: self.replica_transfer_end_in(call, client_id, key, now),
             },
             Q::ReplicaTransferRevoke { client_id, key } => A::Unit {
-                result: self.replica_transfer_revoke(client_id, key),
+                result: self.replica_transfer_revoke_in(call, client_id, key),
             },
             Q::RemoveAll { force } => A::Count {
-                result: Ok(self.remove_all(force, now)),
+                result: Ok(self.remove_all_in(call, force, now)),
             },
             Q::MountLocalDisk {
                 client_id,
@@ -146,7 +171,7 @@ impl MasterService {
                 endpoint,
                 capacity,
             } => A::Unit {
-                result: self.mount_local_disk(client_id, tier_id, endpoint, capacity, now),
+                result: self.mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now),
             },
             Q::FetchOffloadTasks { client_id, max } => A::Offload {
                 result: self.fetch_offload_tasks(client_id, max, now),
@@ -161,17 +186,17 @@ impl MasterService {
                     return mismatch(keys.len(), sizes.len());
                 }
                 A::Units {
-                    results: self.notify_offload(client_id, &keys, &sizes, restore, now),
+                    results: self.notify_offload_in(call, client_id, &keys, &sizes, restore, now),
                 }
             }
             Q::NotifyOffloadFailure { client_id, keys } => A::Unit {
                 result: self.notify_offload_failure(client_id, &keys),
             },
             Q::PromotionStart { client_id, key } => A::Replicas {
-                result: self.promotion_start(client_id, key, now),
+                result: self.promotion_start_in(call, client_id, key, now),
             },
             Q::EvictDiskReplicas { client_id, keys } => A::Units {
-                results: self.evict_disk_replicas(client_id, &keys, now),
+                results: self.evict_disk_replicas_in(call, client_id, &keys, now),
             },
             // The connection answers it (see `serve::server`).
             Q::Authenticate { .. } | Q::LeaderTerm { .. } => A::Unit { result: Ok(()) },
@@ -179,7 +204,7 @@ impl MasterService {
                 result: Ok(self.storage_config()),
             },
             Q::MountSharedFs { client_id } => A::Unit {
-                result: self.mount_shared_fs(client_id, now),
+                result: self.mount_shared_fs_in(call, client_id, now),
             },
             Q::FetchFileTasks { client_id, max } => A::Offload {
                 result: self.fetch_file_tasks(client_id, max, now),

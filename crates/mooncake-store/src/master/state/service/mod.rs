@@ -55,6 +55,9 @@ mod reserve;
 pub(in crate::master) mod tests;
 mod tick;
 mod transfer;
+mod unserved;
+
+pub use handle::Answer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -217,11 +220,11 @@ impl MasterService {
     }
 
     /// Places puts in reserved space, answered before their entries are
-    /// committed (`segments::space`): for a sink that logs. Off with
-    /// `MC_PUT_FENCE=0` (every PutStart waits for its own entry, to
-    /// measure what the fence saves).
+    /// committed (`segments::space`): for a sink that logs. Unless the
+    /// policy turns the fence off (every PutStart then waits for its own
+    /// entry, to measure what the fence saves).
     pub(crate) fn with_put_fence(mut self) -> Self {
-        self.fence = std::env::var("MC_PUT_FENCE").as_deref() != Ok("0");
+        self.fence = self.policy.put_fence;
         self
     }
 

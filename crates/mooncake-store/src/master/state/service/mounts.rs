@@ -12,7 +12,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
 use super::{MasterService, MasterStats, SegmentSummary};
-use crate::master::state::mutation::{ClientOp, ObjectOp, SegmentOp, Segments};
+use crate::master::state::mutation::{Call, ClientOp, ObjectOp, SegmentOp, Segments};
 use crate::master::state::objects::{ObjectMeta, PendingKind};
 use crate::types::{ClientId, SegmentInfo};
 
@@ -20,14 +20,14 @@ impl MasterService {
     /// Heartbeat. `CLIENT_NOT_FOUND` when the client was unknown (first
     /// contact, expired, or master restarted): it is registered now and
     /// should mount its segments again.
-    pub fn ping(&self, client: ClientId, now: u64) -> Result<()> {
+    pub(super) fn ping_in(&self, call: &mut Call, client: ClientId, now: u64) -> Result<()> {
         let mut clients = self.clients.lock();
         if clients.touch(client, now) {
             drop(clients);
             self.segments.verify_owner(client);
             return Ok(());
         }
-        self.apply_clients(&mut clients, ClientOp::Register { client, now });
+        self.apply_clients(call, &mut clients, ClientOp::Register { client, now });
         Err(Error::new(
             ErrorCode::CLIENT_NOT_FOUND,
             "client was not registered; remount its segments",
@@ -36,7 +36,13 @@ impl MasterService {
 
     /// Mounts a segment. Mounting the same segment again (same owner, base
     /// and size) is accepted, so a client can re-register after a master restart.
-    pub fn mount_segment(&self, client: ClientId, seg: &SegmentInfo, now: u64) -> Result<()> {
+    pub(super) fn mount_segment_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        seg: &SegmentInfo,
+        now: u64,
+    ) -> Result<()> {
         {
             let mut w = self.segments.write();
             if w.check_mount(client, seg)? {
@@ -46,12 +52,12 @@ impl MasterService {
                     owner: client,
                     info: seg,
                 };
-                self.apply_segments(&mut w, mount);
+                self.apply_segments(call, &mut w, mount);
             }
         }
         let mut clients = self.clients.lock();
         if !clients.touch(client, now) {
-            self.apply_clients(&mut clients, ClientOp::Register { client, now });
+            self.apply_clients(call, &mut clients, ClientOp::Register { client, now });
         }
         drop(clients);
         self.segments.verify_owner(client);
@@ -60,7 +66,13 @@ impl MasterService {
 
     /// Unmounts one of the client's segments; objects with replicas there
     /// lose them (and are dropped when none is left).
-    pub fn unmount_segment(&self, client: ClientId, name: &str, now: u64) -> Result<()> {
+    pub(super) fn unmount_segment_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        name: &str,
+        now: u64,
+    ) -> Result<()> {
         {
             let mut w = self.segments.write();
             let seg = w.get(name).ok_or_else(|| {
@@ -75,28 +87,28 @@ impl MasterService {
                     format!("segment {name:?} belongs to another client"),
                 ));
             }
-            self.apply_segments(&mut w, SegmentOp::Unmount { name });
+            self.apply_segments(call, &mut w, SegmentOp::Unmount { name });
         }
         self.clients.lock().touch(client, now);
-        self.drop_unmounted(&[], now);
+        self.drop_unmounted(call, &[], now);
         Ok(())
     }
 
     /// Drops clients silent for `client_ttl`; returns how many.
-    pub(super) fn expire_clients(&self, now: u64) -> usize {
+    pub(super) fn expire_clients(&self, call: &mut Call, now: u64) -> usize {
         let dead = {
             let mut clients = self.clients.lock();
             let dead = clients.silent(self.policy.client_ttl, now);
             for &client in &dead {
-                self.apply_clients(&mut clients, ClientOp::Expire { client });
+                self.apply_clients(call, &mut clients, ClientOp::Expire { client });
             }
             dead
         };
-        self.retire_clients(&dead, now)
+        self.retire_clients(call, &dead, now)
     }
 
     /// Unmounts what the `dead` clients (already expired) had mounted.
-    pub(super) fn retire_clients(&self, dead: &[ClientId], now: u64) -> usize {
+    pub(super) fn retire_clients(&self, call: &mut Call, dead: &[ClientId], now: u64) -> usize {
         if dead.is_empty() {
             return 0;
         }
@@ -106,11 +118,11 @@ impl MasterService {
             let names: Vec<&str> = segments.iter().map(|s| s.info.name.as_str()).collect();
             tracing::warn!(client = %format!("{id:032x}"), segments = ?names, "client expired");
             for name in names {
-                self.apply_segments(&mut w, SegmentOp::Unmount { name });
+                self.apply_segments(call, &mut w, SegmentOp::Unmount { name });
             }
         }
-        self.drop_unmounted(dead, now);
-        self.unmount_tiers(dead);
+        self.drop_unmounted(call, dead, now);
+        self.unmount_tiers(call, dead);
         self.counters
             .expired_clients
             .fetch_add(dead.len() as u64, Ordering::Relaxed);
@@ -119,10 +131,10 @@ impl MasterService {
 
     /// Removes every reference to unmounted segments, and abandons puts in
     /// flight by `dead_clients`.
-    fn drop_unmounted(&self, dead_clients: &[ClientId], now: u64) {
+    fn drop_unmounted(&self, call: &mut Call, dead_clients: &[ClientId], now: u64) {
         for mut shard in self.objects.shards() {
             self.objects.retain(&mut shard, |key, obj| {
-                self.keep_live_parts(key, obj, dead_clients, now)
+                self.keep_live_parts(call, key, obj, dead_clients, now)
             });
         }
     }
@@ -130,12 +142,14 @@ impl MasterService {
     /// Strips dead parts from one object; false when nothing usable is left.
     fn keep_live_parts(
         &self,
+        call: &mut Call,
         key: &str,
         obj: &mut ObjectMeta,
         dead_clients: &[ClientId],
         now: u64,
     ) -> bool {
-        let apply = |obj: &mut ObjectMeta, op| self.apply_object(key, obj, op) == Fate::Keep;
+        let mut apply =
+            |obj: &mut ObjectMeta, op| self.apply_object(call, key, obj, op) == Fate::Keep;
         if obj
             .pending
             .as_ref()

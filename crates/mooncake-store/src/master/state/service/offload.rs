@@ -14,7 +14,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::{check_key, MasterService};
 use crate::master::config::policy::OffloadPolicy;
 use crate::master::state::fs_tier::SHARED_FS;
-use crate::master::state::mutation::{ClientOp, DiskOp, Mutation};
+use crate::master::state::mutation::{Call, ClientOp, DiskOp, Mutation};
 use crate::master::state::objects::{flags, ObjectMeta};
 use crate::master::state::ssd_tier::{DiskCopy, Promotion, Tier};
 use crate::types::{
@@ -46,8 +46,9 @@ impl MasterService {
     /// client (the previous process on that directory) passes to `client`
     /// with its copies at once, so a restarted storage client serves them
     /// without waiting for the old one's TTL.
-    pub fn mount_local_disk(
+    pub(super) fn mount_local_disk_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         tier_id: &str,
         endpoint: &str,
@@ -63,7 +64,7 @@ impl MasterService {
                 "a tier needs an id and an endpoint",
             ));
         }
-        self.ping(client, now).or_else(|e| {
+        self.ping_in(call, client, now).or_else(|e| {
             if e.code == ErrorCode::CLIENT_NOT_FOUND {
                 Ok(())
             } else {
@@ -71,12 +72,15 @@ impl MasterService {
             }
         })?;
         let previous = self.disk.holder_of(tier_id).filter(|&c| c != client);
-        self.apply_tiers(DiskOp::MountTier {
-            client,
-            tier_id,
-            endpoint,
-            capacity,
-        });
+        self.apply_tiers(
+            call,
+            DiskOp::MountTier {
+                client,
+                tier_id,
+                endpoint,
+                capacity,
+            },
+        );
         if let Some(old) = previous {
             // Only one process serves a directory: the one that held it
             // before is gone, so its memory replicas are too. Forgetting it
@@ -90,12 +94,12 @@ impl MasterService {
                 let mut clients = self.clients.lock();
                 let known = clients.contains(old);
                 if known {
-                    self.apply_clients(&mut clients, ClientOp::Expire { client: old });
+                    self.apply_clients(call, &mut clients, ClientOp::Expire { client: old });
                 }
                 known
             };
             if expired {
-                self.retire_clients(&[old], now);
+                self.retire_clients(call, &[old], now);
             }
         }
         Ok(())
@@ -153,8 +157,9 @@ impl MasterService {
     /// nothing newer: the key is absent (the copy becomes a disk-only
     /// object) or this tier already holds it. Anything else is
     /// `OBJECT_NOT_FOUND` and the caller deletes its copy.
-    pub fn notify_offload(
+    pub(super) fn notify_offload_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         keys: &[&str],
         sizes: &[u64],
@@ -204,6 +209,7 @@ impl MasterService {
                     return Err(stale(key));
                 }
                 self.apply_copy(
+                    call,
                     shard.get_mut(key).as_deref_mut(),
                     DiskOp::AddCopy { client, key, size },
                 );
@@ -231,8 +237,9 @@ impl MasterService {
     /// Phase 1 of a tier eviction: `client`'s copies of `keys` are
     /// forgotten (objects still in memory stay there). A key whose copy
     /// is not `client`'s is `OBJECT_NOT_FOUND`.
-    pub fn evict_disk_replicas(
+    pub(super) fn evict_disk_replicas_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         keys: &[&str],
         now: u64,
@@ -254,7 +261,11 @@ impl MasterService {
                         format!("{key:?} has no copy in this tier"),
                     ));
                 }
-                self.apply_copy(shard.get_mut(key).as_deref_mut(), DiskOp::DropCopy { key });
+                self.apply_copy(
+                    call,
+                    shard.get_mut(key).as_deref_mut(),
+                    DiskOp::DropCopy { key },
+                );
                 Ok(())
             })
             .collect()
@@ -263,8 +274,9 @@ impl MasterService {
     /// Promotion: memory replicas (preferably on `client`'s own segments)
     /// for the disk-only object `key` whose copy `client` holds. The object
     /// is a put in flight by `client` until its PutEnd; its copy stays.
-    pub fn promotion_start(
+    pub(super) fn promotion_start_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         key: &str,
         now: u64,
@@ -301,13 +313,13 @@ impl MasterService {
             now,
             write: crate::master::state::mutation::Write::Fresh(replicas),
         };
-        self.apply_in(&mut shard, key, start);
+        self.apply_in(call, &mut shard, key, start);
         Ok(descs)
     }
 
     /// A PutEnd of `key` whose copy is still recorded (a promotion): the
     /// object in memory is flagged as having it.
-    pub(super) fn reflag_copy(&self, key: &str, obj: &mut ObjectMeta) {
+    pub(super) fn reflag_copy(&self, call: &mut Call, key: &str, obj: &mut ObjectMeta) {
         if let Some(copy) = self.disk.copy(key) {
             if !obj.is_on_disk() && copy.size == obj.size {
                 let c = &self.counters;
@@ -320,7 +332,7 @@ impl MasterService {
                     key,
                     size: copy.size,
                 };
-                self.apply_copy(Some(obj), op);
+                self.apply_copy(call, Some(obj), op);
             }
         }
     }
@@ -411,11 +423,16 @@ impl MasterService {
 
     /// Drops `key`'s copy (the object was removed or is being replaced)
     /// and asks its tier to delete it. The caller holds `key`'s shard.
-    pub(super) fn forget_copy(&self, key: &str, obj: Option<&mut ObjectMeta>) -> bool {
+    pub(super) fn forget_copy(
+        &self,
+        call: &mut Call,
+        key: &str,
+        obj: Option<&mut ObjectMeta>,
+    ) -> bool {
         let Some(copy) = self.disk.copy(key) else {
             return false;
         };
-        self.apply_copy(obj, DiskOp::DropCopy { key });
+        self.apply_copy(call, obj, DiskOp::DropCopy { key });
         match copy.owner {
             SHARED_FS => self.files.queue_delete(key),
             owner => self.disk.queue_remove(owner, key),
@@ -442,7 +459,7 @@ impl MasterService {
     }
 
     /// The tiers of `dead` clients go with their copies.
-    pub(super) fn unmount_tiers(&self, dead: &[ClientId]) {
+    pub(super) fn unmount_tiers(&self, call: &mut Call, dead: &[ClientId]) {
         for &client in dead {
             self.files.unmount(client);
             if !self.disk.has_tier(client) {
@@ -451,11 +468,12 @@ impl MasterService {
             for key in self.disk.keys_of(client) {
                 let mut shard = self.objects.lock(&key);
                 self.apply_copy(
+                    call,
                     shard.get_mut(key.as_str()).as_deref_mut(),
                     DiskOp::DropCopy { key: &key },
                 );
             }
-            self.apply_tiers(DiskOp::UnmountTier { client });
+            self.apply_tiers(call, DiskOp::UnmountTier { client });
             tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
         }
     }
@@ -464,8 +482,8 @@ impl MasterService {
 
     /// Applies a copy mutation; the caller holds the key's shard and
     /// passes its object when it is in memory.
-    pub(super) fn apply_copy(&self, obj: Option<&mut ObjectMeta>, op: DiskOp<'_>) {
-        self.observe_disk(&op);
+    pub(super) fn apply_copy(&self, call: &mut Call, obj: Option<&mut ObjectMeta>, op: DiskOp<'_>) {
+        self.observe(call, &Mutation::Disk(op));
         match op {
             DiskOp::AddCopy { client, key, size } => {
                 if let Some(obj) = obj {
@@ -491,8 +509,8 @@ impl MasterService {
         }
     }
 
-    pub(super) fn apply_tiers(&self, op: DiskOp<'_>) {
-        self.observe_disk(&op);
+    pub(super) fn apply_tiers(&self, call: &mut Call, op: DiskOp<'_>) {
+        self.observe(call, &Mutation::Disk(op));
         match op {
             DiskOp::MountTier {
                 client,
@@ -514,20 +532,14 @@ impl MasterService {
         }
     }
 
-    fn observe_disk(&self, op: &DiskOp<'_>) {
-        if let Some(sink) = &self.sink {
-            sink.applied(&Mutation::Disk(*op));
-        }
-    }
-
     /// Replays a disk mutation decided by the leader.
-    pub(super) fn replay_disk(&self, op: DiskOp<'_>) {
+    pub(super) fn replay_disk(&self, call: &mut Call, op: DiskOp<'_>) {
         match op {
             DiskOp::AddCopy { key, .. } | DiskOp::DropCopy { key } => {
                 let mut shard = self.objects.lock(key);
-                self.apply_copy(shard.get_mut(key).as_deref_mut(), op);
+                self.apply_copy(call, shard.get_mut(key).as_deref_mut(), op);
             }
-            DiskOp::MountTier { .. } | DiskOp::UnmountTier { .. } => self.apply_tiers(op),
+            DiskOp::MountTier { .. } | DiskOp::UnmountTier { .. } => self.apply_tiers(call, op),
         }
     }
 

@@ -7,7 +7,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::apply::Fate;
 use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::state::allocator::aligned_len;
-use crate::master::state::mutation::{ObjectOp, Write};
+use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
 use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig};
 
@@ -19,8 +19,10 @@ impl MasterService {
     ///
     /// When no segment has room, an eviction round runs and the put is
     /// retried once.
-    pub fn put_start(
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn put_start_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         key: &str,
         len: u64,
@@ -32,7 +34,7 @@ impl MasterService {
         check_put(len, cfg)?;
         self.check_metadata_budget(key)?;
         let generation = self.eviction.generation();
-        match self.put_start_once(client, key, len, cfg, upsert, now) {
+        match self.put_start_once(call, client, key, len, cfg, upsert, now) {
             Err(e)
                 if e.code == ErrorCode::NO_AVAILABLE_HANDLE
                     && self.segments.max_capacity() >= len =>
@@ -40,8 +42,8 @@ impl MasterService {
                 let need = aligned_len(len)
                     .unwrap_or(len)
                     .saturating_mul(cfg.replica_num as u64);
-                if self.evict_for_put(need, generation, now) {
-                    self.put_start_once(client, key, len, cfg, upsert, now)
+                if self.evict_for_put(call, need, generation, now) {
+                    self.put_start_once(call, client, key, len, cfg, upsert, now)
                 } else {
                     Err(e)
                 }
@@ -69,8 +71,10 @@ impl MasterService {
         ))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn put_start_once(
         &self,
+        call: &mut Call,
         client: ClientId,
         key: &str,
         len: u64,
@@ -101,7 +105,7 @@ impl MasterService {
             // The earlier writer is a zombie: discard its put, then go on.
             self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);
             let discard = ObjectOp::DiscardPut { free_at: None, now };
-            self.apply_in(&mut shard, key, discard);
+            self.apply_in(call, &mut shard, key, discard);
         }
         if self.disk.has_copy(key) {
             if !upsert {
@@ -111,7 +115,7 @@ impl MasterService {
                 ));
             }
             // The new version makes the tier's copy stale.
-            self.forget_copy(key, shard.get_mut(key).as_deref_mut());
+            self.forget_copy(call, key, shard.get_mut(key).as_deref_mut());
         }
         let (write, descs) = match shard.get(key) {
             Some(_) if !upsert => {
@@ -131,11 +135,11 @@ impl MasterService {
             {
                 let descs = obj.replicas.descriptors(len, ReplicaStatus::Processing);
                 // Rewrites readable replicas: answered only once committed.
-                crate::master::state::mutation::answer_after_all();
+                call.answer_after_all();
                 (Write::InPlace, descs)
             }
             existing => {
-                let replicas = Replicas::from_vec(self.place_put(len, cfg, now)?);
+                let replicas = Replicas::from_vec(self.place_put(call, len, cfg, now)?);
                 let descs = replicas.descriptors(len, ReplicaStatus::Processing);
                 match existing {
                     Some(_) => (Write::Replacing(replicas), descs),
@@ -150,12 +154,18 @@ impl MasterService {
             now,
             write,
         };
-        self.apply_in(&mut shard, key, start);
+        self.apply_in(call, &mut shard, key, start);
         Ok(descs)
     }
 
     /// Marks the put complete: the object becomes readable.
-    pub fn put_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {
+    pub(super) fn put_end_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+        now: u64,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
@@ -172,16 +182,22 @@ impl MasterService {
             now,
             readers_until: obj.lease_until,
         };
-        let fate = self.apply_object(key, &mut obj, end);
+        let fate = self.apply_object(call, key, &mut obj, end);
         debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
-        self.reflag_copy(key, &mut obj);
+        self.reflag_copy(call, key, &mut obj);
         self.offload_at_put_end(key, &obj);
         Ok(())
     }
 
     /// Abandons a put: the object (or, for an upsert, the new version) is
     /// dropped and its space freed.
-    pub fn put_revoke(&self, client: ClientId, key: &str, _now: u64) -> Result<()> {
+    pub(super) fn put_revoke_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+        _now: u64,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let obj = shard.get(key).ok_or_else(|| not_found(key))?;
@@ -200,7 +216,7 @@ impl MasterService {
                 .promotion_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        self.apply_in(&mut shard, key, ObjectOp::PutRevoke);
+        self.apply_in(call, &mut shard, key, ObjectOp::PutRevoke);
         Ok(())
     }
 }

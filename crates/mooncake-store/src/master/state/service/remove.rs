@@ -4,19 +4,25 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
 use super::{check_key, not_found, not_ready, MasterService};
-use crate::master::state::mutation::{ObjectOp, Segments};
+use crate::master::state::mutation::{Call, ObjectOp, Segments};
 use crate::master::state::objects::{ObjectMeta, PendingKind};
 
 impl MasterService {
     /// Removes an object. Without `force`, a leased or hard-pinned object is
     /// `OBJECT_HAS_LEASE` and one being written is `REPLICA_IS_NOT_READY`.
-    pub fn remove(&self, key: &str, force: bool, now: u64) -> Result<()> {
+    pub(super) fn remove_in(
+        &self,
+        call: &mut Call,
+        key: &str,
+        force: bool,
+        now: u64,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let Some(obj) = shard.get(key) else {
             // A disk-only object: no lease, no put in flight.
-            return match self.forget_copy(key, None) {
+            return match self.forget_copy(call, key, None) {
                 true => Ok(()),
                 false => Err(not_found(key)),
             };
@@ -48,14 +54,20 @@ impl MasterService {
                 ));
             }
         }
-        self.forget_copy(key, shard.get_mut(key).as_deref_mut());
-        self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+        self.forget_copy(call, key, shard.get_mut(key).as_deref_mut());
+        self.apply_in(call, &mut shard, key, ObjectOp::Remove { now });
         Ok(())
     }
 
     /// Removes every complete object whose key matches `pattern` and that
     /// `remove` would accept; returns how many.
-    pub fn remove_by_regex(&self, pattern: &str, force: bool, now: u64) -> Result<u64> {
+    pub(super) fn remove_by_regex_in(
+        &self,
+        call: &mut Call,
+        pattern: &str,
+        force: bool,
+        now: u64,
+    ) -> Result<u64> {
         let re = regex::RegexBuilder::new(pattern)
             .size_limit(1 << 20)
             .build()
@@ -65,37 +77,42 @@ impl MasterService {
                     format!("bad regex {pattern:?}: {e}"),
                 )
             })?;
-        let n = self.remove_where(now, |key, obj| {
+        let n = self.remove_where(call, now, |key, obj| {
             re.is_match(key)
                 && obj.is_complete()
                 && (force || (!obj.is_leased(now) && !obj.is_hard_pinned()))
         });
-        Ok(n + self.remove_disk_only(now, |key| re.is_match(key)))
+        Ok(n + self.remove_disk_only(call, now, |key| re.is_match(key)))
     }
 
     /// Removes every complete object (hard-pinned ones too); leased ones only
     /// with `force`. Returns how many.
-    pub fn remove_all(&self, force: bool, now: u64) -> u64 {
-        let n = self.remove_where(now, |_, obj| {
+    pub(super) fn remove_all_in(&self, call: &mut Call, force: bool, now: u64) -> u64 {
+        let n = self.remove_where(call, now, |_, obj| {
             obj.is_complete() && (force || !obj.is_leased(now))
         });
-        n + self.remove_disk_only(now, |_| true)
+        n + self.remove_disk_only(call, now, |_| true)
     }
 
     /// Removes the disk-only objects whose key `pred` accepts.
-    fn remove_disk_only(&self, now: u64, pred: impl Fn(&str) -> bool) -> u64 {
+    fn remove_disk_only(&self, call: &mut Call, now: u64, pred: impl Fn(&str) -> bool) -> u64 {
         let mut n = 0;
         for key in self.disk.keys_where(pred) {
             let mut shard = self.objects.lock(&key);
             let _ = shard.clock(now);
-            if !shard.contains_key(key.as_str()) && self.forget_copy(&key, None) {
+            if !shard.contains_key(key.as_str()) && self.forget_copy(call, &key, None) {
                 n += 1;
             }
         }
         n
     }
 
-    fn remove_where(&self, now: u64, pred: impl Fn(&str, &ObjectMeta) -> bool) -> u64 {
+    fn remove_where(
+        &self,
+        call: &mut Call,
+        now: u64,
+        pred: impl Fn(&str, &ObjectMeta) -> bool,
+    ) -> u64 {
         let mut n = 0;
         for mut shard in self.objects.shards() {
             self.objects.retain(&mut shard, |key, obj| {
@@ -104,9 +121,9 @@ impl MasterService {
                 }
                 n += 1;
                 if obj.is_on_disk() {
-                    self.forget_copy(key, Some(&mut *obj));
+                    self.forget_copy(call, key, Some(&mut *obj));
                 }
-                self.apply_object(key, obj, ObjectOp::Remove { now }) == Fate::Keep
+                self.apply_object(call, key, obj, ObjectOp::Remove { now }) == Fate::Keep
             });
         }
         n
@@ -114,7 +131,13 @@ impl MasterService {
 
     /// Clears replicas of unleased complete objects: those on `segment_name`,
     /// or the whole object when it is empty. Returns the keys cleared.
-    pub fn batch_replica_clear(&self, keys: &[&str], segment_name: &str, now: u64) -> Vec<String> {
+    pub(super) fn batch_replica_clear_in(
+        &self,
+        call: &mut Call,
+        keys: &[&str],
+        segment_name: &str,
+        now: u64,
+    ) -> Vec<String> {
         let mut cleared = Vec::new();
         for &key in keys {
             if check_key(key).is_err() {
@@ -129,7 +152,7 @@ impl MasterService {
                 continue;
             }
             if segment_name.is_empty() {
-                self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+                self.apply_in(call, &mut shard, key, ObjectOp::Remove { now });
                 cleared.push(key.to_string());
                 continue;
             }
@@ -146,9 +169,9 @@ impl MasterService {
                 free_at: now,
                 now,
             };
-            self.apply_in(&mut shard, key, drop);
+            self.apply_in(call, &mut shard, key, drop);
             if shard.get(key).is_some_and(|o| o.replicas.is_empty()) {
-                self.apply_in(&mut shard, key, ObjectOp::Remove { now });
+                self.apply_in(call, &mut shard, key, ObjectOp::Remove { now });
             }
             cleared.push(key.to_string());
         }

@@ -5,32 +5,35 @@
 use mooncake_common::{ErrorCode, Result};
 
 use super::MasterService;
-use crate::master::state::mutation::{self, Mutation};
+use crate::master::state::mutation::{Call, Mutation, Release};
 use crate::master::state::segments::space::{all_reserved, Reserving};
 use crate::master::state::segments::{Placement, Segment};
 use crate::types::ReplicateConfig;
 
-/// Logs the reservations a placement makes.
-struct Log<'a>(&'a MasterService);
+/// Logs the reservations a placement makes, for `call`.
+struct Log<'a>(&'a MasterService, &'a mut Call);
 
 impl Reserving for Log<'_> {
-    fn reserved(&self, segment: &Segment, offset: u64, len: u64) -> u64 {
-        let s = self.0;
-        s.observe(&Mutation::Reserve {
+    fn reserved(&mut self, segment: &Segment, offset: u64, len: u64) -> u64 {
+        let Log(s, call) = self;
+        let m = Mutation::Reserve {
             segment: segment.id,
             offset,
             len,
-        });
-        s.sink.as_ref().map_or(0, |k| k.position())
+        };
+        let at = s.sink.as_ref().map_or(Release::Now, |k| k.applied(&m));
+        call.logged(at);
+        at.position()
     }
 }
 
 impl MasterService {
     /// Places a new version's replicas. With the fence, in reserved space
     /// where it fits, and the call is then answered once the reservations
-    /// are committed (`mutation::answer_at`) rather than its own entries.
+    /// are committed (`Call::answer_at`) rather than its own entries.
     pub(super) fn place_put(
         &self,
+        call: &mut Call,
         len: u64,
         cfg: &ReplicateConfig,
         now: u64,
@@ -39,9 +42,9 @@ impl MasterService {
             return self.place(len, cfg);
         }
         let mut at = Some(0u64);
-        let log = Log(self);
+        let mut log = Log(self, call);
         let mut carve = |seg: &Segment, n: u64| {
-            let c = seg.carve(n, &log)?;
+            let c = seg.carve(n, &mut log)?;
             at = at.zip(c.reserved_at).map(|(a, b)| a.max(b));
             Some(c.offset)
         };
@@ -52,7 +55,7 @@ impl MasterService {
             Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
                 // Full but for reserved space: it goes back, and the put
                 // is placed as without the fence.
-                if self.unreserve_all(now, now) == 0 {
+                if self.unreserve_all(call, now, now) == 0 {
                     return Err(e);
                 }
                 at = None;
@@ -61,8 +64,8 @@ impl MasterService {
             r => r?,
         };
         match at {
-            Some(upto) => mutation::answer_at(upto),
-            None => mutation::answer_after_all(),
+            Some(upto) => call.answer_at(upto),
+            None => call.answer_after_all(),
         }
         Ok(placed)
     }
@@ -70,23 +73,28 @@ impl MasterService {
     /// A new leader at `now`: the reserved space it inherits may hold puts
     /// its predecessor answered but never committed, whose writers may
     /// still write. Retired until the put release timeout, then freed.
+    /// (It answers no call: the master serves none yet.)
     pub(crate) fn retire_reserved(&self, now: u64) -> usize {
-        self.unreserve_all(now.saturating_add(self.policy.release_after), now)
+        let free_at = now.saturating_add(self.policy.release_after);
+        self.unreserve_all(&mut Call::default(), free_at, now)
     }
 
     /// Gives back every reserved range no object took, freed at `free_at`.
-    fn unreserve_all(&self, free_at: u64, now: u64) -> usize {
+    fn unreserve_all(&self, call: &mut Call, free_at: u64, now: u64) -> usize {
         let ranges = all_reserved(&self.segments.all());
         let mut n = 0;
         for (seg, offset, len) in ranges {
             if seg.take_reserved(offset, len) {
-                self.observe(&Mutation::Unreserve {
-                    segment: seg.id,
-                    offset,
-                    len,
-                    free_at,
-                    now,
-                });
+                self.observe(
+                    call,
+                    &Mutation::Unreserve {
+                        segment: seg.id,
+                        offset,
+                        len,
+                        free_at,
+                        now,
+                    },
+                );
                 self.release_unreserved(seg, offset, len, free_at, now);
                 n += 1;
             }
@@ -113,8 +121,8 @@ impl MasterService {
 
     /// Replays a `Reserve` or `Unreserve` (a standby); false when it
     /// does not fit this state.
-    pub(super) fn replay_space(&self, m: Mutation<'_>) -> bool {
-        self.observe(&m);
+    pub(super) fn replay_space(&self, call: &mut Call, m: Mutation<'_>) -> bool {
+        self.observe(call, &m);
         let (Mutation::Reserve {
             segment,
             offset,
@@ -159,7 +167,8 @@ mod tests {
     use super::MasterService;
     use crate::master::config::policy::AllocationStrategy;
     use crate::master::durable::oplog::OwnedMutation;
-    use crate::master::state::mutation::{take_answer_at, Mutation, MutationSink};
+    use crate::master::state::mutation::{Mutation, MutationSink, Release};
+    use crate::proto::{Request, Response};
     use crate::types::{ReplicaKind, ReplicateConfig};
 
     /// A leader's log, positions from 1.
@@ -167,12 +176,10 @@ mod tests {
     struct Log(Mutex<Vec<OwnedMutation>>);
 
     impl MutationSink for Arc<Log> {
-        fn applied(&self, m: &Mutation<'_>) {
-            self.0.lock().push(OwnedMutation::from_mutation(m));
-        }
-
-        fn position(&self) -> u64 {
-            self.0.lock().len() as u64
+        fn applied(&self, m: &Mutation<'_>) -> Release {
+            let mut log = self.0.lock();
+            log.push(OwnedMutation::from_mutation(m));
+            Release::Committed(log.len() as u64)
         }
     }
 
@@ -197,9 +204,24 @@ mod tests {
             .with_sink(Box::new(log.clone()))
             .with_put_fence();
         a.mount_segment(1, &segment("a1"), 0).unwrap();
-        let _ = take_answer_at();
-        let offset = put(&a, "k", 10).unwrap();
-        let upto = take_answer_at().expect("answered at its reservation");
+        let start = Request::PutStart {
+            client_id: 7,
+            key: "k",
+            value_len: 1024,
+            config: ReplicateConfig::default(),
+            upsert: false,
+        };
+        let answer = a.handle(start, 10);
+        let Response::Replicas { result: Ok(descs) } = answer.response else {
+            panic!("{:?}", answer.response)
+        };
+        let offset = match &descs[0].kind {
+            ReplicaKind::Memory(m) => m.buffer_address - segment("a1").base,
+            other => panic!("{other:?}"),
+        };
+        let Release::Committed(upto) = answer.release else {
+            panic!("{:?}", answer.release)
+        };
         let entries = log.0.lock().clone();
         assert!(
             (upto as usize) < entries.len(),

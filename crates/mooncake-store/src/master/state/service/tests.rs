@@ -13,7 +13,7 @@ use super::MasterService;
 use crate::master::config::policy::{
     AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
 };
-use crate::master::state::mutation::{Mutation, MutationSink, ObjectOp, Write};
+use crate::master::state::mutation::{Mutation, MutationSink, ObjectOp, Release, Write};
 use crate::master::state::objects::{ObjectMeta, PendingKind, Replicas, SHARDS};
 use crate::master::state::segments::Placement;
 use crate::types::{ClientId, ReplicateConfig, SegmentInfo, TaskId};
@@ -35,6 +35,7 @@ fn policy(strategy: AllocationStrategy) -> Policy {
         eviction_ratio: 0.2,
         evict_soft_pinned: true,
         strategy,
+        put_fence: true,
     }
 }
 
@@ -68,11 +69,12 @@ pub(in crate::master) struct Mirror {
 }
 
 impl MutationSink for Mirror {
-    fn applied(&self, m: &Mutation<'_>) {
+    fn applied(&self, m: &Mutation<'_>) -> Release {
         let m = reserve_on(&self.follower, m);
         if let Err(e) = self.follower.replay(m) {
             panic!("replay failed: {e}");
         }
+        Release::Now
     }
 }
 

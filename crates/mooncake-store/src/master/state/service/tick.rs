@@ -6,27 +6,29 @@ use std::sync::atomic::Ordering;
 use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::state::eviction::{self, eligible, footprint};
-use crate::master::state::mutation::ObjectOp;
+use crate::master::state::mutation::{Call, ObjectOp};
 use crate::master::state::objects::ObjectMeta;
 
 impl MasterService {
     /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
+    /// What they log answers no call: nobody waits for it.
     pub fn tick(&self, now: u64) -> TickReport {
+        let call = &mut Call::default();
         let mut r = TickReport {
-            expired_clients: self.expire_clients(now),
+            expired_clients: self.expire_clients(call, now),
             ..Default::default()
         };
-        r.discarded_puts = self.sweep_stale_puts(now);
-        r.freed_retired = self.free_retired(now);
-        r.failed_tasks = self.expire_tasks(now);
-        let (keys, bytes) = self.evict_if_needed(now);
+        r.discarded_puts = self.sweep_stale_puts(call, now);
+        r.freed_retired = self.free_retired(call, now);
+        r.failed_tasks = self.expire_tasks(call, now);
+        let (keys, bytes) = self.evict_if_needed(call, now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;
         r
     }
 
     /// Discards puts in flight for longer than the discard timeout.
-    fn sweep_stale_puts(&self, now: u64) -> usize {
+    fn sweep_stale_puts(&self, call: &mut Call, now: u64) -> usize {
         let discard_after = self.policy.discard_after;
         let mut n = 0;
         for mut shard in self.objects.shards() {
@@ -42,7 +44,7 @@ impl MasterService {
                 }
                 n += 1;
                 let discard = ObjectOp::DiscardPut { free_at: None, now };
-                self.apply_object(key, obj, discard) == Fate::Keep
+                self.apply_object(call, key, obj, discard) == Fate::Keep
             });
             shard.oldest_pending = oldest;
         }
@@ -53,11 +55,11 @@ impl MasterService {
     }
 
     /// Frees retired space whose time has come; returns how many ranges.
-    fn free_retired(&self, now: u64) -> usize {
+    fn free_retired(&self, call: &mut Call, now: u64) -> usize {
         if !self.retired.any_due(now) {
             return 0;
         }
-        self.apply_free_retired(now)
+        self.apply_free_retired(call, now)
     }
 
     /// Staging bytes of discarded puts not yet released.
@@ -71,14 +73,14 @@ impl MasterService {
     }
 
     /// Runs an eviction round if usage calls for one; returns (keys, bytes) freed.
-    fn evict_if_needed(&self, now: u64) -> (usize, u64) {
+    fn evict_if_needed(&self, call: &mut Call, now: u64) -> (usize, u64) {
         let forced = self.eviction.take_request();
         let (used, capacity) = self.segments.usage();
         let Some(target) = eviction::round_target(&self.policy, used, capacity, forced) else {
             return (0, 0);
         };
         let _round = self.eviction.begin_round();
-        let freed = self.evict_round(now, target);
+        let freed = self.evict_round(call, now, target);
         self.eviction.end_round();
         freed
     }
@@ -88,14 +90,14 @@ impl MasterService {
     /// reference does. `seen` is the eviction generation read before the
     /// failed attempt: if another round ran since, the caller just retries.
     /// Returns whether a retry may succeed.
-    pub(super) fn evict_for_put(&self, need: u64, seen: u64, now: u64) -> bool {
+    pub(super) fn evict_for_put(&self, call: &mut Call, need: u64, seen: u64, now: u64) -> bool {
         let _round = self.eviction.begin_round();
         if self.eviction.generation() != seen {
             return true;
         }
         let (used, capacity) = self.segments.usage();
         let ratio_bytes = eviction::ratio_bytes(&self.policy, capacity);
-        let (keys, _) = self.evict_round(now, need.max(ratio_bytes).min(used));
+        let (keys, _) = self.evict_round(call, now, need.max(ratio_bytes).min(used));
         self.eviction.take_request();
         self.eviction.end_round();
         keys > 0
@@ -104,23 +106,24 @@ impl MasterService {
     /// One round: frees `target` bytes (if it can), plain objects first.
     /// Objects that must reach an SSD tier first are queued for it and
     /// stay, unless `--offload_force_evict` lets a short round take them.
-    fn evict_round(&self, now: u64, target: u64) -> (usize, u64) {
+    fn evict_round(&self, call: &mut Call, now: u64, target: u64) -> (usize, u64) {
         if target == 0 {
             return (0, 0);
         }
         let c = &self.counters;
         c.eviction_rounds.fetch_add(1, Ordering::Relaxed);
         let mut queue_budget = self.offload_policy().per_round();
-        let (mut keys, mut bytes) = self.evict_pass(now, target, false, false, &mut queue_budget);
+        let (mut keys, mut bytes) =
+            self.evict_pass(call, now, target, false, false, &mut queue_budget);
         if bytes < target && self.policy.evict_soft_pinned {
-            let (k, b) = self.evict_pass(now, target - bytes, true, false, &mut queue_budget);
+            let (k, b) = self.evict_pass(call, now, target - bytes, true, false, &mut queue_budget);
             keys += k;
             bytes += b;
         }
         let tiers = self.offload_policy().enabled || self.files.enabled();
         if bytes < target && tiers && self.offload_policy().force_evict {
             let soft = self.policy.evict_soft_pinned;
-            let (k, b) = self.evict_pass(now, target - bytes, soft, true, &mut 0);
+            let (k, b) = self.evict_pass(call, now, target - bytes, soft, true, &mut 0);
             keys += k;
             bytes += b;
         }
@@ -142,6 +145,7 @@ impl MasterService {
     /// of one LRU would.
     fn evict_pass(
         &self,
+        call: &mut Call,
         now: u64,
         target: u64,
         include_soft_pinned: bool,
@@ -197,7 +201,7 @@ impl MasterService {
                 }
                 bytes += footprint(obj);
                 keys += 1;
-                self.apply_object(key, obj, ObjectOp::Remove { now }) == Fate::Keep
+                self.apply_object(call, key, obj, ObjectOp::Remove { now }) == Fate::Keep
             });
         }
         (keys, bytes)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, not_found, MasterService};
-use crate::master::state::mutation::{ObjectOp, Segments, TaskOp};
+use crate::master::state::mutation::{Call, ObjectOp, Segments, TaskOp};
 use crate::master::state::objects::{ObjectMeta, PendingKind, Replicas};
 use crate::master::state::segments::{Placement, Segment};
 use crate::types::{
@@ -41,7 +41,13 @@ impl MasterService {
         }
     }
 
-    fn queue_task(&self, mut task: TaskAssignment, executor: ClientId, now: u64) -> Result<TaskId> {
+    fn queue_task(
+        &self,
+        call: &mut Call,
+        mut task: TaskAssignment,
+        executor: ClientId,
+        now: u64,
+    ) -> Result<TaskId> {
         let mut table = self.tasks.lock();
         if table.pending() >= self.task_policy.max_pending {
             return Err(Error::new(
@@ -59,12 +65,18 @@ impl MasterService {
             executor,
             now,
         };
-        self.apply_tasks(&mut table, create);
+        self.apply_tasks(call, &mut table, create);
         Ok(id)
     }
 
     /// Queues a copy of `key` onto each of `targets` (mounted segments).
-    pub fn create_copy_task(&self, key: &str, targets: &[&str], now: u64) -> Result<TaskId> {
+    pub(super) fn create_copy_task_in(
+        &self,
+        call: &mut Call,
+        key: &str,
+        targets: &[&str],
+        now: u64,
+    ) -> Result<TaskId> {
         self.require_object(key)?;
         let first = targets
             .first()
@@ -80,12 +92,13 @@ impl MasterService {
             source: String::new(),
             targets: targets.iter().map(|t| t.to_string()).collect(),
         };
-        self.queue_task(assignment, executor, now)
+        self.queue_task(call, assignment, executor, now)
     }
 
     /// Queues a move of `key`'s replica on `source` to `target`.
-    pub fn create_move_task(
+    pub(super) fn create_move_task_in(
         &self,
+        call: &mut Call,
         key: &str,
         source: &str,
         target: &str,
@@ -110,7 +123,7 @@ impl MasterService {
             source: source.to_string(),
             targets: vec![target.to_string()],
         };
-        self.queue_task(assignment, executor, now)
+        self.queue_task(call, assignment, executor, now)
     }
 
     pub fn query_task(&self, id: TaskId) -> Result<TaskInfo> {
@@ -122,7 +135,13 @@ impl MasterService {
     }
 
     /// Hands up to `max` pending tasks to their executor; they become Processing.
-    pub fn fetch_tasks(&self, client: ClientId, max: u32, now: u64) -> Vec<TaskAssignment> {
+    pub(super) fn fetch_tasks_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        max: u32,
+        now: u64,
+    ) -> Vec<TaskAssignment> {
         let mut table = self.tasks.lock();
         let room = self
             .task_policy
@@ -133,15 +152,16 @@ impl MasterService {
         if ids.is_empty() {
             return Vec::new();
         }
-        self.apply_tasks(&mut table, TaskOp::Start { ids: &ids, now });
+        self.apply_tasks(call, &mut table, TaskOp::Start { ids: &ids, now });
         ids.iter()
             .filter_map(|&id| table.assignment(id).cloned())
             .collect()
     }
 
     /// The executor reports the outcome of a task it fetched.
-    pub fn mark_task_complete(
+    pub(super) fn mark_task_complete_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         id: TaskId,
         success: bool,
@@ -170,12 +190,12 @@ impl MasterService {
             message,
             now,
         };
-        self.apply_tasks(&mut table, finish);
+        self.apply_tasks(call, &mut table, finish);
         Ok(())
     }
 
     /// Fails tasks past their timeouts or whose executor is gone; returns how many.
-    pub(super) fn expire_tasks(&self, now: u64) -> usize {
+    pub(super) fn expire_tasks(&self, call: &mut Call, now: u64) -> usize {
         let mut table = self.tasks.lock();
         if table.pending() + table.processing() == 0 {
             return 0;
@@ -191,7 +211,7 @@ impl MasterService {
                 message: why,
                 now,
             };
-            self.apply_tasks(&mut table, finish);
+            self.apply_tasks(call, &mut table, finish);
         }
         failed.len()
     }
@@ -201,8 +221,9 @@ impl MasterService {
     /// Allocates replicas of `key` on `targets` (those without one already)
     /// for the caller to write; with a `source`, the transfer is a move and
     /// that replica goes at `replica_transfer_end`. The object stays readable.
-    pub fn replica_transfer_start(
+    pub(super) fn replica_transfer_start_in(
         &self,
+        call: &mut Call,
         client: ClientId,
         key: &str,
         source: &str,
@@ -263,7 +284,7 @@ impl MasterService {
                     free_at: obj.lease_until,
                     now,
                 };
-                self.apply_in(&mut shard, key, drop);
+                self.apply_in(call, &mut shard, key, drop);
             }
             return Ok(Vec::new());
         }
@@ -295,7 +316,7 @@ impl MasterService {
             replicas,
             drop_source,
         };
-        self.apply_in(&mut shard, key, start);
+        self.apply_in(call, &mut shard, key, start);
         Ok(descs)
     }
 
@@ -311,7 +332,13 @@ impl MasterService {
 
     /// The new replicas are written: they join the object; a move's source
     /// replica is dropped (its space waits for readers' leases).
-    pub fn replica_transfer_end(&self, client: ClientId, key: &str, now: u64) -> Result<()> {
+    pub(super) fn replica_transfer_end_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+        now: u64,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
@@ -321,17 +348,22 @@ impl MasterService {
             now,
             readers_until: obj.lease_until,
         };
-        self.apply_in(&mut shard, key, end);
+        self.apply_in(call, &mut shard, key, end);
         Ok(())
     }
 
     /// Abandons a transfer: the new replicas are freed.
-    pub fn replica_transfer_revoke(&self, client: ClientId, key: &str) -> Result<()> {
+    pub(super) fn replica_transfer_revoke_in(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let obj = shard.get(key).ok_or_else(|| not_found(key))?;
         check_transfer(obj, client, key)?;
-        self.apply_in(&mut shard, key, ObjectOp::TransferRevoke);
+        self.apply_in(call, &mut shard, key, ObjectOp::TransferRevoke);
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ mod files;
 mod membership;
 mod offload;
 mod puts;
+mod release;
 mod removal;
 mod tasks;
 
@@ -43,6 +44,7 @@ pub(in crate::master) fn policy() -> Policy {
         eviction_ratio: 0.2,
         evict_soft_pinned: true,
         strategy: AllocationStrategy::Random,
+        put_fence: true,
     }
 }
 

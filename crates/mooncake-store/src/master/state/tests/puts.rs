@@ -121,7 +121,7 @@ fn bad_inputs_get_reference_codes() {
         config: one(),
         upsert: false,
     };
-    match s.handle(req, 0) {
+    match s.handle(req, 0).response {
         Response::Failed { error } => assert_eq!(error.code, ErrorCode::INVALID_PARAMS),
         other => panic!("{other:?}"),
     }
@@ -141,7 +141,7 @@ fn batch_calls_answer_per_key() {
         config: one(),
         upsert: false,
     };
-    let Response::BatchReplicas { results } = s.handle(req, 0) else {
+    let Response::BatchReplicas { results } = s.handle(req, 0).response else {
         panic!()
     };
     let codes: Vec<_> = results
@@ -157,13 +157,16 @@ fn batch_calls_answer_per_key() {
             Some(ErrorCode::OBJECT_ALREADY_EXISTS)
         ]
     );
-    let Response::Units { results } = s.handle(
-        Request::BatchPutEnd {
-            client_id: W,
-            keys: vec!["x", "zz"],
-        },
-        1,
-    ) else {
+    let Response::Units { results } = s
+        .handle(
+            Request::BatchPutEnd {
+                client_id: W,
+                keys: vec!["x", "zz"],
+            },
+            1,
+        )
+        .response
+    else {
         panic!()
     };
     assert!(results[0].is_ok());
@@ -171,21 +174,27 @@ fn batch_calls_answer_per_key() {
         results[1].as_ref().unwrap_err().code,
         ErrorCode::OBJECT_NOT_FOUND
     );
-    let Response::Bools { results } = s.handle(
-        Request::BatchExistKey {
-            keys: vec!["x", "y"],
-        },
-        2,
-    ) else {
+    let Response::Bools { results } = s
+        .handle(
+            Request::BatchExistKey {
+                keys: vec!["x", "y"],
+            },
+            2,
+        )
+        .response
+    else {
         panic!()
     };
     assert_eq!(results, [Ok(true), Ok(false)]);
-    let Response::BatchReplicaList { results } = s.handle(
-        Request::BatchGetReplicaList {
-            keys: vec!["x", "y"],
-        },
-        2,
-    ) else {
+    let Response::BatchReplicaList { results } = s
+        .handle(
+            Request::BatchGetReplicaList {
+                keys: vec!["x", "y"],
+            },
+            2,
+        )
+        .response
+    else {
         panic!()
     };
     assert_eq!(results[0].as_ref().unwrap().replicas.len(), 1);
@@ -193,13 +202,16 @@ fn batch_calls_answer_per_key() {
         results[1].as_ref().unwrap_err().code,
         ErrorCode::OBJECT_NOT_FOUND
     );
-    let Response::Units { results } = s.handle(
-        Request::BatchRemove {
-            keys: vec!["x", "y"],
-            force: true,
-        },
-        3,
-    ) else {
+    let Response::Units { results } = s
+        .handle(
+            Request::BatchRemove {
+                keys: vec!["x", "y"],
+                force: true,
+            },
+            3,
+        )
+        .response
+    else {
         panic!()
     };
     assert!(results[0].is_ok());
