@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::*;
 use mooncake_store::client::Client;
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::{ReplicateConfig, WriteOptions};
 use test_support::services;
 
 const DASHBOARD: &str = include_str!("../../../monitoring/grafana/mooncake-store.json");
@@ -95,7 +95,8 @@ fn workload(client: Client, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let key = format!("w{}", i % 64);
-            let _ = client.upsert(&key, &value(&key, 4096 + (i % 7) as usize * 1000), &cfg);
+            let v = value(&key, 4096 + (i % 7) as usize * 1000);
+            let _ = client.put(&key, &v, WriteOptions::upsert(&cfg));
             let _ = client.get(&key);
             let _ = client.get("missing");
             let _ = client.is_exist(&key);

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use mooncake_common::ErrorCode;
 use mooncake_store::client::Client;
-use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+use mooncake_store::types::{ReplicaKind, ReplicateConfig, WriteOptions};
 
 const SEGMENT: &str = "4MB";
 const VALUE: usize = 256 << 10;
@@ -179,7 +179,8 @@ fn removed_and_replaced_objects_leave_the_tier() {
     // The replica queries above leased every object still in memory, so
     // the upsert may have to wait for those leases to run out.
     until_room(&k0, || {
-        client.upsert(&k0, b"fresh bytes", &ReplicateConfig::default())
+        let upsert = WriteOptions::upsert(&ReplicateConfig::default());
+        client.put(&k0, b"fresh bytes", upsert)
     });
     assert_eq!(client.get(&k0).unwrap(), b"fresh bytes");
     let k1 = key(1);

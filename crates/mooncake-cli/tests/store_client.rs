@@ -61,10 +61,16 @@ fn two_storage_nodes_and_a_pure_client() {
         .unwrap();
     assert_eq!(client.get("parts").unwrap(), b"Hello, World!");
     client
-        .upsert("parts", b"replaced, longer value", &cfg)
+        .put(
+            "parts",
+            b"replaced, longer value",
+            WriteOptions::upsert(&cfg),
+        )
         .unwrap();
     assert_eq!(client.get("parts").unwrap(), b"replaced, longer value");
-    client.upsert("fresh", b"inserted", &cfg).unwrap();
+    client
+        .put("fresh", b"inserted", WriteOptions::upsert(&cfg))
+        .unwrap();
     assert_eq!(&*client.get_buffer("fresh").unwrap(), b"inserted");
 
     // Batches: one bad key fails alone.

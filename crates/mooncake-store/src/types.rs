@@ -68,6 +68,13 @@ impl WriteOptions {
     }
 }
 
+/// A put of `config`.
+impl From<&ReplicateConfig> for WriteOptions {
+    fn from(config: &ReplicateConfig) -> WriteOptions {
+        WriteOptions::put(config)
+    }
+}
+
 /// Identifies a client process: random per process (uuid-like).
 pub type ClientId = u128;
 

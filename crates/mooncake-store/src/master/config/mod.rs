@@ -11,7 +11,7 @@
 //! `client_ttl: 5s` in a YAML or JSON file mean the same. Precedence:
 //! defaults, then `--config_path`, then command-line flags.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mooncake_common::gflags::parse_bool;
@@ -172,7 +172,7 @@ impl MasterConfig {
     /// `--ha_backend_type` says, as in the reference's deployment guide.
     /// The k8s backend takes `<namespace>/<lease>` from
     /// `--ha_backend_connstring` only, as the reference does.
-    pub fn ha_backend(&self) -> Result<crate::ha::Backend> {
+    pub fn ha_backend(&self) -> Result<crate::ha::ElectionBackend> {
         if self.ha_backend_type == "k8s" {
             if self.ha_backend_connstring.trim().is_empty() {
                 return Err(Error::new(
@@ -180,7 +180,10 @@ impl MasterConfig {
                     "--ha_backend_type=k8s needs --ha_backend_connstring=<namespace>/<lease>",
                 ));
             }
-            return crate::ha::Backend::k8s(&self.ha_backend_connstring, self.k8s_timings());
+            return crate::ha::ElectionBackend::k8s(
+                &self.ha_backend_connstring,
+                self.k8s_timings(),
+            );
         }
         let conn = if self.ha_backend_connstring.is_empty() {
             &self.etcd_endpoints
@@ -193,7 +196,7 @@ impl MasterConfig {
                 "HA mode needs --etcd_endpoints (or --ha_backend_connstring)",
             ));
         }
-        crate::ha::Backend::parse(conn, self.ha_backend_type == "redis")
+        crate::ha::ElectionBackend::parse(conn, self.ha_backend_type == "redis")
     }
 
     /// The k8s backend's LeaderElectionConfig timings.
@@ -223,6 +226,38 @@ impl MasterConfig {
     /// without an HA backend).
     pub fn local_wal(&self) -> bool {
         self.enable_oplog && !self.enable_ha
+    }
+
+    /// This master's log directory: `--wal_dir`, else
+    /// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>`, and
+    /// `/<rpc_address>_<rpc_port>` under it in HA mode, where the masters
+    /// of a cluster may share the variable. `None`: no log on disk.
+    pub fn log_dir(&self) -> Option<PathBuf> {
+        if !self.wal_dir.is_empty() {
+            return Some(PathBuf::from(&self.wal_dir));
+        }
+        let dir = snapshot_local_path()?
+            .join("mooncake_master_wal")
+            .join(&self.cluster_id);
+        if !self.enable_ha {
+            return Some(dir);
+        }
+        let me = format!("{}_{}", self.rpc_address, self.rpc_listen_port()).replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_',
+            "_",
+        );
+        Some(dir.join(me))
+    }
+
+    /// Where local snapshots go:
+    /// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_snapshot/<cluster_id>`,
+    /// as the reference lays it out. `None`: the variable is not set.
+    pub fn local_snapshot_dir(&self) -> Option<PathBuf> {
+        Some(
+            snapshot_local_path()?
+                .join("mooncake_master_snapshot")
+                .join(&self.cluster_id),
+        )
     }
 
     /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).
@@ -298,6 +333,14 @@ impl MasterConfig {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         cores.min(self.max_threads.max(1))
     }
+}
+
+/// `$MOONCAKE_SNAPSHOT_LOCAL_PATH` when set and not empty: the root of the
+/// local snapshots and of the default log directory, read here only.
+fn snapshot_local_path() -> Option<PathBuf> {
+    std::env::var_os("MOONCAKE_SNAPSHOT_LOCAL_PATH")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
 }
 
 fn ms(d: Duration) -> u64 {

@@ -62,20 +62,6 @@ impl LocalStore {
         Ok(LocalStore { dir })
     }
 
-    /// The store of `cluster` under `MOONCAKE_SNAPSHOT_LOCAL_PATH`:
-    /// `mooncake_master_snapshot/<cluster>/`, as the reference lays it out.
-    pub fn from_env(cluster: &str) -> Result<LocalStore> {
-        match std::env::var("MOONCAKE_SNAPSHOT_LOCAL_PATH") {
-            Ok(p) if !p.is_empty() => {
-                LocalStore::new(Path::new(&p).join(CLUSTER_DIR).join(cluster))
-            }
-            _ => Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "local snapshots need MOONCAKE_SNAPSHOT_LOCAL_PATH",
-            )),
-        }
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }
