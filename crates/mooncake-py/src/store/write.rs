@@ -17,7 +17,7 @@ pub(super) fn write_options(
 ) -> Result<WriteOptions, i32> {
     let Some(c) = cfg else {
         return Ok(WriteOptions {
-            config: types::ReplicateConfig {
+            config: types::ReplicaPolicy {
                 replica_num: 1,
                 ..Default::default()
             },
@@ -27,7 +27,7 @@ pub(super) fn write_options(
     if c.replica_num == 0 {
         return Err(INVALID);
     }
-    let config = types::ReplicateConfig {
+    let config = types::ReplicaPolicy {
         replica_num: c.replica_num as usize,
         with_soft_pin: c.soft_pin_action == crate::enums::SoftPinAction::ENABLE,
         with_hard_pin: c.with_hard_pin,

@@ -453,7 +453,7 @@ impl Client {
     // ---- writes ---------------------------------------------------------
     //
     // Each write takes its `WriteOptions` (put or upsert, and placement; a
-    // `&ReplicateConfig` alone is a put) and only shapes its arguments into
+    // `&ReplicaPolicy` alone is a put) and only shapes its arguments into
     // one write command. The names are the Python methods'; an upsert is
     // the same call with `WriteOptions::upsert`.
 

@@ -45,7 +45,7 @@ use crate::master::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedWrite,
 use crate::proto::frame::{decode_payload, encode_frame};
 use crate::proto::{Request, Response};
 use crate::rpc::{connect_any, Connector, Pool};
-use crate::types::{ClientId, ReplicateConfig};
+use crate::types::{ClientId, ReplicaPolicy};
 
 pub use leader::serve_leader;
 pub use standby::run_standby;
@@ -207,7 +207,7 @@ impl FloorClient {
             client_id: CLIENT,
             key,
             value_len: value.len() as u64,
-            config: ReplicateConfig::default(),
+            config: ReplicaPolicy::default(),
             upsert: false,
         };
         self.call(&start, &mut frame)?;

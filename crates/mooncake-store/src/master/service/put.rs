@@ -9,7 +9,7 @@ use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::allocator::aligned_len;
 use crate::master::mutation::{ObjectOp, Write};
 use crate::master::objects::{PendingKind, Replicas};
-use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus};
 
 impl MasterService {
     /// Allocates replicas for `key`; the object becomes readable at `put_end`.
@@ -24,7 +24,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
@@ -74,7 +74,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {

@@ -8,7 +8,7 @@ use super::MasterService;
 use crate::master::mutation::{self, Mutation};
 use crate::master::segments::space::{all_reserved, Reserving};
 use crate::master::segments::{Placement, Segment};
-use crate::types::ReplicateConfig;
+use crate::types::ReplicaPolicy;
 
 /// Logs the reservations a placement makes.
 struct Log<'a>(&'a MasterService);
@@ -32,7 +32,7 @@ impl MasterService {
     pub(super) fn place_put(
         &self,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         now: u64,
     ) -> Result<Vec<Placement>> {
         if !self.fence {
@@ -160,7 +160,7 @@ mod tests {
     use crate::master::mutation::{take_answer_at, Mutation, MutationSink};
     use crate::master::oplog::OwnedMutation;
     use crate::master::policy::AllocationStrategy;
-    use crate::types::{ReplicaKind, ReplicateConfig};
+    use crate::types::{ReplicaKind, ReplicaPolicy};
 
     /// A leader's log, positions from 1.
     #[derive(Default)]
@@ -178,7 +178,7 @@ mod tests {
 
     /// Puts `key` (1 KiB, one replica) and returns its offset in "a1".
     fn put(s: &MasterService, key: &str, now: u64) -> Option<u64> {
-        let cfg = ReplicateConfig::default();
+        let cfg = ReplicaPolicy::default();
         let descs = s.put_start(7, key, 1024, &cfg, false, now).ok()?;
         match &descs[0].kind {
             ReplicaKind::Memory(m) => Some(m.buffer_address - segment("a1").base),

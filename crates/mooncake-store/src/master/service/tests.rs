@@ -14,7 +14,7 @@ use crate::master::mutation::{Mutation, MutationSink, ObjectOp, Write};
 use crate::master::objects::{ObjectMeta, PendingKind, Replicas, SHARDS};
 use crate::master::policy::{AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use crate::master::segments::Placement;
-use crate::types::{ClientId, ReplicateConfig, SegmentInfo, TaskId};
+use crate::types::{ClientId, ReplicaPolicy, SegmentInfo, TaskId};
 
 pub(in crate::master) const OWNERS: [ClientId; 2] = [1, 2];
 pub(in crate::master) const WRITERS: [ClientId; 2] = [7, 8];
@@ -183,9 +183,9 @@ pub(in crate::master) fn assert_same(
     assert_eq!(l.disk.snapshot(), f.disk.snapshot(), "{ctx}: SSD tiers");
 }
 
-fn config(rng: &mut StdRng) -> ReplicateConfig {
+fn config(rng: &mut StdRng) -> ReplicaPolicy {
     let pick = |rng: &mut StdRng| SEGMENTS[rng.gen_range(0..SEGMENTS.len())].0.to_string();
-    ReplicateConfig {
+    ReplicaPolicy {
         replica_num: rng.gen_range(1..=3),
         with_soft_pin: rng.gen_bool(0.2),
         with_hard_pin: rng.gen_bool(0.1),
@@ -194,7 +194,7 @@ fn config(rng: &mut StdRng) -> ReplicateConfig {
         } else {
             String::new()
         },
-        ..ReplicateConfig::default()
+        ..ReplicaPolicy::default()
     }
 }
 

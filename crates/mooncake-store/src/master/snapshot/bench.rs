@@ -15,7 +15,7 @@ use super::{restore, start_history, RestoreProgress, SnapshotReport, Stores};
 use crate::master::config::MasterConfig;
 use crate::master::oplog::wal::{Wal, WalSink};
 use crate::master::service::MasterService;
-use crate::types::{ReplicateConfig, SegmentInfo};
+use crate::types::{ReplicaPolicy, SegmentInfo};
 
 /// Put latencies of one phase, microseconds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,7 +66,7 @@ fn secs(r: &SnapshotReport) -> f64 {
 /// One 4 KiB put (start and end) of `key`; its latency in ns.
 fn put(s: &MasterService, key: &str, now: u64) -> u64 {
     let t = Instant::now();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     s.put_start(1, key, 4096, &cfg, false, now)
         .and_then(|_| s.put_end(1, key, now))
         .expect("room for every put");

@@ -296,7 +296,7 @@ fn snapshots_on_an_s3_server_restore_and_fall_back() {
 fn restored_segments_wait_for_their_owner() {
     use mooncake_common::ErrorCode;
     let s = setup(false);
-    let cfg = crate::types::ReplicateConfig {
+    let cfg = crate::types::ReplicaPolicy {
         preferred_segment: "b1".into(),
         ..Default::default()
     };
@@ -323,7 +323,7 @@ fn reserved_space_survives_a_snapshot() {
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
     }
-    let cfg = crate::types::ReplicateConfig::default();
+    let cfg = crate::types::ReplicaPolicy::default();
     leader.put_start(7, "k", 1024, &cfg, false, 10).unwrap();
     let held: Vec<_> = leader
         .segments
@@ -350,7 +350,7 @@ fn a_version_1_snapshot_is_read() {
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
     }
-    let cfg = crate::types::ReplicateConfig::default();
+    let cfg = crate::types::ReplicaPolicy::default();
     leader.put_start(7, "k", 1024, &cfg, false, 10).unwrap();
     let meta = SnapshotMeta {
         seq: 3,
@@ -388,7 +388,7 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
     let progress = RestoreProgress::default();
     let first = super::open(&config, &progress).unwrap();
     first.service.mount_segment(1, &segment("a1"), 0).unwrap();
-    let cfg = crate::types::ReplicateConfig::default();
+    let cfg = crate::types::ReplicaPolicy::default();
     crate::master::oplog::wal::begin_call();
     let _ = crate::master::mutation::take_answer_at();
     first

@@ -13,9 +13,7 @@ use mooncake_common::ErrorCode;
 
 use super::{AllocationStrategy, LeasePolicy, MasterService, Policy, TaskPolicy, TickReport};
 use crate::proto::{Request, Response};
-use crate::types::{
-    ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig, SegmentInfo, MAX_KEY_LEN,
-};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus, SegmentInfo, MAX_KEY_LEN};
 use crate::types::{TaskStatus, TaskType};
 
 pub(super) const A: ClientId = 1;
@@ -54,13 +52,13 @@ pub(super) fn seg(name: &str, base: u64, size: u64) -> SegmentInfo {
     }
 }
 
-pub(super) fn one() -> ReplicateConfig {
-    ReplicateConfig::default()
+pub(super) fn one() -> ReplicaPolicy {
+    ReplicaPolicy::default()
 }
 
 /// One replica, on segment `name` if it has room.
-pub(super) fn on(name: &str) -> ReplicateConfig {
-    ReplicateConfig {
+pub(super) fn on(name: &str) -> ReplicaPolicy {
+    ReplicaPolicy {
         preferred_segment: name.into(),
         ..one()
     }
@@ -70,7 +68,7 @@ pub(super) fn put(
     s: &MasterService,
     key: &str,
     len: u64,
-    cfg: &ReplicateConfig,
+    cfg: &ReplicaPolicy,
     now: u64,
 ) -> Vec<ReplicaDesc> {
     let d = s.put_start(W, key, len, cfg, false, now).unwrap();
