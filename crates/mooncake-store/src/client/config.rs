@@ -229,6 +229,12 @@ impl ClientConfig {
         Self::from_env_with(process_env)
     }
 
+    /// The master to join when the caller names none: `$MOONCAKE_MASTER`,
+    /// else [`DEFAULT_MASTER_ADDRESS`].
+    pub fn master_from_env() -> String {
+        process_env("MOONCAKE_MASTER").unwrap_or_else(|| DEFAULT_MASTER_ADDRESS.into())
+    }
+
     /// [`from_env`](Self::from_env) with an injectable lookup, for tests.
     pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<ClientConfig> {
         let mut cfg = match get("MOONCAKE_CONFIG_PATH") {
