@@ -14,6 +14,7 @@
 //! - `rust_api`: the reference crate's `MooncakeStore` on top of [`Client`].
 
 mod buffer;
+mod command;
 pub mod config;
 pub mod dummy;
 mod file_tier;
@@ -51,6 +52,7 @@ pub use rust_api::{store_code, MooncakeStore, StoreError};
 pub(crate) use ranges::RangeRead;
 
 use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
+pub(crate) use command::{Source, WriteCmd};
 use ranges::RangeBatch;
 use staging::StagingBuf;
 use validate::same_len;
@@ -72,42 +74,6 @@ impl Payload<'_> {
         match self {
             Payload::Bytes(parts) => parts.iter().map(|p| p.len() as u64).sum(),
             Payload::Mem(parts) => parts.iter().map(|p| p.1 as u64).sum(),
-        }
-    }
-}
-
-/// Where a write's bytes come from, as the caller handed them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// Caller bytes: `put`, `put_parts`, `put_batch`.
-    Bytes,
-    /// Registered or pool memory: the `*_from` calls, and a dummy's writes,
-    /// which its service reads from the memory they share.
-    Mem,
-}
-
-/// One write command from the caller's edge to a [`ClientImpl`]: how to
-/// store the values (`opts`: put or upsert, placement) and where they come
-/// from, which together name the call in the metrics.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct WriteCmd<'o> {
-    pub opts: &'o WriteOptions,
-    pub source: Source,
-}
-
-impl WriteCmd<'_> {
-    /// The `op_name` this command is counted under when it writes `keys`
-    /// keys: the one-key call's name, or its batch form for any other count.
-    pub(crate) fn op_name(&self, keys: usize) -> &'static str {
-        match (self.opts.upsert, self.source, keys == 1) {
-            (false, Source::Bytes, true) => "put",
-            (false, Source::Bytes, false) => "put_batch",
-            (false, Source::Mem, true) => "put_from",
-            (false, Source::Mem, false) => "batch_put_from",
-            (true, Source::Bytes, true) => "upsert",
-            (true, Source::Bytes, false) => "upsert_batch",
-            (true, Source::Mem, true) => "upsert_from",
-            (true, Source::Mem, false) => "batch_upsert_from",
         }
     }
 }

@@ -233,12 +233,15 @@ impl MasterConfig {
     /// `/<rpc_address>_<rpc_port>` under it in HA mode, where the masters
     /// of a cluster may share the variable. `None`: no log on disk.
     pub fn log_dir(&self) -> Option<PathBuf> {
+        self.log_dir_under(snapshot_local_path())
+    }
+
+    /// [`log_dir`](Self::log_dir) with `root` for the variable.
+    fn log_dir_under(&self, root: Option<PathBuf>) -> Option<PathBuf> {
         if !self.wal_dir.is_empty() {
             return Some(PathBuf::from(&self.wal_dir));
         }
-        let dir = snapshot_local_path()?
-            .join("mooncake_master_wal")
-            .join(&self.cluster_id);
+        let dir = root?.join("mooncake_master_wal").join(&self.cluster_id);
         if !self.enable_ha {
             return Some(dir);
         }
@@ -351,6 +354,31 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::super::policy::AllocationStrategy;
     use super::*;
+
+    #[test]
+    fn one_log_directory_per_master_in_ha_mode() {
+        let root = || Some(PathBuf::from("/snap"));
+        let mut c = MasterConfig::default();
+        c.set("cluster_id", "c1").unwrap();
+        assert_eq!(c.log_dir_under(None), None);
+        assert_eq!(
+            c.log_dir_under(root()),
+            Some(PathBuf::from("/snap/mooncake_master_wal/c1"))
+        );
+        for (k, v) in [
+            ("enable_ha", "true"),
+            ("rpc_address", "10.0.0.1"),
+            ("rpc_port", "5005"),
+        ] {
+            c.set(k, v).unwrap();
+        }
+        assert_eq!(
+            c.log_dir_under(root()),
+            Some(PathBuf::from("/snap/mooncake_master_wal/c1/10.0.0.1_5005"))
+        );
+        c.set("wal_dir", "/wal").unwrap();
+        assert_eq!(c.log_dir_under(root()), Some(PathBuf::from("/wal")));
+    }
 
     #[test]
     fn defaults_match_the_reference() {
