@@ -26,6 +26,10 @@ mod parse;
 
 pub use flags::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 
+/// Where a cluster's snapshots go under the local path or the S3 prefix, as
+/// the reference lays them out.
+pub(crate) const SNAPSHOT_DIR: &str = "mooncake_master_snapshot";
+
 impl MasterConfig {
     /// Applies one setting by flag name. Unknown names are `INVALID_PARAMS`.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
@@ -258,7 +262,7 @@ impl MasterConfig {
     pub fn local_snapshot_dir(&self) -> Option<PathBuf> {
         Some(
             snapshot_local_path()?
-                .join("mooncake_master_snapshot")
+                .join(SNAPSHOT_DIR)
                 .join(&self.cluster_id),
         )
     }
