@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 use crate::cluster::{program, work_dir, Proc};
 use crate::floor::{Floor, FloorClient, Mode, Quorum};
@@ -233,7 +233,7 @@ fn put_phase(c: &Putter, seconds: f64, prefix: &str, threads: usize) -> Result<S
     let per_slice = Duration::from_secs_f64(seconds / slices as f64);
     let barrier = std::sync::Barrier::new(threads);
     let v = vec![7u8; 4096];
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let outcomes: Vec<Result<(Vec<u64>, Duration)>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
@@ -500,7 +500,7 @@ fn failover(
     signo: i32,
     run: usize,
 ) -> Result<FailoverRow> {
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let v = vec![9u8; 4096];
     let key = format!("before-{signal}-{run}");
     c.put(&key, &v, &cfg)?;

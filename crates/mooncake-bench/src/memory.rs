@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 use serde::Serialize;
 
 use crate::cluster;
@@ -77,7 +77,7 @@ pub fn run(
     let src = vec![0x5au8; size];
     let addr = src.as_ptr() as usize;
     client.register_buffer(addr, size)?;
-    let rc = ReplicateConfig::default();
+    let rc = ReplicaPolicy::default();
     let t0 = Instant::now();
     let mut failed = 0;
     for start in (0..objects).step_by(batch) {

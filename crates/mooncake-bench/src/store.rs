@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 use serde::Serialize;
 
 use crate::cluster::{self, Master, Proc};
@@ -227,7 +227,7 @@ struct Workload<'a> {
     topology: Topology,
     cfg: &'a StoreBenchConfig,
     pattern: Vec<u8>,
-    rc: ReplicateConfig,
+    rc: ReplicaPolicy,
 }
 
 /// Calls `call(i)` up to `count` times within the time budget (at least
@@ -270,7 +270,7 @@ impl<'a> Workload<'a> {
             topology,
             cfg,
             pattern,
-            rc: ReplicateConfig::default(),
+            rc: ReplicaPolicy::default(),
         }
     }
 

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 
 use mooncake_store::client::Client;
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 mod common;
 use common::*;
@@ -56,7 +56,7 @@ fn mooncake_client_serves_metrics_and_health() {
     );
 
     let dummy = Client::setup_dummy(16 << 20, 16 << 20, &dummy_addr).unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     for i in 0..5 {
         dummy
             .put(&format!("d{i}"), &value("d", 1000), &cfg)
@@ -136,7 +136,7 @@ fn an_embedded_client_counts_routes_and_rpcs() {
     let client = Client::setup(&cluster.config(16 << 20, 16 << 20)).unwrap();
     let server = client.start_http_server("127.0.0.1", 0).unwrap();
     let addr = server.addr().to_string();
-    let cfg = ReplicateConfig {
+    let cfg = ReplicaPolicy {
         replica_num: 2,
         ..Default::default()
     };

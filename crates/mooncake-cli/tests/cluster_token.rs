@@ -15,7 +15,7 @@ use mooncake_common::auth::ClusterToken;
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::master_client::MasterClient;
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 const TOKEN: &str = "4f1c0d9e-cluster-secret";
 
@@ -131,7 +131,7 @@ fn the_cluster_token_guards_every_port() {
     })
     .unwrap();
     let v = value("k1", 100_000);
-    member.put("k1", &v, &ReplicateConfig::default()).unwrap();
+    member.put("k1", &v, &ReplicaPolicy::default()).unwrap();
     assert_eq!(member.get("k1").unwrap(), v);
 
     // A dummy with the token in its environment is served too (the only

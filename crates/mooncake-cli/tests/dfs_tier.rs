@@ -11,7 +11,7 @@ use common::*;
 use mooncake_common::ErrorCode;
 use mooncake_store::client::Client;
 use mooncake_store::tier::shared_fs::object_file;
-use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+use mooncake_store::types::{ReplicaKind, ReplicaPolicy};
 
 const SEGMENT: &str = "4MB";
 const VALUE: usize = 256 << 10;
@@ -26,7 +26,7 @@ fn key(i: usize) -> String {
 fn put_retrying(client: &Client, k: &str, tries: usize) -> Result<(), ErrorCode> {
     let v = value(k, VALUE);
     for _ in 0..tries {
-        match client.put(k, &v, &ReplicateConfig::default()) {
+        match client.put(k, &v, &ReplicaPolicy::default()) {
             Ok(()) => return Ok(()),
             Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
                 std::thread::sleep(Duration::from_millis(5))

@@ -12,7 +12,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, ServiceLimits};
 use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 mod common;
 use common::dummy::{answer, error_of, service};
@@ -57,7 +57,7 @@ fn dummy_client_through_mooncake_client() {
     let dummy = Client::setup_dummy(8 << 20, 8 << 20, &s.dummy_addr).unwrap();
     assert_eq!(dummy.get_hostname(), s.segment);
     dummy.health_check().unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     dummy.put("d1", &value("d1", 100_000), &cfg).unwrap();
     assert_eq!(dummy.get("d1").unwrap(), value("d1", 100_000));
     // Zero copy from the shared pool.
@@ -208,7 +208,7 @@ fn dummy_service_bounds_connections_and_stalled_calls() {
         dummy.is_some()
     });
     let dummy = dummy.unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     dummy.put("capped", b"served", &cfg).unwrap();
     assert_eq!(dummy.get("capped").unwrap(), b"served");
     dummy.close().unwrap();

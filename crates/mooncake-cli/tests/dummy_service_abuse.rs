@@ -13,7 +13,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::client::dummy_proto::{local_socket_name, DummyRequest, DummyResponse};
 use mooncake_store::client::{Client, DummyTransport, ServiceLimits, StoreService};
 use mooncake_store::proto::frame::{decode_payload, encode_frame};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 mod common;
 use common::dummy::{call, error_of, service};
@@ -243,7 +243,7 @@ fn thousands_of_idle_sockets_do_not_lock_dummies_out() {
         .collect();
     let dummy =
         Client::setup_dummy_over(1 << 20, 1 << 20, &addr.to_string(), DummyTransport::Tcp).unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     dummy.put("past-the-idle", b"served", &cfg).unwrap();
     assert_eq!(dummy.get("past-the-idle").unwrap(), b"served");
     dummy.close().unwrap();
@@ -259,7 +259,7 @@ fn thousands_of_idle_unix_connections_do_not_lock_dummies_out() {
     let idle: Vec<UnixStream> = (0..2000).map(|_| connect_local(&service)).collect();
     let dummy = Client::setup_dummy_over(1 << 20, 1 << 20, &addr.to_string(), DummyTransport::Unix)
         .unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     dummy.put("past-the-idle-unix", b"served", &cfg).unwrap();
     assert_eq!(dummy.get("past-the-idle-unix").unwrap(), b"served");
     dummy.close().unwrap();
@@ -279,7 +279,7 @@ fn a_dummy_on_this_host_uses_the_unix_socket() {
     assert_eq!(accepted_on(&name), 0);
     let dummy = Client::setup_dummy(4 << 20, 1 << 20, &service.local_addr().to_string()).unwrap();
     assert!(accepted_on(&name) >= 1, "the dummy came over TCP");
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     dummy.put("over-unix", b"bytes", &cfg).unwrap();
     assert_eq!(dummy.get("over-unix").unwrap(), b"bytes");
     // Zero copy: a pool buffer is written and read in place.

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use common::{eventually, metadata_server_on, value, Proc, MASTER, STORAGE};
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 /// What this machine must allow; `Err` says why the test cannot run.
 fn permitted() -> Result<(), String> {
@@ -282,7 +282,7 @@ fn a_leader_cut_off_on_its_own_host_is_replaced_and_nothing_acknowledged_is_lost
         ..ClientConfig::default()
     })
     .unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let key = |i: usize| format!("netns-{i}");
     // The storage host's segment is mounted once a put finds room.
     eventually("the storage host's segment takes puts", || {

@@ -21,7 +21,7 @@ use common::ha::{
 use common::load::{check, storage_client, under_load, Load};
 use common::{code, eventually, free_port, metadata_server, value, Proc, WAIT};
 use mooncake_common::ErrorCode;
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 use test_support::services;
 
 /// Three masters, `kills` rounds of kill -9 of the leader under load (the
@@ -187,7 +187,7 @@ fn a_partitioned_leader_commits_nothing() {
     let [a, b, c] = three_masters(&relay.addr, &etcd.addr, &cluster);
 
     let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let before: Vec<(String, Vec<u8>)> = (0..50)
         .map(|i| {
             let k = format!("before-{i}");
@@ -285,7 +285,7 @@ fn a_leader_thawed_after_its_lease_answers_no_read() {
     let [a, b, c] = three_masters(&etcd.addr, &etcd.addr, &cluster);
 
     let client = storage_client(&format!("etcd://{}", etcd.addr), &cluster, &metadata);
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     client.put("k", &value("k", 4096), &cfg).unwrap();
     // A connection of its own to A, open before the freeze.
     let direct = mooncake_store::MasterClient::connect(&format!("127.0.0.1:{}", a.rpc)).unwrap();

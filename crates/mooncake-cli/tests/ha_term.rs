@@ -12,7 +12,7 @@ use std::time::Instant;
 use common::ha::{cluster, in_sync, mounted_client, put_keys, role, start_master, Master};
 use common::{eventually, free_port, raw, WAIT};
 use mooncake_common::ErrorCode;
-use mooncake_store::ha::{self, Backend};
+use mooncake_store::ha::{self, ElectionBackend};
 use mooncake_store::proto::{Request, Response};
 use test_support::freeze_proxy::FreezeProxy;
 use test_support::services;
@@ -76,7 +76,7 @@ fn a_deposed_leader_within_its_lease_refuses_calls_of_the_newer_term() {
     let m = mounted_client(&etcd.addr, &cluster, client_id);
     put_keys(&m, client_id, &["k".to_string()]);
     let term_a = m.term().expect("an HA client knows its leader's term");
-    let backend = Backend::parse(&format!("etcd://{}", etcd.addr), false).unwrap();
+    let backend = ElectionBackend::parse(&format!("etcd://{}", etcd.addr), false).unwrap();
     let found = ha::find_leader(&backend, &cluster)
         .unwrap()
         .expect("A leads");

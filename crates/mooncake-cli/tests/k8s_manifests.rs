@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use mooncake_store::ha::Backend;
+use mooncake_store::ha::ElectionBackend;
 use serde::Deserialize;
 use serde_yaml::Value;
 
@@ -52,7 +52,7 @@ fn masters_parse_and_elect_on_the_lease() {
     let config = mooncake_cli::master::parse(argv(deployment)).unwrap_or_else(|e| panic!("{e:?}"));
     assert!(config.enable_ha);
     match config.ha_backend().unwrap() {
-        Backend::K8s(lease, timings) => {
+        ElectionBackend::K8s(lease, timings) => {
             assert_eq!(lease.to_string(), "mooncake/mooncake-master");
             assert_eq!(timings, Default::default());
         }
@@ -74,8 +74,8 @@ fn the_storage_client_finds_the_leader_through_the_lease() {
     let args = mooncake_cli::client::Args::try_parse_from(&argv).unwrap();
     assert_eq!(args.master_server_address, "k8s://mooncake/mooncake-master");
     assert!(matches!(
-        Backend::parse(&args.master_server_address, false).unwrap(),
-        Backend::K8s(..)
+        ElectionBackend::parse(&args.master_server_address, false).unwrap(),
+        ElectionBackend::K8s(..)
     ));
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use common::*;
 use mooncake_store::client::Client;
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::{ReplicaPolicy, WriteOptions};
 use test_support::services;
 
 const DASHBOARD: &str = include_str!("../../../monitoring/grafana/mooncake-store.json");
@@ -91,11 +91,12 @@ fn storage_node(master: &str, metadata: &str, http_port: u16) -> (Proc, String) 
 /// Puts, gets (one of them of a missing key) and exists until `stop`.
 fn workload(client: Client, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let cfg = ReplicateConfig::default();
+        let cfg = ReplicaPolicy::default();
         let mut i = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let key = format!("w{}", i % 64);
-            let _ = client.upsert(&key, &value(&key, 4096 + (i % 7) as usize * 1000), &cfg);
+            let v = value(&key, 4096 + (i % 7) as usize * 1000);
+            let _ = client.put(&key, &v, WriteOptions::upsert(&cfg));
             let _ = client.get(&key);
             let _ = client.get("missing");
             let _ = client.is_exist(&key);
@@ -250,7 +251,7 @@ fn status_page_in_headless_chromium_matches_metrics() {
     let cluster = Cluster::start(&[]);
     let node = cluster.storage("32MB");
     let client = Client::setup_dummy(16 << 20, 16 << 20, &node.dummy_addr).unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     for i in 0..20 {
         let key = format!("s{i}");
         client

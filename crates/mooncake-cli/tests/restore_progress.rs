@@ -19,7 +19,7 @@ use common::{free_port, Proc, MASTER};
 use mooncake_store::master::durable::snapshot::format::{encode, SnapshotMeta};
 use mooncake_store::master::durable::snapshot::store::{snapshot_name, LocalStore, SnapshotStore};
 use mooncake_store::master::{MasterConfig, MasterService};
-use mooncake_store::types::{ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{ReplicaPolicy, SegmentInfo};
 
 /// Enough objects that the restore takes many publishing steps (one per
 /// 4096 objects) for a scraper to see.
@@ -36,7 +36,7 @@ fn write_snapshot(dir: &Path) {
         transport_endpoint: "127.0.0.1:1".into(),
     };
     service.mount_segment(1, &seg, 1).unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     for i in 0..OBJECTS {
         let key = format!("restore/{i:09}");
         service.put_start(1, &key, 4096, &cfg, false, 1).unwrap();

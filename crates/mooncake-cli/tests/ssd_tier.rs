@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::*;
 use mooncake_common::ErrorCode;
 use mooncake_store::client::Client;
-use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+use mooncake_store::types::{ReplicaKind, ReplicaPolicy, WriteOptions};
 
 const SEGMENT: &str = "4MB";
 const VALUE: usize = 256 << 10;
@@ -67,7 +67,7 @@ fn put_all(client: &Client, n: usize) -> usize {
     (0..n)
         .map(|i| {
             until_room(&key(i), || {
-                client.put(&key(i), &value(&key(i), VALUE), &ReplicateConfig::default())
+                client.put(&key(i), &value(&key(i), VALUE), &ReplicaPolicy::default())
             })
         })
         .sum()
@@ -172,14 +172,15 @@ fn removed_and_replaced_objects_leave_the_tier() {
     let k0 = key(0);
     eventually("key 0 disk-only", || kinds(&client, &k0) == (false, true));
     assert_eq!(
-        code(client.put(&k0, b"x", &ReplicateConfig::default())),
+        code(client.put(&k0, b"x", &ReplicaPolicy::default())),
         ErrorCode::OBJECT_ALREADY_EXISTS
     );
     assert!(client.is_exist(&k0).unwrap());
     // The replica queries above leased every object still in memory, so
     // the upsert may have to wait for those leases to run out.
     until_room(&k0, || {
-        client.upsert(&k0, b"fresh bytes", &ReplicateConfig::default())
+        let upsert = WriteOptions::upsert(&ReplicaPolicy::default());
+        client.put(&k0, b"fresh bytes", upsert)
     });
     assert_eq!(client.get(&k0).unwrap(), b"fresh bytes");
     let k1 = key(1);

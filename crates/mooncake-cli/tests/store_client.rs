@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::{ReplicateConfig, WriteOptions, MAX_KEY_LEN};
+use mooncake_store::types::{ReplicaPolicy, WriteOptions, MAX_KEY_LEN};
 use mooncake_store::{MasterClient, MooncakeStore};
 
 const UMBRELLA: &str = env!("CARGO_BIN_EXE_mooncake");
@@ -25,12 +25,12 @@ fn two_storage_nodes_and_a_pure_client() {
     let a = cluster.storage("32MB");
     let b = cluster.storage("32MB");
     let client = cluster.pure_client();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
 
     // Single put/get, replicas on distinct segments.
     client.put("k1", &value("k1", 1000), &cfg).unwrap();
     assert_eq!(client.get("k1").unwrap(), value("k1", 1000));
-    let two = ReplicateConfig {
+    let two = ReplicaPolicy {
         replica_num: 2,
         ..Default::default()
     };
@@ -61,10 +61,16 @@ fn two_storage_nodes_and_a_pure_client() {
         .unwrap();
     assert_eq!(client.get("parts").unwrap(), b"Hello, World!");
     client
-        .upsert("parts", b"replaced, longer value", &cfg)
+        .put(
+            "parts",
+            b"replaced, longer value",
+            WriteOptions::upsert(&cfg),
+        )
         .unwrap();
     assert_eq!(client.get("parts").unwrap(), b"replaced, longer value");
-    client.upsert("fresh", b"inserted", &cfg).unwrap();
+    client
+        .put("fresh", b"inserted", WriteOptions::upsert(&cfg))
+        .unwrap();
     assert_eq!(&*client.get_buffer("fresh").unwrap(), b"inserted");
 
     // Batches: one bad key fails alone.
@@ -226,7 +232,7 @@ fn killed_storage_node_loses_only_its_objects() {
     }
     // New puts land on the survivor.
     client
-        .put("after", b"still working", &ReplicateConfig::default())
+        .put("after", b"still working", &ReplicaPolicy::default())
         .unwrap();
     assert_eq!(segments_of(&client, "after"), vec![b.segment.clone()]);
 }
@@ -293,7 +299,7 @@ fn client_killed_mid_put() {
     // Once the master gives up on the dead client the space comes back.
     let big = value("big", 12 << 20);
     eventually("space of the dead put is reclaimed", || {
-        client.put("big", &big, &ReplicateConfig::default()).is_ok()
+        client.put("big", &big, &ReplicaPolicy::default()).is_ok()
     });
     assert_eq!(client.get("big").unwrap(), big);
     assert!(!client.is_exist("half-written").unwrap());
@@ -311,7 +317,7 @@ fn eviction_never_drops_pinned_objects() {
     ]);
     let _s = cluster.storage("16MB");
     let client = cluster.pure_client();
-    let pin = ReplicateConfig {
+    let pin = ReplicaPolicy {
         with_hard_pin: true,
         ..Default::default()
     };
@@ -326,7 +332,7 @@ fn eviction_never_drops_pinned_objects() {
         let v = value(&k, 1 << 20);
         let deadline = Instant::now() + WAIT;
         loop {
-            match client.put(&k, &v, &ReplicateConfig::default()) {
+            match client.put(&k, &v, &ReplicaPolicy::default()) {
                 Ok(()) => {
                     stored += 1;
                     break;
@@ -354,7 +360,7 @@ fn bad_inputs_get_codes_and_the_master_keeps_serving() {
     let cluster = Cluster::start(&[]);
     // No segment mounted yet.
     let client = cluster.pure_client();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let c = code(client.put("k", b"v", &cfg));
     assert!(
         matches!(
@@ -521,7 +527,7 @@ fn concurrent_put_get_remove_match_a_model() {
                                 .entry(key)
                                 .or_default()
                                 .push(v.clone());
-                            match c.put(&name, &v, &ReplicateConfig::default()) {
+                            match c.put(&name, &v, &ReplicaPolicy::default()) {
                                 Ok(()) => {}
                                 Err(e) => {
                                     assert_eq!(e.code, ErrorCode::OBJECT_ALREADY_EXISTS, "{e}")
@@ -578,7 +584,7 @@ fn concurrent_put_get_remove_match_a_model() {
         let key = format!("c-{}", (step as usize * 5) % KEYS);
         if step % 2 == 0 {
             let v = versioned(99, step);
-            let r = client.put(&key, &v, &ReplicateConfig::default());
+            let r = client.put(&key, &v, &ReplicaPolicy::default());
             if model.contains_key(&key) {
                 assert_eq!(code(r), ErrorCode::OBJECT_ALREADY_EXISTS);
             } else {
@@ -720,7 +726,7 @@ fn mooncake_up_serves_embedded_and_dummy_clients() {
         .put(
             "up-key",
             b"served by mooncake up",
-            &ReplicateConfig::default(),
+            &ReplicaPolicy::default(),
         )
         .unwrap();
     let dummy = Client::setup_dummy(1 << 20, 4 << 20, &dummy.unwrap()).unwrap();

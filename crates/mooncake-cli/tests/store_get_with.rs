@@ -4,7 +4,7 @@
 
 use mooncake_common::{Error, ErrorCode};
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 use test_support::process::{field, spawn_until_line, Proc};
 
 const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
@@ -59,7 +59,7 @@ fn reads_own_and_remote_replicas_into_caller_memory() {
     let reader = client(&rpc, &meta, 0);
     let value: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
     owner
-        .put("gw/k", &value, &ReplicateConfig::default())
+        .put("gw/k", &value, &ReplicaPolicy::default())
         .unwrap();
 
     for c in [&owner, &reader] {
@@ -113,7 +113,7 @@ fn reads_own_and_remote_replicas_into_caller_memory() {
 fn batch_reads(rpc: &str, meta: &str) {
     let owner = client(rpc, meta, 64 << 20);
     let reader = client(rpc, meta, 0);
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let values: Vec<Vec<u8>> = [1usize, 4096, 1 << 20, 3_000_001]
         .iter()
         .enumerate()

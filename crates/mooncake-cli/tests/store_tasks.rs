@@ -5,7 +5,7 @@
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::Client;
-use mooncake_store::types::{ReplicateConfig, TaskId, TaskStatus, TaskType};
+use mooncake_store::types::{ReplicaPolicy, TaskId, TaskStatus, TaskType};
 
 mod common;
 use common::*;
@@ -145,7 +145,7 @@ fn batch_replica_clear_drops_expired_replicas() {
     let a = cluster.storage("16MB");
     let b = cluster.storage("16MB");
     let client = cluster.pure_client();
-    let two = ReplicateConfig {
+    let two = ReplicaPolicy {
         replica_num: 2,
         ..Default::default()
     };
@@ -183,7 +183,7 @@ fn a_copy_that_does_not_fit_fails_and_changes_nothing() {
     let b = cluster.storage("16MB");
     let client = cluster.pure_client();
     // Hard-pinned so eviction cannot make room on B.
-    let on = |segment: &str| ReplicateConfig {
+    let on = |segment: &str| ReplicaPolicy {
         with_hard_pin: true,
         ..pinned_to(segment)
     };

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use mooncake_store::master::{MasterConfig, MasterHandle, MasterService};
-use mooncake_store::types::{ReplicateConfig, SegmentInfo, WriteOptions};
+use mooncake_store::types::{ReplicaPolicy, SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 
 fn rss_bytes() -> u64 {
@@ -72,7 +72,7 @@ fn state_machine(n: usize) {
     let s = MasterService::new(&cfg);
     s.mount_segment(1, &segment("a", 64 << 30), 0).unwrap();
     let keys: Vec<String> = (0..n).map(|i| format!("key-{i:08}")).collect();
-    let rc = ReplicateConfig::default();
+    let rc = ReplicaPolicy::default();
     let before = rss_bytes();
     let t = Instant::now();
     for k in &keys {
@@ -112,7 +112,7 @@ fn rpc(n: usize) {
     let master = MasterHandle::spawn(cfg).unwrap();
     let c = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();
     c.mount_segment(1, &segment("a", 64 << 30)).unwrap();
-    let rc = ReplicateConfig::default();
+    let rc = ReplicaPolicy::default();
     let keys: Vec<String> = (0..n).map(|i| format!("key-{i:08}")).collect();
     for k in keys.iter().take(1000) {
         c.exist_key(k).unwrap();

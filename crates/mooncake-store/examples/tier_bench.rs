@@ -36,7 +36,7 @@
 use mooncake_store::tier::fs_group::{GroupObject, GroupWriter};
 use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
 use mooncake_store::tier::shared_fs;
-use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
+use mooncake_store::tier::{DiskTier, StorageBackend, TierConfig, Verify};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -45,7 +45,7 @@ struct Args {
     dir: PathBuf,
     total: u64,
     uring: bool,
-    backend: Backend,
+    backend: StorageBackend,
     rounds: usize,
     dfs: bool,
 }
@@ -60,7 +60,7 @@ fn parse_args() -> Args {
         dir: PathBuf::from("/var/tmp/tier-bench"),
         total: 2048 << 20,
         uring: false,
-        backend: Backend::Bucket,
+        backend: StorageBackend::Bucket,
         rounds: 1,
         dfs: false,
     };
@@ -74,8 +74,8 @@ fn parse_args() -> Args {
             "--rounds" => a.rounds = number(it.next(), "--rounds N").max(1) as usize,
             "--backend" => {
                 a.backend = match it.next().as_deref() {
-                    Some("bucket") => Backend::Bucket,
-                    Some("file_per_key") => Backend::FilePerKey,
+                    Some("bucket") => StorageBackend::Bucket,
+                    Some("file_per_key") => StorageBackend::FilePerKey,
                     other => panic!("--backend bucket|file_per_key, not {other:?}"),
                 }
             }

@@ -137,7 +137,7 @@ impl MasterClient {
             .any(|scheme| master_addr.starts_with(scheme))
         {
             Some(Election::new(
-                ha::Backend::parse(master_addr, false)?,
+                ha::ElectionBackend::parse(master_addr, false)?,
                 cluster_id.to_owned(),
             ))
         } else {

@@ -11,9 +11,11 @@ pub const MAX_VALUE_LEN: u64 = 1 << 40;
 /// Most replicas one object may ask for (more is `INVALID_PARAMS`).
 pub const MAX_REPLICA_NUM: usize = 64;
 
-/// How many copies of an object to keep and where to put them.
+/// How many copies of an object to keep and where to put them: the
+/// reference's `ReplicateConfig` (the crate root's [`crate::ReplicateConfig`]
+/// is the reference Rust crate's four-field one, which converts to this).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReplicateConfig {
+pub struct ReplicaPolicy {
     /// Total number of replicas, each on a distinct segment, best effort (at least one).
     pub replica_num: usize,
     /// Keep the object out of eviction while it is accessed within the soft-pin TTL.
@@ -28,9 +30,9 @@ pub struct ReplicateConfig {
     pub prefer_alloc_in_same_node: bool,
 }
 
-impl Default for ReplicateConfig {
+impl Default for ReplicaPolicy {
     fn default() -> Self {
-        ReplicateConfig {
+        ReplicaPolicy {
             replica_num: 1,
             with_soft_pin: false,
             with_hard_pin: false,
@@ -46,13 +48,13 @@ impl Default for ReplicateConfig {
 /// replaced (`upsert`) or makes the put fail.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WriteOptions {
-    pub config: ReplicateConfig,
+    pub config: ReplicaPolicy,
     pub upsert: bool,
 }
 
 impl WriteOptions {
     /// A put: a key that already exists is refused.
-    pub fn put(config: &ReplicateConfig) -> WriteOptions {
+    pub fn put(config: &ReplicaPolicy) -> WriteOptions {
         WriteOptions {
             config: config.clone(),
             upsert: false,
@@ -60,11 +62,18 @@ impl WriteOptions {
     }
 
     /// An upsert: an existing object is replaced.
-    pub fn upsert(config: &ReplicateConfig) -> WriteOptions {
+    pub fn upsert(config: &ReplicaPolicy) -> WriteOptions {
         WriteOptions {
             config: config.clone(),
             upsert: true,
         }
+    }
+}
+
+/// A put of `config`.
+impl From<&ReplicaPolicy> for WriteOptions {
+    fn from(config: &ReplicaPolicy) -> WriteOptions {
+        WriteOptions::put(config)
     }
 }
 

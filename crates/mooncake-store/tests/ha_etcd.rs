@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use mooncake_store::ha::etcd::{election_name, EtcdElection};
-use mooncake_store::ha::{find_leader, Backend, Leader, LeaderElection};
+use mooncake_store::ha::{find_leader, ElectionBackend, Leader, LeaderElection};
 use test_support::{services, FreezeProxy};
 
 /// Lease TTL for tests: short so failover tests are quick.
@@ -53,7 +53,7 @@ async fn one_leader_at_a_time_and_handover_on_resign() {
     let term_a = la.term();
     assert!(la.is_held());
     assert_eq!(b.leader().await.unwrap().as_deref(), Some("10.0.0.1:50051"));
-    let (backend, cid) = (Backend::Etcd(vec![etcd.addr.clone()]), id.clone());
+    let (backend, cid) = (ElectionBackend::Etcd(vec![etcd.addr.clone()]), id.clone());
     let found = tokio::task::spawn_blocking(move || find_leader(&backend, &cid))
         .await
         .unwrap()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use mooncake_common::{ErrorCode, Result};
 use mooncake_store::master::state::allocator::aligned_len;
 use mooncake_store::master::{AllocationStrategy, LeasePolicy, MasterService, Policy};
-use mooncake_store::types::{ClientId, ReplicaDesc, ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{ClientId, ReplicaDesc, ReplicaPolicy, SegmentInfo};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -65,7 +65,7 @@ fn random_histories_match_the_model() {
         let mut model: HashMap<String, Model> = HashMap::new();
         let mut now = 0u64;
         const W: ClientId = 9;
-        let cfg = ReplicateConfig {
+        let cfg = ReplicaPolicy {
             replica_num: 2,
             ..Default::default()
         };
@@ -261,7 +261,7 @@ fn threads_on_overlapping_keys_keep_the_invariants() {
                 let mut rng = StdRng::seed_from_u64(t as u64);
                 // Private keys follow an exact model while the shared ones are contended.
                 let mut private: HashMap<String, u64> = HashMap::new();
-                let cfg = ReplicateConfig {
+                let cfg = ReplicaPolicy {
                     replica_num: 1 + t % MAX_REPLICAS,
                     ..Default::default()
                 };

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 use mooncake_store::master::{MasterConfig, MasterHandle};
-use mooncake_store::types::{ClientId, ReplicateConfig, SegmentInfo, WriteOptions};
+use mooncake_store::types::{ClientId, ReplicaPolicy, SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -52,7 +52,7 @@ fn many_threads_share_one_client() {
             std::thread::spawn(move || {
                 let me = 10 + t as ClientId;
                 let mut rng = StdRng::seed_from_u64(t);
-                let cfg = ReplicateConfig {
+                let cfg = ReplicaPolicy {
                     replica_num: 2,
                     ..Default::default()
                 };
@@ -96,7 +96,7 @@ fn batches_answer_per_key_in_one_call() {
     let keys: Vec<String> = (0..1000).map(|i| format!("key-{i}")).collect();
     let mut lens = vec![4096u64; 1000];
     lens[7] = 0;
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let starts = c
         .batch_put_start(1, &keys, &lens, &WriteOptions::put(&cfg))
         .unwrap();
@@ -163,7 +163,7 @@ fn tasks_over_rpc() {
         },
     )
     .unwrap();
-    let on_a = ReplicateConfig {
+    let on_a = ReplicaPolicy {
         preferred_segment: "a".into(),
         ..Default::default()
     };

@@ -11,7 +11,7 @@ use mooncake_store::proto::frame::{
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    ReplicaDesc, ReplicaKind, ReplicaPolicy, ReplicaStatus, SegmentInfo, StorageConfig,
     TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use proptest::prelude::*;
@@ -41,7 +41,7 @@ fn replica(i: u64) -> ReplicaDesc {
     }
 }
 
-fn sample_requests(config: &ReplicateConfig) -> Vec<Request<'_>> {
+fn sample_requests(config: &ReplicaPolicy) -> Vec<Request<'_>> {
     let id = u128::MAX - 7;
     vec![
         Request::Ping { client_id: id },
@@ -320,7 +320,7 @@ fn sample_responses() -> Vec<Response> {
 
 #[test]
 fn every_message_round_trips() {
-    let config = ReplicateConfig {
+    let config = ReplicaPolicy {
         replica_num: 3,
         with_soft_pin: true,
         with_hard_pin: false,
@@ -356,7 +356,7 @@ fn a_4k_put_start_is_a_small_frame() {
         client_id: 1,
         key: "model/layer-17/block-000123",
         value_len: 4096,
-        config: ReplicateConfig::default(),
+        config: ReplicaPolicy::default(),
         upsert: false,
     };
     assert!(frame_of(&req).len() < 64, "{}", frame_of(&req).len());
@@ -364,7 +364,7 @@ fn a_4k_put_start_is_a_small_frame() {
 
 #[test]
 fn truncated_payloads_are_errors() {
-    let config = ReplicateConfig::default();
+    let config = ReplicaPolicy::default();
     for req in sample_requests(&config) {
         let frame = frame_of(&req);
         let p = payload(&frame);
@@ -455,7 +455,7 @@ fn hostile_counts_do_not_allocate() {
     assert!(decode_payload::<Request<'_>>(&[1, 12, 0xff, 0xff, 0x03, b'a']).is_err());
 }
 
-fn arb_config() -> impl Strategy<Value = ReplicateConfig> {
+fn arb_config() -> impl Strategy<Value = ReplicaPolicy> {
     (
         any::<usize>(),
         any::<bool>(),
@@ -473,7 +473,7 @@ fn arb_config() -> impl Strategy<Value = ReplicateConfig> {
                 preferred_segments,
                 prefer_alloc_in_same_node,
             )| {
-                ReplicateConfig {
+                ReplicaPolicy {
                     replica_num,
                     with_soft_pin,
                     with_hard_pin,
@@ -537,7 +537,7 @@ proptest! {
 
     #[test]
     fn bit_flips_never_panic(which in 0usize..27, flip in any::<(usize, u8)>()) {
-        let config = ReplicateConfig { preferred_segments: vec!["seg".into()], ..Default::default() };
+        let config = ReplicaPolicy { preferred_segments: vec!["seg".into()], ..Default::default() };
         let reqs = sample_requests(&config);
         let mut frame = frame_of(&reqs[which % reqs.len()]);
         let i = 4 + flip.0 % (frame.len() - 4);

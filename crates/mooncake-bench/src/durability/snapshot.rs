@@ -15,7 +15,7 @@ use mooncake_store::master::durable::snapshot::{
     restore, round, start_history, RestoreProgress, Shadow, SnapshotReport, Stores,
 };
 use mooncake_store::master::{MasterConfig, MasterService};
-use mooncake_store::types::{ReplicateConfig, SegmentInfo};
+use mooncake_store::types::{ReplicaPolicy, SegmentInfo};
 
 /// Put latencies of one phase, microseconds.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,7 +66,7 @@ fn secs(r: &SnapshotReport) -> f64 {
 /// One 4 KiB put (start and end) of `key`; its latency in ns.
 fn put(s: &MasterService, key: &str, now: u64) -> u64 {
     let t = Instant::now();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     s.put_start(1, key, 4096, &cfg, false, now)
         .and_then(|_| s.put_end(1, key, now))
         .expect("room for every put");

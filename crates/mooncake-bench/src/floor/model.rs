@@ -44,7 +44,7 @@ use mooncake_store::master::durable::oplog::{
 use mooncake_store::proto::frame::{decode_payload, encode_frame};
 use mooncake_store::proto::{Request, Response};
 use mooncake_store::rpc::{connect_any, Connector, Pool};
-use mooncake_store::types::{ClientId, ReplicateConfig};
+use mooncake_store::types::{ClientId, ReplicaPolicy};
 
 /// How the floor's leader reaches its standbys; see the module's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl FloorClient {
             client_id: CLIENT,
             key,
             value_len: value.len() as u64,
-            config: ReplicateConfig::default(),
+            config: ReplicaPolicy::default(),
             upsert: false,
         };
         self.call(&start, &mut frame)?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::ReplicateConfig;
+use mooncake_store::types::ReplicaPolicy;
 
 use super::{code, eventually, value};
 
@@ -79,7 +79,7 @@ impl Load {
 pub fn worker(client: &Client, id: usize, load: &Load, start: Instant) -> Ledger {
     let mut ledger = Ledger::default();
     let mut mine: Vec<String> = Vec::new();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let mut i = 0usize;
     while !load.stop.load(Ordering::SeqCst) {
         let key = format!("w{id}-{i}");

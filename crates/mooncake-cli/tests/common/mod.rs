@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
-use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+use mooncake_store::types::{ReplicaKind, ReplicaPolicy};
 pub use test_support::process::{
     eventually, free_port, spawn_until_line, spawn_watching, wait_port, Proc, WAIT,
 };
@@ -151,8 +151,8 @@ pub fn segments_of(client: &Client, key: &str) -> Vec<String> {
     v
 }
 
-pub fn pinned_to(segment: &str) -> ReplicateConfig {
-    ReplicateConfig {
+pub fn pinned_to(segment: &str) -> ReplicaPolicy {
+    ReplicaPolicy {
         preferred_segment: segment.to_owned(),
         ..Default::default()
     }

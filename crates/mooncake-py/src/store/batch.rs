@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::bytes::uninit_bytes;
-use super::{PyStore, Write};
+use super::PyStore;
 use crate::args::{self, Key};
 use crate::buffer::Exported;
 use crate::codes::first_error;
@@ -20,14 +20,14 @@ impl PyStore {
         keys: Vec<Key>,
         values: &Bound<'_, PyAny>,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> PyResult<i32> {
         let values: Vec<Bound<'_, PyAny>> = values.extract()?;
         let values = values
             .iter()
             .map(Exported::get)
             .collect::<PyResult<Vec<_>>>()?;
-        let (live, cfg) = match self.writer(cfg, keys.len() == values.len()) {
+        let (live, opts) = match self.writer(cfg, keys.len() == values.len(), upsert) {
             Ok(w) => w,
             Err(c) => return Ok(c),
         };
@@ -37,7 +37,7 @@ impl PyStore {
             if keys.is_empty() {
                 return 0;
             }
-            first_error(write.values(&live.client, &keys, &slices, &cfg))
+            first_error(live.client.put_batch(&keys, &slices, opts.clone()))
         }))
     }
 

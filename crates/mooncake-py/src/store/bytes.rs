@@ -5,7 +5,7 @@ use mooncake_store::Client;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::{PyStore, Write};
+use super::PyStore;
 use crate::args::Key;
 use crate::buffer::Exported;
 use crate::codes::status;
@@ -46,14 +46,14 @@ impl PyStore {
         key: &str,
         parts: &[Exported],
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> i32 {
-        let (live, cfg) = match self.writer(cfg, true) {
+        let (live, opts) = match self.writer(cfg, true, upsert) {
             Ok(w) => w,
             Err(c) => return c,
         };
         let slices: Vec<&[u8]> = parts.iter().map(Exported::as_slice).collect();
-        py.allow_threads(|| status(write.parts(&live.client, key, &slices, &cfg)))
+        py.allow_threads(|| status(live.client.put_parts(key, &slices, opts.clone())))
     }
 
     fn write_value(
@@ -62,10 +62,10 @@ impl PyStore {
         key: Key,
         value: &Bound<'_, PyAny>,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> PyResult<i32> {
         let v = [Exported::get(value)?];
-        Ok(self.write_parts(py, &key.0, &v, cfg, write))
+        Ok(self.write_parts(py, &key.0, &v, cfg, upsert))
     }
 
     fn write_tuple(
@@ -74,7 +74,7 @@ impl PyStore {
         key: Key,
         parts: &Bound<'_, PyTuple>,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> PyResult<i32> {
         let parts = parts
             .iter()
@@ -83,7 +83,7 @@ impl PyStore {
         if parts.is_empty() {
             return Ok(0);
         }
-        Ok(self.write_parts(py, &key.0, &parts, cfg, write))
+        Ok(self.write_parts(py, &key.0, &parts, cfg, upsert))
     }
 
     /// A `BufferHandle` of `key`'s bytes from `fetch`; `None` when missing
@@ -124,7 +124,7 @@ impl PyStore {
         parts: &Bound<'_, PyTuple>,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> PyResult<i32> {
-        self.write_tuple(py, key, parts, config, Write::Put)
+        self.write_tuple(py, key, parts, config, false)
     }
 
     #[pyo3(signature = (key, *parts, config = None))]
@@ -135,7 +135,7 @@ impl PyStore {
         parts: &Bound<'_, PyTuple>,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> PyResult<i32> {
-        self.write_tuple(py, key, parts, config, Write::Upsert)
+        self.write_tuple(py, key, parts, config, true)
     }
 }
 

@@ -19,11 +19,12 @@
 //! - `replica`, `tasks`: replica descriptors, copy and move tasks, with the
 //!   classes they return in `descriptors`.
 //!
-//! `write` holds the put/upsert switch every write goes through.
+//! `write` makes the write command (placement, upsert) every write passes
+//! to the store.
 
 use std::sync::Arc;
 
-use mooncake_store::types;
+use mooncake_store::types::WriteOptions;
 use mooncake_store::Client;
 use pyo3::prelude::*;
 
@@ -54,19 +55,21 @@ pub(crate) struct PyStore {
 }
 
 impl PyStore {
-    /// The set-up store and the placement of a write, or what the call
-    /// answers: NOT_READY when not set up, INVALID_PARAMS when the arguments
-    /// do not match (`!shape_ok`) or the config asks for no replica.
+    /// The set-up store and the write command of a put (`upsert` false)
+    /// or an upsert, or what the call answers: NOT_READY when not set up,
+    /// INVALID_PARAMS when the arguments do not match (`!shape_ok`) or the
+    /// config asks for no replica.
     fn writer(
         &self,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         shape_ok: bool,
-    ) -> Result<(Arc<Live>, types::ReplicateConfig), i32> {
+        upsert: bool,
+    ) -> Result<(Arc<Live>, WriteOptions), i32> {
         let live = self.live.get().ok_or(NOT_READY)?;
         if !shape_ok {
             return Err(INVALID);
         }
-        Ok((live, placement(cfg)?))
+        Ok((live, write_options(cfg, upsert)?))
     }
 
     /// [`Running::with`] for a call with one answer per key:
@@ -86,7 +89,7 @@ impl PyStore {
 }
 
 /// The `put_*` and `upsert_*` twins of one call: the same arguments, handed
-/// with the [`Write`] mode to one implementation.
+/// with `upsert` false or true to one implementation.
 macro_rules! put_and_upsert {
     (
         $(#[$attr:meta])*
@@ -96,12 +99,12 @@ macro_rules! put_and_upsert {
         impl PyStore {
             $(#[$attr])*
             fn $put(&self, py: Python<'_>, $($arg: $ty),*) -> $ret {
-                self.$imp(py, $($arg,)* Write::Put)
+                self.$imp(py, $($arg,)* false)
             }
 
             $(#[$attr])*
             fn $upsert(&self, py: Python<'_>, $($arg: $ty),*) -> $ret {
-                self.$imp(py, $($arg,)* Write::Upsert)
+                self.$imp(py, $($arg,)* true)
             }
         }
     };
@@ -121,7 +124,7 @@ mod tasks;
 mod tensor;
 mod write;
 
-use write::{placement, Write};
+use write::write_options;
 
 /// The arguments of the multi-buffer calls: the value of `keys[i]` is the
 /// concatenation of the buffers `addrs[i][j]` of `sizes[i][j]` bytes.

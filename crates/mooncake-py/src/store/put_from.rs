@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 
 use super::memory::{view, Mem};
-use super::{pick, scatter, MultiBuffers, PyStore, Write};
+use super::{pick, scatter, MultiBuffers, PyStore};
 use crate::args::{self, usizes, Key, Unsigned};
 use crate::codes::{per_key, status, INVALID};
 use crate::config::ReplicateConfig;
@@ -19,10 +19,10 @@ impl PyStore {
         buffer_ptr: Unsigned,
         size: Unsigned,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> i32 {
         let (key, addr, size) = (key.0.as_str(), buffer_ptr.usize(), size.usize());
-        let (live, cfg) = match self.writer(cfg, true) {
+        let (live, opts) = match self.writer(cfg, true, upsert) {
             Ok(w) => w,
             Err(c) => return c,
         };
@@ -30,11 +30,11 @@ impl PyStore {
             return 0;
         }
         py.allow_threads(|| match live.memory.classify(addr, size, Access::Read) {
-            Mem::Direct => status(write.from(&live.client, key, addr, size, &cfg)),
+            Mem::Direct => status(live.client.put_from(key, addr, size, opts.clone())),
             Mem::Copy => {
                 // SAFETY: `classify` just answered `Copy` for this range.
                 let v = unsafe { view(addr, size) };
-                status(write.parts(&live.client, key, &[v], &cfg))
+                status(live.client.put_parts(key, &[v], opts.clone()))
             }
             Mem::Bad => INVALID,
         })
@@ -47,11 +47,11 @@ impl PyStore {
         addrs: Vec<Unsigned>,
         sizes: Vec<Unsigned>,
         cfg: Option<PyRef<'_, ReplicateConfig>>,
-        write: Write,
+        upsert: bool,
     ) -> Vec<i32> {
         let (keys, addrs, sizes) = (args::keys(keys), usizes(&addrs), usizes(&sizes));
         let n = keys.len();
-        let (live, cfg) = match self.writer(cfg, addrs.len() == n && sizes.len() == n) {
+        let (live, opts) = match self.writer(cfg, addrs.len() == n && sizes.len() == n, upsert) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };
@@ -74,7 +74,7 @@ impl PyStore {
                     pick(&addrs, &direct),
                     pick(&sizes, &direct),
                 );
-                let r = write.batch_from(&live.client, &k, &a, &s, &cfg);
+                let r = live.client.batch_put_from(&k, &a, &s, opts.clone());
                 scatter(&mut out, &direct, per_key(direct.len(), r));
             }
             if !copied.is_empty() {
@@ -84,7 +84,7 @@ impl PyStore {
                     // SAFETY: `classify` answered `Copy` for each copied range above.
                     .map(|&i| unsafe { view(addrs[i], sizes[i]) })
                     .collect();
-                let r = write.values(&live.client, &k, &v, &cfg);
+                let r = live.client.put_batch(&k, &v, opts.clone());
                 scatter(&mut out, &copied, per_key(copied.len(), r));
             }
             out
@@ -130,7 +130,7 @@ impl PyStore {
         metadata_size: Unsigned,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> i32 {
-        let (live, cfg) = match self.writer(config, true) {
+        let (live, opts) = match self.writer(config, true, false) {
             Ok(w) => w,
             Err(c) => return c,
         };
@@ -143,15 +143,19 @@ impl PyStore {
             let mm = live.memory.classify(m.0, m.1, Access::Read);
             match (dm, mm) {
                 (Mem::Bad, _) | (_, Mem::Bad) => INVALID,
-                (Mem::Direct, Mem::Direct) => status(
-                    live.client
-                        .put_from_with_metadata(&key.0, d.0, m.0, d.1, m.1, &cfg),
-                ),
+                (Mem::Direct, Mem::Direct) => status(live.client.put_from_with_metadata(
+                    &key.0,
+                    d.0,
+                    m.0,
+                    d.1,
+                    m.1,
+                    opts.clone(),
+                )),
                 _ => {
                     // SAFETY: `classify` answered `Direct` or `Copy` for both
                     // ranges just above.
                     let (mv, dv) = unsafe { (view(m.0, m.1), view(d.0, d.1)) };
-                    status(live.client.put_parts(&key.0, &[mv, dv], &cfg))
+                    status(live.client.put_parts(&key.0, &[mv, dv], opts.clone()))
                 }
             }
         })
@@ -169,7 +173,7 @@ impl PyStore {
     ) -> Vec<i32> {
         let mb = MultiBuffers::new(keys, &all_buffer_ptrs, &all_sizes);
         let n = mb.keys.len();
-        let (live, cfg) = match self.writer(config, mb.shape_ok()) {
+        let (live, opts) = match self.writer(config, mb.shape_ok(), false) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };
@@ -187,7 +191,7 @@ impl PyStore {
                                 &mb.keys[i..=i],
                                 &mb.addrs[i..=i],
                                 &mb.sizes[i..=i],
-                                &cfg,
+                                opts.clone(),
                             );
                             per_key(1, r).pop().unwrap_or(INVALID)
                         }
@@ -199,7 +203,7 @@ impl PyStore {
                                 // part is `Direct` or `Copy`.
                                 .map(|(&a, &s)| unsafe { view(a, s) })
                                 .collect();
-                            status(live.client.put_parts(&mb.keys[i], &parts, &cfg))
+                            status(live.client.put_parts(&mb.keys[i], &parts, opts.clone()))
                         }
                     }
                 })

@@ -70,8 +70,7 @@ impl SetupArgs {
             device_name: self.device_name.unwrap_or_default(),
             master_server_address: self
                 .master_server_addr
-                .or_else(|| std::env::var("MOONCAKE_MASTER").ok())
-                .unwrap_or(defaults.master_server_address),
+                .unwrap_or_else(ClientConfig::master_from_env),
             enable_offload: self.enable_ssd_offload,
             offload_path: self.ssd_offload_path,
             ..defaults

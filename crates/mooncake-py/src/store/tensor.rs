@@ -5,7 +5,7 @@
 use mooncake_store::Client;
 use pyo3::prelude::*;
 
-use super::{PyStore, Write};
+use super::PyStore;
 use crate::args::{self, Key};
 use crate::buffer::Exported;
 use crate::codes::status;
@@ -38,18 +38,17 @@ impl PyStore {
             .iter()
             .map(|p| p.iter().map(Exported::get).collect::<PyResult<Vec<_>>>())
             .collect::<PyResult<Vec<_>>>()?;
-        let (live, cfg) = match self.writer(config, exported.len() == n) {
+        let (live, opts) = match self.writer(config, exported.len() == n, upsert) {
             Ok(w) => w,
             Err(c) => return Ok(vec![c; n]),
         };
         let keys = args::keys(keys);
-        let write = Write::of(upsert);
         Ok(py.allow_threads(|| {
             keys.iter()
                 .zip(&exported)
                 .map(|(k, p)| {
                     let slices: Vec<&[u8]> = p.iter().map(Exported::as_slice).collect();
-                    status(write.parts(&live.client, k, &slices, &cfg))
+                    status(live.client.put_parts(k, &slices, opts.clone()))
                 })
                 .collect()
         }))

@@ -2,11 +2,18 @@
 //! (JSON file or Python dict) or the `MOONCAKE_*` environment variables that
 //! inference-engine integrations read.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use mooncake_common::auth::ClusterToken;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_transfer::EngineConfig;
 use serde_json::Value;
+
+use super::metrics::{self, ClientMetrics};
+use crate::tier::TierConfig;
 
 /// Default contributed segment (the reference's Python `setup` default).
 pub const DEFAULT_GLOBAL_SEGMENT_SIZE: u64 = 16 << 20;
@@ -72,9 +79,90 @@ impl Default for ClientConfig {
     }
 }
 
-/// The process environment, the one place the client reads it.
-pub(crate) fn process_env(name: &str) -> Option<String> {
+/// The process environment. Private, so that this module is the one place
+/// the client reads it: every other client module takes what it needs from
+/// the functions below.
+fn process_env(name: &str) -> Option<String> {
     std::env::var(name).ok()
+}
+
+/// `MC_STORE_CLUSTER_ID` when set and not empty: the HA cluster to follow,
+/// and the `cluster_id` label of the client's metrics.
+fn cluster_id_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    var("MC_STORE_CLUSTER_ID").filter(|id| !id.is_empty())
+}
+
+/// `config` as a client runs it: the process variables applied (see
+/// [`ClientConfig::apply_env`]), `$MOONCAKE_CLUSTER_TOKEN` when it names no
+/// token.
+pub(crate) fn resolve(config: &ClientConfig) -> Result<ClientConfig> {
+    let mut config = config.clone();
+    config.apply_env(process_env);
+    if config.cluster_token.is_none() {
+        config.cluster_token = cluster_token()?;
+    }
+    Ok(config)
+}
+
+/// `$MOONCAKE_CLUSTER_TOKEN`, if set.
+pub(crate) fn cluster_token() -> Result<Option<ClusterToken>> {
+    ClusterToken::from_env_with(process_env)
+}
+
+/// A client's metrics as `MC_STORE_CLIENT_METRIC*` ask (`None`: off),
+/// labelled with its mode (`real`, `dummy`) and `MC_STORE_CLUSTER_ID`.
+pub(crate) fn client_metrics(mode: &str) -> Option<Arc<ClientMetrics>> {
+    let cluster = cluster_id_env(process_env);
+    metrics::from_env(mode, cluster.as_deref(), process_env)
+}
+
+/// Where a client without a port in `local_hostname` looks for one:
+/// `MC_STORE_CLIENT_MIN_PORT..MC_STORE_CLIENT_MAX_PORT`, tried
+/// `MC_STORE_CLIENT_SETUP_RETRIES` times; an unset, unparsable or empty
+/// range keeps the defaults.
+pub(crate) fn auto_ports(default_range: (u16, u16), default_tries: u32) -> (u16, u16, u32) {
+    let port = |name: &str, default: u16| {
+        process_env(name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&p| p > 0)
+            .unwrap_or(default)
+    };
+    let (lo, hi) = (
+        port("MC_STORE_CLIENT_MIN_PORT", default_range.0),
+        port("MC_STORE_CLIENT_MAX_PORT", default_range.1),
+    );
+    let (lo, hi) = if lo < hi { (lo, hi) } else { default_range };
+    let tries = process_env("MC_STORE_CLIENT_SETUP_RETRIES")
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(default_tries);
+    (lo, hi, tries)
+}
+
+/// The SSD tier's settings (`MOONCAKE_OFFLOAD_*`), `path` first for its
+/// directory.
+pub(crate) fn tier_config(path: Option<&str>) -> Result<TierConfig> {
+    let path = path.filter(|p| !p.is_empty());
+    let lookup = |name: &str| match (name, path) {
+        ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Some(p)) => Some(p.to_owned()),
+        _ => process_env(name),
+    };
+    TierConfig::from_lookup(&lookup).map_err(|e| bad(e.to_string()))
+}
+
+/// Whether a segment's pages are populated ahead of use
+/// (`MC_STORE_PREFAULT=0` leaves them to fault on first use).
+pub(crate) fn prefault_enabled() -> bool {
+    process_env("MC_STORE_PREFAULT").and_then(|v| parse_bool(&v).ok()) != Some(false)
+}
+
+/// The engine's transfer timeout as the process variables set it
+/// (`MC_TRANSFER_TIMEOUT`), which bounds how long a dummy waits for its
+/// service.
+pub(crate) fn transfer_timeout() -> Duration {
+    let mut engine = EngineConfig::defaults("", "");
+    engine.apply_env(process_env);
+    engine.transfer_timeout
 }
 
 fn bad(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
@@ -141,6 +229,12 @@ impl ClientConfig {
         Self::from_env_with(process_env)
     }
 
+    /// The master to join when the caller names none: `$MOONCAKE_MASTER`,
+    /// else [`DEFAULT_MASTER_ADDRESS`].
+    pub fn master_from_env() -> String {
+        process_env("MOONCAKE_MASTER").unwrap_or_else(|| DEFAULT_MASTER_ADDRESS.into())
+    }
+
     /// [`from_env`](Self::from_env) with an injectable lookup, for tests.
     pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<ClientConfig> {
         let mut cfg = match get("MOONCAKE_CONFIG_PATH") {
@@ -195,7 +289,7 @@ impl ClientConfig {
         if let Some(on) = var("MC_STORE_MEMCPY").and_then(|v| parse_bool(&v).ok()) {
             self.local_memcpy = on;
         }
-        if let Some(id) = var("MC_STORE_CLUSTER_ID").filter(|id| !id.is_empty()) {
+        if let Some(id) = cluster_id_env(&var) {
             self.cluster_id = id;
         }
     }

@@ -23,11 +23,11 @@ use super::registry::PoolAllocations;
 use super::shm::ShmRegion;
 use super::staging::{Region, StagingBuf, StagingPool};
 use super::validate::validate_value_len;
-use super::{Backend, BufferHandle};
-use super::{Payload, RangeRead};
+use super::{BufferHandle, ClientImpl};
+use super::{Payload, RangeRead, WriteCmd};
 use crate::rpc::AnyStream;
 use crate::rpc::Pool;
-use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
+use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo};
 pub use session::DummyTransport;
 use session::{Service, Timeouts};
 
@@ -256,7 +256,7 @@ impl DummyClient {
     }
 }
 
-impl Backend for DummyClient {
+impl ClientImpl for DummyClient {
     fn client_id(&self) -> ClientId {
         self.client_id
     }
@@ -314,7 +314,7 @@ impl Backend for DummyClient {
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        opts: &WriteOptions,
+        cmd: &WriteCmd<'_>,
     ) -> Vec<Result<()>> {
         let mut held = Vec::new();
         let batch = Batch::prepare(keys.iter().zip(&payloads).map(|(key, p)| {
@@ -322,8 +322,8 @@ impl Backend for DummyClient {
             let key = key.clone();
             Ok((WriteItem { key, parts }, ()))
         }));
-        let config = opts.config.clone();
-        let upsert = opts.upsert;
+        let config = cmd.opts.config.clone();
+        let upsert = cmd.opts.upsert;
         let request = |items| DummyRequest::Write {
             upsert,
             config,

@@ -12,7 +12,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use crate::proto::messages::wire_enum;
 use crate::proto::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, TaskId, TaskInfo};
 
 /// The abstract Unix socket (shown as `@mooncake_client_<port>.sock`, the
 /// reference's name for it) of the service whose TCP port is `port`.
@@ -70,7 +70,7 @@ wire_enum! {
         1 => Hello { shm_name: String, region_len: u64, pid: u32, fd: i32 },
         /// Further connections of the same dummy join its session.
         2 => Attach { session: u64 },
-        3 => Write { upsert: bool, config: ReplicateConfig, items: Vec<WriteItem> },
+        3 => Write { upsert: bool, config: ReplicaPolicy, items: Vec<WriteItem> },
         4 => ReadInto { items: Vec<ReadItem> },
         5 => ReadRanges { items: Vec<RangeItem> },
         6 => GetSize { keys: Vec<String> },
@@ -199,7 +199,7 @@ mod tests {
     fn round_trips() {
         let req = DummyRequest::Write {
             upsert: true,
-            config: ReplicateConfig {
+            config: ReplicaPolicy {
                 replica_num: 2,
                 ..Default::default()
             },

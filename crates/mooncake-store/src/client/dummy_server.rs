@@ -50,8 +50,8 @@ use super::metrics::ClientMetrics;
 use super::peer::{self, PeerSocket};
 use super::shm::ShmRegion;
 use super::staging::Region;
-use super::Backend;
-use super::{real::RealClient, Payload, RangeRead};
+use super::ClientImpl;
+use super::{real::RealClient, Payload, RangeRead, Source, WriteCmd};
 use crate::rpc::Peer;
 use crate::rpc::{Handler, Server, ServerOptions, WhenFull};
 use crate::types::WriteOptions;
@@ -120,7 +120,7 @@ impl ServiceLimits {
 struct Session {
     /// Unmapped when the session ends, unless a transfer may still use it.
     region: ManuallyDrop<ShmRegion>,
-    client: Arc<dyn Backend>,
+    client: Arc<dyn ClientImpl>,
     /// The process that shared the region: only its sockets may join.
     owner_pid: u32,
 }
@@ -211,7 +211,7 @@ fn release_region(region: ShmRegion, unregistered: Result<()>) {
 /// The dummy protocol's side of the service: the real client and the
 /// sessions of the dummies it serves.
 struct Inner {
-    client: Arc<dyn Backend>,
+    client: Arc<dyn ClientImpl>,
     /// Sessions by token.
     sessions: Mutex<HashMap<u64, Weak<Session>>>,
     handshake_timeout: Duration,
@@ -223,7 +223,7 @@ struct Inner {
 
 /// A running `mooncake_client`.
 pub struct StoreService {
-    client: Arc<dyn Backend>,
+    client: Arc<dyn ClientImpl>,
     metrics: Option<Arc<ClientMetrics>>,
     server: Option<Server>,
     /// The Unix socket's server (`None` when its name was taken).
@@ -235,12 +235,12 @@ impl StoreService {
     pub fn start(config: &ServiceConfig) -> Result<StoreService> {
         let cluster_token = match &config.client.cluster_token {
             Some(t) => Some(t.clone()),
-            None => ClusterToken::from_env()?,
+            None => super::config::cluster_token()?,
         };
         let real = Arc::new(RealClient::setup(&config.client, None)?);
         real.start_executor();
         let metrics = real.metrics.clone();
-        let client: Arc<dyn Backend> = match &metrics {
+        let client: Arc<dyn ClientImpl> = match &metrics {
             Some(m) => Arc::new(Metered {
                 inner: real,
                 metrics: m.clone(),
@@ -448,7 +448,7 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
         }
         DummyRequest::Health {} => unit(client.health_check()),
         DummyRequest::GetSize { keys } => DummyResponse::Counts {
-            result: Ok(Backend::get_size(&**client, &keys)),
+            result: Ok(ClientImpl::get_size(&**client, &keys)),
         },
         DummyRequest::IsExist { keys } => DummyResponse::Bools {
             result: client.is_exist(&keys),
@@ -496,7 +496,12 @@ fn handle(inner: &Inner, conn: &mut Conn, req: DummyRequest) -> DummyResponse {
             );
             let (results, _) = batch.finish(|items| {
                 let (keys, payloads): (Vec<_>, Vec<_>) = items.into_iter().unzip();
-                Ok(client.write(&keys, payloads, &WriteOptions { config, upsert }))
+                let opts = WriteOptions { config, upsert };
+                let cmd = WriteCmd {
+                    opts: &opts,
+                    source: Source::Mem,
+                };
+                Ok(client.write(&keys, payloads, &cmd))
             });
             DummyResponse::Units {
                 result: Ok(results),

@@ -1,4 +1,4 @@
-//! A [`Backend`] that times and counts the data calls of another, for
+//! A [`ClientImpl`] that times and counts the data calls of another, for
 //! [`ClientMetrics`]; everything else passes straight through.
 
 use std::sync::Arc;
@@ -8,11 +8,11 @@ use mooncake_common::Result;
 
 use super::metrics::{ClientMetrics, Outcome};
 use super::staging::StagingBuf;
-use super::{Backend, BufferHandle, DestFn, Payload, RangeRead};
-use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
+use super::{BufferHandle, ClientImpl, DestFn, Payload, RangeRead, WriteCmd};
+use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo};
 
 pub(crate) struct Metered {
-    pub inner: Arc<dyn Backend>,
+    pub inner: Arc<dyn ClientImpl>,
     pub metrics: Arc<ClientMetrics>,
 }
 
@@ -49,7 +49,7 @@ impl Metered {
     }
 }
 
-impl Backend for Metered {
+impl ClientImpl for Metered {
     fn client_id(&self) -> ClientId {
         self.inner.client_id()
     }
@@ -85,7 +85,7 @@ impl Backend for Metered {
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        opts: &WriteOptions,
+        cmd: &WriteCmd<'_>,
     ) -> Vec<Result<()>> {
         // One key (the usual call) needs no vector of lengths.
         let single = match payloads.as_slice() {
@@ -96,15 +96,8 @@ impl Backend for Metered {
             Some(_) => Vec::new(),
             None => payloads.iter().map(Payload::len).collect(),
         };
-        let from_mem = matches!(payloads.first(), Some(Payload::Mem(_)));
-        let op = match (opts.upsert, from_mem) {
-            (false, false) => name(keys.len(), "put", "put_batch"),
-            (false, true) => name(keys.len(), "put_from", "batch_put_from"),
-            (true, false) => name(keys.len(), "upsert", "upsert_batch"),
-            (true, true) => name(keys.len(), "upsert_from", "batch_upsert_from"),
-        };
         let t = Instant::now();
-        let results = self.inner.write(keys, payloads, opts);
+        let results = self.inner.write(keys, payloads, cmd);
         let (mut ok, mut bytes) = (0, 0);
         for (i, r) in results.iter().enumerate() {
             if r.is_ok() {
@@ -115,7 +108,7 @@ impl Backend for Metered {
         let failed = results.len() as u64 - ok;
         self.metrics.observe_op(
             true,
-            op,
+            cmd.op_name(keys.len()),
             keys.len() != 1,
             Outcome { ok, failed, bytes },
             t.elapsed(),

@@ -2,7 +2,7 @@
 //!
 //! - [`Client`]: the public, blocking API (`Clone + Send + Sync`); one method
 //!   per non-tensor method of the Python `MooncakeDistributedStore`, each a
-//!   thin shape over the [`Backend`] both kinds of client implement.
+//!   thin shape over the [`ClientImpl`] both kinds of client implement.
 //! - `real`: the embedded ("real") client that owns an engine, a staging
 //!   pool and optionally a segment: a pure planner of the bytes each put and
 //!   get moves, and the executors that move them.
@@ -14,6 +14,7 @@
 //! - `rust_api`: the reference crate's `MooncakeStore` on top of [`Client`].
 
 mod buffer;
+mod command;
 pub mod config;
 pub mod dummy;
 mod file_tier;
@@ -50,14 +51,15 @@ pub use rust_api::{store_code, MooncakeStore, StoreError};
 
 pub(crate) use ranges::RangeRead;
 
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, TaskId, TaskInfo, WriteOptions};
+use crate::types::{ClientId, ReplicaDesc, TaskId, TaskInfo, WriteOptions};
+pub(crate) use command::{Source, WriteCmd};
 use ranges::RangeBatch;
 use staging::StagingBuf;
 use validate::same_len;
 
 /// Where a value's bytes come from.
 #[derive(Clone, Debug)]
-pub enum Payload<'a> {
+pub(crate) enum Payload<'a> {
     /// Caller memory the engine does not know: copied straight into a
     /// same-host replica's shared memory, or staged before the engine sends it.
     Bytes(Vec<&'a [u8]>),
@@ -74,10 +76,6 @@ impl Payload<'_> {
             Payload::Mem(parts) => parts.iter().map(|p| p.1 as u64).sum(),
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// Hands out one destination pointer per key once the sizes are known
@@ -86,7 +84,7 @@ pub(crate) type DestFn<'a> = dyn FnMut(&[Option<usize>]) -> Result<Vec<*mut u8>>
 
 /// What both the real and the dummy client provide; [`Client`] shapes the
 /// caller's arguments and calls these.
-pub(crate) trait Backend: Send + Sync {
+pub(crate) trait ClientImpl: Send + Sync {
     fn client_id(&self) -> ClientId;
     fn hostname(&self) -> String;
     fn health_check(&self) -> Result<()>;
@@ -101,12 +99,13 @@ pub(crate) trait Backend: Send + Sync {
     /// `len` bytes of the staging pool if it has room now, else `None`.
     fn lease_local_buffer(&self, len: usize) -> Result<Option<StagingBuf>>;
 
-    /// Puts or upserts every `(key, payload)`, one outcome per key.
+    /// Puts or upserts every `(key, payload)` as `cmd` says, one outcome
+    /// per key.
     fn write(
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        opts: &WriteOptions,
+        cmd: &WriteCmd<'_>,
     ) -> Vec<Result<()>>;
     fn read_into(&self, keys: &[String], dests: &[Vec<(usize, usize)>]) -> Vec<Result<u64>>;
     fn read_values(&self, keys: &[String], heap: bool) -> Vec<Result<BufferHandle>>;
@@ -169,7 +168,7 @@ pub(crate) trait Backend: Send + Sync {
 /// called from any thread.
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<dyn Backend>,
+    inner: Arc<dyn ClientImpl>,
     metrics: Option<Arc<ClientMetrics>>,
 }
 
@@ -283,8 +282,8 @@ impl Client {
     }
 
     /// `inner`, its data calls counted in `metrics` when there are any.
-    fn metered(inner: Arc<dyn Backend>, metrics: Option<Arc<ClientMetrics>>) -> Client {
-        let inner: Arc<dyn Backend> = match &metrics {
+    fn metered(inner: Arc<dyn ClientImpl>, metrics: Option<Arc<ClientMetrics>>) -> Client {
+        let inner: Arc<dyn ClientImpl> = match &metrics {
             Some(m) => Arc::new(metered::Metered {
                 inner,
                 metrics: m.clone(),
@@ -351,8 +350,7 @@ impl Client {
             server_address,
             transport,
         )?);
-        let cluster = config::process_env("MC_STORE_CLUSTER_ID");
-        let metrics = metrics::from_env("dummy", cluster.as_deref(), config::process_env);
+        let metrics = config::client_metrics("dummy");
         Ok(Client::metered(inner, metrics))
     }
 
@@ -420,63 +418,46 @@ impl Client {
 
     // ---- writes ---------------------------------------------------------
     //
-    // Every put and upsert is one of these two; the named variants below
-    // only shape their arguments (they are the Python methods' names).
+    // Each write takes its `WriteOptions` (put or upsert, and placement; a
+    // `&ReplicaPolicy` alone is a put) and only shapes its arguments into
+    // one write command. The names are the Python methods'; an upsert is
+    // the same call with `WriteOptions::upsert`.
 
-    /// Stores `value` under `key`: a put, or with `opts.upsert` an upsert.
-    pub fn write(&self, key: &str, value: Payload<'_>, opts: &WriteOptions) -> Result<()> {
-        one(self.inner.write(&[key.to_owned()], vec![value], opts))
-    }
-
-    /// [`write`](Self::write) for many keys at once (one master round trip
-    /// to start them, one engine batch, one to end them); one outcome per key.
-    pub fn write_batch(
+    fn write(
         &self,
         keys: &[String],
         values: Vec<Payload<'_>>,
         opts: &WriteOptions,
-    ) -> Result<Vec<Result<()>>> {
-        same_len("values", keys.len(), values.len())?;
-        Ok(self.inner.write(keys, values, opts))
+        source: Source,
+    ) -> Vec<Result<()>> {
+        self.inner.write(keys, values, &WriteCmd { opts, source })
     }
 
-    pub fn put(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
-        self.write(key, Payload::Bytes(vec![value]), &WriteOptions::put(cfg))
-    }
-
-    pub fn upsert(&self, key: &str, value: &[u8], cfg: &ReplicateConfig) -> Result<()> {
-        self.write(key, Payload::Bytes(vec![value]), &WriteOptions::upsert(cfg))
+    pub fn put(&self, key: &str, value: &[u8], opts: impl Into<WriteOptions>) -> Result<()> {
+        self.put_parts(key, &[value], opts)
     }
 
     /// Stores the concatenation of `parts` as one object.
-    pub fn put_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
-        self.write(key, Payload::Bytes(parts.to_vec()), &WriteOptions::put(cfg))
+    pub fn put_parts(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        opts: impl Into<WriteOptions>,
+    ) -> Result<()> {
+        let value = Payload::Bytes(parts.to_vec());
+        one(self.write(&[key.to_owned()], vec![value], &opts.into(), Source::Bytes))
     }
 
-    pub fn upsert_parts(&self, key: &str, parts: &[&[u8]], cfg: &ReplicateConfig) -> Result<()> {
-        self.write(
-            key,
-            Payload::Bytes(parts.to_vec()),
-            &WriteOptions::upsert(cfg),
-        )
-    }
-
+    /// Stores `values[i]` under `keys[i]` (one master round trip to start
+    /// them, one engine batch, one to end them); one outcome per key.
     pub fn put_batch(
         &self,
         keys: &[String],
         values: &[&[u8]],
-        cfg: &ReplicateConfig,
+        opts: impl Into<WriteOptions>,
     ) -> Result<Vec<Result<()>>> {
-        self.write_batch(keys, byte_values(values), &WriteOptions::put(cfg))
-    }
-
-    pub fn upsert_batch(
-        &self,
-        keys: &[String],
-        values: &[&[u8]],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        self.write_batch(keys, byte_values(values), &WriteOptions::upsert(cfg))
+        same_len("values", keys.len(), values.len())?;
+        Ok(self.write(keys, byte_values(values), &opts.into(), Source::Bytes))
     }
 
     /// Stores `size` bytes at `addr` (a registered buffer or pool memory).
@@ -485,21 +466,10 @@ impl Client {
         key: &str,
         addr: usize,
         size: usize,
-        cfg: &ReplicateConfig,
+        opts: impl Into<WriteOptions>,
     ) -> Result<()> {
-        let opts = WriteOptions::put(cfg);
-        self.write(key, Payload::Mem(vec![(addr, size)]), &opts)
-    }
-
-    pub fn upsert_from(
-        &self,
-        key: &str,
-        addr: usize,
-        size: usize,
-        cfg: &ReplicateConfig,
-    ) -> Result<()> {
-        let opts = WriteOptions::upsert(cfg);
-        self.write(key, Payload::Mem(vec![(addr, size)]), &opts)
+        let value = Payload::Mem(vec![(addr, size)]);
+        one(self.write(&[key.to_owned()], vec![value], &opts.into(), Source::Mem))
     }
 
     /// Stores `[metadata][data]` as one object, read from two registered buffers.
@@ -510,10 +480,10 @@ impl Client {
         metadata_addr: usize,
         size: usize,
         metadata_size: usize,
-        cfg: &ReplicateConfig,
+        opts: impl Into<WriteOptions>,
     ) -> Result<()> {
-        let parts = vec![(metadata_addr, metadata_size), (addr, size)];
-        self.write(key, Payload::Mem(parts), &WriteOptions::put(cfg))
+        let value = Payload::Mem(vec![(metadata_addr, metadata_size), (addr, size)]);
+        one(self.write(&[key.to_owned()], vec![value], &opts.into(), Source::Mem))
     }
 
     pub fn batch_put_from(
@@ -521,27 +491,10 @@ impl Client {
         keys: &[String],
         addrs: &[usize],
         sizes: &[usize],
-        cfg: &ReplicateConfig,
+        opts: impl Into<WriteOptions>,
     ) -> Result<Vec<Result<()>>> {
-        self.write_batch(
-            keys,
-            mem_values(keys.len(), addrs, sizes)?,
-            &WriteOptions::put(cfg),
-        )
-    }
-
-    pub fn batch_upsert_from(
-        &self,
-        keys: &[String],
-        addrs: &[usize],
-        sizes: &[usize],
-        cfg: &ReplicateConfig,
-    ) -> Result<Vec<Result<()>>> {
-        self.write_batch(
-            keys,
-            mem_values(keys.len(), addrs, sizes)?,
-            &WriteOptions::upsert(cfg),
-        )
+        let values = mem_values(keys.len(), addrs, sizes)?;
+        Ok(self.write(keys, values, &opts.into(), Source::Mem))
     }
 
     /// Each key's value is the concatenation of its buffers.
@@ -550,13 +503,13 @@ impl Client {
         keys: &[String],
         all_addrs: &[Vec<usize>],
         all_sizes: &[Vec<usize>],
-        cfg: &ReplicateConfig,
+        opts: impl Into<WriteOptions>,
     ) -> Result<Vec<Result<()>>> {
         let lists = buffer_lists(keys.len(), all_addrs, all_sizes)?;
-        let opts = WriteOptions::put(cfg);
+        let opts = opts.into();
         Ok(run_valid(keys, lists, |keys, lists| {
             let values = lists.into_iter().map(Payload::Mem).collect();
-            self.inner.write(keys, values, &opts)
+            self.write(keys, values, &opts, Source::Mem)
         }))
     }
 

@@ -60,7 +60,7 @@ impl Prefault {
     /// Every range must stay mapped and readable until `stop` returns (or
     /// the handle drops).
     pub(crate) unsafe fn start(ranges: Vec<(usize, usize)>) -> Option<Prefault> {
-        if ranges.iter().all(|&(_, len)| len == 0) || disabled() {
+        if ranges.iter().all(|&(_, len)| len == 0) || !super::config::prefault_enabled() {
             return None;
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -110,14 +110,6 @@ impl Drop for Prefault {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// `MC_STORE_PREFAULT=0` leaves pages to fault on first use.
-fn disabled() -> bool {
-    std::env::var("MC_STORE_PREFAULT")
-        .ok()
-        .and_then(|v| mooncake_common::gflags::parse_bool(&v).ok())
-        == Some(false)
 }
 
 /// Populates `[addr, addr+len)` chunk by chunk until done or `stop`; returns

@@ -89,7 +89,7 @@ pub fn store_code(e: &Error) -> i32 {
 }
 
 /// Replication of one put, as the reference's crate has it. Unlike the
-/// store's own [`types::ReplicateConfig`], the derived default has
+/// store's own [`types::ReplicaPolicy`], the derived default has
 /// `replica_num: 0`, which puts refuse (`-600`), as the reference's do.
 #[derive(Debug, Clone, Default)]
 pub struct ReplicateConfig {
@@ -101,13 +101,13 @@ pub struct ReplicateConfig {
 }
 
 impl ReplicateConfig {
-    fn to_store(&self) -> types::ReplicateConfig {
-        types::ReplicateConfig {
+    fn to_store(&self) -> types::ReplicaPolicy {
+        types::ReplicaPolicy {
             replica_num: self.replica_num,
             with_soft_pin: self.with_soft_pin,
             with_hard_pin: self.with_hard_pin,
             preferred_segments: self.preferred_segments.clone(),
-            ..types::ReplicateConfig::default()
+            ..types::ReplicaPolicy::default()
         }
     }
 }
@@ -229,7 +229,7 @@ impl MooncakeStore {
         config: Option<&ReplicateConfig>,
     ) -> Result<(), StoreError> {
         check_str(key)?;
-        let cfg = config.map_or_else(types::ReplicateConfig::default, ReplicateConfig::to_store);
+        let cfg = config.map_or_else(types::ReplicaPolicy::default, ReplicateConfig::to_store);
         put_status(self.client()?.put(key, value, &cfg))
     }
 
@@ -246,7 +246,7 @@ impl MooncakeStore {
         config: Option<&ReplicateConfig>,
     ) -> Result<(), StoreError> {
         check_str(key)?;
-        let cfg = config.map_or_else(types::ReplicateConfig::default, ReplicateConfig::to_store);
+        let cfg = config.map_or_else(types::ReplicaPolicy::default, ReplicateConfig::to_store);
         put_status(self.client()?.put_from(key, buffer as usize, size, &cfg))
     }
 
@@ -340,7 +340,7 @@ impl MooncakeStore {
         same_lengths(keys.len(), &[buffers.len(), sizes.len()])?;
         let keys = keys_of(keys)?;
         let addrs: Vec<usize> = buffers.iter().map(|&b| b as usize).collect();
-        let cfg = config.map_or_else(types::ReplicateConfig::default, ReplicateConfig::to_store);
+        let cfg = config.map_or_else(types::ReplicaPolicy::default, ReplicateConfig::to_store);
         let results = self.client()?.batch_put_from(&keys, &addrs, sizes, &cfg)?;
         Ok(results
             .into_iter()

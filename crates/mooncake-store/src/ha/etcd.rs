@@ -555,7 +555,7 @@ mod tests {
             .local_addr()
             .unwrap()
             .port();
-        let backend = super::super::Backend::Etcd(vec![format!("http://127.0.0.1:{port}")]);
+        let backend = super::super::ElectionBackend::Etcd(vec![format!("http://127.0.0.1:{port}")]);
         let e = super::super::find_leader(&backend, "c").unwrap_err();
         assert_eq!(e.code, ErrorCode::ETCD_OPERATION_ERROR);
     }

@@ -29,7 +29,7 @@ pub const LEASE_TTL: Duration = Duration::from_secs(5);
 
 /// Where the election of a cluster's masters runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backend {
+pub enum ElectionBackend {
     /// etcd endpoint URLs.
     Etcd(Vec<String>),
     /// One redis server, `host:port`.
@@ -40,11 +40,11 @@ pub enum Backend {
     K8s(k8s::LeaseRef, k8s::Timings),
 }
 
-impl Backend {
+impl ElectionBackend {
     /// Parses a coordination address: `etcd://h1:p1;h2:p2`, `redis://h:p`,
     /// `k8s://<namespace>/<lease>` (default timings), or bare `;`-separated
     /// endpoints, which are etcd unless `redis` is set.
-    pub fn parse(s: &str, redis: bool) -> Result<Backend> {
+    pub fn parse(s: &str, redis: bool) -> Result<ElectionBackend> {
         let s = s.trim();
         if let Some(rest) = s.strip_prefix("redis://") {
             return Self::redis(rest);
@@ -56,26 +56,26 @@ impl Backend {
             return Self::redis(s);
         }
         etcd::parse_endpoints(s)
-            .map(Backend::Etcd)
+            .map(ElectionBackend::Etcd)
             .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.context))
     }
 
     /// The Lease `<namespace>/<lease>` (or `k8s://<namespace>/<lease>`),
     /// elected on with `timings`.
-    pub fn k8s(s: &str, timings: k8s::Timings) -> Result<Backend> {
+    pub fn k8s(s: &str, timings: k8s::Timings) -> Result<ElectionBackend> {
         timings.validate()?;
         let lease = k8s::LeaseRef::parse(s.trim().trim_start_matches("k8s://"))?;
-        Ok(Backend::K8s(lease, timings))
+        Ok(ElectionBackend::K8s(lease, timings))
     }
 
-    fn redis(s: &str) -> Result<Backend> {
+    fn redis(s: &str) -> Result<ElectionBackend> {
         let nodes: Vec<&str> = s
             .split(';')
             .map(|n| n.trim().trim_start_matches("redis://"))
             .filter(|n| !n.is_empty())
             .collect();
         match nodes[..] {
-            [one] => Ok(Backend::Redis(one.to_string())),
+            [one] => Ok(ElectionBackend::Redis(one.to_string())),
             [] => Err(Error::new(
                 ErrorCode::INVALID_PARAMS,
                 "no redis address given",
@@ -95,13 +95,13 @@ impl Backend {
         ttl: Duration,
     ) -> Result<Arc<dyn LeaderElection>> {
         Ok(match self {
-            Backend::Etcd(endpoints) => {
+            ElectionBackend::Etcd(endpoints) => {
                 Arc::new(etcd::EtcdElection::connect(endpoints, cluster_id, ttl).await?)
             }
-            Backend::Redis(addr) => {
+            ElectionBackend::Redis(addr) => {
                 Arc::new(redis::RedisElection::connect(addr, cluster_id, ttl).await?)
             }
-            Backend::K8s(lease, timings) => {
+            ElectionBackend::K8s(lease, timings) => {
                 Arc::new(k8s::K8sElection::connect(lease.clone(), *timings)?)
             }
         })
@@ -122,7 +122,7 @@ pub struct Leader {
 /// Blocking lookup of the current leader of `cluster_id` and its term, for
 /// synchronous clients resolving an HA master address. Safe on any thread:
 /// the lookup runs on a short-lived thread with a runtime of its own.
-pub fn find_leader(backend: &Backend, cluster_id: &str) -> Result<Option<Leader>> {
+pub fn find_leader(backend: &ElectionBackend, cluster_id: &str) -> Result<Option<Leader>> {
     let (backend, cluster_id) = (backend.clone(), cluster_id.to_string());
     let failed = |what: String| Error::new(ErrorCode::RPC_FAIL, what);
     let lookup = std::thread::Builder::new()
@@ -321,29 +321,32 @@ mod tests {
 
     #[test]
     fn backend_from_address() {
-        let etcd = |v: &[&str]| Backend::Etcd(v.iter().map(|s| s.to_string()).collect());
+        let etcd = |v: &[&str]| ElectionBackend::Etcd(v.iter().map(|s| s.to_string()).collect());
         assert_eq!(
-            Backend::parse("etcd://h1:1;h2:2", false).unwrap(),
+            ElectionBackend::parse("etcd://h1:1;h2:2", false).unwrap(),
             etcd(&["http://h1:1", "http://h2:2"])
         );
-        assert_eq!(Backend::parse("h:1", false).unwrap(), etcd(&["http://h:1"]));
         assert_eq!(
-            Backend::parse("redis://h:6379", false).unwrap(),
-            Backend::Redis("h:6379".into())
+            ElectionBackend::parse("h:1", false).unwrap(),
+            etcd(&["http://h:1"])
         );
         assert_eq!(
-            Backend::parse("h:6379", true).unwrap(),
-            Backend::Redis("h:6379".into())
+            ElectionBackend::parse("redis://h:6379", false).unwrap(),
+            ElectionBackend::Redis("h:6379".into())
         );
         assert_eq!(
-            Backend::parse("k8s://mooncake/store", false).unwrap(),
-            Backend::K8s(
+            ElectionBackend::parse("h:6379", true).unwrap(),
+            ElectionBackend::Redis("h:6379".into())
+        );
+        assert_eq!(
+            ElectionBackend::parse("k8s://mooncake/store", false).unwrap(),
+            ElectionBackend::K8s(
                 k8s::LeaseRef::parse("mooncake/store").unwrap(),
                 k8s::Timings::default()
             )
         );
-        let bare = Backend::parse("k8s://store", false).unwrap();
-        assert!(matches!(bare, Backend::K8s(l, _) if l.namespace == "default"));
+        let bare = ElectionBackend::parse("k8s://store", false).unwrap();
+        assert!(matches!(bare, ElectionBackend::K8s(l, _) if l.namespace == "default"));
         for bad in [
             "",
             "redis://",
@@ -356,7 +359,7 @@ mod tests {
             "k8s://ns/",
         ] {
             assert_eq!(
-                Backend::parse(bad, false).unwrap_err().code,
+                ElectionBackend::parse(bad, false).unwrap_err().code,
                 ErrorCode::INVALID_PARAMS,
                 "{bad:?}"
             );

@@ -26,7 +26,7 @@ const FAILED_LOOKUP_REUSE: Duration = Duration::from_millis(20);
 
 /// HA mode: the cluster whose leader is the master, and where it is found.
 pub(super) struct Election {
-    pub(super) backend: ha::Backend,
+    pub(super) backend: ha::ElectionBackend,
     pub(super) cluster: String,
     /// The last lookup: when it ended, and what it found. Locked for the
     /// whole lookup, so callers that need one at once share it.
@@ -36,7 +36,7 @@ pub(super) struct Election {
 }
 
 impl Election {
-    pub(super) fn new(backend: ha::Backend, cluster: String) -> Election {
+    pub(super) fn new(backend: ha::ElectionBackend, cluster: String) -> Election {
         Election {
             backend,
             cluster,
@@ -55,7 +55,7 @@ impl Election {
     pub(super) fn look_up(&self, wait: Duration) -> Result<Vec<SocketAddr>> {
         let cluster = &self.cluster;
         let deadline = Instant::now() + wait;
-        let poll = matches!(self.backend, ha::Backend::K8s(..));
+        let poll = matches!(self.backend, ha::ElectionBackend::K8s(..));
         loop {
             match ha::find_leader(&self.backend, cluster) {
                 Ok(Some(leader)) => {

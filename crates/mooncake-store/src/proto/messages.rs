@@ -8,11 +8,11 @@ use mooncake_common::{Error, Result};
 use super::wire::{wire_struct, Decode, DecodeError, Encode, Reader};
 use crate::types::{
     ClientId, DiskDescriptor, GetReplicaListResponse, LocalDiskDescriptor, MemoryDescriptor,
-    OffloadBatch, OffloadTask, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
-    SegmentInfo, StorageConfig, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
+    OffloadBatch, OffloadTask, ReplicaDesc, ReplicaKind, ReplicaPolicy, ReplicaStatus, SegmentInfo,
+    StorageConfig, TaskAssignment, TaskId, TaskInfo, TaskStatus, TaskType,
 };
 
-wire_struct!(ReplicateConfig {
+wire_struct!(ReplicaPolicy {
     replica_num,
     with_soft_pin,
     with_hard_pin,
@@ -262,12 +262,12 @@ wire_enum! {
         2 => MountSegment { client_id: ClientId, segment: SegmentInfo },
         3 => UnmountSegment { client_id: ClientId, name: &'a str },
         /// `upsert` = insert or replace.
-        4 => PutStart { client_id: ClientId, key: &'a str, value_len: u64, config: ReplicateConfig, upsert: bool },
+        4 => PutStart { client_id: ClientId, key: &'a str, value_len: u64, config: ReplicaPolicy, upsert: bool },
         5 => BatchPutStart {
             client_id: ClientId,
             keys: Vec<&'a str>,
             value_lens: Vec<u64>,
-            config: ReplicateConfig,
+            config: ReplicaPolicy,
             upsert: bool,
         },
         6 => PutEnd { client_id: ClientId, key: &'a str },

@@ -15,7 +15,7 @@ const MIB: u64 = 1 << 20;
 
 /// `MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR`: how objects are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
+pub enum StorageBackend {
     /// `bucket_storage_backend` (default): many objects per data file, one
     /// metadata file per bucket.
     Bucket,
@@ -44,7 +44,7 @@ pub struct TierConfig {
     /// absolute, existing, writable directory; no `..`, not a symlink.
     pub storage_path: PathBuf,
     /// `MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR` (`bucket_storage_backend`).
-    pub backend: Backend,
+    pub backend: StorageBackend,
     /// `MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES` (1280 MiB): the staging
     /// buffer that disk reads land in before they move to a reader.
     pub local_buffer_size: u64,
@@ -106,7 +106,7 @@ impl Default for TierConfig {
     fn default() -> Self {
         TierConfig {
             storage_path: PathBuf::from("/data/file_storage"),
-            backend: Backend::Bucket,
+            backend: StorageBackend::Bucket,
             local_buffer_size: 1280 * MIB,
             scanmeta_iterator_keys_limit: 20_000,
             total_keys_limit: 10_000_000,
@@ -239,8 +239,8 @@ impl TierConfig {
         let backend = match v.get("MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR", None) {
             None => d.backend,
             Some((_, s)) => match s.as_str() {
-                "bucket_storage_backend" => Backend::Bucket,
-                "file_per_key_storage_backend" => Backend::FilePerKey,
+                "bucket_storage_backend" => StorageBackend::Bucket,
+                "file_per_key_storage_backend" => StorageBackend::FilePerKey,
                 "offset_allocator_storage_backend"
                 | "distributed_storage_backend"
                 | "nvme_kv_storage_backend" => {
@@ -446,9 +446,9 @@ impl TierConfig {
     /// The eviction policy of the configured layout.
     pub fn effective_policy(&self) -> EvictionPolicy {
         match self.backend {
-            Backend::Bucket => self.eviction_policy,
-            Backend::FilePerKey if self.file_per_key_eviction => EvictionPolicy::Fifo,
-            Backend::FilePerKey => EvictionPolicy::None,
+            StorageBackend::Bucket => self.eviction_policy,
+            StorageBackend::FilePerKey if self.file_per_key_eviction => EvictionPolicy::Fifo,
+            StorageBackend::FilePerKey => EvictionPolicy::None,
         }
     }
 }
@@ -510,7 +510,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.storage_path, PathBuf::from("/nvme/x"));
-        assert_eq!(c.backend, Backend::FilePerKey);
+        assert_eq!(c.backend, StorageBackend::FilePerKey);
         assert_eq!(c.local_buffer_size, 4096);
         assert_eq!(c.scanmeta_iterator_keys_limit, 7);
         assert_eq!(c.total_keys_limit, 9);

@@ -14,7 +14,7 @@
 //! [`DiskTier::restore`] if the report failed).
 
 use super::bucket::{data_path, meta_path, BucketWriter, SealedBucket};
-use super::config::{Backend, TierConfig};
+use super::config::{StorageBackend, TierConfig};
 use super::file_per_key::{scan_files, FilePerKeyWriter};
 use super::format::{align_up, ObjectHeader, DIO_ALIGN};
 use super::index::{EvictionBatch, IndexUsage, NewUnit, ObjectLocation, TierIndex};
@@ -145,12 +145,12 @@ impl DiskTier {
         config.validate_path()?;
         let (engine, engine_note) = engine(config.use_uring);
         let (root, report) = match config.backend {
-            Backend::Bucket => {
+            StorageBackend::Bucket => {
                 let root = config.storage_path.clone();
                 let report = scan_buckets(&root, &*engine, verify)?;
                 (root, report)
             }
-            Backend::FilePerKey => {
+            StorageBackend::FilePerKey => {
                 let root = config.storage_path.join(&config.fsdir);
                 let report = scan_files(&root, &*engine, verify)?;
                 (root, report)
@@ -159,7 +159,7 @@ impl DiskTier {
         let byte_limit = config.byte_limit(fs_capacity(&config.storage_path)?);
         // Per-object eviction needs hole punching; file-per-key units
         // hold one object each anyway.
-        let per_object = config.backend == Backend::Bucket && supports_punch(&root);
+        let per_object = config.backend == StorageBackend::Bucket && supports_punch(&root);
         let mut index = TierIndex::new(
             config.effective_policy(),
             byte_limit,
@@ -171,23 +171,23 @@ impl DiskTier {
             index.insert(unit.clone(), 0);
         }
         let writer = match config.backend {
-            Backend::Bucket => Writer::Bucket(Box::new(BucketWriter::new(
+            StorageBackend::Bucket => Writer::Bucket(Box::new(BucketWriter::new(
                 &root,
                 engine.clone(),
                 config.bucket_size_limit,
                 config.bucket_keys_limit,
                 report.next_id,
             ))),
-            Backend::FilePerKey => {
+            StorageBackend::FilePerKey => {
                 Writer::Files(FilePerKeyWriter::new(&root, engine.clone(), report.next_id))
             }
         };
         let readahead = match config.backend {
-            Backend::Bucket => Some(
+            StorageBackend::Bucket => Some(
                 Readahead::new(engine.clone())
                     .map_err(|e| TierError::io("spawn readahead for", &root, e))?,
             ),
-            Backend::FilePerKey => None,
+            StorageBackend::FilePerKey => None,
         };
         let tier = DiskTier {
             config,
@@ -226,8 +226,8 @@ impl DiskTier {
     /// Bytes an object will take on disk, as the index accounts it up front.
     fn reservation(&self, key: &str, len: u64) -> u64 {
         match self.config.backend {
-            Backend::Bucket => align_up(len, DIO_ALIGN as u64) + 32 + key.len() as u64,
-            Backend::FilePerKey => align_up(
+            StorageBackend::Bucket => align_up(len, DIO_ALIGN as u64) + 32 + key.len() as u64,
+            StorageBackend::FilePerKey => align_up(
                 ObjectHeader::value_offset_for(key.len()) + len,
                 DIO_ALIGN as u64,
             ),

@@ -5,7 +5,7 @@ use crate::tier::io::{temp_path, AlignedBuf};
 use crate::tier::scan::ScanProblem;
 use std::path::Path;
 
-fn config(dir: &Path, backend: Backend, uring: bool) -> TierConfig {
+fn config(dir: &Path, backend: StorageBackend, uring: bool) -> TierConfig {
     TierConfig {
         storage_path: dir.to_path_buf(),
         backend,
@@ -110,7 +110,7 @@ fn read_batch_ok(tier: &DiskTier, keys: &[String]) -> Vec<Vec<u8>> {
     bufs
 }
 
-fn round_trip(backend: Backend, uring: bool) {
+fn round_trip(backend: StorageBackend, uring: bool) {
     let dir = tempfile::tempdir().unwrap();
     let n = SIZES.len() * 2;
     {
@@ -140,32 +140,39 @@ fn round_trip(backend: Backend, uring: bool) {
 
 #[test]
 fn buckets_round_trip_all_sizes() {
-    round_trip(Backend::Bucket, false);
+    round_trip(StorageBackend::Bucket, false);
 }
 
 #[test]
 fn file_per_key_round_trips_all_sizes() {
-    round_trip(Backend::FilePerKey, false);
+    round_trip(StorageBackend::FilePerKey, false);
 }
 
 #[test]
 fn io_uring_round_trips_or_falls_back() {
     let dir = tempfile::tempdir().unwrap();
-    let (tier, _) = DiskTier::open(config(dir.path(), Backend::Bucket, true), Verify::All).unwrap();
+    let (tier, _) = DiskTier::open(
+        config(dir.path(), StorageBackend::Bucket, true),
+        Verify::All,
+    )
+    .unwrap();
     match tier.engine_name() {
         "io_uring" => assert!(tier.engine_note().is_none()),
         _ => assert!(tier.engine_note().unwrap().contains("io_uring unavailable")),
     }
     drop(tier);
-    round_trip(Backend::Bucket, true);
-    round_trip(Backend::FilePerKey, true);
+    round_trip(StorageBackend::Bucket, true);
+    round_trip(StorageBackend::FilePerKey, true);
 }
 
 #[test]
 fn one_object_is_durable_at_commit_with_default_bucket_limits() {
     let dir = tempfile::tempdir().unwrap();
-    let (tier, _) =
-        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, _) = DiskTier::open(
+        config(dir.path(), StorageBackend::Bucket, false),
+        Verify::All,
+    )
+    .unwrap();
     let out = tier.stage("lonely", 7, &[b"value"], 1).unwrap();
     assert!(
         out.committed.is_none(),
@@ -186,8 +193,11 @@ fn one_object_is_durable_at_commit_with_default_bucket_limits() {
     assert!(tier.commit(1).unwrap().is_none());
     // A "kill -9" right after the commit: the object is there after restart.
     std::mem::forget(tier);
-    let (tier, report) =
-        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, report) = DiskTier::open(
+        config(dir.path(), StorageBackend::Bucket, false),
+        Verify::All,
+    )
+    .unwrap();
     assert_eq!(report.objects(), 1);
     tier.read("lonely", &mut got, 1).unwrap();
 }
@@ -195,7 +205,7 @@ fn one_object_is_durable_at_commit_with_default_bucket_limits() {
 #[test]
 fn full_buckets_seal_while_staging() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = config(dir.path(), Backend::Bucket, false);
+    let mut c = config(dir.path(), StorageBackend::Bucket, false);
     c.bucket_keys_limit = 10;
     let (tier, _) = DiskTier::open(c, Verify::All).unwrap();
     let mut sealed = Vec::new();
@@ -215,7 +225,7 @@ fn full_buckets_seal_while_staging() {
 
 /// Three buckets of four objects of 10 000 bytes, then the tier is closed.
 fn three_buckets(dir: &Path) -> Vec<u64> {
-    let mut c = config(dir, Backend::Bucket, false);
+    let mut c = config(dir, StorageBackend::Bucket, false);
     c.bucket_keys_limit = 4;
     let (tier, _) = DiskTier::open(c, Verify::All).unwrap();
     stage_all(&tier, 12, &[10_000]);
@@ -227,7 +237,7 @@ fn three_buckets(dir: &Path) -> Vec<u64> {
 }
 
 fn reopen(dir: &Path, verify: Verify) -> (DiskTier, ScanReport) {
-    DiskTier::open(config(dir, Backend::Bucket, false), verify).unwrap()
+    DiskTier::open(config(dir, StorageBackend::Bucket, false), verify).unwrap()
 }
 
 fn readable(tier: &DiskTier) -> Vec<usize> {
@@ -322,8 +332,11 @@ fn readahead_serves_sequential_reads_and_never_a_flipped_byte() {
     let dir = tempfile::tempdir().unwrap();
     let sizes = [300_000, 65_536, 1 << 20, 100_001];
     {
-        let (tier, _) =
-            DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+        let (tier, _) = DiskTier::open(
+            config(dir.path(), StorageBackend::Bucket, false),
+            Verify::All,
+        )
+        .unwrap();
         stage_all(&tier, 24, &sizes);
     }
     let loc = |tier: &DiskTier, k: &str| tier.location(k).unwrap();
@@ -448,7 +461,7 @@ fn a_kill_during_offload_keeps_only_committed_objects() {
 }
 
 fn limited(dir: &Path, policy: EvictionPolicy, limit: u64) -> DiskTier {
-    let mut c = config(dir, Backend::Bucket, false);
+    let mut c = config(dir, StorageBackend::Bucket, false);
     c.bucket_keys_limit = 1;
     c.bucket_max_total_size = limit;
     c.eviction_policy = policy;
@@ -600,7 +613,7 @@ fn watermark_excess_is_what_brings_the_disk_to_the_low_mark() {
 #[test]
 fn watermark_eviction_follows_the_disk_not_the_tier_size() {
     let dir = tempfile::tempdir().unwrap();
-    let mut c = config(dir.path(), Backend::Bucket, false);
+    let mut c = config(dir.path(), StorageBackend::Bucket, false);
     c.bucket_keys_limit = 1;
     // A one-key bucket of 10,000 bytes takes 16 KiB: data and metadata.
     c.bucket_max_total_size = 6 * 16384;
@@ -626,13 +639,19 @@ fn watermark_eviction_follows_the_disk_not_the_tier_size() {
 #[test]
 fn the_identity_survives_a_restart_and_damage_is_reported() {
     let dir = tempfile::tempdir().unwrap();
-    let (tier, _) =
-        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, _) = DiskTier::open(
+        config(dir.path(), StorageBackend::Bucket, false),
+        Verify::All,
+    )
+    .unwrap();
     let id = tier.identity().unwrap();
     assert_eq!(id.len(), 32);
     drop(tier);
-    let (tier, report) =
-        DiskTier::open(config(dir.path(), Backend::Bucket, false), Verify::All).unwrap();
+    let (tier, report) = DiskTier::open(
+        config(dir.path(), StorageBackend::Bucket, false),
+        Verify::All,
+    )
+    .unwrap();
     assert!(
         report.problems.is_empty(),
         "the identity file is not a bucket file"

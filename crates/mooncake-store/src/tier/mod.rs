@@ -35,7 +35,7 @@ pub mod scan;
 pub mod shared_fs;
 pub mod unit_files;
 
-pub use config::{Backend, EvictionPolicy, TierConfig};
+pub use config::{EvictionPolicy, StorageBackend, TierConfig};
 pub use disk_tier::{tier_identity, Committed, DiskTier, StageOutcome, TierUsage, WriteError};
 pub use index::{EvictionBatch, ObjectLocation};
 pub use scan::{ScanProblem, ScanReport, Verify};

@@ -253,11 +253,11 @@ fn snapshot_seeds() -> Seeds {
             .unwrap();
         s
     };
-    let cfg = |soft, hard| ReplicateConfig {
+    let cfg = |soft, hard| ReplicaPolicy {
         replica_num: 1,
         with_soft_pin: soft,
         with_hard_pin: hard,
-        ..ReplicateConfig::default()
+        ..ReplicaPolicy::default()
     };
     let mut seeds = Seeds::new();
     seeds.insert(

@@ -22,7 +22,7 @@ use mooncake_store::proto::wire::Encode;
 use mooncake_store::proto::{Frames, Request, Response};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
-    ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig, SegmentInfo, StorageConfig,
+    ReplicaDesc, ReplicaKind, ReplicaPolicy, ReplicaStatus, SegmentInfo, StorageConfig,
     TaskAssignment, TaskInfo, TaskStatus, TaskType,
 };
 use serde_json::json;
@@ -58,8 +58,8 @@ fn snake(name: &str) -> String {
     out
 }
 
-fn config() -> ReplicateConfig {
-    ReplicateConfig {
+fn config() -> ReplicaPolicy {
+    ReplicaPolicy {
         replica_num: 2,
         with_soft_pin: true,
         with_hard_pin: false,

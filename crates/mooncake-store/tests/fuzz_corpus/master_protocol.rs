@@ -30,7 +30,7 @@ fn requests() -> Vec<Request<'static>> {
             client_id: CLIENT,
             keys: keys(),
             value_lens: vec![1, 300, 1 << 40],
-            config: ReplicateConfig::default(),
+            config: ReplicaPolicy::default(),
             upsert: true,
         },
         Request::PutEnd {

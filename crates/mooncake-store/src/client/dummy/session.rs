@@ -16,6 +16,7 @@ use std::time::Duration;
 use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 
+use super::super::config;
 use super::super::dummy_proto::{local_socket_name, unexpected, DummyRequest, DummyResponse};
 use super::super::peer;
 use super::super::shm::ShmRegion;
@@ -43,11 +44,9 @@ impl Timeouts {
     /// A call may take two master round trips (30 s each at most) and
     /// transfers bounded by `MC_TRANSFER_TIMEOUT`, as the service sees them.
     pub fn from_env() -> Timeouts {
-        let mut engine = mooncake_transfer::EngineConfig::defaults("", "");
-        engine.apply_env(|k| std::env::var(k).ok());
         Timeouts {
             hello: Duration::from_secs(6),
-            call: Duration::from_secs(60) + 2 * engine.transfer_timeout,
+            call: Duration::from_secs(60) + 2 * config::transfer_timeout(),
         }
     }
 
@@ -214,7 +213,7 @@ pub(super) fn open(
         )));
     }
     let (local, first) = local.unzip();
-    let token = ClusterToken::from_env()?;
+    let token = config::cluster_token()?;
     let mut service = Service {
         server: server.to_owned(),
         addrs,

@@ -36,9 +36,9 @@ use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
 use super::staging::{StagingBuf, StagingPool};
 use super::validate::validate_read_key;
-use super::{Backend, BufferHandle, DestFn, Payload, RangeRead};
+use super::{BufferHandle, ClientImpl, DestFn, Payload, RangeRead, WriteCmd};
 use crate::master_client::MasterClient;
-use crate::types::{ClientId, ReplicaDesc, SegmentInfo, TaskId, TaskInfo, WriteOptions};
+use crate::types::{ClientId, ReplicaDesc, SegmentInfo, TaskId, TaskInfo};
 use plan::{check_source_range, scatter, Frag};
 use worker::Worker;
 
@@ -152,7 +152,7 @@ impl RealClient {
 
 impl Drop for RealClient {
     fn drop(&mut self) {
-        let _ = Backend::close(self);
+        let _ = ClientImpl::close(self);
         // No call is in flight any more. The engine may outlive this client
         // (a shared one): take back what the client put on it, so it never
         // serves memory unmapped below.
@@ -174,7 +174,7 @@ impl Drop for RealClient {
     }
 }
 
-impl Backend for RealClient {
+impl ClientImpl for RealClient {
     fn client_id(&self) -> ClientId {
         self.id
     }
@@ -258,9 +258,10 @@ impl Backend for RealClient {
         &self,
         keys: &[String],
         payloads: Vec<Payload<'_>>,
-        opts: &WriteOptions,
+        cmd: &WriteCmd<'_>,
     ) -> Vec<Result<()>> {
         assert_eq!(keys.len(), payloads.len());
+        let opts = cmd.opts;
         if let Err(e) = self.check_open() {
             return vec![Err(e); keys.len()];
         }

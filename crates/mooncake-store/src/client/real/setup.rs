@@ -5,14 +5,12 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use mooncake_common::auth::ClusterToken;
 use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::{EngineConfig, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
-use super::super::config::{process_env, split_host_port, ClientConfig};
+use super::super::config::{self, split_host_port, ClientConfig};
 use super::super::file_tier::FileWriter;
-use super::super::metrics;
 use super::super::offload::service::TierPeers;
 use super::super::offload::{Offload, OffloadSetup};
 use super::super::prefault::Prefault;
@@ -21,7 +19,6 @@ use super::super::replica::Site;
 use super::super::staging::StagingPool;
 use super::{worker, MountedSegment, RealClient};
 use crate::master_client::MasterClient;
-use crate::tier::TierConfig;
 use crate::types::{ClientId, SegmentInfo};
 
 /// Largest single buffer one mounted segment uses; bigger contributions are
@@ -45,12 +42,8 @@ impl RealClient {
         config: &ClientConfig,
         shared: Option<TransferEngine>,
     ) -> Result<RealClient> {
-        let mut config = config.clone();
-        config.apply_env(process_env);
+        let config = config::resolve(config)?;
         config.validate()?;
-        if config.cluster_token.is_none() {
-            config.cluster_token = ClusterToken::from_env_with(process_env)?;
-        }
         let master = MasterClient::connect_with_token(
             &config.master_server_address,
             &config.cluster_id,
@@ -100,8 +93,7 @@ impl RealClient {
             tier_peers: TierPeers::default(),
             prefault: Mutex::new(None),
         };
-        let cluster = process_env("MC_STORE_CLUSTER_ID");
-        client.metrics = metrics::from_env("real", cluster.as_deref(), process_env);
+        client.metrics = config::client_metrics("real");
         if let Some(m) = &client.metrics {
             client.master.observe_rpcs(m.clone());
             let engine = client.engine.clone();
@@ -192,13 +184,7 @@ impl RealClient {
                 "an SSD tier needs a segment (global_segment_size > 0)",
             ));
         }
-        let path = config.offload_path.clone().filter(|p| !p.is_empty());
-        let lookup = |name: &str| match (name, &path) {
-            ("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", Some(p)) => Some(p.clone()),
-            _ => process_env(name),
-        };
-        let tier_config = TierConfig::from_lookup(&lookup)
-            .map_err(|e| Error::new(ErrorCode::INVALID_PARAMS, e.to_string()))?;
+        let tier_config = config::tier_config(config.offload_path.as_deref())?;
         let setup = OffloadSetup {
             id: self.id,
             master: self.master.clone(),
@@ -309,21 +295,7 @@ fn start_engine(config: &ClientConfig) -> Result<(TransferEngine, Option<socket2
     if let Some(port) = port {
         return Ok((TransferEngine::new(make(port))?, None));
     }
-    let env_port = |name: &str, default: u16| {
-        process_env(name)
-            .and_then(|v| v.trim().parse::<u16>().ok())
-            .filter(|&p| p > 0)
-            .unwrap_or(default)
-    };
-    let (lo, hi) = (
-        env_port("MC_STORE_CLIENT_MIN_PORT", AUTO_PORT_RANGE.0),
-        env_port("MC_STORE_CLIENT_MAX_PORT", AUTO_PORT_RANGE.1),
-    );
-    let (lo, hi) = if lo < hi { (lo, hi) } else { AUTO_PORT_RANGE };
-    let tries = process_env("MC_STORE_CLIENT_SETUP_RETRIES")
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(AUTO_PORT_TRIES);
+    let (lo, hi, tries) = config::auto_ports(AUTO_PORT_RANGE, AUTO_PORT_TRIES);
     let mut last = Error::new(ErrorCode::ERR_SOCKET, format!("no free port in {lo}..{hi}"));
     for _ in 0..tries {
         let port = lo + rand::random::<u16>() % (hi - lo);

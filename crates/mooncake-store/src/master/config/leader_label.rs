@@ -7,12 +7,12 @@ use mooncake_common::Result;
 
 use crate::ha::k8s::label::{LeaderLabel, PodRef};
 use crate::ha::k8s::K8sElection;
-use crate::ha::Backend;
+use crate::ha::ElectionBackend;
 use crate::master::MasterConfig;
 
 /// The pod to label, if the k8s backend is used and a pod is named.
 pub(crate) fn pod(config: &MasterConfig) -> Result<Option<PodRef>> {
-    if !matches!(config.ha_backend()?, Backend::K8s(..)) {
+    if !matches!(config.ha_backend()?, ElectionBackend::K8s(..)) {
         return Ok(None);
     }
     PodRef::resolve(&config.pod_name, &config.pod_namespace, |k| {
@@ -24,7 +24,7 @@ pub(crate) fn pod(config: &MasterConfig) -> Result<Option<PodRef>> {
 /// there is no pod to label.
 pub(crate) fn spawn(config: &MasterConfig) -> Result<Option<LeaderLabel>> {
     let backend = config.ha_backend()?;
-    let Backend::K8s(lease, timings) = backend else {
+    let ElectionBackend::K8s(lease, timings) = backend else {
         if !config.pod_name.is_empty() || !config.pod_namespace.is_empty() {
             tracing::warn!("--pod_name/--pod_namespace label pods of the k8s HA backend only");
         }

@@ -11,7 +11,7 @@
 //! `client_ttl: 5s` in a YAML or JSON file mean the same. Precedence:
 //! defaults, then `--config_path`, then command-line flags.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use mooncake_common::gflags::parse_bool;
@@ -27,6 +27,10 @@ mod parse;
 pub(in crate::master) mod policy;
 
 pub use flags::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
+
+/// Where a cluster's snapshots go under the local path or the S3 prefix, as
+/// the reference lays them out.
+pub(crate) const SNAPSHOT_DIR: &str = "mooncake_master_snapshot";
 
 impl MasterConfig {
     /// Applies one setting by flag name. Unknown names are `INVALID_PARAMS`.
@@ -179,7 +183,7 @@ impl MasterConfig {
     /// `--ha_backend_type` says, as in the reference's deployment guide.
     /// The k8s backend takes `<namespace>/<lease>` from
     /// `--ha_backend_connstring` only, as the reference does.
-    pub fn ha_backend(&self) -> Result<crate::ha::Backend> {
+    pub fn ha_backend(&self) -> Result<crate::ha::ElectionBackend> {
         if self.ha_backend_type == "k8s" {
             if self.ha_backend_connstring.trim().is_empty() {
                 return Err(Error::new(
@@ -187,7 +191,10 @@ impl MasterConfig {
                     "--ha_backend_type=k8s needs --ha_backend_connstring=<namespace>/<lease>",
                 ));
             }
-            return crate::ha::Backend::k8s(&self.ha_backend_connstring, self.k8s_timings());
+            return crate::ha::ElectionBackend::k8s(
+                &self.ha_backend_connstring,
+                self.k8s_timings(),
+            );
         }
         let conn = if self.ha_backend_connstring.is_empty() {
             &self.etcd_endpoints
@@ -200,7 +207,7 @@ impl MasterConfig {
                 "HA mode needs --etcd_endpoints (or --ha_backend_connstring)",
             ));
         }
-        crate::ha::Backend::parse(conn, self.ha_backend_type == "redis")
+        crate::ha::ElectionBackend::parse(conn, self.ha_backend_type == "redis")
     }
 
     /// The k8s backend's LeaderElectionConfig timings.
@@ -230,6 +237,41 @@ impl MasterConfig {
     /// without an HA backend).
     pub fn local_wal(&self) -> bool {
         self.enable_oplog && !self.enable_ha
+    }
+
+    /// This master's log directory: `--wal_dir`, else
+    /// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>`, and
+    /// `/<rpc_address>_<rpc_port>` under it in HA mode, where the masters
+    /// of a cluster may share the variable. `None`: no log on disk.
+    pub fn log_dir(&self) -> Option<PathBuf> {
+        self.log_dir_under(snapshot_local_path())
+    }
+
+    /// [`log_dir`](Self::log_dir) with `root` for the variable.
+    fn log_dir_under(&self, root: Option<PathBuf>) -> Option<PathBuf> {
+        if !self.wal_dir.is_empty() {
+            return Some(PathBuf::from(&self.wal_dir));
+        }
+        let dir = root?.join("mooncake_master_wal").join(&self.cluster_id);
+        if !self.enable_ha {
+            return Some(dir);
+        }
+        let me = format!("{}_{}", self.rpc_address, self.rpc_listen_port()).replace(
+            |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_',
+            "_",
+        );
+        Some(dir.join(me))
+    }
+
+    /// Where local snapshots go:
+    /// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_snapshot/<cluster_id>`,
+    /// as the reference lays it out. `None`: the variable is not set.
+    pub fn local_snapshot_dir(&self) -> Option<PathBuf> {
+        Some(
+            snapshot_local_path()?
+                .join(SNAPSHOT_DIR)
+                .join(&self.cluster_id),
+        )
     }
 
     /// The port the RPC service listens on (`rpc_port`, or `port` when it is 0).
@@ -308,6 +350,14 @@ impl MasterConfig {
     }
 }
 
+/// `$MOONCAKE_SNAPSHOT_LOCAL_PATH` when set and not empty: the root of the
+/// local snapshots and of the default log directory, read here only.
+fn snapshot_local_path() -> Option<PathBuf> {
+    std::env::var_os("MOONCAKE_SNAPSHOT_LOCAL_PATH")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+}
+
 fn ms(d: Duration) -> u64 {
     d.as_millis().min(u64::MAX as u128) as u64
 }
@@ -316,6 +366,31 @@ fn ms(d: Duration) -> u64 {
 mod tests {
     use super::policy::AllocationStrategy;
     use super::*;
+
+    #[test]
+    fn one_log_directory_per_master_in_ha_mode() {
+        let root = || Some(PathBuf::from("/snap"));
+        let mut c = MasterConfig::default();
+        c.set("cluster_id", "c1").unwrap();
+        assert_eq!(c.log_dir_under(None), None);
+        assert_eq!(
+            c.log_dir_under(root()),
+            Some(PathBuf::from("/snap/mooncake_master_wal/c1"))
+        );
+        for (k, v) in [
+            ("enable_ha", "true"),
+            ("rpc_address", "10.0.0.1"),
+            ("rpc_port", "5005"),
+        ] {
+            c.set(k, v).unwrap();
+        }
+        assert_eq!(
+            c.log_dir_under(root()),
+            Some(PathBuf::from("/snap/mooncake_master_wal/c1/10.0.0.1_5005"))
+        );
+        c.set("wal_dir", "/wal").unwrap();
+        assert_eq!(c.log_dir_under(root()), Some(PathBuf::from("/wal")));
+    }
 
     #[test]
     fn defaults_match_the_reference() {

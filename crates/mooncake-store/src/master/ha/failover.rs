@@ -80,7 +80,7 @@ where
 {
     // With a log directory, a master brought back from it is the same
     // member of the in-sync set.
-    let log_dir = recovery::log_dir(&config);
+    let log_dir = config.log_dir();
     let recovered = log_dir.as_deref().map(disk::recover).transpose()?;
     let member = recovered
         .as_ref()

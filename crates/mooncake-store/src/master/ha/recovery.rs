@@ -10,39 +10,16 @@
 //! but not applied: they are applied if it leads, and dropped if the
 //! leader it follows does not hold them (never committed).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::compaction::{load_snapshot, newest_snapshot};
-use crate::master::config::MasterConfig;
 use crate::master::durable::oplog::decode;
 use crate::master::durable::snapshot::Stores;
 use crate::master::replication::disk::{self, DiskLog, Recovered};
 use crate::master::serve::shared::Shared;
-
-/// This master's log directory: `--wal_dir`, else
-/// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>/<rpc_address>_<rpc_port>`
-/// (masters may share the variable). `None`: no log on disk.
-pub(crate) fn log_dir(config: &MasterConfig) -> Option<PathBuf> {
-    if !config.wal_dir.is_empty() {
-        return Some(PathBuf::from(&config.wal_dir));
-    }
-    std::env::var("MOONCAKE_SNAPSHOT_LOCAL_PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let me = format!("{}_{}", config.rpc_address, config.rpc_listen_port()).replace(
-                |c: char| !c.is_ascii_alphanumeric() && c != '.' && c != '_',
-                "_",
-            );
-            Path::new(&p)
-                .join("mooncake_master_wal")
-                .join(&config.cluster_id)
-                .join(me)
-        })
-}
 
 /// What a restore brought back, for the log.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@ use super::MasterMetrics;
 use crate::master::config::policy::{AllocationStrategy, LeasePolicy, Policy};
 use crate::master::state::service::MasterService;
 use crate::proto::Request;
-use crate::types::{ReplicateConfig, SegmentInfo};
+use crate::types::{ReplicaPolicy, SegmentInfo};
 
 fn service() -> MasterService {
     MasterService::with_policy(Policy {
@@ -51,7 +51,7 @@ fn render(m: &MasterMetrics, svc: &MasterService, now: u64) -> String {
 }
 
 fn put(m: &MasterMetrics, svc: &MasterService, key: &str, len: u64, replicas: usize, now: u64) {
-    let config = ReplicateConfig {
+    let config = ReplicaPolicy {
         replica_num: replicas,
         ..Default::default()
     };
@@ -117,7 +117,7 @@ fn transfers_count_as_copies_or_moves() {
     for s in ["a", "b", "c"] {
         svc.mount_segment(1, &segment(s), 0).unwrap();
     }
-    let config = ReplicateConfig {
+    let config = ReplicaPolicy {
         preferred_segment: "a".into(),
         ..Default::default()
     };
@@ -203,7 +203,7 @@ fn discarded_puts_are_released_after_the_release_timeout() {
         client_id: 1,
         key: "slow",
         value_len: 4096,
-        config: ReplicateConfig::default(),
+        config: ReplicaPolicy::default(),
         upsert: false,
     };
     call(&m, &svc, start, 0);

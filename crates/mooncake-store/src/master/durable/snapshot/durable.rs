@@ -1,7 +1,6 @@
 //! Opening a durable master (restore, then the log and the snapshot
 //! thread) and the snapshot rounds themselves.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -28,22 +27,6 @@ pub(crate) struct Opened {
     pub(crate) durability: Durability,
 }
 
-/// The log directory: `--wal_dir`, else
-/// `$MOONCAKE_SNAPSHOT_LOCAL_PATH/mooncake_master_wal/<cluster_id>`.
-pub(crate) fn wal_dir(config: &MasterConfig) -> Option<PathBuf> {
-    if !config.wal_dir.is_empty() {
-        return Some(PathBuf::from(&config.wal_dir));
-    }
-    std::env::var("MOONCAKE_SNAPSHOT_LOCAL_PATH")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            Path::new(&p)
-                .join("mooncake_master_wal")
-                .join(&config.cluster_id)
-        })
-}
-
 /// Builds the state machine `config` asks for: restored from snapshots
 /// and the log when restore or the local log is on, logging every
 /// mutation when the log or snapshots are on. (In HA mode replication
@@ -68,7 +51,7 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
     } else {
         None
     };
-    let dir = wal_dir(config);
+    let dir = config.log_dir();
     if writes_log && dir.is_none() {
         return Err(Error::new(
             ErrorCode::INVALID_PARAMS,

@@ -92,7 +92,14 @@ impl Stores {
     pub(crate) fn from_config(config: &MasterConfig) -> Result<Stores> {
         let main: Box<dyn SnapshotStore> = match config.snapshot_store_type() {
             "s3" => Box::new(S3Store::from_env(&config.cluster_id)?),
-            _ => Box::new(LocalStore::from_env(&config.cluster_id)?),
+            _ => Box::new(LocalStore::new(config.local_snapshot_dir().ok_or_else(
+                || {
+                    Error::new(
+                        ErrorCode::INVALID_PARAMS,
+                        "local snapshots need MOONCAKE_SNAPSHOT_LOCAL_PATH",
+                    )
+                },
+            )?)?),
         };
         let backup = match config.snapshot_backup_dir.as_str() {
             "" => None,

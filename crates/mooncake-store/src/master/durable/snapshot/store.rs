@@ -16,9 +16,9 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, PutPayload};
 
+use crate::master::config::SNAPSHOT_DIR;
+
 const PREFIX: &str = "snapshot-";
-/// Where a cluster's snapshots go under the local path or S3 prefix.
-pub const CLUSTER_DIR: &str = "mooncake_master_snapshot";
 const SUFFIX: &str = ".mcs";
 
 /// The name of the snapshot at `seq`.
@@ -60,20 +60,6 @@ impl LocalStore {
         std::fs::create_dir_all(&dir)
             .map_err(|e| store_error(ErrorCode::FILE_OPEN_FAIL, &dir.display().to_string(), e))?;
         Ok(LocalStore { dir })
-    }
-
-    /// The store of `cluster` under `MOONCAKE_SNAPSHOT_LOCAL_PATH`:
-    /// `mooncake_master_snapshot/<cluster>/`, as the reference lays it out.
-    pub fn from_env(cluster: &str) -> Result<LocalStore> {
-        match std::env::var("MOONCAKE_SNAPSHOT_LOCAL_PATH") {
-            Ok(p) if !p.is_empty() => {
-                LocalStore::new(Path::new(&p).join(CLUSTER_DIR).join(cluster))
-            }
-            _ => Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "local snapshots need MOONCAKE_SNAPSHOT_LOCAL_PATH",
-            )),
-        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -208,7 +194,7 @@ impl S3Settings {
             secret_access_key: env("MOONCAKE_AWS_SECRET_ACCESS_KEY"),
             virtual_hosted: env_bool("MOONCAKE_AWS_USE_VIRTUAL_ADDRESSING", true)?,
             prefix: format!(
-                "{}{CLUSTER_DIR}/{cluster}/",
+                "{}{SNAPSHOT_DIR}/{cluster}/",
                 env("MOONCAKE_SNAPSHOT_S3_PREFIX").unwrap_or_default()
             ),
         })

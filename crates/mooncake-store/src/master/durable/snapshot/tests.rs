@@ -298,7 +298,7 @@ fn snapshots_on_an_s3_server_restore_and_fall_back() {
 fn restored_segments_wait_for_their_owner() {
     use mooncake_common::ErrorCode;
     let s = setup(false);
-    let cfg = crate::types::ReplicateConfig {
+    let cfg = crate::types::ReplicaPolicy {
         preferred_segment: "b1".into(),
         ..Default::default()
     };
@@ -325,7 +325,7 @@ fn reserved_space_survives_a_snapshot() {
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
     }
-    let cfg = crate::types::ReplicateConfig::default();
+    let cfg = crate::types::ReplicaPolicy::default();
     leader.put_start(7, "k", 1024, &cfg, false, 10).unwrap();
     let held: Vec<_> = leader
         .segments
@@ -352,7 +352,7 @@ fn a_version_1_snapshot_is_read() {
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
     }
-    let cfg = crate::types::ReplicateConfig::default();
+    let cfg = crate::types::ReplicaPolicy::default();
     leader.put_start(7, "k", 1024, &cfg, false, 10).unwrap();
     let meta = SnapshotMeta {
         seq: 3,
@@ -394,7 +394,7 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
         client_id: 7,
         key: "k",
         value_len: 1024,
-        config: crate::types::ReplicateConfig::default(),
+        config: crate::types::ReplicaPolicy::default(),
         upsert: false,
     };
     let answer = first.service.handle(start, 10);

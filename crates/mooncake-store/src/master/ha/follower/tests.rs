@@ -13,7 +13,7 @@ use crate::master::serve::shared::Shared;
 use crate::master::MasterConfig;
 use crate::master::Release;
 use crate::proto::{Frames, Request, Response};
-use crate::types::{ReplicateConfig, SegmentInfo};
+use crate::types::{ReplicaPolicy, SegmentInfo};
 
 fn opts() -> Options {
     Options {
@@ -71,7 +71,7 @@ fn a_standby_follows_commits_and_takes_over() {
     ra.record_done(rec, true);
 
     la.service.mount_segment(1, &segment(), 0).unwrap();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     la.service.put_start(1, "k", 100, &cfg, false, 1).unwrap();
     la.service.put_end(1, "k", 2).unwrap();
     let last = ra.status().last_seq;
@@ -139,7 +139,7 @@ fn a_leader_releases_its_calls_at_their_commit() {
         client_id: 1,
         key,
         value_len: 100,
-        config: ReplicateConfig::default(),
+        config: ReplicaPolicy::default(),
         upsert: false,
     };
     let before = ra.status().last_seq;
@@ -205,7 +205,7 @@ fn a_standby_reports_where_it_stands_in_the_ha_gauges() {
     ra.record_done(rec, true);
 
     // B keeps a put it may not apply yet: it is behind, syncing.
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     let seq = ra.status().last_seq;
     let (term, committed, frames) = pull(&ra, &rb, 4);
@@ -271,7 +271,7 @@ fn a_record() -> Record {
 #[test]
 fn a_standby_that_saw_another_leader_keeps_what_it_acknowledged() {
     let [(la, ra), (lb, rb), (lc, rc)] = three();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     la.service.put_end(1, "k", 4).unwrap();
     let seq = ra.status().last_seq;
@@ -302,7 +302,7 @@ fn a_standby_that_saw_another_leader_keeps_what_it_acknowledged() {
 #[test]
 fn a_standby_checks_its_tail_against_a_new_leader() {
     let [(la, ra), (lb, rb), (lc, rc)] = three();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     // "k1" reaches both and is committed, "k2" only C: never committed.
     la.service.put_start(1, "k1", 100, &cfg, false, 3).unwrap();
     for (l, r) in [(&lb, &rb), (&lc, &rc)] {
@@ -348,7 +348,7 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
 #[test]
 fn a_tail_past_the_new_leaders_log_is_cut() {
     let [(la, ra), (lb, rb), (lc, rc)] = three();
-    let cfg = ReplicateConfig::default();
+    let cfg = ReplicaPolicy::default();
     let before = rb.status().last_seq;
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     let (term, committed, frames) = pull(&ra, &rc, 4);

@@ -19,8 +19,7 @@ use self::space::Space;
 use super::allocator::BadFree;
 use crate::master::config::policy::AllocationStrategy;
 use crate::types::{
-    ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaStatus, ReplicateConfig,
-    SegmentInfo,
+    ClientId, MemoryDescriptor, ReplicaDesc, ReplicaKind, ReplicaPolicy, ReplicaStatus, SegmentInfo,
 };
 
 pub(crate) type SegmentId = u32;
@@ -359,7 +358,7 @@ impl SegmentTable {
     pub(crate) fn place(
         &self,
         size: u64,
-        config: &ReplicateConfig,
+        config: &ReplicaPolicy,
         strategy: AllocationStrategy,
     ) -> Result<Vec<Placement>> {
         self.place_with(size, config, strategy, &mut |s, n| s.allocate(n))
@@ -369,7 +368,7 @@ impl SegmentTable {
     pub(crate) fn place_with(
         &self,
         size: u64,
-        config: &ReplicateConfig,
+        config: &ReplicaPolicy,
         strategy: AllocationStrategy,
         allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
     ) -> Result<Vec<Placement>> {
@@ -660,7 +659,7 @@ mod tests {
             AllocationStrategy::FreeRatioFirst,
         ] {
             for _ in 0..50 {
-                let cfg = ReplicateConfig {
+                let cfg = ReplicaPolicy {
                     replica_num: 3,
                     ..Default::default()
                 };
@@ -670,7 +669,7 @@ mod tests {
                 assert_eq!(names, ["a", "b", "c"]);
             }
             // More replicas than segments: best effort.
-            let cfg = ReplicateConfig {
+            let cfg = ReplicaPolicy {
                 replica_num: 5,
                 ..Default::default()
             };
@@ -684,7 +683,7 @@ mod tests {
         for name in ["a", "b", "c", "d"] {
             t.mount(1, &seg(name, 1 << 20)).unwrap();
         }
-        let cfg = ReplicateConfig {
+        let cfg = ReplicaPolicy {
             replica_num: 2,
             preferred_segment: "c".into(),
             preferred_segments: vec!["c".into(), "missing".into(), "a".into()],
@@ -702,7 +701,7 @@ mod tests {
         t.mount(1, &seg("empty", 1000)).unwrap();
         full.allocate(800).unwrap();
         for _ in 0..20 {
-            let cfg = ReplicateConfig::default();
+            let cfg = ReplicaPolicy::default();
             let p = t
                 .place(8, &cfg, AllocationStrategy::FreeRatioFirst)
                 .unwrap();
@@ -714,7 +713,7 @@ mod tests {
     #[test]
     fn errors() {
         let t = SegmentTable::default();
-        let cfg = ReplicateConfig::default();
+        let cfg = ReplicaPolicy::default();
         assert_eq!(
             t.place(8, &cfg, AllocationStrategy::Random)
                 .unwrap_err()

@@ -75,7 +75,7 @@ use super::ssd_tier::DiskTable;
 use super::tasks::TaskTable;
 use crate::master::config::policy::{OffloadPolicy, Policy, TaskPolicy};
 use crate::master::config::MasterConfig;
-use crate::types::{ClientId, ReplicateConfig, MAX_KEY_LEN, MAX_REPLICA_NUM, MAX_VALUE_LEN};
+use crate::types::{ClientId, ReplicaPolicy, MAX_KEY_LEN, MAX_REPLICA_NUM, MAX_VALUE_LEN};
 
 /// Event counters (monotonic).
 #[derive(Default, Debug)]
@@ -254,7 +254,7 @@ impl MasterService {
 
     /// Places `len` bytes per replica (reserving the ranges); a failure for
     /// lack of space asks for an eviction round.
-    fn place(&self, len: u64, cfg: &ReplicateConfig) -> Result<Vec<Placement>> {
+    fn place(&self, len: u64, cfg: &ReplicaPolicy) -> Result<Vec<Placement>> {
         self.segments
             .place(len, cfg, self.policy.strategy)
             .inspect_err(|e| {
@@ -278,7 +278,7 @@ fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-fn check_put(len: u64, cfg: &ReplicateConfig) -> Result<()> {
+fn check_put(len: u64, cfg: &ReplicaPolicy) -> Result<()> {
     if len == 0 {
         return Err(Error::new(ErrorCode::INVALID_PARAMS, "value is empty"));
     }
@@ -314,7 +314,7 @@ fn not_ready(key: &str) -> Error {
     )
 }
 
-fn pin_flags(cfg: &ReplicateConfig) -> u8 {
+fn pin_flags(cfg: &ReplicaPolicy) -> u8 {
     let mut f = 0;
     if cfg.with_hard_pin {
         f |= flags::HARD_PIN;

@@ -299,7 +299,7 @@ impl MasterService {
             .filter(|s| s.owner == client)
             .map(|s| s.info.name.clone())
             .collect();
-        let cfg = crate::types::ReplicateConfig {
+        let cfg = crate::types::ReplicaPolicy {
             preferred_segments: own,
             ..Default::default()
         };

@@ -9,7 +9,7 @@ use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::state::allocator::aligned_len;
 use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
-use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig};
+use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicaPolicy};
 
 impl MasterService {
     /// Allocates replicas for `key`; the object becomes readable at `put_end`.
@@ -26,7 +26,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
@@ -78,7 +78,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {

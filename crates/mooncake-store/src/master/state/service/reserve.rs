@@ -8,7 +8,7 @@ use super::MasterService;
 use crate::master::state::mutation::{Call, Mutation, Release};
 use crate::master::state::segments::space::{all_reserved, Reserving};
 use crate::master::state::segments::{Placement, Segment};
-use crate::types::ReplicateConfig;
+use crate::types::ReplicaPolicy;
 
 /// Logs the reservations a placement makes, for `call`.
 struct Log<'a>(&'a MasterService, &'a mut Call);
@@ -35,7 +35,7 @@ impl MasterService {
         &self,
         call: &mut Call,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         now: u64,
     ) -> Result<Vec<Placement>> {
         if !self.fence {
@@ -169,7 +169,7 @@ mod tests {
     use crate::master::durable::oplog::OwnedMutation;
     use crate::master::state::mutation::{Mutation, MutationSink, Release};
     use crate::proto::{Request, Response};
-    use crate::types::{ReplicaKind, ReplicateConfig};
+    use crate::types::{ReplicaKind, ReplicaPolicy};
 
     /// A leader's log, positions from 1.
     #[derive(Default)]
@@ -185,7 +185,7 @@ mod tests {
 
     /// Puts `key` (1 KiB, one replica) and returns its offset in "a1".
     fn put(s: &MasterService, key: &str, now: u64) -> Option<u64> {
-        let cfg = ReplicateConfig::default();
+        let cfg = ReplicaPolicy::default();
         let descs = s.put_start(7, key, 1024, &cfg, false, now).ok()?;
         match &descs[0].kind {
             ReplicaKind::Memory(m) => Some(m.buffer_address - segment("a1").base),
@@ -208,7 +208,7 @@ mod tests {
             client_id: 7,
             key: "k",
             value_len: 1024,
-            config: ReplicateConfig::default(),
+            config: ReplicaPolicy::default(),
             upsert: false,
         };
         let answer = a.handle(start, 10);

@@ -16,7 +16,7 @@ use crate::master::config::policy::{
 use crate::master::state::mutation::{Mutation, MutationSink, ObjectOp, Release, Write};
 use crate::master::state::objects::{ObjectMeta, PendingKind, Replicas, SHARDS};
 use crate::master::state::segments::Placement;
-use crate::types::{ClientId, ReplicateConfig, SegmentInfo, TaskId};
+use crate::types::{ClientId, ReplicaPolicy, SegmentInfo, TaskId};
 
 pub(in crate::master) const OWNERS: [ClientId; 2] = [1, 2];
 pub(in crate::master) const WRITERS: [ClientId; 2] = [7, 8];
@@ -187,9 +187,9 @@ pub(in crate::master) fn assert_same(
     assert_eq!(l.disk.snapshot(), f.disk.snapshot(), "{ctx}: SSD tiers");
 }
 
-fn config(rng: &mut StdRng) -> ReplicateConfig {
+fn config(rng: &mut StdRng) -> ReplicaPolicy {
     let pick = |rng: &mut StdRng| SEGMENTS[rng.gen_range(0..SEGMENTS.len())].0.to_string();
-    ReplicateConfig {
+    ReplicaPolicy {
         replica_num: rng.gen_range(1..=3),
         with_soft_pin: rng.gen_bool(0.2),
         with_hard_pin: rng.gen_bool(0.1),
@@ -198,7 +198,7 @@ fn config(rng: &mut StdRng) -> ReplicateConfig {
         } else {
             String::new()
         },
-        ..ReplicateConfig::default()
+        ..ReplicaPolicy::default()
     }
 }
 

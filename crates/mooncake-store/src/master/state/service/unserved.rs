@@ -10,7 +10,7 @@ use mooncake_common::Result;
 
 use super::MasterService;
 use crate::master::state::mutation::Call;
-use crate::types::{ClientId, ReplicaDesc, ReplicateConfig, SegmentInfo, TaskAssignment, TaskId};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, SegmentInfo, TaskAssignment, TaskId};
 
 impl MasterService {
     /// `mount_shared_fs_in`, outside a served call.
@@ -111,7 +111,7 @@ impl MasterService {
         client: ClientId,
         key: &str,
         len: u64,
-        cfg: &ReplicateConfig,
+        cfg: &ReplicaPolicy,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {

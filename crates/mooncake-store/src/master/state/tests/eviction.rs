@@ -3,7 +3,7 @@
 use super::*;
 
 /// Fills segment "a" (100 KiB) with 1 KiB objects put at times 0..n.
-fn fill(s: &MasterService, n: u64, cfg: &ReplicateConfig, key: impl Fn(u64) -> String) {
+fn fill(s: &MasterService, n: u64, cfg: &ReplicaPolicy, key: impl Fn(u64) -> String) {
     for t in 0..n {
         put(s, &key(t), 1024, cfg, t);
     }
@@ -38,7 +38,7 @@ fn eviction_takes_oldest_first_above_the_watermark() {
 #[test]
 fn eviction_spares_leased_hard_pinned_and_in_flight_objects() {
     let s = with_segment(100 * 1024);
-    let hard = ReplicateConfig {
+    let hard = ReplicaPolicy {
         with_hard_pin: true,
         ..one()
     };
@@ -76,7 +76,7 @@ fn soft_pinned_objects_go_last_and_only_if_allowed() {
         p.evict_soft_pinned = allow;
         let s = MasterService::with_policy(p);
         s.mount_segment(A, &seg("a", 0, 100 * 1024), 0).unwrap();
-        let soft = ReplicateConfig {
+        let soft = ReplicaPolicy {
             with_soft_pin: true,
             ..one()
         };

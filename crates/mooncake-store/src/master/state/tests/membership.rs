@@ -7,7 +7,7 @@ fn expired_clients_lose_segments_and_objects() {
     let s = with_segment(1 << 20);
     s.mount_segment(B, &seg("b", 1 << 40, 1 << 20), 0).unwrap();
     let on_b = on("b");
-    let both = ReplicateConfig {
+    let both = ReplicaPolicy {
         replica_num: 2,
         ..one()
     };

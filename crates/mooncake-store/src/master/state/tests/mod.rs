@@ -15,9 +15,7 @@ use crate::master::{
     AllocationStrategy, LeasePolicy, MasterService, Policy, TaskPolicy, TickReport,
 };
 use crate::proto::{Request, Response};
-use crate::types::{
-    ClientId, ReplicaDesc, ReplicaStatus, ReplicateConfig, SegmentInfo, MAX_KEY_LEN,
-};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus, SegmentInfo, MAX_KEY_LEN};
 use crate::types::{TaskStatus, TaskType};
 
 pub(in crate::master) const A: ClientId = 1;
@@ -57,13 +55,13 @@ pub(in crate::master) fn seg(name: &str, base: u64, size: u64) -> SegmentInfo {
     }
 }
 
-pub(in crate::master) fn one() -> ReplicateConfig {
-    ReplicateConfig::default()
+pub(in crate::master) fn one() -> ReplicaPolicy {
+    ReplicaPolicy::default()
 }
 
 /// One replica, on segment `name` if it has room.
-pub(in crate::master) fn on(name: &str) -> ReplicateConfig {
-    ReplicateConfig {
+pub(in crate::master) fn on(name: &str) -> ReplicaPolicy {
+    ReplicaPolicy {
         preferred_segment: name.into(),
         ..one()
     }
@@ -73,7 +71,7 @@ pub(in crate::master) fn put(
     s: &MasterService,
     key: &str,
     len: u64,
-    cfg: &ReplicateConfig,
+    cfg: &ReplicaPolicy,
     now: u64,
 ) -> Vec<ReplicaDesc> {
     let d = s.put_start(W, key, len, cfg, false, now).unwrap();

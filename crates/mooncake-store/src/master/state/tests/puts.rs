@@ -76,7 +76,7 @@ fn bad_inputs_get_reference_codes() {
         code(s.put_start(W, "k", u64::MAX, &one(), false, 0)),
         ErrorCode::INVALID_PARAMS
     );
-    let zero = ReplicateConfig {
+    let zero = ReplicaPolicy {
         replica_num: 0,
         ..one()
     };
@@ -253,7 +253,7 @@ fn replicas_go_to_distinct_segments_best_effort() {
                 .unwrap();
         }
         for i in 0..20 {
-            let cfg = ReplicateConfig {
+            let cfg = ReplicaPolicy {
                 replica_num: 2,
                 ..one()
             };
@@ -266,7 +266,7 @@ fn replicas_go_to_distinct_segments_best_effort() {
             &s2,
             "wide",
             10,
-            &ReplicateConfig {
+            &ReplicaPolicy {
                 replica_num: 4,
                 ..one()
             },
@@ -276,7 +276,7 @@ fn replicas_go_to_distinct_segments_best_effort() {
         assert_eq!(s2.get_replica_list("wide", 1).unwrap().replicas.len(), 3);
     }
     // Preferred segment first.
-    let cfg = ReplicateConfig {
+    let cfg = ReplicaPolicy {
         replica_num: 1,
         preferred_segment: "c".into(),
         ..one()

@@ -82,7 +82,7 @@ fn every_metadata_read_grants_the_lease() {
 #[test]
 fn hard_pins_need_force_or_remove_all() {
     let s = with_segment(1 << 20);
-    let hard = ReplicateConfig {
+    let hard = ReplicaPolicy {
         with_hard_pin: true,
         ..one()
     };
@@ -117,7 +117,7 @@ fn remove_by_regex_counts_matches() {
 fn replica_clear_needs_an_expired_lease() {
     let s = with_segment(1 << 20);
     s.mount_segment(A, &seg("a2", 1 << 40, 1 << 20), 0).unwrap();
-    let two = ReplicateConfig {
+    let two = ReplicaPolicy {
         replica_num: 2,
         ..one()
     };
