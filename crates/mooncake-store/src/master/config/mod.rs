@@ -420,6 +420,13 @@ mod tests {
     }
 
     #[test]
+    fn the_put_fence_is_a_policy_the_flag_sets() {
+        assert!(MasterConfig::default().policy().put_fence);
+        let c = MasterConfig::from_settings([("put_fence", "false")]).unwrap();
+        assert!(!c.policy().put_fence);
+    }
+
+    #[test]
     fn parses_units_and_rejects_garbage() {
         let mut c = MasterConfig::default();
         c.set("default_kv_lease_ttl", "5s").unwrap();
