@@ -87,11 +87,17 @@ fn the_cluster_token_guards_every_port() {
     let (mport, hport) = (free_port(), free_port());
     let _master = Proc(
         Command::new(MASTER)
+            .args(
+                MasterPorts {
+                    rpc: mport,
+                    metrics: hport,
+                    ..MasterPorts::ANY
+                }
+                .args(),
+            )
             .args([
-                format!("--rpc_port={mport}"),
                 "--rpc_address=127.0.0.1".into(),
                 "--metrics_host=127.0.0.1".into(),
-                format!("--metrics_port={hport}"),
                 "--default_kv_lease_ttl=50".into(),
                 token_flag.clone(),
             ])

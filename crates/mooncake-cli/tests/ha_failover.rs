@@ -11,7 +11,8 @@ mod common;
 use std::net::TcpStream;
 
 use common::{
-    code, eventually, free_port, metadata_server, spawn_watching, value, Proc, MASTER, WAIT,
+    code, eventually, free_port, metadata_server, spawn_watching, value, MasterPorts, Proc, MASTER,
+    WAIT,
 };
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
@@ -19,16 +20,19 @@ use mooncake_store::MasterClient;
 use test_support::services;
 
 fn ha_master(etcd: &str, cluster: &str, port: u16) -> (Proc, std::sync::mpsc::Receiver<String>) {
-    let args = [
+    let mut args = MasterPorts {
+        rpc: port,
+        ..MasterPorts::ANY
+    }
+    .args();
+    args.extend([
         "--enable_ha=true".to_string(),
         format!("--etcd_endpoints={etcd}"),
         format!("--cluster_id={cluster}"),
-        format!("--rpc_port={port}"),
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
-        "--metrics_port=0".into(),
         "--client_ttl=2".into(),
-    ];
+    ]);
     spawn_watching(MASTER, &args, "listening on")
 }
 
@@ -113,22 +117,29 @@ fn failover(coordination: &str, master: &str) {
 
 #[test]
 fn bad_ha_settings_exit_with_a_message() {
-    // No endpoints, or no fixed RPC port: refused before any campaign.
-    for args in [
-        vec!["--enable_ha=true", "--rpc_port=50051"],
-        vec![
-            "--enable_ha=true",
-            "--etcd_endpoints=127.0.0.1:1",
-            "--rpc_port=0",
-            "--port=0",
-        ],
-        vec![
-            "--enable_ha=true",
-            "--ha_backend_type=k8s",
-            "--etcd_endpoints=h:1",
-        ],
+    // No endpoints, or no fixed RPC port: refused before any campaign (on
+    // free ports all the same, should one be bound).
+    let fixed = MasterPorts {
+        rpc: free_port(),
+        ..MasterPorts::ANY
+    };
+    for (ports, args) in [
+        (fixed, vec!["--enable_ha=true"]),
+        (
+            MasterPorts::ANY,
+            vec!["--enable_ha=true", "--etcd_endpoints=127.0.0.1:1"],
+        ),
+        (
+            fixed,
+            vec![
+                "--enable_ha=true",
+                "--ha_backend_type=k8s",
+                "--etcd_endpoints=h:1",
+            ],
+        ),
     ] {
         let out = std::process::Command::new(MASTER)
+            .args(ports.args())
             .args(&args)
             .output()
             .unwrap();

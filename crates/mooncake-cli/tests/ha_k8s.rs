@@ -19,7 +19,9 @@ use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::load::{check, storage_client, under_load, Load};
-use common::{code, eventually, free_port, metadata_server, value, Proc, MASTER, WAIT};
+use common::{
+    code, eventually, free_port, metadata_server, value, MasterPorts, Proc, MASTER, WAIT,
+};
 use k8s_standin::{Kind, StandIn};
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
@@ -150,19 +152,22 @@ impl Master {
     }
 
     fn start_on(api: &Api, lease: &str, pod: &str, port: u16, extra: &[&str]) -> Master {
-        let mut args = vec![
+        let mut args = MasterPorts {
+            rpc: port,
+            ..MasterPorts::ANY
+        }
+        .args();
+        args.extend([
             "--enable_ha".to_string(),
             "--ha_backend_type=k8s".into(),
             format!("--ha_backend_connstring={NS}/{lease}"),
-            format!("--rpc_port={port}"),
             "--rpc_address=127.0.0.1".into(),
             "--rpc_thread_num=1".into(),
             "--metrics_host=127.0.0.1".into(),
-            "--metrics_port=0".into(),
             "--client_ttl=2".into(),
             format!("--pod_name={pod}"),
             format!("--pod_namespace={NS}"),
-        ];
+        ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut child = Command::new(MASTER)
             .args(&args)
@@ -584,8 +589,14 @@ fn bad_k8s_settings_exit_with_a_message() {
         ),
         (vec![ok, "--pod_name=m-0"], "--pod_namespace"),
     ] {
-        let mut argv = vec!["--enable_ha", "--rpc_port=50051", "--ha_backend_type=k8s"];
-        argv.extend(args);
+        // A fixed RPC port (HA needs one), free should the master bind it.
+        let mut argv = MasterPorts {
+            rpc: free_port(),
+            ..MasterPorts::ANY
+        }
+        .args();
+        argv.extend(["--enable_ha", "--ha_backend_type=k8s"].map(String::from));
+        argv.extend(args.into_iter().map(String::from));
         let out = Command::new(MASTER)
             .args(&argv)
             .env_remove("POD_NAMESPACE")
@@ -645,11 +656,14 @@ fn a_client_waits_for_the_holder_to_listen() {
     // The holder starts listening (a plain master on the port it named).
     let _m = Proc(
         Command::new(MASTER)
-            .args([
-                &format!("--rpc_port={port}"),
-                "--rpc_address=127.0.0.1",
-                "--metrics_port=0",
-            ])
+            .args(
+                MasterPorts {
+                    rpc: port,
+                    ..MasterPorts::ANY
+                }
+                .args(),
+            )
+            .arg("--rpc_address=127.0.0.1")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

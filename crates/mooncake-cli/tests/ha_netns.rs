@@ -23,7 +23,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{eventually, metadata_server_on, value, Proc, MASTER, STORAGE};
+use common::{eventually, metadata_server_on, value, MasterPorts, Proc, MASTER, STORAGE};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
 
@@ -217,18 +217,24 @@ fn a_leader_cut_off_on_its_own_host_is_replaced_and_nothing_acknowledged_is_lost
 
     let master = |i: usize| {
         let host = net.addr(i);
-        let args = vec![
+        // The deployment's own ports: each master is alone in its network
+        // namespace, so they collide with nothing on this machine.
+        let mut args = MasterPorts {
+            rpc: 50051,
+            metrics: 9003,
+            ..MasterPorts::ANY
+        }
+        .args();
+        args.extend([
             "--enable_ha=true".to_string(),
             "--enable_oplog=true".into(),
             format!("--etcd_endpoints={etcd_addr}"),
-            "--rpc_port=50051".into(),
             format!("--rpc_address={host}"),
             format!("--metrics_host={host}"),
-            "--metrics_port=9003".into(),
             // Longer than the storage host is cut off below: it must not expire.
             "--client_ttl=300".into(),
             "--oplog_poll_interval_ms=200".into(),
-        ];
+        ]);
         net.spawn(i, false, MASTER, &args, &log(&format!("master-{i}.log")))
     };
     let role = |i: usize| http_get(&format!("{}:9003", net.addr(i)), "/role");

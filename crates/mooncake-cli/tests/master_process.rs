@@ -13,6 +13,7 @@ use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::proto::{Request, Response};
 use mooncake_store::types::{SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
+use test_support::ports::MasterPorts;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake_master");
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -34,12 +35,8 @@ impl Master {
     /// Starts the binary on free ports and waits (bounded) for its `listening on` line.
     fn start(extra: &[&str]) -> Master {
         let mut child = Command::new(BIN)
-            .args([
-                "--port=0",
-                "--metrics_port=0",
-                "--rpc_address=127.0.0.1",
-                "--metrics_host=127.0.0.1",
-            ])
+            .args(MasterPorts::ANY.args())
+            .args(["--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1"])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -390,6 +387,7 @@ fn bad_command_lines_fail_fast() {
         &["--config_path=/nonexistent/m.yaml"],
     ] {
         let out = Command::new(BIN)
+            .args(MasterPorts::ANY.args())
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

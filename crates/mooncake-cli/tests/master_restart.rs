@@ -12,21 +12,25 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::{
-    code, eventually, free_port, metadata_server, spawn_until_line, value, Proc, MASTER, STORAGE,
+    code, eventually, free_port, metadata_server, spawn_until_line, value, MasterPorts, Proc,
+    MASTER, STORAGE,
 };
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 
 fn master(port: u16, dir: &Path, client_ttl: u32) -> Proc {
-    master_with(port, dir, client_ttl, &[])
+    let ports = MasterPorts {
+        rpc: port,
+        ..MasterPorts::ANY
+    };
+    master_with(ports, dir, client_ttl, &[])
 }
 
-fn master_with(port: u16, dir: &Path, client_ttl: u32, extra: &[String]) -> Proc {
-    let mut args = vec![
-        format!("--rpc_port={port}"),
+fn master_with(ports: MasterPorts, dir: &Path, client_ttl: u32, extra: &[String]) -> Proc {
+    let mut args = ports.args();
+    args.extend([
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
-        "--metrics_port=0".into(),
         format!("--client_ttl={client_ttl}"),
         "--default_kv_lease_ttl=50".into(),
         "--enable_oplog=true".into(),
@@ -35,7 +39,7 @@ fn master_with(port: u16, dir: &Path, client_ttl: u32, extra: &[String]) -> Proc
         "--snapshot_interval_seconds=1".into(),
         "--snapshot_retention_count=2".into(),
         format!("--wal_dir={}", dir.join("wal").display()),
-    ];
+    ]);
     args.extend(extra.iter().cloned());
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -55,7 +59,7 @@ fn master_with(port: u16, dir: &Path, client_ttl: u32, extra: &[String]) -> Proc
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             panic!("master exited ({status}):\n{log}");
         }
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        std::net::TcpStream::connect(("127.0.0.1", ports.rpc)).is_ok()
     });
     p
 }
@@ -192,10 +196,14 @@ fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metada
     let embedded = [
         "--enable_http_metadata_server=true".to_string(),
         "--http_metadata_server_host=127.0.0.1".into(),
-        format!("--http_metadata_server_port={meta_port}"),
     ];
+    let ports = MasterPorts {
+        rpc: port,
+        metadata: meta_port,
+        ..MasterPorts::ANY
+    };
     let metadata = format!("http://127.0.0.1:{meta_port}/metadata");
-    let mut m = master_with(port, dir.path(), 5, &embedded);
+    let mut m = master_with(ports, dir.path(), 5, &embedded);
     let (_owner, _) = spawn_until_line(
         STORAGE,
         &[
@@ -226,7 +234,7 @@ fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metada
     drop(writer);
 
     m.kill9();
-    let _m = master_with(port, dir.path(), 5, &embedded);
+    let _m = master_with(ports, dir.path(), 5, &embedded);
     let reader = pure(&metadata);
     eventually(
         "a new client reads through the owner's segment",

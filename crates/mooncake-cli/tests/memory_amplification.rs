@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
-use common::{free_port, wait_port, Proc, MASTER};
+use common::{free_port, wait_port, MasterPorts, Proc, MASTER};
 use mooncake_store::proto::frame::{encode_frame, read_frame};
 use mooncake_store::proto::wire::{put_varint, MAX_SEQUENCE_LEN};
 use mooncake_store::proto::Request;
@@ -85,12 +85,15 @@ fn master_answers_the_worst_batches_within_the_memory_bound() {
     let http = free_port();
     let master = Proc(
         Command::new(MASTER)
-            .args([
-                format!("--rpc_port={port}"),
-                "--rpc_address=127.0.0.1".into(),
-                "--metrics_host=127.0.0.1".into(),
-                format!("--metrics_port={http}"),
-            ])
+            .args(
+                MasterPorts {
+                    rpc: port,
+                    metrics: http,
+                    ..MasterPorts::ANY
+                }
+                .args(),
+            )
+            .args(["--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

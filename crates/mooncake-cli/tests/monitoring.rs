@@ -108,16 +108,20 @@ fn workload(client: Client, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()
 }
 
 fn ha_master(etcd: &str, cluster: &str, rpc: u16, http: u16) -> Proc {
-    let args = [
+    let mut args = MasterPorts {
+        rpc,
+        metrics: http,
+        ..MasterPorts::ANY
+    }
+    .args();
+    args.extend([
         "--enable_ha=true".to_string(),
         format!("--etcd_endpoints={etcd}"),
         format!("--cluster_id={cluster}"),
-        format!("--rpc_port={rpc}"),
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
-        format!("--metrics_port={http}"),
         "--client_ttl=2".into(),
-    ];
+    ]);
     Proc(
         Command::new(MASTER)
             .args(args)

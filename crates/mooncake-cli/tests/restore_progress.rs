@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_port, Proc, MASTER};
+use common::{free_port, MasterPorts, Proc, MASTER};
 use mooncake_store::master::snapshot::format::{encode, SnapshotMeta};
 use mooncake_store::master::snapshot::store::{snapshot_name, LocalStore, SnapshotStore};
 use mooncake_store::master::{MasterConfig, MasterService};
@@ -86,12 +86,18 @@ fn metrics_show_a_restore_while_it_runs() {
     let log = std::fs::File::create(dir.path().join("master.log")).unwrap();
     let mut master = Proc(
         Command::new(MASTER)
+            .args(
+                MasterPorts {
+                    rpc,
+                    metrics: http,
+                    ..MasterPorts::ANY
+                }
+                .args(),
+            )
             .args([
-                format!("--rpc_port={rpc}"),
-                "--rpc_address=127.0.0.1".into(),
-                "--metrics_host=127.0.0.1".into(),
-                format!("--metrics_port={http}"),
-                "--enable_snapshot_restore=true".into(),
+                "--rpc_address=127.0.0.1",
+                "--metrics_host=127.0.0.1",
+                "--enable_snapshot_restore=true",
             ])
             .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir.path().join("snapshots"))
             .stdout(Stdio::null())

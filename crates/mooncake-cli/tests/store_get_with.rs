@@ -5,21 +5,22 @@
 use mooncake_common::{Error, ErrorCode};
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicateConfig;
+use test_support::ports::MasterPorts;
 use test_support::process::{field, spawn_until_line, Proc};
 
 const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
 
 fn master() -> (Proc, String, String) {
-    let args = [
-        "--port=0",
-        "--rpc_address=127.0.0.1",
-        "--enable_http_metadata_server=true",
-        "--http_metadata_server_host=127.0.0.1",
-        "--http_metadata_server_port=0",
-        "--metrics_host=127.0.0.1",
-        "--metrics_port=0",
-    ]
-    .map(String::from);
+    let mut args = MasterPorts::ANY.args();
+    args.extend(
+        [
+            "--rpc_address=127.0.0.1",
+            "--enable_http_metadata_server=true",
+            "--http_metadata_server_host=127.0.0.1",
+            "--metrics_host=127.0.0.1",
+        ]
+        .map(String::from),
+    );
     let (proc, line) = spawn_until_line(MASTER, &args, "listening");
     let rpc = field(&line, "rpc").unwrap().to_string();
     let meta = format!("http://{}/metadata", field(&line, "metadata").unwrap());

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use super::{eventually, spawn_watching, Proc, MASTER};
+use super::{eventually, spawn_watching, MasterPorts, Proc, MASTER};
 
 pub struct Master {
     pub proc: Proc,
@@ -42,19 +42,23 @@ pub fn start_master_in(
     snapshots: Option<&std::path::Path>,
     extra: &[&str],
 ) -> Master {
-    let mut args = vec![
+    let mut args = MasterPorts {
+        rpc,
+        metrics: http,
+        ..MasterPorts::ANY
+    }
+    .args();
+    args.extend([
         "--enable_ha=true".to_string(),
         "--enable_oplog=true".into(),
         format!("--etcd_endpoints={coordination}"),
         format!("--cluster_id={cluster}"),
-        format!("--rpc_port={rpc}"),
         "--rpc_address=127.0.0.1".into(),
         "--metrics_host=127.0.0.1".into(),
-        format!("--metrics_port={http}"),
         format!("--client_ttl={client_ttl}"),
         "--default_kv_lease_ttl=200".into(),
         "--oplog_poll_interval_ms=200".into(),
-    ];
+    ]);
     let Some(dir) = snapshots else {
         let (proc, up) = spawn_watching(MASTER, &args, "listening on");
         return Master {

@@ -17,8 +17,9 @@ use std::process::{Command, Stdio};
 use mooncake_common::ErrorCode;
 use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::{ReplicaKind, ReplicateConfig};
+pub use test_support::ports::{free_port, MasterPorts};
 pub use test_support::process::{
-    eventually, free_port, spawn_until_line, spawn_watching, wait_port, Proc, WAIT,
+    eventually, spawn_until_line, spawn_watching, wait_port, Proc, WAIT,
 };
 
 pub const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
@@ -61,14 +62,18 @@ impl Cluster {
     pub fn start(extra_master_flags: &[&str]) -> Cluster {
         let (mport, hport) = (free_port(), free_port());
         let (meta, metadata) = metadata_server();
-        let mut args = vec![
-            format!("--rpc_port={mport}"),
+        let mut args = MasterPorts {
+            rpc: mport,
+            metrics: hport,
+            ..MasterPorts::ANY
+        }
+        .args();
+        args.extend([
             "--rpc_address=127.0.0.1".into(),
             "--metrics_host=127.0.0.1".into(),
-            format!("--metrics_port={hport}"),
             "--client_ttl=2".into(),
             "--default_kv_lease_ttl=50".into(),
-        ];
+        ]);
         args.extend(extra_master_flags.iter().map(|s| s.to_string()));
         let master = Proc(
             Command::new(MASTER)
