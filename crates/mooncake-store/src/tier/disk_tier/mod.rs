@@ -569,5 +569,4 @@ pub(crate) fn watermark_excess(used: u64, size: u64, pending: u64, high: f64, lo
 }
 
 #[cfg(test)]
-#[path = "disk_tier_tests.rs"]
 mod tests;

@@ -497,5 +497,4 @@ impl TierIndex {
 }
 
 #[cfg(test)]
-#[path = "index_tests.rs"]
 mod tests;
