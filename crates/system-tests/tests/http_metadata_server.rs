@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use mooncake_common::ErrorCode;
 use mooncake_transfer::metadata::{connect, MetadataUri};
 
-const BIN: &str = env!("CARGO_BIN_EXE_mooncake_http_metadata_server");
+static BIN: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_http_metadata_server"));
 
 /// Kills the server (by pid) if a test fails before stopping it.
 struct Server(Child);
@@ -24,7 +25,7 @@ impl Drop for Server {
 impl Server {
     /// Starts the binary and waits (bounded) for its `listening on` line.
     fn start(args: &[&str]) -> (Server, String) {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(&*BIN)
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -95,13 +96,13 @@ fn sigint_stops_it_too() {
 
 #[test]
 fn bad_flags_and_busy_port_fail() {
-    let out = Command::new(BIN).arg("--port=notaport").output().unwrap();
+    let out = Command::new(&*BIN).arg("--port=notaport").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("port"));
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args([format!("--port={port}"), "--host=127.0.0.1".into()])
         .output()
         .unwrap();

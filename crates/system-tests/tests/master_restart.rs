@@ -46,7 +46,7 @@ fn master_with(ports: MasterPorts, dir: &Path, client_ttl: u32, extra: &[String]
     let log_path = dir.join(format!("master-{n}.log"));
     let log = std::fs::File::create(&log_path).unwrap();
     let mut p = Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(&args)
             .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir.join("snapshots"))
             .stdout(Stdio::null())
@@ -150,7 +150,7 @@ fn segments_of_an_owner_that_does_not_come_back_are_dropped() {
     let mut m = master(port, dir.path(), 1);
     // The owner: a storage process contributing the only segment.
     let (mut owner, _) = spawn_until_line(
-        STORAGE,
+        &STORAGE,
         &[
             format!("--master_server_address=127.0.0.1:{port}"),
             format!("--metadata_server={metadata}"),
@@ -205,7 +205,7 @@ fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metada
     let metadata = format!("http://127.0.0.1:{meta_port}/metadata");
     let mut m = master_with(ports, dir.path(), 5, &embedded);
     let (_owner, _) = spawn_until_line(
-        STORAGE,
+        &STORAGE,
         &[
             format!("--master_server_address=127.0.0.1:{port}"),
             format!("--metadata_server={metadata}"),

@@ -74,7 +74,7 @@ fn the_cluster_token_guards_every_port() {
     let token_flag = format!("--cluster_token_file={}", token_file.display());
 
     let (_meta, meta_line) = spawn_until_line(
-        METADATA,
+        &METADATA,
         &[
             "-port=0".into(),
             "--host=127.0.0.1".into(),
@@ -86,7 +86,7 @@ fn the_cluster_token_guards_every_port() {
     let metadata = format!("http://{meta_addr}/metadata");
     let (mport, hport) = (free_port(), free_port());
     let _master = Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(
                 MasterPorts {
                     rpc: mport,
@@ -110,7 +110,7 @@ fn the_cluster_token_guards_every_port() {
     wait_port(hport);
     let master_addr = format!("127.0.0.1:{mport}");
     let (_storage, ready) = spawn_until_line(
-        STORAGE,
+        &STORAGE,
         &[
             format!("--master_server_address={master_addr}"),
             format!("--metadata_server={metadata}"),

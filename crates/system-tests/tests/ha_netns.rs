@@ -235,7 +235,7 @@ fn a_leader_cut_off_on_its_own_host_is_replaced_and_nothing_acknowledged_is_lost
             "--client_ttl=300".into(),
             "--oplog_poll_interval_ms=200".into(),
         ]);
-        net.spawn(i, false, MASTER, &args, &log(&format!("master-{i}.log")))
+        net.spawn(i, false, &MASTER, &args, &log(&format!("master-{i}.log")))
     };
     let role = |i: usize| http_get(&format!("{}:9003", net.addr(i)), "/role");
     let mut procs: Vec<Proc> = Vec::new();
@@ -267,7 +267,7 @@ fn a_leader_cut_off_on_its_own_host_is_replaced_and_nothing_acknowledged_is_lost
     let _storage = net.spawn(
         storage,
         true,
-        STORAGE,
+        &STORAGE,
         &[
             format!("--master_server_address={master_addr}"),
             format!("--metadata_server={metadata}"),

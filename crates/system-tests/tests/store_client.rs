@@ -14,7 +14,8 @@ use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::{ReplicateConfig, WriteOptions, MAX_KEY_LEN};
 use mooncake_store::{MasterClient, MooncakeStore};
 
-const UMBRELLA: &str = env!("CARGO_BIN_EXE_mooncake");
+static UMBRELLA: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake"));
 
 mod common;
 use common::*;
@@ -603,14 +604,22 @@ fn concurrent_put_get_remove_match_a_model() {
     }
 }
 
-#[path = "../../mooncake-store/examples/basic_usage.rs"]
-mod basic_usage;
-
-/// The Rust API example, run against a cluster.
+/// The Rust API example (mooncake-store's `examples/basic_usage.rs`), run
+/// as a user runs it, against a cluster.
 #[test]
 fn rust_api_example_runs() {
     let cluster = Cluster::start(&["--allow_force_remove_all"]);
-    basic_usage::run(&cluster.master_addr, &cluster.metadata).unwrap();
+    let out = Command::new(mooncake_system_tests::store_example("basic_usage"))
+        .env("MOONCAKE_MASTER", &cluster.master_addr)
+        .env("MC_METADATA_SERVER", &cluster.metadata)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -677,7 +686,7 @@ fn mooncake_up_serves_embedded_and_dummy_clients() {
         "--port=0",
         "--global_segment_size=32MB",
     ];
-    let mut child = Command::new(UMBRELLA)
+    let mut child = Command::new(&*UMBRELLA)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -85,7 +85,7 @@ fn metrics_show_a_restore_while_it_runs() {
     let (rpc, http) = (free_port(), free_port());
     let log = std::fs::File::create(dir.path().join("master.log")).unwrap();
     let mut master = Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(
                 MasterPorts {
                     rpc,

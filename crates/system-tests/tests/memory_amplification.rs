@@ -84,7 +84,7 @@ fn master_answers_the_worst_batches_within_the_memory_bound() {
     let port = free_port();
     let http = free_port();
     let master = Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(
                 MasterPorts {
                     rpc: port,
@@ -143,7 +143,7 @@ struct Target(Proc, u16);
 
 impl Target {
     fn start() -> Target {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_transfer_engine_bench"))
+        let mut child = Command::new(mooncake_system_tests::program("transfer_engine_bench"))
             .args([
                 "--mode=target",
                 "--local_server_name=127.0.0.1",

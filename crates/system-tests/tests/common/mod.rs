@@ -22,9 +22,12 @@ pub use test_support::process::{
     eventually, spawn_until_line, spawn_watching, wait_port, Proc, WAIT,
 };
 
-pub const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
-pub const METADATA: &str = env!("CARGO_BIN_EXE_mooncake_http_metadata_server");
-pub const STORAGE: &str = env!("CARGO_BIN_EXE_mooncake_client");
+pub static MASTER: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_master"));
+pub static METADATA: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_http_metadata_server"));
+pub static STORAGE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_client"));
 
 pub struct Cluster {
     pub master_addr: String,
@@ -50,7 +53,7 @@ pub fn metadata_server() -> (Proc, String) {
 /// A `mooncake_http_metadata_server` on a free port of `host`, and its URL.
 pub fn metadata_server_on(host: &str) -> (Proc, String) {
     let (meta, line) = spawn_until_line(
-        METADATA,
+        &METADATA,
         &["-port=0".into(), format!("--host={host}")],
         "listening on",
     );
@@ -76,7 +79,7 @@ impl Cluster {
         ]);
         args.extend(extra_master_flags.iter().map(|s| s.to_string()));
         let master = Proc(
-            Command::new(MASTER)
+            Command::new(&*MASTER)
                 .args(&args)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -101,7 +104,7 @@ impl Cluster {
             "--port=0".into(),
             format!("--global_segment_size={segment_size}"),
         ];
-        let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
+        let (proc, line) = spawn_until_line(&STORAGE, &args, "mooncake_client ready");
         let dummy_addr = ready_dummy_addr(&line);
         let segment = ready_segment(&line);
         Storage {

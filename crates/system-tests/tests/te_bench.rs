@@ -15,7 +15,7 @@ struct Target {
 
 impl Target {
     fn start(extra_env: &[(&str, &str)]) -> Target {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_transfer_engine_bench"));
+        let mut cmd = Command::new(mooncake_system_tests::program("transfer_engine_bench"));
         cmd.args([
             "--mode=target",
             "--local_server_name=127.0.0.1",
@@ -89,7 +89,7 @@ fn read_and_write_verify_same_host() {
 #[test]
 fn binary_prints_the_throughput_line() {
     let target = Target::start(&[("MC_FORCE_TCP", "1")]);
-    let out = Command::new(env!("CARGO_BIN_EXE_transfer_engine_bench"))
+    let out = Command::new(mooncake_system_tests::program("transfer_engine_bench"))
         .args([
             "--local_server_name=127.0.0.1",
             &format!("--segment_id={}", target.segment),
@@ -121,7 +121,7 @@ fn unknown_segment_fails_cleanly() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_transfer_engine_bench"))
+    let out = Command::new(mooncake_system_tests::program("transfer_engine_bench"))
         .args([
             "--local_server_name=127.0.0.1",
             &format!("--segment_id={dead}"),

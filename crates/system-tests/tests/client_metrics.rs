@@ -46,7 +46,7 @@ fn mooncake_client_serves_metrics_and_health() {
         "--enable_http_server".into(),
         format!("--http_port={http_port}"),
     ];
-    let (_node, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
+    let (_node, line) = spawn_until_line(&STORAGE, &args, "mooncake_client ready");
     let dummy_addr = ready_dummy_addr(&line);
     wait_port(http_port);
     let addr = format!("127.0.0.1:{http_port}");

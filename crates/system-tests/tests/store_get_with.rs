@@ -8,7 +8,8 @@ use mooncake_store::types::ReplicateConfig;
 use test_support::ports::MasterPorts;
 use test_support::process::{field, spawn_until_line, Proc};
 
-const MASTER: &str = env!("CARGO_BIN_EXE_mooncake_master");
+static MASTER: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_master"));
 
 fn master() -> (Proc, String, String) {
     let mut args = MasterPorts::ANY.args();
@@ -21,7 +22,7 @@ fn master() -> (Proc, String, String) {
         ]
         .map(String::from),
     );
-    let (proc, line) = spawn_until_line(MASTER, &args, "listening");
+    let (proc, line) = spawn_until_line(&MASTER, &args, "listening");
     let rpc = field(&line, "rpc").unwrap().to_string();
     let meta = format!("http://{}/metadata", field(&line, "metadata").unwrap());
     (proc, rpc, meta)

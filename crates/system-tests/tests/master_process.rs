@@ -15,7 +15,8 @@ use mooncake_store::types::{SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 use test_support::ports::MasterPorts;
 
-const BIN: &str = env!("CARGO_BIN_EXE_mooncake_master");
+static BIN: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| mooncake_system_tests::program("mooncake_master"));
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Kills the master (by pid) if a test fails before stopping it.
@@ -34,7 +35,7 @@ impl Drop for Master {
 impl Master {
     /// Starts the binary on free ports and waits (bounded) for its `listening on` line.
     fn start(extra: &[&str]) -> Master {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(&*BIN)
             .args(MasterPorts::ANY.args())
             .args(["--rpc_address=127.0.0.1", "--metrics_host=127.0.0.1"])
             .args(extra)
@@ -386,7 +387,7 @@ fn bad_command_lines_fail_fast() {
         &["--allocation_strategy=bogus"],
         &["--config_path=/nonexistent/m.yaml"],
     ] {
-        let out = Command::new(BIN)
+        let out = Command::new(&*BIN)
             .args(MasterPorts::ANY.args())
             .args(args)
             .stdout(Stdio::null())
@@ -396,7 +397,7 @@ fn bad_command_lines_fail_fast() {
         assert!(!out.status.success(), "{args:?}");
         assert!(!out.stderr.is_empty());
     }
-    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let out = Command::new(&*BIN).arg("--help").output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("--eviction_high_watermark_ratio"));
 }

@@ -84,7 +84,7 @@ fn storage_node(master: &str, metadata: &str, http_port: u16) -> (Proc, String) 
         "--enable_http_server=true".into(),
         format!("--http_port={http_port}"),
     ];
-    let (proc, line) = spawn_until_line(STORAGE, &args, "mooncake_client ready");
+    let (proc, line) = spawn_until_line(&STORAGE, &args, "mooncake_client ready");
     (proc, ready_dummy_addr(&line))
 }
 
@@ -123,7 +123,7 @@ fn ha_master(etcd: &str, cluster: &str, rpc: u16, http: u16) -> Proc {
         "--client_ttl=2".into(),
     ]);
     Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -60,7 +60,7 @@ pub fn start_master_in(
         "--oplog_poll_interval_ms=200".into(),
     ]);
     let Some(dir) = snapshots else {
-        let (proc, up) = spawn_watching(MASTER, &args, "listening on");
+        let (proc, up) = spawn_watching(&MASTER, &args, "listening on");
         return Master {
             proc,
             rpc,
@@ -74,11 +74,11 @@ pub fn start_master_in(
         "--snapshot_retention_count=2".into(),
     ]);
     args.extend(extra.iter().map(|s| s.to_string()));
-    let mut child = std::process::Command::new(MASTER)
+    let mut child = std::process::Command::new(&*MASTER)
         .args(&args)
         .env("MOONCAKE_SNAPSHOT_LOCAL_PATH", dir)
         .stdout(std::process::Stdio::piped())
-        .stderr(test_support::process::child_stderr(MASTER))
+        .stderr(test_support::process::child_stderr(&MASTER))
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();

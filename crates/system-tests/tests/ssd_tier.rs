@@ -21,7 +21,7 @@ const VALUE: usize = 256 << 10;
 /// A `mooncake_client --enable_offload` on `dir` (extra `MOONCAKE_OFFLOAD_*`
 /// settings in `env`); returns once it is ready.
 fn tier_storage(cluster: &Cluster, dir: &Path, env: &[(&str, &str)]) -> Proc {
-    let mut cmd = Command::new(STORAGE);
+    let mut cmd = Command::new(&*STORAGE);
     cmd.args([
         format!("--master_server_address={}", cluster.master_addr),
         format!("--metadata_server={}", cluster.metadata),

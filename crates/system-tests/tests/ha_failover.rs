@@ -33,7 +33,7 @@ fn ha_master(etcd: &str, cluster: &str, port: u16) -> (Proc, std::sync::mpsc::Re
         "--metrics_host=127.0.0.1".into(),
         "--client_ttl=2".into(),
     ]);
-    spawn_watching(MASTER, &args, "listening on")
+    spawn_watching(&MASTER, &args, "listening on")
 }
 
 fn listens(port: u16) -> bool {
@@ -138,7 +138,7 @@ fn bad_ha_settings_exit_with_a_message() {
             ],
         ),
     ] {
-        let out = std::process::Command::new(MASTER)
+        let out = std::process::Command::new(&*MASTER)
             .args(ports.args())
             .args(&args)
             .output()

@@ -169,7 +169,7 @@ impl Master {
             format!("--pod_namespace={NS}"),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut child = Command::new(MASTER)
+        let mut child = Command::new(&*MASTER)
             .args(&args)
             .env("KUBECONFIG", &api.kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")
@@ -597,7 +597,7 @@ fn bad_k8s_settings_exit_with_a_message() {
         .args();
         argv.extend(["--enable_ha", "--ha_backend_type=k8s"].map(String::from));
         argv.extend(args.into_iter().map(String::from));
-        let out = Command::new(MASTER)
+        let out = Command::new(&*MASTER)
             .args(&argv)
             .env_remove("POD_NAMESPACE")
             .output()
@@ -655,7 +655,7 @@ fn a_client_waits_for_the_holder_to_listen() {
     std::thread::sleep(Duration::from_millis(1500));
     // The holder starts listening (a plain master on the port it named).
     let _m = Proc(
-        Command::new(MASTER)
+        Command::new(&*MASTER)
             .args(
                 MasterPorts {
                     rpc: port,
