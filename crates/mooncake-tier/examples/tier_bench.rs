@@ -1,7 +1,7 @@
 //! Sequential write and read throughput of the SSD tier against `dd` with
 //! `O_DIRECT` in the same directory, same run.
 //!
-//!     cargo run --release -p mooncake-store --example tier_bench -- \
+//!     cargo run --release -p mooncake-tier --example tier_bench -- \
 //!         --dir /var/tmp/tier-bench --total-mib 2048 [--uring] [--backend file_per_key]
 //!
 //! Writes objects of 256 KiB-1 MiB (deterministic sizes) through
@@ -33,10 +33,10 @@
 //! writes see); reads go through the tier's `read_object` (buffered, as
 //! clients read the mount).
 
-use mooncake_store::tier::fs_group::{GroupObject, GroupWriter};
-use mooncake_store::tier::io::{engine, AlignedBuf, DiskFile};
-use mooncake_store::tier::shared_fs;
-use mooncake_store::tier::{Backend, DiskTier, TierConfig, Verify};
+use mooncake_tier::fs_group::{GroupObject, GroupWriter};
+use mooncake_tier::io::{engine, AlignedBuf, DiskFile};
+use mooncake_tier::shared_fs;
+use mooncake_tier::{Backend, DiskTier, TierConfig, Verify};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;

@@ -283,8 +283,8 @@ impl Drop for BucketWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::format::decode_bucket_meta;
-    use crate::tier::io::psync::PsyncEngine;
+    use crate::format::decode_bucket_meta;
+    use crate::io::psync::PsyncEngine;
 
     fn writer(dir: &Path, size_limit: u64, keys: u64) -> BucketWriter {
         BucketWriter::new(dir, Arc::new(PsyncEngine), size_limit, keys, 1).with_chunk(8192)
@@ -347,7 +347,7 @@ mod tests {
             assert_eq!(got, &value(i, sizes[i])[..]);
             assert_eq!(crc32c::crc32c(got), e.crc);
             assert_eq!(e.tag, i as u64);
-            if e.len >= crate::tier::format::VALUE_ALIGN_MIN {
+            if e.len >= crate::format::VALUE_ALIGN_MIN {
                 assert!(e.offset.is_multiple_of(DIO_ALIGN as u64));
             }
         }

@@ -398,7 +398,7 @@ fn scan_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::io::psync::PsyncEngine;
+    use crate::io::psync::PsyncEngine;
 
     #[test]
     fn paths_are_distinct_for_distinct_keys() {

@@ -359,7 +359,7 @@ fn write_temp(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::shared_fs::{object_file, path_of, read_object};
+    use crate::shared_fs::{object_file, path_of, read_object};
 
     /// The group writing `values[i]` under `keys[i]`, each at its tier path.
     fn group_of<'a, K: AsRef<str>>(
@@ -400,7 +400,7 @@ mod tests {
         fn read_at(&self, file: &DiskFile, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
             PsyncEngine.read_at(file, buf, offset)
         }
-        unsafe fn read_many(&self, ops: &mut [crate::tier::io::ReadOp]) {
+        unsafe fn read_many(&self, ops: &mut [crate::io::ReadOp]) {
             // SAFETY: the caller's guarantee is passed on unchanged.
             unsafe { PsyncEngine.read_many(ops) }
         }
@@ -547,7 +547,7 @@ mod tests {
         let fsdir = fsdir.to_str().unwrap();
         let mut w = GroupWriter::default();
         w.prepare(fsdir).unwrap();
-        for d in crate::tier::shared_fs::object_dirs(fsdir) {
+        for d in crate::shared_fs::object_dirs(fsdir) {
             assert!(d.is_dir(), "{}", d.display());
         }
         w.prepare(fsdir).unwrap();
@@ -633,7 +633,7 @@ mod tests {
     fn crash_value(key: &str) -> &'static [u8] {
         static POOL: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         let pool = POOL.get_or_init(|| value(2 << 20, 0x5a));
-        let h = crate::tier::shared_fs::std_hash(key.as_bytes());
+        let h = crate::shared_fs::std_hash(key.as_bytes());
         let len = 20_000 + (h % 600_000) as usize;
         let at = ((h >> 32) % (1 << 20)) as usize;
         &pool[at..at + len]
@@ -697,7 +697,7 @@ mod tests {
             let mut child = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "tier::fs_group::tests::a_writer_killed_mid_group_leaves_only_complete_files",
+                    "fs_group::tests::a_writer_killed_mid_group_leaves_only_complete_files",
                     "--nocapture",
                     "--test-threads=1",
                 ])
@@ -751,7 +751,7 @@ mod tests {
                 let name = p.file_name().unwrap().to_string_lossy().into_owned();
                 if p.is_dir() {
                     stack.push(p);
-                } else if !name.ends_with(".tmp") && !crate::tier::fs_spare::is_spare(&name) {
+                } else if !name.ends_with(".tmp") && !crate::fs_spare::is_spare(&name) {
                     let want = crash_value(&name);
                     let mut out = vec![0u8; want.len()];
                     read_object(&p, &name, &mut out).unwrap();

@@ -310,8 +310,8 @@ pub fn read_values(engine: &dyn IoEngine, reads: &mut [ValueRead<'_>]) -> Vec<Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::io::psync::PsyncEngine;
-    use crate::tier::io::uring::UringEngine;
+    use crate::io::psync::PsyncEngine;
+    use crate::io::uring::UringEngine;
 
     /// Values of these lengths laid out as a bucket lays them out (each on
     /// a block boundary), the file's bytes and each value's offset.

@@ -382,7 +382,7 @@ impl Drop for Readahead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::io::psync::PsyncEngine;
+    use crate::io::psync::PsyncEngine;
 
     fn file(dir: &std::path::Path, len: usize) -> (PathBuf, Vec<u8>) {
         named(dir, "data", len, 0)

@@ -156,7 +156,7 @@ pub fn path_of(file: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::fs_group::{GroupObject, GroupWriter};
+    use crate::fs_group::{GroupObject, GroupWriter};
 
     #[test]
     fn hash_matches_libstdcxx() {

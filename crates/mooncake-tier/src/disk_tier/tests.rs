@@ -1,8 +1,8 @@
 use super::*;
-use crate::tier::bucket::{data_path, meta_path};
-use crate::tier::config::EvictionPolicy;
-use crate::tier::io::{temp_path, AlignedBuf};
-use crate::tier::scan::ScanProblem;
+use crate::bucket::{data_path, meta_path};
+use crate::config::EvictionPolicy;
+use crate::io::{temp_path, AlignedBuf};
+use crate::scan::ScanProblem;
 use std::path::Path;
 
 fn config(dir: &Path, backend: Backend, uring: bool) -> TierConfig {

@@ -219,13 +219,13 @@ fn keys(names: &[&str]) -> Vec<String> {
 
 fn hole_at(path: &std::path::Path, offset: u64, len: u64) -> bool {
     let f = std::fs::File::open(path).unwrap();
-    crate::tier::io::holes::has_hole(std::os::fd::AsRawFd::as_raw_fd(&f), offset, len)
+    crate::io::holes::has_hole(std::os::fd::AsRawFd::as_raw_fd(&f), offset, len)
 }
 
 #[test]
 fn lru_evicts_single_objects_out_of_a_bucket() {
     let dir = tempfile::tempdir().unwrap();
-    let punch = crate::tier::io::holes::supports_punch(dir.path());
+    let punch = crate::io::holes::supports_punch(dir.path());
     let mut ix = TierIndex::new(EvictionPolicy::Lru, 8 * B, 1000, punch);
     ix.insert(bucket(dir.path(), 1, &keys(&["a", "b", "c", "d"]), 2), 1);
     drop(ix.lookup("a", 5));
@@ -255,7 +255,7 @@ fn lru_evicts_single_objects_out_of_a_bucket() {
 #[test]
 fn an_evicted_objects_blocks_wait_for_the_readers_of_its_bucket() {
     let dir = tempfile::tempdir().unwrap();
-    if !crate::tier::io::holes::supports_punch(dir.path()) {
+    if !crate::io::holes::supports_punch(dir.path()) {
         return;
     }
     let mut ix = TierIndex::new(EvictionPolicy::Fifo, 2 * B, 1000, true);

@@ -5,8 +5,8 @@
 //! waiting for it. With one buffer, every write happens inline.
 
 use super::{AlignedBuf, DiskFile, IoEngine};
-use crate::tier::format::{align_up, DIO_ALIGN};
-use crate::tier::TierError;
+use crate::format::{align_up, DIO_ALIGN};
+use crate::TierError;
 use std::io;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -317,7 +317,7 @@ impl SeqWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::io::psync::PsyncEngine;
+    use crate::io::psync::PsyncEngine;
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)

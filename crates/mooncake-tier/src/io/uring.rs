@@ -243,7 +243,7 @@ impl IoEngine for UringEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::io::AlignedBuf;
+    use crate::io::AlignedBuf;
 
     #[test]
     fn uring_round_trips_when_the_kernel_offers_it() {
