@@ -3,8 +3,9 @@
 # Debian machine: protoc (etcd-client's build), etcd and redis servers (real
 # metadata backends in tests), Python build tooling for the wheel, and
 # Debian's official Kubernetes Python client (checks the k8s API stand-in),
-# Prometheus (scrapes a live cluster to check the dashboard's queries) and
-# Chromium (loads the master's status page headless).
+# Prometheus (scrapes a live cluster to check the dashboard's queries),
+# Chromium (loads the master's status page headless), and cargo-fuzz from
+# crates.io for the fuzz smoke (not with MOONCAKE_SKIP_FUZZ=1).
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -28,5 +29,8 @@ if [ "${1:-}" = "--test" ]; then
     if [ ! -x "$moto_venv/bin/moto_server" ]; then
         python3 -m venv "$moto_venv"
         "$moto_venv/bin/pip" install -q 'moto[server]'
+    fi
+    if [ "${MOONCAKE_SKIP_FUZZ:-0}" != 1 ] && ! cargo fuzz --version >/dev/null 2>&1; then
+        cargo install cargo-fuzz --locked
     fi
 fi

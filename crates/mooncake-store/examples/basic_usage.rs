@@ -6,13 +6,12 @@
 //! Start a cluster first (`mooncake up`), then
 //! `cargo run -p mooncake-store --example basic_usage`.
 //! `MOONCAKE_MASTER` and `MC_METADATA_SERVER` override the addresses. The
-//! test suite runs [`run`] against a cluster of its own.
+//! system tests run it against a cluster of their own.
 
 use std::ffi::c_void;
 
 use mooncake_store::{MooncakeStore, ReplicateConfig, StoreError};
 
-#[allow(dead_code)]
 fn main() {
     let master = std::env::var("MOONCAKE_MASTER").unwrap_or_else(|_| "127.0.0.1:50051".into());
     let metadata = std::env::var("MC_METADATA_SERVER")
@@ -23,7 +22,7 @@ fn main() {
     }
 }
 
-pub fn run(master: &str, metadata: &str) -> Result<(), StoreError> {
+fn run(master: &str, metadata: &str) -> Result<(), StoreError> {
     let store = MooncakeStore::new()?;
     store.setup("localhost", metadata, 64 << 20, 16 << 20, "tcp", "", master)?;
     store.health_check()?;

@@ -10,7 +10,8 @@
 //! - [`client`]: the store client (put/get over the transfer engine), dummy
 //!   clients and the standalone store service;
 //! - [`tier`]: the SSD tier's storage core (on-disk layouts, verified reads,
-//!   the restart scan, disk eviction).
+//!   the restart scan, disk eviction), the crate `mooncake-tier`, named here
+//!   so that `crate::tier::...` reads as before.
 
 mod allocator;
 pub mod client;
@@ -19,8 +20,9 @@ pub mod master;
 pub mod master_client;
 pub mod proto;
 pub mod rpc;
-pub mod tier;
 pub mod types;
+
+pub use mooncake_tier as tier;
 
 pub use client::rust_api::ReplicateConfig;
 pub use client::{Client, ClientConfig, MooncakeStore, StoreError};

@@ -12,6 +12,7 @@ use mooncake_store::proto::frame::{
     encode_frame, read_frame, read_frame_async, read_frame_within, MAX_FRAME_LEN,
 };
 use mooncake_store::proto::Request;
+use test_support::ports::MASTER_ANY_PORTS;
 use tokio::io::AsyncWriteExt;
 
 /// A declared maximum-size frame of which only `sent` payload bytes arrive.
@@ -167,14 +168,12 @@ async fn async_reader_waits_between_frames_but_not_within_one() {
 
 #[test]
 fn master_closes_a_connection_whose_frame_stalls() {
-    let config = MasterConfig::from_settings([
-        ("port", "0"),
-        ("metrics_port", "0"),
+    let config = MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("rpc_thread_num", "2"),
         ("rpc_conn_timeout_seconds", "1"),
-    ])
+    ]))
     .unwrap();
     let master = MasterHandle::spawn(config).unwrap();
     let mut s = TcpStream::connect(master.rpc_addr()).unwrap();

@@ -12,6 +12,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::ha::redis::{leader_key, RedisElection};
 use mooncake_store::ha::LeaderElection;
 use mooncake_transfer::metadata::redis::RedisOptions;
+use test_support::ports::MASTER_ANY_PORTS;
 use test_support::{services, FreezeProxy};
 
 /// Key expiry for tests: short so failover tests are quick.
@@ -231,7 +232,7 @@ struct HaMaster {
 fn spawn_ha_master(redis_addr: &str, cluster_id: &str, port: u16) -> HaMaster {
     use mooncake_store::master::{ha::serve_ha, MasterConfig};
 
-    let mut config = MasterConfig::default();
+    let mut config = MasterConfig::from_settings(MASTER_ANY_PORTS).unwrap();
     for (k, v) in [
         ("enable_ha", "true".to_string()),
         ("etcd_endpoints", format!("redis://{redis_addr}")),
@@ -239,7 +240,6 @@ fn spawn_ha_master(redis_addr: &str, cluster_id: &str, port: u16) -> HaMaster {
         ("rpc_port", port.to_string()),
         ("rpc_address", "127.0.0.1".into()),
         ("metrics_host", "127.0.0.1".into()),
-        ("metrics_port", "0".into()),
     ] {
         config.set(k, &v).unwrap();
     }
@@ -312,15 +312,12 @@ fn clients_without_a_leader_fail_with_rpc_fail_and_do_not_storm_redis() {
     let id = cluster("client");
     let redis = services::start_redis(&[]);
     let proxy = FreezeProxy::start(&redis.addr);
-    let mut config = MasterConfig::default();
-    for (k, v) in [
-        ("rpc_address", "127.0.0.1"),
-        ("rpc_port", "0"),
-        ("metrics_host", "127.0.0.1"),
-        ("metrics_port", "0"),
-    ] {
-        config.set(k, v).unwrap();
-    }
+    let config = MasterConfig::from_settings(
+        MASTER_ANY_PORTS
+            .into_iter()
+            .chain([("rpc_address", "127.0.0.1"), ("metrics_host", "127.0.0.1")]),
+    )
+    .unwrap();
     let master = MasterHandle::spawn(config).unwrap();
     // Published as a leader would be.
     let _: () = redis::cmd("SET")

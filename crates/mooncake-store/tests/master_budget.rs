@@ -8,6 +8,7 @@ use mooncake_common::ErrorCode;
 use mooncake_store::master::{MasterConfig, MasterHandle};
 use mooncake_store::master_client::MasterClient;
 use mooncake_store::types::{SegmentInfo, WriteOptions};
+use test_support::ports::MASTER_ANY_PORTS;
 
 const MIB: usize = 1 << 20;
 const KEY_LEN: usize = 4 * MIB;
@@ -29,15 +30,13 @@ fn key(i: usize) -> String {
 #[test]
 fn puts_of_huge_keys_stop_at_the_metadata_budget() {
     let budget = BUDGET.to_string();
-    let config = MasterConfig::from_settings([
-        ("port", "0"),
-        ("metrics_port", "0"),
+    let config = MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("max_metadata_bytes", budget.as_str()),
         // No heartbeats here: the client must outlive the slow puts.
         ("client_ttl", "3600"),
-    ])
+    ]))
     .unwrap();
     let master = MasterHandle::spawn(config).unwrap();
     let client = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();

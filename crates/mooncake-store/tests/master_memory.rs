@@ -13,6 +13,7 @@ use mooncake_store::proto::frame::{decode_payload, encode_frame, read_frame};
 use mooncake_store::proto::wire::{put_varint, MAX_SEQUENCE_LEN};
 use mooncake_store::proto::{Request, Response};
 use test_support::eventually;
+use test_support::ports::MASTER_ANY_PORTS;
 
 /// `(VmRSS, VmHWM)` of this process in bytes.
 fn rss() -> (usize, usize) {
@@ -54,13 +55,11 @@ const FIXED: usize = 96 * MIB;
 
 #[test]
 fn batch_of_empty_keys_costs_a_bounded_multiple_of_its_bytes() {
-    let config = MasterConfig::from_settings([
-        ("port", "0"),
-        ("metrics_port", "0"),
+    let config = MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("rpc_thread_num", "2"),
-    ])
+    ]))
     .unwrap();
     let master = MasterHandle::spawn(config).unwrap();
     let mut s = TcpStream::connect(master.rpc_addr()).unwrap();

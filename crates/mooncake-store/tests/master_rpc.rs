@@ -11,16 +11,15 @@ use mooncake_store::types::{ClientId, ReplicaPolicy, SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use test_support::ports::MASTER_ANY_PORTS;
 
 fn config() -> MasterConfig {
-    MasterConfig::from_settings([
-        ("port", "0"),
-        ("metrics_port", "0"),
+    MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("default_kv_lease_ttl", "0"),
         ("rpc_thread_num", "2"),
-    ])
+    ]))
     .unwrap()
 }
 
@@ -135,7 +134,7 @@ fn a_client_survives_a_master_restart() {
     assert_eq!(c.exist_key("k").unwrap_err().code, ErrorCode::RPC_FAIL);
     // A new master on the same port: the pooled connection is stale, the client reconnects.
     let mut cfg = config();
-    cfg.port = addr.port();
+    cfg.rpc_port = addr.port();
     let master = MasterHandle::spawn(cfg).unwrap();
     assert_eq!(
         c.ping(1).unwrap_err().code,

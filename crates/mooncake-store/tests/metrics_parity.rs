@@ -10,6 +10,7 @@ use std::net::TcpStream;
 use mooncake_store::master::{MasterConfig, MasterHandle};
 use mooncake_store::types::{SegmentInfo, WriteOptions};
 use mooncake_store::MasterClient;
+use test_support::ports::MASTER_ANY_PORTS;
 
 const REFERENCE: &str = include_str!("data/reference_master_families.txt");
 
@@ -48,13 +49,11 @@ fn sample(text: &str, name: &str) -> f64 {
 
 #[test]
 fn every_reference_family_is_exported_with_its_type() {
-    let config = MasterConfig::from_settings([
-        ("port", "0"),
-        ("metrics_port", "0"),
+    let config = MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("default_kv_lease_ttl", "0"),
-    ])
+    ]))
     .unwrap();
     let master = MasterHandle::spawn(config).unwrap();
     let c = MasterClient::connect(&master.rpc_addr().to_string()).unwrap();

@@ -5,13 +5,16 @@
 //!   started here;
 //! - [`freeze_proxy`]: a TCP relay that can stop carrying bytes, as behind a
 //!   network partition;
-//! - [`process`]: child processes killed on drop, ready lines, free ports,
-//!   bounded waits.
+//! - [`ports`]: free ports, and the settings that give a master only free
+//!   ones;
+//! - [`process`]: child processes killed on drop, ready lines, bounded waits.
 
 pub mod corpus;
 pub mod freeze_proxy;
+pub mod ports;
 pub mod process;
 pub mod services;
 
 pub use freeze_proxy::FreezeProxy;
-pub use process::{eventually, free_port, Proc, WAIT};
+pub use ports::free_port;
+pub use process::{eventually, Proc, WAIT};

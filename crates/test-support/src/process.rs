@@ -1,55 +1,14 @@
-//! Child processes for tests: free ports, processes killed on drop, ready
-//! lines read from stdout, bounded waits.
+//! Child processes for tests: processes killed on drop, ready lines read
+//! from stdout, bounded waits.
 
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Bound of every wait here: a hang guard, never a speed check.
 pub const WAIT: Duration = Duration::from_secs(60);
-
-/// A port nothing listens on right now, for a child to bind.
-///
-/// Taken below the kernel's ephemeral range: a port the kernel hands out
-/// (bind to 0) can be taken again by any outgoing connection before the
-/// child binds it, and tests that open thousands of connections made that
-/// race real. Ports here are only ever taken by an explicit bind.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let (low, high) = non_ephemeral_range();
-    // Processes differ by pid and start time; calls in one process by NEXT.
-    let seed = u64::from(std::process::id()) << 32
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos().into());
-    for _ in 0..10_000 {
-        let mut x = seed.wrapping_add(NEXT.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed));
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        let port = low + (x % u64::from(high - low)) as u16;
-        if TcpListener::bind(("0.0.0.0", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {low}..{high}");
-}
-
-/// Ports below the ephemeral range (`ip_local_port_range`), above 10000.
-fn non_ephemeral_range() -> (u16, u16) {
-    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    if start > 12_000 {
-        (10_000, start)
-    } else {
-        (61_000, 65_535)
-    }
-}
 
 /// A child process killed (by pid) when dropped.
 pub struct Proc(pub Child);

@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use crate::process::free_port;
+pub use crate::ports::free_port;
 
 pub struct Service {
     /// `host:port` clients connect to.
