@@ -238,7 +238,7 @@ fn apply(s: &MasterService, e: &OwnedEntry, now: &mut u64) -> Result<()> {
             *now = (*now).max(t);
         }
     }
-    s.apply_entry(e)
+    e.apply_to(s)
 }
 
 /// Rebuilds the state into masters `make` gives: the newest usable
