@@ -14,7 +14,7 @@
 //! breaks and its port then refuses connections), the thread reports it,
 //! so that the election can end its lease now rather than at expiry.
 //!
-//! [`Follower::stop`] ends the thread, then applies every entry received:
+//! `Follower::stop` ends the thread, then applies every entry received:
 //! a standby being promoted serves everything its leader may have
 //! committed.
 
