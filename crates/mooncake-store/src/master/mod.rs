@@ -9,7 +9,7 @@
 //! - [`durable`]: the operation log and snapshots of the state machine;
 //! - [`metrics`]: what `/metrics` shows;
 //! - `replication`: carries log entries to standbys;
-//! - [`serve`]: the RPC server, timers and HTTP service of one master;
+//! - [`serve`](mod@serve): the RPC server, timers and HTTP service of one master;
 //! - [`ha`]: serving only while this master leads its cluster; following,
 //!   failover, recovery from the log directory, compaction;
 //! - `run` picks HA or plain serving and owns the runtime.

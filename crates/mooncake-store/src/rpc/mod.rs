@@ -2,7 +2,7 @@
 //! [`crate::proto::frame`]: the master protocol and the dummy-client
 //! protocol both run on it.
 //!
-//! - [`stream`]: the transports ([`stream::Listener`], [`Stream`]) and what a
+//! - [`stream`]: the transports ([`stream::Listener`], [`Stream`](stream::Stream)) and what a
 //!   socket tells about its peer ([`Peer`], `SO_PEERCRED` on Unix sockets);
 //! - [`client`]: a pooled blocking client ([`Pool`]) with connect and call
 //!   timeouts, retry on a stale pooled connection, and a [`Connector`] hook

@@ -53,7 +53,7 @@ pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>)
         let scratch = MasterService::new(&shared.config);
         format::decode_into(&bytes, &scratch, &RestoreProgress::default()).map_err(bad)?;
         drop(scratch);
-        clear_state(&shared.service);
+        shared.service.reset();
         repl.forget_log();
     }
     let meta =
@@ -61,17 +61,6 @@ pub(crate) fn load_snapshot(shared: &Shared, repl: &Replication, bytes: Vec<u8>)
     shared.clock.advance_to(meta.now);
     repl.loaded_snapshot(meta.seq, meta.term, bytes)?;
     Ok(meta.seq)
-}
-
-/// Empties a standby's state machine for a snapshot to replace it.
-fn clear_state(service: &MasterService) {
-    service.objects.clear();
-    service.segments.clear();
-    service.retired.clear();
-    service.disk.clear();
-    service.files.clear();
-    *service.clients.lock() = Default::default();
-    *service.tasks.lock() = Default::default();
 }
 
 /// Loads the newest usable snapshot of `stores` into `shared`'s still
@@ -224,7 +213,7 @@ fn round(
             let entry = decode(frame).map_err(|e| {
                 Error::new(ErrorCode::DESERIALIZE_FAIL, format!("entry {seq}: {e}"))
             })?;
-            s.service.apply_entry(&entry)?;
+            entry.apply_to(&s.service)?;
         }
         s.seq = last;
     }

@@ -93,7 +93,7 @@ pub(crate) fn restore(
                     let entry = decode(&frame).map_err(|e| {
                         Error::new(ErrorCode::DESERIALIZE_FAIL, format!("entry {seq}: {e}"))
                     })?;
-                    shared.service.apply_entry(&entry)?;
+                    entry.apply_to(&shared.service)?;
                     for m in &entry.mutations {
                         if let Some(t) = m.now() {
                             now = now.max(t);

@@ -22,8 +22,8 @@ use mooncake_common::ErrorCode;
 use parking_lot::Mutex;
 use serde::Deserialize;
 
-use crate::master::state::segments::SegmentStatus;
 use crate::master::state::service::MasterService;
+use crate::master::state::SegmentStatus;
 use crate::types::{TaskId, TaskStatus};
 
 /// How often a unit's move may fail before the job gives it up.

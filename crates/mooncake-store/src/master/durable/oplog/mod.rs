@@ -9,29 +9,28 @@
 //!   [`decode_prefix`] (the first frame of a stream). Decoding never
 //!   panics and allocates in proportion to its input, so it can be fed
 //!   anything (a fuzz target calls [`decode`]);
-//! - `replay`: [`MasterService::apply_entry`] applies a decoded entry to
-//!   another copy of the state machine, reserving each logged range at
-//!   its offset;
+//! - [`OwnedEntry::apply_to`] applies a decoded entry to another copy of
+//!   the state machine (`MasterService::apply_logged`, which reserves each
+//!   logged range at its offset);
 //! - [`Recorder`]: a `MutationSink` that collects the mutations a master
 //!   applies, to be cut into entries;
 //! - [`wal`]: the local write-ahead log with group commit.
-//!
-//! [`MasterService::apply_entry`]: crate::master::MasterService::apply_entry
 
 mod codec;
 mod entry;
-mod replay;
 #[cfg(test)]
 mod tests;
 pub mod wal;
 
 use parking_lot::Mutex;
 
-pub use codec::{decode, decode_prefix, DecodeError, HEADER_LEN, MAGIC, MAX_ENTRY_LEN, VERSION};
-pub use entry::{
-    OwnedClientOp, OwnedDiskOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp,
-    OwnedSegments, OwnedTaskOp, OwnedWrite, Placed,
+/// The owned mutations an entry carries, defined by the state machine.
+pub use crate::master::state::owned::{
+    OwnedClientOp, OwnedDiskOp, OwnedMutation, OwnedObjectOp, OwnedSegmentOp, OwnedSegments,
+    OwnedTaskOp, OwnedWrite, Placed,
 };
+pub use codec::{decode, decode_prefix, DecodeError, HEADER_LEN, MAGIC, MAX_ENTRY_LEN, VERSION};
+pub use entry::OwnedEntry;
 
 use crate::master::state::mutation::{Mutation, MutationSink, Release};
 use crate::master::MasterService;

@@ -70,7 +70,7 @@ fn recorded_encoded_decoded_replayed_gives_the_same_state() {
                 assert_eq!(&decoded, e);
                 assert_eq!(decoded.to_frame(), stream[at..at + used], "canonical");
                 at += used;
-                follower.apply_entry(&decoded).unwrap();
+                decoded.apply_to(&follower).unwrap();
             }
             assert_eq!(at, stream.len());
             let ctx = format!("seed {seed} round {round}");
@@ -205,15 +205,15 @@ fn hostile_counts_are_refused_before_allocating() {
 fn an_entry_that_does_not_fit_changes_nothing() {
     let s = service(AllocationStrategy::Random);
     let entry = sample_entry();
-    s.apply_entry(&entry).unwrap();
-    let used = s.segments.by_id(0).unwrap().used();
+    entry.apply_to(&s).unwrap();
+    let used = s.segments_table().by_id(0).unwrap().used();
     // The same put again: the key exists, and the range is taken.
     let again = OwnedEntry {
         seq: 43,
         mutations: entry.mutations[2..3].to_vec(),
         ..entry.clone()
     };
-    assert!(s.apply_entry(&again).is_err());
+    assert!(again.apply_to(&s).is_err());
     let other_key = match &again.mutations[0] {
         OwnedMutation::Object { op, .. } => OwnedMutation::Object {
             key: "other".into(),
@@ -222,7 +222,7 @@ fn an_entry_that_does_not_fit_changes_nothing() {
         _ => unreachable!(),
     };
     assert!(s.apply_logged(&other_key).is_err(), "range is taken");
-    assert_eq!(s.segments.by_id(0).unwrap().used(), used);
+    assert_eq!(s.segments_table().by_id(0).unwrap().used(), used);
     // A placement on a segment that was never mounted.
     let nowhere = OwnedMutation::Object {
         key: "x".into(),
@@ -244,7 +244,11 @@ fn an_entry_that_does_not_fit_changes_nothing() {
         },
     };
     assert!(s.apply_logged(&nowhere).is_err());
-    assert_eq!(s.segments.by_id(0).unwrap().used(), used, "given back");
+    assert_eq!(
+        s.segments_table().by_id(0).unwrap().used(),
+        used,
+        "given back"
+    );
 }
 
 proptest! {
@@ -317,9 +321,9 @@ fn disk_mutations_round_trip_and_replay() {
             assert_eq!(decode(&frame[..cut]).unwrap_err(), DecodeError::Truncated);
         }
     }
-    s.apply_entry(&first).unwrap();
+    first.apply_to(&s).unwrap();
     assert_eq!(s.disk_usage(), (4096, 1 << 20, 1));
-    s.apply_entry(&second).unwrap();
+    second.apply_to(&s).unwrap();
     assert_eq!(s.disk_usage(), (0, 0, 0));
 }
 

@@ -25,7 +25,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
 use super::codec::{self, DecodeError};
-use super::entry::{OwnedEntry, OwnedMutation};
+use super::{OwnedEntry, OwnedMutation};
 use crate::master::state::mutation::{Mutation, MutationSink, Release};
 
 /// Mutations per entry at most (entries stay far below the frame limit).

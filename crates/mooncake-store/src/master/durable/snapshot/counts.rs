@@ -33,12 +33,12 @@ fn object_counts_follow_every_change() {
         for i in 0..1_500 {
             step(&leader, &mut rng, &mut history);
             let now = history.now;
-            let want = leader.objects.scan_counts(now);
+            let want = leader.objects_table().scan_counts(now);
             let ctx = format!("seed {seed} step {i}");
-            assert_eq!(leader.objects.counts(now), want, "{ctx}: leader");
+            assert_eq!(leader.objects_table().counts(now), want, "{ctx}: leader");
             assert_eq!(
-                follower.objects.counts(now),
-                follower.objects.scan_counts(now),
+                follower.objects_table().counts(now),
+                follower.objects_table().scan_counts(now),
                 "{ctx}: follower"
             );
             let stats = leader.stats(now);
@@ -68,15 +68,15 @@ fn object_counts_follow_every_change() {
                 let restored = service(AllocationStrategy::Random);
                 format::decode_into(&bytes, &restored, &RestoreProgress::default()).unwrap();
                 assert_eq!(
-                    restored.objects.counts(now),
-                    restored.objects.scan_counts(now),
+                    restored.objects_table().counts(now),
+                    restored.objects_table().scan_counts(now),
                     "{ctx}: restored"
                 );
                 // Pins lapse with time alone.
                 let later = now + 5_000;
                 assert_eq!(
-                    restored.objects.counts(later),
-                    restored.objects.scan_counts(later),
+                    restored.objects_table().counts(later),
+                    restored.objects_table().scan_counts(later),
                     "{ctx}: restored later"
                 );
             }

@@ -3,13 +3,13 @@
 //!
 //! # Capture
 //!
-//! A snapshot is taken off the hot path, from the log: the snapshot
-//! thread cuts the log ([`Wal::rotate`], the only moment it meets the
-//! writers: microseconds), applies the closed log files to its own copy
-//! of the state machine (a shadow kept between rounds), encodes that copy
-//! (`format`) and stores it (`store`). The live state is never locked or
-//! copied, so the hot path does not stall at any size; the price is a
-//! second copy of the metadata in memory.
+//! A snapshot is taken off the hot path, from the log: the snapshot thread
+//! cuts the log ([`Wal::rotate`](super::oplog::wal::Wal::rotate), the only
+//! moment it meets the writers: microseconds), applies the closed log files
+//! to its own copy of the state machine (a shadow kept between rounds),
+//! encodes that copy (`format`) and stores it (`store`). The live state is
+//! never locked or copied, so the hot path does not stall at any size; the
+//! price is a second copy of the metadata in memory.
 //!
 //! # Retention and truncation
 //!
@@ -245,7 +245,7 @@ fn apply(s: &MasterService, e: &OwnedEntry, now: &mut u64) -> Result<()> {
             *now = (*now).max(t);
         }
     }
-    s.apply_entry(e)
+    e.apply_to(s)
 }
 
 /// Rebuilds the state into masters `make` gives: the newest usable

@@ -188,7 +188,7 @@ fn snapshot_frames_are_checked() {
         meta
     );
     assert_same(&s.leader, &fresh, &h.tasks, "decoded");
-    let keys: usize = s.leader.objects.shards().map(|sh| sh.len()).sum();
+    let keys: usize = s.leader.objects_table().shards().map(|sh| sh.len()).sum();
     let keys = keys as u64;
     assert!(keys > 0);
     assert_eq!(
@@ -306,7 +306,7 @@ fn restored_segments_wait_for_their_owner() {
     s.leader.put_end(7, "k", 2).unwrap();
     let r = restored(&s);
     // What `open` does after a restore.
-    r.service.segments.unverify_all();
+    r.service.segments_table().unverify_all();
     let err = r.service.get_replica_list("k", 3).unwrap_err();
     assert_eq!(err.code, ErrorCode::REPLICA_IS_NOT_READY);
     // Another client's heartbeat verifies nothing; the owner's does.
@@ -328,7 +328,7 @@ fn reserved_space_survives_a_snapshot() {
     let cfg = crate::types::ReplicaPolicy::default();
     leader.put_start(7, "k", 1024, &cfg, false, 10).unwrap();
     let held: Vec<_> = leader
-        .segments
+        .segments_table()
         .all()
         .iter()
         .map(|s| s.reserved_ranges())
@@ -411,7 +411,7 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
     assert!(own > upto, "its own entry comes later");
     wal.flush().unwrap();
     let reserved = |s: &MasterService| -> u64 {
-        let segs = s.segments.all();
+        let segs = s.segments_table().all();
         segs.iter()
             .flat_map(|g| g.reserved_ranges())
             .map(|r| r.1)

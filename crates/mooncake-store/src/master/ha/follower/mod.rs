@@ -14,7 +14,7 @@
 //! breaks and its port then refuses connections), the thread reports it,
 //! so that the election can end its lease now rather than at expiry.
 //!
-//! [`Follower::stop`] ends the thread, then applies every entry received:
+//! `Follower::stop` ends the thread, then applies every entry received:
 //! a standby being promoted serves everything its leader may have
 //! committed.
 
@@ -468,7 +468,7 @@ pub(crate) fn apply_up_to(shared: &Shared, repl: &Replication, target: u64) -> R
                 format!("kept entry {seq}: {e}"),
             )
         })?;
-        shared.service.apply_entry(&entry).inspect_err(|e| {
+        entry.apply_to(&shared.service).inspect_err(|e| {
             tracing::error!(
                 "entry {seq} does not fit this standby's state: {e}; it stops following"
             );

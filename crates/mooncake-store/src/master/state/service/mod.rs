@@ -50,6 +50,7 @@ mod offload;
 mod put;
 mod read;
 mod remove;
+mod replay;
 mod reserve;
 #[cfg(test)]
 pub(in crate::master) mod tests;
@@ -136,16 +137,16 @@ pub struct SegmentSummary {
 pub struct MasterService {
     policy: Policy,
     task_policy: TaskPolicy,
-    pub(in crate::master) segments: SegmentTable,
-    pub(in crate::master) objects: ObjectMap,
-    pub(in crate::master) clients: Mutex<ClientTable>,
-    pub(in crate::master) tasks: Mutex<TaskTable>,
-    pub(in crate::master) retired: RetiredSpace,
+    pub(in crate::master::state) segments: SegmentTable,
+    pub(in crate::master::state) objects: ObjectMap,
+    pub(in crate::master::state) clients: Mutex<ClientTable>,
+    pub(in crate::master::state) tasks: Mutex<TaskTable>,
+    pub(in crate::master::state) retired: RetiredSpace,
     /// The storage clients' SSD tiers and the copies in them.
-    pub(in crate::master) disk: DiskTable,
+    pub(in crate::master::state) disk: DiskTable,
     offload: OffloadPolicy,
     /// The shared-filesystem tier's writers and writes in flight.
-    pub(in crate::master) files: FileTier,
+    pub(in crate::master::state) files: FileTier,
     eviction: Eviction,
     counters: Counters,
     /// Wall-clock ms at `now == 0`, for task timestamps (set by the server).

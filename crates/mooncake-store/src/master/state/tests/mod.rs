@@ -114,3 +114,15 @@ pub(in crate::master) fn two_owners() -> MasterService {
     s.mount_segment(B, &seg("b", 1 << 40, 1 << 20), 0).unwrap();
     s
 }
+
+/// The tables, for the tests of other layers that check the state a log
+/// or a snapshot leaves (nothing else outside `state` reaches them).
+impl MasterService {
+    pub(in crate::master) fn segments_table(&self) -> &super::segments::SegmentTable {
+        &self.segments
+    }
+
+    pub(in crate::master) fn objects_table(&self) -> &super::objects::ObjectMap {
+        &self.objects
+    }
+}

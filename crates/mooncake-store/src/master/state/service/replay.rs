@@ -1,19 +1,19 @@
-//! Applying decoded entries to a state machine: each logged placement is
-//! reserved at exactly its offset in the segment of its id, then the
-//! mutation is replayed (`MasterService::replay`).
+//! Applying logged mutations (`owned`) to a state machine: each logged
+//! placement is reserved at exactly its offset in the segment of its id,
+//! then the mutation is replayed (`MasterService::replay`, `apply`).
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-use super::entry::{
-    OwnedClientOp, OwnedEntry, OwnedMutation, OwnedObjectOp, OwnedSegmentOp, OwnedSegments,
-    OwnedTaskOp, OwnedWrite, Placed,
-};
+use super::MasterService;
 use crate::master::state::mutation::{
     ClientOp, Mutation, ObjectOp, SegmentOp, Segments, TaskOp, Write,
 };
 use crate::master::state::objects::Replicas;
+use crate::master::state::owned::{
+    OwnedClientOp, OwnedMutation, OwnedObjectOp, OwnedSegmentOp, OwnedSegments, OwnedTaskOp,
+    OwnedWrite, Placed,
+};
 use crate::master::state::segments::Placement;
-use crate::master::state::service::MasterService;
 
 fn diverged(what: String) -> Error {
     Error::new(
@@ -23,18 +23,6 @@ fn diverged(what: String) -> Error {
 }
 
 impl MasterService {
-    /// Applies every mutation of `entry` in order. An error means the
-    /// entry does not belong to this state (a log of another master, or
-    /// a gap): the mutation that failed changed nothing, those before it
-    /// in the entry stay applied, and the caller must stop following.
-    pub fn apply_entry(&self, entry: &OwnedEntry) -> Result<()> {
-        for m in &entry.mutations {
-            self.apply_logged(m)
-                .map_err(|e| e.with_context(format!("log entry {}", entry.seq)))?;
-        }
-        Ok(())
-    }
-
     /// Applies one logged mutation.
     pub fn apply_logged(&self, m: &OwnedMutation) -> Result<()> {
         let (mutation, reserved) = match m {

@@ -1,0 +1,437 @@
+//! The state machine's image: its replicated state as bytes and back (the
+//! payload of a snapshot, `durable::snapshot::format`, which frames it
+//! with its position and a checksum), and the reset that empties it for an
+//! image to replace it. Nothing outside `state` reads or writes the tables.
+//!
+//! ```text
+//! segments (next id, mounted, unmounted ones replicas still name),
+//! clients, objects, tasks, retired ranges, SSD tiers, their copies,
+//! reserved space (when the image has it)
+//! ```
+//!
+//! Placements are (segment id, offset), as in the log. Decoding rebuilds
+//! the state into a fresh state machine, reserving every range at its
+//! offset, and refuses a state that does not hold together (a range taken
+//! twice, a segment that is not there) rather than serving it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::fs_tier::SHARED_FS;
+use super::objects::{ObjectMeta, PendingKind, PendingPut, Replicas};
+use super::owned::Placed;
+use super::segments::{Placement, Segment};
+use super::service::MasterService;
+use super::ssd_tier::{DiskCopy, Tier};
+use super::tasks::TaskRecord;
+use crate::proto::wire::{Decode, DecodeError, Encode, Reader};
+use crate::types::{ClientId, SegmentInfo, TaskAssignment, TaskStatus};
+
+/// Why bytes are not an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageError {
+    /// The bytes do not decode.
+    Malformed(DecodeError),
+    /// They decode, but the state does not hold together.
+    Inconsistent(String),
+}
+
+impl From<DecodeError> for ImageError {
+    fn from(e: DecodeError) -> Self {
+        ImageError::Malformed(e)
+    }
+}
+
+/// Told how far the objects of an image being loaded are.
+pub trait LoadProgress {
+    /// Before the first object: how many there are.
+    fn begin(&self, objects: u64);
+    /// After each object: how many are done.
+    fn restored(&self, done: u64);
+}
+
+fn inconsistent(why: String) -> ImageError {
+    ImageError::Inconsistent(why)
+}
+
+fn placed(r: &[Placement]) -> Vec<Placed> {
+    let v = r.iter();
+    v.map(|p| Placed {
+        segment: p.segment.id,
+        offset: p.offset,
+    })
+    .collect()
+}
+
+impl MasterService {
+    /// Appends the image of this state machine (which nothing changes
+    /// meanwhile) to `out`.
+    pub(crate) fn encode_image(&self, out: &mut Vec<u8>) {
+        let mounted = self.segments.all();
+        let w = self.segments.write();
+        w.next_id().encode(out);
+        drop(w);
+        out_segments(out, mounted.iter());
+        // Unmounted segments that replicas (or retired ranges) still name.
+        let mut detached: HashMap<u32, Arc<Segment>> = HashMap::new();
+        let mut note = |p: &Placement| {
+            if !p.segment.is_mounted() {
+                detached.entry(p.segment.id).or_insert(p.segment.clone());
+            }
+        };
+        let mut objects = 0u64;
+        for shard in self.objects.shards() {
+            for obj in shard.values() {
+                objects += 1;
+                obj.replicas.as_slice().iter().for_each(&mut note);
+                if let Some(p) = &obj.pending {
+                    match &p.kind {
+                        PendingKind::Replacing { replicas, .. }
+                        | PendingKind::Replicating { replicas, .. } => {
+                            replicas.as_slice().iter().for_each(&mut note)
+                        }
+                        PendingKind::Fresh | PendingKind::InPlace => {}
+                    }
+                }
+            }
+        }
+        let mut detached: Vec<_> = detached.into_values().collect();
+        detached.sort_by_key(|s| s.id);
+        out_segments(out, detached.iter());
+
+        let clients: Vec<(ClientId, u64)> = self.clients.lock().iter().collect();
+        clients.len().encode(out);
+        for (c, t) in clients {
+            c.encode(out);
+            t.encode(out);
+        }
+
+        objects.encode(out);
+        for shard in self.objects.shards() {
+            for (key, obj) in shard.iter() {
+                encode_object(out, key, obj);
+            }
+        }
+
+        let tasks = self.tasks.lock().export();
+        tasks.len().encode(out);
+        for t in &tasks {
+            t.assignment.encode(out);
+            t.status.encode(out);
+            t.client.encode(out);
+            t.created.encode(out);
+            t.updated.encode(out);
+            t.message.encode(out);
+        }
+
+        let retired = self.retired.export();
+        let retired: Vec<_> = retired
+            .iter()
+            .filter(|(p, _, _)| p.segment.is_mounted())
+            .collect();
+        retired.len().encode(out);
+        for (p, size, free_at) in retired {
+            p.segment.id.encode(out);
+            p.offset.encode(out);
+            size.encode(out);
+            free_at.encode(out);
+        }
+
+        let tiers = self.disk.export_tiers();
+        tiers.len().encode(out);
+        for (client, tier_id, endpoint, capacity) in &tiers {
+            client.encode(out);
+            tier_id.encode(out);
+            endpoint.encode(out);
+            capacity.encode(out);
+        }
+        let copies = self.disk.export_copies();
+        copies.len().encode(out);
+        for (key, copy) in &copies {
+            key.encode(out);
+            copy.owner.encode(out);
+            copy.size.encode(out);
+        }
+
+        let reserved = super::segments::space::all_reserved(&mounted);
+        reserved.len().encode(out);
+        for (seg, offset, len) in &reserved {
+            seg.id.encode(out);
+            offset.encode(out);
+            len.encode(out);
+        }
+    }
+
+    /// Loads the image at `r` into this state machine, a fresh one (with
+    /// the policy the image was taken under); `now` is the clock of the
+    /// image's latest mutation, `with_reserved` whether it carries reserved
+    /// space. On an error the state holds part of it and must be thrown
+    /// away (or reset).
+    pub(crate) fn decode_image(
+        &self,
+        r: &mut Reader<'_>,
+        now: u64,
+        with_reserved: bool,
+        progress: &dyn LoadProgress,
+    ) -> Result<(), ImageError> {
+        let next_id = u32::decode(r)?;
+        let mut segs: HashMap<u32, Arc<Segment>> = HashMap::new();
+        {
+            let mut w = self.segments.write();
+            for _ in 0..r.len(3)? {
+                let (id, owner, info) = (
+                    u32::decode(r)?,
+                    ClientId::decode(r)?,
+                    SegmentInfo::decode(r)?,
+                );
+                if segs.contains_key(&id) || w.get(&info.name).is_some() || id >= next_id {
+                    return Err(inconsistent(format!("segment {id} ({:?})", info.name)));
+                }
+                segs.insert(id, w.insert(id, owner, &info));
+            }
+            w.set_next_id(next_id);
+        }
+        for _ in 0..r.len(3)? {
+            let (id, owner, info) = (
+                u32::decode(r)?,
+                ClientId::decode(r)?,
+                SegmentInfo::decode(r)?,
+            );
+            if segs.contains_key(&id) {
+                return Err(inconsistent(format!("segment {id} twice")));
+            }
+            self.segments.add_unmounted(id, owner, info);
+            segs.insert(id, self.segments.any_by_id(id).expect("just added"));
+        }
+        {
+            let mut clients = self.clients.lock();
+            for _ in 0..r.len(17)? {
+                let c = ClientId::decode(r)?;
+                clients.insert(c, u64::decode(r)?);
+            }
+        }
+        let reserve =
+            |places: Vec<Placed>, size: u64| -> std::result::Result<Replicas, ImageError> {
+                let mut out = Vec::with_capacity(places.len());
+                for p in places {
+                    let seg = segs
+                        .get(&p.segment)
+                        .ok_or_else(|| inconsistent(format!("no segment {}", p.segment)))?;
+                    if seg.is_mounted() && !seg.reserve(p.offset, size) {
+                        return Err(inconsistent(format!(
+                            "range {}+{size} of segment {} taken twice",
+                            p.offset, p.segment
+                        )));
+                    }
+                    out.push(Placement {
+                        segment: seg.clone(),
+                        offset: p.offset,
+                    });
+                }
+                Ok(Replicas::from_vec(out))
+            };
+        let objects = u64::decode(r)?;
+        if objects > r.remaining() as u64 {
+            return Err(ImageError::Malformed(DecodeError::BadLength(objects)));
+        }
+        progress.begin(objects);
+        for done in 1..=objects {
+            let key = <&str>::decode(r)?;
+            let size = u64::decode(r)?;
+            let lease_until = u64::decode(r)?;
+            let soft_pin_until = u64::decode(r)?;
+            let flags = u8::decode(r)?;
+            let replicas = reserve(Vec::decode(r)?, size)?;
+            let tag = r.u8()?;
+            let pending = match tag {
+                0 => None,
+                1..=4 => {
+                    let client = ClientId::decode(r)?;
+                    let started = u64::decode(r)?;
+                    let kind = match tag {
+                        1 => PendingKind::Fresh,
+                        2 => PendingKind::InPlace,
+                        3 => {
+                            let places = Vec::decode(r)?;
+                            let psize = u64::decode(r)?;
+                            PendingKind::Replacing {
+                                replicas: reserve(places, psize)?,
+                                size: psize,
+                                flags: u8::decode(r)?,
+                            }
+                        }
+                        _ => {
+                            let places = Vec::decode(r)?;
+                            PendingKind::Replicating {
+                                replicas: reserve(places, size)?,
+                                drop_source: Option::<String>::decode(r)?.map(Box::from),
+                            }
+                        }
+                    };
+                    Some(Box::new(PendingPut {
+                        client,
+                        started,
+                        kind,
+                    }))
+                }
+                t => {
+                    return Err(ImageError::Malformed(DecodeError::BadTag {
+                        what: "pending put",
+                        tag: t.into(),
+                    }))
+                }
+            };
+            let mut shard = self.objects.lock(key);
+            shard.clock(now);
+            if let Some(p) = &pending {
+                shard.note_pending(p.started);
+            }
+            let obj = ObjectMeta {
+                size,
+                lease_until,
+                soft_pin_until,
+                replicas,
+                pending,
+                flags,
+            };
+            if !self.objects.restore(&mut shard, key, obj) {
+                return Err(inconsistent(format!("object {key:?} twice")));
+            }
+            drop(shard);
+            progress.restored(done);
+        }
+        {
+            let mut tasks = self.tasks.lock();
+            for _ in 0..r.len(20)? {
+                let rec = TaskRecord {
+                    assignment: TaskAssignment::decode(r)?,
+                    status: TaskStatus::decode(r)?,
+                    client: ClientId::decode(r)?,
+                    created: u64::decode(r)?,
+                    updated: u64::decode(r)?,
+                    message: String::decode(r)?,
+                };
+                if tasks.contains(rec.assignment.id) {
+                    return Err(inconsistent(format!("task {} twice", rec.assignment.id)));
+                }
+                tasks.restore(rec);
+            }
+        }
+        for _ in 0..r.len(4)? {
+            let id = u32::decode(r)?;
+            let offset = u64::decode(r)?;
+            let size = u64::decode(r)?;
+            let free_at = u64::decode(r)?;
+            let replicas = reserve(
+                vec![Placed {
+                    segment: id,
+                    offset,
+                }],
+                size,
+            )?;
+            self.retired.retire(replicas.as_slice(), size, free_at);
+        }
+        // A tier: a 16-byte owner, two strings and a varint, 19 bytes at least.
+        for _ in 0..r.len(19)? {
+            let client = ClientId::decode(r)?;
+            let tier = Tier {
+                tier_id: <&str>::decode(r)?.into(),
+                endpoint: String::decode(r)?,
+                capacity: u64::decode(r)?,
+            };
+            if self.disk.has_tier(client) {
+                return Err(inconsistent(format!("SSD tier of {client:032x} twice")));
+            }
+            self.disk.mount(client, tier);
+        }
+        for _ in 0..r.len(18)? {
+            let key = <&str>::decode(r)?;
+            let copy = DiskCopy {
+                owner: ClientId::decode(r)?,
+                size: u64::decode(r)?,
+            };
+            if copy.owner != SHARED_FS && !self.disk.has_tier(copy.owner) {
+                return Err(inconsistent(format!("copy of {key:?} in no tier")));
+            }
+            self.disk.add(key, copy);
+        }
+        if with_reserved {
+            for _ in 0..r.len(3)? {
+                let (id, offset, len) = (u32::decode(r)?, u64::decode(r)?, u64::decode(r)?);
+                let seg = segs.get(&id).filter(|s| s.is_mounted());
+                if !seg.is_some_and(|s| s.add_reserved(offset, len)) {
+                    return Err(inconsistent(format!(
+                        "reserved range {offset}+{len} of segment {id}"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Empties the replicated state and the volatile tables (a standby
+    /// whose state a snapshot replaces).
+    pub(crate) fn reset(&self) {
+        self.objects.clear();
+        self.segments.clear();
+        self.retired.clear();
+        self.disk.clear();
+        self.files.clear();
+        *self.clients.lock() = Default::default();
+        *self.tasks.lock() = Default::default();
+    }
+}
+
+fn out_segments<'a>(out: &mut Vec<u8>, segs: impl ExactSizeIterator<Item = &'a Arc<Segment>>) {
+    segs.len().encode(out);
+    for seg in segs {
+        seg.id.encode(out);
+        seg.owner.encode(out);
+        seg.info.encode(out);
+    }
+}
+
+fn encode_object(out: &mut Vec<u8>, key: &str, o: &ObjectMeta) {
+    key.encode(out);
+    o.size.encode(out);
+    o.lease_until.encode(out);
+    o.soft_pin_until.encode(out);
+    o.flags.encode(out);
+    placed(o.replicas.as_slice()).encode(out);
+    match o.pending.as_deref() {
+        None => out.push(0),
+        Some(PendingPut {
+            client,
+            started,
+            kind,
+        }) => {
+            match kind {
+                PendingKind::Fresh => out.push(1),
+                PendingKind::InPlace => out.push(2),
+                PendingKind::Replacing { .. } => out.push(3),
+                PendingKind::Replicating { .. } => out.push(4),
+            }
+            client.encode(out);
+            started.encode(out);
+            match kind {
+                PendingKind::Fresh | PendingKind::InPlace => {}
+                PendingKind::Replacing {
+                    replicas,
+                    size,
+                    flags,
+                } => {
+                    placed(replicas.as_slice()).encode(out);
+                    size.encode(out);
+                    flags.encode(out);
+                }
+                PendingKind::Replicating {
+                    replicas,
+                    drop_source,
+                } => {
+                    placed(replicas.as_slice()).encode(out);
+                    drop_source.as_deref().map(str::to_owned).encode(out);
+                }
+            }
+        }
+    }
+}
