@@ -4,7 +4,8 @@
 //! (`CARGO_BIN_EXE_*`), and these are mooncake-cli's (and an example of
 //! mooncake-store's): they sit in the profile directory above the test
 //! executable (`target/<profile>/deps/<test>`). `cargo test --workspace`
-//! builds every binary and example before it runs a test. A run of this
+//! builds them before it runs a test (cargo builds a package's binaries for
+//! its integration tests: mooncake-cli's `tests/programs.rs`). A run of this
 //! crate alone does not: it runs the programs as last built, and a missing
 //! one stops the test with the command that builds it.
 

@@ -87,3 +87,26 @@ fn non_ephemeral_range() -> (u16, u16) {
         (61_000, 65_535)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rpc_port_never_falls_back_to_a_fixed_one() {
+        for (name, value) in MASTER_ANY_PORTS {
+            assert_eq!(value, "0", "{name}");
+        }
+        let any = MasterPorts::ANY.args();
+        assert!(any.contains(&"--rpc_port=0".into()) && any.contains(&"--port=0".into()));
+        let fixed = MasterPorts {
+            rpc: 12345,
+            ..MasterPorts::ANY
+        }
+        .args();
+        assert!(fixed.contains(&"--rpc_port=12345".into()));
+        assert!(fixed.contains(&"--port=12345".into()));
+        assert!(fixed.contains(&"--metrics_port=0".into()));
+        assert!(fixed.contains(&"--http_metadata_server_port=0".into()));
+    }
+}
