@@ -13,6 +13,8 @@
 //!   the restart scan, disk eviction), the crate `mooncake-tier`, named here
 //!   so that `crate::tier::...` reads as before.
 
+#![warn(unreachable_pub)]
+
 mod allocator;
 pub mod client;
 pub mod ha;

@@ -69,7 +69,7 @@ pub(crate) struct DummyClient {
 }
 
 impl DummyClient {
-    pub fn connect(
+    pub(crate) fn connect(
         mem_pool_size: u64,
         local_buffer_size: u64,
         server: &str,

@@ -70,7 +70,7 @@ pub(crate) enum Payload<'a> {
 
 impl Payload<'_> {
     /// The value's length: its parts' lengths added up.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         match self {
             Payload::Bytes(parts) => parts.iter().map(|p| p.len() as u64).sum(),
             Payload::Mem(parts) => parts.iter().map(|p| p.1 as u64).sum(),

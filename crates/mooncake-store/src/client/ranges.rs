@@ -40,7 +40,7 @@ impl RangeBatch {
     /// `all_keys[i][j]`'s fragment `k` is `all_sizes[i][j][k]` bytes at
     /// `all_src_offsets[i][j][k]` in the object, into
     /// `buffer_ptrs[i] + all_dst_offsets[i][j][k]`.
-    pub fn flatten(
+    pub(super) fn flatten(
         buffer_ptrs: &[usize],
         all_keys: &[Vec<String>],
         all_dst_offsets: &[Vec<Vec<u64>>],
@@ -110,7 +110,7 @@ impl RangeBatch {
     }
 
     /// The answers in the caller's shape, given one outcome per read.
-    pub fn answer(self, outcomes: Vec<Result<u64>>) -> RangeAnswers {
+    pub(super) fn answer(self, outcomes: Vec<Result<u64>>) -> RangeAnswers {
         let mut answers = self.answers;
         for (r, (i, j, k)) in outcomes.into_iter().zip(self.slots) {
             answers[i][j][k] = r;

@@ -18,13 +18,13 @@ pub(crate) struct BufferRegistry {
 }
 
 impl BufferRegistry {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::default()
     }
 
     /// Records `[addr, addr+len)`. Overlapping an existing range is refused
     /// (`ERR_ADDRESS_OVERLAPPED`); a null or empty range is `INVALID_PARAMS`.
-    pub fn register(&self, addr: usize, len: usize) -> Result<()> {
+    pub(super) fn register(&self, addr: usize, len: usize) -> Result<()> {
         let end = checked_end(addr, len)?;
         let mut ranges = self.ranges.write();
         let before = ranges.range(..end).next_back();
@@ -41,7 +41,7 @@ impl BufferRegistry {
     }
 
     /// Forgets the range starting at `addr`; `ERR_ADDRESS_NOT_REGISTERED` if none.
-    pub fn unregister(&self, addr: usize) -> Result<usize> {
+    pub(super) fn unregister(&self, addr: usize) -> Result<usize> {
         self.ranges.write().remove(&addr).ok_or_else(|| {
             Error::new(
                 ErrorCode::ERR_ADDRESS_NOT_REGISTERED,
@@ -51,12 +51,12 @@ impl BufferRegistry {
     }
 
     /// Checks that `[addr, addr+len)` lies inside one registered buffer.
-    pub fn check(&self, addr: usize, len: usize) -> Result<()> {
+    pub(super) fn check(&self, addr: usize, len: usize) -> Result<()> {
         self.containing(addr, len).map(|_| ())
     }
 
     /// The registered buffer `(start, len)` that holds `[addr, addr+len)`.
-    pub fn containing(&self, addr: usize, len: usize) -> Result<(usize, usize)> {
+    pub(super) fn containing(&self, addr: usize, len: usize) -> Result<(usize, usize)> {
         let end = checked_end(addr, len.max(1))?;
         let ranges = self.ranges.read();
         match ranges.range(..=addr).next_back() {
@@ -72,7 +72,7 @@ impl BufferRegistry {
         }
     }
 
-    pub fn all(&self) -> Vec<(usize, usize)> {
+    pub(super) fn all(&self) -> Vec<(usize, usize)> {
         self.ranges.read().iter().map(|(&a, &l)| (a, l)).collect()
     }
 }
@@ -86,19 +86,19 @@ pub(crate) struct PoolAllocations {
 
 impl PoolAllocations {
     /// Keeps `buf` until it is freed; returns its address.
-    pub fn keep(&self, buf: StagingBuf) -> usize {
+    pub(super) fn keep(&self, buf: StagingBuf) -> usize {
         let addr = buf.addr();
         self.by_addr.lock().insert(addr, buf);
         addr
     }
 
     /// The length of the allocation that starts at `addr`, if one does.
-    pub fn len_at(&self, addr: usize) -> Option<usize> {
+    pub(super) fn len_at(&self, addr: usize) -> Option<usize> {
         self.by_addr.lock().get(&addr).map(StagingBuf::len)
     }
 
     /// Frees the allocation at `addr`; `INVALID_PARAMS` when there is none.
-    pub fn free(&self, addr: usize) -> Result<()> {
+    pub(super) fn free(&self, addr: usize) -> Result<()> {
         self.by_addr.lock().remove(&addr).map(drop).ok_or_else(|| {
             Error::new(
                 ErrorCode::INVALID_PARAMS,

@@ -65,7 +65,7 @@ pub(crate) struct Site {
 
 impl Site {
     /// Whether `[addr, addr+len)` lies inside one of this client's segments.
-    pub fn owns(&self, addr: u64, len: u64) -> bool {
+    pub(super) fn owns(&self, addr: u64, len: u64) -> bool {
         self.segments.iter().any(|&(base, size)| {
             addr >= base
                 && addr
@@ -76,14 +76,14 @@ impl Site {
 
     /// Whether this process copies replica `d` itself, with a memcpy: it is
     /// in one of its own segments, and memcpy is on.
-    pub fn is_own(&self, d: &MemoryDescriptor) -> bool {
+    pub(super) fn is_own(&self, d: &MemoryDescriptor) -> bool {
         self.memcpy
             && locality(d, &self.endpoint, &self.host) == Locality::Own
             && self.owns(d.buffer_address, d.size)
     }
 
     /// The complete memory replicas, best first (see [`rank`]).
-    pub fn rank(&self, replicas: &[ReplicaDesc]) -> Vec<MemoryDescriptor> {
+    pub(super) fn rank(&self, replicas: &[ReplicaDesc]) -> Vec<MemoryDescriptor> {
         rank(replicas, &self.endpoint, &self.host)
     }
 }

@@ -52,7 +52,7 @@ fn check_name(name: &str) -> Result<()> {
 impl ShmRegion {
     /// Creates a fresh zeroed region of `len` bytes whose size can never
     /// change.
-    pub fn create(len: usize) -> Result<ShmRegion> {
+    pub(super) fn create(len: usize) -> Result<ShmRegion> {
         if len == 0 {
             return Err(refuse("shared memory region of 0 bytes".into()));
         }
@@ -88,7 +88,7 @@ impl ShmRegion {
     /// [`create`](Self::create) and holds as `fd`. Refused unless that fd
     /// is the memfd of that name, sealed against shrinking and exactly
     /// `len` bytes long.
-    pub fn open(pid: u32, fd: i32, name: &str, len: usize) -> Result<ShmRegion> {
+    pub(super) fn open(pid: u32, fd: i32, name: &str, len: usize) -> Result<ShmRegion> {
         check_name(name)?;
         if fd < 0 || len == 0 {
             return Err(refuse(format!("bad region fd {fd} or length {len}")));
@@ -128,12 +128,12 @@ impl ShmRegion {
         })
     }
 
-    pub fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.name
     }
 
     /// The fd a peer opens through `/proc/<pid>/fd/<fd>`.
-    pub fn raw_fd(&self) -> i32 {
+    pub(super) fn raw_fd(&self) -> i32 {
         self.file.as_raw_fd()
     }
 }

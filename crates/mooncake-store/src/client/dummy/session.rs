@@ -43,7 +43,7 @@ pub(crate) struct Timeouts {
 impl Timeouts {
     /// A call may take two master round trips (30 s each at most) and
     /// transfers bounded by `MC_TRANSFER_TIMEOUT`, as the service sees them.
-    pub fn from_env() -> Timeouts {
+    pub(crate) fn from_env() -> Timeouts {
         Timeouts {
             hello: Duration::from_secs(6),
             call: Duration::from_secs(60) + 2 * config::transfer_timeout(),

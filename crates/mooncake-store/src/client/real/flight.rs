@@ -22,7 +22,7 @@ pub(super) struct Flight<'e> {
 
 impl<'e> Flight<'e> {
     /// Room for `capacity` requests (an upper bound; 0 allocates nothing).
-    pub fn new(engine: &'e TransferEngine, capacity: usize) -> Self {
+    pub(super) fn new(engine: &'e TransferEngine, capacity: usize) -> Self {
         let batch = if capacity == 0 {
             Ok(None)
         } else {
@@ -38,7 +38,7 @@ impl<'e> Flight<'e> {
 
     /// Runs `requests` as one batch and `copies` while it is in flight.
     /// Returns one outcome per request.
-    pub fn run(
+    pub(super) fn run(
         engine: &TransferEngine,
         requests: &[TransferRequest],
         copies: &[Memcpy],
@@ -49,7 +49,7 @@ impl<'e> Flight<'e> {
     }
 
     /// Starts `requests` now; a refused submission fails only them.
-    pub fn submit(&mut self, requests: &[TransferRequest]) {
+    pub(super) fn submit(&mut self, requests: &[TransferRequest]) {
         if requests.is_empty() {
             return;
         }
@@ -72,13 +72,13 @@ impl<'e> Flight<'e> {
     }
 
     /// Runs `copies` while the batch is in flight, waits for it, frees it.
-    pub fn finish(self, copies: &[Memcpy]) -> Vec<Result<()>> {
+    pub(super) fn finish(self, copies: &[Memcpy]) -> Vec<Result<()>> {
         self.finish_with(copies, false)
     }
 
     /// [`Self::finish`] for copies into this process's own segment: they
     /// are read later, so they bypass the cache (`copy_to_segment`).
-    pub fn finish_into_segment(self, copies: &[Memcpy]) -> Vec<Result<()>> {
+    pub(super) fn finish_into_segment(self, copies: &[Memcpy]) -> Vec<Result<()>> {
         self.finish_with(copies, true)
     }
 

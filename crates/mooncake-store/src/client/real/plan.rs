@@ -63,7 +63,7 @@ pub(crate) enum EngineWrite {
 
 impl EngineWrite {
     /// How many engine requests this is.
-    pub fn requests(&self) -> usize {
+    pub(super) fn requests(&self) -> usize {
         match self {
             EngineWrite::Parts(pieces) => pieces.len(),
             EngineWrite::Staged { len, .. } => usize::from(*len > 0),
@@ -73,7 +73,7 @@ impl EngineWrite {
 
 impl WritePlan<'_> {
     /// The most engine requests the plan can make (every shared copy refused).
-    pub fn max_requests(&self) -> usize {
+    pub(super) fn max_requests(&self) -> usize {
         self.peers.iter().map(|p| p.engine.requests()).sum()
     }
 }

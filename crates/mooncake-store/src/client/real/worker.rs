@@ -24,7 +24,7 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub fn spawn(
+    pub(super) fn spawn(
         name: &str,
         interval: Duration,
         mut tick: impl FnMut() -> bool + Send + 'static,
@@ -47,7 +47,7 @@ impl Worker {
 
     /// Stops the thread and waits for it, unless called from the thread
     /// itself (the executor may drop the client's last reference).
-    pub fn stop(self) {
+    pub(super) fn stop(self) {
         let _ = self.stop.send(());
         if self.join.thread().id() != std::thread::current().id() {
             let _ = self.join.join();

@@ -186,13 +186,13 @@ impl BatchOp {
 }
 
 #[derive(Default, Clone)]
-pub struct OpCounters {
+pub(super) struct OpCounters {
     pub requests: Counter,
     pub failures: Counter,
 }
 
 #[derive(Default, Clone)]
-pub struct BatchCounters {
+pub(super) struct BatchCounters {
     pub requests: Counter,
     pub failures: Counter,
     pub partial_successes: Counter,

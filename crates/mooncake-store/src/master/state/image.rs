@@ -43,7 +43,7 @@ impl From<DecodeError> for ImageError {
 }
 
 /// Told how far the objects of an image being loaded are.
-pub trait LoadProgress {
+pub(crate) trait LoadProgress {
     /// Before the first object: how many there are.
     fn begin(&self, objects: u64);
     /// After each object: how many are done.

@@ -294,7 +294,7 @@ impl Call {
     }
 
     /// When the call may be answered.
-    pub fn release(&self) -> Release {
+    pub(crate) fn release(&self) -> Release {
         self.logged.upto(self.answer_at.unwrap_or(u64::MAX))
     }
 }

@@ -80,7 +80,7 @@ use crate::types::{ClientId, ReplicaPolicy, MAX_KEY_LEN, MAX_REPLICA_NUM, MAX_VA
 
 /// Event counters (monotonic).
 #[derive(Default, Debug)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub eviction_rounds: AtomicU64,
     pub eviction_rounds_freeing: AtomicU64,
     pub evicted_keys: AtomicU64,
