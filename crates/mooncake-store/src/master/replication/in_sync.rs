@@ -9,7 +9,11 @@
 //! - a standby joins the required set once it has every entry, *before*
 //!   it is recorded (it only adds acknowledgements to wait for);
 //! - a standby that stopped answering leaves the required set only once a
-//!   record without it is written (a write a deposed leader cannot make).
+//!   record without it is written (a write a deposed leader cannot make);
+//! - a standby that reports less than it reported before (it restarted
+//!   and its log lost what the page cache held) is believed: it is counted
+//!   for what it holds now, and leaves the record as a silent one does
+//!   until it has caught up again.
 //!
 //! One record write is in flight at a time; the required set does not
 //! change meanwhile, except by the write's own additions.
@@ -25,11 +29,26 @@ struct Standby {
     heard_at: u64,
     /// Its connection closed: silent, whatever the time says.
     gone: bool,
+    /// It has asked for entries (an inherited member has not yet).
+    heard: bool,
+    /// It reported less than before and has not caught up since: it may
+    /// lack committed entries, so it must not stay recorded.
+    lost: bool,
 }
 
 impl Standby {
     fn alive(&self, now: u64, lag_limit: u64) -> bool {
         !self.gone && now.saturating_sub(self.heard_at) <= lag_limit
+    }
+
+    fn unheard(now: u64) -> Standby {
+        Standby {
+            acked: 0,
+            heard_at: now,
+            gone: false,
+            heard: false,
+            lost: false,
+        }
     }
 }
 
@@ -55,14 +74,7 @@ impl InSync {
     pub(crate) fn new(last: u64, recorded: BTreeSet<String>, lag_limit: u64, now: u64) -> InSync {
         let standbys = recorded
             .iter()
-            .map(|id| {
-                let s = Standby {
-                    acked: 0,
-                    heard_at: now,
-                    gone: false,
-                };
-                (id.clone(), s)
-            })
+            .map(|id| (id.clone(), Standby::unheard(now)))
             .collect();
         InSync {
             last,
@@ -112,12 +124,21 @@ impl InSync {
     /// at `now`. Returns whether the commit point moved.
     pub(crate) fn acked(&mut self, standby: &str, seq: u64, now: u64) -> bool {
         let seq = seq.min(self.last);
-        let s = self.standbys.entry(standby.to_string()).or_insert(Standby {
-            acked: seq,
-            heard_at: now,
-            gone: false,
-        });
-        s.acked = s.acked.max(seq);
+        let s = self
+            .standbys
+            .entry(standby.to_string())
+            .or_insert(Standby::unheard(now));
+        // Pulls on a connection only go forward: less than before is a
+        // standby that restarted without entries it had, and what it
+        // holds now is the truth.
+        if s.heard && seq < s.acked {
+            s.lost = true;
+        }
+        if seq >= self.last {
+            s.lost = false;
+        }
+        s.acked = seq;
+        s.heard = true;
         s.heard_at = now;
         s.gone = false;
         let before = self.committed;
@@ -139,8 +160,9 @@ impl InSync {
             .map(|id| self.standbys.get(id).map_or(0, |s| s.acked))
             .min()
             .unwrap_or(self.last);
-        // Never backwards: a required standby that restarted empty has
-        // lost nothing that was committed (another member holds it).
+        // Never backwards: a required standby that restarted without
+        // entries it had still leaves every committed one with the leader,
+        // and it leaves the record at the next write.
         self.committed = self.committed.max(floor.min(self.last));
     }
 
@@ -155,7 +177,7 @@ impl InSync {
         let mut want: BTreeSet<String> = self
             .required
             .iter()
-            .filter(|id| self.standbys.get(*id).is_some_and(alive))
+            .filter(|id| self.standbys.get(*id).is_some_and(|s| alive(s) && !s.lost))
             .cloned()
             .collect();
         for (id, s) in &self.standbys {
@@ -333,6 +355,45 @@ mod tests {
         s.written(want);
         s.acked("b", 0, 1);
         assert_eq!(s.committed(), 4);
+    }
+
+    /// A recorded standby restarts from its log within the lag limit,
+    /// having lost entries its page cache held: it is counted for what it
+    /// holds, leaves the record, and comes back once caught up.
+    #[test]
+    fn a_standby_back_with_less_is_counted_for_what_it_holds() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
+        s.appended(5);
+        s.acked("b", 5, 0);
+        let want = s.next_record(0).unwrap();
+        s.written(want);
+        assert_eq!(s.committed(), 5);
+        s.gone("b");
+        // Back at once, before any record without it: its log ends at 2.
+        s.acked("b", 2, 100);
+        assert_eq!(s.lags().collect::<Vec<_>>(), [("b", 3)]);
+        assert_eq!(s.min_acked(), Some(2), "the log keeps what b lacks");
+        s.appended(6);
+        assert_eq!(s.committed(), 5, "b is still required and lacks 6");
+        let want = s.next_record(100).unwrap();
+        assert!(want.is_empty(), "b lacks committed entries: {want:?}");
+        s.written(want);
+        assert_eq!(s.committed(), 6);
+        s.acked("b", 4, 120);
+        assert_eq!(s.next_record(120), None, "not caught up yet");
+        s.acked("b", 6, 140);
+        assert_eq!(s.next_record(140), Some(set(&["b"])), "caught up, back in");
+    }
+
+    #[test]
+    fn an_inherited_member_lagging_at_its_first_pull_stays() {
+        let mut s = InSync::new(5, set(&["b"]), 1000, 0);
+        s.acked("b", 3, 10);
+        assert_eq!(s.next_record(10), None, "b has said nothing lower before");
+        s.acked("b", 5, 20);
+        s.appended(6);
+        s.acked("b", 6, 30);
+        assert_eq!(s.committed(), 6);
     }
 
     #[derive(Debug, Clone)]
