@@ -234,11 +234,15 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
 }
 
 /// Whether `rest`, the end of the last file from a frame that failed to
-/// decode, is a write a crash interrupted: a frame cut short, or one of
-/// full length whose checksum fails (its pages reached the disk only in
-/// part) and that ends the file. A bad frame followed by more bytes is
-/// damage, not a torn write.
+/// decode, is a write a crash interrupted: a frame cut short, one of full
+/// length whose checksum fails (its pages reached the disk only in part)
+/// and that ends the file, or zeros to the end (the file grew, its data
+/// never came). A bad frame followed by more bytes is damage, not a torn
+/// write.
 fn torn_tail(rest: &[u8], e: &DecodeError) -> bool {
+    if rest.iter().all(|b| *b == 0) {
+        return true;
+    }
     match e {
         DecodeError::Truncated => true,
         DecodeError::Checksum { .. } => {

@@ -121,6 +121,28 @@ fn a_full_length_last_frame_failing_its_checksum_is_cut_off() {
     );
 }
 
+/// A file that grew before its data reached the disk ends in zeros.
+#[test]
+fn a_tail_of_zeros_is_cut_off_but_not_zeros_before_a_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = DiskLog::start(dir.path(), 0, false).unwrap();
+    write(&log, 1..=2, 1);
+    log.stop();
+    let (_, path) = list_files(dir.path()).unwrap().pop().unwrap();
+    let good = std::fs::read(&path).unwrap();
+    let mut bytes = good.clone();
+    bytes.resize(good.len() + 3 * frame(3, 1).len(), 0);
+    std::fs::write(&path, &bytes).unwrap();
+    assert_eq!(seqs(&recover(dir.path()).unwrap()), [(1, 1), (2, 1)]);
+    assert_eq!(std::fs::read(&path).unwrap(), good);
+    // Zeros followed by a frame are damage.
+    let mut bytes = good.clone();
+    bytes.resize(good.len() + 32, 0);
+    bytes.extend_from_slice(&frame(3, 1));
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(recover(dir.path()).is_err());
+}
+
 #[test]
 fn a_frame_failing_its_checksum_before_the_last_is_an_error() {
     let (dir, path, len) = damaged(2);
