@@ -9,7 +9,7 @@ use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::state::allocator::aligned_len;
 use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
-use crate::types::{ClientId, ReplicaDesc, ReplicaStatus, ReplicaPolicy};
+use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus};
 
 impl MasterService {
     /// Allocates replicas for `key`; the object becomes readable at `put_end`.

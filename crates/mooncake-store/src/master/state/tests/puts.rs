@@ -94,7 +94,10 @@ fn a_retry_over_a_put_in_flight_is_busy_not_existing() {
         code(s.put_start(W, "k", 64, &one(), false, 4)),
         ErrorCode::OBJECT_ALREADY_EXISTS
     );
-    assert_eq!(batch(vec!["k"], 5), [Some(ErrorCode::OBJECT_ALREADY_EXISTS)]);
+    assert_eq!(
+        batch(vec!["k"], 5),
+        [Some(ErrorCode::OBJECT_ALREADY_EXISTS)]
+    );
 }
 
 #[test]
