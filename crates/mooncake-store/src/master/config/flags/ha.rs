@@ -12,6 +12,8 @@ macro_rules! ha_flags {
         => enable_oplog: bool = boolean;
     etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
         => etcd_endpoints: String = text;
+    ha_allow_takeover_without_record: Bool = "false", Full, "Replicated HA: a master that finds no replication record (or a term not above one it followed: the coordination service lost its state) takes over anyway, losing what only the other masters held; off: it steps aside until an operator decides"
+        => ha_allow_takeover_without_record: bool = boolean;
     ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
         => ha_backend_connstring: String = text;
     ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
