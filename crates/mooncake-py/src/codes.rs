@@ -207,6 +207,20 @@ mod tests {
     }
 
     #[test]
+    fn a_put_in_flight_is_no_success() {
+        let busy = ErrorCode::OBJECT_REPLICA_BUSY.code();
+        assert_eq!(status(Err(err(ErrorCode::OBJECT_REPLICA_BUSY))), busy);
+        let batch = || {
+            Ok(vec![
+                Err(err(ErrorCode::OBJECT_ALREADY_EXISTS)),
+                Err(err(ErrorCode::OBJECT_REPLICA_BUSY)),
+            ])
+        };
+        assert_eq!(per_key(2, batch()), vec![0, busy]);
+        assert_eq!(first_error(batch()), busy);
+    }
+
+    #[test]
     fn counts_or_codes() {
         assert_eq!(count(Ok(4096usize)), 4096);
         assert_eq!(count(Ok(7u64)), 7);

@@ -41,6 +41,8 @@ fn many_threads_share_one_client() {
     let allowed = [
         ErrorCode::OBJECT_NOT_FOUND,
         ErrorCode::OBJECT_ALREADY_EXISTS,
+        // Another thread's put of the key in flight.
+        ErrorCode::OBJECT_REPLICA_BUSY,
         ErrorCode::REPLICA_IS_NOT_READY,
         ErrorCode::ILLEGAL_CLIENT,
     ];

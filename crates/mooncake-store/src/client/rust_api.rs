@@ -417,6 +417,17 @@ mod tests {
     }
 
     #[test]
+    fn a_put_in_flight_is_no_success() {
+        assert!(put_status(Ok(())).is_ok());
+        assert!(put_status(Err(Error::from(ErrorCode::OBJECT_ALREADY_EXISTS))).is_ok());
+        let busy = put_status(Err(Error::from(ErrorCode::OBJECT_REPLICA_BUSY)));
+        assert_eq!(
+            busy.unwrap_err().code(),
+            ErrorCode::OBJECT_REPLICA_BUSY.code()
+        );
+    }
+
+    #[test]
     fn the_four_field_config_maps_onto_the_stores() {
         let api = ReplicateConfig {
             replica_num: 2,

@@ -427,6 +427,14 @@ mod tests {
     }
 
     #[test]
+    fn a_takeover_without_record_is_off_unless_asked() {
+        assert!(!MasterConfig::default().ha_allow_takeover_without_record);
+        let c =
+            MasterConfig::from_settings([("ha_allow_takeover_without_record", "true")]).unwrap();
+        assert!(c.ha_allow_takeover_without_record);
+    }
+
+    #[test]
     fn parses_units_and_rejects_garbage() {
         let mut c = MasterConfig::default();
         c.set("default_kv_lease_ttl", "5s").unwrap();

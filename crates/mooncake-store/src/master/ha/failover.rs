@@ -9,7 +9,8 @@
 //! 3. on winning, it checks that the replication record names it (only a
 //!    member of the in-sync set holds every committed entry; a master
 //!    that is not one steps aside, and takes over anyway only once no
-//!    member has come forward for [`TAKEOVER_AFTER`]);
+//!    member has come forward for [`TAKEOVER_AFTER`]); without a record
+//!    only a new cluster's master takes over (`takeover`);
 //! 4. it records itself as leader of its term (a win that does not hold
 //!    is found out here, and it steps aside), applies everything it
 //!    received, takes over the volatile state cautiously
@@ -30,6 +31,7 @@ use tokio::sync::{mpsc, watch};
 use super::compaction::{restore_newest, Snapshotter};
 use super::follower::Follower;
 use super::recovery;
+use super::takeover::{Gate, Verdict, Win};
 use crate::ha::{LeaderElection, Leadership};
 use crate::master::config::MasterConfig;
 use crate::master::durable::snapshot::Stores;
@@ -181,7 +183,11 @@ where
         leader,
         gone_tx,
     )?);
-    let mut aside_since: Option<Instant> = None;
+    let mut gate = Gate::new(
+        repl.member(),
+        config.ha_allow_takeover_without_record,
+        TAKEOVER_AFTER,
+    );
 
     let outcome = loop {
         let campaign = tokio::select! {
@@ -207,23 +213,32 @@ where
                 continue;
             }
         };
-        if let Some(r) = record.as_ref().filter(|r| !r.holds_all(repl.member())) {
-            let since = *aside_since.get_or_insert_with(Instant::now);
-            if since.elapsed() < TAKEOVER_AFTER {
-                tracing::info!(
-                    term = r.term,
-                    "elected, but not in the in-sync set: stepping aside"
-                );
+        let seen = repl.status();
+        let win = Win {
+            record: record.as_ref(),
+            term: leadership.term(),
+            seen_term: seen.term,
+            last_seq: seen.last_seq,
+        };
+        let verdict = gate.decide(&win, Instant::now());
+        match &verdict {
+            Verdict::Take => {}
+            Verdict::Unclean(why) => tracing::warn!(
+                term = leadership.term(),
+                "{why}: taking over with this master's state; entries only others held are lost"
+            ),
+            Verdict::Aside(why) | Verdict::Refuse(why) => {
+                if matches!(verdict, Verdict::Refuse(_)) {
+                    tracing::warn!(term = leadership.term(), "elected, but {why}");
+                } else {
+                    tracing::info!(term = leadership.term(), "elected, but {why}");
+                }
                 let _ = leadership.resign().await;
                 tokio::select! {
                     _ = tokio::time::sleep(STEP_ASIDE) => continue,
                     _ = &mut shutdown => break Ok(()),
                 }
             }
-            tracing::warn!(
-                term = r.term,
-                "no member of the in-sync set took over within {TAKEOVER_AFTER:?}: taking over with this standby's state; entries only they held are lost"
-            );
         }
         // Recorded as leader before anything changes here: a win that does
         // not hold (a candidacy whose lease ran out while this process was

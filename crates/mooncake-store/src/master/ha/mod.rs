@@ -19,6 +19,7 @@ pub(in crate::master) mod compaction;
 pub(in crate::master) mod failover;
 pub mod follower;
 pub(in crate::master) mod recovery;
+mod takeover;
 
 use std::future::Future;
 use std::pin::pin;

@@ -9,10 +9,23 @@
 //! - a standby joins the required set once it has every entry, *before*
 //!   it is recorded (it only adds acknowledgements to wait for);
 //! - a standby that stopped answering leaves the required set only once a
-//!   record without it is written (a write a deposed leader cannot make).
+//!   record without it is written (a write a deposed leader cannot make);
+//! - a standby that reports less than it reported before (it restarted
+//!   and its log lost what the page cache held) is believed: it is counted
+//!   for what it holds now, and leaves the record as a silent one does
+//!   until it has caught up again.
 //!
 //! One record write is in flight at a time; the required set does not
 //! change meanwhile, except by the write's own additions.
+//!
+//! With a minimum of members (`--ha_min_in_sync`, the leader included),
+//! nothing commits while the record holds fewer: writes wait until enough
+//! standbys are recorded again, instead of resting on too few copies.
+//!
+//! Silence is timed from what the leader could observe: when its own look
+//! at the standbys comes late (the process was paused, or starved), the
+//! lateness is not charged to them, or a leader stopped for longer than
+//! the lag limit would drop every healthy standby as it resumes.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,11 +38,32 @@ struct Standby {
     heard_at: u64,
     /// Its connection closed: silent, whatever the time says.
     gone: bool,
+    /// It has asked for entries (an inherited member has not yet).
+    heard: bool,
+    /// It reported less than before and has not caught up since: it may
+    /// lack committed entries, so it must not stay recorded.
+    lost: bool,
+    /// The leader's lateness summed (`InSync::late`) when it was heard.
+    late_at: u64,
 }
 
 impl Standby {
-    fn alive(&self, now: u64, lag_limit: u64) -> bool {
-        !self.gone && now.saturating_sub(self.heard_at) <= lag_limit
+    /// How long it has been silent while the leader was looking, with
+    /// `late` the leader's lateness summed so far.
+    fn silence(&self, now: u64, late: u64) -> u64 {
+        now.saturating_sub(self.heard_at)
+            .saturating_sub(late.saturating_sub(self.late_at))
+    }
+
+    fn unheard(now: u64, late: u64) -> Standby {
+        Standby {
+            acked: 0,
+            heard_at: now,
+            gone: false,
+            heard: false,
+            lost: false,
+            late_at: late,
+        }
     }
 }
 
@@ -44,6 +78,13 @@ pub(crate) struct InSync {
     writing: Option<BTreeSet<String>>,
     /// A required standby silent for longer than this is dropped (ms).
     lag_limit: u64,
+    /// Members (the leader included) that must be recorded for anything
+    /// to commit.
+    min_members: usize,
+    /// When the leader last looked at its standbys (ms).
+    looked_at: u64,
+    /// How late its looks came, summed (ms): not charged to the standbys.
+    late: u64,
 }
 
 impl InSync {
@@ -55,14 +96,7 @@ impl InSync {
     pub(crate) fn new(last: u64, recorded: BTreeSet<String>, lag_limit: u64, now: u64) -> InSync {
         let standbys = recorded
             .iter()
-            .map(|id| {
-                let s = Standby {
-                    acked: 0,
-                    heard_at: now,
-                    gone: false,
-                };
-                (id.clone(), s)
-            })
+            .map(|id| (id.clone(), Standby::unheard(now, 0)))
             .collect();
         InSync {
             last,
@@ -72,7 +106,32 @@ impl InSync {
             recorded,
             writing: None,
             lag_limit,
+            min_members: 1,
+            looked_at: now,
+            late: 0,
         }
+    }
+
+    /// Nothing commits while fewer than `n` members (the leader included)
+    /// are recorded.
+    pub(crate) fn min_members(mut self, n: usize) -> InSync {
+        self.min_members = n.max(1);
+        self
+    }
+
+    /// Whether enough members are recorded for entries to commit.
+    pub(crate) fn enough(&self) -> bool {
+        self.recorded.len() + 1 >= self.min_members
+    }
+
+    /// The leader looks at its standbys at `now` (each tick of its loop):
+    /// a look later than a quarter of the lag limit after the last one
+    /// means the leader itself stood still; the excess is not silence of
+    /// theirs.
+    fn look(&mut self, now: u64) {
+        let gap = now.saturating_sub(self.looked_at);
+        self.late += gap.saturating_sub(self.lag_limit / 4);
+        self.looked_at = self.looked_at.max(now);
     }
 
     pub(crate) fn committed(&self) -> u64 {
@@ -112,13 +171,23 @@ impl InSync {
     /// at `now`. Returns whether the commit point moved.
     pub(crate) fn acked(&mut self, standby: &str, seq: u64, now: u64) -> bool {
         let seq = seq.min(self.last);
-        let s = self.standbys.entry(standby.to_string()).or_insert(Standby {
-            acked: seq,
-            heard_at: now,
-            gone: false,
-        });
-        s.acked = s.acked.max(seq);
+        let s = self
+            .standbys
+            .entry(standby.to_string())
+            .or_insert(Standby::unheard(now, self.late));
+        // Pulls on a connection only go forward: less than before is a
+        // standby that restarted without entries it had, and what it
+        // holds now is the truth.
+        if s.heard && seq < s.acked {
+            s.lost = true;
+        }
+        if seq >= self.last {
+            s.lost = false;
+        }
+        s.acked = seq;
+        s.heard = true;
         s.heard_at = now;
+        s.late_at = self.late;
         s.gone = false;
         let before = self.committed;
         self.recompute();
@@ -139,8 +208,12 @@ impl InSync {
             .map(|id| self.standbys.get(id).map_or(0, |s| s.acked))
             .min()
             .unwrap_or(self.last);
-        // Never backwards: a required standby that restarted empty has
-        // lost nothing that was committed (another member holds it).
+        if !self.enough() {
+            return;
+        }
+        // Never backwards: a required standby that restarted without
+        // entries it had still leaves every committed one with the leader,
+        // and it leaves the record at the next write.
         self.committed = self.committed.max(floor.min(self.last));
     }
 
@@ -151,11 +224,12 @@ impl InSync {
         if self.writing.is_some() {
             return None;
         }
-        let alive = |s: &Standby| s.alive(now, self.lag_limit);
+        let (late, limit) = (self.late, self.lag_limit);
+        let alive = |s: &Standby| !s.gone && s.silence(now, late) <= limit;
         let mut want: BTreeSet<String> = self
             .required
             .iter()
-            .filter(|id| self.standbys.get(*id).is_some_and(alive))
+            .filter(|id| self.standbys.get(*id).is_some_and(|s| alive(s) && !s.lost))
             .cloned()
             .collect();
         for (id, s) in &self.standbys {
@@ -186,12 +260,15 @@ impl InSync {
         self.writing = None;
     }
 
-    /// Forgets standbys silent since long (lag limit × 10) and not required.
+    /// The leader's look at its standbys, at each tick of its loop (before
+    /// [`InSync::next_record`]): forgets standbys silent since long (lag
+    /// limit × 10) and not required, and notes how late the look comes.
     pub(crate) fn forget_silent(&mut self, now: u64) {
-        let limit = self.lag_limit.saturating_mul(10);
+        self.look(now);
+        let (late, limit) = (self.late, self.lag_limit.saturating_mul(10));
         let required = &self.required;
         self.standbys
-            .retain(|id, s| required.contains(id) || now.saturating_sub(s.heard_at) <= limit);
+            .retain(|id, s| required.contains(id) || s.silence(now, late) <= limit);
     }
 }
 
@@ -335,6 +412,130 @@ mod tests {
         assert_eq!(s.committed(), 4);
     }
 
+    /// A recorded standby restarts from its log within the lag limit,
+    /// having lost entries its page cache held: it is counted for what it
+    /// holds, leaves the record, and comes back once caught up.
+    #[test]
+    fn a_standby_back_with_less_is_counted_for_what_it_holds() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0);
+        s.appended(5);
+        s.acked("b", 5, 0);
+        let want = s.next_record(0).unwrap();
+        s.written(want);
+        assert_eq!(s.committed(), 5);
+        s.gone("b");
+        // Back at once, before any record without it: its log ends at 2.
+        s.acked("b", 2, 100);
+        assert_eq!(s.lags().collect::<Vec<_>>(), [("b", 3)]);
+        assert_eq!(s.min_acked(), Some(2), "the log keeps what b lacks");
+        s.appended(6);
+        assert_eq!(s.committed(), 5, "b is still required and lacks 6");
+        let want = s.next_record(100).unwrap();
+        assert!(want.is_empty(), "b lacks committed entries: {want:?}");
+        s.written(want);
+        assert_eq!(s.committed(), 6);
+        s.acked("b", 4, 120);
+        assert_eq!(s.next_record(120), None, "not caught up yet");
+        s.acked("b", 6, 140);
+        assert_eq!(s.next_record(140), Some(set(&["b"])), "caught up, back in");
+    }
+
+    #[test]
+    fn an_inherited_member_lagging_at_its_first_pull_stays() {
+        let mut s = InSync::new(5, set(&["b"]), 1000, 0);
+        s.acked("b", 3, 10);
+        assert_eq!(s.next_record(10), None, "b has said nothing lower before");
+        s.acked("b", 5, 20);
+        s.appended(6);
+        s.acked("b", 6, 30);
+        assert_eq!(s.committed(), 6);
+    }
+
+    /// With a minimum of two members, a leader alone commits nothing; a
+    /// standby recorded again releases what waited.
+    #[test]
+    fn below_the_minimum_nothing_commits() {
+        let mut s = InSync::new(0, set(&[]), 1000, 0).min_members(2);
+        s.appended(3);
+        assert_eq!(s.committed(), 0, "the leader alone is one copy");
+        s.acked("b", 3, 10);
+        let want = s.next_record(10).unwrap();
+        assert_eq!(s.committed(), 0, "b is not recorded yet");
+        s.written(want);
+        assert_eq!(s.committed(), 3);
+        // b goes silent: dropped from the record, and writes wait again.
+        s.appended(4);
+        let want = s.next_record(1100).unwrap();
+        assert!(want.is_empty());
+        s.written(want);
+        assert_eq!(s.committed(), 3);
+        s.appended(5);
+        assert_eq!(s.committed(), 3);
+        s.acked("b", 5, 1200);
+        let want = s.next_record(1200).unwrap();
+        s.written(want);
+        assert_eq!(s.committed(), 5);
+        // The default, one member: the leader alone commits.
+        let mut s = InSync::new(0, set(&[]), 1000, 0).min_members(1);
+        s.appended(1);
+        assert_eq!(s.committed(), 1);
+    }
+
+    /// The leader stood still for 2.5 s (longer than the lag limit): its
+    /// standby, heard just before, is not dropped as the leader resumes;
+    /// silent from then on, it is dropped once the leader has looked for
+    /// about the lag limit (a quarter of it charged for the pause itself).
+    #[test]
+    fn a_pause_of_the_leader_is_not_silence_of_its_standbys() {
+        let mut s = InSync::new(5, set(&[]), 1000, 0);
+        s.acked("b", 5, 0);
+        let want = s.next_record(0).unwrap();
+        s.written(want);
+        let mut now = 0;
+        while now < 100 {
+            now += 20;
+            s.forget_silent(now);
+            assert_eq!(s.next_record(now), None);
+        }
+        now += 2500;
+        s.forget_silent(now);
+        assert_eq!(
+            s.next_record(now),
+            None,
+            "b was heard 100 ms of looking ago"
+        );
+        let resumed = now;
+        while now < resumed + 500 {
+            now += 20;
+            s.forget_silent(now);
+            assert_eq!(s.next_record(now), None, "b silent {} ms", now - resumed);
+        }
+        let mut dropped = None;
+        while dropped.is_none() && now < resumed + 2000 {
+            now += 20;
+            s.forget_silent(now);
+            dropped = s.next_record(now);
+        }
+        assert_eq!(dropped, Some(set(&[])));
+        assert!(now - resumed <= 1000, "dropped {} ms after", now - resumed);
+    }
+
+    /// Looks that come a little late (up to a quarter of the lag limit)
+    /// are not a pause: a silent standby is dropped on time.
+    #[test]
+    fn looks_a_little_late_still_drop_on_time() {
+        let mut s = InSync::new(5, set(&[]), 1000, 0);
+        s.acked("b", 5, 0);
+        let want = s.next_record(0).unwrap();
+        s.written(want);
+        for now in [240, 480, 720, 960] {
+            s.forget_silent(now);
+            assert_eq!(s.next_record(now), None);
+        }
+        s.forget_silent(1200);
+        assert_eq!(s.next_record(1200), Some(set(&[])));
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Append(u64),
@@ -368,13 +569,15 @@ mod tests {
         /// entry: a new leader needs no "longest log" choice among them.
         #[test]
         fn every_recorded_standby_holds_every_committed_entry(
-            ops in proptest::collection::vec(op(), 1..200)
+            ops in proptest::collection::vec(op(), 1..200),
+            min in 1..4usize,
         ) {
             let ids = ["b", "c", "d"];
             let mut held = [0u64; 3];
             let (mut last, mut now) = (0u64, 0u64);
-            let mut s = InSync::new(0, set(&[]), 1000, 0);
+            let mut s = InSync::new(0, set(&[]), 1000, 0).min_members(min);
             let mut writing = None;
+            let mut was = 0;
             for op in ops {
                 match op {
                     Op::Append(n) => {
@@ -405,6 +608,11 @@ mod tests {
                     Op::Forget => s.forget_silent(now),
                 }
                 let c = s.committed();
+                proptest::prop_assert!(
+                    c == 0 || s.recorded().len() + 1 >= min || was == c,
+                    "committed {c} with {} recorded of {min}", s.recorded().len()
+                );
+                was = c;
                 proptest::prop_assert!(c <= last);
                 for (i, id) in ids.iter().enumerate() {
                     if s.required().contains(*id) || s.recorded().contains(*id) {

@@ -109,6 +109,9 @@ pub(crate) struct Options {
     pub(crate) poll: Duration,
     /// A required standby silent this long leaves the in-sync set.
     pub(crate) lag_limit: Duration,
+    /// Recorded members, the leader included, needed for a commit
+    /// (`--ha_min_in_sync`).
+    pub(crate) min_in_sync: usize,
 }
 
 impl Options {
@@ -122,6 +125,7 @@ impl Options {
             // A killed standby is noticed at once (its connection closes);
             // this is for one that hangs, not one that is slow for a moment.
             lag_limit: (poll * 2).max(Duration::from_secs(2)),
+            min_in_sync: c.ha_min_in_sync.max(1),
         }
     }
 }
@@ -306,7 +310,8 @@ impl Replication {
                     .collect()
             })
             .unwrap_or_default();
-        let in_sync = InSync::new(last, inherited, self.opts.lag_limit.as_millis() as u64, now);
+        let in_sync = InSync::new(last, inherited, self.opts.lag_limit.as_millis() as u64, now)
+            .min_members(self.opts.min_in_sync);
         let first = in_sync.required().clone();
         st.role = Role::Leader;
         st.term = term;
@@ -373,6 +378,12 @@ impl Replication {
         };
         if ok {
             s.written(record.standbys);
+            if !s.enough() {
+                tracing::warn!(
+                    min_in_sync = self.opts.min_in_sync,
+                    "the in-sync set is below --ha_min_in_sync: writes wait for a standby to catch up"
+                );
+            }
         } else {
             s.write_failed();
         }
@@ -610,5 +621,25 @@ fn standby_state(st: &Status, lag: u64) -> StandbyState {
         Role::Standby => StandbyState::Watching,
         Role::Leader => StandbyState::Promoted,
         Role::Deposed => StandbyState::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn min_in_sync_is_read_from_its_flag() {
+        let mut c = MasterConfig::default();
+        assert_eq!(Options::from_config(&c).min_in_sync, 1, "default");
+        c.set("ha_min_in_sync", "2").unwrap();
+        assert_eq!(Options::from_config(&c).min_in_sync, 2);
+        for bad in ["0", "-1", "two"] {
+            assert_eq!(
+                c.set("ha_min_in_sync", bad).unwrap_err().code,
+                ErrorCode::INVALID_PARAMS,
+                "{bad}"
+            );
+        }
     }
 }

@@ -12,10 +12,14 @@ macro_rules! ha_flags {
         => enable_oplog: bool = boolean;
     etcd_endpoints: Str = "", Full, "HA backend endpoints, separated by semicolon (etcd, or redis://host:port)"
         => etcd_endpoints: String = text;
+    ha_allow_takeover_without_record: Bool = "false", Full, "Replicated HA: a master that finds no replication record (or a term not above one it followed: the coordination service lost its state) takes over anyway, losing what only the other masters held; off: it steps aside until an operator decides"
+        => ha_allow_takeover_without_record: bool = boolean;
     ha_backend_connstring: Str = "", Full, "HA backend connection string; if unset, --etcd_endpoints is used"
         => ha_backend_connstring: String = text;
     ha_backend_type: Str = "etcd", Full, "HA backend type: etcd, redis or k8s"
         => ha_backend_type: String = ha_backend_type;
+    ha_min_in_sync: Int = "1", Full, "Replicated HA: members (the leader included) of the recorded in-sync set needed for a write to be acknowledged; below it writes wait (and fail after the commit wait). 1: the leader alone may acknowledge"
+        => ha_min_in_sync: usize = positive_count;
     ha_wal_sync_ack: Bool = "false", Full, "Replicated HA with a log directory: the leader answers a write only once its log entry is fdatasynced (survives the loss of every machine; costs the sync's latency)"
         => ha_wal_sync_ack: bool = boolean;
     k8s_lease_duration_sec: Duration = "5", Full, "k8s HA: seconds a standby waits after the last renewal it saw before taking the Lease"

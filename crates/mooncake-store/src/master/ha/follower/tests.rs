@@ -20,6 +20,7 @@ fn opts() -> Options {
         batch_max: 1024,
         poll: Duration::ZERO,
         lag_limit: Duration::from_secs(2),
+        min_in_sync: 1,
     }
 }
 

@@ -65,11 +65,26 @@ impl MasterService {
                 if keys.len() != value_lens.len() {
                     return mismatch(keys.len(), value_lens.len());
                 }
+                // A key repeated in one batch: its first occurrence's put
+                // holds it, so the repeat keeps the stored value and
+                // succeeds ("first wins", as in the reference), rather than
+                // meeting a put in flight.
+                let mut started = std::collections::HashSet::new();
                 let results = keys
                     .iter()
                     .zip(&value_lens)
-                    .map(|(k, &len)| {
-                        self.put_start_in(call, client_id, k, len, &config, upsert, now)
+                    .map(|(&k, &len)| {
+                        if !upsert && started.contains(k) {
+                            return Err(Error::new(
+                                ErrorCode::OBJECT_ALREADY_EXISTS,
+                                format!("object {k:?} is put earlier in this batch"),
+                            ));
+                        }
+                        let r = self.put_start_in(call, client_id, k, len, &config, upsert, now);
+                        if r.is_ok() && keys.len() > 1 {
+                            started.insert(k);
+                        }
+                        r
                     })
                     .collect();
                 A::BatchReplicas { results }

@@ -90,17 +90,14 @@ impl MasterService {
             .map(|p| p.started);
         if let Some(started) = in_flight_since {
             if now.saturating_sub(started) < self.policy.discard_after {
-                return Err(if upsert {
-                    Error::new(
-                        ErrorCode::OBJECT_REPLICA_BUSY,
-                        format!("object {key:?} has a put in flight"),
-                    )
-                } else {
-                    Error::new(
-                        ErrorCode::OBJECT_ALREADY_EXISTS,
-                        format!("object {key:?} is being written"),
-                    )
-                });
+                // Not OBJECT_ALREADY_EXISTS (the reference's answer), which
+                // clients report as a successful put: the put in flight may
+                // be one a failover abandoned, and a retry told "done" would
+                // leave the key empty. See docs/reference-behaviour.md.
+                return Err(Error::new(
+                    ErrorCode::OBJECT_REPLICA_BUSY,
+                    format!("object {key:?} has a put in flight"),
+                ));
             }
             // The earlier writer is a zombie: discard its put, then go on.
             self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);

@@ -26,9 +26,11 @@ fn put_lifecycle() {
     );
     assert!(!s.exist_key("k", NOW).unwrap());
     assert_eq!(code(s.get_size("k", NOW)), ErrorCode::REPLICA_IS_NOT_READY);
+    // A put in flight is no stored value: not OBJECT_ALREADY_EXISTS, which
+    // clients report as success.
     assert_eq!(
         code(s.put_start(W, "k", 10, &one(), false, 1)),
-        ErrorCode::OBJECT_ALREADY_EXISTS
+        ErrorCode::OBJECT_REPLICA_BUSY
     );
     assert_eq!(code(s.put_end(B, "k", 2)), ErrorCode::ILLEGAL_CLIENT);
 
@@ -47,6 +49,55 @@ fn put_lifecycle() {
     );
     assert_eq!(s.all_keys(), ["k"]);
     assert_eq!(used(&s), 4096);
+}
+
+/// A put a failover left in flight (its PutStart held, its PutEnd never
+/// made) is not a stored value: a retry of it, by the same client or in a
+/// batch, must not be told OBJECT_ALREADY_EXISTS, which clients report as
+/// a successful put. A complete object still answers OBJECT_ALREADY_EXISTS.
+#[test]
+fn a_retry_over_a_put_in_flight_is_busy_not_existing() {
+    let s = with_segment(1 << 20);
+    s.put_start(W, "k", 64, &one(), false, 0).unwrap();
+    assert_eq!(
+        code(s.put_start(W, "k", 64, &one(), false, 1)),
+        ErrorCode::OBJECT_REPLICA_BUSY
+    );
+    let batch = |keys: Vec<&'static str>, now| {
+        let req = Request::BatchPutStart {
+            client_id: W,
+            value_lens: vec![64; keys.len()],
+            keys,
+            config: one(),
+            upsert: false,
+        };
+        let Response::BatchReplicas { results } = s.handle(req, now).response else {
+            panic!()
+        };
+        results
+            .iter()
+            .map(|r| r.as_ref().err().map(|e| e.code))
+            .collect::<Vec<_>>()
+    };
+    // In flight from an earlier call: busy. Repeated within one batch: the
+    // first occurrence holds it ("first wins").
+    assert_eq!(
+        batch(vec!["k", "n", "n"], 2),
+        [
+            Some(ErrorCode::OBJECT_REPLICA_BUSY),
+            None,
+            Some(ErrorCode::OBJECT_ALREADY_EXISTS)
+        ]
+    );
+    s.put_end(W, "k", 3).unwrap();
+    assert_eq!(
+        code(s.put_start(W, "k", 64, &one(), false, 4)),
+        ErrorCode::OBJECT_ALREADY_EXISTS
+    );
+    assert_eq!(
+        batch(vec!["k"], 5),
+        [Some(ErrorCode::OBJECT_ALREADY_EXISTS)]
+    );
 }
 
 #[test]
@@ -329,7 +380,7 @@ fn unfinished_puts_time_out() {
     s.put_start(W, "z", 64, &one(), false, 1000).unwrap();
     assert_eq!(
         code(s.put_start(B, "z", 64, &one(), false, 1000 + DISCARD - 1)),
-        ErrorCode::OBJECT_ALREADY_EXISTS
+        ErrorCode::OBJECT_REPLICA_BUSY
     );
     s.put_start(B, "z", 64, &one(), false, 1000 + DISCARD)
         .unwrap();

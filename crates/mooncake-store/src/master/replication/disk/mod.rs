@@ -17,6 +17,8 @@
 //!   the commit point this master knows in `COMMITTED`. With
 //!   `--ha_wal_sync_ack` the leader also waits for its sync before it
 //!   answers, so an acknowledged write survives the loss of the machine.
+//!   A cut of the log starts a new sync generation: a sync begun before
+//!   it acknowledges nothing written after it.
 //! - `MEMBER` keeps this master's member id: a restarted master that
 //!   brings its log back is the same member of the in-sync set.
 
@@ -32,7 +34,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
 use crate::master::durable::oplog::wal::{file_name, list_files};
-use crate::master::durable::oplog::{decode_prefix, DecodeError};
+use crate::master::durable::oplog::{decode_prefix, DecodeError, HEADER_LEN};
 
 /// Longest the syncer sleeps when nothing wakes it.
 const SYNC_IDLE: Duration = Duration::from_millis(50);
@@ -74,6 +76,32 @@ struct Current {
     bytes: u64,
 }
 
+/// How far the log is known to be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Synced {
+    /// Bumped by each cut of the log: a sync begun before a cut synced
+    /// files the cut replaced, not the entries written after it.
+    gen: u64,
+    /// Every entry up to here is synced.
+    seq: u64,
+}
+
+impl Synced {
+    /// A sync of the entries up to `upto` of generation `gen` finished.
+    fn raise(&mut self, gen: u64, upto: u64) {
+        if gen == self.gen {
+            self.seq = self.seq.max(upto);
+        }
+    }
+
+    /// The log was cut after `seq` (or started over at `seq`, held
+    /// elsewhere): syncs in flight no longer count.
+    fn cut(&mut self, seq: u64) {
+        self.gen += 1;
+        self.seq = seq;
+    }
+}
+
 /// One master's replicated log on disk.
 pub(crate) struct DiskLog {
     dir: PathBuf,
@@ -81,7 +109,7 @@ pub(crate) struct DiskLog {
     pending: Mutex<Pending>,
     current: Mutex<Current>,
     written: AtomicU64,
-    synced: Mutex<u64>,
+    synced: Mutex<Synced>,
     synced_cv: Condvar,
     /// The commit point this master knows, for `COMMITTED`.
     committed: AtomicU64,
@@ -95,6 +123,9 @@ pub(crate) struct DiskLog {
     sync_gate: Mutex<()>,
     #[cfg(test)]
     probe: Mutex<Option<std::sync::mpsc::Sender<&'static str>>>,
+    /// Tests: the syncer waits for the test to take each of its steps.
+    #[cfg(test)]
+    steps: Mutex<Option<std::sync::mpsc::SyncSender<&'static str>>>,
 }
 
 /// What a log directory held at start.
@@ -112,9 +143,10 @@ pub(crate) struct Recovered {
     pub(crate) member: Option<String>,
 }
 
-/// Reads the log in `dir` (missing: empty). A frame cut short at the end
-/// of the last file is a write the crash interrupted and is ignored (the
-/// next start writes a new file); damage anywhere else is an error.
+/// Reads the log in `dir` (missing: empty). A last frame of the last file
+/// cut short, or of full length with a failing checksum, is a write the
+/// crash interrupted and is cut off (the next start writes a new file);
+/// damage anywhere else is an error.
 pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
     let mut out = Recovered::default();
     if !dir.exists() {
@@ -166,11 +198,12 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                     want += 1;
                     at += used;
                 }
-                Err(DecodeError::Truncated) if i + 1 == n => {
+                Err(e) if i + 1 == n && torn_tail(&bytes[at..], &e) => {
                     tracing::warn!(
                         file = %path.display(),
                         bytes = bytes.len() - at,
-                        "replicated log ends in a torn write; cutting it off"
+                        entry = want,
+                        "replicated log ends in a torn write ({e}); cutting it off"
                     );
                     OpenOptions::new()
                         .write(true)
@@ -198,6 +231,26 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty());
     Ok(out)
+}
+
+/// Whether `rest`, the end of the last file from a frame that failed to
+/// decode, is a write a crash interrupted: a frame cut short, one of full
+/// length whose checksum fails (its pages reached the disk only in part)
+/// and that ends the file, or zeros to the end (the file grew, its data
+/// never came). A bad frame followed by more bytes is damage, not a torn
+/// write.
+fn torn_tail(rest: &[u8], e: &DecodeError) -> bool {
+    if rest.iter().all(|b| *b == 0) {
+        return true;
+    }
+    match e {
+        DecodeError::Truncated => true,
+        DecodeError::Checksum { .. } => {
+            let len = u32::from_le_bytes(rest[8..12].try_into().expect("4 bytes")) as usize;
+            HEADER_LEN + len == rest.len()
+        }
+        _ => false,
+    }
 }
 
 fn read_marker(path: &Path) -> u64 {
@@ -285,7 +338,7 @@ impl DiskLog {
             }),
             current: Mutex::new(current),
             written: AtomicU64::new(last),
-            synced: Mutex::new(last),
+            synced: Mutex::new(Synced { gen: 0, seq: last }),
             synced_cv: Condvar::new(),
             committed: AtomicU64::new(0),
             wake: Condvar::new(),
@@ -296,6 +349,8 @@ impl DiskLog {
             sync_gate: Mutex::new(()),
             #[cfg(test)]
             probe: Mutex::new(None),
+            #[cfg(test)]
+            steps: Mutex::new(None),
         });
         let l = log.clone();
         std::thread::Builder::new()
@@ -340,7 +395,7 @@ impl DiskLog {
         self.check()?;
         if self.sync_ack {
             let mut s = self.synced.lock();
-            while *s < seq {
+            while s.seq < seq {
                 self.check()?;
                 #[cfg(test)]
                 if let Some(p) = &*self.probe.lock() {
@@ -424,13 +479,24 @@ impl DiskLog {
         if cur.last <= seq && cur.first <= seq + 1 {
             return Ok(());
         }
-        let r = remove_after(&self.dir, seq + 1).and_then(|()| create(&self.dir, seq + 1));
+        // What stays of the current file is synced before it is left: the
+        // syncer only syncs the file being written, and counts for the
+        // entries after `seq` only once it has synced them.
+        let kept = if cur.first <= seq {
+            cur.file
+                .sync_data()
+                .map_err(|e| io_error("sync", &cur.path, e))
+        } else {
+            Ok(())
+        };
+        let r = kept
+            .and_then(|()| remove_after(&self.dir, seq + 1))
+            .and_then(|()| create(&self.dir, seq + 1));
         match r {
             Ok(c) => {
                 *cur = c;
                 self.written.store(seq, Ordering::Release);
-                let mut s = self.synced.lock();
-                *s = (*s).min(seq);
+                self.synced.lock().cut(seq);
                 Ok(())
             }
             Err(e) => {
@@ -454,7 +520,7 @@ impl DiskLog {
             Ok(c) => {
                 *cur = c;
                 self.written.store(seq, Ordering::Release);
-                *self.synced.lock() = seq;
+                self.synced.lock().cut(seq);
                 Ok(())
             }
             Err(e) => {
@@ -487,6 +553,14 @@ impl DiskLog {
             sync_dir(&self.dir)?;
         }
         Ok(removed)
+    }
+
+    #[cfg(test)]
+    fn step(&self, what: &'static str) {
+        let tx = self.steps.lock().clone();
+        if let Some(tx) = tx {
+            let _ = tx.send(what);
+        }
     }
 
     pub(crate) fn stop(&self) {
@@ -523,11 +597,17 @@ impl DiskLog {
             if self.write_pending().is_err() {
                 return;
             }
-            let (file, upto, path) = {
+            // The generation is read with the file, under the same lock a
+            // cut holds.
+            let (file, upto, path, gen, behind) = {
                 let cur = self.current.lock();
-                (cur.file.clone(), cur.last, cur.path.clone())
+                let s = *self.synced.lock();
+                let behind = cur.last > s.seq;
+                (cur.file.clone(), cur.last, cur.path.clone(), s.gen, behind)
             };
-            if upto > *self.synced.lock() {
+            if behind {
+                #[cfg(test)]
+                self.step("syncs");
                 #[cfg(test)]
                 let gate = self.sync_gate.lock();
                 let r = file.sync_data();
@@ -537,10 +617,10 @@ impl DiskLog {
                     self.fail(&io_error("sync", &path, e));
                     return;
                 }
-                let mut s = self.synced.lock();
-                *s = (*s).max(upto);
-                drop(s);
+                self.synced.lock().raise(gen, upto);
                 self.synced_cv.notify_all();
+                #[cfg(test)]
+                self.step("synced");
             }
             let committed = self.committed.load(Ordering::Relaxed).min(upto);
             if committed != noted {
@@ -559,146 +639,4 @@ impl DiskLog {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::master::durable::oplog::{OwnedEntry, OwnedMutation, OwnedObjectOp};
-
-    fn frame(seq: u64, term: u64) -> Vec<u8> {
-        OwnedEntry {
-            seq,
-            term,
-            mutations: vec![OwnedMutation::Object {
-                key: format!("k{seq}"),
-                op: OwnedObjectOp::Remove { now: seq },
-            }],
-        }
-        .to_frame()
-    }
-
-    fn seqs(r: &Recovered) -> Vec<(u64, u64)> {
-        r.entries.iter().map(|e| (e.0, e.1)).collect()
-    }
-
-    fn write(log: &DiskLog, range: std::ops::RangeInclusive<u64>, term: u64) {
-        for s in range.clone() {
-            log.append(s, &frame(s, term));
-        }
-        log.write_through(*range.end()).unwrap();
-    }
-
-    #[test]
-    fn written_entries_come_back_with_their_terms() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = DiskLog::start(dir.path(), 0, false).unwrap();
-        write(&log, 1..=3, 1);
-        write(&log, 4..=5, 2);
-        log.note_committed(4);
-        log.stop();
-        keep_member(dir.path(), "m#1").unwrap();
-        let r = recover(dir.path()).unwrap();
-        assert_eq!(seqs(&r), [(1, 1), (2, 1), (3, 1), (4, 2), (5, 2)]);
-        assert_eq!(r.base, 0);
-        assert_eq!(r.member.as_deref(), Some("m#1"));
-        assert!(r.committed <= 4, "never past what was noted");
-        assert_eq!(r.entries[2].2, frame(3, 1));
-        // Reopened after its last entry, it goes on where it stopped.
-        let log = DiskLog::start(dir.path(), 5, false).unwrap();
-        write(&log, 6..=6, 3);
-        log.stop();
-        let r = recover(dir.path()).unwrap();
-        assert_eq!(r.entries.last().map(|e| (e.0, e.1)), Some((6, 3)));
-        assert_eq!(r.entries.len(), 6);
-    }
-
-    #[test]
-    fn a_cut_tail_stays_cut_and_is_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = DiskLog::start(dir.path(), 0, false).unwrap();
-        write(&log, 1..=5, 1);
-        log.truncate_after(2).unwrap();
-        assert_eq!(seqs(&recover(dir.path()).unwrap()), [(1, 1), (2, 1)]);
-        write(&log, 3..=4, 2);
-        log.stop();
-        let r = recover(dir.path()).unwrap();
-        assert_eq!(seqs(&r), [(1, 1), (2, 1), (3, 2), (4, 2)]);
-    }
-
-    #[test]
-    fn a_torn_last_write_is_cut_off_and_damage_elsewhere_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = DiskLog::start(dir.path(), 0, false).unwrap();
-        write(&log, 1..=3, 1);
-        log.stop();
-        let (_, path) = list_files(dir.path()).unwrap().pop().unwrap();
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
-        f.write_all(&frame(4, 1)[..10]).unwrap();
-        drop(f);
-        assert_eq!(recover(dir.path()).unwrap().entries.len(), 3);
-        // Cut off for good: a later file after it reads back.
-        let log = DiskLog::start(dir.path(), 3, false).unwrap();
-        write(&log, 4..=4, 1);
-        log.stop();
-        assert_eq!(recover(dir.path()).unwrap().entries.len(), 4);
-        // A damaged byte inside the first file is an error.
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[HEADER_AT] ^= 0xff;
-        std::fs::write(&path, bytes).unwrap();
-        assert!(recover(dir.path()).is_err());
-    }
-
-    const HEADER_AT: usize = 20;
-
-    /// With `--ha_wal_sync_ack` an answer waits for the fdatasync of its
-    /// entry; without, it goes once the entry is written. The syncer is
-    /// held back, so an answer that did not wait comes while nothing is
-    /// synced.
-    #[test]
-    fn with_sync_ack_an_answer_waits_for_its_sync() {
-        for sync_ack in [false, true] {
-            let dir = tempfile::tempdir().unwrap();
-            let log = DiskLog::start(dir.path(), 0, sync_ack).unwrap();
-            let (tx, rx) = std::sync::mpsc::channel();
-            *log.probe.lock() = Some(tx.clone());
-            let gate = log.sync_gate.lock();
-            log.append(1, &frame(1, 1));
-            let l = log.clone();
-            let caller = std::thread::spawn(move || {
-                l.write_through(1).unwrap();
-                let synced = *l.synced.lock();
-                tx.send(if synced >= 1 {
-                    "answered, synced"
-                } else {
-                    "answered unsynced"
-                })
-                .unwrap();
-            });
-            let first = rx.recv().unwrap();
-            if sync_ack {
-                assert_eq!(first, "waits for its sync");
-                drop(gate);
-                let answer = rx.iter().find(|e| e.starts_with("answered")).unwrap();
-                assert_eq!(answer, "answered, synced");
-            } else {
-                assert_eq!(first, "answered unsynced");
-                drop(gate);
-            }
-            caller.join().unwrap();
-            log.stop();
-        }
-    }
-
-    #[test]
-    fn compaction_removes_only_files_a_snapshot_holds() {
-        let dir = tempfile::tempdir().unwrap();
-        let log = DiskLog::start(dir.path(), 0, false).unwrap();
-        write(&log, 1..=4, 1);
-        assert_eq!(log.remove_through(4).unwrap(), 1);
-        write(&log, 5..=6, 1);
-        assert_eq!(log.remove_through(2).unwrap(), 0, "nothing wholly held");
-        log.stop();
-        let r = recover(dir.path()).unwrap();
-        assert_eq!((r.base, seqs(&r)), (4, vec![(5, 1), (6, 1)]));
-        clear(dir.path()).unwrap();
-        assert!(recover(dir.path()).unwrap().entries.is_empty());
-    }
-}
+mod tests;
