@@ -112,6 +112,13 @@ impl InSync {
         }
     }
 
+    /// Only the entries up to `c` are known committed (the rest of the
+    /// leader's log is a tail it received and commits with its own).
+    pub(crate) fn committed_at(mut self, c: u64) -> InSync {
+        self.committed = c.min(self.last);
+        self
+    }
+
     /// Nothing commits while fewer than `n` members (the leader included)
     /// are recorded.
     pub(crate) fn min_members(mut self, n: usize) -> InSync {

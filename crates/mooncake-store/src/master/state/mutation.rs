@@ -215,6 +215,14 @@ pub(crate) trait MutationSink: Send + Sync {
     /// Records `m`; returns what a call must wait for to have it kept
     /// ([`Release::Now`]: the sink keeps no positions, or skipped it).
     fn applied(&self, m: &Mutation<'_>) -> Release;
+
+    /// What a call that logged nothing waits for before it is answered:
+    /// its answer read state that may rest on entries not yet kept, so it
+    /// waits for the last one logged (Raft's read index). `Now` when every
+    /// entry is kept, or for a sink whose reads need no wait.
+    fn read_index(&self) -> Release {
+        Release::Now
+    }
 }
 
 /// When the master may answer a call, as its mutations' log positions say
@@ -296,5 +304,17 @@ impl Call {
     /// When the call may be answered.
     pub(crate) fn release(&self) -> Release {
         self.logged.upto(self.answer_at.unwrap_or(u64::MAX))
+    }
+
+    /// When the call may be answered, `read_index` (the sink's, taken once
+    /// the call is decided) standing in for a call that logged nothing:
+    /// its answer rests on the state it read, which may hold entries not
+    /// yet kept (a get of a PutEnd, a refusal on a put still uncommitted).
+    pub(crate) fn release_reading(&self, read_index: impl FnOnce() -> Release) -> Release {
+        if self.logged == Release::Now && self.answer_at.is_none() {
+            read_index()
+        } else {
+            self.release()
+        }
     }
 }
