@@ -587,7 +587,11 @@ impl MutationSink for std::sync::Arc<Replication> {
 impl Replication {
     /// Appends an entry of `mutations` in the leader's term (with `st`
     /// held, as leader); returns its sequence number.
-    fn append(&self, st: &mut parking_lot::MutexGuard<'_, State>, mutations: Vec<OwnedMutation>) -> u64 {
+    fn append(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        mutations: Vec<OwnedMutation>,
+    ) -> u64 {
         let entry = OwnedEntry {
             seq: st.log.last() + 1,
             term: st.term,

@@ -14,6 +14,7 @@ use crate::master::MasterConfig;
 use crate::master::Release;
 use crate::proto::{Frames, Request, Response};
 use crate::types::{ReplicaPolicy, SegmentInfo};
+use mooncake_common::ErrorCode;
 
 fn opts() -> Options {
     Options {
@@ -464,4 +465,26 @@ fn a_new_leader_commits_its_tail_with_an_entry_of_its_term() {
     rc.wait_committed(seq + 1).unwrap();
     assert_eq!(lc.service.handle(get(), 15).release, Release::Now);
     assert!(lb.service.exist_key("k", 15).unwrap(), "B holds the put");
+}
+
+/// A leader deposed without knowing it, its standbys gone to the new
+/// leader: a read of state resting on an entry they never took waits for
+/// a commit that does not come, and is refused as not leading (the client
+/// looks the leader up) as soon as the leader learns it is deposed.
+#[test]
+fn a_deposed_leaders_read_of_uncommitted_state_is_refused_as_not_leading() {
+    let [(la, ra), ..] = three();
+    let cfg = ReplicaPolicy::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    la.service.remove("k", true, 4).unwrap();
+    let last = ra.status().last_seq;
+    let get = la.service.handle(Request::ExistKey { key: "k" }, 5);
+    assert_eq!(get.release, Release::Committed(last));
+    let waiting = {
+        let ra = ra.clone();
+        std::thread::spawn(move || ra.wait_committed(last))
+    };
+    ra.depose();
+    let refused = waiting.join().unwrap().unwrap_err();
+    assert_eq!(refused.code, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
 }
