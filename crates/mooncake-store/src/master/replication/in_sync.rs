@@ -88,8 +88,8 @@ pub(crate) struct InSync {
 }
 
 impl InSync {
-    /// A leader whose log ends at `last`, all of it committed (entries of
-    /// earlier terms it holds are the committed history), with `recorded`
+    /// A leader whose log ends at `last`, all of it committed unless
+    /// [`InSync::committed_at`] says less, with `recorded`
     /// the standbys of the record it inherits (itself and the previous
     /// leader left out: the first record it writes drops them). They stay
     /// required until they ask for entries or `lag_limit` after `now`.

@@ -229,13 +229,16 @@ pub(crate) trait MutationSink: Send + Sync {
 /// (openraft's `Respond { when }`).
 ///
 /// - `Now`: the call logged nothing (a read, a refusal, a master without
-///   a log), or nothing it logged needs waiting for.
+///   a log) and every entry its answer may rest on is kept, or nothing it
+///   logged needs waiting for.
 /// - `Durable(pos)`: a master with a local write-ahead log answers once
 ///   the log is on disk up to `pos`.
 /// - `Committed(seq)`: a replicated leader answers once the standbys in
 ///   sync hold its log up to `seq`.
 ///
-/// The position is the call's last entry, except for a put in reserved
+/// The position is the call's last entry (for a call that logged nothing,
+/// the sink's last entry while it is not committed:
+/// [`MutationSink::read_index`]), except for a put in reserved
 /// space (`segments::space`): it waits only up to its reservation's
 /// entry, since the commit of its PutEnd covers its own. One put of the
 /// call outside reserved space makes it wait for all its entries.
