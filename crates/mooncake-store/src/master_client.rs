@@ -574,8 +574,25 @@ impl MasterClient {
                 .map_err(|e| rpc_fail(format!("bad answer from master: {e}")))
         })?;
         match resp {
-            Response::Failed { error } => Err(error),
+            Response::Failed { error } => {
+                if error.code == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS {
+                    self.not_leading();
+                }
+                Err(error)
+            }
             resp => Ok(resp),
+        }
+    }
+
+    /// A master refused a call as not leading (deposed, past its lease,
+    /// under another term): in HA mode the next call looks the leader up
+    /// afresh, on a new connection, rather than go back to it.
+    fn not_leading(&self) {
+        let addr = self.pool.connector();
+        if let Some(election) = &addr.election {
+            election.forget();
+            addr.resolved.lock().clear();
+            self.pool.drop_idle();
         }
     }
 }

@@ -224,6 +224,11 @@ impl<S: Stream, C: Connector<S>> Pool<C, S> {
         self.closed.load(Ordering::Relaxed)
     }
 
+    /// Drops the idle connections: later calls open new ones.
+    pub fn drop_idle(&self) {
+        self.idle.lock().clear();
+    }
+
     /// Drops the idle connections; later calls fail.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -88,8 +88,8 @@ pub(crate) struct InSync {
 }
 
 impl InSync {
-    /// A leader whose log ends at `last`, all of it committed (entries of
-    /// earlier terms it holds are the committed history), with `recorded`
+    /// A leader whose log ends at `last`, all of it committed unless
+    /// [`InSync::committed_at`] says less, with `recorded`
     /// the standbys of the record it inherits (itself and the previous
     /// leader left out: the first record it writes drops them). They stay
     /// required until they ask for entries or `lag_limit` after `now`.
@@ -110,6 +110,13 @@ impl InSync {
             looked_at: now,
             late: 0,
         }
+    }
+
+    /// Only the entries up to `c` are known committed (the rest of the
+    /// leader's log is a tail it received and commits with its own).
+    pub(crate) fn committed_at(mut self, c: u64) -> InSync {
+        self.committed = c.min(self.last);
+        self
     }
 
     /// Nothing commits while fewer than `n` members (the leader included)

@@ -289,8 +289,12 @@ impl Replication {
     }
 
     /// Makes this master the leader of `term`: every entry it holds is
-    /// applied (the caller saw to it) and counts as committed; `record` is
-    /// the one it inherits. Returns the record to write before serving.
+    /// applied (the caller saw to it); `record` is the one it inherits.
+    /// Its tail past the commit point it heard of is not known committed:
+    /// it appends an empty entry of its own term, which commits once the
+    /// required standbys hold its whole log, the tail included, and every
+    /// answer waits for it (a call logging nothing waits for the last entry,
+    /// `MutationSink::read_index`). Returns the record to write before serving.
     pub(crate) fn promote(
         &self,
         term: u64,
@@ -310,16 +314,19 @@ impl Replication {
                     .collect()
             })
             .unwrap_or_default();
+        let heard = st.committed.min(last);
         let in_sync = InSync::new(last, inherited, self.opts.lag_limit.as_millis() as u64, now)
-            .min_members(self.opts.min_in_sync);
+            .min_members(self.opts.min_in_sync)
+            .committed_at(heard);
         let first = in_sync.required().clone();
         st.role = Role::Leader;
         st.term = term;
-        st.committed = last;
+        st.committed = in_sync.committed();
         self.last_hint.store(last, Ordering::Release);
-        self.committed_hint.store(last, Ordering::Release);
+        self.committed_hint.store(st.committed, Ordering::Release);
         st.leader = Some(address.to_string());
         st.in_sync = Some(in_sync);
+        self.append(&mut st, Vec::new());
         self.leading.store(true, Ordering::Release);
         Record {
             term,
@@ -556,10 +563,39 @@ impl MutationSink for std::sync::Arc<Replication> {
         if st.role != Role::Leader {
             return Release::Now;
         }
+        let seq = self.append(&mut st, vec![owned]);
+        Release::Committed(seq)
+    }
+
+    /// Two loads on the fast path: with every entry committed a read is
+    /// answered at once, as without replication.
+    fn read_index(&self) -> Release {
+        if !self.leading.load(Ordering::Acquire) {
+            return Release::Now;
+        }
+        // The last entry first: the commit point only grows, so a commit
+        // point read after it that covers it covers what the call read.
+        let last = self.last_hint.load(Ordering::Acquire);
+        if self.committed_hint.load(Ordering::Acquire) >= last {
+            Release::Now
+        } else {
+            Release::Committed(last)
+        }
+    }
+}
+
+impl Replication {
+    /// Appends an entry of `mutations` in the leader's term (with `st`
+    /// held, as leader); returns its sequence number.
+    fn append(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, State>,
+        mutations: Vec<OwnedMutation>,
+    ) -> u64 {
         let entry = OwnedEntry {
             seq: st.log.last() + 1,
             term: st.term,
-            mutations: vec![owned],
+            mutations,
         };
         let frame = entry.to_frame();
         if let Some(d) = self.disk.get() {
@@ -571,13 +607,12 @@ impl MutationSink for std::sync::Arc<Replication> {
         if let Some(s) = st.in_sync.as_mut() {
             s.appended(seq);
         }
-        let moved = self.recommit(&mut st);
-        drop(st);
+        let moved = self.recommit(st);
         self.appended.notify_all();
         if moved {
             self.committed.notify_all();
         }
-        Release::Committed(seq)
+        seq
     }
 }
 

@@ -215,19 +215,30 @@ pub(crate) trait MutationSink: Send + Sync {
     /// Records `m`; returns what a call must wait for to have it kept
     /// ([`Release::Now`]: the sink keeps no positions, or skipped it).
     fn applied(&self, m: &Mutation<'_>) -> Release;
+
+    /// What a call that logged nothing waits for before it is answered:
+    /// its answer read state that may rest on entries not yet kept, so it
+    /// waits for the last one logged (Raft's read index). `Now` when every
+    /// entry is kept, or for a sink whose reads need no wait.
+    fn read_index(&self) -> Release {
+        Release::Now
+    }
 }
 
 /// When the master may answer a call, as its mutations' log positions say
 /// (openraft's `Respond { when }`).
 ///
 /// - `Now`: the call logged nothing (a read, a refusal, a master without
-///   a log), or nothing it logged needs waiting for.
+///   a log) and every entry its answer may rest on is kept, or nothing it
+///   logged needs waiting for.
 /// - `Durable(pos)`: a master with a local write-ahead log answers once
 ///   the log is on disk up to `pos`.
 /// - `Committed(seq)`: a replicated leader answers once the standbys in
 ///   sync hold its log up to `seq`.
 ///
-/// The position is the call's last entry, except for a put in reserved
+/// The position is the call's last entry (for a call that logged nothing,
+/// the sink's last entry while it is not committed:
+/// [`MutationSink::read_index`]), except for a put in reserved
 /// space (`segments::space`): it waits only up to its reservation's
 /// entry, since the commit of its PutEnd covers its own. One put of the
 /// call outside reserved space makes it wait for all its entries.
@@ -296,5 +307,17 @@ impl Call {
     /// When the call may be answered.
     pub(crate) fn release(&self) -> Release {
         self.logged.upto(self.answer_at.unwrap_or(u64::MAX))
+    }
+
+    /// When the call may be answered, `read_index` (the sink's, taken once
+    /// the call is decided) standing in for a call that logged nothing:
+    /// its answer rests on the state it read, which may hold entries not
+    /// yet kept (a get of a PutEnd, a refusal on a put still uncommitted).
+    pub(crate) fn release_reading(&self, read_index: impl FnOnce() -> Release) -> Release {
+        if self.logged == Release::Now && self.answer_at.is_none() {
+            read_index()
+        } else {
+            self.release()
+        }
     }
 }

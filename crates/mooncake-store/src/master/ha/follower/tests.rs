@@ -14,6 +14,7 @@ use crate::master::MasterConfig;
 use crate::master::Release;
 use crate::proto::{Frames, Request, Response};
 use crate::types::{ReplicaPolicy, SegmentInfo};
+use mooncake_common::ErrorCode;
 
 fn opts() -> Options {
     Options {
@@ -322,9 +323,10 @@ fn a_standby_checks_its_tail_against_a_new_leader() {
     apply_up_to(&lb, &rb, u64::MAX).unwrap();
     let rec = rb.promote(9, "b:1", Some(&a_record()), 7);
     rb.record_done(rec, true);
+    assert_eq!(rb.status().last_seq, k2, "B's no-op takes k2's place");
     lb.service.put_start(1, "k3", 100, &cfg, false, 8).unwrap();
     let k3 = rb.status().last_seq;
-    assert_eq!(k3, k2, "B's entry takes k2's place");
+    assert_eq!(k3, k2 + 1, "B's entry follows its no-op");
 
     rc.new_leader();
     let p = rc.pull_request(1024, Duration::ZERO);
@@ -354,7 +356,8 @@ fn a_tail_past_the_new_leaders_log_is_cut() {
     la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
     let (term, committed, frames) = pull(&ra, &rc, 4);
     receive(&lc, &rc, term, committed, &frames).unwrap();
-    assert!(rc.status().last_seq > before);
+    // Its reservation and its PutStart: past B's no-op.
+    assert!(rc.status().last_seq > before + 1);
 
     apply_up_to(&lb, &rb, u64::MAX).unwrap();
     let rec = rb.promote(9, "b:1", Some(&a_record()), 5);
@@ -365,7 +368,123 @@ fn a_tail_past_the_new_leaders_log_is_cut() {
         let (term, committed, frames) = pull(&rb, &rc, now);
         receive(&lc, &rc, term, committed, &frames).unwrap();
     }
-    assert_eq!(rc.status().last_seq, before);
+    // B's no-op replaced the first entry of C's tail, the rest is cut.
+    assert_eq!(rc.status().last_seq, before + 1);
+    assert_eq!(rc.term_of(before + 1), Some(9));
     // What it holds now matches B's log: the next pull is answered.
     let _ = pull(&rb, &rc, 8);
+}
+
+/// A call that logs nothing answers from the leader's state, which may
+/// hold entries not yet committed: it waits for the last entry logged
+/// (the read index) while there is one, and is answered at once when all
+/// is committed.
+#[test]
+fn a_call_logging_nothing_waits_for_the_last_entry_while_uncommitted() {
+    let [(la, ra), (lb, rb), (lc, rc)] = three();
+    let cfg = ReplicaPolicy::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    la.service.put_end(1, "k", 4).unwrap();
+    let last = ra.status().last_seq;
+    assert!(ra.status().committed_seq < last, "no standby has the put");
+    let reads = || {
+        [
+            Request::GetReplicaList { key: "k" },
+            Request::ExistKey { key: "k" },
+            // Refused from the state: the object is complete, or absent.
+            Request::PutEnd {
+                client_id: 1,
+                key: "k",
+            },
+            Request::PutStart {
+                client_id: 1,
+                key: "k",
+                value_len: 100,
+                config: ReplicaPolicy::default(),
+                upsert: false,
+            },
+            Request::Remove {
+                key: "absent",
+                force: false,
+            },
+        ]
+    };
+    for req in reads() {
+        let answer = la.service.handle(req, 5);
+        assert_eq!(answer.release, Release::Committed(last), "{answer:?}");
+    }
+    assert_eq!(ra.status().last_seq, last, "nothing logged");
+    for (l, r) in [(&lb, &rb), (&lc, &rc)] {
+        let (term, committed, frames) = pull(&ra, r, 6);
+        receive(l, r, term, committed, &frames).unwrap();
+        let _ = pull(&ra, r, 7);
+    }
+    ra.wait_committed(last).unwrap();
+    // All committed: the fast path, no wait.
+    for req in reads() {
+        assert_eq!(la.service.handle(req, 8).release, Release::Now);
+    }
+}
+
+/// A new leader does not count the tail it received as committed: it
+/// appends an empty entry of its term, and its answers wait for that
+/// entry, which commits once its required standbys hold the whole log.
+#[test]
+fn a_new_leader_commits_its_tail_with_an_entry_of_its_term() {
+    let [(la, ra), (lb, rb), (lc, rc)] = three();
+    let cfg = ReplicaPolicy::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    la.service.put_end(1, "k", 4).unwrap();
+    let seq = ra.status().last_seq;
+    // C receives the put; B does not; neither hears of its commit.
+    let (term, committed, frames) = pull(&ra, &rc, 5);
+    assert!(committed < seq);
+    receive(&lc, &rc, term, committed, &frames).unwrap();
+
+    rc.new_leader();
+    apply_up_to(&lc, &rc, u64::MAX).unwrap();
+    let rec = rc.promote(9, "c:1", Some(&a_record()), 10);
+    rc.record_done(rec, true);
+    let st = rc.status();
+    assert_eq!(st.last_seq, seq + 1, "an entry of its own");
+    assert_eq!(rc.term_of(seq + 1), Some(9));
+    assert!(st.committed_seq < seq, "the tail is not committed yet");
+    // A get of the put in the tail waits for the new entry.
+    let get = || Request::GetReplicaList { key: "k" };
+    assert_eq!(
+        lc.service.handle(get(), 11).release,
+        Release::Committed(seq + 1)
+    );
+
+    // B follows C and takes the tail with the new entry.
+    rb.new_leader();
+    for now in [12, 13, 14] {
+        let (term, committed, frames) = pull(&rc, &rb, now);
+        receive(&lb, &rb, term, committed, &frames).unwrap();
+    }
+    rc.wait_committed(seq + 1).unwrap();
+    assert_eq!(lc.service.handle(get(), 15).release, Release::Now);
+    assert!(lb.service.exist_key("k", 15).unwrap(), "B holds the put");
+}
+
+/// A leader deposed without knowing it, its standbys gone to the new
+/// leader: a read of state resting on an entry they never took waits for
+/// a commit that does not come, and is refused as not leading (the client
+/// looks the leader up) as soon as the leader learns it is deposed.
+#[test]
+fn a_deposed_leaders_read_of_uncommitted_state_is_refused_as_not_leading() {
+    let [(la, ra), ..] = three();
+    let cfg = ReplicaPolicy::default();
+    la.service.put_start(1, "k", 100, &cfg, false, 3).unwrap();
+    la.service.remove("k", true, 4).unwrap();
+    let last = ra.status().last_seq;
+    let get = la.service.handle(Request::ExistKey { key: "k" }, 5);
+    assert_eq!(get.release, Release::Committed(last));
+    let waiting = {
+        let ra = ra.clone();
+        std::thread::spawn(move || ra.wait_committed(last))
+    };
+    ra.depose();
+    let refused = waiting.join().unwrap().unwrap_err();
+    assert_eq!(refused.code, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
 }

@@ -23,8 +23,13 @@ impl MasterService {
         let response = self.respond(&mut call, req, now);
         Answer {
             response,
-            release: call.release(),
+            release: call.release_reading(|| self.read_index()),
         }
+    }
+
+    /// The sink's read index (`MutationSink::read_index`).
+    fn read_index(&self) -> Release {
+        self.sink.as_ref().map_or(Release::Now, |s| s.read_index())
     }
 
     fn respond(&self, call: &mut Call, req: Request<'_>, now: u64) -> Response {
