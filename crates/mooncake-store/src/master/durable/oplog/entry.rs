@@ -5,7 +5,7 @@
 use mooncake_common::Result;
 
 use crate::master::state::owned::OwnedMutation;
-use crate::master::MasterService;
+use crate::master::state::service::MasterService;
 use crate::proto::wire::{wire_struct, Decode, DecodeError, Reader};
 
 /// One log entry: a sequence number, the term of the leader that wrote

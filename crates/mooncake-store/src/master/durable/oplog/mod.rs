@@ -33,7 +33,7 @@ pub use codec::{decode, decode_prefix, DecodeError, HEADER_LEN, MAGIC, MAX_ENTRY
 pub use entry::OwnedEntry;
 
 use crate::master::state::mutation::{Mutation, MutationSink, Release};
-use crate::master::MasterService;
+use crate::master::state::service::MasterService;
 
 /// Collects every mutation it sees, in order, for a log to take
 /// ([`Recorder::take`]) and cut into entries.
