@@ -12,6 +12,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, MasterService};
 use crate::master::config::policy::FilePolicy;
+use crate::master::events::{Kind, Medium};
 use crate::master::state::fs_tier::{FileTier, SHARED_FS};
 use crate::master::state::mutation::{Call, DiskOp};
 use crate::master::state::objects::ObjectMeta;
@@ -233,6 +234,9 @@ impl MasterService {
                         DiskOp::DropCopy { key },
                     );
                     self.files.queue_delete(key);
+                    if !shard.contains_key(key) {
+                        self.kv_event(Kind::Removed, key, Medium::Disk);
+                    }
                 }
             }
             if self.disk.file_bytes() == before {

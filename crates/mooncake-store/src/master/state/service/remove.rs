@@ -4,6 +4,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
 use super::{check_key, not_found, not_ready, MasterService};
+use crate::master::events::{Kind, Medium};
 use crate::master::state::mutation::{Call, ObjectOp, Segments};
 use crate::master::state::objects::{ObjectMeta, PendingKind};
 
@@ -23,7 +24,10 @@ impl MasterService {
         let Some(obj) = shard.get(key) else {
             // A disk-only object: no lease, no put in flight.
             return match self.forget_copy(call, key, None) {
-                true => Ok(()),
+                true => {
+                    self.kv_event(Kind::Removed, key, Medium::Disk);
+                    Ok(())
+                }
                 false => Err(not_found(key)),
             };
         };
@@ -54,8 +58,10 @@ impl MasterService {
                 ));
             }
         }
+        let medium = Self::medium_of(Some(obj));
         self.forget_copy(call, key, shard.get_mut(key).as_deref_mut());
         self.apply_in(call, &mut shard, key, ObjectOp::Remove { now });
+        self.kv_event(Kind::Removed, key, medium);
         Ok(())
     }
 
