@@ -144,9 +144,9 @@ fn publishes_three_frames_with_a_growing_sequence() {
     assert_eq!(frames[1], (first + 1).to_be_bytes());
     let payload = &frames[2];
     // [ts, [map], 0]: the map names the key and leaves seq_hashes empty.
-    let needle = |s: &str| payload.windows(s.len()).any(|w| w == s.as_bytes());
-    assert!(needle(key) && needle("stored") && needle("mooncake-test"));
-    assert!(needle("seq_hashes\u{90}"));
+    let needle = |s: &[u8]| payload.windows(s.len()).any(|w| w == s);
+    assert!(needle(key.as_bytes()) && needle(b"stored") && needle(b"mooncake-test"));
+    assert!(needle(b"seq_hashes\x90"));
     assert_eq!(payload[payload.len() - 1], 0);
 
     let deadline = Instant::now() + Duration::from_secs(5);
