@@ -214,27 +214,17 @@ fn a_full_queue_drops_its_oldest_and_skips_sequence_numbers() {
 
 #[test]
 fn an_endpoint_in_use_is_an_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let endpoint = format!("tcp://127.0.0.1:{}", free_port());
-    let config = Config {
-        bind_endpoint: endpoint,
+    let ctx = zmq::Context::new();
+    // A free port, then held.
+    let holder = ctx.socket(zmq::PUB).unwrap();
+    holder.bind("tcp://127.0.0.1:*").unwrap();
+    let taken = holder.get_last_endpoint().unwrap().unwrap();
+    let config = |bind_endpoint: String| Config {
+        bind_endpoint,
         format: format("b", true, true),
         queue_capacity: 0,
     };
-    let _first = Publisher::bind(config.clone()).unwrap();
-    assert!(Publisher::bind(config).is_err());
-    let bad = Config {
-        bind_endpoint: format!("nonsense://{}", dir.path().display()),
-        format: format("b", true, true),
-        queue_capacity: 0,
-    };
-    assert!(Publisher::bind(bad).is_err());
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let e = Publisher::bind(config(taken)).unwrap_err();
+    assert!(e.to_string().contains("cannot bind"), "{e}");
+    assert!(Publisher::bind(config("nonsense://x".into())).is_err());
 }
