@@ -157,6 +157,25 @@ impl Publisher {
     }
 }
 
+#[cfg(test)]
+impl Publisher {
+    /// A publisher that sends nothing: its events stay queued, for tests
+    /// of what the master publishes.
+    pub(crate) fn unsent() -> Publisher {
+        Publisher {
+            inner: Arc::new(Inner::default()),
+            capacity: 0,
+            worker: None,
+        }
+    }
+
+    /// The events queued (all of them, for an `unsent` one).
+    pub(crate) fn queued(&self) -> Vec<(Kind, String, Medium)> {
+        let q = self.inner.queue.lock();
+        q.iter().map(|e| (e.kind, e.key.clone(), e.medium)).collect()
+    }
+}
+
 impl Drop for Publisher {
     fn drop(&mut self) {
         self.inner.stop.store(true, Ordering::Relaxed);

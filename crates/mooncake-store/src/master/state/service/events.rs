@@ -21,6 +21,12 @@ impl MasterService {
         self.kv_events.as_ref().map(Publisher::stats)
     }
 
+    /// The events queued so far (see `Publisher::unsent`).
+    #[cfg(test)]
+    pub(in crate::master) fn kv_events_queued(&self) -> Vec<(Kind, String, Medium)> {
+        self.kv_events.as_ref().map(Publisher::queued).unwrap_or_default()
+    }
+
     pub(super) fn kv_event(&self, kind: Kind, key: &str, medium: Medium) {
         if let Some(p) = &self.kv_events {
             p.publish(kind, key, medium);
