@@ -1,8 +1,9 @@
 //! KV events (`crate::master::events`): the leader reports a block stored
 //! or gone where it decides so, never in `apply`, which a standby runs
 //! too. The reference's cases, no more: a put's end (put, upsert, batch
-//! puts); a remove of one key; an eviction, from memory or from a disk
-//! tier, that leaves no copy of the key. Removals by regex, of everything,
+//! puts) and a file copy's (its PutEnd of a disk replica); a remove of one
+//! key; an eviction, from memory or from a disk tier, that leaves no copy
+//! of the key. Removals by regex, of everything,
 //! by replica clearing, by unmounts and by dropped puts publish nothing.
 
 use super::MasterService;

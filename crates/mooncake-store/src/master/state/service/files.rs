@@ -207,6 +207,8 @@ impl MasterService {
             size,
         };
         self.apply_copy(call, Some(&mut obj), op);
+        // As the reference's PutEnd of a disk replica.
+        self.kv_event(Kind::Stored, key, Medium::Disk);
         Ok(())
     }
 

@@ -81,17 +81,19 @@ fn eviction_from_memory_publishes_the_keys_it_drops() {
     assert_eq!(removed, expected);
 }
 
-// Objects whose file copy stays leave memory quietly; the files the tier
-// drops for lack of room take their keys with them: `disk`.
+// A file written is `stored` on `disk`; objects whose file copy stays leave
+// memory quietly; the files the tier drops for lack of room take their keys
+// with them: `removed` on `disk`.
 #[test]
 fn eviction_from_the_file_tier_publishes_disk() {
     let s = publishing(with_tier(2, true));
     for i in 0..16 {
         put(&s, &format!("{i}"), 1024, &one(), i);
     }
+    let mut written = 0;
     for t in [1000, 2000, 3000, 4000] {
         tick(&s, t);
-        drain(&s, t);
+        written += drain(&s, t).0;
         let _ = s.put_start(W, &format!("{t}"), 1024, &one(), false, t);
         let _ = s.put_end(W, &format!("{t}"), t);
     }
@@ -111,6 +113,15 @@ fn eviction_from_the_file_tier_publishes_disk() {
     gone_sorted.sort();
     assert_eq!(keys, gone_sorted, "one removed event per key gone");
     assert!(removed.iter().all(|e| e.2 == Medium::Disk), "{removed:?}");
+    // Each file written is stored on `disk`, as the reference's PutEnd of a
+    // disk replica.
+    let files = s
+        .kv_events_queued()
+        .into_iter()
+        .filter(|e| e.0 == Kind::Stored && e.2 == Medium::Disk)
+        .count();
+    assert!(written > 0);
+    assert_eq!(files, written);
 }
 
 #[derive(Default)]
