@@ -77,7 +77,11 @@ impl Sub {
 
 fn http_get(addr: &str, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let (head, body) = out.split_once("\r\n\r\n").unwrap();
@@ -172,9 +176,7 @@ fn a_subscriber_sees_puts_and_removes() {
     sub.expect(&[(Kind::Removed, "12345", Medium::Cpu)]);
 
     // Batch remove and remove_all: nothing, as in the reference.
-    let removed = client
-        .batch_remove(&["0xABC".to_string()], false)
-        .unwrap();
+    let removed = client.batch_remove(&["0xABC".to_string()], false).unwrap();
     assert!(removed[0].is_ok());
     sub.expect_nothing();
     assert!(client.remove_all(false).unwrap() > 0);
@@ -196,10 +198,11 @@ fn kv_events_need_an_endpoint_and_a_backend_id() {
         ("kv_events_backend_id", "kv_events_bind_endpoint"),
         ("kv_events_bind_endpoint", "kv_events_backend_id"),
     ] {
-        let e = MasterConfig::from_settings(MASTER_ANY_PORTS.into_iter().chain([
-            ("enable_kv_events", "true"),
-            (flag, "x"),
-        ]))
+        let e = MasterConfig::from_settings(
+            MASTER_ANY_PORTS
+                .into_iter()
+                .chain([("enable_kv_events", "true"), (flag, "x")]),
+        )
         .unwrap_err();
         assert!(e.to_string().contains(missing), "{e}");
     }

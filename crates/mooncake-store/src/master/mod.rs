@@ -16,8 +16,8 @@
 //! - `run` picks HA or plain serving and owns the runtime.
 
 mod config;
-pub mod events;
 pub mod durable;
+pub mod events;
 pub mod ha;
 pub mod metrics;
 mod replication;

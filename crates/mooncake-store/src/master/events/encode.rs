@@ -138,7 +138,14 @@ fn event(w: &mut Vec<u8>, f: &Format, timestamp_ms: u64, e: &Numbered<'_>) {
     str(w, if stored { "stored" } else { "removed" });
     if f.legacy {
         str(w, "type");
-        str(w, if stored { "BlockStored" } else { "BlockRemoved" });
+        str(
+            w,
+            if stored {
+                "BlockStored"
+            } else {
+                "BlockRemoved"
+            },
+        );
     }
     // What only an indexer's registration knows is nil here.
     for k in ["model_name", "block_size", "additional_salt", "lora_name"] {

@@ -81,7 +81,9 @@ pub struct Publisher {
 
 impl std::fmt::Debug for Publisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Publisher").field("stats", &self.stats()).finish()
+        f.debug_struct("Publisher")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -92,10 +94,7 @@ impl Publisher {
         let fail = |what: &str, e: zmq::Error| {
             Error::new(
                 ErrorCode::INVALID_PARAMS,
-                format!(
-                    "kv_events: {what} {:?}: {e}",
-                    config.bind_endpoint
-                ),
+                format!("kv_events: {what} {:?}: {e}", config.bind_endpoint),
             )
         };
         let ctx = zmq::Context::new();
@@ -118,7 +117,15 @@ impl Publisher {
             let format = config.format.clone();
             std::thread::Builder::new()
                 .name("kv-events".into())
-                .spawn(move || Sender { socket, _ctx: ctx, format, next_id: 1 }.run(&inner))
+                .spawn(move || {
+                    Sender {
+                        socket,
+                        _ctx: ctx,
+                        format,
+                        next_id: 1,
+                    }
+                    .run(&inner)
+                })
                 .map_err(|e| {
                     Error::new(ErrorCode::INTERNAL_ERROR, format!("kv_events thread: {e}"))
                 })?
@@ -172,7 +179,9 @@ impl Publisher {
     /// The events queued (all of them, for an `unsent` one).
     pub(crate) fn queued(&self) -> Vec<(Kind, String, Medium)> {
         let q = self.inner.queue.lock();
-        q.iter().map(|e| (e.kind, e.key.clone(), e.medium)).collect()
+        q.iter()
+            .map(|e| (e.kind, e.key.clone(), e.medium))
+            .collect()
     }
 }
 

@@ -25,7 +25,10 @@ impl MasterService {
     /// The events queued so far (see `Publisher::unsent`).
     #[cfg(test)]
     pub(in crate::master) fn kv_events_queued(&self) -> Vec<(Kind, String, Medium)> {
-        self.kv_events.as_ref().map(Publisher::queued).unwrap_or_default()
+        self.kv_events
+            .as_ref()
+            .map(Publisher::queued)
+            .unwrap_or_default()
     }
 
     pub(super) fn kv_event(&self, kind: Kind, key: &str, medium: Medium) {

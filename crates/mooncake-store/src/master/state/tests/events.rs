@@ -138,7 +138,9 @@ impl MutationSink for Arc<Log> {
 fn a_standby_replaying_the_leader_publishes_nothing() {
     let log = Arc::new(Log::default());
     let leader = publishing(MasterService::with_policy(policy())).with_sink(Box::new(log.clone()));
-    leader.mount_segment(A, &seg("a", 0x10_000, 100 * 1024), 0).unwrap();
+    leader
+        .mount_segment(A, &seg("a", 0x10_000, 100 * 1024), 0)
+        .unwrap();
     let standby = publishing(MasterService::with_policy(policy()));
     for t in 0..90 {
         put(&leader, &format!("{t}"), 1024, &one(), t);
@@ -150,5 +152,8 @@ fn a_standby_replaying_the_leader_publishes_nothing() {
     }
     assert_eq!(leader.kv_events_queued().len(), 90 + 1 + 20);
     assert!(standby.kv_events_queued().is_empty());
-    assert!(!standby.exist_key("0", NOW).unwrap(), "the standby replayed");
+    assert!(
+        !standby.exist_key("0", NOW).unwrap(),
+        "the standby replayed"
+    );
 }

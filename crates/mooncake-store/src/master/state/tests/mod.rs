@@ -1,7 +1,7 @@
 //! State-machine tests with a hand-driven clock (milliseconds), by topic.
 
-mod eviction;
 mod events;
+mod eviction;
 mod files;
 mod membership;
 mod offload;
