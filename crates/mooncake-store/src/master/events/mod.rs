@@ -43,7 +43,6 @@ pub struct Stats {
     pub skipped_unparsed_keys: u64,
 }
 
-#[derive(Default)]
 struct Inner {
     queue: Mutex<VecDeque<Pending>>,
     ready: Condvar,
@@ -57,6 +56,19 @@ struct Inner {
 }
 
 impl Inner {
+    fn new() -> Inner {
+        Inner {
+            queue: Mutex::default(),
+            ready: Condvar::new(),
+            stop: AtomicBool::new(false),
+            next_seq: AtomicU64::new(1),
+            published_batches: AtomicU64::new(0),
+            published_events: AtomicU64::new(0),
+            dropped_events: AtomicU64::new(0),
+            skipped_unparsed_keys: AtomicU64::new(0),
+        }
+    }
+
     /// Queues `event`, first dropping the oldest one if `capacity` (0:
     /// none) is reached.
     fn push(&self, capacity: usize, event: Pending) {
@@ -108,10 +120,7 @@ impl Publisher {
         socket
             .bind(&config.bind_endpoint)
             .map_err(|e| fail("cannot bind", e))?;
-        let inner = Arc::new(Inner {
-            next_seq: AtomicU64::new(1),
-            ..Inner::default()
-        });
+        let inner = Arc::new(Inner::new());
         let worker = {
             let inner = inner.clone();
             let format = config.format.clone();
@@ -170,7 +179,7 @@ impl Publisher {
     /// of what the master publishes.
     pub(crate) fn unsent() -> Publisher {
         Publisher {
-            inner: Arc::new(Inner::default()),
+            inner: Arc::new(Inner::new()),
             capacity: 0,
             worker: None,
         }

@@ -192,10 +192,7 @@ fn unparsed_keys_are_skipped_without_object_key() {
 // next batch's sequence number skips one per dropped event.
 #[test]
 fn a_full_queue_drops_its_oldest_and_skips_sequence_numbers() {
-    let inner = Inner {
-        next_seq: AtomicU64::new(1),
-        ..Inner::default()
-    };
+    let inner = Inner::new();
     for i in 0..100 {
         inner.push(2, pending(Kind::Stored, &i.to_string(), Medium::Cpu));
     }
@@ -204,7 +201,7 @@ fn a_full_queue_drops_its_oldest_and_skips_sequence_numbers() {
     assert_eq!(inner.dropped_events.load(Ordering::Relaxed), 98);
     assert_eq!(inner.next_seq.load(Ordering::Relaxed), 99);
     // Unbounded: nothing dropped.
-    let inner = Inner::default();
+    let inner = Inner::new();
     for i in 0..1000 {
         inner.push(0, pending(Kind::Removed, &i.to_string(), Medium::Disk));
     }
