@@ -5,10 +5,13 @@
 # Debian's official Kubernetes Python client (checks the k8s API stand-in),
 # Prometheus (scrapes a live cluster to check the dashboard's queries),
 # Chromium (loads the master's status page headless), and cargo-fuzz from
-# crates.io for the fuzz smoke (not with MOONCAKE_SKIP_FUZZ=1).
+# crates.io for the fuzz smoke (not with MOONCAKE_SKIP_FUZZ=1). A C++
+# compiler builds libzmq (the zmq crate's zmq-sys compiles it from source)
+# for the master's KV-event publisher.
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v g++ >/dev/null || need+=(g++)
 if [ "${1:-}" = "--test" ]; then
     command -v etcd >/dev/null || need+=(etcd-server)
     command -v redis-server >/dev/null || need+=(redis-server)

@@ -5,6 +5,7 @@
 //!
 //! - `config`: the flags ([`MasterConfig`], declared once, one module of
 //!   rows per concern) and the rules they set ([`Policy`]);
+//! - `events`: the KV-event publisher (it imports no other layer);
 //! - [`state`]: the state machine [`MasterService`] and its tables;
 //! - [`durable`]: the operation log and snapshots of the state machine;
 //! - [`metrics`]: what `/metrics` shows;
@@ -16,6 +17,7 @@
 
 mod config;
 pub mod durable;
+pub mod events;
 pub mod ha;
 pub mod metrics;
 mod replication;

@@ -164,6 +164,21 @@ impl MasterConfig {
                 "eviction_ratio must not exceed eviction_high_watermark_ratio",
             ));
         }
+        if self.enable_kv_events {
+            // The reference logs these and publishes nothing; a router
+            // waiting for events is better told at start.
+            for (flag, value) in [
+                ("kv_events_bind_endpoint", &self.kv_events_bind_endpoint),
+                ("kv_events_backend_id", &self.kv_events_backend_id),
+            ] {
+                if value.trim().is_empty() {
+                    return Err(Error::new(
+                        ErrorCode::INVALID_PARAMS,
+                        format!("--enable_kv_events needs --{flag}"),
+                    ));
+                }
+            }
+        }
         if self.enable_ha {
             self.ha_backend()?;
             self::leader_label::pod(self)?;

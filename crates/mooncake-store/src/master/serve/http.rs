@@ -39,6 +39,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/ha_status", get(ha_status))
         .route("/leader", get(leader))
         .route("/replication", get(replication))
+        .route("/kv_events/status", get(kv_events_status))
         .merge(data)
         .fallback(not_found)
         .method_not_allowed_fallback(not_found)
@@ -186,6 +187,23 @@ fn view(s: &Shared) -> View {
 
 async fn health(State(s): State<Arc<Shared>>) -> Response {
     json(StatusCode::OK, &view(&s))
+}
+
+/// The KV-event publisher's counters, as the reference's admin service
+/// reports them (all zero when disabled).
+async fn kv_events_status(State(s): State<Arc<Shared>>) -> Response {
+    #[derive(Serialize)]
+    struct Status {
+        enabled: bool,
+        #[serde(flatten)]
+        stats: crate::master::events::Stats,
+    }
+    let stats = s.service.kv_event_stats();
+    let status = Status {
+        enabled: stats.is_some(),
+        stats: stats.unwrap_or_default(),
+    };
+    json(StatusCode::OK, &status)
 }
 
 async fn role(State(s): State<Arc<Shared>>) -> Response {

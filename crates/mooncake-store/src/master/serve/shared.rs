@@ -11,6 +11,7 @@ use super::drain_jobs::DrainJobs;
 use crate::ha::HeldUntil;
 use crate::master::config::MasterConfig;
 use crate::master::durable::snapshot::{Durability, Opened};
+use crate::master::events::{self, Publisher};
 use crate::master::metrics::MasterMetrics;
 use crate::master::replication::Replication;
 use crate::master::state::service::MasterService;
@@ -120,6 +121,17 @@ impl Shared {
             clock_base,
             durability,
         } = crate::master::durable::snapshot::open(&config, &metrics.restore)?;
+        if config.enable_kv_events {
+            service = service.with_kv_events(Publisher::bind(events::Config {
+                bind_endpoint: config.kv_events_bind_endpoint.clone(),
+                format: events::Format {
+                    backend_id: config.kv_events_backend_id.clone(),
+                    legacy: config.kv_events_emit_legacy_compat,
+                    object_key: config.kv_events_emit_object_key,
+                },
+                queue_capacity: config.kv_events_queue_capacity,
+            })?);
+        }
         if let Some(r) = &replication {
             service = service.with_sink(Box::new(r.clone())).with_put_fence();
         }

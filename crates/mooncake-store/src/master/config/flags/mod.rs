@@ -117,6 +117,8 @@ mod core;
 #[macro_use]
 mod eviction;
 #[macro_use]
+mod events;
+#[macro_use]
 mod glog;
 #[macro_use]
 mod ha;
@@ -131,7 +133,7 @@ mod unsupported;
 
 // Each group appends its rows and calls the next; the last is the generator.
 core_flags! {
-    [eviction_flags, tasks_flags, ha_flags, snapshot_flags, offload_flags, unsupported_flags, glog_flags, master_flags]
+    [eviction_flags, tasks_flags, ha_flags, snapshot_flags, offload_flags, events_flags, unsupported_flags, glog_flags, master_flags]
     extra {
         /// How often the metrics summary is logged.
         metric_report_interval: Duration = Duration::from_secs(10);

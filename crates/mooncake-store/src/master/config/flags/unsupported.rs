@@ -1,6 +1,7 @@
-//! Flags of reference features not implemented here (CXL, NoF, KV events,
-//! dynamic replication, multi-tenancy, the mmap arena): accepted with their
-//! value checked, a non-default value is logged.
+//! Flags of reference features not implemented here (CXL, NoF, dynamic
+//! replication, multi-tenancy, the mmap arena) and the KV-event flags the
+//! reference itself deprecated (no event carries them): accepted with
+//! their value checked, a non-default value is logged.
 
 /// Appends this group's rows to the flag table and hands it on (see
 /// `super::master_flags!`).
@@ -13,19 +14,13 @@ macro_rules! unsupported_flags {
     dynamic_replication_max_memory_replicas: Int = "2", NotImplemented, "Maximum MEMORY replicas allowed for one dynamically replicated key";
     dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
     enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
-    enable_kv_events: Bool = "false", NotImplemented, "Enable RFC #1527 KV cache event publisher over ZMQ";
     enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
     enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
     kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
-    kv_events_backend_id: Str = "", NotImplemented, "backend_id for published KV events (cache owner identity)";
-    kv_events_bind_endpoint: Str = "", NotImplemented, "ZMQ PUB bind endpoint for KV events, e.g. tcp://0.0.0.0:5557";
     kv_events_block_size: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
     kv_events_dp_rank: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
-    kv_events_emit_legacy_compat: Bool = "true", NotImplemented, "Include vLLM/SGLang-compatible type/block_hashes fields";
-    kv_events_emit_object_key: Bool = "true", NotImplemented, "Include Mooncake object_key in published KV events";
     kv_events_lora_name: Str = "", NotImplemented, "Deprecated: not emitted on events (no LoRA context in master)";
     kv_events_model_name: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
-    kv_events_queue_capacity: Int = "65536", NotImplemented, "Maximum pending KV events; oldest events are dropped when the queue...";
     kv_events_tenant_id: Str = "default", NotImplemented, "Deprecated: tenant_id comes from each object on events";
     nof_eviction_high_watermark_ratio: Float = "0.9", NotImplemented, "Ratio of high watermark trigger eviction in NoF SSD";
     nof_eviction_ratio: Float = "0.05", NotImplemented, "Ratio of objects to evict when NoF SSD space is full";

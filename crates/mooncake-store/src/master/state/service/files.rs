@@ -12,6 +12,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, MasterService};
 use crate::master::config::policy::FilePolicy;
+use crate::master::events::{Kind, Medium};
 use crate::master::state::fs_tier::{FileTier, SHARED_FS};
 use crate::master::state::mutation::{Call, DiskOp};
 use crate::master::state::objects::ObjectMeta;
@@ -206,6 +207,8 @@ impl MasterService {
             size,
         };
         self.apply_copy(call, Some(&mut obj), op);
+        // As the reference's PutEnd of a disk replica.
+        self.kv_event(Kind::Stored, key, Medium::Disk);
         Ok(())
     }
 
@@ -233,6 +236,9 @@ impl MasterService {
                         DiskOp::DropCopy { key },
                     );
                     self.files.queue_delete(key);
+                    if !shard.contains_key(key) {
+                        self.kv_event(Kind::Removed, key, Medium::Disk);
+                    }
                 }
             }
             if self.disk.file_bytes() == before {

@@ -133,7 +133,7 @@ impl MasterService {
             Q::BatchRemove { keys, force } => A::Units {
                 results: keys
                     .iter()
-                    .map(|k| self.remove_in(call, k, force, now))
+                    .map(|k| self.remove_quietly(call, k, force, now))
                     .collect(),
             },
             Q::RemoveByRegex { pattern, force } => A::Count {

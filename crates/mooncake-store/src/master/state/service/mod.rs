@@ -43,6 +43,7 @@
 
 mod apply;
 mod drain;
+mod events;
 mod files;
 mod handle;
 mod mounts;
@@ -156,6 +157,8 @@ pub struct MasterService {
     /// Puts go to reserved space and are answered before their entries
     /// are committed (a replicated leader, `segments::space`).
     fence: bool,
+    /// Where the leader's KV events go (`events`), when enabled.
+    kv_events: Option<crate::master::events::Publisher>,
 }
 
 impl MasterService {
@@ -205,6 +208,7 @@ impl MasterService {
             epoch_offset_ms: AtomicU64::new(0),
             sink: None,
             fence: false,
+            kv_events: None,
         }
     }
 

@@ -13,6 +13,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::{check_key, MasterService};
 use crate::master::config::policy::OffloadPolicy;
+use crate::master::events::{Kind, Medium};
 use crate::master::state::fs_tier::SHARED_FS;
 use crate::master::state::mutation::{Call, ClientOp, DiskOp, Mutation};
 use crate::master::state::objects::{flags, ObjectMeta};
@@ -266,6 +267,9 @@ impl MasterService {
                     shard.get_mut(key).as_deref_mut(),
                     DiskOp::DropCopy { key },
                 );
+                if !shard.contains_key(key) {
+                    self.kv_event(Kind::Removed, key, Medium::Disk);
+                }
                 Ok(())
             })
             .collect()

@@ -6,6 +6,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
 use super::{check_key, check_put, not_found, pin_flags, MasterService};
+use crate::master::events::Kind;
 use crate::master::state::allocator::aligned_len;
 use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
@@ -181,6 +182,7 @@ impl MasterService {
         };
         let fate = self.apply_object(call, key, &mut obj, end);
         debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
+        self.kv_event(Kind::Stored, key, Self::medium_of(Some(&*obj)));
         self.reflag_copy(call, key, &mut obj);
         self.offload_at_put_end(key, &obj);
         Ok(())

@@ -4,12 +4,14 @@ use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
 use super::{check_key, not_found, not_ready, MasterService};
+use crate::master::events::{Kind, Medium};
 use crate::master::state::mutation::{Call, ObjectOp, Segments};
 use crate::master::state::objects::{ObjectMeta, PendingKind};
 
 impl MasterService {
-    /// Removes an object. Without `force`, a leased or hard-pinned object is
-    /// `OBJECT_HAS_LEASE` and one being written is `REPLICA_IS_NOT_READY`.
+    /// Removes an object, as Remove does: reported as a KV event (under
+    /// the shard's lock, so that it precedes a later put's). A batch
+    /// remove is not reported, as in the reference (`remove_quietly`).
     pub(super) fn remove_in(
         &self,
         call: &mut Call,
@@ -17,13 +19,42 @@ impl MasterService {
         force: bool,
         now: u64,
     ) -> Result<()> {
+        self.remove_one(call, key, force, now, true)
+    }
+
+    /// A remove that publishes no KV event.
+    pub(super) fn remove_quietly(
+        &self,
+        call: &mut Call,
+        key: &str,
+        force: bool,
+        now: u64,
+    ) -> Result<()> {
+        self.remove_one(call, key, force, now, false)
+    }
+
+    /// Removes an object. Without `force`, a leased or hard-pinned object is
+    /// `OBJECT_HAS_LEASE` and one being written is `REPLICA_IS_NOT_READY`.
+    fn remove_one(
+        &self,
+        call: &mut Call,
+        key: &str,
+        force: bool,
+        now: u64,
+        publish: bool,
+    ) -> Result<()> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let Some(obj) = shard.get(key) else {
             // A disk-only object: no lease, no put in flight.
             return match self.forget_copy(call, key, None) {
-                true => Ok(()),
+                true => {
+                    if publish {
+                        self.kv_event(Kind::Removed, key, Medium::Disk);
+                    }
+                    Ok(())
+                }
                 false => Err(not_found(key)),
             };
         };
@@ -53,6 +84,9 @@ impl MasterService {
                     format!("object {key:?} is hard-pinned"),
                 ));
             }
+        }
+        if publish {
+            self.kv_event(Kind::Removed, key, Self::medium_of(Some(obj)));
         }
         self.forget_copy(call, key, shard.get_mut(key).as_deref_mut());
         self.apply_in(call, &mut shard, key, ObjectOp::Remove { now });

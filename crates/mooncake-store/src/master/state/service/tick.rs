@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::apply::Fate;
 use super::{MasterService, TickReport};
+use crate::master::events::{Kind, Medium};
 use crate::master::state::eviction::{self, eligible, footprint};
 use crate::master::state::mutation::{Call, ObjectOp};
 use crate::master::state::objects::ObjectMeta;
@@ -201,7 +202,12 @@ impl MasterService {
                 }
                 bytes += footprint(obj);
                 keys += 1;
-                self.apply_object(call, key, obj, ObjectOp::Remove { now }) == Fate::Keep
+                let fate = self.apply_object(call, key, obj, ObjectOp::Remove { now });
+                if !self.disk.has_copy(key) {
+                    // The last copy went from memory.
+                    self.kv_event(Kind::Removed, key, Medium::Cpu);
+                }
+                fate == Fate::Keep
             });
         }
         (keys, bytes)

@@ -7,7 +7,7 @@ use crate::master::config::policy::FilePolicy;
 use crate::types::ReplicaKind;
 
 /// 16 objects of 1 KiB fill A's segment; the tier holds `files` of them.
-fn with_tier(files: u64, evict: bool) -> MasterService {
+pub(super) fn with_tier(files: u64, evict: bool) -> MasterService {
     let s = MasterService::with_policy(policy()).with_file_policy(FilePolicy {
         fsdir: Some("/mnt/fs/c".into()),
         capacity: files * 1024,
@@ -21,7 +21,7 @@ fn with_tier(files: u64, evict: bool) -> MasterService {
 }
 
 /// A writes every file it was asked to; returns (written, deleted).
-fn drain(s: &MasterService, now: u64) -> (usize, usize) {
+pub(super) fn drain(s: &MasterService, now: u64) -> (usize, usize) {
     let batch = s.fetch_file_tasks(A, 1000, now).unwrap();
     let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
     let sizes: Vec<u64> = batch.tasks.iter().map(|t| t.size).collect();

@@ -1,5 +1,6 @@
 //! State-machine tests with a hand-driven clock (milliseconds), by topic.
 
+mod events;
 mod eviction;
 mod files;
 mod membership;
