@@ -5,10 +5,10 @@
 
 use mooncake_common::Result;
 
+use super::MasterConfig;
 use crate::ha::k8s::label::{LeaderLabel, PodRef};
 use crate::ha::k8s::K8sElection;
 use crate::ha::ElectionBackend;
-use super::MasterConfig;
 
 /// The pod to label, if the k8s backend is used and a pod is named.
 pub(crate) fn pod(config: &MasterConfig) -> Result<Option<PodRef>> {
