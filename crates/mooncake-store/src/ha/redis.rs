@@ -141,59 +141,65 @@ impl RedisElection {
     async fn campaign_as(&self, candidate: &str) -> Result<Leadership> {
         let s = &self.shared;
         let ttl_ms = s.ttl.as_millis() as u64;
-        let asked = loop {
-            // The key expires `ttl` after redis sets it: at the latest from here.
-            let asked = Instant::now();
-            let won: Option<String> = s
-                .run("SET NX", |mut c, key| {
-                    let value = candidate.to_string();
-                    async move {
-                        ::redis::cmd("SET")
-                            .arg(key)
-                            .arg(value)
-                            .arg("NX")
-                            .arg("PX")
-                            .arg(ttl_ms)
-                            .query_async(&mut c)
-                            .await
-                    }
+        loop {
+            let asked = loop {
+                // The key expires `ttl` after redis sets it: at the latest from here.
+                let asked = Instant::now();
+                let won: Option<String> = s
+                    .run("SET NX", |mut c, key| {
+                        let value = candidate.to_string();
+                        async move {
+                            ::redis::cmd("SET")
+                                .arg(key)
+                                .arg(value)
+                                .arg("NX")
+                                .arg("PX")
+                                .arg(ttl_ms)
+                                .query_async(&mut c)
+                                .await
+                        }
+                    })
+                    .await?;
+                if won.is_some() {
+                    break asked;
+                }
+                tokio::time::sleep(self.poll_every()).await;
+            };
+            let (lost_tx, lost_rx) = watch::channel(false);
+            let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
+            let held = HeldUntil::until((asked + s.ttl * 2 / 3).into_std());
+            tokio::spawn(hold(
+                self.shared.clone(),
+                candidate.to_string(),
+                asked,
+                held.clone(),
+                lost_tx,
+                resign_rx,
+            ));
+            let leadership =
+                Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_held(held);
+            // Counted after the win, while the key is still ours: a winner's
+            // term exceeds every earlier one.
+            let script = Script::new(COUNT);
+            let mut invocation = script.key(&s.key);
+            invocation.key(&s.term_key).arg(candidate);
+            let term: u64 = s
+                .run("count term", |mut c, _| async move {
+                    invocation.invoke_async(&mut c).await
                 })
                 .await?;
-            if won.is_some() {
-                break asked;
+            if term == 0 {
+                // The key expired between the win and the count (a process or
+                // host stalled for a whole TTL): this was no win. Its renewals
+                // stop, and their release is awaited so that it cannot delete
+                // the key of the next win (it holds the same value).
+                tracing::warn!(candidate, key = %s.key, "leader key expired before the term was counted; campaigning again");
+                let _ = leadership.resign().await;
+                continue;
             }
-            tokio::time::sleep(self.poll_every()).await;
-        };
-        let (lost_tx, lost_rx) = watch::channel(false);
-        let (resign_tx, resign_rx) = oneshot::channel::<ResignRequest>();
-        let held = HeldUntil::until((asked + s.ttl * 2 / 3).into_std());
-        tokio::spawn(hold(
-            self.shared.clone(),
-            candidate.to_string(),
-            asked,
-            held.clone(),
-            lost_tx,
-            resign_rx,
-        ));
-        let leadership = Leadership::new(candidate.to_string(), lost_rx, resign_tx).with_held(held);
-        // Counted after the win, while the key is still ours: a winner's
-        // term exceeds every earlier one.
-        let script = Script::new(COUNT);
-        let mut invocation = script.key(&s.key);
-        invocation.key(&s.term_key).arg(candidate);
-        let term: u64 = s
-            .run("count term", |mut c, _| async move {
-                invocation.invoke_async(&mut c).await
-            })
-            .await?;
-        if term == 0 {
-            return Err(Error::new(
-                ErrorCode::ETCD_OPERATION_ERROR,
-                "redis campaign: the leader key expired before the term was counted",
-            ));
+            tracing::info!(candidate, key = %s.key, term, "won leader election");
+            return Ok(leadership.with_term(term, Vec::new()));
         }
-        tracing::info!(candidate, key = %s.key, term, "won leader election");
-        Ok(leadership.with_term(term, Vec::new()))
     }
 
     async fn follow(self, tx: watch::Sender<Option<String>>) {
