@@ -489,21 +489,10 @@ impl DiskLog {
         } else {
             Ok(())
         };
-        let r = kept
+        let next = kept
             .and_then(|()| remove_after(&self.dir, seq + 1))
             .and_then(|()| create(&self.dir, seq + 1));
-        match r {
-            Ok(c) => {
-                *cur = c;
-                self.written.store(seq, Ordering::Release);
-                self.synced.lock().cut(seq);
-                Ok(())
-            }
-            Err(e) => {
-                self.fail(&e);
-                Err(e)
-            }
-        }
+        self.go_on_after(&mut cur, seq, next)
     }
 
     /// Starts the log over after entry `seq` (a standby that loaded its
@@ -515,8 +504,15 @@ impl DiskLog {
             p.buf.clear();
             p.last = seq;
         }
-        let r = clear(&self.dir).and_then(|()| create(&self.dir, seq + 1));
-        match r {
+        let next = clear(&self.dir).and_then(|()| create(&self.dir, seq + 1));
+        self.go_on_after(&mut cur, seq, next)
+    }
+
+    /// The log goes on after entry `seq` in `next`, the file a truncation
+    /// or a restart made (nothing past `seq` is written or synced any
+    /// more); a failure to make it fails the log.
+    fn go_on_after(&self, cur: &mut Current, seq: u64, next: Result<Current>) -> Result<()> {
+        match next {
             Ok(c) => {
                 *cur = c;
                 self.written.store(seq, Ordering::Release);
