@@ -9,6 +9,13 @@ mounts its own segment (`--segment`, 256 MiB), so every put lands in the
 client's own memory and only the master path differs; the replicated
 client reaches the leader through `etcd://127.0.0.1:PORT`.
 
+With `--clients 1,4,8,16`, each setup gets as many client processes as the
+largest count (the first mounts `--segment`, the others `--extra-segment`);
+a phase with N clients sends its command to the first N, which start
+together (one CLOCK_MONOTONIC instant) and put distinct keys; their
+latencies are pooled and their puts/s summed (the group commit shows as the
+replicated setup's aggregate growing with N).
+
 Everything is up at once. In each round every (system, setup) runs one put
 phase in turn (the order rotates from round to round): `--seconds` of
 `store.put(key, value)` with distinct keys and 4 KiB values, in slices of
@@ -70,9 +77,13 @@ for j in range(GETS):
 gc.disable()
 clock = time.perf_counter_ns
 counter = 0
-def put_phase(seconds, slice_s):
+def put_phase(seconds, slice_s, start_at):
     global counter
     lat, wall, errors = [], 0, 0
+    # CLOCK_MONOTONIC is one clock for every process of the machine: the
+    # clients of a phase start together.
+    while time.monotonic() < start_at:
+        time.sleep(min(0.01, max(0.0, start_at - time.monotonic())))
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         keys = []
@@ -116,7 +127,7 @@ print("@@" + json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     cmd = json.loads(line)
     if cmd["op"] == "put":
-        out = put_phase(cmd["seconds"], cmd["slice"])
+        out = put_phase(cmd["seconds"], cmd["slice"], cmd.get("start_at", 0.0))
     elif cmd["op"] == "get":
         out = get_phase(cmd["seconds"])
     else:
@@ -128,12 +139,12 @@ store.close()
 
 class Worker:
     def __init__(self, system: mcproc.System, setup: str, master: str, workdir: Path, segment: int,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, index: int = 0):
         self.system, self.setup = system, setup
         workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = workdir / f"client-{setup}.log"
+        self.log_path = workdir / f"client-{setup}-{index}.log"
         log = open(self.log_path, "wb")
-        tag = f"hp{os.getpid()}{setup[0]}"
+        tag = f"hp{os.getpid()}{setup[0]}{index}"
         self.popen = subprocess.Popen(
             [system.python, "-c", WORKER_PY, master, str(segment), tag],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=system.env(env),
@@ -152,9 +163,12 @@ class Worker:
             if line.startswith("@@"):
                 return json.loads(line[2:])
 
-    def call(self, **cmd) -> dict:
+    def send(self, **cmd) -> None:
         self.popen.stdin.write(json.dumps(cmd) + "\n")
         self.popen.stdin.flush()
+
+    def call(self, **cmd) -> dict:
+        self.send(**cmd)
         return self.read()
 
     def stop(self) -> None:
@@ -208,12 +222,25 @@ def pct(sorted_ns: list[int], q: float) -> float:
     return sorted_ns[idx] / 1e3
 
 
-def summarize(out: dict) -> dict:
-    lat = sorted(out["lat"])
+def summarize(outs: list[dict]) -> dict:
+    """One phase of one or more clients that ran at once: their latencies
+    pooled, and puts/s summed over the clients (each client's puts over the
+    wall time of its own slices)."""
+    lat = sorted(x for out in outs for x in out["lat"])
     if not lat:
         return {"n": 0}
+    rate = sum(len(out["lat"]) / (out["wall_ns"] / 1e9) for out in outs if out["wall_ns"] > 0)
     return {"n": len(lat), "p50_us": round(statistics.median(lat) / 1e3, 1), "p99_us": round(pct(lat, 0.99), 1),
-            "ops_s": round(len(lat) / (out["wall_ns"] / 1e9))}
+            "ops_s": round(rate)}
+
+
+def run_phase(workers: list["Worker"], clients: int, **cmd) -> list[dict]:
+    """The same command to the first `clients` workers, started together."""
+    group = workers[:clients]
+    start_at = time.monotonic() + 0.3
+    for w in group:
+        w.send(start_at=start_at, **cmd)
+    return [w.read() for w in group]
 
 
 def main() -> int:
@@ -222,113 +249,131 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=float, default=3.0, help="put phase length")
     ap.add_argument("--slice", type=float, default=0.25, help="seconds between two untimed removals")
-    ap.add_argument("--get-seconds", type=float, default=1.0, help="get phase length (0: none)")
-    ap.add_argument("--segment", type=int, default=256 << 20, help="bytes each client mounts")
+    ap.add_argument("--get-seconds", type=float, default=1.0, help="get phase length (0: none; one client only)")
+    ap.add_argument("--segment", type=int, default=256 << 20, help="bytes the first client of a setup mounts")
+    ap.add_argument("--clients", default="1",
+                    help="comma-separated client process counts, each a put phase per setup and round (e.g. 1,4,8,16)")
+    ap.add_argument("--extra-segment", type=int, default=64 << 20,
+                    help="bytes each further client mounts (with --clients above 1)")
     ap.add_argument("--workdir", help="keep every process's log here (default: a temporary directory, removed)")
     args = ap.parse_args()
+    counts = sorted({int(c) for c in args.clients.split(",") if c.strip()})
+    if not counts or counts[0] < 1:
+        ap.error("--clients needs positive counts")
     systems = [mcproc.System.from_venv(*s.split("=", 1)) for s in args.system]
     tmp = Path(args.workdir or tempfile.mkdtemp(prefix="ha-put-probe-"))
     tmp.mkdir(parents=True, exist_ok=True)
     setups = ["plain", "ha"]
     etcd, etcd_port = start_etcd(tmp)
     masters: list[mcproc.Master] = []
-    workers: dict[tuple[str, str], Worker] = {}
+    workers: dict[tuple[str, str], list[Worker]] = {}
     rows = []
     try:
         for system in systems:
             wd = tmp / system.name
             plain = retried(lambda: mcproc.start_master(system, wd / "plain"))
             masters.append(plain)
-            workers[(system.name, "plain")] = Worker(system, "plain", plain.address, wd, args.segment)
             cluster = f"hp-{system.name}-{os.getpid()}"
             flags = ["--enable_ha=true", "--enable_oplog=true", f"--etcd_endpoints=127.0.0.1:{etcd_port}",
                      f"--cluster_id={cluster}"]
             for m in range(3):
                 masters.append(retried(lambda: start_ha_master(system, wd / f"m{m}", flags, first=(m == 0))))
-            workers[(system.name, "ha")] = Worker(system, "ha", f"etcd://127.0.0.1:{etcd_port}", wd, args.segment,
-                                                  env={"MC_STORE_CLUSTER_ID": cluster})
+            targets = {"plain": (plain.address, None),
+                       "ha": (f"etcd://127.0.0.1:{etcd_port}", {"MC_STORE_CLUSTER_ID": cluster})}
+            for setup, (master, env) in targets.items():
+                workers[(system.name, setup)] = [
+                    Worker(system, setup, master, wd, args.segment if i == 0 else args.extra_segment, env=env, index=i)
+                    for i in range(counts[-1])]
         order = [(s.name, setup) for s in systems for setup in setups]
-        ours = {os.getpgrp(), etcd.pid, *(m.proc.popen.pid for m in masters), *(w.popen.pid for w in workers.values())}
+        ours = {os.getpgrp(), etcd.pid, *(m.proc.popen.pid for m in masters),
+                *(w.popen.pid for ws in workers.values() for w in ws)}
         hz = os.sysconf("SC_CLK_TCK")
         print(f"# load average at start: {os.getloadavg()}", flush=True)
         for rnd in range(1, args.rounds + 1):
             k = (rnd - 1) % len(order)
-            for name, setup in order[k:] + order[:k]:
-                w = workers[(name, setup)]
-                row = {"round": rnd, "system": name, "setup": setup, "load1": round(os.getloadavg()[0], 2)}
-                t0, b0, o0 = time.monotonic(), busy_ticks(), group_ticks(ours)
-                put = w.call(op="put", seconds=args.seconds, slice=args.slice)
-                # CPU the rest of the machine took meanwhile, in cores: other jobs.
-                others = (busy_ticks() - b0 - (group_ticks(ours) - o0)) / hz / (time.monotonic() - t0)
-                row["others_cores"] = round(max(0.0, others), 2)
-                row.update({"put_" + key: v for key, v in summarize(put).items()}, put_errors=put["errors"])
-                if args.get_seconds > 0:
-                    get = w.call(op="get", seconds=args.get_seconds)
-                    row.update({"get_" + key: v for key, v in summarize(get).items()}, get_wrong=get["wrong"])
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+            for clients in counts:
+                for name, setup in order[k:] + order[:k]:
+                    ws = workers[(name, setup)]
+                    row = {"round": rnd, "system": name, "setup": setup, "clients": clients,
+                           "load1": round(os.getloadavg()[0], 2)}
+                    t0, b0, o0 = time.monotonic(), busy_ticks(), group_ticks(ours)
+                    puts = run_phase(ws, clients, op="put", seconds=args.seconds, slice=args.slice)
+                    # CPU the rest of the machine took meanwhile, in cores: other jobs.
+                    others = (busy_ticks() - b0 - (group_ticks(ours) - o0)) / hz / (time.monotonic() - t0)
+                    row["others_cores"] = round(max(0.0, others), 2)
+                    row.update({"put_" + key: v for key, v in summarize(puts).items()},
+                               put_errors=sum(p["errors"] for p in puts))
+                    if args.get_seconds > 0 and clients == 1:
+                        get = ws[0].call(op="get", seconds=args.get_seconds)
+                        row.update({"get_" + key: v for key, v in summarize([get]).items()}, get_wrong=get["wrong"])
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
         print(f"# load average at end: {os.getloadavg()}", flush=True)
     finally:
-        for w in workers.values():
-            w.stop()
+        for ws in workers.values():
+            for w in ws:
+                w.stop()
         for m in masters:
             m.stop()
         os.killpg(etcd.pid, signal.SIGTERM)
         etcd.wait(timeout=30)
         if not args.workdir:
             shutil.rmtree(tmp, ignore_errors=True)
-    report(rows, [s.name for s in systems], setups)
+    report(rows, [s.name for s in systems], setups, counts)
     return 0
 
 
-def report(rows: list[dict], names: list[str], setups: list[str]) -> None:
+def report(rows: list[dict], names: list[str], setups: list[str], counts: list[int]) -> None:
     label = {"plain": "1 master", "ha": "3 masters, --enable_ha --enable_oplog"}
-    print("\n| round | system | 4 KiB put | n | p50 µs | p99 µs | puts/s | get p50 µs | errors | others' CPU (cores) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| round | system | 4 KiB put | clients | n | p50 µs | p99 µs | puts/s | get p50 µs | errors"
+          " | others' CPU (cores) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['round']} | {r['system']} | {label[r['setup']]} | {r['put_n']} | {r['put_p50_us']}"
-              f" | {r['put_p99_us']} | {r['put_ops_s']} | {r.get('get_p50_us', '-')}"
-              f" | {r['put_errors'] + r.get('get_wrong', 0)} | {r['others_cores']} |")
+        print(f"| {r['round']} | {r['system']} | {label[r['setup']]} | {r['clients']} | {r['put_n']}"
+              f" | {r.get('put_p50_us', '-')} | {r.get('put_p99_us', '-')} | {r.get('put_ops_s', 0)}"
+              f" | {r.get('get_p50_us', '-')} | {r['put_errors'] + r.get('get_wrong', 0)} | {r['others_cores']} |")
 
-    def med(name, setup, key):
-        v = [r[key] for r in rows if r["system"] == name and r["setup"] == setup and key in r]
+    def med(name, setup, clients, key):
+        v = [r[key] for r in rows
+             if r["system"] == name and r["setup"] == setup and r["clients"] == clients and key in r]
         return statistics.median(v) if v else float("nan")
 
-    print("\n| median over rounds | 4 KiB put | p50 µs | p99 µs | puts/s | get p50 µs |")
-    print("|---|---|---|---|---|---|")
+    print("\n| median over rounds | 4 KiB put | clients | p50 µs | p99 µs | puts/s | get p50 µs |")
+    print("|---|---|---|---|---|---|---|")
     for name in names:
         for setup in setups:
-            print(f"| {name} | {label[setup]} | {med(name, setup, 'put_p50_us'):.1f} | {med(name, setup, 'put_p99_us'):.1f}"
-                  f" | {med(name, setup, 'put_ops_s'):.0f} | {med(name, setup, 'get_p50_us'):.1f} |")
+            for c in counts:
+                print(f"| {name} | {label[setup]} | {c} | {med(name, setup, c, 'put_p50_us'):.1f}"
+                      f" | {med(name, setup, c, 'put_p99_us'):.1f} | {med(name, setup, c, 'put_ops_s'):.0f}"
+                      f" | {med(name, setup, c, 'get_p50_us'):.1f} |")
 
-    by = {(r["round"], r["system"], r["setup"]): r for r in rows}
+    by = {(r["round"], r["system"], r["setup"], r["clients"]): r for r in rows}
     rounds = sorted({r["round"] for r in rows})
-    print("\n| ratio | per round | median |")
-    print("|---|---|---|")
+    print("\n| ratio | clients | per round | median |")
+    print("|---|---|---|---|")
 
-    def ratio_row(title, pairs, key, pct_fmt):
+    def ratio_row(title, clients, pairs, key, pct_fmt):
         vals = []
         for a, b in pairs:
-            if a in by and b in by and by[b].get(key):
+            if a in by and b in by and by[b].get(key) and by[a].get(key):
                 vals.append(by[a][key] / by[b][key])
         fmt = (lambda x: f"{x * 100:.0f}%") if pct_fmt else (lambda x: f"{x:.2f}×")
         if vals:
-            print(f"| {title} | {', '.join(fmt(v) for v in vals)} | {fmt(statistics.median(vals))} |")
+            print(f"| {title} | {clients} | {', '.join(fmt(v) for v in vals)} | {fmt(statistics.median(vals))} |")
 
-    for name in names:
-        ratio_row(f"{name}: replicated / plain, put p50", [((i, name, "ha"), (i, name, "plain")) for i in rounds],
-                  "put_p50_us", False)
-        ratio_row(f"{name}: replicated / plain, puts/s", [((i, name, "ha"), (i, name, "plain")) for i in rounds],
-                  "put_ops_s", True)
-    if len(names) > 1:
-        a, b = names[0], names[1]
-        for setup in setups:
-            ratio_row(f"{a} / {b}, {label[setup]}, put p50",
-                      [((i, a, setup), (i, b, setup)) for i in rounds], "put_p50_us", False)
-            ratio_row(f"{a} / {b}, {label[setup]}, puts/s",
-                      [((i, a, setup), (i, b, setup)) for i in rounds], "put_ops_s", True)
-        ratio_row(f"{a} replicated / {b} plain, put p50",
-                  [((i, a, "ha"), (i, b, "plain")) for i in rounds], "put_p50_us", False)
+    for c in counts:
+        for name in names:
+            ratio_row(f"{name}: replicated / plain, put p50", c,
+                      [((i, name, "ha", c), (i, name, "plain", c)) for i in rounds], "put_p50_us", False)
+            ratio_row(f"{name}: replicated / plain, puts/s", c,
+                      [((i, name, "ha", c), (i, name, "plain", c)) for i in rounds], "put_ops_s", True)
+        if len(names) > 1:
+            a, b = names[0], names[1]
+            for setup in setups:
+                ratio_row(f"{a} / {b}, {label[setup]}, put p50", c,
+                          [((i, a, setup, c), (i, b, setup, c)) for i in rounds], "put_p50_us", False)
+                ratio_row(f"{a} / {b}, {label[setup]}, puts/s", c,
+                          [((i, a, setup, c), (i, b, setup, c)) for i in rounds], "put_ops_s", True)
 
 
 if __name__ == "__main__":
