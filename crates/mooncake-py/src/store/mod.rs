@@ -17,7 +17,9 @@
 //! - `tensor`: the helpers `mooncake/store.py` builds the tensor calls on;
 //! - `pool_memory`: the memory `mooncake.BufferPool` leases out;
 //! - `replica`, `tasks`: replica descriptors, copy and move tasks, with the
-//!   classes they return in `descriptors`.
+//!   classes they return in `descriptors`;
+//! - `sessions`: objects reserved once and written in ranges, or looked up
+//!   once and read in ranges.
 //!
 //! `write` makes the write command (placement, upsert) every write passes
 //! to the store.
@@ -119,6 +121,7 @@ mod objects;
 mod pool_memory;
 mod put_from;
 mod replica;
+mod sessions;
 mod setup;
 mod tasks;
 mod tensor;

@@ -50,6 +50,10 @@ impl Metered {
 }
 
 impl ClientImpl for Metered {
+    // Sessions are reached through the real client itself (not counted).
+    fn as_real(&self) -> Option<&super::real::RealClient> {
+        self.inner.as_real()
+    }
     fn client_id(&self) -> ClientId {
         self.inner.client_id()
     }

@@ -32,6 +32,7 @@ mod real;
 mod registry;
 mod replica;
 pub(crate) mod rust_api;
+mod sessions;
 mod shm;
 pub mod staging;
 mod validate;
@@ -162,6 +163,11 @@ pub(crate) trait ClientImpl: Send + Sync {
     fn create_move_task(&self, key: &str, source: &str, target: &str) -> Result<TaskId>;
     fn query_task(&self, id: TaskId) -> Result<TaskInfo>;
     fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>>;
+
+    /// The embedded client, which alone keeps put and get sessions.
+    fn as_real(&self) -> Option<&real::RealClient> {
+        None
+    }
 }
 
 /// A Mooncake Store client. Cheap to clone; every method blocks and may be

@@ -7,6 +7,7 @@
 //!   engine transfer), for writes and reads;
 //! - `write` / `read`: the executors of those plans, around the master's
 //!   calls; `flight`: the engine batch they share;
+//! - `sessions`: put and get sessions (reserve once, move ranges, end);
 //! - `tasks`: the copy and move tasks the master assigns to this client;
 //! - `setup`: the engine, the staging pool and the segments; `worker`: the
 //!   heartbeat and the task thread.
@@ -14,6 +15,7 @@
 mod flight;
 mod plan;
 mod read;
+mod sessions;
 mod setup;
 mod tasks;
 mod worker;
@@ -40,6 +42,7 @@ use super::{BufferHandle, ClientImpl, DestFn, Payload, RangeRead, WriteCmd};
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, ReplicaDesc, SegmentInfo, TaskId, TaskInfo};
 use plan::{check_source_range, scatter, Frag};
+pub(crate) use sessions::SessionRange;
 use worker::Worker;
 
 struct MountedSegment {
@@ -74,6 +77,8 @@ pub(crate) struct RealClient {
     tier_peers: TierPeers,
     /// Faulting in the segments and staging pool after setup.
     prefault: Mutex<Option<Prefault>>,
+    /// Put and get sessions in progress.
+    sessions: sessions::Sessions,
 }
 
 impl RealClient {
@@ -564,6 +569,10 @@ impl ClientImpl for RealClient {
     fn batch_replica_clear(&self, keys: &[String], segment_name: &str) -> Result<Vec<String>> {
         self.check_open()?;
         self.master.batch_replica_clear(self.id, keys, segment_name)
+    }
+
+    fn as_real(&self) -> Option<&RealClient> {
+        Some(self)
     }
 }
 

@@ -134,6 +134,71 @@ pub(crate) fn plan_write<'r>(
     Ok(plan)
 }
 
+/// Checks a session call's ranges, `(addr, len, offset)`, against an
+/// object of `size` bytes: the bytes they move.
+pub(crate) fn check_ranges(ranges: &[(usize, usize, u64)], size: u64) -> Result<u64> {
+    let mut total = 0u64;
+    for &(_, len, off) in ranges {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= size => total += len as u64,
+            _ => {
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!("range {off}+{len} runs past the {size} byte object"),
+                ))
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Plans writing ranges of registered memory, `(addr, len, offset)`, to
+/// their offsets in every memory replica. Each replica's own size bounds
+/// the ranges again here: an own-segment replica is written by memcpy.
+pub(crate) fn plan_range_write<'r>(
+    ranges: &[(usize, usize, u64)],
+    replicas: &'r [ReplicaDesc],
+    site: &Site,
+) -> Result<WritePlan<'r>> {
+    let targets: Vec<&MemoryDescriptor> = replicas.iter().filter_map(ReplicaDesc::memory).collect();
+    if targets.is_empty() {
+        return Err(Error::new(
+            ErrorCode::INVALID_REPLICA,
+            "master gave no memory replica",
+        ));
+    }
+    let mut plan = WritePlan {
+        memcpy: Vec::new(),
+        peers: Vec::new(),
+    };
+    for t in targets {
+        check_ranges(ranges, t.size)?;
+        let pieces: Vec<Piece> = ranges
+            .iter()
+            .filter(|r| r.1 > 0)
+            .map(|&(local, len, off)| Piece {
+                local,
+                remote: t.buffer_address + off,
+                len,
+            })
+            .collect();
+        if site.is_own(t) {
+            plan.memcpy.extend(pieces.iter().map(|p| Memcpy {
+                src: p.local,
+                dst: p.remote as usize,
+                len: p.len,
+            }));
+        } else {
+            plan.peers.push(PeerWrite {
+                endpoint: &t.transport_endpoint,
+                shared: None,
+                engine: EngineWrite::Parts(pieces),
+            });
+        }
+    }
+    Ok(plan)
+}
+
 /// The parts laid out back to back from `remote`; empty parts move nothing.
 fn lay_out(parts: &[(usize, usize)], remote: u64) -> Vec<Piece> {
     let mut off = 0u64;
@@ -591,5 +656,69 @@ mod tests {
                 "{off}+{len}"
             );
         }
+    }
+
+    #[test]
+    fn session_ranges_stay_inside_the_object() {
+        assert_eq!(check_ranges(&[], 10), Ok(0));
+        assert_eq!(
+            check_ranges(&[(1, 4, 0), (2, 6, 4), (3, 0, 10)], 10),
+            Ok(10)
+        );
+        for bad in [(1, 1, 10), (1, 11, 0), (1, 2, u64::MAX)] {
+            let e = check_ranges(&[(0, 1, 0), bad], 10).unwrap_err();
+            assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn session_ranges_land_at_their_offsets_in_every_replica() {
+        let reps = [
+            replica("me:1", OWN + 0x100, 16),
+            disk(16),
+            replica("me:2", PEER, 16),
+        ];
+        let ranges = [(0x5000, 4, 12), (0x6000, 0, 3), (0x7000, 8, 0)];
+        let plan = plan_range_write(&ranges, &reps, &site(true)).unwrap();
+        assert_eq!(
+            plan.memcpy,
+            [
+                Memcpy {
+                    src: 0x5000,
+                    dst: (OWN + 0x10c) as usize,
+                    len: 4
+                },
+                Memcpy {
+                    src: 0x7000,
+                    dst: (OWN + 0x100) as usize,
+                    len: 8
+                },
+            ],
+            "empty ranges move nothing"
+        );
+        assert_eq!(
+            plan.peers,
+            [PeerWrite {
+                endpoint: "me:2",
+                shared: None,
+                engine: EngineWrite::Parts(vec![
+                    piece(0x5000, PEER + 12, 4),
+                    piece(0x7000, PEER, 8)
+                ]),
+            }]
+        );
+    }
+
+    #[test]
+    fn session_ranges_past_a_replica_or_without_one_are_refused() {
+        let short = [replica("me:1", OWN, 16), replica("me:2", PEER, 8)];
+        let e = plan_range_write(&[(0x5000, 4, 8)], &short, &site(true)).unwrap_err();
+        assert_eq!(
+            e.code,
+            ErrorCode::INVALID_PARAMS,
+            "a replica smaller than the range"
+        );
+        let e = plan_range_write(&[(0x5000, 4, 0)], &[disk(16)], &site(true)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_REPLICA);
     }
 }

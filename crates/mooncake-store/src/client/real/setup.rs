@@ -92,6 +92,7 @@ impl RealClient {
             file_writer: Mutex::new(None),
             tier_peers: TierPeers::default(),
             prefault: Mutex::new(None),
+            sessions: Default::default(),
         };
         client.metrics = config::client_metrics("real");
         if let Some(m) = &client.metrics {

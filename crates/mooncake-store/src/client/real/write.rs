@@ -42,7 +42,7 @@ impl Payload<'_> {
     }
 }
 
-fn write_request(
+pub(super) fn write_request(
     target_id: SegmentHandle,
     source: usize,
     remote: u64,
