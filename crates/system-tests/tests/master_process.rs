@@ -327,6 +327,26 @@ fn serves_clients_and_survives_malformed_frames() {
         http(&http_addr, "GET", "/query_segment?segment=x", "").0,
         500
     );
+    let (status, body) = http(&http_addr, "GET", "/get_segments_detail", "");
+    assert_eq!(status, 200);
+    let detail: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(detail["total_segments"], 1, "{body}");
+    let seg = &detail["segments"][0];
+    for (field, want) in [
+        ("segment_name", serde_json::json!("seg-a")),
+        ("size_bytes", serde_json::json!(1 << 20)),
+        ("size_human", serde_json::json!("0.0009765625 GiB")),
+        ("status", serde_json::json!("OK")),
+        ("protocol", serde_json::json!("tcp")),
+        ("allocator_used_bytes", serde_json::json!(4096)),
+        ("allocator_capacity_bytes", serde_json::json!(1 << 20)),
+        ("allocator_usage_percent", serde_json::json!(0.390625)),
+    ] {
+        assert_eq!(seg[field], want, "{field} in {body}");
+    }
+    for field in ["segment_id", "client_id", "base_address", "te_endpoint"] {
+        assert!(seg[field].is_string(), "{field} in {body}");
+    }
     assert_eq!(http(&http_addr, "POST", "/health", "").0, 404);
     assert_eq!(http(&http_addr, "GET", "/nope", "").0, 404);
     let (_, summary) = http(&http_addr, "GET", "/metrics/summary", "");

@@ -28,6 +28,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/get_all_keys", get(all_keys))
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
+        .route("/get_segments_detail", get(segments_detail))
         .merge(super::drain_routes::routes())
         .route_layer(middleware::from_fn_with_state(shared.clone(), leader_only));
     Router::new()
@@ -483,4 +484,45 @@ async fn query_segment(State(s): State<Arc<Shared>>, Query(p): Params) -> Respon
         .into_response(),
         None => (StatusCode::INTERNAL_SERVER_ERROR, "Failed to query segment").into_response(),
     }
+}
+
+/// Every mounted segment as JSON, in the reference's fields. Ids print as
+/// the reference prints a UUID (two decimal halves); a segment id is the
+/// master's own counter. Our engine moves bytes over TCP only.
+async fn segments_detail(State(s): State<Arc<Shared>>) -> Response {
+    let segments: Vec<serde_json::Value> = s
+        .service
+        .segment_summaries()
+        .into_iter()
+        .map(|seg| {
+            let percent = if seg.capacity == 0 {
+                0.0
+            } else {
+                seg.used as f64 * 100.0 / seg.capacity as f64
+            };
+            serde_json::json!({
+                "segment_name": seg.name,
+                "segment_id": format!("0-{}", seg.id),
+                "client_id": format!("{}-{}", seg.owner >> 64, seg.owner as u64),
+                "base_address": format!("{:#x}", seg.base),
+                "size_bytes": seg.capacity,
+                "size_human": format!("{} GiB", seg.capacity as f64 / (1u64 << 30) as f64),
+                "te_endpoint": seg.endpoint,
+                "protocol": "tcp",
+                "status": seg.status,
+                "allocator_used_bytes": seg.used,
+                "allocator_capacity_bytes": seg.capacity,
+                "allocator_usage_percent": percent,
+            })
+        })
+        .collect();
+    let body = serde_json::json!({"total_segments": segments.len(), "segments": segments});
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/json; charset=utf-8",
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }

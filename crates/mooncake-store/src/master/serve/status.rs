@@ -275,12 +275,14 @@ mod tests {
             ..Default::default()
         };
         let segs = [SegmentSummary {
+            id: 1,
             name: "<seg>".into(),
             endpoint: "h:1".into(),
             base: 0,
             used: 2048,
             capacity: 4096,
             owner: 1,
+            status: "OK",
         }];
         let page = render(&StatusView {
             role: "leader",

@@ -127,12 +127,16 @@ pub struct MasterStats {
 /// One segment as the HTTP service shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentSummary {
+    /// Unique for the master's lifetime (a name can be mounted again).
+    pub id: u32,
     pub name: String,
     pub endpoint: String,
     pub base: u64,
     pub used: u64,
     pub capacity: u64,
     pub owner: ClientId,
+    /// `OK`, `DRAINING` or `DRAINED`.
+    pub status: &'static str,
 }
 
 pub struct MasterService {

@@ -205,12 +205,14 @@ impl MasterService {
             .all()
             .iter()
             .map(|s| SegmentSummary {
+                id: s.id,
                 name: s.info.name.clone(),
                 endpoint: s.info.transport_endpoint.clone(),
                 base: s.info.base,
                 used: s.used(),
                 capacity: s.capacity(),
                 owner: s.owner,
+                status: s.status().name(),
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
