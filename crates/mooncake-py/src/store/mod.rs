@@ -18,6 +18,7 @@
 //! - `pool_memory`: the memory `mooncake.BufferPool` leases out;
 //! - `replica`, `tasks`: replica descriptors, copy and move tasks, with the
 //!   classes they return in `descriptors`;
+//! - `mounts`: segments mounted and unmounted while the store runs;
 //! - `sessions`: objects reserved once and written in ranges, or looked up
 //!   once and read in ranges.
 //!
@@ -117,6 +118,7 @@ mod bytes;
 mod descriptors;
 mod get_into;
 mod memory;
+mod mounts;
 mod objects;
 mod pool_memory;
 mod put_from;

@@ -25,6 +25,7 @@ mod dummy_server;
 pub mod http;
 mod metered;
 pub mod metrics;
+mod mounts;
 mod peer;
 mod prefault;
 mod ranges;

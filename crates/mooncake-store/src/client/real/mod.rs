@@ -8,10 +8,12 @@
 //! - `write` / `read`: the executors of those plans, around the master's
 //!   calls; `flight`: the engine batch they share;
 //! - `sessions`: put and get sessions (reserve once, move ranges, end);
+//! - `dynamic`: segments mounted and unmounted while the client runs;
 //! - `tasks`: the copy and move tasks the master assigns to this client;
 //! - `setup`: the engine, the staging pool and the segments; `worker`: the
 //!   heartbeat and the task thread.
 
+mod dynamic;
 mod flight;
 mod plan;
 mod read;
@@ -79,6 +81,8 @@ pub(crate) struct RealClient {
     prefault: Mutex<Option<Prefault>>,
     /// Put and get sessions in progress.
     sessions: sessions::Sessions,
+    /// Segments mounted at run time, and the infos of all mounted ones.
+    dynamic: dynamic::DynamicSegments,
 }
 
 impl RealClient {
@@ -216,6 +220,7 @@ impl ClientImpl for RealClient {
         if let Some(mut w) = self.file_writer.lock().take() {
             w.stop();
         }
+        self.unmount_all_dynamic();
         self.unmount_all();
         Ok(())
     }

@@ -17,6 +17,7 @@ use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
+use super::dynamic::DynamicSegments;
 use super::{worker, MountedSegment, RealClient};
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, SegmentInfo};
@@ -24,7 +25,7 @@ use crate::types::{ClientId, SegmentInfo};
 /// Largest single buffer one mounted segment uses; bigger contributions are
 /// mounted as several segments so each stays one shared-memory mapping of
 /// bounded size.
-const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
+pub(super) const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
 /// Port range the reference names a client after when `local_hostname` has
 /// no port (`MC_STORE_CLIENT_MIN_PORT`, `MC_STORE_CLIENT_MAX_PORT`).
 const AUTO_PORT_RANGE: (u16, u16) = (12300, 14300);
@@ -93,6 +94,7 @@ impl RealClient {
             tier_peers: TierPeers::default(),
             prefault: Mutex::new(None),
             sessions: Default::default(),
+            dynamic: DynamicSegments::new(Vec::new()),
         };
         client.metrics = config::client_metrics("real");
         if let Some(m) = &client.metrics {
@@ -134,11 +136,12 @@ impl RealClient {
         // dropped, and `close` (first thing in drop) stops the prefault.
         *client.prefault.lock() = unsafe { Prefault::start(fresh) };
         let infos = client.segments.iter().map(|s| s.info.clone()).collect();
+        client.dynamic = DynamicSegments::new(infos);
         *client.heartbeat.lock() = Some(worker::heartbeat(
             client.master.clone(),
             client.engine.clone(),
             id,
-            infos,
+            client.dynamic.mounted.clone(),
         ));
         if config.enable_offload {
             if let Err(e) = client.start_offload(&config) {

@@ -1,13 +1,14 @@
 //! The real client's background threads: the heartbeat, and the executor of
 //! copy and move tasks (`tasks.rs`).
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mooncake_common::ErrorCode;
 
 use mooncake_transfer::TransferEngine;
+use parking_lot::Mutex;
 
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, SegmentInfo};
@@ -74,7 +75,7 @@ pub(super) fn heartbeat(
     master: MasterClient,
     engine: TransferEngine,
     id: ClientId,
-    segments: Vec<SegmentInfo>,
+    segments: Arc<Mutex<Vec<SegmentInfo>>>,
 ) -> Worker {
     let mut beats = 0u32;
     let mut check_now = false;
@@ -84,7 +85,10 @@ pub(super) fn heartbeat(
             Ok(()) => {}
             Err(e) if e.code == ErrorCode::CLIENT_NOT_FOUND => {
                 check_now = true;
-                for seg in &segments {
+                // Held while mounting: a run-time unmount waits, so no
+                // segment is mounted again after its memory went.
+                let segments = segments.lock();
+                for seg in segments.iter() {
                     if let Err(e) = master.mount_segment(id, seg) {
                         if e.code != ErrorCode::SEGMENT_ALREADY_EXISTS {
                             tracing::warn!(segment = %seg.name, error = %e, "remount failed");

@@ -1,0 +1,45 @@
+//! Segments mounted and unmounted while the client runs (see
+//! `real::dynamic`). Only an embedded client holds memory to mount; a dummy
+//! client answers `INVALID_PARAMS`.
+
+use mooncake_common::{Error, ErrorCode, Result};
+
+use super::real::RealClient;
+use super::Client;
+
+fn embedded(c: &Client) -> Result<&RealClient> {
+    c.inner.as_real().ok_or_else(|| {
+        Error::new(
+            ErrorCode::INVALID_PARAMS,
+            "mounting segments needs an embedded client (a dummy client holds no memory)",
+        )
+    })
+}
+
+impl Client {
+    /// Allocates `size` bytes of shared memory and mounts them as segments
+    /// (one per 16 GiB): their ids and the bytes allocated.
+    pub fn allocate_and_mount_segment(&self, size: u64) -> Result<(Vec<String>, u64)> {
+        embedded(self)?.allocate_and_mount_segment(size)
+    }
+
+    /// Maps `size` bytes of the file at `path` from `offset` (shared, so
+    /// the file keeps what is written) and mounts them: the segment's ids.
+    pub fn mount_segment(&self, path: &str, offset: u64, size: u64) -> Result<Vec<String>> {
+        embedded(self)?
+            .mount_file_segment(path, offset, size)
+            .map(|id| vec![id])
+    }
+
+    /// Unmounts segments mounted at run time: their objects leave the
+    /// cluster at once; the memory goes after `grace_secs`.
+    pub fn unmount_segment(&self, ids: &[String], grace_secs: u64) -> Result<()> {
+        embedded(self)?.unmount_dynamic(ids, false, grace_secs)
+    }
+
+    /// [`Self::unmount_segment`] for segments from
+    /// [`Self::allocate_and_mount_segment`] only.
+    pub fn unmount_and_free_segment(&self, ids: &[String], grace_secs: u64) -> Result<()> {
+        embedded(self)?.unmount_dynamic(ids, true, grace_secs)
+    }
+}
