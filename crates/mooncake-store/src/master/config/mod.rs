@@ -179,6 +179,9 @@ impl MasterConfig {
                 }
             }
         }
+        if self.enable_multi_tenants {
+            self.tenant_policies()?;
+        }
         if self.enable_ha {
             self.ha_backend()?;
             self::leader_label::pod(self)?;
@@ -191,6 +194,30 @@ impl MasterConfig {
             }
         }
         Ok(())
+    }
+
+    /// Multi-tenancy's policy file (`--tenant_quota_connector_uri`, the
+    /// only connector here being `file`) and the quotas it holds; a
+    /// missing or bad file stops the start, as the reference's does.
+    pub fn tenant_policies(&self) -> Result<(std::path::PathBuf, crate::tenant::Policies)> {
+        if self.tenant_quota_connector_type != "file" {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!(
+                    "--tenant_quota_connector_type={:?}: the only connector is \"file\"",
+                    self.tenant_quota_connector_type
+                ),
+            ));
+        }
+        if self.tenant_quota_connector_uri.trim().is_empty() {
+            return Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "--enable_multi_tenants needs --tenant_quota_connector_uri (the policy file)",
+            ));
+        }
+        let path = std::path::PathBuf::from(&self.tenant_quota_connector_uri);
+        let policies = crate::tenant::load_policies(&path)?;
+        Ok((path, policies))
     }
 
     /// The coordination service of HA mode: `--ha_backend_connstring`, else
@@ -487,15 +514,15 @@ mod tests {
     #[test]
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
-        c.set("enable_multi_tenants", "false").unwrap();
+        c.set("enable_cxl", "false").unwrap();
         c.set("global_file_segment_size", "9223372036854775807")
             .unwrap();
         assert!(c.unsupported.is_empty());
-        c.set("enable_multi_tenants", "true").unwrap();
-        c.set("enable_multi_tenants", "1").unwrap();
+        c.set("enable_cxl", "true").unwrap();
+        c.set("enable_cxl", "1").unwrap();
         assert_eq!(
             c.unsupported,
-            [("enable_multi_tenants".to_string(), "1".to_string())]
+            [("enable_cxl".to_string(), "1".to_string())]
         );
     }
 
