@@ -236,7 +236,9 @@ impl MasterService {
                 results: self.evict_disk_replicas_in(call, client_id, &keys, now),
             },
             // The connection answers it (see `serve::server`).
-            Q::Authenticate { .. } | Q::LeaderTerm { .. } => A::Unit { result: Ok(()) },
+            Q::Authenticate { .. } | Q::LeaderTerm { .. } | Q::Tenant { .. } => {
+                A::Unit { result: Ok(()) }
+            }
             Q::GetStorageConfig {} => A::Storage {
                 result: Ok(self.storage_config()),
             },
