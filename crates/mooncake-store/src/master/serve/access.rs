@@ -69,6 +69,11 @@ impl AccessPolicy {
         }
     }
 
+    /// Whether an admin token is configured.
+    pub(crate) fn has_admin_token(&self) -> bool {
+        self.admin.is_some()
+    }
+
     /// What this master presents when it calls another (a standby
     /// pulling from its leader).
     pub(crate) fn credential(&self) -> Option<&ClusterToken> {

@@ -29,6 +29,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/get_all_segments", get(all_segments))
         .route("/query_segment", get(query_segment))
         .merge(super::drain_routes::routes())
+        .merge(super::tenant_routes::routes())
         .route_layer(middleware::from_fn_with_state(shared.clone(), leader_only));
     Router::new()
         .route("/", get(status_page))

@@ -68,6 +68,11 @@ impl MasterService {
         self.tenant_table()?.get(name, self.mounted_capacity())
     }
 
+    /// The requested quotas by tenant.
+    pub fn tenant_policies(&self) -> Result<Policies> {
+        Ok(self.tenant_table()?.policies())
+    }
+
     /// Sets a requested quota; returns the policies to keep in the file.
     pub fn set_tenant_quota(&self, name: &str, bytes: u64) -> Result<Policies> {
         self.tenant_table()?.set(name, bytes)
