@@ -215,6 +215,9 @@ impl MasterService {
         let keys = keys.unwrap_or_default();
         if !tenant::is_valid(tenant) {
             let code = if writes(&req) {
+                if let Some(t) = &self.tenants {
+                    t.reject(tenant, Reject::NotRegistered);
+                }
                 ErrorCode::TENANT_NOT_REGISTERED
             } else {
                 ErrorCode::INVALID_PARAMS
