@@ -260,8 +260,19 @@ mod tests {
         assert_eq!(parse_quota("6TB"), Ok(6 << 40));
         assert_eq!(parse_quota("9223372036854775807"), Ok(MAX_QUOTA_BYTES));
         for bad in [
-            "", "0", "0GB", "1gb", "1kb", "1 GB", "GB", "-1", "1.5GB", "1PB",
-            "9223372036854775808", "8388608TB", "99999999999999999999999",
+            "",
+            "0",
+            "0GB",
+            "1gb",
+            "1kb",
+            "1 GB",
+            "GB",
+            "-1",
+            "1.5GB",
+            "1PB",
+            "9223372036854775808",
+            "8388608TB",
+            "99999999999999999999999",
         ] {
             assert!(parse_quota(bad).is_err(), "{bad:?}");
         }
@@ -269,11 +280,19 @@ mod tests {
 
     #[test]
     fn policy_files_parse_and_round_trip() {
-        let p = parse_policies("version: 1\ntenants:\n  - name: a\n    quota: 2GB\n  - name: b\n    quota: 100\n")
-            .unwrap();
-        assert_eq!(p, Policies::from([("a".into(), 2 << 30), ("b".into(), 100)]));
+        let p = parse_policies(
+            "version: 1\ntenants:\n  - name: a\n    quota: 2GB\n  - name: b\n    quota: 100\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p,
+            Policies::from([("a".into(), 2 << 30), ("b".into(), 100)])
+        );
         assert_eq!(parse_policies(&format_policies(&p)).unwrap(), p);
-        assert_eq!(parse_policies("version: 1\ntenants: []\n").unwrap(), Policies::new());
+        assert_eq!(
+            parse_policies("version: 1\ntenants: []\n").unwrap(),
+            Policies::new()
+        );
         let odd = Policies::from([("we\"ird: name".into(), 5)]);
         assert_eq!(parse_policies(&format_policies(&odd)).unwrap(), odd);
         for bad in [
@@ -303,7 +322,10 @@ mod tests {
     fn policy_files_are_replaced_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("q.yaml");
-        assert_eq!(load_policies(&path).unwrap_err().code, ErrorCode::FILE_OPEN_FAIL);
+        assert_eq!(
+            load_policies(&path).unwrap_err().code,
+            ErrorCode::FILE_OPEN_FAIL
+        );
         let p = Policies::from([("a".into(), 7)]);
         store_policies(&path, &p).unwrap();
         assert_eq!(load_policies(&path).unwrap(), p);
@@ -313,16 +335,27 @@ mod tests {
     #[test]
     fn effective_quotas_share_what_is_mounted() {
         let p = Policies::from([("a".into(), 100), ("b".into(), 300)]);
-        assert_eq!(effective_quotas(&p, 400), p, "requests that fit are granted");
+        assert_eq!(
+            effective_quotas(&p, 400),
+            p,
+            "requests that fit are granted"
+        );
         assert_eq!(effective_quotas(&p, 1000), p);
         let zero = effective_quotas(&p, 0);
-        assert_eq!(zero.values().sum::<u64>(), 0, "nothing mounted, nothing granted");
+        assert_eq!(
+            zero.values().sum::<u64>(),
+            0,
+            "nothing mounted, nothing granted"
+        );
         let half = effective_quotas(&p, 200);
         assert_eq!(half, BTreeMap::from([("a".into(), 50), ("b".into(), 150)]));
         // 10 bytes over three equal requests: the remainder goes by name.
         let p3 = Policies::from([("a".into(), 5), ("b".into(), 5), ("c".into(), 5)]);
         let e = effective_quotas(&p3, 10);
-        assert_eq!(e, BTreeMap::from([("a".into(), 4), ("b".into(), 3), ("c".into(), 3)]));
+        assert_eq!(
+            e,
+            BTreeMap::from([("a".into(), 4), ("b".into(), 3), ("c".into(), 3)])
+        );
         let big = Policies::from([("a".into(), MAX_QUOTA_BYTES), ("b".into(), MAX_QUOTA_BYTES)]);
         let e = effective_quotas(&big, 1 << 62);
         assert_eq!(e.values().sum::<u64>(), 1 << 62);

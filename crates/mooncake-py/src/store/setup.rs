@@ -62,11 +62,9 @@ impl SetupArgs {
                 .unwrap_or_else(ClientConfig::master_from_env),
             enable_offload: self.enable_ssd_offload,
             offload_path: self.ssd_offload_path,
-            tenant_id: self
-                .tenant_id
-                .map_or(defaults.tenant_id.clone(), |t| {
-                    mooncake_store::tenant::normalize(&t).to_owned()
-                }),
+            tenant_id: self.tenant_id.map_or(defaults.tenant_id.clone(), |t| {
+                mooncake_store::tenant::normalize(&t).to_owned()
+            }),
             ..defaults
         }
     }

@@ -520,10 +520,7 @@ mod tests {
         assert!(c.unsupported.is_empty());
         c.set("enable_cxl", "true").unwrap();
         c.set("enable_cxl", "1").unwrap();
-        assert_eq!(
-            c.unsupported,
-            [("enable_cxl".to_string(), "1".to_string())]
-        );
+        assert_eq!(c.unsupported, [("enable_cxl".to_string(), "1".to_string())]);
     }
 
     #[test]

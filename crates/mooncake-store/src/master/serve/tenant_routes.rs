@@ -105,7 +105,11 @@ async fn list_or_get(State(s): State<Arc<Shared>>, p: Params) -> Response {
 }
 
 /// Keeps `policies` in the policy file; a failed write puts `before` back.
-fn keep(s: &Shared, before: crate::tenant::Policies, policies: &crate::tenant::Policies) -> Result<(), Error> {
+fn keep(
+    s: &Shared,
+    before: crate::tenant::Policies,
+    policies: &crate::tenant::Policies,
+) -> Result<(), Error> {
     let (path, _) = s.config.tenant_policies().or_else(|_| {
         Ok::<_, Error>((
             std::path::PathBuf::from(&s.config.tenant_quota_connector_uri),

@@ -53,9 +53,9 @@ mod read;
 mod remove;
 mod replay;
 mod reserve;
+mod tenants;
 #[cfg(test)]
 pub(in crate::master) mod tests;
-mod tenants;
 mod tick;
 mod transfer;
 mod unserved;

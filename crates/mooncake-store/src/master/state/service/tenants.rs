@@ -2,6 +2,8 @@
 //! writes admitted against the tenant's quota, the quota table's admin
 //! calls.
 
+use std::collections::BTreeMap;
+
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::apply::Fate;
@@ -15,6 +17,9 @@ use crate::master::state::tenants::{Reject, TenantQuota, TenantTable};
 use crate::proto::{Request, Response};
 use crate::tenant::{self, Policies};
 use crate::types::ReplicaPolicy;
+
+/// Refused writes by tenant and reason.
+pub(crate) type Rejects = BTreeMap<(String, Reject), u64>;
 
 impl MasterService {
     /// Multi-tenant mode when `config` asks for it, with the policy
@@ -95,12 +100,7 @@ impl MasterService {
 
     /// Refused writes by tenant and reason, and bytes evicted to make a
     /// tenant room, for metrics.
-    pub fn tenant_counters(
-        &self,
-    ) -> Option<(
-        std::collections::BTreeMap<(String, Reject), u64>,
-        std::collections::BTreeMap<String, u64>,
-    )> {
+    pub fn tenant_counters(&self) -> Option<(Rejects, BTreeMap<String, u64>)> {
         let t = self.tenants.as_ref()?;
         Some((t.rejects(), t.evicted_bytes()))
     }
@@ -162,7 +162,9 @@ impl MasterService {
     fn evict_tenant(&self, call: &mut Call, name: &str, target: u64, now: u64) -> u64 {
         let soft = self.policy.evict_soft_pinned;
         let may_go = |key: &str, o: &ObjectMeta| {
-            tenant::tenant_of(key) == name && eligible(o, now, soft) && self.may_leave_memory(o, true)
+            tenant::tenant_of(key) == name
+                && eligible(o, now, soft)
+                && self.may_leave_memory(o, true)
         };
         let mut candidates: Vec<(u64, u64)> = Vec::new();
         for shard in self.objects.shards() {

@@ -79,8 +79,19 @@ fn the_same_key_in_two_tenants_is_two_objects() {
     assert_eq!(size_as(&s, "b", "k"), Ok(200));
     // Another tenant, or the default one, does not see them.
     assert_eq!(size_as(&s, "c", "k"), Err(ErrorCode::OBJECT_NOT_FOUND));
-    assert_eq!(size_as(&s, "default", "k"), Err(ErrorCode::OBJECT_NOT_FOUND));
-    match call(&s, "b", Request::Remove { key: "k", force: false }, 1000) {
+    assert_eq!(
+        size_as(&s, "default", "k"),
+        Err(ErrorCode::OBJECT_NOT_FOUND)
+    );
+    match call(
+        &s,
+        "b",
+        Request::Remove {
+            key: "k",
+            force: false,
+        },
+        1000,
+    ) {
         Response::Unit { result } => result.unwrap(),
         other => panic!("{other:?}"),
     }
@@ -104,10 +115,19 @@ fn writes_need_a_registered_tenant() {
         put_as(&s, "default", "k", 10, 1, 0),
         ErrorCode::TENANT_NOT_REGISTERED
     );
-    assert_eq!(put_as(&s, "", "k", 10, 1, 0), ErrorCode::TENANT_NOT_REGISTERED);
-    assert_eq!(put_as(&s, "zz", "k", 10, 1, 0), ErrorCode::TENANT_NOT_REGISTERED);
+    assert_eq!(
+        put_as(&s, "", "k", 10, 1, 0),
+        ErrorCode::TENANT_NOT_REGISTERED
+    );
+    assert_eq!(
+        put_as(&s, "zz", "k", 10, 1, 0),
+        ErrorCode::TENANT_NOT_REGISTERED
+    );
     // A malformed id: not registered for a write, a bad parameter for a read.
-    assert_eq!(put_as(&s, "_x", "k", 10, 1, 0), ErrorCode::TENANT_NOT_REGISTERED);
+    assert_eq!(
+        put_as(&s, "_x", "k", 10, 1, 0),
+        ErrorCode::TENANT_NOT_REGISTERED
+    );
     assert_eq!(size_as(&s, "_x", "k"), Err(ErrorCode::INVALID_PARAMS));
     assert_eq!(size_as(&s, "a\u{1}", "k"), Err(ErrorCode::INVALID_PARAMS));
     let (rejects, _) = s.tenant_counters().unwrap();
@@ -181,7 +201,11 @@ fn a_batch_stores_what_fits() {
         .collect();
     assert_eq!(
         codes,
-        [ErrorCode::OK, ErrorCode::OK, ErrorCode::TENANT_QUOTA_EXCEEDED]
+        [
+            ErrorCode::OK,
+            ErrorCode::OK,
+            ErrorCode::TENANT_QUOTA_EXCEEDED
+        ]
     );
     assert_eq!(charged(&s, "a"), 2 * KIB, "puts in flight are charged");
     let req = Request::BatchPutEnd {
@@ -191,12 +215,38 @@ fn a_batch_stores_what_fits() {
     let _ = call(&s, "a", req, 0);
     assert_eq!(size_as(&s, "a", "y"), Ok(KIB));
     // Both read now (leased): nothing of a's may go for another put.
-    let _ = call(&s, "a", Request::BatchGetReplicaList { keys: vec!["x", "y"] }, 0);
+    let _ = call(
+        &s,
+        "a",
+        Request::BatchGetReplicaList {
+            keys: vec!["x", "y"],
+        },
+        0,
+    );
     // A revoked put gives its charge back.
-    assert_eq!(start(&s, "a", "w", 1, 1, 0), ErrorCode::TENANT_QUOTA_EXCEEDED);
-    let _ = call(&s, "a", Request::Remove { key: "x", force: true }, 0);
+    assert_eq!(
+        start(&s, "a", "w", 1, 1, 0),
+        ErrorCode::TENANT_QUOTA_EXCEEDED
+    );
+    let _ = call(
+        &s,
+        "a",
+        Request::Remove {
+            key: "x",
+            force: true,
+        },
+        0,
+    );
     assert_eq!(start(&s, "a", "w", KIB, 1, 0), ErrorCode::OK);
-    let _ = call(&s, "a", Request::PutRevoke { client_id: W, key: "w" }, 0);
+    let _ = call(
+        &s,
+        "a",
+        Request::PutRevoke {
+            client_id: W,
+            key: "w",
+        },
+        0,
+    );
     assert_eq!(charged(&s, "a"), KIB);
 }
 
@@ -248,7 +298,10 @@ fn removals_of_many_keys_stay_in_the_tenant() {
 #[test]
 fn admin_calls_set_and_delete_policies() {
     let s = mt(1 << 20, &[("a", 100)]);
-    assert_eq!(s.set_tenant_quota("n", 0).unwrap_err().code, ErrorCode::INVALID_PARAMS);
+    assert_eq!(
+        s.set_tenant_quota("n", 0).unwrap_err().code,
+        ErrorCode::INVALID_PARAMS
+    );
     assert_eq!(
         s.set_tenant_quota("_n", 5).unwrap_err().code,
         ErrorCode::INVALID_PARAMS
@@ -264,10 +317,24 @@ fn admin_calls_set_and_delete_policies() {
         s.delete_tenant_quota("q").unwrap_err().code,
         ErrorCode::OBJECT_NOT_FOUND
     );
-    assert_eq!(s.tenant_quota("q").unwrap_err().code, ErrorCode::OBJECT_NOT_FOUND);
-    let _ = call(&s, "n", Request::Remove { key: "k", force: true }, 0);
+    assert_eq!(
+        s.tenant_quota("q").unwrap_err().code,
+        ErrorCode::OBJECT_NOT_FOUND
+    );
+    let _ = call(
+        &s,
+        "n",
+        Request::Remove {
+            key: "k",
+            force: true,
+        },
+        0,
+    );
     assert_eq!(s.delete_tenant_quota("n").unwrap(), policies(&[("a", 100)]));
-    assert_eq!(put_as(&s, "n", "k", 10, 1, 0), ErrorCode::TENANT_NOT_REGISTERED);
+    assert_eq!(
+        put_as(&s, "n", "k", 10, 1, 0),
+        ErrorCode::TENANT_NOT_REGISTERED
+    );
     // Without multi-tenant mode the admin calls are refused.
     let plain = with_segment(1 << 20);
     assert_eq!(
@@ -289,7 +356,11 @@ fn without_multi_tenant_mode_the_tenant_is_ignored() {
 fn the_default_tenant_keeps_plain_keys() {
     let s = mt(1 << 20, &[("default", 1 << 20)]);
     assert_eq!(put_as(&s, "default", "k", 10, 1, 0), ErrorCode::OK);
-    assert_eq!(s.get_size("k", NOW), Ok(10), "as a master without tenants keys it");
+    assert_eq!(
+        s.get_size("k", NOW),
+        Ok(10),
+        "as a master without tenants keys it"
+    );
     assert_eq!(
         put_as(&s, "default", "t\0k", 10, 1, 0),
         ErrorCode::INVALID_PARAMS,
