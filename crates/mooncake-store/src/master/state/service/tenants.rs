@@ -242,7 +242,16 @@ impl MasterService {
             .map(|k| tenant::scoped(tenant, k).into_owned())
             .collect();
         let req = with_keys(req, &scoped);
-        self.respond(call, req, Some(tenant), now)
+        match self.respond(call, req, Some(tenant), now) {
+            // Cleared keys go back as the caller named them.
+            Response::Keys { result: Ok(keys) } => Response::Keys {
+                result: Ok(keys
+                    .iter()
+                    .map(|k| tenant::split(k).1.to_string())
+                    .collect()),
+            },
+            other => other,
+        }
     }
 }
 
@@ -266,7 +275,8 @@ fn object_keys<'a>(req: &Request<'a>) -> Option<Vec<&'a str>> {
         | Q::BatchPutRevoke { keys, .. }
         | Q::BatchGetReplicaList { keys }
         | Q::BatchExistKey { keys }
-        | Q::BatchRemove { keys, .. } => keys.clone(),
+        | Q::BatchRemove { keys, .. }
+        | Q::BatchReplicaClear { keys, .. } => keys.clone(),
         Q::RemoveByRegex { .. } | Q::RemoveAll { .. } => Vec::new(),
         _ => return None,
     })
@@ -282,6 +292,7 @@ fn writes(req: &Request<'_>) -> bool {
             | Q::ExistKey { .. }
             | Q::BatchExistKey { .. }
             | Q::GetSize { .. }
+            | Q::BatchReplicaClear { .. }
     )
 }
 
@@ -349,6 +360,15 @@ fn with_keys<'a>(req: Request<'a>, keys: &'a [String]) -> Request<'a> {
         Q::BatchGetReplicaList { .. } => Q::BatchGetReplicaList { keys: all() },
         Q::BatchExistKey { .. } => Q::BatchExistKey { keys: all() },
         Q::BatchRemove { force, .. } => Q::BatchRemove { keys: all(), force },
+        Q::BatchReplicaClear {
+            client_id,
+            segment_name,
+            ..
+        } => Q::BatchReplicaClear {
+            client_id,
+            keys: all(),
+            segment_name,
+        },
         other => other,
     }
 }

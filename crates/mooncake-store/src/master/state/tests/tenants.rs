@@ -296,6 +296,33 @@ fn removals_of_many_keys_stay_in_the_tenant() {
 }
 
 #[test]
+fn replica_clears_stay_in_the_tenant() {
+    let s = mt(1 << 20, &[("a", 1 << 20), ("b", 1 << 20)]);
+    for t in ["a", "b"] {
+        assert_eq!(put_as(&s, t, "k", 10, 1, 0), ErrorCode::OK);
+    }
+    let clear = |t| {
+        let req = Request::BatchReplicaClear {
+            client_id: W,
+            keys: vec!["k", "other"],
+            segment_name: "",
+        };
+        match call(&s, t, req, 1000) {
+            Response::Keys { result } => result.map_err(|e| e.code),
+            Response::Failed { error } => Err(error.code),
+            other => panic!("{other:?}"),
+        }
+    };
+    // The cleared keys come back as the caller named them.
+    assert_eq!(clear("a"), Ok(vec!["k".to_string()]));
+    assert_eq!(size_as(&s, "a", "k"), Err(ErrorCode::OBJECT_NOT_FOUND));
+    assert_eq!(size_as(&s, "b", "k"), Ok(10));
+    assert_eq!(clear("_x"), Err(ErrorCode::INVALID_PARAMS));
+    assert_eq!(charged(&s, "a"), 0);
+    assert_eq!(charged(&s, "b"), 10);
+}
+
+#[test]
 fn admin_calls_set_and_delete_policies() {
     let s = mt(1 << 20, &[("a", 100)]);
     assert_eq!(
