@@ -91,6 +91,20 @@ impl MasterService {
         t.delete(name, !owns.is_empty())
     }
 
+    /// Rereads the policy file: a master taking over leads with the quotas
+    /// an admin last set through the leader before it, when the masters
+    /// share the file (`docs/tenants.md`). A file it cannot read leaves
+    /// the quotas it holds.
+    pub fn reload_tenant_policies(&self, config: &MasterConfig) {
+        let Some(t) = &self.tenants else {
+            return;
+        };
+        match config.tenant_policies() {
+            Ok((_, policies)) => t.restore_policies(policies),
+            Err(e) => tracing::warn!(error = %e, "tenant quota policy: kept the quotas held"),
+        }
+    }
+
     /// Puts back the policies a failed file write did not keep.
     pub fn restore_tenant_policies(&self, policies: Policies) {
         if let Some(t) = &self.tenants {
