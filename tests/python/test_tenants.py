@@ -138,6 +138,10 @@ def test_the_same_key_in_two_tenants_holds_two_values(mt):
         assert a.is_exist("iso-k") == 1
         assert b.put("iso-z", b"z") == 0
         assert b.remove_all(force=True) == 1
+        # So do replica clears, their keys answered as the caller named them.
+        assert b.put("iso-k", b"B") == 0
+        assert b.batch_replica_clear(["iso-k", "iso-none"], "") == ["iso-k"]
+        assert b.is_exist("iso-k") == 0
         assert a.get("iso-k") == b"A" * 1000
         assert a.remove("iso-k", force=True) == 0
     finally:
