@@ -80,7 +80,11 @@ fn assert_tenants_kept(leader: &Master, a: &Client, b: &Client, what: &str) {
         Some(4096 + MIB as u64),
         "{what}"
     );
-    assert_eq!(quota_field(leader, "b", "charged_bytes"), Some(8192), "{what}");
+    assert_eq!(
+        quota_field(leader, "b", "charged_bytes"),
+        Some(8192),
+        "{what}"
+    );
     assert_eq!(
         quota_field(leader, "c", "requested_quota_bytes"),
         Some(3 << 20),
@@ -148,9 +152,7 @@ fn a_failover_and_a_restart_keep_every_tenants_objects_and_charges() {
     assert_tenants_kept(&masters[0], &a, &b, "before");
 
     masters[0].proc.kill9();
-    eventually("B leads", || {
-        role(&masters[1]).as_deref() == Some("leader")
-    });
+    eventually("B leads", || role(&masters[1]).as_deref() == Some("leader"));
     assert_tenants_kept(&masters[1], &a, &b, "after a failover");
 
     // A comes back as a standby; then every master goes at once and comes
