@@ -304,13 +304,16 @@ def test_policy_files_are_checked_at_start(tmp_path, text, ok):
 @pytest.mark.parametrize("flags", [
     ["--tenant_quota_connector_uri=/nonexistent/q.yaml"],
     ["--tenant_quota_connector_uri="],
-    ["--tenant_quota_connector_type=etcd", "--tenant_quota_connector_uri=127.0.0.1:2379"],
+    ["--tenant_quota_connector_type=s3", "--tenant_quota_connector_uri=bucket"],
+    # An etcd that does not answer (nothing listens on a free port).
+    ["--tenant_quota_connector_type=etcd", "--tenant_quota_connector_uri=127.0.0.1:{port}"],
 ])
 def test_a_missing_policy_or_unknown_connector_stops_the_start(flags):
+    flags = [f.format(port=procs.free_port()) for f in flags]
     p = procs.start("mooncake_master", f"--rpc_port={procs.free_port()}",
                     f"--metrics_port={procs.free_port()}", "--enable_multi_tenants=true", *flags)
     try:
-        assert p.p.wait(60) != 0, p.output()
+        assert p.p.wait(120) != 0, p.output()
     finally:
         p.stop()
 

@@ -3,7 +3,8 @@
 //! of every master at once, keeps each tenant's objects (the same key in
 //! two tenants, two values), what each tenant is charged, and the quota
 //! an admin set through the first leader (the masters share the policy
-//! file). Waits are bounded hang guards, never speed checks.
+//! file, or keep the policies in etcd). Waits are bounded hang guards,
+//! never speed checks.
 
 mod common;
 
@@ -100,32 +101,51 @@ fn assert_tenants_kept(leader: &Master, a: &Client, b: &Client, what: &str) {
     assert_eq!(code(b.get("big")), ErrorCode::OBJECT_NOT_FOUND, "{what}");
 }
 
+const POLICIES: &str =
+    "version: 1\ntenants:\n  - name: a\n    quota: 8MB\n  - name: b\n    quota: 8MB\n";
+
+/// The masters share the policy file.
 #[test]
 fn a_failover_and_a_restart_keep_every_tenants_objects_and_charges() {
     let etcd = services::etcd();
-    let cluster = cluster("tenants");
-    let (_meta, metadata) = metadata_server();
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("quotas.yaml");
-    std::fs::write(
-        &policy,
-        "version: 1\ntenants:\n  - name: a\n    quota: 8MB\n  - name: b\n    quota: 8MB\n",
-    )
-    .unwrap();
+    std::fs::write(&policy, POLICIES).unwrap();
     let uri = format!("--tenant_quota_connector_uri={}", policy.display());
     let flags = ["--enable_multi_tenants=true", uri.as_str()];
+    failover_and_restart(&etcd.addr, "tenants", &dir, &flags);
+}
+
+/// The policies live in etcd, as the reference's etcd connector keeps
+/// them (under a key of the cluster, none at first).
+#[test]
+fn with_the_etcd_connector_too() {
+    let etcd = services::etcd();
+    let dir = tempfile::tempdir().unwrap();
+    let uri = format!("--tenant_quota_connector_uri={}", etcd.addr);
+    let flags = [
+        "--enable_multi_tenants=true",
+        "--tenant_quota_connector_type=etcd",
+        uri.as_str(),
+    ];
+    failover_and_restart(&etcd.addr, "tenants-etcd", &dir, &flags);
+}
+
+fn failover_and_restart(etcd: &str, test: &str, dir: &tempfile::TempDir, flags: &[&str]) {
+    let cluster = cluster(test);
+    let (_meta, metadata) = metadata_server();
     let snaps = dir.path().join("ha");
     std::fs::create_dir(&snaps).unwrap();
     let ports: Vec<(u16, u16)> = (0..2).map(|_| (free_port(), free_port())).collect();
     let start = |i: usize| {
         start_master_in(
-            &etcd.addr,
+            etcd,
             &cluster,
             ports[i].0,
             ports[i].1,
             30,
             Some(snaps.as_path()),
-            &flags,
+            flags,
         )
     };
     let mut masters = vec![start(0)];
@@ -133,7 +153,14 @@ fn a_failover_and_a_restart_keep_every_tenants_objects_and_charges() {
     masters.push(start(1));
     eventually("B in sync", || in_sync(&masters[0]) == 1);
 
-    let master = format!("etcd://{}", etcd.addr);
+    let master = format!("etcd://{etcd}");
+    // Through the first leader (for the file, the quotas it holds already).
+    for t in ["a", "b"] {
+        let body = format!("{{\"requested_quota_bytes\":{}}}", 8 << 20);
+        let path = format!("/api/v1/tenant_quotas?tenant_id={t}");
+        let (status, answer) = http(masters[0].http, "PUT", &path, &body).unwrap();
+        assert_eq!(status, 200, "{answer}");
+    }
     let a = client_of("a", &master, &cluster, &metadata, 64 << 20);
     let b = client_of("b", &master, &cluster, &metadata, 0);
     let cfg = ReplicaPolicy::default();

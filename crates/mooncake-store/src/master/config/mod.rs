@@ -19,12 +19,14 @@ use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use self::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use self::tenant_quotas::PolicyStore;
 use parse::invalid;
 
 mod flags;
 pub(in crate::master) mod leader_label;
 mod parse;
 pub(in crate::master) mod policy;
+pub(crate) mod tenant_quotas;
 
 pub use flags::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 
@@ -196,28 +198,22 @@ impl MasterConfig {
         Ok(())
     }
 
-    /// Multi-tenancy's policy file (`--tenant_quota_connector_uri`, the
-    /// only connector here being `file`) and the quotas it holds; a
-    /// missing or bad file stops the start, as the reference's does.
-    pub fn tenant_policies(&self) -> Result<(std::path::PathBuf, crate::tenant::Policies)> {
-        if self.tenant_quota_connector_type != "file" {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                format!(
-                    "--tenant_quota_connector_type={:?}: the only connector is \"file\"",
-                    self.tenant_quota_connector_type
-                ),
-            ));
-        }
-        if self.tenant_quota_connector_uri.trim().is_empty() {
-            return Err(Error::new(
-                ErrorCode::INVALID_PARAMS,
-                "--enable_multi_tenants needs --tenant_quota_connector_uri (the policy file)",
-            ));
-        }
-        let path = std::path::PathBuf::from(&self.tenant_quota_connector_uri);
-        let policies = crate::tenant::load_policies(&path)?;
-        Ok((path, policies))
+    /// Where multi-tenancy's quota policies live (`tenant_quotas`).
+    pub(crate) fn tenant_policy_store(&self) -> Result<PolicyStore> {
+        PolicyStore::new(
+            &self.tenant_quota_connector_type,
+            &self.tenant_quota_connector_uri,
+            &self.cluster_id,
+        )
+    }
+
+    /// The quota policies the connector holds; a missing or bad file, or
+    /// an etcd that does not answer, stops the start, as the reference's
+    /// does.
+    pub(crate) fn tenant_policies(&self) -> Result<(PolicyStore, crate::tenant::Policies)> {
+        let store = self.tenant_policy_store()?;
+        let policies = store.load()?;
+        Ok((store, policies))
     }
 
     /// The coordination service of HA mode: `--ha_backend_connstring`, else

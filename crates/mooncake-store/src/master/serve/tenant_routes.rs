@@ -1,8 +1,9 @@
 //! The tenant quota admin routes of the master's HTTP service, with the
 //! reference's path, bodies and answers: `GET`, `PUT` and `DELETE`
-//! `/api/v1/tenant_quotas[?tenant_id=]`. A change is written to the
-//! policy file (`--tenant_quota_connector_uri`) before it is answered, so
-//! it survives a restart. With an admin token configured, `PUT` and
+//! `/api/v1/tenant_quotas[?tenant_id=]`. A change is written where the
+//! connector keeps the policies (the file or the etcd key of
+//! `--tenant_quota_connector_uri`) before it is answered, so it survives
+//! a restart. With an admin token configured, `PUT` and
 //! `DELETE` need it (`Authorization: Bearer <admin token>`).
 
 use std::collections::HashMap;
@@ -104,21 +105,19 @@ async fn list_or_get(State(s): State<Arc<Shared>>, p: Params) -> Response {
     }
 }
 
-/// Keeps `policies` in the policy file; a failed write puts `before` back.
+/// Keeps `policies` where the connector keeps them; a failed write puts
+/// `before` back.
 fn keep(
     s: &Shared,
     before: crate::tenant::Policies,
     policies: &crate::tenant::Policies,
 ) -> Result<(), Error> {
-    let (path, _) = s.config.tenant_policies().or_else(|_| {
-        Ok::<_, Error>((
-            std::path::PathBuf::from(&s.config.tenant_quota_connector_uri),
-            crate::tenant::Policies::new(),
-        ))
-    })?;
-    crate::tenant::store_policies(&path, policies).inspect_err(|_| {
-        s.service.restore_tenant_policies(before);
-    })
+    let stored = tokio::task::block_in_place(|| {
+        s.config
+            .tenant_policy_store()
+            .and_then(|store| store.store(policies))
+    });
+    stored.inspect_err(|_| s.service.restore_tenant_policies(before))
 }
 
 async fn upsert(
