@@ -157,6 +157,9 @@ def test_writes_need_a_registered_tenant(mt):
         assert nobody.put("reg-k", b"v") == TENANT_NOT_REGISTERED
         assert bad.put("reg-k", b"v") == TENANT_NOT_REGISTERED
         assert bad.get_size("reg-k") == INVALID_PARAMS
+        assert bad.remove("reg-k") == INVALID_PARAMS
+        assert bad.remove_by_regex("reg") == INVALID_PARAMS
+        assert bad.remove_all(force=True) == 0
         assert nobody.get_size("reg-k") == OBJECT_NOT_FOUND
     finally:
         for s in (default, nobody, bad):

@@ -24,7 +24,11 @@ pub(crate) enum PolicyStore {
 /// default one, trailing slashes go.
 pub(crate) fn etcd_key(cluster_id: &str) -> String {
     let id = cluster_id.trim_end_matches('/');
-    let id = if id.is_empty() { "mooncake_cluster" } else { id };
+    let id = if id.is_empty() {
+        "mooncake_cluster"
+    } else {
+        id
+    };
     format!("mooncake-store/{id}/tenant_quota_policy")
 }
 
@@ -139,7 +143,10 @@ mod tests {
         };
         assert_eq!(endpoints.len(), 2);
         assert_eq!(key, "mooncake-store/c/tenant_quota_policy");
-        assert_eq!(etcd_key(""), "mooncake-store/mooncake_cluster/tenant_quota_policy");
+        assert_eq!(
+            etcd_key(""),
+            "mooncake-store/mooncake_cluster/tenant_quota_policy"
+        );
         for (connector, uri) in [("file", ""), ("etcd", " "), ("s3", "x"), ("", "x")] {
             let e = PolicyStore::new(connector, uri, "c").unwrap_err();
             assert_eq!(e.code, ErrorCode::INVALID_PARAMS, "{connector} {uri}");

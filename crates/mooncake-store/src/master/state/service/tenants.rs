@@ -230,6 +230,11 @@ impl MasterService {
         }
         let keys = keys.unwrap_or_default();
         if !tenant::is_valid(tenant) {
+            // As the reference: removing everything of no valid tenant
+            // removes nothing.
+            if matches!(req, Request::RemoveAll { .. }) {
+                return Response::Count { result: Ok(0) };
+            }
             let code = if writes(&req) {
                 if let Some(t) = &self.tenants {
                     t.reject(tenant, Reject::NotRegistered);
@@ -296,17 +301,18 @@ fn object_keys<'a>(req: &Request<'a>) -> Option<Vec<&'a str>> {
     })
 }
 
-/// Whether an object call writes (a bad tenant is then not registered).
+/// Whether an object call puts (a bad tenant is then not registered;
+/// for the other calls its id is a bad parameter).
 fn writes(req: &Request<'_>) -> bool {
     use Request as Q;
-    !matches!(
+    matches!(
         req,
-        Q::GetReplicaList { .. }
-            | Q::BatchGetReplicaList { .. }
-            | Q::ExistKey { .. }
-            | Q::BatchExistKey { .. }
-            | Q::GetSize { .. }
-            | Q::BatchReplicaClear { .. }
+        Q::PutStart { .. }
+            | Q::BatchPutStart { .. }
+            | Q::PutEnd { .. }
+            | Q::BatchPutEnd { .. }
+            | Q::PutRevoke { .. }
+            | Q::BatchPutRevoke { .. }
     )
 }
 

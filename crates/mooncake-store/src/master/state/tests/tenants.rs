@@ -129,6 +129,19 @@ fn writes_need_a_registered_tenant() {
         ErrorCode::TENANT_NOT_REGISTERED
     );
     assert_eq!(size_as(&s, "_x", "k"), Err(ErrorCode::INVALID_PARAMS));
+    // Removals by a malformed id: a bad parameter, or nothing to remove.
+    let remove = Request::Remove {
+        key: "k",
+        force: false,
+    };
+    match call(&s, "_x", remove, NOW) {
+        Response::Failed { error } => assert_eq!(error.code, ErrorCode::INVALID_PARAMS),
+        other => panic!("{other:?}"),
+    }
+    match call(&s, "_x", Request::RemoveAll { force: true }, NOW) {
+        Response::Count { result } => assert_eq!(result, Ok(0)),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(size_as(&s, "a\u{1}", "k"), Err(ErrorCode::INVALID_PARAMS));
     let (rejects, _) = s.tenant_counters().unwrap();
     assert_eq!(rejects.values().sum::<u64>(), 4);
