@@ -86,6 +86,25 @@ def test_config_argument(store):
     assert store.put("pref", b"x", cfg) == 0
 
 
+def test_a_soft_pin_ttl_needs_the_enable_action(store):
+    from mooncake.store import SoftPinAction
+
+    # As the reference: a TTL with PRESERVE or DISABLE is refused, whatever the write.
+    for action in (SoftPinAction.PRESERVE, SoftPinAction.DISABLE):
+        cfg = ReplicateConfig()
+        cfg.soft_pin_ttl_ms = 5000
+        cfg.soft_pin_action = action
+        assert store.put("sp-put", b"x", cfg) == INVALID_PARAMS
+        assert store.upsert("sp-up", b"x", cfg) == INVALID_PARAMS
+        assert store.put_batch(["sp-b"], [b"x"], cfg) == INVALID_PARAMS
+        assert store.is_exist("sp-put") == 0 and store.is_exist("sp-up") == 0
+    cfg.soft_pin_action = SoftPinAction.ENABLE
+    assert store.upsert("sp-up", b"x", cfg) == 0
+    cfg = ReplicateConfig()
+    cfg.soft_pin_action = SoftPinAction.DISABLE
+    assert store.put("sp-none", b"x", cfg) == 0
+
+
 def test_unusual_keys(store):
     assert store.put("unicodé-키", b"u") == 0
     assert store.get("unicodé-키") == b"u"

@@ -65,6 +65,10 @@ pub struct Args {
     /// sessions besides this process's own user.
     #[arg(long, default_value = "", value_parser = uid_list)]
     pub allowed_uids: UidList,
+    /// The tenant this client and its dummy clients act for on a master in
+    /// multi-tenant mode (see docs/tenants.md).
+    #[arg(long, default_value = "default")]
+    pub tenant_id: String,
 }
 
 /// `--allowed_uids`: a comma-separated list of uids.
@@ -107,6 +111,7 @@ impl Args {
                 device_name: self.device_names.clone(),
                 master_server_address: self.master_server_address.clone(),
                 enable_offload: self.enable_offload,
+                tenant_id: mooncake_store::tenant::normalize(&self.tenant_id).to_owned(),
                 ..ClientConfig::default()
             },
             host: match host {

@@ -219,7 +219,7 @@ mod tests {
             "--client_ttl",
             "3",
             "--eviction_ratio=0.1",
-            "--enable_multi_tenants",
+            "--enable_cxl",
             "--logtostderr",
             "--v=2",
         ])
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(c.eviction_ratio, 0.1);
         assert_eq!(
             c.unsupported,
-            [("enable_multi_tenants".to_string(), "true".to_string())]
+            [("enable_cxl".to_string(), "true".to_string())]
         );
     }
 

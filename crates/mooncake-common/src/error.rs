@@ -130,6 +130,10 @@ error_codes! {
         SERIALIZE_FAIL = -1501,
         DESERIALIZE_FAIL = -1502,
         PERSISTENT_FAIL = -1503,
+        // Multi-tenant admission (the reference's, newer than 0.3.13).
+        TENANT_QUOTA_EXCEEDED = -1700,
+        TENANT_NOT_REGISTERED = -1701,
+        TENANT_NOT_EMPTY = -1702,
     }
     // The Transfer Engine's, as its include/error.h numbers them.
     engine {

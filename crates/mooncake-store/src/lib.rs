@@ -22,6 +22,7 @@ pub mod master;
 pub mod master_client;
 pub mod proto;
 pub mod rpc;
+pub mod tenant;
 pub mod types;
 
 pub use mooncake_tier as tier;

@@ -122,12 +122,50 @@ impl MasterClient {
         )
     }
 
+    /// Like [`connect_with_token`](Self::connect_with_token), for the
+    /// objects of `tenant` (a master in multi-tenant mode scopes this
+    /// client's object calls to it; `default` states nothing, so any
+    /// master takes it).
+    pub fn connect_as(
+        master_addr: &str,
+        cluster_id: &str,
+        token: Option<ClusterToken>,
+        tenant: &str,
+    ) -> Result<MasterClient> {
+        Self::connect_tenant(
+            master_addr,
+            cluster_id,
+            DEFAULT_CONNECT_TIMEOUT,
+            DEFAULT_CALL_TIMEOUT,
+            token,
+            tenant,
+        )
+    }
+
     fn connect_with(
         master_addr: &str,
         cluster_id: &str,
         connect_timeout: Duration,
         call_timeout: Duration,
         token: Option<ClusterToken>,
+    ) -> Result<MasterClient> {
+        Self::connect_tenant(
+            master_addr,
+            cluster_id,
+            connect_timeout,
+            call_timeout,
+            token,
+            crate::tenant::DEFAULT_TENANT,
+        )
+    }
+
+    fn connect_tenant(
+        master_addr: &str,
+        cluster_id: &str,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+        token: Option<ClusterToken>,
+        tenant: &str,
     ) -> Result<MasterClient> {
         // HA: `etcd://h1:p1;h2:p2` (or `redis://h:p`, `k8s://ns/lease`)
         // names the coordination service; the master is whoever leads the
@@ -150,6 +188,9 @@ impl MasterClient {
         let target = MasterAddr {
             addr: master_addr.to_string(),
             tokens: credentials(token)?,
+            tenant: Some(crate::tenant::normalize(tenant))
+                .filter(|t| *t != crate::tenant::DEFAULT_TENANT)
+                .map(str::to_owned),
             resolved: Mutex::new(resolved),
             election,
         };
@@ -672,6 +713,8 @@ struct MasterAddr {
     /// Presented on every new connection, in order (the cluster token,
     /// then the admin token).
     tokens: Vec<ClusterToken>,
+    /// The tenant stated on every new connection (none: `default`).
+    tenant: Option<String>,
     /// The master's socket addresses; in HA mode the current leader's.
     resolved: Mutex<Vec<SocketAddr>>,
     /// HA mode: where to look the leader up when it cannot be reached.
@@ -717,6 +760,10 @@ impl Connector for MasterAddr {
     /// client has seen is refused: [`Terms::learn`]).
     fn handshake(&self, conn: &mut Connection) -> Result<()> {
         self.tokens.iter().try_for_each(|t| authenticate(conn, t))?;
+        if let Some(tenant_id) = &self.tenant {
+            let req = Request::Tenant { tenant_id };
+            handshake_call(conn, &req, "stating the tenant")?;
+        }
         let Some(election) = &self.election else {
             return Ok(());
         };

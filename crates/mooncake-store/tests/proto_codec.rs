@@ -203,6 +203,9 @@ fn sample_requests(config: &ReplicaPolicy) -> Vec<Request<'_>> {
             offset: 4 << 20,
         },
         Request::LeaderTerm { term: u64::MAX },
+        Request::Tenant {
+            tenant_id: "team-a",
+        },
     ]
 }
 

@@ -47,17 +47,6 @@ fn http_port(enable: bool, port: Option<u64>) -> Result<Option<u16>, i32> {
     u16::try_from(port).map(Some).map_err(|_| INVALID)
 }
 
-/// What setup warns about: `tenant_id` names a namespace only on a master
-/// with `--enable_multi_tenants`, which ours does not offer; elsewhere the
-/// reference puts every tenant's objects in the default one too.
-fn tenant_warning(tenant_id: Option<&str>) -> Option<String> {
-    let t = tenant_id.filter(|t| !t.is_empty() && *t != "default")?;
-    Some(format!(
-        "tenant_id={t:?}: the master has no multi-tenant mode, objects go to the \
-         default tenant (as on a reference master without --enable_multi_tenants)"
-    ))
-}
-
 impl SetupArgs {
     fn config(self) -> ClientConfig {
         let defaults = ClientConfig::default();
@@ -73,6 +62,9 @@ impl SetupArgs {
                 .unwrap_or_else(ClientConfig::master_from_env),
             enable_offload: self.enable_ssd_offload,
             offload_path: self.ssd_offload_path,
+            tenant_id: self.tenant_id.map_or(defaults.tenant_id.clone(), |t| {
+                mooncake_store::tenant::normalize(&t).to_owned()
+            }),
             ..defaults
         }
     }
@@ -306,9 +298,6 @@ impl PyStore {
                 ssd_offload_path,
             }
         };
-        if let Some(what) = tenant_warning(args.tenant_id.as_deref()) {
-            tracing::warn!("setup: {what}");
-        }
         let http = args.http_port;
         Ok(self.setup_config(py, args.config(), engine, http))
     }

@@ -9,8 +9,8 @@ use crate::codes::INVALID;
 use crate::config::ReplicateConfig;
 
 /// A put (`upsert` false) or an upsert with the placement `cfg` asks for
-/// (`None`: one replica anywhere); a config asking for no replica at all is
-/// INVALID_PARAMS.
+/// (`None`: one replica anywhere); a config asking for no replica at all,
+/// or a soft-pin TTL without `SoftPinAction.ENABLE`, is INVALID_PARAMS.
 pub(super) fn write_options(
     cfg: Option<PyRef<'_, ReplicateConfig>>,
     upsert: bool,
@@ -25,6 +25,11 @@ pub(super) fn write_options(
         });
     };
     if c.replica_num == 0 {
+        return Err(INVALID);
+    }
+    // A soft-pin TTL without the action that pins: the reference's master
+    // refuses such a put or upsert.
+    if c.soft_pin_ttl_ms.is_some() && c.soft_pin_action != crate::enums::SoftPinAction::ENABLE {
         return Err(INVALID);
     }
     let config = types::ReplicaPolicy {

@@ -58,6 +58,9 @@ pub struct ClientConfig {
     /// Presented to the master, the metadata server and peer engines
     /// (`None`: `$MOONCAKE_CLUSTER_TOKEN`, if set); see `docs/security.md`.
     pub cluster_token: Option<ClusterToken>,
+    /// The tenant this client's objects belong to on a master in
+    /// multi-tenant mode (`docs/tenants.md`); ignored by other masters.
+    pub tenant_id: String,
 }
 
 impl Default for ClientConfig {
@@ -75,6 +78,7 @@ impl Default for ClientConfig {
             enable_offload: false,
             offload_path: None,
             cluster_token: None,
+            tenant_id: crate::tenant::DEFAULT_TENANT.into(),
         }
     }
 }
@@ -208,6 +212,9 @@ impl ClientConfig {
                 }
                 "global_segment_size" => cfg.global_segment_size = size_value(key, val)?,
                 "local_buffer_size" => cfg.local_buffer_size = size_value(key, val)?,
+                "tenant_id" => {
+                    cfg.tenant_id = crate::tenant::normalize(&string_value(key, val)?).into()
+                }
                 _ => {}
             }
         }
@@ -224,7 +231,8 @@ impl ClientConfig {
     /// The integrations' environment: `MOONCAKE_CONFIG_PATH` (a JSON file)
     /// first, then `MOONCAKE_MASTER`, `MOONCAKE_PROTOCOL`, `MOONCAKE_DEVICE`,
     /// `MOONCAKE_TE_META_DATA_SERVER`, `MOONCAKE_LOCAL_HOSTNAME`,
-    /// `MOONCAKE_GLOBAL_SEGMENT_SIZE`, `MOONCAKE_LOCAL_BUFFER_SIZE` override it.
+    /// `MOONCAKE_GLOBAL_SEGMENT_SIZE`, `MOONCAKE_LOCAL_BUFFER_SIZE`,
+    /// `MOONCAKE_TENANT_ID` override it.
     pub fn from_env() -> Result<ClientConfig> {
         Self::from_env_with(process_env)
     }
@@ -267,6 +275,9 @@ impl ClientConfig {
         if let Some(v) = get("MOONCAKE_LOCAL_BUFFER_SIZE") {
             cfg.local_buffer_size =
                 parse_size(&v).map_err(|e| e.with_context("MOONCAKE_LOCAL_BUFFER_SIZE"))?;
+        }
+        if let Some(v) = get("MOONCAKE_TENANT_ID") {
+            cfg.tenant_id = crate::tenant::normalize(&v).into();
         }
         Ok(cfg)
     }

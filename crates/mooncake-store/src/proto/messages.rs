@@ -359,6 +359,10 @@ wire_enum! {
         /// on the connection, with `UNAVAILABLE_IN_CURRENT_STATUS`;
         /// accepted (and ignored) by a master outside HA.
         41 => LeaderTerm { term: u64 },
+        /// The tenant this connection's object calls act for, stated once
+        /// per connection after `Authenticate` (none stated: `default`).
+        /// Read only by a master in multi-tenant mode.
+        42 => Tenant { tenant_id: &'a str },
     }
 }
 

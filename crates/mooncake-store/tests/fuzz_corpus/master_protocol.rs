@@ -162,6 +162,9 @@ fn requests() -> Vec<Request<'static>> {
             offset: 4 << 20,
         },
         Request::LeaderTerm { term: 7 },
+        Request::Tenant {
+            tenant_id: "team-a",
+        },
     ]
 }
 

@@ -45,10 +45,11 @@ impl RealClient {
     ) -> Result<RealClient> {
         let config = config::resolve(config)?;
         config.validate()?;
-        let master = MasterClient::connect_with_token(
+        let master = MasterClient::connect_as(
             &config.master_server_address,
             &config.cluster_id,
             config.cluster_token.clone(),
+            &config.tenant_id,
         )?;
         let (engine, name_claim) = match shared {
             Some(engine) => {

@@ -19,12 +19,14 @@ use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
 use self::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use self::tenant_quotas::PolicyStore;
 use parse::invalid;
 
 mod flags;
 pub(in crate::master) mod leader_label;
 mod parse;
 pub(in crate::master) mod policy;
+pub(crate) mod tenant_quotas;
 
 pub use flags::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 
@@ -179,6 +181,9 @@ impl MasterConfig {
                 }
             }
         }
+        if self.enable_multi_tenants {
+            self.tenant_policies()?;
+        }
         if self.enable_ha {
             self.ha_backend()?;
             self::leader_label::pod(self)?;
@@ -191,6 +196,24 @@ impl MasterConfig {
             }
         }
         Ok(())
+    }
+
+    /// Where multi-tenancy's quota policies live (`tenant_quotas`).
+    pub(crate) fn tenant_policy_store(&self) -> Result<PolicyStore> {
+        PolicyStore::new(
+            &self.tenant_quota_connector_type,
+            &self.tenant_quota_connector_uri,
+            &self.cluster_id,
+        )
+    }
+
+    /// The quota policies the connector holds; a missing or bad file, or
+    /// an etcd that does not answer, stops the start, as the reference's
+    /// does.
+    pub(crate) fn tenant_policies(&self) -> Result<(PolicyStore, crate::tenant::Policies)> {
+        let store = self.tenant_policy_store()?;
+        let policies = store.load()?;
+        Ok((store, policies))
     }
 
     /// The coordination service of HA mode: `--ha_backend_connstring`, else
@@ -487,16 +510,13 @@ mod tests {
     #[test]
     fn unsupported_flags_are_recorded_when_changed() {
         let mut c = MasterConfig::default();
-        c.set("enable_multi_tenants", "false").unwrap();
+        c.set("enable_cxl", "false").unwrap();
         c.set("global_file_segment_size", "9223372036854775807")
             .unwrap();
         assert!(c.unsupported.is_empty());
-        c.set("enable_multi_tenants", "true").unwrap();
-        c.set("enable_multi_tenants", "1").unwrap();
-        assert_eq!(
-            c.unsupported,
-            [("enable_multi_tenants".to_string(), "1".to_string())]
-        );
+        c.set("enable_cxl", "true").unwrap();
+        c.set("enable_cxl", "1").unwrap();
+        assert_eq!(c.unsupported, [("enable_cxl".to_string(), "1".to_string())]);
     }
 
     #[test]

@@ -45,9 +45,6 @@ pub struct Format {
     pub object_key: bool,
 }
 
-/// The tenant every object of this master belongs to (it has no tenants).
-pub const TENANT: &str = "default";
-
 /// The block hash an object key names: decimal, or hex after `0x`/`0X`,
 /// as C's `strtoull` reads them (leading blanks and a sign allowed in
 /// decimal, a negative value wrapping), the whole key consumed.
@@ -152,8 +149,10 @@ fn event(w: &mut Vec<u8>, f: &Format, timestamp_ms: u64, e: &Numbered<'_>) {
         str(w, k);
         nil(w);
     }
+    // The master's key holds the object's tenant (`crate::tenant`).
+    let (tenant, key) = crate::tenant::split(&e.event.key);
     str(w, "tenant_id");
-    str(w, TENANT);
+    str(w, tenant);
     str(w, "backend_id");
     str(w, &f.backend_id);
     str(w, "group_id");
@@ -164,7 +163,7 @@ fn event(w: &mut Vec<u8>, f: &Format, timestamp_ms: u64, e: &Numbered<'_>) {
     nil(w);
     if f.object_key {
         str(w, "object_key");
-        str(w, &e.event.key);
+        str(w, key);
     }
     str(w, "seq_hashes");
     hashes(w, e.hash, |w, h| encode::write_uint(w, h).map(drop));

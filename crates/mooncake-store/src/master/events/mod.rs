@@ -240,7 +240,7 @@ impl Sender {
     fn send(&mut self, inner: &Inner, batch: &[Pending]) {
         let mut numbered = Vec::with_capacity(batch.len());
         for event in batch {
-            let hash = encode::seq_hash(&event.key);
+            let hash = encode::seq_hash(crate::tenant::split(&event.key).1);
             if hash.is_none() {
                 inner.skipped_unparsed_keys.fetch_add(1, Ordering::Relaxed);
                 if !self.format.object_key || event.key.is_empty() {

@@ -324,6 +324,7 @@ where
     let repl = shared.replication.clone().expect("replicated");
     let now = shared.clock.now_ms();
     shared.service.take_over(now);
+    shared.service.reload_tenant_policies(&shared.config);
     let epoch_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -8,6 +8,7 @@
 
 mod ops;
 mod summary;
+pub mod tenants;
 pub mod tiers;
 
 use std::sync::atomic::Ordering;
@@ -555,6 +556,13 @@ impl MasterMetrics {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
+        let tenants = tenants::render(svc);
+        if !tenants.is_empty() {
+            match out.strip_suffix("# EOF\n") {
+                Some(head) => out = format!("{head}{tenants}# EOF\n"),
+                None => out.push_str(&tenants),
+            }
+        }
         for name in BARE_COUNTERS {
             let from = format!("# TYPE {name} gauge\n");
             let to = format!("# TYPE {name} counter\n");

@@ -7,7 +7,9 @@
 //! connection is a member, as in the reference.
 //!
 //! `RemoveAll` with `force` also drops objects being read (their leases
-//! are ignored), so it is an admin call: it needs the admin token
+//! are ignored). A master without tokens takes it from anyone, as the
+//! reference does (vLLM's store connector resets with it); with a token
+//! configured it is an admin call: it needs the admin token
 //! (`--admin_token_file`, else `$MOONCAKE_ADMIN_TOKEN`) on the connection,
 //! or `--allow_force_remove_all`.
 
@@ -65,6 +67,11 @@ impl AccessPolicy {
             admin,
             allow_force_remove_all,
         }
+    }
+
+    /// Whether an admin token is configured.
+    pub(crate) fn has_admin_token(&self) -> bool {
+        self.admin.is_some()
     }
 
     /// What this master presents when it calls another (a standby
@@ -125,9 +132,11 @@ impl AccessPolicy {
                 "this master requires the cluster token: authenticate first",
             ));
         }
+        let open = self.cluster.is_none() && self.admin.is_none();
         if matches!(req, Request::RemoveAll { force: true })
             && access < Access::Admin
             && !self.allow_force_remove_all
+            && !open
         {
             return Err(Error::new(
                 ErrorCode::ILLEGAL_CLIENT,
@@ -157,12 +166,29 @@ mod tests {
         assert_eq!(a, Access::Member);
         assert!(p.check(a, &GET).is_ok());
         assert!(p.check(a, &Request::RemoveAll { force: false }).is_ok());
-        let e = p.check(a, &FORCE).unwrap_err();
-        assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT);
+        // As the reference: no token, no admin call.
+        assert!(p.check(a, &FORCE).is_ok());
         assert_eq!(p.authenticate(a, "anything").unwrap(), Access::Member);
         assert_eq!(p.http_access(None), Access::Member);
         let open = AccessPolicy::new(None, None, true);
         assert!(open.check(Access::Member, &FORCE).is_ok());
+    }
+
+    #[test]
+    fn any_token_makes_force_remove_all_an_admin_call() {
+        for p in [
+            AccessPolicy::new(token("c"), None, false),
+            AccessPolicy::new(None, token("a"), false),
+        ] {
+            let m = p.authenticate(p.initial(), "c").unwrap_or(Access::Member);
+            let e = p.check(m, &FORCE).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ILLEGAL_CLIENT);
+        }
+        let admin_only = AccessPolicy::new(None, token("a"), false);
+        let admin = admin_only.authenticate(Access::Member, "a").unwrap();
+        assert!(admin_only.check(admin, &FORCE).is_ok());
+        let allowed = AccessPolicy::new(token("c"), None, true);
+        assert!(allowed.check(Access::Member, &FORCE).is_ok());
     }
 
     #[test]

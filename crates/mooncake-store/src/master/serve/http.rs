@@ -30,6 +30,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/query_segment", get(query_segment))
         .route("/get_segments_detail", get(segments_detail))
         .merge(super::drain_routes::routes())
+        .merge(super::tenant_routes::routes())
         .route_layer(middleware::from_fn_with_state(shared.clone(), leader_only));
     Router::new()
         .route("/", get(status_page))

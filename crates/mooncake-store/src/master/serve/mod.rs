@@ -13,3 +13,4 @@ pub mod server;
 pub(in crate::master) mod shared;
 pub(in crate::master) mod startup;
 pub(in crate::master) mod status;
+pub(in crate::master) mod tenant_routes;

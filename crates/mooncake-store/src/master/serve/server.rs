@@ -265,6 +265,8 @@ struct Session {
     /// The election term the connection stated (`LeaderTerm`); its calls
     /// are answered only while this master leads that term.
     term: Option<u64>,
+    /// The tenant the connection stated (`Tenant`).
+    tenant: String,
 }
 
 impl Drop for Session {
@@ -286,6 +288,7 @@ impl Handler for Rpc {
             standby: None,
             access: self.0.access.initial(),
             term: None,
+            tenant: crate::tenant::DEFAULT_TENANT.to_string(),
         }
     }
 
@@ -309,6 +312,10 @@ impl Handler for Rpc {
         }
         if let Err(error) = shared.access.check(session.access, &req) {
             return Response::Failed { error };
+        }
+        if let Request::Tenant { tenant_id } = req {
+            session.tenant = crate::tenant::normalize(tenant_id).to_string();
+            return Response::Unit { result: Ok(()) };
         }
         if let (Request::MountSegment { segment, .. }, Some(store)) = (&req, &shared.metadata) {
             if let Err(error) = super::published::check_mount(store, segment) {
@@ -373,7 +380,7 @@ impl Handler for Rpc {
         let Answer {
             mut response,
             release,
-        } = shared.service.handle(req, now);
+        } = shared.service.handle_as(req, &session.tenant, now);
         // Answered only once its release holds: its mutations durable in
         // the log (`Durable`), or held by the in-sync standbys (`Committed`).
         let waited = match (release, &shared.durability.wal, &shared.replication) {

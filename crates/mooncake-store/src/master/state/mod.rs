@@ -25,6 +25,7 @@ mod segments;
 pub(in crate::master) mod service;
 mod ssd_tier;
 mod tasks;
+pub(in crate::master) mod tenants;
 
 /// What drain jobs read of a segment.
 pub(in crate::master) use segments::SegmentStatus;

@@ -190,6 +190,8 @@ impl ObjectMeta {
 pub(crate) struct Shard {
     map: HashMap<Box<str>, ObjectMeta>,
     tally: Tally,
+    /// Bytes charged to each tenant, when the master has tenants.
+    charges: Option<Arc<Charges>>,
     /// A lower bound on the start time of puts in flight here (`u64::MAX` =
     /// none): the timeout sweep skips shards whose oldest put is still young.
     pub(crate) oldest_pending: u64,
@@ -237,12 +239,14 @@ impl Shard {
 
     /// `key`'s object, to change in place; the tally follows the change
     /// when the guard drops.
-    pub(crate) fn get_mut(&mut self, key: &str) -> Option<ObjectMut<'_>> {
+    pub(crate) fn get_mut<'a>(&'a mut self, key: &'a str) -> Option<ObjectMut<'a>> {
         let obj = self.map.get_mut(key)?;
         Some(ObjectMut {
             before: Standing::of(obj),
+            charged: charge_of(obj),
             obj,
             tally: &mut self.tally,
+            charges: self.charges.as_deref().map(|c| (c, key)),
         })
     }
 
@@ -264,6 +268,8 @@ pub(crate) struct ObjectMut<'a> {
     obj: &'a mut ObjectMeta,
     tally: &'a mut Tally,
     before: Standing,
+    charged: u64,
+    charges: Option<(&'a Charges, &'a str)>,
 }
 
 impl std::ops::Deref for ObjectMut<'_> {
@@ -284,6 +290,9 @@ impl Drop for ObjectMut<'_> {
     fn drop(&mut self) {
         let after = Standing::of(self.obj);
         self.tally.moved(Some(self.before), Some(after));
+        if let Some((c, key)) = self.charges {
+            c.moved(key, self.charged, charge_of(self.obj));
+        }
     }
 }
 
@@ -297,6 +306,55 @@ pub(crate) const OBJECT_OVERHEAD: u64 = 256;
 /// What an object under `key` is charged against the metadata budget.
 pub(crate) fn metadata_cost(key: &str) -> u64 {
     key.len() as u64 + OBJECT_OVERHEAD
+}
+
+/// What an object charges its tenant: its memory replicas, written or
+/// being written, each the object's size (a new version's, of an upsert
+/// writing beside the old one, too).
+pub(crate) fn charge_of(obj: &ObjectMeta) -> u64 {
+    let mut n = obj.replicas.len() as u64 * obj.size;
+    if let Some(p) = &obj.pending {
+        match &p.kind {
+            PendingKind::Replacing { replicas, size, .. } => n += replicas.len() as u64 * size,
+            PendingKind::Replicating { replicas, .. } => n += replicas.len() as u64 * obj.size,
+            PendingKind::Fresh | PendingKind::InPlace => {}
+        }
+    }
+    n
+}
+
+/// Bytes charged to each tenant (`crate::tenant`), kept as objects change.
+#[derive(Debug, Default)]
+pub(crate) struct Charges(Mutex<HashMap<String, u64>>);
+
+impl Charges {
+    /// The object under `key` went from charging `before` to `after`.
+    fn moved(&self, key: &str, before: u64, after: u64) {
+        if before == after {
+            return;
+        }
+        let tenant = crate::tenant::tenant_of(key);
+        let mut m = self.0.lock();
+        let n = m.entry(tenant.to_string()).or_default();
+        *n = (*n + after).saturating_sub(before);
+        if *n == 0 {
+            m.remove(tenant);
+        }
+    }
+
+    fn clear(&self) {
+        self.0.lock().clear();
+    }
+
+    /// The bytes `tenant` is charged.
+    pub(crate) fn of(&self, tenant: &str) -> u64 {
+        self.0.lock().get(tenant).copied().unwrap_or(0)
+    }
+
+    /// Every tenant charged something.
+    pub(crate) fn all(&self) -> HashMap<String, u64> {
+        self.0.lock().clone()
+    }
 }
 
 /// The sharded object map.
@@ -316,6 +374,7 @@ impl Default for ObjectMap {
                 PaddedShard(Mutex::new(Shard {
                     map: HashMap::new(),
                     tally: Tally::default(),
+                    charges: None,
                     oldest_pending: u64::MAX,
                     latest: 0,
                 }))
@@ -338,6 +397,9 @@ impl ObjectMap {
             let mut s = shard.0.lock();
             s.map = HashMap::new();
             s.tally = Tally::default();
+            if let Some(c) = &s.charges {
+                c.clear();
+            }
             s.oldest_pending = u64::MAX;
         }
         self.metadata_used.store(0, Ordering::Relaxed);
@@ -356,6 +418,16 @@ impl ObjectMap {
     #[cfg(test)]
     pub(crate) fn lock_shard(&self, i: usize) -> MutexGuard<'_, Shard> {
         self.shards[i].0.lock()
+    }
+
+    /// Counts the bytes each tenant is charged from now on (set before
+    /// any object exists).
+    pub(crate) fn count_charges(&self) -> Arc<Charges> {
+        let charges = Arc::new(Charges::default());
+        for shard in self.shards.iter() {
+            shard.0.lock().charges = Some(charges.clone());
+        }
+        charges
     }
 
     pub(crate) fn set_metadata_limit(&self, bytes: u64) {
@@ -397,7 +469,12 @@ impl ObjectMap {
         create: bool,
         change: impl FnOnce(&mut ObjectMeta) -> bool,
     ) {
-        let Shard { map, tally, .. } = shard;
+        let Shard {
+            map,
+            tally,
+            charges,
+            ..
+        } = shard;
         let (obj, before) = if create {
             match map.entry(key.into()) {
                 Entry::Occupied(o) => {
@@ -415,10 +492,17 @@ impl ObjectMap {
             let before = Standing::of(obj);
             (obj, Some(before))
         };
+        let charged = charge_of(obj);
         if change(obj) {
             tally.moved(before, Some(Standing::of(obj)));
+            if let Some(c) = charges {
+                c.moved(key, charged, charge_of(obj));
+            }
         } else {
             tally.moved(before, None);
+            if let Some(c) = charges {
+                c.moved(key, charged, 0);
+            }
             map.remove(key);
             self.release(key);
         }
@@ -430,15 +514,24 @@ impl ObjectMap {
         shard: &mut Shard,
         mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool,
     ) {
-        let Shard { map, tally, .. } = shard;
+        let Shard {
+            map,
+            tally,
+            charges,
+            ..
+        } = shard;
         map.retain(|key, obj| {
             let before = Standing::of(obj);
+            let charged = charge_of(obj);
             let kept = keep(key, obj);
             if kept {
                 tally.moved(Some(before), Some(Standing::of(obj)));
             } else {
                 tally.moved(Some(before), None);
                 self.release(key);
+            }
+            if let Some(c) = charges {
+                c.moved(key, charged, if kept { charge_of(obj) } else { 0 });
             }
             kept
         });
@@ -451,6 +544,9 @@ impl ObjectMap {
             Entry::Occupied(_) => false,
             Entry::Vacant(v) => {
                 shard.tally.moved(None, Some(Standing::of(&obj)));
+                if let Some(c) = &shard.charges {
+                    c.moved(key, 0, charge_of(&obj));
+                }
                 v.insert(obj);
                 self.charge(key);
                 true

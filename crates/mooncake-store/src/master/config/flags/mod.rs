@@ -129,11 +129,13 @@ mod snapshot;
 #[macro_use]
 mod tasks;
 #[macro_use]
+mod tenants;
+#[macro_use]
 mod unsupported;
 
 // Each group appends its rows and calls the next; the last is the generator.
 core_flags! {
-    [eviction_flags, tasks_flags, ha_flags, snapshot_flags, offload_flags, events_flags, unsupported_flags, glog_flags, master_flags]
+    [eviction_flags, tasks_flags, ha_flags, snapshot_flags, offload_flags, events_flags, tenants_flags, unsupported_flags, glog_flags, master_flags]
     extra {
         /// How often the metrics summary is logged.
         metric_report_interval: Duration = Duration::from_secs(10);

@@ -1,5 +1,5 @@
 //! Flags of reference features not implemented here (CXL, NoF, dynamic
-//! replication, multi-tenancy, the mmap arena) and the KV-event flags the
+//! replication, the mmap arena) and the KV-event flags the
 //! reference itself deprecated (no event carries them): accepted with
 //! their value checked, a non-default value is logged.
 
@@ -15,7 +15,6 @@ macro_rules! unsupported_flags {
     dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
     enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
     enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
-    enable_multi_tenants: Bool = "false", NotImplemented, "Enable strict multi-tenant namespace and quota admission";
     kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
     kv_events_block_size: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
     kv_events_dp_rank: Int = "0", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";
@@ -27,8 +26,6 @@ macro_rules! unsupported_flags {
     nof_heartbeat_failures_threshold: Int = "3", NotImplemented, "Consecutive NoF heartbeat failures required before unmounting a NoF...";
     nof_heartbeat_interval_sec: Int = "10", NotImplemented, "How often master probes each mounted NoF segment";
     nof_heartbeat_probe_timeout_ms: Int = "1000", NotImplemented, "Timeout in milliseconds for a single NoF heartbeat probe";
-    tenant_quota_connector_type: Str = "file", NotImplemented, "Tenant quota policy connector type";
-    tenant_quota_connector_uri: Str = "", NotImplemented, "Tenant quota policy connector URI";
     mmap_arena_pool_size: Int = "8589934592", NotImplemented, "Arena allocator pool size in bytes";
     use_mmap_arena_allocator: Bool = "false", NotImplemented, "Enable the lock-free mmap arena allocator for mmap buffers";
     } };

@@ -90,10 +90,11 @@ impl MasterService {
         let (tasks, removes) = self.files.take(client, max as usize);
         let mut fresh = Vec::with_capacity(tasks.len());
         for task in tasks {
-            let mut shard = self.objects.lock(&task.key);
+            let key = task.key.clone();
+            let mut shard = self.objects.lock(&key);
             let now = shard.clock(now);
             let obj = shard
-                .get_mut(task.key.as_str())
+                .get_mut(&key)
                 .filter(|o| still_as_queued(o, client, &task));
             match obj {
                 Some(mut obj) => {

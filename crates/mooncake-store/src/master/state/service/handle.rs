@@ -19,8 +19,17 @@ pub struct Answer {
 impl MasterService {
     /// Serves one decoded request.
     pub fn handle(&self, req: Request<'_>, now: u64) -> Answer {
+        self.handle_as(req, crate::tenant::DEFAULT_TENANT, now)
+    }
+
+    /// Serves one decoded request of a caller of `tenant` (which only
+    /// multi-tenant mode reads).
+    pub fn handle_as(&self, req: Request<'_>, tenant: &str, now: u64) -> Answer {
         let mut call = Call::default();
-        let response = self.respond(&mut call, req, now);
+        let response = match &self.tenants {
+            None => self.respond(&mut call, req, None, now),
+            Some(_) => self.respond_as(&mut call, req, tenant, now),
+        };
         Answer {
             response,
             release: call.release_reading(|| self.read_index()),
@@ -32,7 +41,15 @@ impl MasterService {
         self.sink.as_ref().map_or(Release::Now, |s| s.read_index())
     }
 
-    fn respond(&self, call: &mut Call, req: Request<'_>, now: u64) -> Response {
+    /// Answers `req`; `scope`: in multi-tenant mode, the caller's tenant,
+    /// the one whose objects removals of many keys reach.
+    pub(super) fn respond(
+        &self,
+        call: &mut Call,
+        req: Request<'_>,
+        scope: Option<&str>,
+        now: u64,
+    ) -> Response {
         use Request as Q;
         use Response as A;
         let mismatch = |a: usize, b: usize| A::Failed {
@@ -137,7 +154,7 @@ impl MasterService {
                     .collect(),
             },
             Q::RemoveByRegex { pattern, force } => A::Count {
-                result: self.remove_by_regex_in(call, pattern, force, now),
+                result: self.remove_by_regex_in(call, pattern, force, scope, now),
             },
             Q::BatchReplicaClear {
                 keys, segment_name, ..
@@ -183,7 +200,7 @@ impl MasterService {
                 result: self.replica_transfer_revoke_in(call, client_id, key),
             },
             Q::RemoveAll { force } => A::Count {
-                result: Ok(self.remove_all_in(call, force, now)),
+                result: Ok(self.remove_all_in(call, force, scope, now)),
             },
             Q::MountLocalDisk {
                 client_id,
@@ -219,7 +236,9 @@ impl MasterService {
                 results: self.evict_disk_replicas_in(call, client_id, &keys, now),
             },
             // The connection answers it (see `serve::server`).
-            Q::Authenticate { .. } | Q::LeaderTerm { .. } => A::Unit { result: Ok(()) },
+            Q::Authenticate { .. } | Q::LeaderTerm { .. } | Q::Tenant { .. } => {
+                A::Unit { result: Ok(()) }
+            }
             Q::GetStorageConfig {} => A::Storage {
                 result: Ok(self.storage_config()),
             },

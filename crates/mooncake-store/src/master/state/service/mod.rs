@@ -53,6 +53,7 @@ mod read;
 mod remove;
 mod replay;
 mod reserve;
+mod tenants;
 #[cfg(test)]
 pub(in crate::master) mod tests;
 mod tick;
@@ -163,6 +164,8 @@ pub struct MasterService {
     fence: bool,
     /// Where the leader's KV events go (`events`), when enabled.
     kv_events: Option<crate::master::events::Publisher>,
+    /// Multi-tenant mode (`--enable_multi_tenants`): quotas and charges.
+    pub(in crate::master::state) tenants: Option<super::tenants::TenantTable>,
 }
 
 impl MasterService {
@@ -172,6 +175,7 @@ impl MasterService {
             .with_offload_policy(config.offload_policy())
             .with_metadata_budget(config.max_metadata_bytes)
             .with_file_policy(config.file_policy())
+            .with_tenants_of(config)
     }
 
     /// Caps what objects' metadata may cost (key bytes plus a fixed
@@ -213,6 +217,7 @@ impl MasterService {
             sink: None,
             fence: false,
             kv_events: None,
+            tenants: None,
         }
     }
 
@@ -274,7 +279,9 @@ impl MasterService {
     }
 }
 
+/// A master key: the caller's part (after its tenant) is checked.
 fn check_key(key: &str) -> Result<()> {
+    let key = crate::tenant::split(key).1;
     if key.is_empty() {
         return Err(Error::new(ErrorCode::INVALID_KEY, "empty key"));
     }

@@ -126,9 +126,10 @@ impl MasterService {
             ..taken
         };
         for mut task in tasks {
-            let mut shard = self.objects.lock(&task.key);
+            let key = task.key.clone();
+            let mut shard = self.objects.lock(&key);
             let now = shard.clock(now);
-            let fresh = shard.get_mut(task.key.as_str()).filter(|obj| {
+            let fresh = shard.get_mut(&key).filter(|obj| {
                 obj.is_complete()
                     && obj.pending.is_none()
                     && !obj.is_on_disk()

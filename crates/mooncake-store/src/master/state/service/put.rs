@@ -33,6 +33,16 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        // Held until the put is placed: no other put takes the room
+        // admitted to this one.
+        let _admitted = match &self.tenants {
+            Some(t) => {
+                let lock = t.admission.lock();
+                self.admit(t, call, key, len, cfg, now)?;
+                Some(lock)
+            }
+            None => None,
+        };
         self.check_metadata_budget(key)?;
         let generation = self.eviction.generation();
         match self.put_start_once(call, client, key, len, cfg, upsert, now) {

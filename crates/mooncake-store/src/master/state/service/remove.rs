@@ -100,6 +100,7 @@ impl MasterService {
         call: &mut Call,
         pattern: &str,
         force: bool,
+        scope: Option<&str>,
         now: u64,
     ) -> Result<u64> {
         let re = regex::RegexBuilder::new(pattern)
@@ -111,21 +112,36 @@ impl MasterService {
                     format!("bad regex {pattern:?}: {e}"),
                 )
             })?;
+        let matches = |key: &str| match scope {
+            None => re.is_match(key),
+            Some(t) => {
+                let (tenant, key) = crate::tenant::split(key);
+                tenant == t && re.is_match(key)
+            }
+        };
         let n = self.remove_where(call, now, |key, obj| {
-            re.is_match(key)
+            matches(key)
                 && obj.is_complete()
                 && (force || (!obj.is_leased(now) && !obj.is_hard_pinned()))
         });
-        Ok(n + self.remove_disk_only(call, now, |key| re.is_match(key)))
+        Ok(n + self.remove_disk_only(call, now, matches))
     }
 
     /// Removes every complete object (hard-pinned ones too); leased ones only
     /// with `force`. Returns how many.
-    pub(super) fn remove_all_in(&self, call: &mut Call, force: bool, now: u64) -> u64 {
-        let n = self.remove_where(call, now, |_, obj| {
-            obj.is_complete() && (force || !obj.is_leased(now))
+    /// In multi-tenant mode (`scope`), only the caller's tenant's.
+    pub(super) fn remove_all_in(
+        &self,
+        call: &mut Call,
+        force: bool,
+        scope: Option<&str>,
+        now: u64,
+    ) -> u64 {
+        let ours = |key: &str| scope.is_none_or(|t| crate::tenant::tenant_of(key) == t);
+        let n = self.remove_where(call, now, |key, obj| {
+            ours(key) && obj.is_complete() && (force || !obj.is_leased(now))
         });
-        n + self.remove_disk_only(call, now, |_| true)
+        n + self.remove_disk_only(call, now, ours)
     }
 
     /// Removes the disk-only objects whose key `pred` accepts.

@@ -135,12 +135,12 @@ impl MasterService {
 
     /// `remove_by_regex_in`, outside a served call.
     pub fn remove_by_regex(&self, pattern: &str, force: bool, now: u64) -> Result<u64> {
-        self.remove_by_regex_in(&mut Call::default(), pattern, force, now)
+        self.remove_by_regex_in(&mut Call::default(), pattern, force, None, now)
     }
 
     /// `remove_all_in`, outside a served call.
     pub fn remove_all(&self, force: bool, now: u64) -> u64 {
-        self.remove_all_in(&mut Call::default(), force, now)
+        self.remove_all_in(&mut Call::default(), force, None, now)
     }
 
     /// `batch_replica_clear_in`, outside a served call.

@@ -9,6 +9,7 @@ mod puts;
 mod release;
 mod removal;
 mod tasks;
+mod tenants;
 
 use mooncake_common::ErrorCode;
 
