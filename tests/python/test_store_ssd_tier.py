@@ -57,6 +57,14 @@ def test_setup_keywords_start_the_tier(offload_cluster, tmp_path, monkeypatch):
         assert len(disk_only) > KEYS // 2
         for r in descs[disk_only[0]]:
             assert not r.is_memory_replica() and not r.is_disk_replica()
+        # Reads of disk-only objects from another client go to the owner's
+        # tier service over RPC, and are counted there only.
+        before = reader.get_offload_rpc_read_count()
+        assert reader.get(disk_only[0]) == values[disk_only[0]]
+        assert reader.get_offload_rpc_read_count() > before
+        own = owner.get_offload_rpc_read_count()
+        assert owner.get(disk_only[0]) == values[disk_only[0]]
+        assert owner.get_offload_rpc_read_count() == own, "its own tier is read in place"
     finally:
         reader.close()
         owner.close()

@@ -125,4 +125,11 @@ impl PyStore {
             });
         ret("unmount_and_free_segment", r).0
     }
+
+    /// Reads of disk-only objects sent to other clients' SSD tiers.
+    fn get_offload_rpc_read_count(&self) -> i64 {
+        self.live
+            .get()
+            .map_or(0, |live| live.client.offload_rpc_read_count() as i64)
+    }
 }

@@ -42,4 +42,12 @@ impl Client {
     pub fn unmount_and_free_segment(&self, ids: &[String], grace_secs: u64) -> Result<()> {
         embedded(self)?.unmount_dynamic(ids, true, grace_secs)
     }
+
+    /// Reads of disk-only objects this client sent to other clients' SSD
+    /// tiers (0 for a dummy client, as the reference's).
+    pub fn offload_rpc_read_count(&self) -> u64 {
+        self.inner
+            .as_real()
+            .map_or(0, RealClient::offload_rpc_read_count)
+    }
 }

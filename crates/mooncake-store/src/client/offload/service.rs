@@ -133,6 +133,9 @@ pub(crate) struct TierPeers {
     pools: Mutex<HashMap<String, Arc<Pool<Peer>>>>,
     /// Releases waiting for the releaser thread (started on first use).
     releases: Mutex<Option<Sender<Release>>>,
+    /// Stage calls sent to other clients' tier services (reads of their
+    /// disk-only objects), the reference's `get_offload_rpc_read_count`.
+    reads: std::sync::atomic::AtomicU64,
 }
 
 impl TierPeers {
@@ -155,7 +158,14 @@ impl TierPeers {
         call_pool(&self.pool(addr), req)
     }
 
+    /// Stage calls sent so far.
+    pub(crate) fn read_count(&self) -> u64 {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn stage(&self, addr: &str, keys: &[&str]) -> Result<StagedBatch> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match self.call(
             addr,
             &TierRequest::Stage {

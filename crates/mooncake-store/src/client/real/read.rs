@@ -155,6 +155,11 @@ impl RealClient {
         self.tier_peers.stage(addr, keys)
     }
 
+    /// Reads of disk-only objects sent to other clients' tier services.
+    pub(crate) fn offload_rpc_read_count(&self) -> u64 {
+        self.tier_peers.read_count()
+    }
+
     fn release_staged(&self, addr: &str, batch: u64) {
         match self.own_tier(addr) {
             Some(own) => own.release(batch),
