@@ -37,3 +37,5 @@ fn locate(path: &Path, build: &str) -> String {
     );
     path.to_string_lossy().into_owned()
 }
+
+pub mod nemesis;

@@ -60,6 +60,8 @@ pub(crate) struct Follower {
     /// The socket of the current pull, to cut it short at stop.
     socket: Arc<Mutex<Option<TcpStream>>>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Set when the thread has ended (stopped, or failed).
+    ended: watch::Receiver<bool>,
     shared: Arc<Shared>,
 }
 
@@ -84,9 +86,14 @@ impl Follower {
             stop: stop.clone(),
             socket: socket.clone(),
         };
+        let (ended_tx, ended) = watch::channel(false);
         let thread = std::thread::Builder::new()
             .name("mc-follower".into())
-            .spawn(move || run.run())
+            .spawn(move || {
+                let r = run.run();
+                let _ = ended_tx.send(true);
+                r
+            })
             .map_err(|e| {
                 Error::new(
                     ErrorCode::INTERNAL_ERROR,
@@ -97,8 +104,16 @@ impl Follower {
             stop,
             socket,
             thread: Some(thread),
+            ended,
             shared,
         })
+    }
+
+    /// Resolves once the thread has ended by itself: it failed (its log
+    /// on disk, its state against the leader's log), so this master no
+    /// longer follows and [`Follower::stop`] returns why.
+    pub(crate) async fn ended(&mut self) {
+        let _ = self.ended.wait_for(|e| *e).await;
     }
 
     /// Stops following and applies every entry received. An error means
