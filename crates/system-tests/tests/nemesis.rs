@@ -26,17 +26,17 @@ fn nemesis(backend: Backend, seed: u64, rounds: usize) {
 
 #[test]
 fn nemesis_slice_on_etcd() {
-    nemesis(Backend::Etcd, 0x5eed_0001, 6);
+    nemesis(Backend::Etcd, 0x5eed_0001, 8);
 }
 
 #[test]
 fn nemesis_slice_on_redis() {
-    nemesis(Backend::Redis, 0x5eed_0002, 6);
+    nemesis(Backend::Redis, 0x5eed_0002, 8);
 }
 
 #[test]
 fn nemesis_slice_on_the_k8s_lease() {
-    nemesis(Backend::K8s, 0x5eed_0003, 6);
+    nemesis(Backend::K8s, 0x5eed_0003, 8);
 }
 
 /// A full disk under the log of a standby, then of the leader: each gives

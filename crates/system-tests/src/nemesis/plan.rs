@@ -63,12 +63,14 @@ pub struct Fault {
 
 impl fmt::Display for Fault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let who = match (self.kind, self.target) {
-            (Kind::Coordination, _) => "the coordination service".to_string(),
-            (_, Target::Leader) => "the leader".to_string(),
-            (_, Target::Standby(i)) => format!("standby {i}"),
+        let who = match self.target {
+            Target::Leader => "the leader".to_string(),
+            Target::Standby(i) => format!("standby {i}"),
         };
-        write!(f, "{} of {who} for {:?}", self.kind.name(), self.lasts)
+        match self.kind {
+            Kind::Coordination => write!(f, "coordination service out for {:?}", self.lasts),
+            k => write!(f, "{} of {who} for {:?}", k.name(), self.lasts),
+        }
     }
 }
 

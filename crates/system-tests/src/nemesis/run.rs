@@ -386,8 +386,12 @@ fn rounds(
                 c.logs()
             ));
         }
+        let whom = match fault.kind {
+            Kind::Coordination => String::new(),
+            _ => format!(" (master {who})"),
+        };
         println!(
-            "nemesis round {round}: {fault} (master {who}); a put {:.2}s after it ended; whole {:.2}s after it began{}",
+            "nemesis round {round}: {fault}{whom}; a put {:.2}s after it ended; whole {:.2}s after it began{}",
             recovery.as_secs_f64(),
             at.elapsed().as_secs_f64(),
             if exited > 0 {
