@@ -411,20 +411,22 @@ fn rounds(
 
 /// Reads every key the load touched and judges it.
 fn final_check(client: &Client, history: &History, bound: Duration) -> Tally {
+    // One bound for the whole check: a cluster that cannot serve a key
+    // fails each of them quickly once it is spent.
+    let deadline = Instant::now() + bound;
     let mut tally = Tally::default();
     let mut absent: Vec<&String> = Vec::new();
     for (key, ops) in &history.keys {
         match ops.expect() {
             Expect::Absent => absent.push(key),
             expect => {
-                let found = read(client, key, expect, bound);
+                let found = read(client, key, expect, deadline);
                 tally.add(key, judge(key, ops, &found));
             }
         }
     }
     for chunk in absent.chunks(500) {
         let keys: Vec<String> = chunk.iter().map(|k| k.to_string()).collect();
-        let deadline = Instant::now() + bound;
         let exist = loop {
             match client.batch_is_exist(&keys) {
                 Ok(v) if v.iter().all(|r| r.is_ok()) => break v,
@@ -434,7 +436,7 @@ fn final_check(client: &Client, history: &History, bound: Duration) -> Tally {
         };
         for (key, e) in chunk.iter().zip(exist) {
             let found = if e == Ok(true) {
-                read(client, key, Expect::Absent, bound)
+                read(client, key, Expect::Absent, deadline)
             } else {
                 Found::Absent
             };
@@ -445,15 +447,16 @@ fn final_check(client: &Client, history: &History, bound: Duration) -> Tally {
 }
 
 /// The final read of `key`: retried while the answer is neither its bytes
-/// nor "not found" (a replica not ready yet, a leader changing), up to
-/// `bound` where the key must hold a value, briefly where it may be absent
-/// (a put left in flight stays unreadable until it is discarded).
-fn read(client: &Client, key: &str, expect: Expect, bound: Duration) -> Found {
-    let patience = match expect {
-        Expect::Value => bound,
-        _ => Duration::from_secs(2),
+/// nor "not found" (a replica not ready yet, a leader changing), until
+/// `deadline` where the key must hold a value (2 s at least), for 2 s
+/// where it may be absent (a put left in flight stays unreadable until it
+/// is discarded).
+fn read(client: &Client, key: &str, expect: Expect, deadline: Instant) -> Found {
+    let brief = Instant::now() + Duration::from_secs(2);
+    let deadline = match expect {
+        Expect::Value => deadline.max(brief),
+        _ => brief,
     };
-    let deadline = Instant::now() + patience;
     loop {
         match client.get(key) {
             Ok(bytes) => return Found::Bytes(bytes),
