@@ -182,6 +182,7 @@ where
         me.clone(),
         leader,
         gone_tx,
+        stores.clone(),
     )?);
     let mut gate = Gate::new(
         repl.member(),
