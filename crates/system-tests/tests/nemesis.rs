@@ -39,6 +39,22 @@ fn nemesis_slice_on_the_k8s_lease() {
     nemesis(Backend::K8s, 0x5eed_0003, 8);
 }
 
+/// The check is not blind: a key removed behind the load's back is
+/// reported lost, and one rewritten with other bytes wrong.
+#[test]
+fn the_final_check_catches_a_lost_and_a_wrong_value() {
+    let mut cfg = Config::new(Backend::Etcd, 0x5eed_0004, 1);
+    cfg.kinds = vec![Kind::Pause];
+    cfg.tamper = true;
+    let summary = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!summary.clean(), "{summary}");
+    assert_eq!(
+        (summary.lost.len(), summary.wrong.len(), summary.back.len()),
+        (1, 1, 0),
+        "{summary}"
+    );
+}
+
 /// A full disk under the log of a standby, then of the leader: each gives
 /// up (the standby stops following, the leader its leadership) and exits,
 /// is restarted once there is room, and rejoins on its log. Before, a

@@ -13,8 +13,9 @@ use mooncake_store::types::ReplicaPolicy;
 use super::checker::{value_of, History, Outcome};
 
 /// Keys a task keeps live; older ones are removed, so the data stays far
-/// below the segments' size (no eviction) however long the run.
-const LIVE: usize = 200;
+/// below the segments' size (no eviction) however long the run, and
+/// removes start early even when a loaded machine makes puts slow.
+const LIVE: usize = 50;
 
 /// What the tasks share: when puts were acknowledged.
 pub struct Pulse {
@@ -24,6 +25,8 @@ pub struct Pulse {
     last_put: AtomicU64,
     /// Longest time between two acknowledged puts, in nanoseconds.
     worst_gap: AtomicU64,
+    /// Acknowledged removes so far.
+    pub acked_removes: AtomicU64,
     /// Reads of an acknowledged, never removed key that found nothing
     /// (the final check says whether it was lost).
     pub missing_reads: AtomicU64,
@@ -36,6 +39,7 @@ impl Pulse {
             stop: AtomicBool::new(false),
             last_put: AtomicU64::new(0),
             worst_gap: AtomicU64::new(0),
+            acked_removes: AtomicU64::new(0),
             missing_reads: AtomicU64::new(0),
         })
     }
@@ -101,7 +105,9 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
         live.push_back(key);
         if live.len() > LIVE {
             let old = live.pop_front().expect("not empty");
-            remove(client, &old, &mut h);
+            if remove(client, &old, &mut h) {
+                pulse.acked_removes.fetch_add(1, Ordering::SeqCst);
+            }
         }
         // Read back a live key whose put was acknowledged.
         let pick = live[(n as usize * 7919) % live.len()].clone();
@@ -122,10 +128,15 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
     h
 }
 
-fn remove(client: &Client, key: &str, h: &mut History) {
+/// Removes `key`; returns whether the remove was acknowledged.
+fn remove(client: &Client, key: &str, h: &mut History) -> bool {
     match client.remove(key, true) {
-        Ok(()) => h.remove(key, Outcome::Acked),
+        Ok(()) => {
+            h.remove(key, Outcome::Acked);
+            return true;
+        }
         Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => h.remove_found_absent(key),
         Err(_) => h.remove(key, Outcome::Unknown),
     }
+    false
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::ErrorCode;
 use mooncake_store::client::Client;
+use mooncake_store::types::ReplicaPolicy;
 use test_support::process::spawn_until_line;
 use test_support::Proc;
 
@@ -30,6 +31,10 @@ pub struct Config {
     /// The kinds of fault drawn (all by default; the full disk only
     /// where the harness may mount file systems).
     pub kinds: Vec<Kind>,
+    /// Before the final check, break the promise behind the load's back
+    /// (one acknowledged key removed, another rewritten with other bytes)
+    /// to show that the check catches a lost and a wrong value.
+    pub tamper: bool,
 }
 
 impl Config {
@@ -40,6 +45,7 @@ impl Config {
             rounds,
             bound: Duration::from_secs(60),
             kinds: Kind::ALL.to_vec(),
+            tamper: false,
         }
     }
 }
@@ -225,7 +231,8 @@ pub fn run(cfg: &Config) -> Result<Summary, String> {
         .tempdir()
         .expect("run directory");
     let result = run_in(cfg, dir.path());
-    if !result.as_ref().is_ok_and(|s| s.clean()) {
+    let keep = std::env::var_os("MOONCAKE_NEMESIS_KEEP_LOGS").is_some_and(|v| v == "1");
+    if keep || !result.as_ref().is_ok_and(|s| s.clean()) {
         let kept = dir.keep();
         println!("nemesis: logs kept in {}", kept.display());
     }
@@ -279,8 +286,16 @@ fn run_in(cfg: &Config, dir: &std::path::Path) -> Result<Summary, String> {
     }
     let (_meta, metadata) = metadata_server();
 
-    c.masters[0].spawn(&c.master_bin, &c.coord, &c.cluster);
-    if !within(cfg.bound, || c.leader() == Some(0)) {
+    // The first master exits when the coordination service, just started,
+    // does not answer its probe in time (a loaded machine): start it again.
+    let within_start = within(cfg.bound, || {
+        if !c.masters[0].running() {
+            c.masters[0].proc = None;
+            c.masters[0].spawn(&c.master_bin, &c.coord, &c.cluster);
+        }
+        c.leader() == Some(0)
+    });
+    if !within_start {
         return Err(format!("the first master never led\n{}", c.logs()));
     }
     for i in 1..3 {
@@ -323,6 +338,9 @@ fn run_in(cfg: &Config, dir: &std::path::Path) -> Result<Summary, String> {
     summary.worst_unavailable = pulse.worst_gap();
     summary.lost.extend(history.vanished.iter().cloned());
     summary.wrong.extend(history.wrong_reads.iter().cloned());
+    if cfg.tamper {
+        tamper(&clients[0], &history);
+    }
     let tally = final_check(&clients[0], &history, cfg.bound);
     summary.checked = tally.checked;
     summary.lost.extend(tally.lost);
@@ -401,12 +419,43 @@ fn rounds(
             }
         );
     }
-    // Load through the whole cluster once more before the end.
+    // Load through the whole cluster once more before the end, and removes
+    // among it (a slow machine may not have reached them yet).
     let now = Instant::now();
-    if !within(cfg.bound, || pulse.put_since(now)) {
-        return Err(format!("no put acknowledged at the end\n{}", c.logs()));
+    let served = within(cfg.bound * 4, || {
+        pulse.put_since(now) && pulse.acked_removes.load(Ordering::SeqCst) > 0
+    });
+    if !served {
+        return Err(format!(
+            "no put (or no remove at all) acknowledged at the end\n{}",
+            c.logs()
+        ));
     }
     Ok(())
+}
+
+/// Removes the first acknowledged live key (lost) and puts other bytes
+/// under the second (wrong), recording nothing.
+fn tamper(client: &Client, history: &History) {
+    let mut acked: Vec<&String> = history
+        .keys
+        .iter()
+        .filter(|(_, ops)| ops.expect() == Expect::Value)
+        .map(|(k, _)| k)
+        .collect();
+    acked.sort();
+    assert!(acked.len() >= 2, "tamper: fewer than two acknowledged keys");
+    for key in &acked[..2] {
+        client.remove(key, true).expect("tamper: remove");
+    }
+    let other = super::checker::value_of("tampered");
+    client
+        .put(acked[1], &other, &ReplicaPolicy::default())
+        .expect("tamper: put");
+    println!(
+        "nemesis: tampered: {} removed, {} rewritten",
+        acked[0], acked[1]
+    );
 }
 
 /// Reads every key the load touched and judges it.
