@@ -92,6 +92,9 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
     // Keys put (acknowledged or not) and not removed yet, oldest first.
     let mut live: std::collections::VecDeque<String> = Default::default();
     let mut n = 0u64;
+    // When each live key's put was acknowledged, to place a loss in the
+    // masters' logs.
+    let mut acked_at: std::collections::HashMap<String, String> = Default::default();
     while !pulse.stop.load(Ordering::SeqCst) {
         let key = format!("{name}-{n}");
         n += 1;
@@ -99,13 +102,24 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
             Ok(()) => {
                 h.put(&key, Outcome::Acked);
                 pulse.put_acked();
+                acked_at.insert(key.clone(), wall_clock());
             }
             Err(_) => h.put(&key, Outcome::Unknown),
         }
         live.push_back(key);
         if live.len() > LIVE {
             let old = live.pop_front().expect("not empty");
-            if remove(client, &old, &mut h) {
+            let put_at = acked_at.remove(&old);
+            let vanished = h.vanished.len();
+            let acked = remove(client, &old, &mut h);
+            if h.vanished.len() > vanished {
+                println!(
+                    "nemesis: {old}: put acknowledged at {}, a remove found it absent at {}",
+                    put_at.as_deref().unwrap_or("?"),
+                    wall_clock()
+                );
+            }
+            if acked {
                 pulse.acked_removes.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -126,6 +140,14 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
         std::thread::sleep(Duration::from_millis(1));
     }
     h
+}
+
+/// Seconds since the epoch, to the millisecond (`date -ud @<this>`).
+fn wall_clock() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:03}", t.as_secs(), t.subsec_millis())
 }
 
 /// Removes `key`; returns whether the remove was acknowledged.
