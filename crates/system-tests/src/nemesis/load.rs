@@ -111,10 +111,11 @@ pub fn run(client: &Client, name: &str, pulse: &Pulse) -> History {
             let old = live.pop_front().expect("not empty");
             let put_at = acked_at.remove(&old);
             let vanished = h.vanished.len();
+            let sent = wall_clock();
             let acked = remove(client, &old, &mut h);
             if h.vanished.len() > vanished {
                 println!(
-                    "nemesis: {old}: put acknowledged at {}, a remove found it absent at {}",
+                    "nemesis: {old}: put acknowledged at {}, a remove sent at {sent} found it absent at {}",
                     put_at.as_deref().unwrap_or("?"),
                     wall_clock()
                 );
