@@ -484,6 +484,8 @@ impl DiskLog {
     /// does not have): later entries go to a new file starting at
     /// `seq + 1`, which replaces them.
     pub(crate) fn truncate_after(&self, seq: u64) -> Result<()> {
+        // A failed log is left as it is (see `remove_through`).
+        self.check()?;
         let mut cur = self.current.lock();
         {
             let mut p = self.pending.lock();
@@ -544,6 +546,10 @@ impl DiskLog {
     /// snapshot holds them); the current file is closed first if it is
     /// one of them.
     pub(crate) fn remove_through(&self, seq: u64) -> Result<usize> {
+        // Once a write failed, the current file may end in a torn frame,
+        // which a restart cuts off only at the end of the last file: a new
+        // file after it would make the restart fail for good.
+        self.check()?;
         {
             let mut cur = self.current.lock();
             if cur.first <= seq && cur.last >= cur.first {
