@@ -232,7 +232,9 @@ pub fn run(cfg: &Config) -> Result<Summary, String> {
         .expect("run directory");
     let result = run_in(cfg, dir.path());
     let keep = std::env::var_os("MOONCAKE_NEMESIS_KEEP_LOGS").is_some_and(|v| v == "1");
-    if keep || !result.as_ref().is_ok_and(|s| s.clean()) {
+    // A tampered run is unclean on purpose: nothing to look at.
+    let failed = !result.as_ref().is_ok_and(|s| s.clean() || cfg.tamper);
+    if keep || failed {
         let kept = dir.keep();
         println!("nemesis: logs kept in {}", kept.display());
     }
