@@ -8,8 +8,13 @@
 //! its integration tests: mooncake-cli's `tests/programs.rs`). A run of this
 //! crate alone does not: it runs the programs as last built, and a missing
 //! one stops the test with the command that builds it.
+//!
+//! [`nemesis`] is the fault-injection harness the nemesis tests and
+//! `scripts/nemesis.sh` run (docs/ha.md, "Nemesis").
 
 use std::path::{Path, PathBuf};
+
+pub mod nemesis;
 
 /// Path of mooncake-cli's program `name` (`mooncake_master`, ...).
 pub fn program(name: &str) -> String {

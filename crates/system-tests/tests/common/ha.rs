@@ -70,9 +70,15 @@ pub fn start_master_in(
     };
     args.extend([
         "--enable_snapshot=true".to_string(),
-        "--snapshot_interval_seconds=1".into(),
         "--snapshot_retention_count=2".into(),
     ]);
+    // Every second unless `extra` says otherwise (a flag may not repeat).
+    if !extra
+        .iter()
+        .any(|e| e.starts_with("--snapshot_interval_seconds="))
+    {
+        args.push("--snapshot_interval_seconds=1".into());
+    }
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut child = std::process::Command::new(&*MASTER)
         .args(&args)

@@ -182,6 +182,7 @@ where
         me.clone(),
         leader,
         gone_tx,
+        stores.clone(),
     )?);
     let mut gate = Gate::new(
         repl.member(),
@@ -190,9 +191,27 @@ where
     );
 
     let outcome = loop {
-        let campaign = tokio::select! {
-            l = election.campaign(&me) => l,
-            _ = &mut shutdown => break Ok(()),
+        let next = {
+            let ended = async {
+                match follower.as_mut() {
+                    Some(f) => f.ended().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                l = election.campaign(&me) => Some(l),
+                _ = ended => None,
+                _ = &mut shutdown => break Ok(()),
+            }
+        };
+        let Some(campaign) = next else {
+            // A standby that no longer follows holds nothing new and
+            // answers nothing: exit with why, to be restarted (on its
+            // log, it rejoins) rather than linger as a member in name.
+            let why = follower.take().map_or(Ok(()), Follower::stop);
+            break Err(why.err().unwrap_or_else(|| {
+                Error::new(ErrorCode::INTERNAL_ERROR, "the follower stopped by itself")
+            }));
         };
         let leadership = match campaign {
             Ok(l) => l,
@@ -411,6 +430,13 @@ async fn keep_recorded(shared: &Shared, election: &dyn LeaderElection, leadershi
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if let Some(why) = repl.disk().and_then(|d| d.failure()) {
+            // It answers every write with an error from now on: a standby
+            // whose log works leads instead (it holds every committed
+            // entry), and this master, restarted, rejoins on its log.
+            tracing::error!("{why}: giving up leadership");
+            return;
+        }
         let now = shared.clock.now_ms();
         repl.forget_silent(now);
         let Some(record) = repl.next_record(now) else {

@@ -158,7 +158,13 @@ pub fn recover(dir: &Path, after: u64, upto: Option<u64>) -> Result<Recovered> {
     let files = &files[skip..];
     let n = files.len();
     for (i, (first, path)) in files.iter().enumerate() {
-        let bytes = std::fs::read(path).map_err(|e| {
+        // A snapshot's view reads closed files and repairs nothing; a
+        // recovery makes what it reads durable before it serves from it.
+        let read = match upto {
+            Some(_) => std::fs::read(path),
+            None => read_durable(path),
+        };
+        let bytes = read.map_err(|e| {
             Error::new(
                 ErrorCode::FILE_READ_FAIL,
                 format!("write-ahead log {}: {e}", path.display()),
@@ -232,13 +238,45 @@ pub fn recover(dir: &Path, after: u64, upto: Option<u64>) -> Result<Recovered> {
             }
         }
     }
+    if upto.is_none() && n > 0 {
+        sync_dir(dir)?;
+    }
     Ok(out)
 }
 
+/// Reads a log file at recovery and `fsync`s it before its entries are
+/// used: a process killed after `write` and before its `fdatasync` (or
+/// one not syncing) left them in the page cache only, and the restarted
+/// master serves them, and as a standby acknowledges them as held, so a
+/// crash of the machine afterwards must not take them back.
+pub(crate) fn read_durable(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut f = File::open(path)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    f.sync_all()?;
+    #[cfg(test)]
+    SYNCED.with(|s| s.borrow_mut().push(path.to_path_buf()));
+    Ok(bytes)
+}
+
+/// `fsync`s the directory `dir` (its entries: files created, renamed or
+/// removed).
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync directory", dir, e))
+        .map_err(|e| io_error("sync directory", dir, e))?;
+    #[cfg(test)]
+    SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
+    Ok(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: the files and directories this thread `fsync`ed.
+    pub(crate) static SYNCED: std::cell::RefCell<Vec<PathBuf>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
 }
 
 impl Wal {

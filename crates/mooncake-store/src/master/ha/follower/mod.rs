@@ -34,6 +34,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::compaction::load_snapshot;
 use crate::master::durable::oplog::decode_prefix;
+use crate::master::durable::snapshot::Stores;
 use crate::master::replication::Replication;
 use crate::master::serve::shared::Shared;
 use crate::master_client::authenticate;
@@ -60,18 +61,22 @@ pub(crate) struct Follower {
     /// The socket of the current pull, to cut it short at stop.
     socket: Arc<Mutex<Option<TcpStream>>>,
     thread: Option<JoinHandle<Result<()>>>,
+    /// Set when the thread has ended (stopped, or failed).
+    ended: watch::Receiver<bool>,
     shared: Arc<Shared>,
 }
 
 impl Follower {
     /// Starts following the leader `leader` names (an RPC address; this
     /// master's own address `me` is skipped). Reports a leader found gone
-    /// on `gone`.
+    /// on `gone`. A snapshot loaded from the leader is stored in `stores`
+    /// first where this master keeps its log on disk.
     pub(crate) fn spawn(
         shared: Arc<Shared>,
         me: String,
         leader: watch::Receiver<Option<String>>,
         gone: mpsc::UnboundedSender<String>,
+        stores: Option<Arc<Stores>>,
     ) -> Result<Follower> {
         let stop = Arc::new(AtomicBool::new(false));
         let socket = Arc::new(Mutex::new(None));
@@ -83,10 +88,16 @@ impl Follower {
             gone,
             stop: stop.clone(),
             socket: socket.clone(),
+            stores,
         };
+        let (ended_tx, ended) = watch::channel(false);
         let thread = std::thread::Builder::new()
             .name("mc-follower".into())
-            .spawn(move || run.run())
+            .spawn(move || {
+                let r = run.run();
+                let _ = ended_tx.send(true);
+                r
+            })
             .map_err(|e| {
                 Error::new(
                     ErrorCode::INTERNAL_ERROR,
@@ -97,8 +108,16 @@ impl Follower {
             stop,
             socket,
             thread: Some(thread),
+            ended,
             shared,
         })
+    }
+
+    /// Resolves once the thread has ended by itself: it failed (its log
+    /// on disk, its state against the leader's log), so this master no
+    /// longer follows and [`Follower::stop`] returns why.
+    pub(crate) async fn ended(&mut self) {
+        let _ = self.ended.wait_for(|e| *e).await;
     }
 
     /// Stops following and applies every entry received. An error means
@@ -158,6 +177,7 @@ struct Run {
     gone: mpsc::UnboundedSender<String>,
     stop: Arc<AtomicBool>,
     socket: Arc<Mutex<Option<TcpStream>>>,
+    stores: Option<Arc<Stores>>,
 }
 
 /// The leader being followed.
@@ -286,6 +306,7 @@ impl Run {
                     match self.fetch_snapshot(conn, seq, total, chunk.0) {
                         Ok(bytes) => {
                             let n = bytes.len();
+                            self.store_snapshot(seq, &bytes)?;
                             load_snapshot(&self.shared, &self.repl, bytes).inspect_err(|e| {
                                 tracing::error!("cannot catch up from the leader's snapshot: {e}")
                             })?;
@@ -350,6 +371,21 @@ impl Run {
 
     /// Fetches the rest of the leader's snapshot at `seq` (`total` bytes,
     /// of which `first` came with the pull's answer).
+    /// Loading the leader's snapshot restarts the log on disk after it: a
+    /// restart then needs that snapshot here, so it is stored (synced)
+    /// first. Without, a standby killed before its own next snapshot could
+    /// never start again (its log begins past every snapshot it has).
+    fn store_snapshot(&self, seq: u64, bytes: &[u8]) -> Result<()> {
+        let (Some(stores), Some(_)) = (&self.stores, self.repl.disk()) else {
+            return Ok(());
+        };
+        stores.put(seq, bytes).inspect_err(|e| {
+            tracing::error!("cannot store the leader's snapshot before loading it: {e}")
+        })?;
+        stores.retain(self.shared.config.snapshot_retention_count)?;
+        Ok(())
+    }
+
     fn fetch_snapshot(
         &self,
         conn: &mut Connection,

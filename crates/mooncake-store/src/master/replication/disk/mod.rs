@@ -33,7 +33,9 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::{Condvar, Mutex};
 
-use crate::master::durable::oplog::wal::{file_name, list_files};
+#[cfg(test)]
+use crate::master::durable::oplog::wal::SYNCED;
+use crate::master::durable::oplog::wal::{file_name, list_files, read_durable};
 use crate::master::durable::oplog::{decode_prefix, DecodeError, HEADER_LEN};
 
 /// Longest the syncer sleeps when nothing wakes it.
@@ -55,7 +57,10 @@ fn io_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| io_error("sync directory", dir, e))
+        .map_err(|e| io_error("sync directory", dir, e))?;
+    #[cfg(test)]
+    SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
+    Ok(())
 }
 
 /// Frames queued by the log, not written yet.
@@ -172,7 +177,8 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 ));
             }
         }
-        let bytes = std::fs::read(path).map_err(|e| {
+        // Durable before this master serves or acknowledges from it.
+        let bytes = read_durable(path).map_err(|e| {
             Error::new(
                 ErrorCode::FILE_READ_FAIL,
                 format!("replicated log {}: {e}", path.display()),
@@ -223,6 +229,9 @@ pub(crate) fn recover(dir: &Path) -> Result<Recovered> {
                 }
             }
         }
+    }
+    if n > 0 {
+        sync_dir(dir)?;
     }
     let last = out.entries.last().map_or(0, |e| e.0);
     out.committed = read_marker(&dir.join(COMMITTED)).min(last);
@@ -379,6 +388,11 @@ impl DiskLog {
         }
     }
 
+    /// Why the log failed, once it has: nothing more is acknowledged.
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.failed.lock().clone()
+    }
+
     fn fail(&self, e: &Error) {
         tracing::error!("{e}; this master acknowledges no more writes");
         *self.failed.lock() = Some(e.to_string());
@@ -470,6 +484,8 @@ impl DiskLog {
     /// does not have): later entries go to a new file starting at
     /// `seq + 1`, which replaces them.
     pub(crate) fn truncate_after(&self, seq: u64) -> Result<()> {
+        // A failed log is left as it is (see `remove_through`).
+        self.check()?;
         let mut cur = self.current.lock();
         {
             let mut p = self.pending.lock();
@@ -530,6 +546,10 @@ impl DiskLog {
     /// snapshot holds them); the current file is closed first if it is
     /// one of them.
     pub(crate) fn remove_through(&self, seq: u64) -> Result<usize> {
+        // Once a write failed, the current file may end in a torn frame,
+        // which a restart cuts off only at the end of the last file: a new
+        // file after it would make the restart fail for good.
+        self.check()?;
         {
             let mut cur = self.current.lock();
             if cur.first <= seq && cur.last >= cur.first {

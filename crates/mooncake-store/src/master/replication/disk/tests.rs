@@ -253,3 +253,49 @@ fn compaction_removes_only_files_a_snapshot_holds() {
     clear(dir.path()).unwrap();
     assert!(recover(dir.path()).unwrap().entries.is_empty());
 }
+
+/// A write that failed (a full disk) can leave a torn frame at the end of
+/// the current file; the snapshot taken as the master gives up must not
+/// start a new file behind it, or no restart reads the log again.
+#[test]
+fn a_failed_log_is_not_compacted_or_cut_behind_its_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = DiskLog::start(dir.path(), 0, false).unwrap();
+    write(&log, 1..=3, 1);
+    let (_, path) = list_files(dir.path()).unwrap().pop().unwrap();
+    let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+    f.write_all(&frame(4, 1)[..10]).unwrap();
+    drop(f);
+    log.fail(&Error::new(ErrorCode::FILE_WRITE_FAIL, "no space left"));
+    assert!(log.remove_through(3).is_err());
+    assert!(log.truncate_after(2).is_err());
+    log.stop();
+    assert_eq!(list_files(dir.path()).unwrap().len(), 1);
+    let r = recover(dir.path()).unwrap();
+    assert_eq!(seqs(&r), [(1, 1), (2, 1), (3, 1)]);
+}
+
+#[test]
+fn recovery_makes_every_file_it_read_durable_first() {
+    use crate::master::durable::oplog::wal::SYNCED;
+    let dir = tempfile::tempdir().unwrap();
+    let log = DiskLog::start(dir.path(), 0, false).unwrap();
+    write(&log, 1..=3, 1);
+    // A second file: the cut tail's replacement.
+    log.truncate_after(2).unwrap();
+    write(&log, 3..=4, 2);
+    log.stop();
+    SYNCED.with(|s| s.borrow_mut().clear());
+    let r = recover(dir.path()).unwrap();
+    assert_eq!(seqs(&r), [(1, 1), (2, 1), (3, 2), (4, 2)]);
+    let synced = SYNCED.with(|s| s.borrow().clone());
+    let files = list_files(dir.path()).unwrap();
+    assert!(files.len() >= 2, "{files:?}");
+    for (_, f) in &files {
+        assert!(synced.contains(f), "{} read but not synced", f.display());
+    }
+    assert!(
+        synced.contains(&dir.path().to_path_buf()),
+        "the directory was not synced: {synced:?}"
+    );
+}
