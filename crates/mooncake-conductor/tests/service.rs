@@ -11,6 +11,9 @@ use mooncake_conductor::hash::{seq_hashes, DEFAULT_SEED};
 use serde_json::{json, Value};
 use test_support::process::{eventually, spawn_until_line, Proc};
 
+/// The batches a publisher sent, by sequence number, for replay.
+type Buffer = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
 const BIN: &str = env!("CARGO_BIN_EXE_mooncake_conductor");
 
 /// A publisher as vLLM's: PUB socket, sequence numbers from 0, and with a
@@ -21,7 +24,7 @@ struct Publisher {
     replay_endpoint: Option<String>,
     style: Style,
     seq: u64,
-    buffer: Arc<Mutex<Vec<(u64, Vec<u8>)>>>,
+    buffer: Buffer,
     stop: Arc<AtomicBool>,
     replayer: Option<JoinHandle<()>>,
 }
@@ -31,7 +34,7 @@ impl Publisher {
         let sock = ctx.socket(zmq::PUB).unwrap();
         sock.bind("tcp://127.0.0.1:*").unwrap();
         let endpoint = sock.get_last_endpoint().unwrap().unwrap();
-        let buffer: Arc<Mutex<Vec<(u64, Vec<u8>)>>> = Arc::new(Mutex::new(Vec::new()));
+        let buffer: Buffer = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (mut replay_endpoint, mut replayer) = (None, None);
         if replay {
