@@ -86,7 +86,7 @@ impl Registration {
 pub struct FileConfig {
     #[serde(default)]
     pub http_server_port: Option<u16>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "instances")]
     pub kvevent_instance: Vec<Registration>,
     #[serde(default)]
     pub hash_seed: Option<u64>,
@@ -156,6 +156,33 @@ pub fn config_path(
         return Some((PathBuf::from(p), true));
     }
     home.map(|h| (Path::new(h).join(".mooncake/conductor_config.json"), false))
+}
+
+/// `kvevent_instance` as the reference writes it, an object of
+/// registrations by name (a missing `instance_id` is the name), or a list.
+fn instances<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Registration>, D::Error> {
+    use serde::de::Error;
+    use serde_json::Value;
+    let entry = |v: Value, name: Option<&str>| -> Result<Registration, D::Error> {
+        let mut v = v;
+        if let (Some(name), Some(o)) = (name, v.as_object_mut()) {
+            o.entry("instance_id")
+                .or_insert_with(|| Value::String(name.to_string()));
+        }
+        let what = name.map_or_else(String::new, |n| format!("{n:?}: "));
+        serde_json::from_value(v).map_err(|e| D::Error::custom(format!("{what}{e}")))
+    };
+    match Value::deserialize(d)? {
+        Value::Null => Ok(Vec::new()),
+        Value::Array(items) => items.into_iter().map(|v| entry(v, None)).collect(),
+        Value::Object(by_name) => by_name
+            .into_iter()
+            .map(|(name, v)| entry(v, Some(&name)))
+            .collect(),
+        other => Err(D::Error::custom(format!(
+            "kvevent_instance must be an object or a list, not {other}"
+        ))),
+    }
 }
 
 pub fn parse_file(text: &str) -> anyhow::Result<FileConfig> {
@@ -233,6 +260,42 @@ mod tests {
             Config::load(&Flags::parse_from(["x"]), Some("/nonexistent/c.json"), None).is_err()
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The reference's own layout: registrations by stream name, the name
+    /// standing for a missing `instance_id`.
+    #[test]
+    fn instances_by_name() {
+        let f = parse_file(
+            r#"{"http_server_port": 13333, "kvevent_instance": {
+            "vllm-prefill-node1": {"endpoint": "tcp://127.0.0.1:5557", "type": "vLLM",
+              "modelname": "qwen2.5", "lora_name": "", "tenant_id": "default",
+              "block_size": 128, "dp_rank": 0, "additionalsalt": ""},
+            "pool": {"endpoint": "tcp://127.0.0.1:5560", "type": "Mooncake",
+              "modelname": "qwen2.5", "instance_id": "vllm-prefill-node1",
+              "block_size": 128, "dp_rank": 0}}}"#,
+        )
+        .unwrap();
+        let mut ids: Vec<(&str, &str)> = f
+            .kvevent_instance
+            .iter()
+            .map(|r| (r.instance_id.as_str(), r.kind.as_str()))
+            .collect();
+        ids.sort();
+        assert_eq!(
+            ids,
+            [
+                ("vllm-prefill-node1", "Mooncake"),
+                ("vllm-prefill-node1", "vLLM")
+            ]
+        );
+        let err = parse_file(r#"{"kvevent_instance": {"a": {"type": "vLLM"}}}"#).unwrap_err();
+        assert!(format!("{err:#}").contains("\"a\""), "{err:#}");
+        assert!(parse_file(r#"{"kvevent_instance": 3}"#).is_err());
+        assert!(parse_file(r#"{"kvevent_instance": null}"#)
+            .unwrap()
+            .kvevent_instance
+            .is_empty());
     }
 
     #[test]

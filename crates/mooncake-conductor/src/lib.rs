@@ -87,8 +87,10 @@ async fn stop_signal() {
 }
 
 fn init_logging(filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("mooncake_conductor: log level {filter:?} is not a filter ({e}); using info");
+        tracing_subscriber::EnvFilter::new("info")
+    });
     // A host process (the Python package) may have set one up already.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
