@@ -33,12 +33,14 @@ def main() -> None:
     ap.add_argument("--block-size", type=int, required=True)
     ap.add_argument("--backend", action="append", required=True, help="instance_id=http://host:port")
     ap.add_argument("--tokenizer", help="a Hugging Face tokenizer for text prompts")
+    ap.add_argument("--conductor-timeout", type=float, default=1.0,
+                    help="seconds to wait for the Conductor before falling back to round robin")
     ap.add_argument("--host", default="0.0.0.0")
     ap.add_argument("--port", type=int, default=8080)
     args = ap.parse_args()
 
     backends = dict(b.split("=", 1) for b in args.backend)
-    conductor = ConductorClient(args.conductor, timeout=1.0)
+    conductor = ConductorClient(args.conductor, timeout=args.conductor_timeout)
     round_robin = itertools.cycle(sorted(backends))
     tokenizer = None
     if args.tokenizer:

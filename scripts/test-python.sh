@@ -7,7 +7,8 @@
 # dev profile, reusing what `cargo test` just compiled; the default is the
 # release build users get.
 #
-# pyzmq and msgspec read the master's KV events as vLLM and SGLang do.
+# pyzmq and msgspec read the master's KV events as vLLM and SGLang do; xxhash
+# computes the Conductor's block hashes as routers do.
 #
 # The tensor tests run against real PyTorch and safetensors, installed into the
 # venv once (PyPI's default torch wheel: ~5.4 GB with its CUDA libraries, about
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 venv=${MOONCAKE_TEST_VENV:-.venv-test}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 venv=$(cd "$venv" && pwd)
-"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec xxhash
 if [ "${MOONCAKE_TEST_TORCH:-1}" != 0 ]; then
     # uv hard-links packages from its cache, so every venv on the machine
     # shares one 5 GB copy of torch; no --upgrade: a venv that has them already

@@ -21,9 +21,37 @@ import urllib.error
 import urllib.request
 from typing import Any, Iterable, Optional
 
-__all__ = ["ConductorClient", "ConductorError", "DEFAULT_URL"]
+__all__ = ["ConductorClient", "ConductorError", "DEFAULT_URL", "DEFAULT_SEED", "seq_hashes"]
 
 DEFAULT_URL = "http://127.0.0.1:13333"
+DEFAULT_SEED = 1337
+
+
+def seq_hashes(token_ids: Iterable[int], block_size: int, seed: int = DEFAULT_SEED) -> list:
+    """The rolling hashes of a prompt's complete blocks under the hashing
+    standard (XXH3-64 of each block's tokens as little-endian u32, rolled
+    with the parent's hash; Dynamo's scheme): what ``query_by_hash`` takes
+    and what a publisher of standard events (the master: an object key that
+    is the decimal or ``0x`` hash) names a block by. Needs the ``xxhash``
+    package."""
+    try:
+        import xxhash
+    except ImportError:
+        raise ImportError("seq_hashes needs the xxhash package (pip install xxhash)") from None
+    if block_size <= 0:
+        raise ValueError(f"block_size must be positive, not {block_size}")
+    tokens = list(token_ids)
+    bad = next((t for t in tokens if not 0 <= t <= 0xFFFFFFFF), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} is not a u32")
+    out: list = []
+    for i in range(len(tokens) // block_size):
+        block = b"".join(t.to_bytes(4, "little") for t in tokens[i * block_size:(i + 1) * block_size])
+        h = xxhash.xxh3_64_intdigest(block, seed=seed)
+        if out:
+            h = xxhash.xxh3_64_intdigest(out[-1].to_bytes(8, "little") + h.to_bytes(8, "little"), seed=seed)
+        out.append(h)
+    return out
 
 
 class ConductorError(RuntimeError):

@@ -221,10 +221,11 @@ fn publishers_of_every_format_and_gaps() {
     let mut vllm = Publisher::new(&ctx, Style::VllmArray, true);
     let mut vllm_map = Publisher::new(&ctx, Style::VllmMap, false);
     let mut sglang = Publisher::new(&ctx, Style::Sglang, false);
-    // The master's pool is a static instance of the file.
-    let config = json!({"http_server_port": 1, "kvevent_instance": [{
+    // The master's pool is a static instance of the file, written as the
+    // reference's: by name, the name standing for the instance.
+    let config = json!({"http_server_port": 1, "kvevent_instance": {"vllm-1": {
         "endpoint": pool.endpoint, "type": "Mooncake", "modelname": "deepseek",
-        "instance_id": "vllm-1", "block_size": 2, "dp_rank": 0}]});
+        "block_size": 2, "dp_rank": 0}}});
     let (_proc, api, cfg_path) = start(&config);
     let reg = |p: &Publisher, ty: &str, id: &str, dp: u32| {
         json!({"endpoint": p.endpoint, "replay_endpoint": p.replay_endpoint, "type": ty, "modelname": "deepseek",
