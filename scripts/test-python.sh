@@ -42,10 +42,15 @@ if [ -z "${MOONCAKE_TEST_K8S_STANDIN:-}" ] && [ -x target/debug/k8s-standin ]; t
     export MOONCAKE_TEST_K8S_STANDIN=$PWD/target/debug/k8s-standin
 fi
 # Run from the tests' directory so `import mooncake` finds the installed
-# package, not the sources under python/.
+# package, not the sources under python/; a test named from the checkout's
+# root (tests/python/test_x.py) is named from there.
+args=()
+for a in "$@"; do
+    args+=("${a#tests/python/}")
+done
 cd tests/python
 set +e
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
