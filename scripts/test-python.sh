@@ -7,7 +7,8 @@
 # dev profile, reusing what `cargo test` just compiled; the default is the
 # release build users get.
 #
-# pyzmq and msgspec read the master's KV events as vLLM and SGLang do.
+# pyzmq and msgspec read the master's KV events as vLLM and SGLang do; xxhash
+# computes the Conductor's block hashes as routers do.
 #
 # The tensor tests run against real PyTorch and safetensors, installed into the
 # venv once (PyPI's default torch wheel: ~5.4 GB with its CUDA libraries, about
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 venv=${MOONCAKE_TEST_VENV:-.venv-test}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 venv=$(cd "$venv" && pwd)
-"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec xxhash
 if [ "${MOONCAKE_TEST_TORCH:-1}" != 0 ]; then
     # uv hard-links packages from its cache, so every venv on the machine
     # shares one 5 GB copy of torch; no --upgrade: a venv that has them already
@@ -41,10 +42,15 @@ if [ -z "${MOONCAKE_TEST_K8S_STANDIN:-}" ] && [ -x target/debug/k8s-standin ]; t
     export MOONCAKE_TEST_K8S_STANDIN=$PWD/target/debug/k8s-standin
 fi
 # Run from the tests' directory so `import mooncake` finds the installed
-# package, not the sources under python/.
+# package, not the sources under python/; a test named from the checkout's
+# root (tests/python/test_x.py) is named from there.
+args=()
+for a in "$@"; do
+    args+=("${a#tests/python/}")
+done
 cd tests/python
 set +e
-python -m pytest -q -p no:cacheprovider "$@"
+python -m pytest -q -p no:cacheprovider ${args[@]+"${args[@]}"}
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -1,5 +1,6 @@
 """Console-script entry points: ``mooncake_master``, ``mooncake_client``,
-``mooncake_http_metadata_server``, ``transfer_engine_bench`` and ``mooncake``.
+``mooncake_http_metadata_server``, ``transfer_engine_bench``, ``mooncake`` and
+``mooncake_conductor``.
 
 Each runs the same Rust entry point as the standalone binary, inside this
 interpreter with the GIL released.
@@ -18,6 +19,7 @@ __all__ = [
     "mooncake_http_metadata_server",
     "transfer_engine_bench",
     "mooncake",
+    "mooncake_conductor",
     "run",
 ]
 
@@ -57,3 +59,7 @@ def transfer_engine_bench() -> None:
 
 def mooncake() -> None:
     _main("mooncake")
+
+
+def mooncake_conductor() -> None:
+    _main("mooncake_conductor")

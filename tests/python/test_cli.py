@@ -17,6 +17,7 @@ PROGRAMS = [
     "mooncake_http_metadata_server",
     "transfer_engine_bench",
     "mooncake",
+    "mooncake_conductor",
 ]
 
 

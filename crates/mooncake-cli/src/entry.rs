@@ -12,6 +12,7 @@ pub const PROGRAMS: &[&str] = &[
     "mooncake_http_metadata_server",
     "transfer_engine_bench",
     "mooncake",
+    "mooncake_conductor",
 ];
 
 /// The entry point of `name`, if it is built into this crate.
@@ -23,6 +24,7 @@ pub fn lookup(name: &str) -> Option<Entry> {
         "mooncake" => Some(crate::umbrella::main),
         "mooncake_http_metadata_server" => Some(crate::http_metadata_server::main),
         "transfer_engine_bench" => Some(crate::te_bench::main),
+        "mooncake_conductor" => Some(mooncake_conductor::main),
         _ => None,
     }
 }
