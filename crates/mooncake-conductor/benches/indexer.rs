@@ -75,6 +75,8 @@ fn reg(i: usize) -> Registration {
         block_size: BLOCK as u32,
         dp_rank: 0,
         additionalsalt: None,
+        hash_profile: None,
+        cache_group: None,
     }
 }
 

@@ -32,6 +32,13 @@ pub struct Registration {
     pub dp_rank: u32,
     #[serde(default)]
     pub additionalsalt: Option<String>,
+    /// Settings of the reference's development branch this indexer does not
+    /// implement (recomputing vLLM's hash chain, cache groups): refused
+    /// rather than ignored.
+    #[serde(default)]
+    pub hash_profile: Option<serde_json::Value>,
+    #[serde(default)]
+    pub cache_group: Option<serde_json::Value>,
 }
 
 impl Registration {
@@ -57,6 +64,16 @@ impl Registration {
         }
         if self.block_size == 0 {
             return Err("block_size must be positive".into());
+        }
+        for (name, v) in [
+            ("hash_profile", &self.hash_profile),
+            ("cache_group", &self.cache_group),
+        ] {
+            if v.is_some() {
+                return Err(format!(
+                    "{name} is not supported: events must carry the block hashes routers query"
+                ));
+            }
         }
         Ok(SubInfo {
             instance_id: self.instance_id.clone(),
@@ -311,5 +328,13 @@ mod tests {
             .to_string()
             .contains("kvevent_instance[0]"));
         assert!(parse_file(&FILE.replace("16", "0")).is_err());
+        for unsupported in ["hash_profile", "cache_group"] {
+            let f = FILE.replace(
+                r#""dp_rank": 0"#,
+                &format!(r#""dp_rank": 0, "{unsupported}": {{}}"#),
+            );
+            let err = parse_file(&f).unwrap_err().to_string();
+            assert!(err.contains(unsupported), "{err}");
+        }
     }
 }
