@@ -16,9 +16,13 @@ use std::time::Duration;
 use mooncake_common::{Error, ErrorCode, Result};
 use parking_lot::Mutex;
 
-use super::setup::MAX_SEGMENT_CHUNK;
 use super::RealClient;
 use crate::types::SegmentInfo;
+
+/// Largest single buffer one mounted segment uses; bigger contributions are
+/// mounted as several segments so each stays one shared-memory mapping of
+/// bounded size.
+pub(super) const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
 
 /// The memory behind a segment mounted at run time.
 enum Backing {

@@ -17,15 +17,11 @@ use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
 use super::super::staging::StagingPool;
-use super::dynamic::DynamicSegments;
+use super::dynamic::{DynamicSegments, MAX_SEGMENT_CHUNK};
 use super::{worker, MountedSegment, RealClient};
 use crate::master_client::MasterClient;
 use crate::types::{ClientId, SegmentInfo};
 
-/// Largest single buffer one mounted segment uses; bigger contributions are
-/// mounted as several segments so each stays one shared-memory mapping of
-/// bounded size.
-pub(super) const MAX_SEGMENT_CHUNK: u64 = 16 << 30;
 /// Port range the reference names a client after when `local_hostname` has
 /// no port (`MC_STORE_CLIENT_MIN_PORT`, `MC_STORE_CLIENT_MAX_PORT`).
 const AUTO_PORT_RANGE: (u16, u16) = (12300, 14300);
