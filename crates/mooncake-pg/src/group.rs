@@ -99,7 +99,8 @@ impl ShmGroup {
             .map_err(|e| setup("cannot size", path, e))?;
         // SAFETY: the file is ours, just created with this length; peers
         // only map it after its name is published.
-        let mut map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| setup("cannot map", path, e))?;
+        let mut map =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|e| setup("cannot map", path, e))?;
         map[HDR_WORLD..HDR_WORLD + 8].copy_from_slice(&(layout.world as u64).to_le_bytes());
         map[HDR_RANK..HDR_RANK + 8].copy_from_slice(&(rank as u64).to_le_bytes());
         map[HDR_SLOT..HDR_SLOT + 8].copy_from_slice(&(layout.slot_bytes as u64).to_le_bytes());
@@ -213,23 +214,38 @@ impl ShmGroup {
     }
 
     /// Waits until every rank in `ranks` (itself excepted) reached `value`
-    /// of `flag`; any of them dying or the deadline ends the wait.
+    /// of `flag`, or is found dead without having reached it. Returns the
+    /// dead ones that never reached it: every survivor that waits on the
+    /// same word sees the same set, as a dead rank's word no longer moves.
+    /// Only the deadline passing with a live laggard is an error.
     pub fn wait(
         &self,
         ranks: &[usize],
         flag: Flag,
         value: u32,
         deadline: Instant,
-    ) -> Result<(), GroupError> {
-        let dead = || self.dead(ranks);
+    ) -> Result<Vec<usize>, GroupError> {
+        let mut missing = Vec::new();
         for &r in ranks {
             if r == self.rank {
                 continue;
             }
             let w = self.word(r, self.layout.flag(flag as usize));
-            wait_word(w, |v| reached(v, value), deadline, &dead)?;
+            let is_dead = || self.dead(&[r]);
+            // A rank already known dead costs no sleep.
+            if !reached(w.load(Ordering::Acquire), value) && !is_dead().is_empty() {
+                if !reached(w.load(Ordering::Acquire), value) {
+                    missing.push(r);
+                }
+                continue;
+            }
+            match wait_word(w, |v| reached(v, value), deadline, &is_dead) {
+                Ok(()) => {}
+                Err(WaitError::Dead(_)) => missing.push(r),
+                Err(WaitError::Timeout) => return Err(GroupError::Timeout),
+            }
         }
-        Ok(())
+        Ok(missing)
     }
 
     /// Address of `rank`'s collective slot `slot`.
@@ -239,7 +255,13 @@ impl ShmGroup {
 
     /// Sends one message to `dst`: it waits in `dst`'s mailbox until
     /// `dst` receives it; blocks while the ring is full.
-    pub fn send(&self, dst: usize, tag: i64, data: &[u8], deadline: Instant) -> Result<(), GroupError> {
+    pub fn send(
+        &self,
+        dst: usize,
+        tag: i64,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
         let _one_writer = self.tx[dst].lock();
         let mut header = [0u8; MSG_HEADER];
         header[..8].copy_from_slice(&tag.to_le_bytes());
@@ -259,14 +281,23 @@ impl ShmGroup {
     }
 
     /// Reads the payload of the message whose header was just read.
-    pub fn recv_body(&self, src: usize, out: &mut [u8], deadline: Instant) -> Result<(), GroupError> {
+    pub fn recv_body(
+        &self,
+        src: usize,
+        out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
         self.read_stream(src, out, deadline)
     }
 
     /// Whether a message from `src` is waiting.
     pub fn pending(&self, src: usize) -> bool {
-        let head = self.word(src, self.layout.tx_head(self.rank)).load(Ordering::Acquire);
-        let tail = self.word(self.rank, self.layout.rx_tail(src)).load(Ordering::Relaxed);
+        let head = self
+            .word(src, self.layout.tx_head(self.rank))
+            .load(Ordering::Acquire);
+        let tail = self
+            .word(self.rank, self.layout.rx_tail(src))
+            .load(Ordering::Relaxed);
         head != tail
     }
 
@@ -276,7 +307,12 @@ impl ShmGroup {
         (self.layout.ring_bytes / 4) as u32
     }
 
-    fn write_stream(&self, dst: usize, mut data: &[u8], deadline: Instant) -> Result<(), GroupError> {
+    fn write_stream(
+        &self,
+        dst: usize,
+        mut data: &[u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
         let size = self.layout.ring_bytes as u32;
         let head_w = self.word(self.rank, self.layout.tx_head(dst));
         let tail_w = self.word(dst, self.layout.rx_tail(self.rank));
@@ -296,7 +332,12 @@ impl ShmGroup {
         Ok(())
     }
 
-    fn read_stream(&self, src: usize, mut out: &mut [u8], deadline: Instant) -> Result<(), GroupError> {
+    fn read_stream(
+        &self,
+        src: usize,
+        mut out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
         let _one_reader = self.rx[src].lock();
         let size = self.layout.ring_bytes as u32;
         let head_w = self.word(src, self.layout.tx_head(self.rank));

@@ -83,6 +83,11 @@ pub fn wait_word(
         if now >= next_check {
             let gone = dead();
             if !gone.is_empty() {
+                // A peer may have posted and then exited after the load
+                // above; once it is dead its word can no longer change.
+                if done(word.load(Ordering::Acquire)) {
+                    return Ok(());
+                }
                 return Err(WaitError::Dead(gone));
             }
             next_check = now + LIVENESS_PERIOD;
@@ -128,7 +133,9 @@ impl ProcessWatch {
             }
             None => match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
                 Ok(stat) => !matches!(
-                    stat.rsplit(')').next().and_then(|s| s.trim_start().chars().next()),
+                    stat.rsplit(')')
+                        .next()
+                        .and_then(|s| s.trim_start().chars().next()),
                     Some('Z') | Some('X')
                 ),
                 Err(_) => false,
@@ -182,7 +189,10 @@ mod tests {
 
     #[test]
     fn an_exited_child_is_seen_dead() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let watch = ProcessWatch::new(child.id() as i32);
         assert!(watch.alive());
         child.kill().unwrap();

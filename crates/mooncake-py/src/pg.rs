@@ -57,7 +57,9 @@ impl PyShmGroup {
 
     fn slot_addr(&self, rank: usize, slot: usize) -> PyResult<usize> {
         if !self.inner.connected(rank) || slot >= mooncake_pg::layout::SLOTS {
-            return Err(PyValueError::new_err(format!("no slot {slot} of rank {rank}")));
+            return Err(PyValueError::new_err(format!(
+                "no slot {slot} of rank {rank}"
+            )));
         }
         Ok(self.inner.slot_addr(rank, slot))
     }
@@ -69,19 +71,30 @@ impl PyShmGroup {
 
     fn flag(&self, rank: usize, flag_index: usize) -> PyResult<u32> {
         if !self.inner.connected(rank) {
-            return Err(PyValueError::new_err(format!("rank {rank} is not connected")));
+            return Err(PyValueError::new_err(format!(
+                "rank {rank} is not connected"
+            )));
         }
         Ok(self.inner.flag(rank, flag(flag_index)?))
     }
 
-    /// Waits until every rank of `ranks` reached `value` of the flag.
-    fn wait(&self, py: Python<'_>, ranks: Vec<usize>, flag_index: usize, value: u32, timeout_s: f64) -> PyResult<()> {
+    /// Waits until every rank of `ranks` reached `value` of the flag or
+    /// died; returns the dead ones that did not reach it.
+    fn wait(
+        &self,
+        py: Python<'_>,
+        ranks: Vec<usize>,
+        flag_index: usize,
+        value: u32,
+        timeout_s: f64,
+    ) -> PyResult<Vec<usize>> {
         let f = flag(flag_index)?;
         if let Some(&r) = ranks.iter().find(|&&r| !self.inner.connected(r)) {
             return Err(PyValueError::new_err(format!("rank {r} is not connected")));
         }
         let d = deadline(timeout_s)?;
-        py.allow_threads(|| self.inner.wait(&ranks, f, value, d)).map_err(err)
+        py.allow_threads(|| self.inner.wait(&ranks, f, value, d))
+            .map_err(err)
     }
 
     fn dead(&self, ranks: Vec<usize>) -> Vec<usize> {
@@ -89,27 +102,45 @@ impl PyShmGroup {
     }
 
     /// Sends `nbytes` at `addr` to `dst` under `tag`.
-    fn send(&self, py: Python<'_>, dst: usize, tag: i64, addr: usize, nbytes: usize, timeout_s: f64) -> PyResult<()> {
+    fn send(
+        &self,
+        py: Python<'_>,
+        dst: usize,
+        tag: i64,
+        addr: usize,
+        nbytes: usize,
+        timeout_s: f64,
+    ) -> PyResult<()> {
         self.peer(dst)?;
         let d = deadline(timeout_s)?;
         // SAFETY: the caller hands the address and length of a tensor it
         // keeps alive until this returns.
         let data = unsafe { bytes(addr, nbytes) };
-        py.allow_threads(|| self.inner.send(dst, tag, data, d)).map_err(err)
+        py.allow_threads(|| self.inner.send(dst, tag, data, d))
+            .map_err(err)
     }
 
     fn recv_header(&self, py: Python<'_>, src: usize, timeout_s: f64) -> PyResult<(i64, usize)> {
         self.peer(src)?;
         let d = deadline(timeout_s)?;
-        py.allow_threads(|| self.inner.recv_header(src, d)).map_err(err)
+        py.allow_threads(|| self.inner.recv_header(src, d))
+            .map_err(err)
     }
 
-    fn recv_body(&self, py: Python<'_>, src: usize, addr: usize, nbytes: usize, timeout_s: f64) -> PyResult<()> {
+    fn recv_body(
+        &self,
+        py: Python<'_>,
+        src: usize,
+        addr: usize,
+        nbytes: usize,
+        timeout_s: f64,
+    ) -> PyResult<()> {
         self.peer(src)?;
         let d = deadline(timeout_s)?;
         // SAFETY: as in send, for a tensor the caller writes into.
         let out = unsafe { bytes_mut(addr, nbytes) };
-        py.allow_threads(|| self.inner.recv_body(src, out, d)).map_err(err)
+        py.allow_threads(|| self.inner.recv_body(src, out, d))
+            .map_err(err)
     }
 
     fn pending(&self, src: usize) -> PyResult<bool> {
@@ -121,7 +152,9 @@ impl PyShmGroup {
 impl PyShmGroup {
     fn peer(&self, r: usize) -> PyResult<()> {
         if r == self.inner.rank() || !self.inner.connected(r) {
-            return Err(PyValueError::new_err(format!("rank {r} is not a connected peer")));
+            return Err(PyValueError::new_err(format!(
+                "rank {r} is not a connected peer"
+            )));
         }
         Ok(())
     }
@@ -232,6 +265,9 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(all_reduce_direct, &m)?)?;
     m.add_function(wrap_pyfunction!(block_elems, &m)?)?;
     m.add_function(wrap_pyfunction!(rounds, &m)?)?;
-    m.add("LIVENESS_PERIOD_S", mooncake_pg::wait::LIVENESS_PERIOD.as_secs_f64())?;
+    m.add(
+        "LIVENESS_PERIOD_S",
+        mooncake_pg::wait::LIVENESS_PERIOD.as_secs_f64(),
+    )?;
     parent.add_submodule(&m)
 }

@@ -24,6 +24,17 @@ except ImportError as _exc:  # pragma: no cover - exercised without torch
     ) from _exc
 
 from ._backend import MooncakeProcessGroup
+from ._elastic import (
+    ProposalResponse,
+    ProposalStatus,
+    SyncAfterFailureResponse,
+    SyncAfterFailureStatus,
+    deactivate_ranks,
+    get_active_ranks,
+    get_current_epoch,
+    get_peer_state,
+    sync_after_failure,
+)
 from ._options import MooncakeBackendOptions
 from ._work import MooncakeWork
 
@@ -34,8 +45,17 @@ __all__ = [
     "MooncakeBackendOptions",
     "MooncakeProcessGroup",
     "MooncakeWork",
+    "ProposalResponse",
+    "ProposalStatus",
+    "SyncAfterFailureResponse",
+    "SyncAfterFailureStatus",
+    "deactivate_ranks",
+    "get_active_ranks",
+    "get_current_epoch",
     "get_failed_ranks_hint",
     "get_local_success",
+    "get_peer_state",
+    "sync_after_failure",
 ]
 
 

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from .. import _mooncake
 from . import _plane
 from ._plane import READY, GroupBroken, Plane, RedOp, _op_type, check_op, flat
+from ._options import MooncakeBackendOptions
 from ._work import MooncakeWork
 
 _native = _mooncake.pg
@@ -33,6 +34,22 @@ def _env_bytes(name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not a byte count") from None
 
 
+def _check_options(opts, size: int) -> None:
+    """Refuses what this backend cannot do rather than ignore it."""
+    if opts.max_group_size not in (0, size):
+        raise ValueError(
+            f"mooncake-cpu cannot reserve ranks beyond its initial group: "
+            f"max_group_size {opts.max_group_size} != world size {size}"
+        )
+    if opts.is_extension:
+        raise ValueError("mooncake-cpu does not support extension ranks (is_extension=True)")
+    if opts.auto_sync_on_failure and not opts.auto_deactivate_on_failure:
+        raise ValueError(
+            "auto_sync_on_failure needs auto_deactivate_on_failure: without it a failed "
+            "operation has no membership change to synchronise"
+        )
+
+
 class MooncakeProcessGroup(dist.ProcessGroup):
     """A group of ranks on one host, joined through the c10d store."""
 
@@ -45,7 +62,16 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._timeout_s = timeout_s
         self._options = options
         self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
-        self._failed: set[int] = set()
+        opts = options if options is not None else MooncakeBackendOptions(size)
+        _check_options(opts, size)
+        self._auto_deactivate = opts.auto_deactivate_on_failure
+        self._auto_sync = opts.auto_sync_on_failure
+        # Ranks found dead by any operation; the ones not yet reconciled by
+        # sync_after_failure; the membership view's epoch.
+        self._dead: set[int] = set()
+        self._unsynced: set[int] = set()
+        self._epoch = 0
+        self._state_lock = threading.Lock()
         self._closed = False
         slot = _env_bytes("MOONCAKE_PG_SLOT_BYTES", 4 << 20)
         ring = _env_bytes("MOONCAKE_PG_MAILBOX_BYTES", 4 << 20)
@@ -87,7 +113,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             raise
         try:
             shm.post(READY, gen & _plane.MASK)
-            shm.wait(list(range(size)), READY, gen & _plane.MASK, self._timeout_s)
+            dead = shm.wait(list(range(size)), READY, gen & _plane.MASK, self._timeout_s)
+            if dead:
+                raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
         finally:
             shm.unlink()
         return shm
@@ -114,18 +142,89 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._sender.shutdown(wait=False, cancel_futures=True)
         self._receiver.shutdown(wait=False, cancel_futures=True)
 
+    # -- membership ----------------------------------------------------
+    @property
+    def _n(self) -> int:
+        """How many ranks are active: the size collectives' tensors follow."""
+        return len(self._plane.ranks)
+
+    def _observe(self, dead, collective: bool = True) -> None:
+        """Records ranks an operation found dead. A collective's finding
+        is every survivor's (they wait on the same words), so with
+        auto-deactivation it changes the active set (a new epoch) at once;
+        a point-to-point one is this rank's alone and only fails later
+        operations towards that peer until a collective sees it too."""
+        dead = set(dead)
+        if not dead:
+            return
+        with self._state_lock:
+            self._dead |= dead
+            if not collective:
+                return
+            if not self._auto_sync:
+                self._unsynced |= dead
+            if self._auto_deactivate:
+                self._deactivate(dead)
+
+    def _deactivate(self, ranks) -> None:
+        active = [r for r in self._plane.ranks if r not in ranks]
+        if active != self._plane.ranks:
+            self._plane.ranks = active
+            self._epoch += 1
+
+    def active_ranks(self) -> list[int]:
+        return list(self._plane.ranks)
+
+    def epoch(self) -> int:
+        return self._epoch
+
+    def peer_alive(self, r: int) -> bool:
+        self._check_rank(r, "rank")
+        if r == self._rank:
+            return True
+        if r in self._dead or self._shm.dead([r]):
+            return False
+        return True
+
+    def deactivate(self, ranks: list[int]) -> tuple[list[int], str]:
+        """Removes dead ``ranks`` from the active set; returns the ones it
+        removed, or a reason to refuse. Every survivor finds the same ranks
+        dead, so each applies the same change without a coordinator; a
+        live rank cannot be removed this way (it would go on waiting for
+        the others)."""
+        for r in ranks:
+            self._check_rank(r, "rank")
+        alive = [r for r in ranks if self.peer_alive(r)]
+        if alive:
+            return [], f"ranks {alive} are alive: mooncake-cpu deactivates dead ranks only"
+        with self._state_lock:
+            self._dead |= set(ranks)
+            removed = [r for r in ranks if r in self._plane.ranks]
+            self._deactivate(set(ranks))
+        return removed, ""
+
+    def sync_after_failure(self) -> bool:
+        """Applies the failures seen so far to the membership view (with
+        auto-deactivation); whether any were pending."""
+        with self._state_lock:
+            pending = bool(self._unsynced)
+            if self._auto_deactivate:
+                self._deactivate(self._dead)
+            self._unsynced.clear()
+        return pending
+
     # -- running operations --------------------------------------------
     def _run(self, fn, result) -> MooncakeWork:
         if self._closed:
             raise RuntimeError("the mooncake-cpu process group was destroyed")
-        if self._failed:
-            return MooncakeWork(result, failed=list(self._failed), group_size=self._size)
+        self._plane.missing = set()
         try:
             fn()
-        except GroupBroken as exc:
-            self._failed.update(exc.mooncake_failed_ranks)
-            return MooncakeWork(result, failed=exc.mooncake_failed_ranks, group_size=self._size)
-        return MooncakeWork(result, group_size=self._size)
+        finally:
+            missing = sorted(self._plane.missing)
+            self._plane.missing = set()
+            self._observe(missing)
+        return MooncakeWork(result, failed=missing, group_size=self._size)
 
     @staticmethod
     def _root(opts) -> int:
@@ -134,6 +233,11 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def _check_rank(self, r: int, what: str) -> None:
         if not 0 <= r < self._size:
             raise ValueError(f"{what} {r} is outside a group of {self._size}")
+
+    def _check_root(self, r: int, what: str) -> None:
+        self._check_rank(r, what)
+        if r not in self._plane.ranks:
+            raise ValueError(f"{what} {r} is not an active rank of the group")
 
     # -- collectives ---------------------------------------------------
     def allreduce(self, tensors, opts=None):
@@ -147,7 +251,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         root = self._root(opts)
-        self._check_rank(root, "broadcast root")
+        self._check_root(root, "broadcast root")
         return self._run(lambda: [self._plane.broadcast(t, root) for t in tensors], tensors)
 
     def barrier(self, opts=None):
@@ -162,8 +266,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         for outs in output_lists:
-            if len(outs) != self._size:
-                raise ValueError(f"all_gather needs {self._size} output tensors, got {len(outs)}")
+            if len(outs) != self._n:
+                raise ValueError(f"all_gather needs {self._n} output tensors, got {len(outs)}")
         return self._run(
             lambda: [self._gather_into(outs, inp) for outs, inp in zip(output_lists, inputs)],
             output_lists,
@@ -173,13 +277,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         return self.allgather(output_lists, inputs, opts)
 
     def _gather_single(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        if out.numel() != inp.numel() * self._size:
+        if out.numel() != inp.numel() * self._n:
             raise ValueError(
                 f"all_gather_into_tensor: output has {out.numel()} elements, "
-                f"not {self._size} x {inp.numel()}"
+                f"not {self._n} x {inp.numel()}"
             )
         f, back = flat(out)
-        self._plane.all_gather(list(f.chunk(self._size)) if inp.numel() else [f] * self._size, inp)
+        self._plane.all_gather(list(f.chunk(self._n)) if inp.numel() else [f] * self._n, inp)
         if back:
             out.copy_(f.view(out.shape))
 
@@ -194,15 +298,15 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def _reduce_scatter_single(self, out, inp, op) -> None:
-        if inp.numel() != out.numel() * self._size:
+        if inp.numel() != out.numel() * self._n:
             raise ValueError(
                 f"reduce_scatter_tensor: input has {inp.numel()} elements, "
-                f"not {self._size} x {out.numel()}"
+                f"not {self._n} x {out.numel()}"
             )
         check_op(op, out.dtype)
         fi, _ = flat(inp)
         fo, back = flat(out)
-        blocks = list(fi.chunk(self._size)) if out.numel() else [fi] * self._size
+        blocks = list(fi.chunk(self._n)) if out.numel() else [fi] * self._n
         self._plane.reduce_scatter(fo, blocks, op)
         if back:
             out.copy_(fo.view(out.shape))
@@ -227,8 +331,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
         def run():
             for out, ins in zip(outs, input_lists):
-                if len(ins) != self._size:
-                    raise ValueError(f"reduce_scatter needs {self._size} inputs, got {len(ins)}")
+                if len(ins) != self._n:
+                    raise ValueError(f"reduce_scatter needs {self._n} inputs, got {len(ins)}")
                 check_op(op, out.dtype)
                 fo, back = flat(out)
                 self._plane.reduce_scatter(fo, [flat(i)[0] for i in ins], op)
@@ -239,7 +343,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts):
         root = self._root(opts)
-        self._check_rank(root, "reduce root")
+        self._check_root(root, "reduce root")
         op = _op_type(opts.reduceOp)
         for t in tensors:
             check_op(op, t.dtype)
@@ -247,9 +351,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def gather(self, output_lists, inputs, opts):
         root = self._root(opts)
-        self._check_rank(root, "gather root")
-        if self._rank == root and (not output_lists or len(output_lists[0]) != self._size):
-            raise ValueError(f"gather on its root needs {self._size} output tensors")
+        self._check_root(root, "gather root")
+        if self._rank == root and (not output_lists or len(output_lists[0]) != self._n):
+            raise ValueError(f"gather on its root needs {self._n} output tensors")
 
         def run():
             if self._rank == root:
@@ -265,12 +369,12 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def gather_single(self, out, inp, opts):
         root = self._root(opts)
-        self._check_rank(root, "gather root")
+        self._check_root(root, "gather root")
 
         def run():
             if self._rank == root:
                 f, back = flat(out)
-                self._plane.gather(list(f.chunk(self._size)) if inp.numel() else [f] * self._size, inp, root)
+                self._plane.gather(list(f.chunk(self._n)) if inp.numel() else [f] * self._n, inp, root)
                 if back:
                     out.copy_(f.view(out.shape))
             else:
@@ -280,9 +384,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     def scatter(self, outputs, input_lists, opts):
         root = self._root(opts)
-        self._check_rank(root, "scatter root")
-        if self._rank == root and (not input_lists or len(input_lists[0]) != self._size):
-            raise ValueError(f"scatter on its root needs {self._size} input tensors")
+        self._check_root(root, "scatter root")
+        if self._rank == root and (not input_lists or len(input_lists[0]) != self._n):
+            raise ValueError(f"scatter on its root needs {self._n} input tensors")
 
         def run():
             out = outputs[0]
@@ -301,7 +405,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         return int(t.item())
 
     def all_to_all_single(self, out, inp, out_splits, in_splits, opts=None):
-        w = self._size
+        w = self._n
 
         def rows(t, splits, what):
             if not splits:
@@ -332,8 +436,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def alltoall(self, outs, ins, opts=None):
-        if len(outs) != self._size or len(ins) != self._size:
-            raise ValueError(f"all_to_all needs {self._size} input and output tensors")
+        if len(outs) != self._n or len(ins) != self._n:
+            raise ValueError(f"all_to_all needs {self._n} input and output tensors")
 
         def run():
             fi = [flat(i)[0] for i in ins]
@@ -350,7 +454,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def _p2p_failed(self, peer: int) -> MooncakeWork | None:
         if self._closed:
             raise RuntimeError("the mooncake-cpu process group was destroyed")
-        if peer in self._failed:
+        if peer in self._dead:
             return MooncakeWork(None, failed=[peer], group_size=self._size)
         return None
 
@@ -358,7 +462,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         try:
             self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
         except _native.PeerFailure as exc:
-            self._failed.update(exc.args[1])
+            self._observe(exc.args[1], collective=False)
             raise GroupBroken(list(exc.args[1])) from None
         finally:
             with self._send_lock:
@@ -405,7 +509,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                     raise RuntimeError(f"recv: rank {src} sent {n} bytes under tag {tag}, expected {want}")
                 self._stash[(src, got_tag)].append(data)
         except _native.PeerFailure as exc:
-            self._failed.update(exc.args[1])
+            self._observe(exc.args[1], collective=False)
             raise GroupBroken(list(exc.args[1])) from None
 
     def _do_recv(self, src: int, tag: int, t: torch.Tensor) -> int:

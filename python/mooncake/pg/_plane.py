@@ -92,6 +92,17 @@ def reduce_into(out: torch.Tensor, srcs: list[torch.Tensor], op: RedOp) -> None:
         _combine(out, out, s, op)
 
 
+def divide(t: torch.Tensor, n: int) -> None:
+    """``t /= n`` in place (for AVG), through float32 where torch has no
+    arithmetic for the dtype."""
+    if n == 1:
+        return
+    if t.dtype in _UPCAST:
+        t.copy_(t.float() / n)
+    else:
+        t.div_(n)
+
+
 def flat(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
     """A flat contiguous view of ``t``, or a copy (True) to write back."""
     if t.is_contiguous():
@@ -109,7 +120,7 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 class GroupBroken(RuntimeError):
-    """An operation could not complete because peer ranks died."""
+    """A point-to-point operation could not complete because its peer died."""
 
     def __init__(self, ranks: list[int]):
         super().__init__(f"ranks {sorted(ranks)} of the group are dead")
@@ -117,7 +128,17 @@ class GroupBroken(RuntimeError):
 
 
 class Plane:
-    """One rank's rounds over the group's slots."""
+    """One rank's rounds over the group's slots.
+
+    ``ranks`` are the active ranks, in group order; a collective runs over
+    them, and the position of a rank in it is its index in gathered and
+    scattered tensors. A rank found dead during an operation (it never
+    posted a word the others wait on) is added to ``missing``: the
+    operation goes on without it from that round on, and the caller
+    reports it. Every survivor finds the same ranks missing at the same
+    words (a dead rank's words no longer move), so all of them compute the
+    same result.
+    """
 
     def __init__(self, shm, rank: int, world: int, timeout_s: float):
         self.shm = shm
@@ -126,6 +147,7 @@ class Plane:
         self.timeout_s = timeout_s
         self.k = 0
         self.ranks = list(range(world))
+        self.missing: set[int] = set()
         self.slot_bytes = shm.slot_bytes
         self._slots = [
             [
@@ -139,11 +161,15 @@ class Plane:
         ]
 
     # -- rounds ----------------------------------------------------------
-    def _wait(self, flag: int, k: int, ranks=None) -> None:
-        try:
-            self.shm.wait(self.ranks if ranks is None else ranks, flag, k, self.timeout_s)
-        except _native.PeerFailure as exc:
-            raise GroupBroken(list(exc.args[1])) from None
+    def live(self) -> list[int]:
+        return [r for r in self.ranks if r not in self.missing]
+
+    def _wait(self, flag: int, k: int, ranks=None) -> set[int]:
+        """Waits for ``ranks`` (default: the live ones); returns those found
+        dead instead, which are missing from now on."""
+        got = self.shm.wait(self.live() if ranks is None else ranks, flag, k, self.timeout_s)
+        self.missing.update(got)
+        return set(got)
 
     def begin(self) -> tuple[int, int]:
         self.k = (self.k + 1) & MASK
@@ -163,6 +189,10 @@ class Plane:
     def per(self, dtype: torch.dtype, blocks: int) -> int:
         return _native.block_elems(self.slot_bytes, torch.empty(0, dtype=dtype).element_size(), blocks)
 
+    def pos(self, rank: int) -> int:
+        """``rank``'s index among the active ranks."""
+        return self.ranks.index(rank)
+
     # -- collectives -----------------------------------------------------
     def barrier(self) -> None:
         k, _ = self.begin()
@@ -172,10 +202,8 @@ class Plane:
 
     def all_reduce(self, t: torch.Tensor, op: RedOp) -> None:
         f, back = flat(t)
-        n = len(self.ranks)
-        me = self.ranks.index(self.rank)
-        if n > 1:
-            direct = _native.all_reduce_direct(f.numel() * f.element_size(), n)
+        if len(self.live()) > 1:
+            direct = _native.all_reduce_direct(f.numel() * f.element_size(), len(self.live()))
             for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
                 m = b - a
                 k, s = self.begin()
@@ -183,66 +211,80 @@ class Plane:
                 mine.copy_(f[a:b])
                 self.post(ARRIVE, k)
                 self._wait(ARRIVE, k)
-                srcs = [self.view(r, s, f.dtype, m) for r in self.ranks]
-                if direct:
+                live = self.live()
+                srcs = [self.view(r, s, f.dtype, m) for r in live]
+                if direct or len(live) == 1:
                     reduce_into(f[a:b], srcs, op)
                 else:
-                    parts = _native.partition(m, n)
+                    parts = _native.partition(m, len(live))
+
+                    def order(i, lo, hi):
+                        # Part i is reduced in rank live[i]'s order, by it or
+                        # by the survivors when it died before posting it.
+                        return [srcs[i][lo:hi]] + [x[lo:hi] for j, x in enumerate(srcs) if j != i]
+
+                    me = live.index(self.rank)
                     lo, hi = parts[me]
-                    own = [srcs[me][lo:hi]] + [x[lo:hi] for i, x in enumerate(srcs) if i != me]
-                    reduce_into(mine[lo:hi], own, op)
+                    reduce_into(mine[lo:hi], order(me, lo, hi), op)
                     self.post(REDUCED, k)
-                    self._wait(REDUCED, k)
+                    gone = self._wait(REDUCED, k, live)
                     for i, (lo, hi) in enumerate(parts):
-                        f[a + lo : a + hi].copy_(srcs[i][lo:hi])
+                        if live[i] in gone:
+                            reduce_into(f[a + lo : a + hi], order(i, lo, hi), op)
+                        else:
+                            f[a + lo : a + hi].copy_(srcs[i][lo:hi])
                 self.post(DONE, k)
         if op == RedOp.AVG:
-            f.div_(n)
+            divide(f, len(self.live()))
         if back:
             t.copy_(f.view(t.shape))
 
     def broadcast(self, t: torch.Tensor, root: int) -> None:
         f, back = flat(t)
+        got = False
         for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
             k, s = self.begin()
             if self.rank == root:
                 self.view(root, s, f.dtype, b - a).copy_(f[a:b])
                 self.post(ARRIVE, k)
-            else:
-                self._wait(ARRIVE, k, [root])
+            elif root not in self.missing and not self._wait(ARRIVE, k, [root]):
                 f[a:b].copy_(self.view(root, s, f.dtype, b - a))
+                got = True
             self.post(DONE, k)
-        if back and self.rank != root:
+        if back and got:
             t.copy_(f.view(t.shape))
 
     def all_gather(self, outs: list[torch.Tensor], inp: torch.Tensor) -> None:
-        """``outs[r]`` (flat, contiguous, ``inp``'s size) gets rank r's input."""
+        """``outs[i]`` (flat, contiguous, ``inp``'s size) gets the input of
+        the ``i``-th active rank; a missing rank's is left as it was."""
         f, _ = flat(inp)
         for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
             k, s = self.begin()
             self.view(self.rank, s, f.dtype, b - a).copy_(f[a:b])
             self.post(ARRIVE, k)
             self._wait(ARRIVE, k)
-            for r in self.ranks:
-                outs[r][a:b].copy_(self.view(r, s, f.dtype, b - a))
+            for i, r in enumerate(self.ranks):
+                if r not in self.missing:
+                    outs[i][a:b].copy_(self.view(r, s, f.dtype, b - a))
             self.post(DONE, k)
 
     def reduce_scatter(self, out: torch.Tensor, blocks: list[torch.Tensor], op: RedOp) -> None:
-        """``out`` (flat) gets block ``rank`` of everyone's ``blocks`` reduced."""
+        """``out`` (flat) gets block ``pos(rank)`` of the live ranks'
+        ``blocks`` reduced."""
         n = out.numel()
-        w = self.world
-        for a, b in _native.rounds(n, self.per(out.dtype, w)):
+        me = self.pos(self.rank)
+        for a, b in _native.rounds(n, self.per(out.dtype, self.world)):
             m = b - a
             k, s = self.begin()
-            for q in self.ranks:
-                self.view(self.rank, s, out.dtype, m, q * m).copy_(blocks[q][a:b])
+            for i in range(len(self.ranks)):
+                self.view(self.rank, s, out.dtype, m, i * m).copy_(blocks[i][a:b])
             self.post(ARRIVE, k)
             self._wait(ARRIVE, k)
-            srcs = [self.view(r, s, out.dtype, m, self.rank * m) for r in self.ranks]
+            srcs = [self.view(r, s, out.dtype, m, me * m) for r in self.live()]
             reduce_into(out[a:b], srcs, op)
             self.post(DONE, k)
         if op == RedOp.AVG:
-            out.div_(len(self.ranks))
+            divide(out, len(self.live()))
 
     def reduce(self, t: torch.Tensor, root: int, op: RedOp) -> None:
         f, back = flat(t)
@@ -253,11 +295,11 @@ class Plane:
             self.post(ARRIVE, k)
             if self.rank == root:
                 self._wait(ARRIVE, k)
-                reduce_into(f[a:b], [self.view(r, s, f.dtype, m) for r in self.ranks], op)
+                reduce_into(f[a:b], [self.view(r, s, f.dtype, m) for r in self.live()], op)
             self.post(DONE, k)
         if self.rank == root:
             if op == RedOp.AVG:
-                f.div_(len(self.ranks))
+                divide(f, len(self.live()))
             if back:
                 t.copy_(f.view(t.shape))
 
@@ -269,39 +311,44 @@ class Plane:
             self.post(ARRIVE, k)
             if self.rank == root:
                 self._wait(ARRIVE, k)
-                for r in self.ranks:
-                    outs[r][a:b].copy_(self.view(r, s, f.dtype, b - a))
+                for i, r in enumerate(self.ranks):
+                    if r not in self.missing:
+                        outs[i][a:b].copy_(self.view(r, s, f.dtype, b - a))
             self.post(DONE, k)
 
     def scatter(self, out: torch.Tensor, ins: list[torch.Tensor] | None, root: int) -> None:
         n = out.numel()
+        me = self.pos(self.rank)
         for a, b in _native.rounds(n, self.per(out.dtype, self.world)):
             m = b - a
             k, s = self.begin()
             if self.rank == root:
-                for q in self.ranks:
-                    self.view(root, s, out.dtype, m, q * m).copy_(ins[q][a:b])
+                for i in range(len(self.ranks)):
+                    self.view(root, s, out.dtype, m, i * m).copy_(ins[i][a:b])
                 self.post(ARRIVE, k)
-            else:
-                self._wait(ARRIVE, k, [root])
-            out[a:b].copy_(self.view(root, s, out.dtype, m, self.rank * m))
+            elif root in self.missing or self._wait(ARRIVE, k, [root]):
+                self.post(DONE, k)
+                continue
+            out[a:b].copy_(self.view(root, s, out.dtype, m, me * m))
             self.post(DONE, k)
 
     def all_to_all(self, outs: list[torch.Tensor], ins: list[torch.Tensor], longest: int) -> None:
-        """``outs[r]`` gets rank r's ``ins[rank]``; all flat. ``longest`` is
-        the longest block any rank sends (the same on every rank)."""
+        """``outs[i]`` gets the ``i``-th active rank's block for this rank;
+        ``ins[i]`` goes to the ``i``-th; all flat. ``longest`` is the
+        longest block any rank sends (the same on every rank)."""
         dtype = outs[0].dtype if outs else ins[0].dtype
         per = self.per(dtype, self.world)
+        me = self.pos(self.rank)
         for a, b in _native.rounds(longest, per):
             k, s = self.begin()
-            for q in self.ranks:
-                lo, hi = min(a, ins[q].numel()), min(b, ins[q].numel())
+            for i in range(len(self.ranks)):
+                lo, hi = min(a, ins[i].numel()), min(b, ins[i].numel())
                 if hi > lo:
-                    self.view(self.rank, s, dtype, hi - lo, q * per).copy_(ins[q][lo:hi])
+                    self.view(self.rank, s, dtype, hi - lo, i * per).copy_(ins[i][lo:hi])
             self.post(ARRIVE, k)
             self._wait(ARRIVE, k)
-            for r in self.ranks:
-                lo, hi = min(a, outs[r].numel()), min(b, outs[r].numel())
-                if hi > lo:
-                    outs[r][lo:hi].copy_(self.view(r, s, dtype, hi - lo, self.rank * per))
+            for i, r in enumerate(self.ranks):
+                lo, hi = min(a, outs[i].numel()), min(b, outs[i].numel())
+                if hi > lo and r not in self.missing:
+                    outs[i][lo:hi].copy_(self.view(r, s, dtype, hi - lo, me * per))
             self.post(DONE, k)
