@@ -29,7 +29,7 @@ impl Layout {
         if world == 0 {
             return Err("a group needs at least one rank".into());
         }
-        if slot_bytes < PAGE || slot_bytes % PAGE != 0 {
+        if slot_bytes < PAGE || !slot_bytes.is_multiple_of(PAGE) {
             return Err(format!(
                 "slot size {slot_bytes} must be a positive multiple of {PAGE}"
             ));
