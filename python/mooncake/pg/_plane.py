@@ -135,9 +135,9 @@ class Plane:
     scattered tensors. A rank found dead during an operation (it never
     posted a word the others wait on) is added to ``missing``: the
     operation goes on without it from that round on, and the caller
-    reports it. Every survivor finds the same ranks missing at the same
-    words (a dead rank's words no longer move), so all of them compute the
-    same result.
+    reports it. Every rank waits for every live rank's Arrive in every
+    round, and a dead rank's words no longer move, so every survivor finds
+    the same ranks missing at the same round and computes the same result.
     """
 
     def __init__(self, shm, rank: int, world: int, timeout_s: float):
@@ -239,6 +239,10 @@ class Plane:
         if back:
             t.copy_(f.view(t.shape))
 
+    # Rooted collectives: every rank posts and waits for every live rank's
+    # Arrive, not only the root's, so that a dead rank is found missing at
+    # the same word by every survivor (the same membership everywhere).
+
     def broadcast(self, t: torch.Tensor, root: int) -> None:
         f, back = flat(t)
         got = False
@@ -246,8 +250,9 @@ class Plane:
             k, s = self.begin()
             if self.rank == root:
                 self.view(root, s, f.dtype, b - a).copy_(f[a:b])
-                self.post(ARRIVE, k)
-            elif root not in self.missing and not self._wait(ARRIVE, k, [root]):
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if self.rank != root and root not in self.missing:
                 f[a:b].copy_(self.view(root, s, f.dtype, b - a))
                 got = True
             self.post(DONE, k)
@@ -293,8 +298,8 @@ class Plane:
             k, s = self.begin()
             self.view(self.rank, s, f.dtype, m).copy_(f[a:b])
             self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
             if self.rank == root:
-                self._wait(ARRIVE, k)
                 reduce_into(f[a:b], [self.view(r, s, f.dtype, m) for r in self.live()], op)
             self.post(DONE, k)
         if self.rank == root:
@@ -309,8 +314,8 @@ class Plane:
             k, s = self.begin()
             self.view(self.rank, s, f.dtype, b - a).copy_(f[a:b])
             self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
             if self.rank == root:
-                self._wait(ARRIVE, k)
                 for i, r in enumerate(self.ranks):
                     if r not in self.missing:
                         outs[i][a:b].copy_(self.view(r, s, f.dtype, b - a))
@@ -325,11 +330,10 @@ class Plane:
             if self.rank == root:
                 for i in range(len(self.ranks)):
                     self.view(root, s, out.dtype, m, i * m).copy_(ins[i][a:b])
-                self.post(ARRIVE, k)
-            elif root in self.missing or self._wait(ARRIVE, k, [root]):
-                self.post(DONE, k)
-                continue
-            out[a:b].copy_(self.view(root, s, out.dtype, m, me * m))
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if root not in self.missing:
+                out[a:b].copy_(self.view(root, s, out.dtype, m, me * m))
             self.post(DONE, k)
 
     def all_to_all(self, outs: list[torch.Tensor], ins: list[torch.Tensor], longest: int) -> None:
