@@ -393,6 +393,51 @@ def case_manual_evict(rank, world):
         raise AssertionError("broadcast from a deactivated root was accepted")
 
 
+def case_p2p_fault(rank, world):
+    """The reference's P2P fault detection: a point-to-point all-to-all,
+    healthy, then with rank 1 dead: the operations with it fail (and only
+    those), and auto-sync has applied the new view when they complete."""
+    broken = 1
+
+    def p2p_all_to_all():
+        ops, got = [], []
+        for p in range(world):
+            if p == rank:
+                continue
+            r = torch.empty(1, dtype=torch.int64)
+            ops.append(dist.P2POp(dist.isend, torch.tensor([rank]), peer=p))
+            ops.append(dist.P2POp(dist.irecv, r, peer=p))
+            got.append((p, r))
+        works = dist.batch_isend_irecv(ops)
+        for w in works:
+            w.wait()
+        return works, got
+
+    works, got = p2p_all_to_all()
+    for w in works:
+        assert pg.get_local_success(w)
+        assert pg.get_failed_ranks_hint(w).tolist() == [0] * world
+    assert all(r.item() == p for p, r in got)
+    dist.barrier()
+    if rank == broken:
+        os._exit(0)
+    _wait_dead(broken)
+    works, got = p2p_all_to_all()
+    peers = [p for p in range(world) if p != rank]
+    for w, peer in zip(works, [p for p in peers for _ in range(2)]):
+        hint = [0] * world
+        if peer == broken:
+            hint[broken] = 1
+            assert not pg.get_local_success(w)
+        else:
+            assert pg.get_local_success(w)
+        assert pg.get_failed_ranks_hint(w).tolist() == hint
+    assert all(r.item() == p for p, r in got if p != broken)
+    want = [1] * world
+    want[broken] = 0
+    assert pg.get_active_ranks(dist.group.WORLD).tolist() == want
+
+
 OPTIONS = {
     "manual_evict": lambda world: pg.MooncakeBackendOptions(world, False, False, False),
     "failed_rank": lambda world: pg.MooncakeBackendOptions(world),

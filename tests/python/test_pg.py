@@ -83,6 +83,10 @@ def test_a_killed_rank_fails_the_survivors_operations_without_a_hang():
     run_ranks(4, "failed_rank", dead=(3,))
 
 
+def test_point_to_point_with_a_killed_rank_fails_only_towards_it():
+    run_ranks(4, "p2p_fault", dead=(1,))
+
+
 def test_manual_deactivation_of_a_dead_rank():
     run_ranks(3, "manual_evict", dead=(1,))
 

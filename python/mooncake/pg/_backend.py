@@ -148,19 +148,17 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         """How many ranks are active: the size collectives' tensors follow."""
         return len(self._plane.ranks)
 
-    def _observe(self, dead, collective: bool = True) -> None:
-        """Records ranks an operation found dead. A collective's finding
-        is every survivor's (they wait on the same words), so with
-        auto-deactivation it changes the active set (a new epoch) at once;
-        a point-to-point one is this rank's alone and only fails later
-        operations towards that peer until a collective sees it too."""
+    def _observe(self, dead) -> None:
+        """Records ranks an operation found dead; with auto-deactivation
+        they leave the active set (a new epoch) before the operation
+        completes. A collective's finding is every survivor's (they wait
+        on the same words); a point-to-point one is this rank's first, and
+        the others' collectives find the same dead process by themselves."""
         dead = set(dead)
         if not dead:
             return
         with self._state_lock:
             self._dead |= dead
-            if not collective:
-                return
             if not self._auto_sync:
                 self._unsynced |= dead
             if self._auto_deactivate:
@@ -454,7 +452,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
     def _p2p_failed(self, peer: int) -> MooncakeWork | None:
         if self._closed:
             raise RuntimeError("the mooncake-cpu process group was destroyed")
-        if peer in self._dead:
+        # A send to a dead peer would only fill its mailbox: it fails.
+        if peer in self._dead or self._shm.dead([peer]):
+            self._observe([peer])
             return MooncakeWork(None, failed=[peer], group_size=self._size)
         return None
 
@@ -462,7 +462,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         try:
             self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
         except _native.PeerFailure as exc:
-            self._observe(exc.args[1], collective=False)
+            self._observe(exc.args[1])
             raise GroupBroken(list(exc.args[1])) from None
         finally:
             with self._send_lock:
@@ -509,7 +509,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                     raise RuntimeError(f"recv: rank {src} sent {n} bytes under tag {tag}, expected {want}")
                 self._stash[(src, got_tag)].append(data)
         except _native.PeerFailure as exc:
-            self._observe(exc.args[1], collective=False)
+            self._observe(exc.args[1])
             raise GroupBroken(list(exc.args[1])) from None
 
     def _do_recv(self, src: int, tag: int, t: torch.Tensor) -> int:
