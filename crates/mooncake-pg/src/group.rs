@@ -254,20 +254,34 @@ impl ShmGroup {
     }
 
     /// Sends one message to `dst`: it waits in `dst`'s mailbox until
-    /// `dst` receives it; blocks while the ring is full.
+    /// `dst` receives it; blocks while the ring is full. Returns the
+    /// stream position just past the message, for [`ShmGroup::wait_read`].
     pub fn send(
         &self,
         dst: usize,
         tag: i64,
         data: &[u8],
         deadline: Instant,
-    ) -> Result<(), GroupError> {
+    ) -> Result<u32, GroupError> {
         let _one_writer = self.tx[dst].lock();
         let mut header = [0u8; MSG_HEADER];
         header[..8].copy_from_slice(&tag.to_le_bytes());
         header[8..].copy_from_slice(&(data.len() as u64).to_le_bytes());
         self.write_stream(dst, &header, deadline)?;
-        self.write_stream(dst, data, deadline)
+        self.write_stream(dst, data, deadline)?;
+        Ok(self
+            .word(self.rank, self.layout.tx_head(dst))
+            .load(Ordering::Relaxed))
+    }
+
+    /// Waits until `dst` has read its mailbox from this rank up to stream
+    /// position `end` (a message sent is then received); `dst` dying
+    /// first ends the wait with [`GroupError::Dead`].
+    pub fn wait_read(&self, dst: usize, end: u32, deadline: Instant) -> Result<(), GroupError> {
+        let tail_w = self.word(dst, self.layout.rx_tail(self.rank));
+        let dead = || self.dead(&[dst]);
+        wait_word(tail_w, |t| reached(t, end), deadline, &dead)?;
+        Ok(())
     }
 
     /// The tag and length of the next message from `src`; its payload must

@@ -70,10 +70,13 @@ fn messages_cross_a_small_ring_intact_and_in_order() {
     let sizes = [0usize, 1, 15, 4096, 4097, 100_000, 3];
     let sender = gs[0].clone();
     let t = std::thread::spawn(move || {
+        let mut end = 0;
         for (i, &n) in sizes.iter().enumerate() {
             let data: Vec<u8> = (0..n).map(|b| (b * 7 + i) as u8).collect();
-            sender.send(1, i as i64 - 2, &data, far()).unwrap();
+            end = sender.send(1, i as i64 - 2, &data, far()).unwrap();
         }
+        // Returns once the receiver has read the last message.
+        sender.wait_read(1, end, far()).unwrap();
     });
     for (i, &n) in sizes.iter().enumerate() {
         let (tag, len) = gs[1].recv_header(0, far()).unwrap();
@@ -121,6 +124,10 @@ fn a_dead_peer_ends_the_wait_instead_of_hanging_it() {
     assert_eq!(g0.wait(&[0, 1], Flag::Arrive, 1, far()), Ok(vec![]));
     assert_eq!(g0.wait(&[0, 1], Flag::Arrive, 2, far()), Ok(vec![1]));
     assert_eq!(g0.wait(&[1, 0], Flag::Done, 1, far()), Ok(vec![1]));
+    // A message it will never read: the send lands in the mailbox, the
+    // wait for its reading ends on the death.
+    let end = g0.send(1, 5, &[1, 2, 3], far()).unwrap();
+    assert_eq!(g0.wait_read(1, end, far()), Err(GroupError::Dead(vec![1])));
     assert!(started.elapsed() < Duration::from_secs(20));
     assert_eq!(g0.recv_header(1, far()), Err(GroupError::Dead(vec![1])));
     child.wait().unwrap();

@@ -110,13 +110,22 @@ impl PyShmGroup {
         addr: usize,
         nbytes: usize,
         timeout_s: f64,
-    ) -> PyResult<()> {
+    ) -> PyResult<u32> {
         self.peer(dst)?;
         let d = deadline(timeout_s)?;
         // SAFETY: the caller hands the address and length of a tensor it
         // keeps alive until this returns.
         let data = unsafe { bytes(addr, nbytes) };
         py.allow_threads(|| self.inner.send(dst, tag, data, d))
+            .map_err(err)
+    }
+
+    /// Waits until `dst` has read this rank's messages up to `end` (what
+    /// `send` returned).
+    fn wait_read(&self, py: Python<'_>, dst: usize, end: u32, timeout_s: f64) -> PyResult<()> {
+        self.peer(dst)?;
+        let d = deadline(timeout_s)?;
+        py.allow_threads(|| self.inner.wait_read(dst, end, d))
             .map_err(err)
     }
 

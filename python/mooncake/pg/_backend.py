@@ -458,9 +458,9 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             return MooncakeWork(None, failed=[peer], group_size=self._size)
         return None
 
-    def _do_send(self, dst: int, tag: int, data: torch.Tensor) -> None:
+    def _do_send(self, dst: int, tag: int, data: torch.Tensor) -> int:
         try:
-            self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
+            return self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
         except _native.PeerFailure as exc:
             self._observe(exc.args[1])
             raise GroupBroken(list(exc.args[1])) from None
@@ -480,7 +480,16 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         with self._send_lock:
             self._queued_sends[dst] += 1
         fut = self._sender.submit(self._do_send, dst, int(tag), data)
-        return MooncakeWork(tensors, future=fut, group_size=self._size)
+        return MooncakeWork(tensors, future=fut, group_size=self._size, confirm=lambda end: self._wait_read(dst, end))
+
+    def _wait_read(self, dst: int, end: int) -> None:
+        """A send is done when its peer has read it, so that a peer dying
+        with the message unread fails the send."""
+        try:
+            self._shm.wait_read(dst, end, self._timeout_s)
+        except _native.PeerFailure as exc:
+            self._observe(exc.args[1])
+            raise GroupBroken(list(exc.args[1])) from None
 
     def _recv_message(self, src: int, tag: int, t: torch.Tensor) -> int:
         """Reads messages from ``src`` until one has ``tag``; keeps the

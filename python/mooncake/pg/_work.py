@@ -27,6 +27,7 @@ class MooncakeWork(dist.Work):
         failed: list[int] | None = None,
         group_size: int = 0,
         source: int = -1,
+        confirm=None,
     ):
         super().__init__()
         self._result = result
@@ -34,6 +35,9 @@ class MooncakeWork(dist.Work):
         self._failed = sorted(set(failed or []))
         self._group_size = group_size
         self._source = source
+        # Called with the future's result; it completes the operation (a
+        # send waits there for its peer to read it).
+        self._confirm = confirm
         self._error: BaseException | None = None
         self._settled = future is None
 
@@ -42,6 +46,9 @@ class MooncakeWork(dist.Work):
             return
         try:
             out = self._future.result()
+            if self._confirm is not None:
+                self._confirm(out)
+                out = None
         except Exception as exc:  # noqa: BLE001 - kept for exception()
             failed = getattr(exc, "mooncake_failed_ranks", None)
             if failed is None:
@@ -60,7 +67,7 @@ class MooncakeWork(dist.Work):
         return not self._failed
 
     def is_completed(self) -> bool:
-        return self._settled or self._future.done()
+        return self._settled or (self._confirm is None and self._future.done())
 
     def is_success(self) -> bool:
         self._settle()
