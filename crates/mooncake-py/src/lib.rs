@@ -21,6 +21,7 @@ mod enums;
 mod handle;
 mod hostmem;
 mod mem;
+mod pg;
 mod running;
 mod store;
 
@@ -98,6 +99,7 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     enums::register(m)?;
     engine::register(m)?;
     store::register(m)?;
+    pg::register(m)?;
     m.add_class::<hostmem::HostMemAllocator>()?;
     m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
     m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;

@@ -1,0 +1,404 @@
+//! One rank's view of a same-host group: its own segment and its peers'.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Instant;
+
+use memmap2::MmapMut;
+use parking_lot::Mutex;
+
+use crate::layout::{Layout, MAGIC};
+use crate::wait::{futex_wake, reached, wait_word, ProcessWatch, WaitError};
+
+/// A rank's collective control words. Each only grows (wrapping), so a
+/// waiter asks "has the peer reached round k" and a skipped post of an
+/// earlier round is implied by a later one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flag {
+    /// The rank's input of round k is in its slot.
+    Arrive = 0,
+    /// The rank's part of round k is reduced in its slot.
+    Reduced = 1,
+    /// The rank has read all it needs of round k from the others' slots.
+    Done = 2,
+    /// The rank has mapped every peer (setup only).
+    Ready = 3,
+}
+
+impl Flag {
+    /// The flag numbered `n`, as the Python glue names them.
+    pub fn from_index(n: usize) -> Option<Flag> {
+        [Flag::Arrive, Flag::Reduced, Flag::Done, Flag::Ready]
+            .get(n)
+            .copied()
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GroupError {
+    #[error("ranks {0:?} of the group are dead")]
+    Dead(Vec<usize>),
+    #[error("timed out waiting for a peer")]
+    Timeout,
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl From<WaitError> for GroupError {
+    fn from(e: WaitError) -> Self {
+        match e {
+            WaitError::Dead(r) => GroupError::Dead(r),
+            WaitError::Timeout => GroupError::Timeout,
+        }
+    }
+}
+
+const HDR_WORLD: usize = 8;
+const HDR_RANK: usize = 16;
+const HDR_SLOT: usize = 24;
+const HDR_RING: usize = 32;
+/// A mailbox message: tag (i64) then payload length (u64).
+const MSG_HEADER: usize = 16;
+
+/// One rank's mapping of its own and its peers' segments.
+pub struct ShmGroup {
+    rank: usize,
+    layout: Layout,
+    path: PathBuf,
+    unlinked: AtomicBool,
+    maps: Vec<Option<MmapMut>>,
+    watches: Vec<Option<ProcessWatch>>,
+    tx: Vec<Mutex<()>>,
+    rx: Vec<Mutex<()>>,
+}
+
+fn setup(what: &str, path: &Path, e: impl std::fmt::Display) -> GroupError {
+    GroupError::Setup(format!("{what} {}: {e}", path.display()))
+}
+
+impl ShmGroup {
+    /// Creates this rank's segment as a new file `path` (which must not
+    /// exist) and maps it. Peers are added with [`ShmGroup::connect`].
+    pub fn create(path: &Path, rank: usize, layout: Layout) -> Result<ShmGroup, GroupError> {
+        if rank >= layout.world {
+            return Err(GroupError::Setup(format!(
+                "rank {rank} outside a group of {}",
+                layout.world
+            )));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| setup("cannot create", path, e))?;
+        file.set_len(layout.len() as u64)
+            .map_err(|e| setup("cannot size", path, e))?;
+        // SAFETY: the file is ours, just created with this length; peers
+        // only map it after its name is published.
+        let mut map =
+            unsafe { MmapMut::map_mut(&file) }.map_err(|e| setup("cannot map", path, e))?;
+        map[HDR_WORLD..HDR_WORLD + 8].copy_from_slice(&(layout.world as u64).to_le_bytes());
+        map[HDR_RANK..HDR_RANK + 8].copy_from_slice(&(rank as u64).to_le_bytes());
+        map[HDR_SLOT..HDR_SLOT + 8].copy_from_slice(&(layout.slot_bytes as u64).to_le_bytes());
+        map[HDR_RING..HDR_RING + 8].copy_from_slice(&(layout.ring_bytes as u64).to_le_bytes());
+        map[..8].copy_from_slice(&MAGIC.to_le_bytes());
+        let mut maps: Vec<Option<MmapMut>> = (0..layout.world).map(|_| None).collect();
+        maps[rank] = Some(map);
+        Ok(ShmGroup {
+            rank,
+            layout,
+            path: path.to_owned(),
+            unlinked: AtomicBool::new(false),
+            maps,
+            watches: (0..layout.world).map(|_| None).collect(),
+            tx: (0..layout.world).map(|_| Mutex::new(())).collect(),
+            rx: (0..layout.world).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// Maps `peer`'s segment at `path`, checks it was made for this group,
+    /// and watches its process `pid`.
+    pub fn connect(&mut self, peer: usize, path: &Path, pid: i32) -> Result<(), GroupError> {
+        if peer >= self.layout.world || peer == self.rank {
+            return Err(GroupError::Setup(format!("cannot connect to rank {peer}")));
+        }
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| setup("cannot open", path, e))?;
+        // SAFETY: a peer's segment, shared on purpose; we only touch it
+        // through atomics and the byte ranges the protocol hands to us.
+        let map = unsafe { MmapMut::map_mut(&file) }.map_err(|e| setup("cannot map", path, e))?;
+        let word = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().unwrap());
+        let ok = map.len() == self.layout.len()
+            && word(0) == MAGIC
+            && word(HDR_WORLD) == self.layout.world as u64
+            && word(HDR_RANK) == peer as u64
+            && word(HDR_SLOT) == self.layout.slot_bytes as u64
+            && word(HDR_RING) == self.layout.ring_bytes as u64;
+        if !ok {
+            return Err(GroupError::Setup(format!(
+                "{} is not rank {peer}'s segment of this group",
+                path.display()
+            )));
+        }
+        self.maps[peer] = Some(map);
+        self.watches[peer] = Some(ProcessWatch::new(pid));
+        Ok(())
+    }
+
+    /// Removes this rank's file (its peers keep their mappings); done once
+    /// every peer has mapped it, so a crash later leaves nothing behind.
+    pub fn unlink(&self) {
+        if !self.unlinked.swap(true, Ordering::AcqRel) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn base(&self, rank: usize) -> *mut u8 {
+        self.maps[rank]
+            .as_ref()
+            .unwrap_or_else(|| panic!("rank {rank} is not connected"))
+            .as_ptr() as *mut u8
+    }
+
+    fn word(&self, rank: usize, offset: usize) -> &AtomicU32 {
+        // SAFETY: offsets come from the layout, 64-byte aligned and inside
+        // the mapping, which lives as long as self.
+        unsafe { &*(self.base(rank).add(offset) as *const AtomicU32) }
+    }
+
+    /// Whether `rank` is mapped (itself, or a connected peer).
+    pub fn connected(&self, rank: usize) -> bool {
+        self.maps.get(rank).is_some_and(|m| m.is_some())
+    }
+
+    /// The ranks among `ranks` whose processes have exited.
+    pub fn dead(&self, ranks: &[usize]) -> Vec<usize> {
+        ranks
+            .iter()
+            .copied()
+            .filter(|&r| {
+                self.watches
+                    .get(r)
+                    .and_then(|w| w.as_ref())
+                    .is_some_and(|w| !w.alive())
+            })
+            .collect()
+    }
+
+    /// Announces that this rank reached `value` of `flag`.
+    pub fn post(&self, flag: Flag, value: u32) {
+        let w = self.word(self.rank, self.layout.flag(flag as usize));
+        w.store(value, Ordering::Release);
+        futex_wake(w);
+    }
+
+    /// The value of `rank`'s `flag`.
+    pub fn flag(&self, rank: usize, flag: Flag) -> u32 {
+        self.word(rank, self.layout.flag(flag as usize))
+            .load(Ordering::Acquire)
+    }
+
+    /// Waits until every rank in `ranks` (itself excepted) reached `value`
+    /// of `flag`, or is found dead without having reached it. Returns the
+    /// dead ones that never reached it: every survivor that waits on the
+    /// same word sees the same set, as a dead rank's word no longer moves.
+    /// Only the deadline passing with a live laggard is an error.
+    pub fn wait(
+        &self,
+        ranks: &[usize],
+        flag: Flag,
+        value: u32,
+        deadline: Instant,
+    ) -> Result<Vec<usize>, GroupError> {
+        let mut missing = Vec::new();
+        for &r in ranks {
+            if r == self.rank {
+                continue;
+            }
+            let w = self.word(r, self.layout.flag(flag as usize));
+            let is_dead = || self.dead(&[r]);
+            // A rank already known dead costs no sleep.
+            if !reached(w.load(Ordering::Acquire), value) && !is_dead().is_empty() {
+                if !reached(w.load(Ordering::Acquire), value) {
+                    missing.push(r);
+                }
+                continue;
+            }
+            match wait_word(w, |v| reached(v, value), deadline, &is_dead) {
+                Ok(()) => {}
+                Err(WaitError::Dead(_)) => missing.push(r),
+                Err(WaitError::Timeout) => return Err(GroupError::Timeout),
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Address of `rank`'s collective slot `slot`.
+    pub fn slot_addr(&self, rank: usize, slot: usize) -> usize {
+        self.base(rank) as usize + self.layout.slot(slot)
+    }
+
+    /// Sends one message to `dst`: it waits in `dst`'s mailbox until
+    /// `dst` receives it; blocks while the ring is full. Returns the
+    /// stream position just past the message, for [`ShmGroup::wait_read`].
+    pub fn send(
+        &self,
+        dst: usize,
+        tag: i64,
+        data: &[u8],
+        deadline: Instant,
+    ) -> Result<u32, GroupError> {
+        let _one_writer = self.tx[dst].lock();
+        let mut header = [0u8; MSG_HEADER];
+        header[..8].copy_from_slice(&tag.to_le_bytes());
+        header[8..].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        self.write_stream(dst, &header, deadline)?;
+        self.write_stream(dst, data, deadline)?;
+        Ok(self
+            .word(self.rank, self.layout.tx_head(dst))
+            .load(Ordering::Relaxed))
+    }
+
+    /// Waits until `dst` has read its mailbox from this rank up to stream
+    /// position `end` (a message sent is then received); `dst` dying
+    /// first ends the wait with [`GroupError::Dead`].
+    pub fn wait_read(&self, dst: usize, end: u32, deadline: Instant) -> Result<(), GroupError> {
+        let tail_w = self.word(dst, self.layout.rx_tail(self.rank));
+        let dead = || self.dead(&[dst]);
+        wait_word(tail_w, |t| reached(t, end), deadline, &dead)?;
+        Ok(())
+    }
+
+    /// The tag and length of the next message from `src`; its payload must
+    /// be read next with [`ShmGroup::recv_body`].
+    pub fn recv_header(&self, src: usize, deadline: Instant) -> Result<(i64, usize), GroupError> {
+        let mut header = [0u8; MSG_HEADER];
+        self.read_stream(src, &mut header, deadline)?;
+        let tag = i64::from_le_bytes(header[..8].try_into().unwrap());
+        let len = u64::from_le_bytes(header[8..].try_into().unwrap()) as usize;
+        Ok((tag, len))
+    }
+
+    /// Reads the payload of the message whose header was just read.
+    pub fn recv_body(
+        &self,
+        src: usize,
+        out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
+        self.read_stream(src, out, deadline)
+    }
+
+    /// Whether a message from `src` is waiting.
+    pub fn pending(&self, src: usize) -> bool {
+        let head = self
+            .word(src, self.layout.tx_head(self.rank))
+            .load(Ordering::Acquire);
+        let tail = self
+            .word(self.rank, self.layout.rx_tail(src))
+            .load(Ordering::Relaxed);
+        head != tail
+    }
+
+    /// Pieces of at most a quarter ring, so the reader copies out one
+    /// piece while the writer fills the next.
+    fn piece(&self) -> u32 {
+        (self.layout.ring_bytes / 4) as u32
+    }
+
+    fn write_stream(
+        &self,
+        dst: usize,
+        mut data: &[u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
+        let size = self.layout.ring_bytes as u32;
+        let head_w = self.word(self.rank, self.layout.tx_head(dst));
+        let tail_w = self.word(dst, self.layout.rx_tail(self.rank));
+        let ring = self.base(self.rank).wrapping_add(self.layout.ring(dst));
+        let mut head = head_w.load(Ordering::Relaxed);
+        let dead = || self.dead(&[dst]);
+        while !data.is_empty() {
+            wait_word(tail_w, |t| head.wrapping_sub(t) < size, deadline, &dead)?;
+            let free = size - head.wrapping_sub(tail_w.load(Ordering::Acquire));
+            let n = (data.len() as u32).min(free).min(self.piece());
+            copy_ring(ring, size, head, &data[..n as usize]);
+            data = &data[n as usize..];
+            head = head.wrapping_add(n);
+            head_w.store(head, Ordering::Release);
+            futex_wake(head_w);
+        }
+        Ok(())
+    }
+
+    fn read_stream(
+        &self,
+        src: usize,
+        mut out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(), GroupError> {
+        let _one_reader = self.rx[src].lock();
+        let size = self.layout.ring_bytes as u32;
+        let head_w = self.word(src, self.layout.tx_head(self.rank));
+        let tail_w = self.word(self.rank, self.layout.rx_tail(src));
+        let ring = self.base(src).wrapping_add(self.layout.ring(self.rank));
+        let mut tail = tail_w.load(Ordering::Relaxed);
+        let dead = || self.dead(&[src]);
+        while !out.is_empty() {
+            wait_word(head_w, |h| h != tail, deadline, &dead)?;
+            let avail = head_w.load(Ordering::Acquire).wrapping_sub(tail);
+            let n = (out.len() as u32).min(avail).min(self.piece()) as usize;
+            let (now, rest) = std::mem::take(&mut out).split_at_mut(n);
+            copy_ring_out(ring, size, tail, now);
+            out = rest;
+            tail = tail.wrapping_add(n as u32);
+            tail_w.store(tail, Ordering::Release);
+            futex_wake(tail_w);
+        }
+        Ok(())
+    }
+}
+
+/// Copies `data` into the ring at stream position `pos`, wrapping.
+fn copy_ring(ring: *mut u8, size: u32, pos: u32, data: &[u8]) {
+    let at = (pos % size) as usize;
+    let first = data.len().min(size as usize - at);
+    // SAFETY: `ring` is a mapped region of `size` bytes; the two copies
+    // stay inside it, and the protocol gives the writer these bytes alone.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), ring.add(at), first);
+        std::ptr::copy_nonoverlapping(data.as_ptr().add(first), ring, data.len() - first);
+    }
+}
+
+/// Copies bytes out of the ring from stream position `pos`, wrapping.
+fn copy_ring_out(ring: *const u8, size: u32, pos: u32, out: &mut [u8]) {
+    let at = (pos % size) as usize;
+    let first = out.len().min(size as usize - at);
+    // SAFETY: as in copy_ring, for the reader's bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ring.add(at), out.as_mut_ptr(), first);
+        std::ptr::copy_nonoverlapping(ring, out.as_mut_ptr().add(first), out.len() - first);
+    }
+}
+
+impl Drop for ShmGroup {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}

@@ -1,0 +1,560 @@
+"""The ``mooncake-cpu`` process group: a ``torch.distributed.ProcessGroup``
+subclass whose operations run on the shared-memory plane (``_plane``) and
+the per-peer mailboxes of ``mooncake._mooncake.pg``."""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import threading
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from .. import _mooncake
+from . import _plane
+from ._plane import READY, GroupBroken, Plane, RedOp, _op_type, check_op, flat
+from ._options import MooncakeBackendOptions
+from ._work import MooncakeWork
+
+_native = _mooncake.pg
+
+SHM_DIR = os.environ.get("MOONCAKE_PG_SHM_DIR", "/dev/shm")
+
+
+def _env_bytes(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a byte count") from None
+
+
+def _check_options(opts, size: int) -> None:
+    """Refuses what this backend cannot do rather than ignore it."""
+    if opts.max_group_size not in (0, size):
+        raise ValueError(
+            f"mooncake-cpu cannot reserve ranks beyond its initial group: "
+            f"max_group_size {opts.max_group_size} != world size {size}"
+        )
+    if opts.is_extension:
+        raise ValueError("mooncake-cpu does not support extension ranks (is_extension=True)")
+    if opts.auto_sync_on_failure and not opts.auto_deactivate_on_failure:
+        raise ValueError(
+            "auto_sync_on_failure needs auto_deactivate_on_failure: without it a failed "
+            "operation has no membership change to synchronise"
+        )
+
+
+class MooncakeProcessGroup(dist.ProcessGroup):
+    """A group of ranks on one host, joined through the c10d store."""
+
+    supports_coalescing = False
+
+    def __init__(self, store, rank: int, size: int, timeout_s: float, options=None, global_ranks=None):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._timeout_s = timeout_s
+        self._options = options
+        self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
+        opts = options if options is not None else MooncakeBackendOptions(size)
+        _check_options(opts, size)
+        self._auto_deactivate = opts.auto_deactivate_on_failure
+        self._auto_sync = opts.auto_sync_on_failure
+        # Ranks found dead by any operation; the ones not yet reconciled by
+        # sync_after_failure; the membership view's epoch.
+        self._dead: set[int] = set()
+        self._unsynced: set[int] = set()
+        self._epoch = 0
+        self._state_lock = threading.Lock()
+        self._closed = False
+        slot = _env_bytes("MOONCAKE_PG_SLOT_BYTES", 4 << 20)
+        ring = _env_bytes("MOONCAKE_PG_MAILBOX_BYTES", 4 << 20)
+        self._shm = self._rendezvous(store, slot, ring)
+        self._plane = Plane(self._shm, rank, size, timeout_s)
+        self._sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-send")
+        self._receiver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-recv")
+        self._send_lock = threading.Lock()
+        self._queued_sends = collections.Counter()
+        self._recv_lock = threading.Lock()
+        self._queued_recvs = 0
+        # Messages read past while looking for another tag: (src, tag) -> bytes.
+        self._stash: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
+
+    # -- setup -----------------------------------------------------------
+    def _rendezvous(self, store, slot: int, ring: int):
+        """Each rank creates its segment, publishes its name in the store,
+        maps its peers', and once all have mapped all, unlinks its file."""
+        rank, size = self._rank, self._size
+        # A destroyed and re-created group may reuse the store's prefix:
+        # the generation keeps its keys apart from the last one's.
+        gen = store.add(f"mooncake-pg/gen/{rank}", 1)
+        path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{uuid.uuid4().hex[:12]}-r{rank}")
+        pending = _native.create(path, rank, size, slot, ring)
+        try:
+            store.set(f"mooncake-pg/{gen}/seg/{rank}", f"{os.getpid()} {path}")
+            for peer in range(size):
+                if peer == rank:
+                    continue
+                raw = store.get(f"mooncake-pg/{gen}/seg/{peer}").decode()
+                pid, peer_path = raw.split(" ", 1)
+                pending.connect(peer, peer_path, int(pid))
+            shm = pending.finish()
+        except BaseException:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        try:
+            shm.post(READY, gen & _plane.MASK)
+            dead = shm.wait(list(range(size)), READY, gen & _plane.MASK, self._timeout_s)
+            if dead:
+                raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
+        finally:
+            shm.unlink()
+        return shm
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return "mooncake-cpu"
+
+    @property
+    def name(self):
+        return "mooncake-cpu"
+
+    def _get_backend(self, device=None):
+        return self
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._sender.shutdown(wait=True, cancel_futures=False)
+        self._receiver.shutdown(wait=True, cancel_futures=False)
+
+    def abort(self) -> None:
+        self._closed = True
+        self._sender.shutdown(wait=False, cancel_futures=True)
+        self._receiver.shutdown(wait=False, cancel_futures=True)
+
+    # -- membership ----------------------------------------------------
+    @property
+    def _n(self) -> int:
+        """How many ranks are active: the size collectives' tensors follow."""
+        return len(self._plane.ranks)
+
+    def _observe(self, dead) -> None:
+        """Records ranks an operation found dead; with auto-deactivation
+        they leave the active set (a new epoch) before the operation
+        completes. A collective's finding is every survivor's (they wait
+        on the same words); a point-to-point one is this rank's first, and
+        the others' collectives find the same dead process by themselves."""
+        dead = set(dead)
+        if not dead:
+            return
+        with self._state_lock:
+            self._dead |= dead
+            if not self._auto_sync:
+                self._unsynced |= dead
+            if self._auto_deactivate:
+                self._deactivate(dead)
+
+    def _deactivate(self, ranks) -> None:
+        active = [r for r in self._plane.ranks if r not in ranks]
+        if active != self._plane.ranks:
+            self._plane.ranks = active
+            self._epoch += 1
+
+    def active_ranks(self) -> list[int]:
+        return list(self._plane.ranks)
+
+    def epoch(self) -> int:
+        return self._epoch
+
+    def peer_alive(self, r: int) -> bool:
+        self._check_rank(r, "rank")
+        if r == self._rank:
+            return True
+        if r in self._dead or self._shm.dead([r]):
+            return False
+        return True
+
+    def deactivate(self, ranks: list[int]) -> tuple[list[int], str]:
+        """Removes dead ``ranks`` from the active set; returns the ones it
+        removed, or a reason to refuse. Every survivor finds the same ranks
+        dead, so each applies the same change without a coordinator; a
+        live rank cannot be removed this way (it would go on waiting for
+        the others)."""
+        for r in ranks:
+            self._check_rank(r, "rank")
+        alive = [r for r in ranks if self.peer_alive(r)]
+        if alive:
+            return [], f"ranks {alive} are alive: mooncake-cpu deactivates dead ranks only"
+        with self._state_lock:
+            self._dead |= set(ranks)
+            removed = [r for r in ranks if r in self._plane.ranks]
+            self._deactivate(set(ranks))
+        return removed, ""
+
+    def sync_after_failure(self) -> bool:
+        """Applies the failures seen so far to the membership view (with
+        auto-deactivation); whether any were pending."""
+        with self._state_lock:
+            pending = bool(self._unsynced)
+            if self._auto_deactivate:
+                self._deactivate(self._dead)
+            self._unsynced.clear()
+        return pending
+
+    # -- running operations --------------------------------------------
+    def _run(self, fn, result) -> MooncakeWork:
+        if self._closed:
+            raise RuntimeError("the mooncake-cpu process group was destroyed")
+        self._plane.missing = set()
+        try:
+            fn()
+        finally:
+            missing = sorted(self._plane.missing)
+            self._plane.missing = set()
+            self._observe(missing)
+        return MooncakeWork(result, failed=missing, group_size=self._size)
+
+    @staticmethod
+    def _root(opts) -> int:
+        return int(opts.rootRank)
+
+    def _check_rank(self, r: int, what: str) -> None:
+        if not 0 <= r < self._size:
+            raise ValueError(f"{what} {r} is outside a group of {self._size}")
+
+    def _check_root(self, r: int, what: str) -> None:
+        self._check_rank(r, what)
+        if r not in self._plane.ranks:
+            raise ValueError(f"{what} {r} is not an active rank of the group")
+
+    # -- collectives ---------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        op = _op_type(opts.reduceOp) if opts is not None else RedOp.SUM
+        for t in tensors:
+            check_op(op, t.dtype)
+        return self._run(lambda: [self._plane.all_reduce(t, op) for t in tensors], tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors, opts):
+        root = self._root(opts)
+        self._check_root(root, "broadcast root")
+        return self._run(lambda: [self._plane.broadcast(t, root) for t in tensors], tensors)
+
+    def barrier(self, opts=None):
+        return self._run(self._plane.barrier, None)
+
+    def _gather_into(self, outs: list[torch.Tensor], inp: torch.Tensor) -> None:
+        flats = [flat(o) for o in outs]
+        self._plane.all_gather([f for f, _ in flats], inp)
+        for o, (f, back) in zip(outs, flats):
+            if back:
+                o.copy_(f.view(o.shape))
+
+    def allgather(self, output_lists, inputs, opts=None):
+        for outs in output_lists:
+            if len(outs) != self._n:
+                raise ValueError(f"all_gather needs {self._n} output tensors, got {len(outs)}")
+        return self._run(
+            lambda: [self._gather_into(outs, inp) for outs, inp in zip(output_lists, inputs)],
+            output_lists,
+        )
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        return self.allgather(output_lists, inputs, opts)
+
+    def _gather_single(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        if out.numel() != inp.numel() * self._n:
+            raise ValueError(
+                f"all_gather_into_tensor: output has {out.numel()} elements, "
+                f"not {self._n} x {inp.numel()}"
+            )
+        f, back = flat(out)
+        self._plane.all_gather(list(f.chunk(self._n)) if inp.numel() else [f] * self._n, inp)
+        if back:
+            out.copy_(f.view(out.shape))
+
+    def all_gather_single(self, out, inp, opts=None):
+        return self._run(lambda: self._gather_single(out, inp), [out])
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outs, inps, opts=None):
+        return self._run(lambda: [self._gather_single(o, i) for o, i in zip(outs, inps)], outs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def _reduce_scatter_single(self, out, inp, op) -> None:
+        if inp.numel() != out.numel() * self._n:
+            raise ValueError(
+                f"reduce_scatter_tensor: input has {inp.numel()} elements, "
+                f"not {self._n} x {out.numel()}"
+            )
+        check_op(op, out.dtype)
+        fi, _ = flat(inp)
+        fo, back = flat(out)
+        blocks = list(fi.chunk(self._n)) if out.numel() else [fi] * self._n
+        self._plane.reduce_scatter(fo, blocks, op)
+        if back:
+            out.copy_(fo.view(out.shape))
+
+    def reduce_scatter_single(self, out, inp, opts=None):
+        op = _op_type(opts.reduceOp) if opts is not None else RedOp.SUM
+        check_op(op, out.dtype)
+        return self._run(lambda: self._reduce_scatter_single(out, inp, op), [out])
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outs, inps, opts=None):
+        op = _op_type(opts.reduceOp) if opts is not None else RedOp.SUM
+        return self._run(
+            lambda: [self._reduce_scatter_single(o, i, op) for o, i in zip(outs, inps)], outs
+        )
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def reduce_scatter(self, outs, input_lists, opts=None):
+        op = _op_type(opts.reduceOp) if opts is not None else RedOp.SUM
+
+        def run():
+            for out, ins in zip(outs, input_lists):
+                if len(ins) != self._n:
+                    raise ValueError(f"reduce_scatter needs {self._n} inputs, got {len(ins)}")
+                check_op(op, out.dtype)
+                fo, back = flat(out)
+                self._plane.reduce_scatter(fo, [flat(i)[0] for i in ins], op)
+                if back:
+                    out.copy_(fo.view(out.shape))
+
+        return self._run(run, outs)
+
+    def reduce(self, tensors, opts):
+        root = self._root(opts)
+        self._check_root(root, "reduce root")
+        op = _op_type(opts.reduceOp)
+        for t in tensors:
+            check_op(op, t.dtype)
+        return self._run(lambda: [self._plane.reduce(t, root, op) for t in tensors], tensors)
+
+    def gather(self, output_lists, inputs, opts):
+        root = self._root(opts)
+        self._check_root(root, "gather root")
+        if self._rank == root and (not output_lists or len(output_lists[0]) != self._n):
+            raise ValueError(f"gather on its root needs {self._n} output tensors")
+
+        def run():
+            if self._rank == root:
+                flats = [flat(o) for o in output_lists[0]]
+                self._plane.gather([f for f, _ in flats], inputs[0], root)
+                for o, (f, back) in zip(output_lists[0], flats):
+                    if back:
+                        o.copy_(f.view(o.shape))
+            else:
+                self._plane.gather(None, inputs[0], root)
+
+        return self._run(run, output_lists)
+
+    def gather_single(self, out, inp, opts):
+        root = self._root(opts)
+        self._check_root(root, "gather root")
+
+        def run():
+            if self._rank == root:
+                f, back = flat(out)
+                self._plane.gather(list(f.chunk(self._n)) if inp.numel() else [f] * self._n, inp, root)
+                if back:
+                    out.copy_(f.view(out.shape))
+            else:
+                self._plane.gather(None, inp, root)
+
+        return self._run(run, [out])
+
+    def scatter(self, outputs, input_lists, opts):
+        root = self._root(opts)
+        self._check_root(root, "scatter root")
+        if self._rank == root and (not input_lists or len(input_lists[0]) != self._n):
+            raise ValueError(f"scatter on its root needs {self._n} input tensors")
+
+        def run():
+            out = outputs[0]
+            fo, back = flat(out)
+            ins = [flat(i)[0] for i in input_lists[0]] if self._rank == root else None
+            self._plane.scatter(fo, ins, root)
+            if back:
+                out.copy_(fo.view(out.shape))
+
+        return self._run(run, outputs)
+
+    def _longest(self, local: int) -> int:
+        """The longest block any rank sends (one small all_reduce)."""
+        t = torch.tensor([local], dtype=torch.int64)
+        self._plane.all_reduce(t, RedOp.MAX)
+        return int(t.item())
+
+    def all_to_all_single(self, out, inp, out_splits, in_splits, opts=None):
+        w = self._n
+
+        def rows(t, splits, what):
+            if not splits:
+                if t.numel() % w:
+                    raise ValueError(f"all_to_all_single: {what} of {t.numel()} elements does not split {w} ways")
+                return [t.numel() // w] * w
+            if len(splits) != w or sum(splits) != (t.size(0) if t.dim() else 0):
+                raise ValueError(f"all_to_all_single: {what} splits {list(splits)} do not cut {tuple(t.shape)} {w} ways")
+            row = t.numel() // t.size(0) if t.size(0) else 0
+            return [int(s) * row for s in splits]
+
+        out_sizes = rows(out, out_splits, "output")
+        in_sizes = rows(inp, in_splits, "input")
+
+        def run():
+            fi, _ = flat(inp)
+            fo, back = flat(out)
+            ins = list(fi.split(in_sizes))
+            outs = list(fo.split(out_sizes))
+            equal = not out_splits and not in_splits
+            longest = in_sizes[0] if equal else self._longest(max(in_sizes, default=0))
+            self._plane.all_to_all(outs, ins, longest)
+            if back:
+                out.copy_(fo.view(out.shape))
+
+        return self._run(run, [out])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, outs, ins, opts=None):
+        if len(outs) != self._n or len(ins) != self._n:
+            raise ValueError(f"all_to_all needs {self._n} input and output tensors")
+
+        def run():
+            fi = [flat(i)[0] for i in ins]
+            fo = [flat(o) for o in outs]
+            longest = self._longest(max(i.numel() for i in fi))
+            self._plane.all_to_all([f for f, _ in fo], fi, longest)
+            for o, (f, back) in zip(outs, fo):
+                if back:
+                    o.copy_(f.view(o.shape))
+
+        return self._run(run, outs)
+
+    # -- point to point ------------------------------------------------
+    def _p2p_failed(self, peer: int) -> MooncakeWork | None:
+        if self._closed:
+            raise RuntimeError("the mooncake-cpu process group was destroyed")
+        # A send to a dead peer would only fill its mailbox: it fails.
+        if peer in self._dead or self._shm.dead([peer]):
+            self._observe([peer])
+            return MooncakeWork(None, failed=[peer], group_size=self._size)
+        return None
+
+    def _do_send(self, dst: int, tag: int, data: torch.Tensor) -> int:
+        try:
+            return self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
+        except _native.PeerFailure as exc:
+            self._observe(exc.args[1])
+            raise GroupBroken(list(exc.args[1])) from None
+        finally:
+            with self._send_lock:
+                self._queued_sends[dst] -= 1
+
+    def send(self, tensors, dst, tag=0):
+        self._check_rank(dst, "send destination")
+        if dst == self._rank:
+            raise ValueError("a rank cannot send to itself")
+        failed = self._p2p_failed(dst)
+        if failed is not None:
+            return failed
+        t = tensors[0]
+        data = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
+        with self._send_lock:
+            self._queued_sends[dst] += 1
+        fut = self._sender.submit(self._do_send, dst, int(tag), data)
+        return MooncakeWork(tensors, future=fut, group_size=self._size, confirm=lambda end: self._wait_read(dst, end))
+
+    def _wait_read(self, dst: int, end: int) -> None:
+        """A send is done when its peer has read it, so that a peer dying
+        with the message unread fails the send."""
+        try:
+            self._shm.wait_read(dst, end, self._timeout_s)
+        except _native.PeerFailure as exc:
+            self._observe(exc.args[1])
+            raise GroupBroken(list(exc.args[1])) from None
+
+    def _recv_message(self, src: int, tag: int, t: torch.Tensor) -> int:
+        """Reads messages from ``src`` until one has ``tag``; keeps the
+        others for later receives."""
+        want = t.numel() * t.element_size()
+        q = self._stash.get((src, tag))
+        if q:
+            data = q.popleft()
+            if data.numel() != want:
+                raise RuntimeError(f"recv: rank {src} sent {data.numel()} bytes under tag {tag}, expected {want}")
+            t.view(-1).view(torch.uint8).copy_(data) if want else None
+            return src
+        try:
+            while True:
+                got_tag, n = self._shm.recv_header(src, self._timeout_s)
+                if got_tag == tag and n == want:
+                    target = t.view(-1) if t.is_contiguous() else None
+                    buf = target if target is not None else torch.empty(t.numel(), dtype=t.dtype)
+                    self._shm.recv_body(src, buf.data_ptr(), n, self._timeout_s)
+                    if target is None:
+                        t.copy_(buf.view(t.shape))
+                    return src
+                data = torch.empty(n, dtype=torch.uint8)
+                self._shm.recv_body(src, data.data_ptr(), n, self._timeout_s)
+                if got_tag == tag:
+                    raise RuntimeError(f"recv: rank {src} sent {n} bytes under tag {tag}, expected {want}")
+                self._stash[(src, got_tag)].append(data)
+        except _native.PeerFailure as exc:
+            self._observe(exc.args[1])
+            raise GroupBroken(list(exc.args[1])) from None
+
+    def _do_recv(self, src: int, tag: int, t: torch.Tensor) -> int:
+        try:
+            return self._recv_message(src, tag, t)
+        finally:
+            with self._send_lock:
+                self._queued_recvs -= 1
+
+    def recv(self, tensors, src, tag=0):
+        self._check_rank(src, "recv source")
+        if src == self._rank:
+            raise ValueError("a rank cannot receive from itself")
+        failed = self._p2p_failed(src)
+        if failed is not None:
+            return failed
+        with self._send_lock:
+            self._queued_recvs += 1
+        fut = self._receiver.submit(self._do_recv, src, int(tag), tensors[0])
+        return MooncakeWork(tensors, future=fut, group_size=self._size, source=src)
+
+    def recv_anysource(self, tensors, tag=0):
+        def any_source():
+            try:
+                import time
+
+                while True:
+                    for src in range(self._size):
+                        if src != self._rank and (self._stash.get((src, tag)) or self._shm.pending(src)):
+                            return self._recv_message(src, tag, tensors[0])
+                    time.sleep(0.0005)
+            finally:
+                with self._send_lock:
+                    self._queued_recvs -= 1
+
+        with self._send_lock:
+            self._queued_recvs += 1
+        fut = self._receiver.submit(any_source)
+        return MooncakeWork(tensors, future=fut, group_size=self._size)

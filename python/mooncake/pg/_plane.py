@@ -1,0 +1,358 @@
+"""Collectives over the ranks' shared slots.
+
+Every collective is a sequence of rounds; a round moves at most one slot's
+worth of bytes. In round ``k`` a rank writes into its slot ``k % 2``,
+announces ``Arrive(k)``, waits for the others' ``Arrive(k)``, reads what it
+needs from their slots, and announces ``Done(k)``. Before it writes slot
+``k % 2`` again (round ``k + 2``) it waits for every peer's ``Done(k)``, so
+one round's reads overlap the next round's writes. The rounds and the
+partitions come from the pure schedules in ``mooncake._mooncake.pg``; torch
+does the copies and the arithmetic, so every dtype and layout torch has
+works, with torch's own vectorised kernels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.distributed as dist
+
+from .. import _mooncake
+
+_native = _mooncake.pg
+ARRIVE, REDUCED, DONE, READY = 0, 1, 2, 3
+MASK = 0xFFFFFFFF
+RedOp = dist.ReduceOp.RedOpType
+
+# CPU dtypes whose arithmetic torch lacks: reduced in float32.
+_UPCAST = {
+    getattr(torch, name)
+    for name in (
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+    )
+    if hasattr(torch, name)
+}
+
+
+def _op_type(op) -> RedOp:
+    return op.op if hasattr(op, "op") else RedOp(int(op))
+
+
+def _combine(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, op: RedOp) -> None:
+    if op in (RedOp.SUM, RedOp.AVG):
+        torch.add(a, b, out=out)
+    elif op == RedOp.PRODUCT:
+        torch.mul(a, b, out=out)
+    elif op == RedOp.MIN:
+        torch.minimum(a, b, out=out)
+    elif op == RedOp.MAX:
+        torch.maximum(a, b, out=out)
+    elif op == RedOp.BAND:
+        torch.bitwise_and(a, b, out=out)
+    elif op == RedOp.BOR:
+        torch.bitwise_or(a, b, out=out)
+    elif op == RedOp.BXOR:
+        torch.bitwise_xor(a, b, out=out)
+    else:
+        raise ValueError(f"mooncake-cpu does not support reduce op {op}")
+
+
+def check_op(op: RedOp, dtype: torch.dtype) -> None:
+    """Refuse what cannot be reduced before any rank starts moving bytes."""
+    if op == RedOp.PREMUL_SUM:
+        raise ValueError("mooncake-cpu does not support PREMUL_SUM")
+    if op == RedOp.AVG and not (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"ReduceOp.AVG needs a floating-point tensor, not {dtype}")
+    if op in (RedOp.BAND, RedOp.BOR, RedOp.BXOR) and (dtype.is_floating_point or dtype.is_complex):
+        raise ValueError(f"bitwise reduce op {op} needs an integer or bool tensor, not {dtype}")
+    if op in (RedOp.MIN, RedOp.MAX) and dtype.is_complex:
+        raise ValueError(f"{op} is undefined for complex tensors")
+
+
+def reduce_into(out: torch.Tensor, srcs: list[torch.Tensor], op: RedOp) -> None:
+    """``out = srcs[0] op srcs[1] op ...`` in list order, so every rank that
+    computes the same result computes it bitwise the same. ``out`` must not
+    alias any of ``srcs`` but the first."""
+    if out.dtype in _UPCAST:
+        acc = torch.empty(out.shape, dtype=torch.float32)
+        reduce_into(acc, [s.float() for s in srcs], op)
+        out.copy_(acc)
+        return
+    if len(srcs) == 1:
+        if out.data_ptr() != srcs[0].data_ptr():
+            out.copy_(srcs[0])
+        return
+    _combine(out, srcs[0], srcs[1], op)
+    for s in srcs[2:]:
+        _combine(out, out, s, op)
+
+
+def divide(t: torch.Tensor, n: int) -> None:
+    """``t /= n`` in place (for AVG), through float32 where torch has no
+    arithmetic for the dtype."""
+    if n == 1:
+        return
+    if t.dtype in _UPCAST:
+        t.copy_(t.float() / n)
+    else:
+        t.div_(n)
+
+
+def flat(t: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """A flat contiguous view of ``t``, or a copy (True) to write back."""
+    if t.is_contiguous():
+        return t.view(-1) if t.dim() != 1 else t, False
+    return t.contiguous().view(-1), True
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of a flat contiguous tensor."""
+    if t.dtype == torch.uint8:
+        return t
+    if t.dtype == torch.bool:
+        return t.view(torch.uint8)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+class GroupBroken(RuntimeError):
+    """A point-to-point operation could not complete because its peer died."""
+
+    def __init__(self, ranks: list[int]):
+        super().__init__(f"ranks {sorted(ranks)} of the group are dead")
+        self.mooncake_failed_ranks = sorted(ranks)
+
+
+class Plane:
+    """One rank's rounds over the group's slots.
+
+    ``ranks`` are the active ranks, in group order; a collective runs over
+    them, and the position of a rank in it is its index in gathered and
+    scattered tensors. A rank found dead during an operation (it never
+    posted a word the others wait on) is added to ``missing``: the
+    operation goes on without it from that round on, and the caller
+    reports it. Every rank waits for every live rank's Arrive in every
+    round, and a dead rank's words no longer move, so every survivor finds
+    the same ranks missing at the same round and computes the same result.
+    """
+
+    def __init__(self, shm, rank: int, world: int, timeout_s: float):
+        self.shm = shm
+        self.rank = rank
+        self.world = world
+        self.timeout_s = timeout_s
+        self.k = 0
+        self.ranks = list(range(world))
+        self.missing: set[int] = set()
+        self.slot_bytes = shm.slot_bytes
+        self._slots = [
+            [
+                torch.frombuffer(
+                    (ctypes.c_uint8 * self.slot_bytes).from_address(shm.slot_addr(r, s)),
+                    dtype=torch.uint8,
+                )
+                for s in range(2)
+            ]
+            for r in range(world)
+        ]
+
+    # -- rounds ----------------------------------------------------------
+    def live(self) -> list[int]:
+        return [r for r in self.ranks if r not in self.missing]
+
+    def _wait(self, flag: int, k: int, ranks=None) -> set[int]:
+        """Waits for ``ranks`` (default: the live ones); returns those found
+        dead instead, which are missing from now on."""
+        got = self.shm.wait(self.live() if ranks is None else ranks, flag, k, self.timeout_s)
+        self.missing.update(got)
+        return set(got)
+
+    def begin(self) -> tuple[int, int]:
+        self.k = (self.k + 1) & MASK
+        k = self.k
+        self._wait(DONE, (k - 2) & MASK)
+        return k, k & 1
+
+    def post(self, flag: int, k: int) -> None:
+        self.shm.post(flag, k)
+
+    def view(self, rank: int, slot: int, dtype: torch.dtype, n: int, at: int = 0) -> torch.Tensor:
+        """``n`` elements of ``dtype`` from element ``at`` of a slot."""
+        size = torch.empty(0, dtype=dtype).element_size()
+        raw = self._slots[rank][slot][at * size : (at + n) * size]
+        return raw.view(dtype)
+
+    def per(self, dtype: torch.dtype, blocks: int) -> int:
+        return _native.block_elems(self.slot_bytes, torch.empty(0, dtype=dtype).element_size(), blocks)
+
+    def pos(self, rank: int) -> int:
+        """``rank``'s index among the active ranks."""
+        return self.ranks.index(rank)
+
+    # -- collectives -----------------------------------------------------
+    def barrier(self) -> None:
+        k, _ = self.begin()
+        self.post(ARRIVE, k)
+        self._wait(ARRIVE, k)
+        self.post(DONE, k)
+
+    def all_reduce(self, t: torch.Tensor, op: RedOp) -> None:
+        f, back = flat(t)
+        if len(self.live()) > 1:
+            direct = _native.all_reduce_direct(f.numel() * f.element_size(), len(self.live()))
+            for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
+                m = b - a
+                k, s = self.begin()
+                mine = self.view(self.rank, s, f.dtype, m)
+                mine.copy_(f[a:b])
+                self.post(ARRIVE, k)
+                self._wait(ARRIVE, k)
+                live = self.live()
+                srcs = [self.view(r, s, f.dtype, m) for r in live]
+                if direct or len(live) == 1:
+                    reduce_into(f[a:b], srcs, op)
+                else:
+                    parts = _native.partition(m, len(live))
+
+                    def order(i, lo, hi):
+                        # Part i is reduced in rank live[i]'s order, by it or
+                        # by the survivors when it died before posting it.
+                        return [srcs[i][lo:hi]] + [x[lo:hi] for j, x in enumerate(srcs) if j != i]
+
+                    me = live.index(self.rank)
+                    lo, hi = parts[me]
+                    reduce_into(mine[lo:hi], order(me, lo, hi), op)
+                    self.post(REDUCED, k)
+                    gone = self._wait(REDUCED, k, live)
+                    for i, (lo, hi) in enumerate(parts):
+                        if live[i] in gone:
+                            reduce_into(f[a + lo : a + hi], order(i, lo, hi), op)
+                        else:
+                            f[a + lo : a + hi].copy_(srcs[i][lo:hi])
+                self.post(DONE, k)
+        if op == RedOp.AVG:
+            divide(f, len(self.live()))
+        if back:
+            t.copy_(f.view(t.shape))
+
+    # Rooted collectives: every rank posts and waits for every live rank's
+    # Arrive, not only the root's, so that a dead rank is found missing at
+    # the same word by every survivor (the same membership everywhere).
+
+    def broadcast(self, t: torch.Tensor, root: int) -> None:
+        f, back = flat(t)
+        got = False
+        for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
+            k, s = self.begin()
+            if self.rank == root:
+                self.view(root, s, f.dtype, b - a).copy_(f[a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if self.rank != root and root not in self.missing:
+                f[a:b].copy_(self.view(root, s, f.dtype, b - a))
+                got = True
+            self.post(DONE, k)
+        if back and got:
+            t.copy_(f.view(t.shape))
+
+    def all_gather(self, outs: list[torch.Tensor], inp: torch.Tensor) -> None:
+        """``outs[i]`` (flat, contiguous, ``inp``'s size) gets the input of
+        the ``i``-th active rank; a missing rank's is left as it was."""
+        f, _ = flat(inp)
+        for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
+            k, s = self.begin()
+            self.view(self.rank, s, f.dtype, b - a).copy_(f[a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            for i, r in enumerate(self.ranks):
+                if r not in self.missing:
+                    outs[i][a:b].copy_(self.view(r, s, f.dtype, b - a))
+            self.post(DONE, k)
+
+    def reduce_scatter(self, out: torch.Tensor, blocks: list[torch.Tensor], op: RedOp) -> None:
+        """``out`` (flat) gets block ``pos(rank)`` of the live ranks'
+        ``blocks`` reduced."""
+        n = out.numel()
+        me = self.pos(self.rank)
+        for a, b in _native.rounds(n, self.per(out.dtype, self.world)):
+            m = b - a
+            k, s = self.begin()
+            for i in range(len(self.ranks)):
+                self.view(self.rank, s, out.dtype, m, i * m).copy_(blocks[i][a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            srcs = [self.view(r, s, out.dtype, m, me * m) for r in self.live()]
+            reduce_into(out[a:b], srcs, op)
+            self.post(DONE, k)
+        if op == RedOp.AVG:
+            divide(out, len(self.live()))
+
+    def reduce(self, t: torch.Tensor, root: int, op: RedOp) -> None:
+        f, back = flat(t)
+        for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
+            m = b - a
+            k, s = self.begin()
+            self.view(self.rank, s, f.dtype, m).copy_(f[a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if self.rank == root:
+                reduce_into(f[a:b], [self.view(r, s, f.dtype, m) for r in self.live()], op)
+            self.post(DONE, k)
+        if self.rank == root:
+            if op == RedOp.AVG:
+                divide(f, len(self.live()))
+            if back:
+                t.copy_(f.view(t.shape))
+
+    def gather(self, outs: list[torch.Tensor] | None, inp: torch.Tensor, root: int) -> None:
+        f, _ = flat(inp)
+        for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
+            k, s = self.begin()
+            self.view(self.rank, s, f.dtype, b - a).copy_(f[a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if self.rank == root:
+                for i, r in enumerate(self.ranks):
+                    if r not in self.missing:
+                        outs[i][a:b].copy_(self.view(r, s, f.dtype, b - a))
+            self.post(DONE, k)
+
+    def scatter(self, out: torch.Tensor, ins: list[torch.Tensor] | None, root: int) -> None:
+        n = out.numel()
+        me = self.pos(self.rank)
+        for a, b in _native.rounds(n, self.per(out.dtype, self.world)):
+            m = b - a
+            k, s = self.begin()
+            if self.rank == root:
+                for i in range(len(self.ranks)):
+                    self.view(root, s, out.dtype, m, i * m).copy_(ins[i][a:b])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            if root not in self.missing:
+                out[a:b].copy_(self.view(root, s, out.dtype, m, me * m))
+            self.post(DONE, k)
+
+    def all_to_all(self, outs: list[torch.Tensor], ins: list[torch.Tensor], longest: int) -> None:
+        """``outs[i]`` gets the ``i``-th active rank's block for this rank;
+        ``ins[i]`` goes to the ``i``-th; all flat. ``longest`` is the
+        longest block any rank sends (the same on every rank)."""
+        dtype = outs[0].dtype if outs else ins[0].dtype
+        per = self.per(dtype, self.world)
+        me = self.pos(self.rank)
+        for a, b in _native.rounds(longest, per):
+            k, s = self.begin()
+            for i in range(len(self.ranks)):
+                lo, hi = min(a, ins[i].numel()), min(b, ins[i].numel())
+                if hi > lo:
+                    self.view(self.rank, s, dtype, hi - lo, i * per).copy_(ins[i][lo:hi])
+            self.post(ARRIVE, k)
+            self._wait(ARRIVE, k)
+            for i, r in enumerate(self.ranks):
+                lo, hi = min(a, outs[i].numel()), min(b, outs[i].numel())
+                if hi > lo and r not in self.missing:
+                    outs[i][lo:hi].copy_(self.view(r, s, dtype, hi - lo, me * per))
+            self.post(DONE, k)

@@ -1,0 +1,119 @@
+"""The mooncake-cpu torch.distributed backend (mooncake.pg) with real
+torch, ranks spawned as processes (world sizes 1, 2 and 4); the cases
+themselves are in pg_cases.py."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+
+if os.environ.get("MOONCAKE_TEST_REQUIRE_TORCH") == "1":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+import pg_cases  # noqa: E402
+
+# Generous: four ranks importing torch on a loaded two-core machine.
+SPAWN_TIMEOUT_S = 300
+
+
+def run_ranks(world: int, *cases: str, dead: tuple[int, ...] = ()) -> None:
+    """Runs `cases` on `world` spawned ranks; every rank but `dead` must
+    report success, and none may hang."""
+    store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=SPAWN_TIMEOUT_S))
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    procs = [ctx.Process(target=pg_cases.rank_main, args=(r, world, store.port, list(cases), results))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    got: dict[int, str] = {}
+    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+    try:
+        while len(got) < world - len(dead):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"ranks {sorted(set(range(world)) - set(got))} hung in {cases}")
+            try:
+                rank, outcome = results.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                if all(not p.is_alive() for p in procs):
+                    break
+                continue
+            got[rank] = outcome
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    for r in range(world):
+        if r in dead:
+            continue
+        assert got.get(r) == "ok", f"rank {r} of {world}: {got.get(r, 'no result (crashed?)')}"
+    # Segment files are named after their rank's pid; none may be left.
+    pids = {str(p.pid) for p in procs}
+    leftovers = [f for f in os.listdir("/dev/shm") if f.startswith("mooncake-pg-") and f.split("-")[2] in pids]
+    assert not leftovers, leftovers
+
+
+# One spawn per world size runs every case (starting torch in four ranks is
+# most of the time a case takes on a loaded machine).
+ALL_CASES = ("all_reduce", "broadcast_gather", "reduce_scatter_barrier", "send_recv",
+             "all_to_all", "rooted", "batch_p2p", "reinit")
+
+
+@pytest.mark.parametrize("world", [1, 2, 4])
+def test_every_operation_every_dtype(world):
+    run_ranks(world, *ALL_CASES)
+
+
+def test_a_killed_rank_fails_the_survivors_operations_without_a_hang():
+    run_ranks(4, "failed_rank", dead=(3,))
+
+
+def test_point_to_point_with_a_killed_rank_fails_only_towards_it():
+    run_ranks(4, "p2p_fault", dead=(1,))
+
+
+def test_manual_deactivation_of_a_dead_rank():
+    run_ranks(3, "manual_evict", dead=(1,))
+
+
+def test_import_without_torch_names_torch():
+    code = "import sys; sys.modules['torch'] = None\nfrom mooncake import pg"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "torch" in r.stderr.split("ImportError", 1)[1]
+
+
+def test_backend_is_registered_for_cpu():
+    from mooncake import pg
+
+    assert "MOONCAKE-CPU" in dist.Backend._plugins
+    assert dist.Backend._plugins["MOONCAKE-CPU"].extended_api
+    opts = pg.MooncakeBackendOptions(8, True, False, True)
+    assert (opts.max_group_size, opts.is_extension, opts.auto_deactivate_on_failure) == (8, True, False)
+    with pytest.raises(ValueError):
+        pg.MooncakeBackendOptions(-1)
+    check = pg._backend._check_options
+    check(pg.MooncakeBackendOptions(4), 4)
+    check(pg.MooncakeBackendOptions(4, False, False, False), 4)
+    # What this backend cannot do is refused, not ignored.
+    for bad in (pg.MooncakeBackendOptions(8), pg.MooncakeBackendOptions(4, True),
+                pg.MooncakeBackendOptions(4, False, False, True)):
+        with pytest.raises(ValueError):
+            check(bad, 4)
+    assert {s.name for s in pg.ProposalStatus} == {"Applied", "AppliedWithDroppedRanks", "Rejected"}
+    assert {"Reconciled", "NoPending"} <= {s.name for s in pg.SyncAfterFailureStatus}
