@@ -116,6 +116,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// connection again.
 const EVICT_RECHECK: Duration = Duration::from_millis(100);
 
+/// How long a stop waits for the answers of calls being handled to go out.
+const STOP_ANSWER_GRACE: Duration = Duration::from_secs(2);
+
 /// Connections held for a slot are logged at most this often (with a
 /// count).
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -163,11 +166,15 @@ impl Connections {
 /// Closing a served connection from the accept loop or at stop.
 trait Shut: Send {
     fn shut(&self);
+    fn shut_read(&self);
 }
 
 impl<S: Stream> Shut for S {
     fn shut(&self) {
         let _ = Stream::shutdown(self);
+    }
+    fn shut_read(&self) {
+        let _ = Stream::shutdown_read(self);
     }
 }
 
@@ -221,8 +228,8 @@ impl<A: Clone + std::fmt::Debug + Send + 'static> Server<A> {
 }
 
 impl<A> Server<A> {
-    /// Stops accepting, closes every connection (a call being answered
-    /// finishes first) and waits for their threads.
+    /// Stops accepting, closes every connection (a call being handled is
+    /// answered first) and waits for their threads.
     pub fn stop(mut self) {
         self.stop_inner();
     }
@@ -244,6 +251,18 @@ impl<A> Server<A> {
         let _ = accept.join();
         let threads = {
             let mut c = self.registry.conns.lock();
+            // Reads end first: a call being handled still sends its answer
+            // (closing both ways would drop it, and the client, taking the
+            // close for a stale connection, would send the call again
+            // though it was carried out). A peer that does not take its
+            // answer holds the stop up for STOP_ANSWER_GRACE at most.
+            for s in c.open.values() {
+                s.socket.shut_read();
+            }
+            let deadline = Instant::now() + STOP_ANSWER_GRACE;
+            while !c.open.is_empty()
+                && !self.registry.freed.wait_until(&mut c, deadline).timed_out()
+            {}
             for s in c.open.values() {
                 s.socket.shut();
             }

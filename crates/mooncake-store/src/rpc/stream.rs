@@ -76,6 +76,9 @@ pub trait Stream: Read + Write + AsRawFd + Send + Sized + 'static {
     fn set_nodelay(&self, nodelay: bool) -> io::Result<()>;
     /// Shuts both directions down, waking a thread blocked on it.
     fn shutdown(&self) -> io::Result<()>;
+    /// Shuts the receiving side down: a blocked read ends, an answer being
+    /// written still goes out.
+    fn shutdown_read(&self) -> io::Result<()>;
     fn peer(&self) -> Peer;
 }
 
@@ -105,6 +108,9 @@ impl Stream for TcpStream {
     fn shutdown(&self) -> io::Result<()> {
         TcpStream::shutdown(self, Shutdown::Both)
     }
+    fn shutdown_read(&self) -> io::Result<()> {
+        TcpStream::shutdown(self, Shutdown::Read)
+    }
     fn peer(&self) -> Peer {
         match (self.peer_addr(), self.local_addr()) {
             (Ok(remote), Ok(local)) => Peer::Tcp { remote, local },
@@ -128,6 +134,9 @@ impl Stream for UnixStream {
     }
     fn shutdown(&self) -> io::Result<()> {
         UnixStream::shutdown(self, Shutdown::Both)
+    }
+    fn shutdown_read(&self) -> io::Result<()> {
+        UnixStream::shutdown(self, Shutdown::Read)
     }
     fn peer(&self) -> Peer {
         peer_credentials(self).map_or(Peer::Unknown, Peer::Local)
@@ -214,6 +223,9 @@ impl Stream for AnyStream {
     }
     fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
         either!(self, s => Stream::set_nodelay(s, nodelay))
+    }
+    fn shutdown_read(&self) -> io::Result<()> {
+        either!(self, s => Stream::shutdown_read(s))
     }
     fn shutdown(&self) -> io::Result<()> {
         either!(self, s => Stream::shutdown(s))

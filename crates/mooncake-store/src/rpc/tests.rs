@@ -46,6 +46,10 @@ impl Handler for Toy {
     fn handle(&self, calls: &mut u64, req: Request<'_>) -> Response {
         *calls += 1;
         match req {
+            Request::ExistKey { key: "slow" } => {
+                std::thread::sleep(Duration::from_millis(300));
+                Response::Bool { result: Ok(true) }
+            }
             Request::ExistKey { key } => Response::Bool {
                 result: Ok(key == "yes"),
             },
@@ -260,6 +264,30 @@ fn stop_closes_connections_and_the_listener() {
     server.stop();
     assert!(closed_by_peer(&mut s));
     assert!(TcpStream::connect(addr).is_err(), "still listening");
+}
+
+/// A call the server is handling when it stops is answered before its
+/// connection closes: the client must not be left to guess whether it ran.
+#[test]
+fn stop_answers_the_call_being_handled() {
+    let (server, _) = serve(options());
+    let mut s = connect(server.local_addr());
+    let mut idle = connect(server.local_addr());
+    s.write_all(&frame(&Request::ExistKey { key: "slow" }))
+        .unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        read_frame(&mut s, &mut buf).unwrap();
+        let answer: Response = decode_payload(&buf).unwrap();
+        (answer, closed_by_peer(&mut s))
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    server.stop();
+    assert_eq!(
+        reader.join().unwrap(),
+        (Response::Bool { result: Ok(true) }, true)
+    );
+    assert!(closed_by_peer(&mut idle), "an idle connection just closes");
 }
 
 /// Connects to a fixed address; counts the connections it made.
