@@ -8,7 +8,7 @@ process (`MooncakeDistributedStore`, P2PHANDSHAKE metadata, TCP) that
 mounts its own segment (`--segment`, 256 MiB) and puts with
 `preferred_segment` set to it, so every put lands in the client's own
 memory and only the master path differs; the replicated client reaches
-the leader through `etcd://127.0.0.1:PORT`. The get set is soft-pinned.
+the leader through `etcd://127.0.0.1:PORT`. The get set is hard-pinned.
 
 With `--clients 1,4,8,16`, each setup gets as many client processes as the
 largest count (the first mounts `--segment`, the others `--extra-segment`);
@@ -74,10 +74,11 @@ cfg = ReplicateConfig()
 cfg.preferred_segment = store.get_hostname()
 blob = os.urandom(SIZE * POOL)
 values = [blob[i * SIZE:(i + 1) * SIZE] for i in range(POOL)]
-# The get set is soft-pinned: the put phases' churn must not evict it.
+# The get set is hard-pinned (both packages have the flag): the put
+# phases' churn must not evict it.
 pinned = ReplicateConfig()
 pinned.preferred_segment = cfg.preferred_segment
-pinned.with_soft_pin = True
+pinned.with_hard_pin = True
 for j in range(GETS):
     rc = store.put("%s-get-%d" % (tag, j), values[j], pinned)
     if rc != 0:
