@@ -110,10 +110,15 @@ def test_backend_is_registered_for_cpu():
     check = pg._backend._check_options
     check(pg.MooncakeBackendOptions(4), 4)
     check(pg.MooncakeBackendOptions(4, False, False, False), 4)
-    # What this backend cannot do is refused, not ignored.
-    for bad in (pg.MooncakeBackendOptions(8), pg.MooncakeBackendOptions(4, True),
-                pg.MooncakeBackendOptions(4, False, False, True)):
+    check(pg.MooncakeBackendOptions(8), 4)
+    check(pg.MooncakeBackendOptions(4, True), 4)
+    # What cannot make sense is refused, not ignored.
+    for bad in (pg.MooncakeBackendOptions(2), pg.MooncakeBackendOptions(4, False, False, True)):
         with pytest.raises(ValueError):
             check(bad, 4)
+    # No network device to choose: only "no filter" is honoured.
+    pg.set_device_filter([])
+    with pytest.raises(ValueError, match="no network device"):
+        pg.set_device_filter(["mlx5_0"])
     assert {s.name for s in pg.ProposalStatus} == {"Applied", "AppliedWithDroppedRanks", "Rejected"}
     assert {"Reconciled", "NoPending"} <= {s.name for s in pg.SyncAfterFailureStatus}

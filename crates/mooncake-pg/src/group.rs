@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::time::Instant;
 
 use memmap2::MmapMut;
@@ -25,13 +25,22 @@ pub enum Flag {
     Done = 2,
     /// The rank has mapped every peer (setup only).
     Ready = 3,
+    /// Non-zero once the rank has left the group for good (it deactivated
+    /// itself): its peers treat it as dead although its process may run.
+    Left = 4,
 }
 
 impl Flag {
     /// The flag numbered `n`, as the Python glue names them.
     pub fn from_index(n: usize) -> Option<Flag> {
-        [Flag::Arrive, Flag::Reduced, Flag::Done, Flag::Ready]
-            .get(n)
+        [
+            Flag::Arrive,
+            Flag::Reduced,
+            Flag::Done,
+            Flag::Ready,
+            Flag::Left,
+        ]
+        .get(n)
             .copied()
     }
 }
@@ -62,14 +71,18 @@ const HDR_RING: usize = 32;
 /// A mailbox message: tag (i64) then payload length (u64).
 const MSG_HEADER: usize = 16;
 
-/// One rank's mapping of its own and its peers' segments.
+/// One rank's mapping of its own and its peers' segments. A peer can be
+/// mapped again (a replacement process taking over its rank); every
+/// mapping ever made stays until the group is dropped, so an address
+/// handed out earlier never dangles.
 pub struct ShmGroup {
     rank: usize,
     layout: Layout,
     path: PathBuf,
     unlinked: AtomicBool,
-    maps: Vec<Option<MmapMut>>,
-    watches: Vec<Option<ProcessWatch>>,
+    bases: Vec<AtomicPtr<u8>>,
+    held: Mutex<Vec<MmapMut>>,
+    watches: Vec<Mutex<Option<ProcessWatch>>>,
     tx: Vec<Mutex<()>>,
     rx: Vec<Mutex<()>>,
 }
@@ -106,23 +119,29 @@ impl ShmGroup {
         map[HDR_SLOT..HDR_SLOT + 8].copy_from_slice(&(layout.slot_bytes as u64).to_le_bytes());
         map[HDR_RING..HDR_RING + 8].copy_from_slice(&(layout.ring_bytes as u64).to_le_bytes());
         map[..8].copy_from_slice(&MAGIC.to_le_bytes());
-        let mut maps: Vec<Option<MmapMut>> = (0..layout.world).map(|_| None).collect();
-        maps[rank] = Some(map);
+        let bases: Vec<AtomicPtr<u8>> = (0..layout.world)
+            .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+            .collect();
+        bases[rank].store(map.as_ptr() as *mut u8, Ordering::Release);
         Ok(ShmGroup {
             rank,
             layout,
             path: path.to_owned(),
             unlinked: AtomicBool::new(false),
-            maps,
-            watches: (0..layout.world).map(|_| None).collect(),
+            bases,
+            held: Mutex::new(vec![map]),
+            watches: (0..layout.world).map(|_| Mutex::new(None)).collect(),
             tx: (0..layout.world).map(|_| Mutex::new(())).collect(),
             rx: (0..layout.world).map(|_| Mutex::new(())).collect(),
         })
     }
 
     /// Maps `peer`'s segment at `path`, checks it was made for this group,
-    /// and watches its process `pid`.
-    pub fn connect(&mut self, peer: usize, path: &Path, pid: i32) -> Result<(), GroupError> {
+    /// and watches its process `pid`. Connecting a peer again (a new
+    /// process for its rank) starts both mailboxes with it afresh; the
+    /// caller does so only for a peer that is dead or left, so no
+    /// operation is using it.
+    pub fn connect(&self, peer: usize, path: &Path, pid: i32) -> Result<(), GroupError> {
         if peer >= self.layout.world || peer == self.rank {
             return Err(GroupError::Setup(format!("cannot connect to rank {peer}")));
         }
@@ -147,8 +166,19 @@ impl ShmGroup {
                 path.display()
             )));
         }
-        self.maps[peer] = Some(map);
-        self.watches[peer] = Some(ProcessWatch::new(pid));
+        let base = map.as_ptr() as *mut u8;
+        self.held.lock().push(map);
+        {
+            let _tx = self.tx[peer].lock();
+            let _rx = self.rx[peer].lock();
+            if self.connected(peer) {
+                for at in [self.layout.tx_head(peer), self.layout.rx_tail(peer)] {
+                    self.word(self.rank, at).store(0, Ordering::Release);
+                }
+            }
+            *self.watches[peer].lock() = Some(ProcessWatch::new(pid));
+            self.bases[peer].store(base, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -169,10 +199,9 @@ impl ShmGroup {
     }
 
     fn base(&self, rank: usize) -> *mut u8 {
-        self.maps[rank]
-            .as_ref()
-            .unwrap_or_else(|| panic!("rank {rank} is not connected"))
-            .as_ptr() as *mut u8
+        let p = self.bases[rank].load(Ordering::Acquire);
+        assert!(!p.is_null(), "rank {rank} is not connected");
+        p
     }
 
     fn word(&self, rank: usize, offset: usize) -> &AtomicU32 {
@@ -183,19 +212,22 @@ impl ShmGroup {
 
     /// Whether `rank` is mapped (itself, or a connected peer).
     pub fn connected(&self, rank: usize) -> bool {
-        self.maps.get(rank).is_some_and(|m| m.is_some())
+        self.bases
+            .get(rank)
+            .is_some_and(|p| !p.load(Ordering::Acquire).is_null())
     }
 
-    /// The ranks among `ranks` whose processes have exited.
+    /// The ranks among `ranks` whose processes have exited or that left
+    /// the group.
     pub fn dead(&self, ranks: &[usize]) -> Vec<usize> {
         ranks
             .iter()
             .copied()
             .filter(|&r| {
-                self.watches
-                    .get(r)
-                    .and_then(|w| w.as_ref())
-                    .is_some_and(|w| !w.alive())
+                r != self.rank
+                    && self.connected(r)
+                    && (self.flag(r, Flag::Left) != 0
+                        || self.watches[r].lock().as_ref().is_some_and(|w| !w.alive()))
             })
             .collect()
     }

@@ -9,7 +9,7 @@ const PAGE: usize = 4096;
 /// still read the previous round's.
 pub const SLOTS: usize = 2;
 /// Collective control words per rank (see [`crate::Flag`]).
-pub const FLAGS: usize = 4;
+pub const FLAGS: usize = 5;
 /// First bytes of every segment: "MCPGSEG1".
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MCPGSEG1");
 

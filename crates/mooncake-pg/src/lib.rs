@@ -12,10 +12,12 @@
 //!
 //! [`schedule`] holds the pure arithmetic (partitions, chunking, the
 //! choice between the direct and the reduce-scatter + all-gather schedule)
-//! that the Python glue in `mooncake.pg` follows.
+//! that the Python glue in `mooncake.pg` follows; [`membership`] the
+//! arithmetic of growing a group (which ranks join, the size reported).
 
 pub mod group;
 pub mod layout;
+pub mod membership;
 pub mod schedule;
 pub mod wait;
 

@@ -12,11 +12,11 @@ fn group(dir: &tempfile::TempDir, world: usize, ring: usize) -> Vec<Arc<ShmGroup
     let paths: Vec<PathBuf> = (0..world)
         .map(|r| dir.path().join(format!("r{r}")))
         .collect();
-    let mut gs: Vec<ShmGroup> = (0..world)
+    let gs: Vec<ShmGroup> = (0..world)
         .map(|r| ShmGroup::create(&paths[r], r, layout).unwrap())
         .collect();
     let pid = std::process::id() as i32;
-    for (r, g) in gs.iter_mut().enumerate() {
+    for (r, g) in gs.iter().enumerate() {
         for (p, path) in paths.iter().enumerate() {
             if p != r {
                 g.connect(p, path, pid).unwrap();
@@ -108,7 +108,7 @@ fn a_dead_peer_ends_the_wait_instead_of_hanging_it() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(2, 1 << 16, 1 << 12).unwrap();
     let (p0, p1) = (dir.path().join("r0"), dir.path().join("r1"));
-    let mut g0 = ShmGroup::create(&p0, 0, layout).unwrap();
+    let g0 = ShmGroup::create(&p0, 0, layout).unwrap();
     let g1 = ShmGroup::create(&p1, 1, layout).unwrap();
     let mut child = std::process::Command::new("sleep")
         .arg("30")
@@ -138,7 +138,7 @@ fn a_segment_of_another_group_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let a = Layout::new(2, 1 << 16, 1 << 12).unwrap();
     let b = Layout::new(3, 1 << 16, 1 << 12).unwrap();
-    let mut g0 = ShmGroup::create(&dir.path().join("a0"), 0, a).unwrap();
+    let g0 = ShmGroup::create(&dir.path().join("a0"), 0, a).unwrap();
     let _other = ShmGroup::create(&dir.path().join("b1"), 1, b).unwrap();
     let pid = std::process::id() as i32;
     assert!(matches!(
@@ -150,4 +150,52 @@ fn a_segment_of_another_group_is_refused() {
         ShmGroup::create(&dir.path().join("a0"), 0, a).is_err(),
         "existing file reused"
     );
+}
+
+#[test]
+fn a_replacement_process_takes_over_a_dead_ranks_mailboxes() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(2, 1 << 16, 1 << 12).unwrap();
+    let (p0, p1, p1b) = (
+        dir.path().join("r0"),
+        dir.path().join("r1"),
+        dir.path().join("r1b"),
+    );
+    let g0 = ShmGroup::create(&p0, 0, layout).unwrap();
+    let g1 = ShmGroup::create(&p1, 1, layout).unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    g0.connect(1, &p1, child.id() as i32).unwrap();
+    g1.connect(0, &p0, std::process::id() as i32).unwrap();
+    // The old rank 1 leaves a message unread behind it and dies.
+    g0.send(1, 7, &[9; 100], far()).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(g0.dead(&[1]), vec![1]);
+    // Its replacement: a new segment, a live process.
+    let g1b = ShmGroup::create(&p1b, 1, layout).unwrap();
+    g0.connect(1, &p1b, std::process::id() as i32).unwrap();
+    g1b.connect(0, &p0, std::process::id() as i32).unwrap();
+    assert_eq!(g0.dead(&[1]), Vec::<usize>::new());
+    assert!(!g1b.pending(0), "the dead rank's unread message leaked");
+    let end = g0.send(1, 3, &[1, 2, 3], far()).unwrap();
+    assert_eq!(g1b.recv_header(0, far()), Ok((3, 3)));
+    let mut out = [0u8; 3];
+    g1b.recv_body(0, &mut out, far()).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    g0.wait_read(1, end, far()).unwrap();
+    g1b.send(0, 4, &[5], far()).unwrap();
+    assert_eq!(g0.recv_header(1, far()), Ok((4, 1)));
+}
+
+#[test]
+fn a_rank_that_left_counts_as_dead_though_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let gs = group(&dir, 2, 1 << 12);
+    assert!(gs[0].dead(&[1]).is_empty());
+    gs[1].post(Flag::Left, 1);
+    assert_eq!(gs[0].dead(&[0, 1]), vec![1]);
+    assert_eq!(gs[0].wait(&[0, 1], Flag::Arrive, 1, far()), Ok(vec![1]));
 }

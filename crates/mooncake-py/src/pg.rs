@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mooncake_pg::membership::{self, Activation};
 use mooncake_pg::{schedule, Flag, GroupError, Layout, ShmGroup};
 use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
@@ -99,6 +100,16 @@ impl PyShmGroup {
 
     fn dead(&self, ranks: Vec<usize>) -> Vec<usize> {
         self.inner.dead(&ranks)
+    }
+
+    /// Maps (again) `peer`'s segment at `path`, its process `pid`: a rank
+    /// joining the group or a new process taking over a dead rank.
+    fn connect(&self, peer: usize, path: &str, pid: i32) -> PyResult<()> {
+        self.inner.connect(peer, Path::new(path), pid).map_err(err)
+    }
+
+    fn connected(&self, rank: usize) -> bool {
+        self.inner.connected(rank)
     }
 
     /// Sends `nbytes` at `addr` to `dst` under `tag`.
@@ -202,7 +213,7 @@ impl PendingGroup {
     fn connect(&mut self, peer: usize, path: &str, pid: i32) -> PyResult<()> {
         let g = self
             .inner
-            .as_mut()
+            .as_ref()
             .ok_or_else(|| PyRuntimeError::new_err("group already finished"))?;
         g.connect(peer, Path::new(path), pid).map_err(err)
     }
@@ -263,6 +274,41 @@ fn rounds(total: usize, per_round: usize) -> PyResult<Vec<(usize, usize)>> {
     Ok(schedule::rounds(total, per_round))
 }
 
+/// The world size a rank reports (see `membership::visible_size`).
+#[pyfunction]
+fn visible_size(active: Vec<usize>, declared: usize, joined: bool) -> usize {
+    membership::visible_size(&active, declared, joined)
+}
+
+/// The sorted ranks of a proposal, or ValueError saying what is wrong.
+#[pyfunction]
+fn check_ranks(max_group_size: usize, ranks: Vec<i64>) -> PyResult<Vec<usize>> {
+    membership::check_ranks(max_group_size, &ranks).map_err(PyValueError::new_err)
+}
+
+#[pyfunction]
+fn activation_vote(max_group_size: usize, requested: Vec<usize>, ready: Vec<usize>) -> Vec<i64> {
+    membership::activation_vote(max_group_size, &requested, &ready)
+}
+
+/// `(reason, [], [], [])` when rejected, else `("", active, add, dropped)`.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn decide_activation(
+    max_group_size: usize,
+    active: Vec<usize>,
+    vote: Vec<i64>,
+) -> (String, Vec<usize>, Vec<usize>, Vec<usize>) {
+    match membership::decide_activation(max_group_size, &active, &vote) {
+        Activation::Rejected(reason) => (reason, vec![], vec![], vec![]),
+        Activation::Apply {
+            active,
+            add,
+            dropped,
+        } => (String::new(), active, add, dropped),
+    }
+}
+
 pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = parent.py();
     let m = PyModule::new(py, "pg")?;
@@ -274,6 +320,10 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(all_reduce_direct, &m)?)?;
     m.add_function(wrap_pyfunction!(block_elems, &m)?)?;
     m.add_function(wrap_pyfunction!(rounds, &m)?)?;
+    m.add_function(wrap_pyfunction!(visible_size, &m)?)?;
+    m.add_function(wrap_pyfunction!(check_ranks, &m)?)?;
+    m.add_function(wrap_pyfunction!(activation_vote, &m)?)?;
+    m.add_function(wrap_pyfunction!(decide_activation, &m)?)?;
     m.add(
         "LIVENESS_PERIOD_S",
         mooncake_pg::wait::LIVENESS_PERIOD.as_secs_f64(),

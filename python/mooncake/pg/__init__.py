@@ -29,10 +29,14 @@ from ._elastic import (
     ProposalStatus,
     SyncAfterFailureResponse,
     SyncAfterFailureStatus,
+    activate_ranks,
     deactivate_ranks,
     get_active_ranks,
     get_current_epoch,
     get_peer_state,
+    join_group,
+    recover_ranks,
+    set_device_filter,
     sync_after_failure,
 )
 from ._options import MooncakeBackendOptions
@@ -49,12 +53,16 @@ __all__ = [
     "ProposalStatus",
     "SyncAfterFailureResponse",
     "SyncAfterFailureStatus",
+    "activate_ranks",
     "deactivate_ranks",
     "get_active_ranks",
     "get_current_epoch",
     "get_failed_ranks_hint",
     "get_local_success",
     "get_peer_state",
+    "join_group",
+    "recover_ranks",
+    "set_device_filter",
     "sync_after_failure",
 ]
 

@@ -8,14 +8,14 @@ import collections
 import concurrent.futures
 import os
 import threading
-import uuid
 
 import torch
 import torch.distributed as dist
 
 from .. import _mooncake
 from . import _plane
-from ._plane import READY, GroupBroken, Plane, RedOp, _op_type, check_op, flat
+from ._grow import GrowMixin
+from ._plane import GroupBroken, Plane, RedOp, _op_type, check_op, flat
 from ._options import MooncakeBackendOptions
 from ._work import MooncakeWork
 
@@ -36,13 +36,10 @@ def _env_bytes(name: str, default: int) -> int:
 
 def _check_options(opts, size: int) -> None:
     """Refuses what this backend cannot do rather than ignore it."""
-    if opts.max_group_size not in (0, size):
+    if opts.max_group_size and opts.max_group_size < size:
         raise ValueError(
-            f"mooncake-cpu cannot reserve ranks beyond its initial group: "
-            f"max_group_size {opts.max_group_size} != world size {size}"
+            f"max_group_size {opts.max_group_size} is smaller than the group's {size} ranks"
         )
-    if opts.is_extension:
-        raise ValueError("mooncake-cpu does not support extension ranks (is_extension=True)")
     if opts.auto_sync_on_failure and not opts.auto_deactivate_on_failure:
         raise ValueError(
             "auto_sync_on_failure needs auto_deactivate_on_failure: without it a failed "
@@ -50,8 +47,12 @@ def _check_options(opts, size: int) -> None:
         )
 
 
-class MooncakeProcessGroup(dist.ProcessGroup):
-    """A group of ranks on one host, joined through the c10d store."""
+class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
+    """A group of ranks on one host, joined through the c10d store.
+
+    ``max_group_size`` rank numbers are reserved; the first ``size`` are
+    active from the start, the others join later (``recover_ranks`` on the
+    active ranks, ``join_group`` on an ``is_extension`` rank)."""
 
     supports_coalescing = False
 
@@ -64,6 +65,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._global_ranks = list(global_ranks) if global_ranks else list(range(size))
         opts = options if options is not None else MooncakeBackendOptions(size)
         _check_options(opts, size)
+        self._max = opts.max_group_size or size
+        # An extension rank runs alone until it is activated (join_group).
+        self._joined = not opts.is_extension
+        self._left = False
+        self._store = store
+        # The incarnation (segment nonce) of each mapped rank.
+        self._inc: dict[int, str] = {}
         self._auto_deactivate = opts.auto_deactivate_on_failure
         self._auto_sync = opts.auto_sync_on_failure
         # Ranks found dead by any operation; the ones not yet reconciled by
@@ -76,7 +84,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         slot = _env_bytes("MOONCAKE_PG_SLOT_BYTES", 4 << 20)
         ring = _env_bytes("MOONCAKE_PG_MAILBOX_BYTES", 4 << 20)
         self._shm = self._rendezvous(store, slot, ring)
-        self._plane = Plane(self._shm, rank, size, timeout_s)
+        self._plane = Plane(self._shm, rank, self._max, timeout_s)
+        self._plane.ranks = list(range(size)) if self._joined else [rank]
         self._sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-send")
         self._receiver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-recv")
         self._send_lock = threading.Lock()
@@ -88,36 +97,31 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     # -- setup -----------------------------------------------------------
     def _rendezvous(self, store, slot: int, ring: int):
-        """Each rank creates its segment, publishes its name in the store,
-        maps its peers', and once all have mapped all, unlinks its file."""
+        """Each rank creates its segment and publishes it in the store; the
+        initial ranks map each other's and wait until all have mapped all.
+        An extension rank maps its peers when it is activated."""
         rank, size = self._rank, self._size
-        # A destroyed and re-created group may reuse the store's prefix:
-        # the generation keeps its keys apart from the last one's.
-        gen = store.add(f"mooncake-pg/gen/{rank}", 1)
-        path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{uuid.uuid4().hex[:12]}-r{rank}")
-        pending = _native.create(path, rank, size, slot, ring)
-        try:
-            store.set(f"mooncake-pg/{gen}/seg/{rank}", f"{os.getpid()} {path}")
-            for peer in range(size):
-                if peer == rank:
-                    continue
-                raw = store.get(f"mooncake-pg/{gen}/seg/{peer}").decode()
-                pid, peer_path = raw.split(" ", 1)
-                pending.connect(peer, peer_path, int(pid))
-            shm = pending.finish()
-        except BaseException:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            raise
-        try:
-            shm.post(READY, gen & _plane.MASK)
-            dead = shm.wait(list(range(size)), READY, gen & _plane.MASK, self._timeout_s)
-            if dead:
-                raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
-        finally:
-            shm.unlink()
+        if self._joined:
+            # A destroyed and re-created group may reuse the store's prefix:
+            # the generation keeps its keys apart from the last one's.
+            gen = store.add(f"mooncake-pg/gen/{rank}", 1)
+            store.set("mooncake-pg/gen", str(gen))
+        else:
+            gen = int(store.get("mooncake-pg/gen"))
+        self._gen = gen
+        pending = self._publish(store, slot, ring)
+        if not self._joined:
+            return pending.finish()
+        for peer in range(size):
+            if peer != rank:
+                pid, nonce, path = self._published(peer, wait=True)
+                pending.connect(peer, path, pid)
+                self._inc[peer] = nonce
+        shm = pending.finish()
+        shm.post(_plane.READY, gen & _plane.MASK)
+        dead = shm.wait(list(range(size)), _plane.READY, gen & _plane.MASK, self._timeout_s)
+        if dead:
+            raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
         return shm
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -136,11 +140,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         self._closed = True
         self._sender.shutdown(wait=True, cancel_futures=False)
         self._receiver.shutdown(wait=True, cancel_futures=False)
+        self._close_segment()
 
     def abort(self) -> None:
         self._closed = True
         self._sender.shutdown(wait=False, cancel_futures=True)
         self._receiver.shutdown(wait=False, cancel_futures=True)
+        self._close_segment()
 
     # -- membership ----------------------------------------------------
     @property
@@ -171,32 +177,39 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             self._epoch += 1
 
     def active_ranks(self) -> list[int]:
+        self._prune_left()
         return list(self._plane.ranks)
 
     def epoch(self) -> int:
         return self._epoch
 
-    def peer_alive(self, r: int) -> bool:
-        self._check_rank(r, "rank")
-        if r == self._rank:
-            return True
-        if r in self._dead or self._shm.dead([r]):
-            return False
-        return True
+    def size(self) -> int:
+        """The extent of the active rank space (one past the highest active
+        rank); a rank waiting to join reports the size it declared."""
+        return _native.visible_size(self._plane.ranks, self._size, self._joined and not self._left)
+
+    @property
+    def max_group_size(self) -> int:
+        return self._max
 
     def deactivate(self, ranks: list[int]) -> tuple[list[int], str]:
         """Removes dead ``ranks`` from the active set; returns the ones it
         removed, or a reason to refuse. Every survivor finds the same ranks
         dead, so each applies the same change without a coordinator; a
-        live rank cannot be removed this way (it would go on waiting for
-        the others)."""
+        live peer cannot be removed this way (it would go on waiting for
+        the others). A rank may remove itself: it takes part in no more
+        operations, and its peers see it as gone."""
         for r in ranks:
             self._check_rank(r, "rank")
-        alive = [r for r in ranks if self.peer_alive(r)]
+        others = [r for r in ranks if r != self._rank]
+        alive = [r for r in others if self._shm.connected(r) and r not in self._dead and not self._shm.dead([r])]
         if alive:
-            return [], f"ranks {alive} are alive: mooncake-cpu deactivates dead ranks only"
+            return [], f"ranks {alive} are alive: mooncake-cpu deactivates dead ranks or the calling rank only"
         with self._state_lock:
-            self._dead |= set(ranks)
+            if len(others) != len(ranks) and not self._left:
+                self._left = True
+                self._shm.post(_plane.LEFT, 1)
+            self._dead |= set(others)
             removed = [r for r in ranks if r in self._plane.ranks]
             self._deactivate(set(ranks))
         return removed, ""
@@ -213,8 +226,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     # -- running operations --------------------------------------------
     def _run(self, fn, result) -> MooncakeWork:
-        if self._closed:
-            raise RuntimeError("the mooncake-cpu process group was destroyed")
+        self._check_usable()
         self._plane.missing = set()
         try:
             fn()
@@ -222,15 +234,15 @@ class MooncakeProcessGroup(dist.ProcessGroup):
             missing = sorted(self._plane.missing)
             self._plane.missing = set()
             self._observe(missing)
-        return MooncakeWork(result, failed=missing, group_size=self._size)
+        return MooncakeWork(result, failed=missing, group_size=self._max)
 
     @staticmethod
     def _root(opts) -> int:
         return int(opts.rootRank)
 
     def _check_rank(self, r: int, what: str) -> None:
-        if not 0 <= r < self._size:
-            raise ValueError(f"{what} {r} is outside a group of {self._size}")
+        if not 0 <= r < self._max:
+            raise ValueError(f"{what} {r} is outside a group of {self._max}")
 
     def _check_root(self, r: int, what: str) -> None:
         self._check_rank(r, what)
@@ -450,12 +462,13 @@ class MooncakeProcessGroup(dist.ProcessGroup):
 
     # -- point to point ------------------------------------------------
     def _p2p_failed(self, peer: int) -> MooncakeWork | None:
-        if self._closed:
-            raise RuntimeError("the mooncake-cpu process group was destroyed")
+        self._check_usable()
+        if not self._shm.connected(peer):
+            raise ValueError(f"rank {peer} has not joined the group")
         # A send to a dead peer would only fill its mailbox: it fails.
         if peer in self._dead or self._shm.dead([peer]):
             self._observe([peer])
-            return MooncakeWork(None, failed=[peer], group_size=self._size)
+            return MooncakeWork(None, failed=[peer], group_size=self._max)
         return None
 
     def _do_send(self, dst: int, tag: int, data: torch.Tensor) -> int:
@@ -480,7 +493,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         with self._send_lock:
             self._queued_sends[dst] += 1
         fut = self._sender.submit(self._do_send, dst, int(tag), data)
-        return MooncakeWork(tensors, future=fut, group_size=self._size, confirm=lambda end: self._wait_read(dst, end))
+        return MooncakeWork(tensors, future=fut, group_size=self._max, confirm=lambda end: self._wait_read(dst, end))
 
     def _wait_read(self, dst: int, end: int) -> None:
         """A send is done when its peer has read it, so that a peer dying
@@ -538,7 +551,7 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         with self._send_lock:
             self._queued_recvs += 1
         fut = self._receiver.submit(self._do_recv, src, int(tag), tensors[0])
-        return MooncakeWork(tensors, future=fut, group_size=self._size, source=src)
+        return MooncakeWork(tensors, future=fut, group_size=self._max, source=src)
 
     def recv_anysource(self, tensors, tag=0):
         def any_source():
@@ -546,8 +559,8 @@ class MooncakeProcessGroup(dist.ProcessGroup):
                 import time
 
                 while True:
-                    for src in range(self._size):
-                        if src != self._rank and (self._stash.get((src, tag)) or self._shm.pending(src)):
+                    for src in range(self._max):
+                        if src != self._rank and self._shm.connected(src) and (self._stash.get((src, tag)) or self._shm.pending(src)):
                             return self._recv_message(src, tag, tensors[0])
                     time.sleep(0.0005)
             finally:
@@ -557,4 +570,4 @@ class MooncakeProcessGroup(dist.ProcessGroup):
         with self._send_lock:
             self._queued_recvs += 1
         fut = self._receiver.submit(any_source)
-        return MooncakeWork(tensors, future=fut, group_size=self._size)
+        return MooncakeWork(tensors, future=fut, group_size=self._max)

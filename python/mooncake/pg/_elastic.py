@@ -5,7 +5,10 @@ Membership here follows from what every rank can observe by itself: a
 rank's process has exited or it has not. Every survivor finds the same
 ranks dead at the same point of a collective, so the survivors change
 their active sets alike without a coordinator; ``deactivate_ranks`` and
-``sync_after_failure`` apply that shared view.
+``sync_after_failure`` apply that shared view. Growing the group is a
+decision of the active ranks together: ``recover_ranks`` (which every
+active rank calls) votes in one collective, and the joiner, blocked in
+``join_group``, takes the group's round before it is counted in.
 """
 
 from __future__ import annotations
@@ -78,16 +81,18 @@ def _ranks(ranks) -> list[int]:
 
 
 def get_peer_state(group, ranks) -> list[bool]:
-    """For each of ``ranks``: whether it can take part (its process is
-    alive and mapped)."""
+    """For each of ``ranks``: whether it can take part: an active rank
+    whose process runs, or an inactive one for which a live process has
+    published itself (``is_extension=True``), ready to be activated."""
     b = backend_of(group)
-    return [b.peer_alive(r) for r in _ranks(ranks)]
+    return [b.peer_ready(r) for r in _ranks(ranks)]
 
 
 def get_active_ranks(group) -> torch.Tensor:
-    """A 0/1 int32 tensor over the group's ranks: 1 for the active ones."""
+    """A 0/1 int32 tensor over the group's ``max_group_size`` ranks: 1 for
+    the active ones (a rank waiting in ``join_group`` sees itself only)."""
     b = backend_of(group)
-    out = torch.zeros(b.size(), dtype=torch.int32)
+    out = torch.zeros(b.max_group_size, dtype=torch.int32)
     for r in b.active_ranks():
         out[r] = 1
     return out
@@ -109,6 +114,51 @@ def deactivate_ranks(group, ranks) -> ProposalResponse:
     if reason:
         return ProposalResponse(ProposalStatus.Rejected, reason)
     return ProposalResponse(ProposalStatus.Applied, dropped_ranks=removed)
+
+
+def activate_ranks(group, ranks) -> ProposalResponse:
+    """Activates inactive ``ranks`` whose new processes are ready (see
+    ``get_peer_state``); every active rank calls it with the same ranks.
+    ``Applied`` once they joined (the group's size covers them), or
+    ``AppliedWithDroppedRanks`` naming those that were not ready on every
+    active rank or died before joining; ``Rejected`` with the reason for a
+    rank out of range, already active, or proposals that differ."""
+    b = backend_of(group)
+    reason, dropped = b.activate(_ranks(ranks))
+    if reason:
+        return ProposalResponse(ProposalStatus.Rejected, reason)
+    if dropped:
+        return ProposalResponse(ProposalStatus.AppliedWithDroppedRanks, dropped_ranks=dropped)
+    return ProposalResponse(ProposalStatus.Applied)
+
+
+def recover_ranks(group, ranks) -> ProposalResponse:
+    """``activate_ranks``: brings back ranks whose replacement processes
+    are ready, or adds the extension ranks of a group made with a larger
+    ``max_group_size``."""
+    return activate_ranks(group, ranks)
+
+
+def join_group(group) -> None:
+    """On an ``is_extension`` rank: blocks until the active ranks activate
+    it (``recover_ranks``), at most the group's timeout; its operations
+    then run with them. Returns at once on an active rank."""
+    backend_of(group).join()
+
+
+def set_device_filter(filters) -> None:
+    """The reference's choice of RDMA devices for its transfer engine.
+    ``mooncake-cpu`` moves tensors through same-host shared memory and
+    uses no network device, so an empty filter (every device) is all it
+    can honour; any other is refused rather than ignored."""
+    if isinstance(filters, str):
+        raise TypeError("set_device_filter takes a list of device names, not a string")
+    names = [str(f) for f in filters]
+    if names:
+        raise ValueError(
+            f"mooncake-cpu uses no network device (its ranks share memory on one host): "
+            f"cannot restrict it to {names}"
+        )
 
 
 def sync_after_failure(group) -> SyncAfterFailureResponse:

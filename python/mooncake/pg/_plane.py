@@ -21,7 +21,7 @@ import torch.distributed as dist
 from .. import _mooncake
 
 _native = _mooncake.pg
-ARRIVE, REDUCED, DONE, READY = 0, 1, 2, 3
+ARRIVE, REDUCED, DONE, READY, LEFT = 0, 1, 2, 3, 4
 MASK = 0xFFFFFFFF
 RedOp = dist.ReduceOp.RedOpType
 
@@ -149,15 +149,19 @@ class Plane:
         self.ranks = list(range(world))
         self.missing: set[int] = set()
         self.slot_bytes = shm.slot_bytes
-        self._slots = [
-            [
-                torch.frombuffer(
-                    (ctypes.c_uint8 * self.slot_bytes).from_address(shm.slot_addr(r, s)),
-                    dtype=torch.uint8,
-                )
-                for s in range(2)
-            ]
-            for r in range(world)
+        self._slots: list[list[torch.Tensor] | None] = [None] * world
+        for r in range(world):
+            if shm.connected(r):
+                self.attach(r)
+
+    def attach(self, rank: int) -> None:
+        """Views of ``rank``'s slots, once it is mapped (again)."""
+        self._slots[rank] = [
+            torch.frombuffer(
+                (ctypes.c_uint8 * self.slot_bytes).from_address(self.shm.slot_addr(rank, s)),
+                dtype=torch.uint8,
+            )
+            for s in range(2)
         ]
 
     # -- rounds ----------------------------------------------------------
@@ -203,7 +207,9 @@ class Plane:
     def all_reduce(self, t: torch.Tensor, op: RedOp) -> None:
         f, back = flat(t)
         if len(self.live()) > 1:
-            direct = _native.all_reduce_direct(f.numel() * f.element_size(), len(self.live()))
+            # Decided on the group's capacity, which every rank agrees on
+            # even while their views of a rank that just died differ.
+            direct = _native.all_reduce_direct(f.numel() * f.element_size(), self.world)
             for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
                 m = b - a
                 k, s = self.begin()
