@@ -276,7 +276,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         for outs in output_lists:
-            if len(outs) != self._n:
+            if len(outs) != self._expect(len(outs)):
                 raise ValueError(f"all_gather needs {self._n} output tensors, got {len(outs)}")
         return self._run(
             lambda: [self._gather_into(outs, inp) for outs, inp in zip(output_lists, inputs)],
@@ -287,7 +287,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         return self.allgather(output_lists, inputs, opts)
 
     def _gather_single(self, out: torch.Tensor, inp: torch.Tensor) -> None:
-        if out.numel() != inp.numel() * self._n:
+        if out.numel() != inp.numel() * self._expect(out.numel() // max(inp.numel(), 1)):
             raise ValueError(
                 f"all_gather_into_tensor: output has {out.numel()} elements, "
                 f"not {self._n} x {inp.numel()}"
@@ -308,7 +308,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     def _reduce_scatter_single(self, out, inp, op) -> None:
-        if inp.numel() != out.numel() * self._n:
+        if inp.numel() != out.numel() * self._expect(inp.numel() // max(out.numel(), 1)):
             raise ValueError(
                 f"reduce_scatter_tensor: input has {inp.numel()} elements, "
                 f"not {self._n} x {out.numel()}"
@@ -341,7 +341,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
 
         def run():
             for out, ins in zip(outs, input_lists):
-                if len(ins) != self._n:
+                if len(ins) != self._expect(len(ins)):
                     raise ValueError(f"reduce_scatter needs {self._n} inputs, got {len(ins)}")
                 check_op(op, out.dtype)
                 fo, back = flat(out)
@@ -446,7 +446,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
     alltoall_base = all_to_all_single
 
     def alltoall(self, outs, ins, opts=None):
-        if len(outs) != self._n or len(ins) != self._n:
+        if len(outs) != self._expect(len(outs)) or len(ins) != self._n:
             raise ValueError(f"all_to_all needs {self._n} input and output tensors")
 
         def run():

@@ -109,6 +109,16 @@ class GrowMixin:
                 self._dead |= set(left)
                 self._deactivate(set(left))
 
+    def _expect(self, given: int) -> int:
+        """How many ranks a symmetric collective's tensors must be sized
+        for. Tensors sized for another count may follow a death this rank
+        has not met yet, or one under way: with auto-deactivation the ranks
+        first pass a barrier, which finds the dead ones alike on every rank
+        (every rank of a symmetric collective sees the same mismatch)."""
+        if given != self._n and self._auto_deactivate:
+            self._run(self._plane.barrier, None)
+        return self._n
+
     # -- queries -------------------------------------------------------
     def peer_ready(self, r: int) -> bool:
         """Whether ``r`` can take part: an active rank whose process runs,
