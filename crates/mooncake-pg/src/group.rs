@@ -41,7 +41,7 @@ impl Flag {
             Flag::Left,
         ]
         .get(n)
-            .copied()
+        .copied()
     }
 }
 

@@ -40,6 +40,28 @@ pub fn check_ranks(max_group_size: usize, ranks: &[i64]) -> Result<Vec<usize>, S
     Ok(seen.into_iter().collect())
 }
 
+/// Checks an activation proposal against this rank's active set, before
+/// any vote: every active rank holds the same set, so each refuses alike
+/// without a collective. Returns the ranks sorted.
+pub fn check_activation(
+    max_group_size: usize,
+    active: &[usize],
+    ranks: &[i64],
+) -> Result<Vec<usize>, String> {
+    let want = check_ranks(max_group_size, ranks)?;
+    let already: Vec<usize> = want
+        .iter()
+        .copied()
+        .filter(|r| active.contains(r))
+        .collect();
+    if !already.is_empty() {
+        return Err(format!(
+            "ranks {already:?} are active already: a rank is not an inactive member"
+        ));
+    }
+    Ok(want)
+}
+
 /// This rank's vote on activating `requested`, of which `ready` are
 /// published by a live process it has mapped: three blocks of
 /// `max_group_size` entries whose element-wise MAX over the voters gives
@@ -146,10 +168,21 @@ mod tests {
     #[test]
     fn bad_proposals_are_refused_before_any_vote() {
         assert!(check_ranks(4, &[]).is_err());
-        assert!(check_ranks(4, &[4]).unwrap_err().contains("out of valid range"));
+        assert!(check_ranks(4, &[4])
+            .unwrap_err()
+            .contains("out of valid range"));
         assert!(check_ranks(4, &[-1]).is_err());
         assert!(check_ranks(4, &[1, 1]).unwrap_err().contains("twice"));
         assert_eq!(check_ranks(4, &[3, 1]).unwrap(), vec![1, 3]);
+    }
+
+    #[test]
+    fn activating_an_active_rank_is_refused_without_a_vote() {
+        assert!(check_activation(4, &[0, 1, 2, 3], &[3])
+            .unwrap_err()
+            .contains("active already"));
+        assert!(check_activation(4, &[0, 1], &[4]).is_err());
+        assert_eq!(check_activation(4, &[0, 1], &[3, 2]).unwrap(), vec![2, 3]);
     }
 
     #[test]
@@ -183,18 +216,38 @@ mod tests {
                 dropped: vec![3]
             }
         );
-        let v = combine(&[activation_vote(4, &[3], &[]), activation_vote(4, &[3], &[3])]);
-        assert!(matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("not ready")));
+        let v = combine(&[
+            activation_vote(4, &[3], &[]),
+            activation_vote(4, &[3], &[3]),
+        ]);
+        assert!(
+            matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("not ready"))
+        );
     }
 
     #[test]
     fn disagreement_or_an_active_rank_is_rejected() {
-        let v = combine(&[activation_vote(4, &[2], &[2]), activation_vote(4, &[3], &[3])]);
-        assert!(matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("different")));
-        let v = combine(&[activation_vote(4, &[1], &[1]), activation_vote(4, &[1], &[1])]);
-        assert!(matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("active already")));
-        assert!(matches!(decide_activation(4, &[0], &[0; 5]), Activation::Rejected(_)));
-        assert!(matches!(decide_activation(4, &[0], &[0; 12]), Activation::Rejected(r) if r.contains("no rank")));
+        let v = combine(&[
+            activation_vote(4, &[2], &[2]),
+            activation_vote(4, &[3], &[3]),
+        ]);
+        assert!(
+            matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("different"))
+        );
+        let v = combine(&[
+            activation_vote(4, &[1], &[1]),
+            activation_vote(4, &[1], &[1]),
+        ]);
+        assert!(
+            matches!(decide_activation(4, &[0, 1], &v), Activation::Rejected(r) if r.contains("active already"))
+        );
+        assert!(matches!(
+            decide_activation(4, &[0], &[0; 5]),
+            Activation::Rejected(_)
+        ));
+        assert!(
+            matches!(decide_activation(4, &[0], &[0; 12]), Activation::Rejected(r) if r.contains("no rank"))
+        );
     }
 
     #[test]

@@ -286,6 +286,17 @@ fn check_ranks(max_group_size: usize, ranks: Vec<i64>) -> PyResult<Vec<usize>> {
     membership::check_ranks(max_group_size, &ranks).map_err(PyValueError::new_err)
 }
 
+/// The sorted ranks of an activation, or ValueError: out of range,
+/// duplicate, or active already (see `membership::check_activation`).
+#[pyfunction]
+fn check_activation(
+    max_group_size: usize,
+    active: Vec<usize>,
+    ranks: Vec<i64>,
+) -> PyResult<Vec<usize>> {
+    membership::check_activation(max_group_size, &active, &ranks).map_err(PyValueError::new_err)
+}
+
 #[pyfunction]
 fn activation_vote(max_group_size: usize, requested: Vec<usize>, ready: Vec<usize>) -> Vec<i64> {
     membership::activation_vote(max_group_size, &requested, &ready)
@@ -322,6 +333,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(rounds, &m)?)?;
     m.add_function(wrap_pyfunction!(visible_size, &m)?)?;
     m.add_function(wrap_pyfunction!(check_ranks, &m)?)?;
+    m.add_function(wrap_pyfunction!(check_activation, &m)?)?;
     m.add_function(wrap_pyfunction!(activation_vote, &m)?)?;
     m.add_function(wrap_pyfunction!(decide_activation, &m)?)?;
     m.add(

@@ -146,11 +146,11 @@ class GrowMixin:
         self._check_usable()
         if not self._joined:
             return "this rank is not active yet: it joins with join_group", []
+        self._prune_left()
         try:
-            want = _native.check_ranks(self._max, [int(r) for r in ranks])
+            want = _native.check_activation(self._max, self._plane.ranks, [int(r) for r in ranks])
         except ValueError as exc:
             return str(exc), []
-        self._prune_left()
         ready = [r for r in want if r not in self._plane.ranks and self.peer_ready(r)]
         vote = torch.tensor(_native.activation_vote(self._max, want, ready), dtype=torch.int64)
         self._run(lambda: self._plane.all_reduce(vote, RedOp.MAX), None)

@@ -1,0 +1,213 @@
+"""What the processes of tests/python/test_pg_elastic.py run: the
+reference's elastic recovery and extension scenarios (its
+mooncake-pg/tests/test_pg_elastic.py), with the same calls and assertions.
+Each worker is ``fn(proc, port, events)`` and raises on a mismatch; kept
+apart from the test module so spawned processes import only this."""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from mooncake import pg
+
+BROKEN = 1
+
+
+def init(rank, world, port, *, max_group_size=None, is_extension=False, auto=True):
+    store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=120))
+    opts = pg.MooncakeBackendOptions(max_group_size or world, is_extension, auto, auto)
+    dist.init_process_group("mooncake-cpu", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120), pg_options=opts)
+    return dist.group.WORLD
+
+
+def wait_until(pred, what, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not pred():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def summed(value, group=None):
+    t = torch.tensor([value], dtype=torch.int32)
+    dist.all_reduce(t, group=group)
+    return int(t.item())
+
+
+def gather_scatter(active, rank):
+    """The reference's _run_allgather_reduce_scatter: sizes follow the
+    active ranks."""
+    out = torch.zeros(active, dtype=torch.int32)
+    dist.all_gather_into_tensor(out, torch.tensor([rank + 1], dtype=torch.int32))
+    assert out.tolist() == list(range(1, active + 1)), out
+    rs = torch.zeros(1, dtype=torch.int32)
+    dist.reduce_scatter_tensor(rs, torch.arange(1, active + 1, dtype=torch.int32))
+    assert rs.item() == (rank + 1) * active, rs
+
+
+def ping_pong(rank, peer):
+    send, recv = torch.tensor([rank], dtype=torch.int64), torch.empty(1, dtype=torch.int64)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)])
+    for w in works:
+        w.wait()
+    assert all(pg.get_local_success(w) for w in works), "P2P with the peer failed"
+    assert recv.item() == peer, recv
+
+
+def recover(group, ranks):
+    wait_until(lambda: all(pg.get_peer_state(group, ranks)), f"ranks {ranks} ready")
+    resp = pg.recover_ranks(group, ranks)
+    assert resp.status == pg.ProposalStatus.Applied, resp
+
+
+# -- extension: 3 primaries (max_group_size 4) and rank 3 joining -----------
+def extension(proc, port, events):
+    (extend,) = events
+    world, joiner = 4, 3
+    if proc < joiner:
+        group = init(proc, 3, port, max_group_size=world)
+        # max_group_size only reserves: the visible size is the active one.
+        assert dist.get_world_size() == 3
+        assert summed(proc + 1) == 6
+        gather_scatter(3, proc)
+        assert pg.get_active_ranks(group).tolist() == [1, 1, 1, 0]
+        assert not pg.get_peer_state(group, [joiner])[0]
+        epoch = pg.get_current_epoch(group)
+        if proc == 0:
+            extend.set()
+        recover(group, [joiner])
+        assert dist.get_world_size() == world
+        assert pg.get_current_epoch(group) > epoch
+        assert pg.get_active_ranks(group).tolist() == [1, 1, 1, 1]
+        # Asking again for an active rank, or for one out of range, is refused.
+        resp = pg.recover_ranks(group, [joiner])
+        assert resp.status == pg.ProposalStatus.Rejected and "active already" in resp.reject_reason, resp
+        resp = pg.activate_ranks(group, [world])
+        assert resp.status == pg.ProposalStatus.Rejected and "out of valid range" in resp.reject_reason, resp
+    else:
+        assert extend.wait(60)
+        group = init(joiner, world, port, is_extension=True)
+        # Before join_group it runs alone, with the size it declared.
+        assert dist.get_world_size() == world
+        assert summed(joiner + 1) == joiner + 1
+        assert pg.get_active_ranks(group).tolist() == [0, 0, 0, 1]
+        pg.join_group(group)
+        assert dist.get_world_size() == world
+    assert summed(proc + 1) == 10
+    gather_scatter(world, proc)
+    dist.barrier()
+    # P2P both ways between the joiner and a primary.
+    if proc in (2, joiner):
+        ping_pong(proc, 5 - proc)
+    dist.barrier()
+
+
+# -- a killed rank replaced by a new process ----------------------------------
+def replacement(proc, port, events, *, auto=True, graceful=False):
+    gone, start = events
+    world = 3
+    rank = proc if proc < world else BROKEN
+    if proc < world:
+        group = init(rank, world, port, auto=auto)
+        assert summed(rank + 1) == 6
+        if rank == BROKEN:
+            if graceful:
+                resp = pg.deactivate_ranks(group, [rank])
+                assert resp.status == pg.ProposalStatus.Applied, resp
+                dist.destroy_process_group()
+                return
+            os._exit(0)
+        assert gone.wait(60)
+        if not auto:
+            t = torch.tensor([rank + 1], dtype=torch.int32)
+            work = dist.all_reduce(t, async_op=True)
+            work.wait()
+            assert not pg.get_local_success(work) and t.item() == 4, t
+            assert pg.sync_after_failure(group).status == pg.SyncAfterFailureStatus.Reconciled
+            resp = pg.deactivate_ranks(group, [BROKEN])
+            assert resp.status == pg.ProposalStatus.Applied, resp
+        elif graceful:
+            # The rank that left is out of the view without an operation.
+            assert pg.get_active_ranks(group).tolist() == [1, 0, 1]
+        gather_scatter(2, [0, 2].index(rank))
+        assert summed(rank + 1) == 4
+        assert not pg.get_peer_state(group, [BROKEN])[0]
+        if rank == 0:
+            start.set()
+        recover(group, [BROKEN])
+    else:
+        assert start.wait(60)
+        group = init(rank, world, port, is_extension=True, auto=auto)
+        pg.join_group(group)
+    assert dist.get_world_size() == world
+    assert summed(rank + 1) == 6
+    gather_scatter(world, rank)
+    # The replacement's mailboxes start clean both ways.
+    if rank in (0, BROKEN):
+        ping_pong(rank, 1 - rank)
+    dist.barrier()
+
+
+def replacement_manual(proc, port, events):
+    replacement(proc, port, events, auto=False)
+
+
+def replacement_graceful(proc, port, events):
+    replacement(proc, port, events, graceful=True)
+
+
+# -- several groups grown at once ----------------------------------------------
+def subgroups(proc, port, events):
+    """WORLD and group_c grow from [0, 1] to [0..3]; group_a [0] takes 2,
+    group_b [1] takes 3 (the reference's split-ranks layout)."""
+    (extend,) = events
+    O = pg.MooncakeBackendOptions  # noqa: E741,N806
+    if proc < 2:
+        world = init(proc, 2, port, max_group_size=4)
+        ga = dist.new_group([0], backend="mooncake-cpu", pg_options=O(2))
+        gb = dist.new_group([1], backend="mooncake-cpu", pg_options=O(2))
+        gc = dist.new_group([0, 1], backend="mooncake-cpu", pg_options=O(4))
+        assert summed(proc + 1) == 3 and summed(proc + 1, gc) == 3
+        if proc == 0:
+            extend.set()
+        recover(world, [2, 3])
+        recover(ga if proc == 0 else gb, [1])
+        recover(gc, [2, 3])
+    else:
+        assert extend.wait(60)
+        world = init(proc, 4, port, is_extension=True)
+        ga = dist.new_group([0, 2], backend="mooncake-cpu", pg_options=O(2, True))
+        gb = dist.new_group([1, 3], backend="mooncake-cpu", pg_options=O(2, True))
+        gc = dist.new_group([0, 1, 2, 3], backend="mooncake-cpu", pg_options=O(4, True))
+        assert summed(proc + 1) == proc + 1
+        pg.join_group(world)
+        pg.join_group(ga if proc == 2 else gb)
+        pg.join_group(gc)
+    assert summed(proc + 1) == 10
+    assert summed(proc + 1, ga if proc in (0, 2) else gb) == (4 if proc in (0, 2) else 6)
+    assert summed(proc + 1, gc) == 10
+
+
+WORKERS = {name: fn for name, fn in globals().items() if callable(fn) and name in (
+    "extension", "replacement", "replacement_manual", "replacement_graceful", "subgroups")}
+
+
+def proc_main(name, proc, port, events, results):
+    os.environ.setdefault("MOONCAKE_PG_SLOT_BYTES", str(64 << 10))
+    os.environ.setdefault("MOONCAKE_PG_MAILBOX_BYTES", str(1 << 20))
+    torch.set_num_threads(1)
+    try:
+        WORKERS[name](proc, port, events)
+        results.put((proc, "ok"))
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        results.put((proc, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
