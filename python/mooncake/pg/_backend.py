@@ -21,8 +21,6 @@ from ._work import MooncakeWork
 
 _native = _mooncake.pg
 
-SHM_DIR = os.environ.get("MOONCAKE_PG_SHM_DIR", "/dev/shm")
-
 
 def _env_bytes(name: str, default: int) -> int:
     raw = os.environ.get(name)

@@ -34,6 +34,7 @@ from ._plane import RedOp
 _native = _mooncake.pg
 
 POLL_S = 0.002
+SHM_DIR = os.environ.get("MOONCAKE_PG_SHM_DIR", "/dev/shm")
 
 
 class GrowMixin:
@@ -47,8 +48,6 @@ class GrowMixin:
     def _publish(self, store, slot: int, ring: int):
         """Creates this rank's segment and publishes it; returns the
         pending group."""
-        from ._backend import SHM_DIR
-
         nonce = uuid.uuid4().hex[:12]
         path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{nonce}-r{self._rank}")
         pending = _native.create(path, self._rank, self._max, slot, ring)
