@@ -5,6 +5,7 @@
 //! - `store`: `MooncakeDistributedStore` and the classes its calls return;
 //! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
 //! - `hostmem`: `MooncakeHostMemAllocator`, `bind_to_numa_node`;
+//! - `fast_copy`: `concat_arrays_into`, which `mooncake._fast_copy` exports;
 //! - `codes`: the ints both APIs return for failures;
 //! - `args`, `buffer`, `handle`, `mem`: argument conversions, borrowed and
 //!   lent Python buffers, and the checks that keep raw addresses from
@@ -18,6 +19,7 @@ mod codes;
 mod config;
 mod engine;
 mod enums;
+mod fast_copy;
 mod handle;
 mod hostmem;
 mod mem;
@@ -95,6 +97,7 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(_run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(_programs, m)?)?;
+    m.add_function(wrap_pyfunction!(fast_copy::concat_arrays_into, m)?)?;
     m.add_class::<config::ReplicateConfig>()?;
     enums::register(m)?;
     engine::register(m)?;
