@@ -49,11 +49,28 @@ SUITES = {
     "test_drain_http_api.py": ("scripts/test_drain_http_api.py", ["--timeout-sec", "90"], "scripts", 600),
     # Not run by the reference's CI (it needs a master at the address below).
     "test_buffer_pool_native.py": ("mooncake-wheel/tests/test_buffer_pool_native.py", [], "wheel", 300),
+    "test_distributed_object_store.py": ("mooncake-wheel/tests/test_distributed_object_store.py", [], "wheel", 900),
+    "test_replicated_distributed_object_store.py": (
+        "mooncake-wheel/tests/test_replicated_distributed_object_store.py", [], "wheel", 900),
+    "test_fast_copy.py": ("mooncake-wheel/tests/test_fast_copy.py", [], None, 120),
+    "session_ranges_tcp_e2e.py": ("mooncake-store/tests/e2e/session_ranges_tcp_e2e.py", [], "scripts", 300),
+    "test_engram_store.py": ("scripts/test_engram_store.py", [], "scripts", 300),
+    "test_dummy_client.py": ("mooncake-wheel/tests/test_dummy_client.py", [], "wheel_client", 900),
 }
 
 # Files that name the master's address in their code instead of reading the
 # environment: the copy that runs names the master started for it instead.
 MASTER_LITERALS = {"test_buffer_pool_native.py": "127.0.0.1:50051"}
+# The `mooncake_client` address a file names in code (run_tests.sh starts the
+# client on its default port).
+CLIENT_LITERALS = {"test_dummy_client.py": "127.0.0.1:50052"}
+# Files that import the build tree's `store` module (the extension a CMake
+# build leaves in build/mooncake-integration): a one-line module standing for
+# it re-exports the installed package's `mooncake.store`.
+STORE_SHIM = {"session_ranges_tcp_e2e.py", "test_engram_store.py"}
+# Variables the wheel's tests would read differently from how the reference's
+# CI runs them (run_tests.sh sets none of these for mooncake-wheel/tests).
+SCRIPTS_ONLY_ENV = {"LOCAL_HOSTNAME"}
 
 
 def wait_port(port: int, timeout: float) -> bool:
@@ -94,15 +111,21 @@ class Servers:
 
     def __init__(self, kind: str, venv: Path, base: int, log: Path):
         self.meta, self.rpc, self.metrics = base + 80, base + 51, base + 3
+        self.client = base + 52
         self.procs: list[subprocess.Popen] = []
         self.log = open(log, "w")
         b = venv / "bin"
-        if kind == "wheel":
+        if kind in ("wheel", "wheel_client"):
             # run_tests.sh: a standalone metadata server, then a master with a
-            # short lease.
+            # short lease (and, for the dummy-client files, `mooncake_client`
+            # with its defaults but the ports).
             self._start([b / "mooncake_http_metadata_server", "--port", str(self.meta)], self.meta)
             self._start([b / "mooncake_master", "--default_kv_lease_ttl=500", f"--port={self.rpc}",
                          f"--metrics_port={self.metrics}"], self.rpc)
+            if kind == "wheel_client":
+                self._start([b / "mooncake_client", f"--master_server_address=127.0.0.1:{self.rpc}",
+                             f"--metadata_server=http://127.0.0.1:{self.meta}/metadata",
+                             f"--port={self.client}"], self.client)
         else:
             # ci.yml "Start Mooncake Master": the embedded metadata server.
             self._start([b / "mooncake_master", "--default_kv_lease_ttl=500",
@@ -147,15 +170,25 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
     sub.mkdir()
     shutil.copy(source / rel, sub / name)
     servers = Servers(kind, venv, base, out / f"{name}.servers.log") if kind else None
+    if name in STORE_SHIM:
+        for d in (sub, work / "build" / "mooncake-integration"):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "store.py").write_text("from mooncake.store import *  # noqa: F401,F403\n")
     if name in MASTER_LITERALS and servers:
         text = (sub / name).read_text()
         (sub / name).write_text(text.replace(MASTER_LITERALS[name], f"127.0.0.1:{servers.rpc}"))
+    if name in CLIENT_LITERALS and servers:
+        text = (sub / name).read_text()
+        (sub / name).write_text(text.replace(CLIENT_LITERALS[name], f"127.0.0.1:{servers.client}"))
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
     env["PYTHONUNBUFFERED"] = "1"
     if servers:
         env.update(servers.env())
+        if kind.startswith("wheel"):
+            for k in SCRIPTS_ONLY_ENV:
+                env.pop(k, None)
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
     started = time.time()
