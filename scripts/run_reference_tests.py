@@ -56,11 +56,30 @@ SUITES = {
     "session_ranges_tcp_e2e.py": ("mooncake-store/tests/e2e/session_ranges_tcp_e2e.py", [], "scripts", 300),
     "test_engram_store.py": ("scripts/test_engram_store.py", [], "scripts", 300),
     "test_dummy_client.py": ("mooncake-wheel/tests/test_dummy_client.py", [], "wheel_client", 900),
+    "test_ssd_offload_in_evict.py": ("mooncake-wheel/tests/test_ssd_offload_in_evict.py", [], "wheel", 900),
+    "test_offload_on_eviction.py": ("mooncake-wheel/tests/test_offload_on_eviction.py", [], "wheel", 600),
+    "test_promotion_on_hit.py": ("mooncake-wheel/tests/test_promotion_on_hit.py", [], "wheel", 900),
 }
 
 # Files that name the master's address in their code instead of reading the
 # environment: the copy that runs names the master started for it instead.
 MASTER_LITERALS = {"test_buffer_pool_native.py": "127.0.0.1:50051"}
+# Extra master flags and client environment of the files run_tests.sh runs
+# over a master of their own ({fsdir}: a fresh directory for the file).
+MASTER_FLAGS = {
+    "test_ssd_offload_in_evict.py": ["--root_fs_dir={fsdir}"],
+    "test_offload_on_eviction.py": ["--root_fs_dir={fsdir}", "--enable_offload=true",
+                                    "--offload_on_evict=true"],
+    "test_promotion_on_hit.py": ["--root_fs_dir={fsdir}", "--enable_offload=true",
+                                 "--offload_on_evict=true", "--promotion_on_hit=true",
+                                 "--promotion_admission_threshold=1"],
+}
+CLIENT_ENV = {
+    "test_offload_on_eviction.py": {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "{fsdir}"},
+    "test_promotion_on_hit.py": {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "{fsdir}",
+                                 "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT": "10",
+                                 "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES": "10485760"},
+}
 # The `mooncake_client` address a file names in code (run_tests.sh starts the
 # client on its default port).
 CLIENT_LITERALS = {"test_dummy_client.py": "127.0.0.1:50052"}
@@ -109,7 +128,7 @@ def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
 class Servers:
     """The servers the reference's CI starts before a group of tests."""
 
-    def __init__(self, kind: str, venv: Path, base: int, log: Path):
+    def __init__(self, kind: str, venv: Path, base: int, log: Path, extra: list[str] = ()):
         self.meta, self.rpc, self.metrics = base + 80, base + 51, base + 3
         self.client = base + 52
         self.procs: list[subprocess.Popen] = []
@@ -121,7 +140,7 @@ class Servers:
             # with its defaults but the ports).
             self._start([b / "mooncake_http_metadata_server", "--port", str(self.meta)], self.meta)
             self._start([b / "mooncake_master", "--default_kv_lease_ttl=500", f"--port={self.rpc}",
-                         f"--metrics_port={self.metrics}"], self.rpc)
+                         f"--metrics_port={self.metrics}", *extra], self.rpc)
             if kind == "wheel_client":
                 self._start([b / "mooncake_client", f"--master_server_address=127.0.0.1:{self.rpc}",
                              f"--metadata_server=http://127.0.0.1:{self.meta}/metadata",
@@ -169,7 +188,10 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
     sub = work / Path(rel).parent.name
     sub.mkdir()
     shutil.copy(source / rel, sub / name)
-    servers = Servers(kind, venv, base, out / f"{name}.servers.log") if kind else None
+    fsdir = work / "fs"
+    fsdir.mkdir()
+    extra = [f.format(fsdir=fsdir) for f in MASTER_FLAGS.get(name, [])]
+    servers = Servers(kind, venv, base, out / f"{name}.servers.log", extra) if kind else None
     if name in STORE_SHIM:
         for d in (sub, work / "build" / "mooncake-integration"):
             d.mkdir(parents=True, exist_ok=True)
@@ -189,6 +211,7 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
         if kind.startswith("wheel"):
             for k in SCRIPTS_ONLY_ENV:
                 env.pop(k, None)
+    env.update({k: v.format(fsdir=fsdir) for k, v in CLIENT_ENV.get(name, {}).items()})
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
     started = time.time()
