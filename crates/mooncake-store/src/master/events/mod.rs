@@ -9,6 +9,7 @@
 //! drops its oldest event, leaving a gap in the sequence numbers.
 
 pub mod encode;
+pub mod replay;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +33,10 @@ pub struct Config {
     pub format: Format,
     /// Pending events kept at most (0: unbounded).
     pub queue_capacity: usize,
+    /// Where the replay endpoint binds (`replay`), if anywhere.
+    pub replay_endpoint: Option<String>,
+    /// Sent batches the replay endpoint keeps.
+    pub replay_buffer: usize,
 }
 
 /// What `GET /kv_events/status` reports.
@@ -89,6 +94,8 @@ pub struct Publisher {
     inner: Arc<Inner>,
     capacity: usize,
     worker: Option<JoinHandle<()>>,
+    /// Declared after `worker`: it stops after the last batch was recorded.
+    replay: Option<replay::Server>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -121,6 +128,13 @@ impl Publisher {
             .bind(&config.bind_endpoint)
             .map_err(|e| fail("cannot bind", e))?;
         let inner = Arc::new(Inner::new());
+        let (ring, replay) = match &config.replay_endpoint {
+            Some(ep) => {
+                let ring = Arc::new(Mutex::new(replay::Ring::new(config.replay_buffer)));
+                (Some(ring.clone()), Some(replay::Server::bind(ep, ring)?))
+            }
+            None => (None, None),
+        };
         let worker = {
             let inner = inner.clone();
             let format = config.format.clone();
@@ -132,6 +146,7 @@ impl Publisher {
                         _ctx: ctx,
                         format,
                         next_id: 1,
+                        ring,
                     }
                     .run(&inner)
                 })
@@ -148,6 +163,7 @@ impl Publisher {
             inner,
             capacity: config.queue_capacity,
             worker: Some(worker),
+            replay,
         })
     }
 
@@ -160,6 +176,11 @@ impl Publisher {
         };
         self.inner.push(self.capacity, event);
         self.inner.ready.notify_one();
+    }
+
+    /// Replay requests answered so far (0 without a replay endpoint).
+    pub fn replay_requests(&self) -> u64 {
+        self.replay.as_ref().map_or(0, replay::Server::requests)
     }
 
     pub fn stats(&self) -> Stats {
@@ -182,6 +203,7 @@ impl Publisher {
             inner: Arc::new(Inner::new()),
             capacity: 0,
             worker: None,
+            replay: None,
         }
     }
 
@@ -215,6 +237,8 @@ struct Sender {
     _ctx: zmq::Context,
     format: Format,
     next_id: u64,
+    /// Where sent batches are kept for the replay endpoint.
+    ring: Option<Arc<Mutex<replay::Ring>>>,
 }
 
 impl Sender {
@@ -257,13 +281,18 @@ impl Sender {
         if numbered.is_empty() {
             return;
         }
-        let payload = encode::batch(&self.format, now_ms(), &numbered);
+        let payload = Arc::new(encode::batch(&self.format, now_ms(), &numbered));
         let seq = inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let sent = self
             .socket
             .send(&b""[..], zmq::SNDMORE)
             .and_then(|()| self.socket.send(&seq.to_be_bytes()[..], zmq::SNDMORE))
-            .and_then(|()| self.socket.send(payload, 0));
+            .and_then(|()| self.socket.send(&payload[..], 0));
+        if let Some(ring) = &self.ring {
+            // Kept even if this send failed: a consumer asking for it gets
+            // what it missed.
+            ring.lock().record(seq, payload);
+        }
         let n = numbered.len() as u64;
         match sent {
             Ok(()) => {
