@@ -188,6 +188,20 @@ impl Publisher {
         }
     }
 
+    /// This master starts leading, at wall-clock `epoch_ms`: the next batch
+    /// is numbered `epoch_ms * 1000` (or on from the current number, if
+    /// higher). A leader sends at most one batch per millisecond that is
+    /// not full (`COALESCE`) and far fewer than 1000 full ones, so its
+    /// numbers stay below its successor's base, which is taken at least a
+    /// lease later: after a failover a consumer sees the numbers go on
+    /// (with a gap, since the predecessor's buffer went with it), not start
+    /// again at 1. A master that never leads (no HA) numbers from 1, as the
+    /// reference.
+    pub fn lead(&self, epoch_ms: u64) {
+        let base = epoch_ms.saturating_mul(1000);
+        self.inner.next_seq.fetch_max(base, Ordering::Relaxed);
+    }
+
     /// Replay requests answered so far (0 without a replay endpoint).
     pub fn replay_requests(&self) -> u64 {
         self.replay.as_ref().map_or(0, replay::Server::requests)

@@ -323,3 +323,25 @@ fn a_replay_endpoint_in_use_is_an_error() {
     .unwrap_err();
     assert!(e.to_string().contains("replay endpoint"), "{e}");
 }
+
+// A new leader numbers on from a wall-clock base, never back.
+#[test]
+fn a_leader_numbers_on_from_its_base() {
+    let p = Publisher::unsent();
+    assert_eq!(p.inner.next_seq.load(Ordering::Relaxed), 1);
+    p.lead(1_765_000_000_000);
+    assert_eq!(
+        p.inner.next_seq.load(Ordering::Relaxed),
+        1_765_000_000_000_000
+    );
+    // An earlier clock (a second election in the same process, a clock
+    // stepped back) never moves the numbers back.
+    p.inner.next_seq.fetch_add(5, Ordering::Relaxed);
+    p.lead(1_764_000_000_000);
+    assert_eq!(
+        p.inner.next_seq.load(Ordering::Relaxed),
+        1_765_000_000_000_005
+    );
+    p.lead(u64::MAX);
+    assert_eq!(p.inner.next_seq.load(Ordering::Relaxed), u64::MAX);
+}

@@ -147,6 +147,10 @@ impl MasterServer {
     /// election's term and proven deadline, set once when this master
     /// starts leading, before it serves).
     pub(crate) fn lead(&self, term: u64, lease: crate::ha::HeldUntil) {
+        let epoch_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.shared.service.kv_events_lead(epoch_ms);
         let _ = self.shared.leading.set(Leading { lease, term });
     }
 
