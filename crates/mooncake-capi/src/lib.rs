@@ -13,11 +13,11 @@
 //! - `codes`: the reference's numbers; `types`: the headers' structs.
 
 mod codes;
-mod engine;
+pub mod engine;
 mod ffi;
 mod handles;
 mod maps;
-mod store;
+pub mod store;
 pub mod types;
 
 /// Runs `f`, turning a panic into `fallback`: a panic must not unwind into

@@ -49,9 +49,16 @@ fn build_library() -> PathBuf {
                 None => panic!("no profile directory in {}", profile.display()),
             }
             let status = cmd.status().expect("run cargo build for the cdylib");
-            assert!(status.success(), "cargo build -p mooncake-capi --lib failed");
+            assert!(
+                status.success(),
+                "cargo build -p mooncake-capi --lib failed"
+            );
             let lib = profile.join("libmooncake_capi.so");
-            assert!(lib.is_file(), "{} is missing after the build", lib.display());
+            assert!(
+                lib.is_file(),
+                "{} is missing after the build",
+                lib.display()
+            );
             profile
         })
         .clone()
@@ -75,8 +82,12 @@ fn cc() -> &'static str {
 /// how a C program finds the headers and the library.
 fn pc_flags() -> (Vec<String>, String) {
     let pc_path = build_library().join("mooncake.pc");
-    let pc = std::fs::read_to_string(&pc_path)
-        .unwrap_or_else(|e| panic!("{}: {e} (written by the crate's build script)", pc_path.display()));
+    let pc = std::fs::read_to_string(&pc_path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (written by the crate's build script)",
+            pc_path.display()
+        )
+    });
     let var = |name: &str| {
         pc.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}=")))
@@ -91,7 +102,10 @@ fn pc_flags() -> (Vec<String>, String) {
             .replace("${libdir}", &libdir)
             .replace("${includedir}", &includedir)
     };
-    let mut flags: Vec<String> = field("Cflags").split_whitespace().map(str::to_owned).collect();
+    let mut flags: Vec<String> = field("Cflags")
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
     flags.extend(field("Libs").split_whitespace().map(str::to_owned));
     (flags, libdir)
 }
@@ -114,7 +128,9 @@ fn compile(sources: &[PathBuf], out: &Path) {
 }
 
 fn c_source(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(name)
 }
 
 /// The functions a header declares: declarations start at column 0 with
@@ -123,7 +139,9 @@ fn declared(header: &str) -> BTreeSet<String> {
     let text = std::fs::read_to_string(include_dir().join(header)).expect("header");
     text.lines()
         .filter(|l| l.starts_with(|c: char| c.is_ascii_alphabetic()))
-        .filter(|l| !l.starts_with("typedef") && !l.starts_with("struct") && !l.starts_with("extern"))
+        .filter(|l| {
+            !l.starts_with("typedef") && !l.starts_with("struct") && !l.starts_with("extern")
+        })
         .filter_map(|l| {
             let head = &l[..l.find('(')?];
             let name = head.rsplit(|c: char| c == ' ' || c == '*').next()?;
@@ -188,7 +206,10 @@ fn every_declared_function_is_exported_and_nothing_else() {
     compile(&[src], &exe);
     let out = Command::new(&exe).output().expect("run symbols");
     assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), want.len().to_string());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        want.len().to_string()
+    );
 
     // And the library exports no function the headers do not declare.
     let (_, libdir) = pc_flags();
@@ -246,22 +267,49 @@ int main(void) {
     use types::*;
     let rust = [
         ("transfer_request_t", size_of::<TransferRequestC>()),
-        ("transfer_request_t.source", offset_of!(TransferRequestC, source)),
-        ("transfer_request_t.target_id", offset_of!(TransferRequestC, target_id)),
-        ("transfer_request_t.target_offset", offset_of!(TransferRequestC, target_offset)),
-        ("transfer_request_t.length", offset_of!(TransferRequestC, length)),
+        (
+            "transfer_request_t.source",
+            offset_of!(TransferRequestC, source),
+        ),
+        (
+            "transfer_request_t.target_id",
+            offset_of!(TransferRequestC, target_id),
+        ),
+        (
+            "transfer_request_t.target_offset",
+            offset_of!(TransferRequestC, target_offset),
+        ),
+        (
+            "transfer_request_t.length",
+            offset_of!(TransferRequestC, length),
+        ),
         ("notify_msg_t", size_of::<NotifyMsg>()),
         ("notify_msg_t.msg", offset_of!(NotifyMsg, msg)),
         ("transfer_status_t", size_of::<TransferStatusC>()),
-        ("transfer_status_t.transferred_bytes", offset_of!(TransferStatusC, transferred_bytes)),
+        (
+            "transfer_status_t.transferred_bytes",
+            offset_of!(TransferStatusC, transferred_bytes),
+        ),
         ("buffer_entry_t", size_of::<BufferEntry>()),
         ("buffer_entry_t.length", offset_of!(BufferEntry, length)),
         ("nic_load_stat_t", size_of::<NicLoadStat>()),
-        ("nic_load_stat_t.inflight_bytes", offset_of!(NicLoadStat, inflight_bytes)),
-        ("nic_load_stat_t.ewma_bandwidth_bps", offset_of!(NicLoadStat, ewma_bandwidth_bps)),
+        (
+            "nic_load_stat_t.inflight_bytes",
+            offset_of!(NicLoadStat, inflight_bytes),
+        ),
+        (
+            "nic_load_stat_t.ewma_bandwidth_bps",
+            offset_of!(NicLoadStat, ewma_bandwidth_bps),
+        ),
         ("mooncake_replicate_config_t", size_of::<ReplicateConfigC>()),
-        ("mooncake_replicate_config_t.with_soft_pin", offset_of!(ReplicateConfigC, with_soft_pin)),
-        ("mooncake_replicate_config_t.with_hard_pin", offset_of!(ReplicateConfigC, with_hard_pin)),
+        (
+            "mooncake_replicate_config_t.with_soft_pin",
+            offset_of!(ReplicateConfigC, with_soft_pin),
+        ),
+        (
+            "mooncake_replicate_config_t.with_hard_pin",
+            offset_of!(ReplicateConfigC, with_hard_pin),
+        ),
         (
             "mooncake_replicate_config_t.preferred_segments",
             offset_of!(ReplicateConfigC, preferred_segments),
@@ -272,7 +320,9 @@ int main(void) {
         ),
     ];
     let mut expected: String = rust.iter().map(|(n, v)| format!("{n} {v}\n")).collect();
-    expected.push_str(&format!("INVALID_BATCH {INVALID_BATCH}\nLOCAL_SEGMENT {LOCAL_SEGMENT}\n"));
+    expected.push_str(&format!(
+        "INVALID_BATCH {INVALID_BATCH}\nLOCAL_SEGMENT {LOCAL_SEGMENT}\n"
+    ));
     assert_eq!(c, expected);
 }
 
@@ -290,7 +340,11 @@ fn pkg_config_agrees_with_the_file() {
             return;
         }
     };
-    assert!(out.status.success(), "pkg-config: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pkg-config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .map(str::to_owned)
@@ -328,7 +382,10 @@ fn two_processes_write_read_and_notify_through_the_c_api() {
     assert_eq!(code, Some(0), "client: {out}");
     assert!(out.contains("client OK"), "{out}");
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(rest.iter().any(|l| l == "server OK"), "server said {rest:?}");
+    assert!(
+        rest.iter().any(|l| l == "server OK"),
+        "server said {rest:?}"
+    );
     drop(server);
 }
 
