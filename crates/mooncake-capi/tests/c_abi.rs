@@ -144,7 +144,7 @@ fn declared(header: &str) -> BTreeSet<String> {
         })
         .filter_map(|l| {
             let head = &l[..l.find('(')?];
-            let name = head.rsplit(|c: char| c == ' ' || c == '*').next()?;
+            let name = head.rsplit([' ', '*']).next()?;
             Some(name.to_owned())
         })
         .collect()
