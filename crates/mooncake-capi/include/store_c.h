@@ -41,7 +41,8 @@ int mooncake_store_setup(mooncake_store_t store, const char *local_hostname,
                          uint64_t local_buffer_size, const char *protocol,
                          const char *device_name,
                          const char *master_server_addr);
-/* Set up from the environment (MC_* / MOONCAKE_* variables). */
+/* Set up from the environment (MOONCAKE_MASTER, MOONCAKE_TE_META_DATA_SERVER,
+ * MOONCAKE_LOCAL_HOSTNAME, ...). */
 int mooncake_store_init_all(mooncake_store_t store, const char *protocol,
                             const char *device_name,
                             uint64_t mount_segment_size);
