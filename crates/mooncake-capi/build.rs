@@ -1,7 +1,10 @@
-//! Writes `mooncake.pc` next to the built library (`target/<profile>/`),
-//! pointing at it and at this crate's `include/`, so that
+//! Writes `target/<profile>/mooncake.pc`, pointing at the built library
+//! and this crate's `include/`, so that
 //! `PKG_CONFIG_PATH=target/<profile> pkg-config --cflags --libs mooncake`
-//! works in the tree. `mooncake.pc.in` is the installable template.
+//! works in the tree. Its `libdir` is `target/<profile>/deps/`: cargo
+//! builds the library there for `cargo build` (which also copies it up to
+//! `target/<profile>/`) and for `cargo test` (which does not).
+//! `mooncake.pc.in` is the installable template.
 
 use std::path::PathBuf;
 
@@ -17,7 +20,7 @@ fn main() {
     let template =
         std::fs::read_to_string(manifest.join("mooncake.pc.in")).expect("mooncake.pc.in");
     let pc = template
-        .replace("@LIBDIR@", &profile.to_string_lossy())
+        .replace("@LIBDIR@", &profile.join("deps").to_string_lossy())
         .replace("@INCLUDEDIR@", &manifest.join("include").to_string_lossy())
         .replace(
             "@VERSION@",

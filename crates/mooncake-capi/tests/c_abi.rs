@@ -2,8 +2,10 @@
 //! structs' layout, and C programs written against the reference's API
 //! compiled with the system C compiler (`cc`) and run as processes.
 //!
-//! `libmooncake_capi.so` and `mooncake.pc` sit in `target/<profile>/`,
-//! which cargo builds before this test. The store program needs
+//! Cargo builds this crate's library for the test with all its crate
+//! types, so `libmooncake_capi.so` is in `target/<profile>/deps/`, where
+//! `mooncake.pc` (written by the build script to `target/<profile>/`)
+//! points. The store program needs
 //! `mooncake_master` there too: `cargo test --workspace` builds it; alone,
 //! `cargo build -p mooncake-cli --bin mooncake_master` first.
 
@@ -29,41 +31,6 @@ fn include_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
 }
 
-/// Builds the shared library (and `mooncake.pc`) into `target/<profile>/`,
-/// once per run: `cargo test` builds a library crate's `rlib` for its
-/// tests, not its `cdylib`. Returns `libmooncake_capi.so`'s directory.
-fn build_library() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let profile = profile_dir();
-            let target = profile.parent().expect("target dir");
-            let mut cmd = Command::new(env!("CARGO"));
-            cmd.args(["build", "-p", "mooncake-capi", "--lib", "--target-dir"])
-                .arg(target);
-            match profile.file_name().and_then(|n| n.to_str()) {
-                Some("debug") => {}
-                Some(name) => {
-                    cmd.args(["--profile", name]);
-                }
-                None => panic!("no profile directory in {}", profile.display()),
-            }
-            let status = cmd.status().expect("run cargo build for the cdylib");
-            assert!(
-                status.success(),
-                "cargo build -p mooncake-capi --lib failed"
-            );
-            let lib = profile.join("libmooncake_capi.so");
-            assert!(
-                lib.is_file(),
-                "{} is missing after the build",
-                lib.display()
-            );
-            profile
-        })
-        .clone()
-}
-
 /// Fails loudly when there is no C compiler: the C programs are the point.
 fn cc() -> &'static str {
     let ok = Command::new("cc")
@@ -81,7 +48,7 @@ fn cc() -> &'static str {
 /// The compiler and linker flags of `mooncake.pc`, `${libdir}` expanded:
 /// how a C program finds the headers and the library.
 fn pc_flags() -> (Vec<String>, String) {
-    let pc_path = build_library().join("mooncake.pc");
+    let pc_path = profile_dir().join("mooncake.pc");
     let pc = std::fs::read_to_string(&pc_path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (written by the crate's build script)",
