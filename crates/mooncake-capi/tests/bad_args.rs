@@ -366,3 +366,62 @@ fn bad_store_handles_and_arguments_are_errors() {
     }
     mooncake_store_destroy(not_set_up);
 }
+
+/// Two engines on `metadata`; `a` has registered memory and `b` opened it.
+fn pair(metadata: &str, tag: &str) -> (*mut c_void, *mut c_void, std::ffi::CString, Vec<u8>) {
+    let url = std::ffi::CString::new(metadata).unwrap();
+    let name_a = std::ffi::CString::new(format!("capi-remove-{tag}-a")).unwrap();
+    let name_b = std::ffi::CString::new(format!("capi-remove-{tag}-b")).unwrap();
+    let start = |name: &std::ffi::CStr| {
+        let e = createTransferEngine(url.as_ptr(), name.as_ptr(), c"127.0.0.1".as_ptr(), 0, 0);
+        assert!(!e.is_null());
+        e
+    };
+    let (a, b) = (start(&name_a), start(&name_b));
+    let mut mem = vec![0u8; 4096];
+    assert_eq!(
+        registerLocalMemory(a, mem.as_mut_ptr().cast(), mem.len(), null(), 1),
+        0
+    );
+    assert!(openSegment(b, name_a.as_ptr()) >= 0);
+    assert_eq!(removeLocalSegment(a, name_b.as_ptr()), -1, "not its own");
+    (a, b, name_a, mem)
+}
+
+#[test]
+fn remove_local_segment_withdraws_the_descriptor() {
+    let redis = test_support::services::redis();
+    let (a, b, name_a, _mem) = pair(&format!("redis://{}", redis.addr), "redis");
+    assert_eq!(removeLocalSegment(a, name_a.as_ptr()), 0);
+    assert!(openSegmentNoCache(b, name_a.as_ptr()) < 0, "withdrawn");
+    // Registering memory publishes the descriptor again.
+    let mut more = vec![0u8; 4096];
+    assert_eq!(
+        registerLocalMemory(a, more.as_mut_ptr().cast(), more.len(), null(), 1),
+        0
+    );
+    assert!(
+        openSegmentNoCache(b, name_a.as_ptr()) >= 0,
+        "published again"
+    );
+    destroyTransferEngine(b);
+    destroyTransferEngine(a);
+}
+
+/// Our HTTP metadata server without a cluster token keeps a live engine's
+/// keys from being deleted by anyone (it cannot tell who asks): the
+/// metadata error, and the segment stays.
+#[test]
+fn remove_local_segment_on_a_guarding_http_server_is_err_metadata() {
+    use mooncake_transfer::metadata::http_server::MetadataServer;
+    let server = MetadataServer::spawn("127.0.0.1", 0).unwrap();
+    let (a, b, name_a, _mem) = pair(&server.url(), "http");
+    assert_eq!(removeLocalSegment(a, name_a.as_ptr()), -200);
+    assert!(
+        openSegmentNoCache(b, name_a.as_ptr()) >= 0,
+        "still published"
+    );
+    destroyTransferEngine(b);
+    destroyTransferEngine(a);
+    server.stop();
+}
