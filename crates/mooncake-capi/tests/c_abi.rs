@@ -319,13 +319,11 @@ fn pkg_config_agrees_with_the_file() {
     assert_eq!(got, flags.into_iter().collect::<BTreeSet<_>>());
 }
 
-#[test]
-fn two_processes_write_read_and_notify_through_the_c_api() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("te_demo");
-    compile(&[c_source("te_demo.c")], &exe);
-
-    let mut server = Command::new(&exe)
+/// Runs `exe server`, then `exe client <segment> <addr> <len> <extra>` with
+/// what the server printed; the client's exit code and output, and the
+/// server's lines after `READY`.
+fn server_and_client(exe: &Path, extra: &[&str]) -> (Option<i32>, String, Vec<String>) {
+    let mut server = Command::new(exe)
         .arg("server")
         .stdout(Stdio::piped())
         .spawn()
@@ -339,21 +337,49 @@ fn two_processes_write_read_and_notify_through_the_c_api() {
     assert_eq!(fields.len(), 4, "{ready}");
     assert_eq!(fields[0], "READY", "{ready}");
     let server = kill_on_drop(server);
-
-    let client = Command::new(&exe)
+    let client = Command::new(exe)
         .args(["client", fields[1], fields[2], fields[3]])
+        .args(extra)
         .stdout(Stdio::piped())
         .spawn()
         .expect("start client");
     let (code, out) = finish(client, Duration::from_secs(240));
+    // The server ends once the client said bye (or is killed on a failure).
+    let rest: Vec<String> = if code == Some(0) {
+        lines.map_while(Result::ok).collect()
+    } else {
+        Vec::new()
+    };
+    drop(server);
+    (code, out, rest)
+}
+
+#[test]
+fn two_processes_write_read_and_notify_through_the_c_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("te_demo");
+    compile(&[c_source("te_demo.c")], &exe);
+    let (code, out, server) = server_and_client(&exe, &[]);
     assert_eq!(code, Some(0), "client: {out}");
     assert!(out.contains("client OK"), "{out}");
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    assert!(
-        rest.iter().any(|l| l == "server OK"),
-        "server said {rest:?}"
-    );
-    drop(server);
+    assert!(server.iter().any(|l| l == "server OK"), "server said {server:?}");
+}
+
+/// The throughput program of docs/c-abi.md keeps building and running (a
+/// short run; the measurement is by hand).
+#[test]
+fn the_throughput_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("te_bench");
+    compile(&[c_source("te_bench.c")], &exe);
+    let (code, out, _) = server_and_client(&exe, &["0.01"]);
+    assert_eq!(code, Some(0), "client: {out}");
+    let rows: Vec<&str> = out.lines().collect();
+    assert_eq!(rows.len(), 6, "{out}");
+    for row in rows {
+        let gbs: f64 = row.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(gbs > 0.0, "{row}");
+    }
 }
 
 #[test]
