@@ -8,6 +8,7 @@
  *                                        prints one line per (op, block size):
  *                                        "<op> <block bytes> <GB/s>"
  */
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,9 @@ static double run(transfer_engine_t e, segment_id_t seg, uint8_t *local,
                     free(reqs);
                     return -1;
                 }
+                /* Few cores: leave them to the engine's threads. */
+                if (st.status == STATUS_WAITING || st.status == STATUS_PENDING)
+                    sched_yield();
             } while (st.status == STATUS_WAITING || st.status == STATUS_PENDING);
             if (st.status != STATUS_COMPLETED) {
                 free(reqs);
