@@ -362,7 +362,10 @@ fn two_processes_write_read_and_notify_through_the_c_api() {
     let (code, out, server) = server_and_client(&exe, &[]);
     assert_eq!(code, Some(0), "client: {out}");
     assert!(out.contains("client OK"), "{out}");
-    assert!(server.iter().any(|l| l == "server OK"), "server said {server:?}");
+    assert!(
+        server.iter().any(|l| l == "server OK"),
+        "server said {server:?}"
+    );
 }
 
 /// The throughput program of docs/c-abi.md keeps building and running (a
