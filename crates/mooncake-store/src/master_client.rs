@@ -449,6 +449,11 @@ impl MasterClient {
         })?)
     }
 
+    /// Withdraws this client's SSD tier (see `Request::UnmountLocalDisk`).
+    pub fn unmount_local_disk(&self, client_id: ClientId) -> Result<()> {
+        unit(self.call(&Request::UnmountLocalDisk { client_id })?)
+    }
+
     pub fn fetch_offload_tasks(&self, client_id: ClientId, max: u32) -> Result<OffloadBatch> {
         match self.call(&Request::FetchOffloadTasks { client_id, max })? {
             Response::Offload { result } => result,

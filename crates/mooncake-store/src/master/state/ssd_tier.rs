@@ -48,6 +48,8 @@ pub(crate) enum Promotion {
     Queued,
     /// Already queued.
     Pending,
+    /// Memory is at the eviction high watermark.
+    Pressed,
     /// The queue is at `--promotion_queue_limit`.
     AtCap,
 }
@@ -190,7 +192,14 @@ impl DiskTable {
 
     pub(crate) fn unmount(&self, owner: ClientId) {
         self.tiers.write().remove(&owner);
-        self.mail.lock().remove(&owner);
+        // Promotions it never started are no longer pending.
+        let mail = self.mail.lock().remove(&owner);
+        if let Some(mail) = mail {
+            let mut promoting = self.promoting.lock();
+            for key in &mail.promotions {
+                promoting.remove(key.as_str());
+            }
+        }
     }
 
     /// Records `key`'s copy (replacing one another tier held).
@@ -292,13 +301,27 @@ impl DiskTable {
     /// A read found `key` on disk only: counts it, and once it was read
     /// `after` times queues its promotion with `owner` (at most `limit`
     /// queued or in flight).
-    pub(crate) fn hit(&self, key: &str, owner: ClientId, after: usize, limit: usize) -> Promotion {
+    /// `pressed`: memory is at the eviction watermark, so nothing is
+    /// queued, and the key's count stays at the threshold (its next read
+    /// tries again).
+    pub(crate) fn hit(
+        &self,
+        key: &str,
+        owner: ClientId,
+        after: usize,
+        limit: usize,
+        pressed: bool,
+    ) -> Promotion {
         {
             let mut hits = self.hits.lock();
             let n = hits.entry(key.into()).or_insert(0);
-            *n += 1;
+            *n = n.saturating_add(1);
             if *n < after {
                 return Promotion::TooRare;
+            }
+            if pressed {
+                *n = after;
+                return Promotion::Pressed;
             }
             hits.remove(key);
         }
@@ -452,15 +475,37 @@ mod tests {
     }
 
     #[test]
+    fn a_promotion_waits_for_memory_below_the_watermark() {
+        let t = DiskTable::default();
+        assert_eq!(t.hit("k", 1, 2, 10, true), Promotion::TooRare);
+        assert_eq!(t.hit("k", 1, 2, 10, true), Promotion::Pressed);
+        assert_eq!(t.promotions_queued(), 0);
+        // The count stays at the threshold: the next read under no
+        // pressure queues it.
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::Queued);
+        assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
+    }
+
+    #[test]
+    fn an_unmounted_tier_leaves_no_promotion_pending() {
+        let t = DiskTable::default();
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Queued);
+        t.unmount(1);
+        assert_eq!(t.promotions_queued(), 0);
+        assert_eq!(t.hit("k", 2, 1, 10, false), Promotion::Queued);
+        assert_eq!(t.take(2, 0, 5).promotions, ["k"]);
+    }
+
+    #[test]
     fn promotions_fire_at_the_threshold_once() {
         let t = DiskTable::default();
-        assert_eq!(t.hit("k", 1, 2, 10), Promotion::TooRare);
-        assert_eq!(t.hit("k", 1, 2, 10), Promotion::Queued);
-        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Pending);
-        assert_eq!(t.hit("j", 1, 1, 1), Promotion::AtCap);
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::TooRare);
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::Queued);
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Pending);
+        assert_eq!(t.hit("j", 1, 1, 1, false), Promotion::AtCap);
         assert_eq!(t.promotions_queued(), 1);
         assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
         t.promotion_taken("k");
-        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Queued);
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Queued);
     }
 }

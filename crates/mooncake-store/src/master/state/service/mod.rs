@@ -96,6 +96,7 @@ pub(crate) struct Counters {
     pub promotion_admitted: AtomicU64,
     pub promotion_rejected_frequency: AtomicU64,
     pub promotion_rejected_cap: AtomicU64,
+    pub promotion_rejected_watermark: AtomicU64,
     pub promotion_completed: AtomicU64,
     pub promotion_completed_bytes: AtomicU64,
     pub promotion_failed: AtomicU64,

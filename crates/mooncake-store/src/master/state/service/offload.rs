@@ -297,6 +297,18 @@ impl MasterService {
                 format!("{key:?} is not a disk-only object of this tier"),
             ));
         };
+        // The reference gates at admission only, handing out one promotion
+        // per ten-second heartbeat; ours hands them out as fast as the owner
+        // asks, so the gate is checked again for each.
+        if self.memory_pressed(copy.size) {
+            self.counters
+                .promotion_rejected_watermark
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(Error::new(
+                ErrorCode::NO_AVAILABLE_HANDLE,
+                format!("{key:?}: memory is at the eviction watermark; the promotion waits"),
+            ));
+        }
         let own: Vec<String> = self
             .segments
             .all()
@@ -349,13 +361,27 @@ impl MasterService {
             return;
         }
         let c = &self.counters;
-        let counter = match self.disk.hit(key, owner, p.promote_after, p.promote_limit) {
+        let pressed = self.memory_pressed(0);
+        let hit = self
+            .disk
+            .hit(key, owner, p.promote_after, p.promote_limit, pressed);
+        let counter = match hit {
             Promotion::Queued => &c.promotion_admitted,
             Promotion::TooRare => &c.promotion_rejected_frequency,
+            Promotion::Pressed => &c.promotion_rejected_watermark,
             Promotion::AtCap => &c.promotion_rejected_cap,
             Promotion::Pending => return,
         };
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether memory, with `extra` more bytes allocated, is at the
+    /// eviction high watermark: a promotion then waits, as the reference's
+    /// does, rather than evict what it would make room for.
+    fn memory_pressed(&self, extra: u64) -> bool {
+        let (used, capacity) = self.segments.usage();
+        capacity == 0
+            || (used.saturating_add(extra)) as f64 >= self.policy.high_watermark * capacity as f64
     }
 
     /// Promotions queued and not started yet.
@@ -467,20 +493,44 @@ impl MasterService {
     pub(super) fn unmount_tiers(&self, call: &mut Call, dead: &[ClientId]) {
         for &client in dead {
             self.files.unmount(client);
-            if !self.disk.has_tier(client) {
-                continue;
+            if self.drop_tier(call, client) {
+                tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
             }
-            for key in self.disk.keys_of(client) {
-                let mut shard = self.objects.lock(&key);
-                self.apply_copy(
-                    call,
-                    shard.get_mut(key.as_str()).as_deref_mut(),
-                    DiskOp::DropCopy { key: &key },
-                );
-            }
-            self.apply_tiers(call, DiskOp::UnmountTier { client });
-            tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
         }
+    }
+
+    /// A storage client withdraws its SSD tier before it stops: from now
+    /// on it gets no offload or promotion work, and the master forgets its
+    /// copies (an object held only there is gone), so no reader is sent to
+    /// a tier about to stop serving. A client without a tier: done already.
+    pub(super) fn unmount_local_disk_in(&self, call: &mut Call, client: ClientId) -> Result<()> {
+        if !self.offload.enabled {
+            return Err(Error::new(
+                ErrorCode::UNABLE_OFFLOAD,
+                "offload is disabled on this master (--enable_offload=false)",
+            ));
+        }
+        if self.drop_tier(call, client) {
+            tracing::info!(client = %format!("{client:032x}"), "SSD tier unmounted on request");
+        }
+        Ok(())
+    }
+
+    /// Drops `client`'s tier and every copy it holds; false when it has none.
+    fn drop_tier(&self, call: &mut Call, client: ClientId) -> bool {
+        if !self.disk.has_tier(client) {
+            return false;
+        }
+        for key in self.disk.keys_of(client) {
+            let mut shard = self.objects.lock(&key);
+            self.apply_copy(
+                call,
+                shard.get_mut(key.as_str()).as_deref_mut(),
+                DiskOp::DropCopy { key: &key },
+            );
+        }
+        self.apply_tiers(call, DiskOp::UnmountTier { client });
+        true
     }
 
     // ---- apply --------------------------------------------------------

@@ -249,3 +249,90 @@ fn a_disk_only_object_read_often_is_promoted() {
     // In memory with its copy: eviction may take it again at once.
     assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
 }
+
+fn promoting() -> MasterService {
+    let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
+        enabled: true,
+        promote_on_hit: true,
+        promote_after: 1,
+        ..OffloadPolicy::default()
+    });
+    s.mount_segment(A, &seg("a", 0x10_000, 16 * 1024), 0)
+        .unwrap();
+    s.mount_local_disk(A, "dir-a", "a-host:9", 1 << 30, 0)
+        .unwrap();
+    s
+}
+
+/// As the reference: no promotion into memory at the eviction watermark
+/// (0.9 here), where it would only push other objects out. A promotion
+/// that would take memory there waits for a later read.
+#[test]
+fn promotions_stop_at_the_eviction_watermark() {
+    let s = promoting();
+    for i in 0..13 {
+        put(&s, &format!("m{i}"), 1024, &one(), i);
+    }
+    let keys = ["p0", "p1", "p2"];
+    assert!(s
+        .notify_offload(A, &keys, &[1024; 3], true, 20)
+        .iter()
+        .all(Result::is_ok));
+    for k in keys {
+        s.get_replica_list(k, 21).unwrap();
+    }
+    let queued = s.fetch_offload_tasks(A, 10, 22).unwrap().promotions;
+    assert_eq!(queued.len(), 1, "one promotion per poll");
+    // 13 of 16 KiB used: the first fits under 14.4 KiB, the second not.
+    s.promotion_start(A, "p0", 23).unwrap();
+    s.put_end(A, "p0", 24).unwrap();
+    let p1 = s.fetch_offload_tasks(A, 10, 25).unwrap().promotions;
+    assert_eq!(p1, ["p1"]);
+    let e = s.promotion_start(A, "p1", 26).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NO_AVAILABLE_HANDLE);
+    let c = s.counters();
+    assert_eq!(c.promotion_rejected_watermark.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // At the watermark now (14 of 16 KiB is under 0.9; one more is not):
+    // reads admit nothing until memory frees up.
+    s.remove("p0", true, 27).unwrap();
+    for i in 0..2 {
+        put(&s, &format!("n{i}"), 1024, &one(), 28 + i);
+    }
+    s.get_replica_list("p1", 40).unwrap();
+    assert_eq!(c.promotion_rejected_watermark.load(std::sync::atomic::Ordering::Relaxed), 2);
+    let mut left = s.fetch_offload_tasks(A, 10, 41).unwrap().promotions;
+    left.extend(s.fetch_offload_tasks(A, 10, 42).unwrap().promotions);
+    assert_eq!(left, ["p2"], "p1 was not queued again");
+}
+
+#[test]
+fn an_unmounted_tier_takes_its_copies_and_work_with_it() {
+    let s = promoting();
+    put(&s, "mem", 1024, &one(), 1);
+    assert_eq!(drain(&s, 2), 1);
+    assert!(s.notify_offload(A, &["disk"], &[1024], true, 2)[0].is_ok());
+    assert!(s.get_replica_list("mem", 2).unwrap().replicas.iter().any(is_local_disk));
+    s.get_replica_list("disk", 3).unwrap();
+    s.unmount_local_disk(A).unwrap();
+    // The disk-only object is gone; the other keeps its memory replica.
+    let e = s.get_replica_list("disk", 4).unwrap_err();
+    assert_eq!(e.code, ErrorCode::OBJECT_NOT_FOUND);
+    let reps = s.get_replica_list("mem", 5).unwrap().replicas;
+    assert!(!reps.iter().any(is_local_disk));
+    assert_eq!(s.promotions_queued(), 0);
+    // No more work: the owner's polls say its tier is unknown.
+    let e = s.fetch_offload_tasks(A, 10, 6).unwrap_err();
+    assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
+    let e = s.notify_offload(A, &["mem"], &[1024], false, 7).remove(0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
+    // Done already: a second call, or one from a client without a tier.
+    s.unmount_local_disk(A).unwrap();
+    s.unmount_local_disk(B).unwrap();
+}
+
+#[test]
+fn unmounting_a_tier_needs_offload_enabled() {
+    let s = with_segment(1 << 20);
+    let e = s.unmount_local_disk(A).unwrap_err();
+    assert_eq!(e.code, ErrorCode::UNABLE_OFFLOAD);
+}
