@@ -336,3 +336,24 @@ fn unmounting_a_tier_needs_offload_enabled() {
     let e = s.unmount_local_disk(A).unwrap_err();
     assert_eq!(e.code, ErrorCode::UNABLE_OFFLOAD);
 }
+
+/// While its promotion is under way the object stays readable from its
+/// copy, as the reference's disk replica does.
+#[test]
+fn a_promotion_under_way_reads_from_the_copy() {
+    let s = promoting();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 2).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 3).unwrap();
+    let reps = s.get_replica_list("p", 4).unwrap().replicas;
+    assert_eq!(reps.len(), 1);
+    assert!(is_local_disk(&reps[0]));
+    assert!(s.exist_key("p", 4).unwrap());
+    assert_eq!(s.get_size("p", 4).unwrap(), 1024);
+    assert!(is_local_disk(&s.query_key("p").unwrap()[0]));
+    // Such a read does not queue the promotion again.
+    assert!(s.fetch_offload_tasks(A, 10, 5).unwrap().promotions.is_empty());
+    s.put_revoke(A, "p", 6).unwrap();
+    assert!(s.get_replica_list("p", 7).unwrap().replicas.iter().all(is_local_disk));
+}
