@@ -21,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::fs_tier::SHARED_FS;
 use super::leases::CopyLease;
+use super::promotion::Candidates;
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -75,6 +76,8 @@ pub(crate) struct DiskTable {
     hits: Mutex<HashMap<Box<str>, usize>>,
     /// Promotions queued or in flight (volatile).
     promoting: Mutex<HashSet<Box<str>>>,
+    /// Promotions to retry (volatile).
+    candidates: Mutex<Candidates>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
     /// The shared filesystem's copies, oldest first (its eviction order).
@@ -99,6 +102,7 @@ impl DiskTable {
         self.mail.lock().clear();
         self.hits.lock().clear();
         self.promoting.lock().clear();
+        self.candidates.lock().clear();
         self.bytes.store(0, Ordering::Relaxed);
         *self.files.lock() = FileOrder::default();
     }
@@ -325,6 +329,12 @@ impl DiskTable {
             }
             hits.remove(key);
         }
+        self.enqueue_promotion(key, owner, limit)
+    }
+
+    /// Queues `key`'s promotion with `owner` (at most `limit` queued or in
+    /// flight), unless it is queued already.
+    pub(crate) fn enqueue_promotion(&self, key: &str, owner: ClientId, limit: usize) -> Promotion {
         let mut promoting = self.promoting.lock();
         if promoting.contains(key) {
             return Promotion::Pending;
@@ -341,6 +351,11 @@ impl DiskTable {
             .promotions
             .push(key.to_string());
         Promotion::Queued
+    }
+
+    /// The promotions waiting for a retry.
+    pub(crate) fn candidates(&self) -> parking_lot::MutexGuard<'_, Candidates> {
+        self.candidates.lock()
     }
 
     /// Promotions queued and not yet started.

@@ -304,6 +304,7 @@ impl MasterService {
             self.counters
                 .promotion_rejected_watermark
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.disk.candidates().record(key, now);
             return Err(Error::new(
                 ErrorCode::NO_AVAILABLE_HANDLE,
                 format!("{key:?}: memory is at the eviction watermark; the promotion waits"),
@@ -355,7 +356,7 @@ impl MasterService {
     }
 
     /// A read found `key` on disk only: count it towards a promotion.
-    pub(super) fn disk_hit(&self, key: &str, owner: ClientId) {
+    pub(super) fn disk_hit(&self, key: &str, owner: ClientId, now: u64) {
         let p = &self.offload;
         if !p.promote_on_hit {
             return;
@@ -372,6 +373,9 @@ impl MasterService {
             Promotion::AtCap => &c.promotion_rejected_cap,
             Promotion::Pending => return,
         };
+        if matches!(hit, Promotion::Pressed | Promotion::AtCap) {
+            self.disk.candidates().record(key, now);
+        }
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -382,6 +386,46 @@ impl MasterService {
         let (used, capacity) = self.segments.usage();
         capacity == 0
             || (used.saturating_add(extra)) as f64 >= self.policy.high_watermark * capacity as f64
+    }
+
+    /// Retries the promotions due (at most 128 a tick) that memory had no
+    /// room for: queued when memory is below the watermark now, else
+    /// backed off. Keys no longer disk-only in a tier are dropped.
+    pub(super) fn retry_promotions(&self, now: u64) -> usize {
+        let p = &self.offload;
+        if !p.promote_on_hit {
+            return 0;
+        }
+        let due = self.disk.candidates().due(now, 128);
+        let mut queued = 0;
+        for key in due {
+            let owner = self
+                .disk
+                .copy(&key)
+                .map(|c| c.owner)
+                .filter(|&o| o != SHARED_FS && self.disk.has_tier(o));
+            let in_memory = self.objects.lock(&key).contains_key(key.as_str());
+            let Some(owner) = owner.filter(|_| !in_memory) else {
+                self.disk.candidates().remove(&key);
+                continue;
+            };
+            if self.memory_pressed(0) {
+                self.disk.candidates().back_off(&key, now);
+                continue;
+            }
+            match self.disk.enqueue_promotion(&key, owner, p.promote_limit) {
+                Promotion::Queued => {
+                    self.disk.candidates().remove(&key);
+                    self.counters
+                        .promotion_admitted
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    queued += 1;
+                }
+                Promotion::AtCap => self.disk.candidates().back_off(&key, now),
+                _ => self.disk.candidates().remove(&key),
+            }
+        }
+        queued
     }
 
     /// Promotions queued and not started yet.

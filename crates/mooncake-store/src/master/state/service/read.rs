@@ -61,7 +61,7 @@ impl MasterService {
             Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
                 Some((d, _)) => {
                     if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
-                        self.disk_hit(key, l.client_id);
+                        self.disk_hit(key, l.client_id, now);
                     }
                     vec![d]
                 }

@@ -357,3 +357,31 @@ fn a_promotion_under_way_reads_from_the_copy() {
     s.put_revoke(A, "p", 6).unwrap();
     assert!(s.get_replica_list("p", 7).unwrap().replicas.iter().all(is_local_disk));
 }
+
+/// A read that memory had no room to promote for is retried on the tick
+/// once there is room (10 ms later, then backing off), as the reference's
+/// promotion candidates are.
+#[test]
+fn a_promotion_memory_had_no_room_for_is_retried_when_it_has() {
+    let s = promoting();
+    for i in 0..15 {
+        put(&s, &format!("m{i}"), 1024, &one(), i);
+    }
+    // Their copies are not written: eviction cannot make room.
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 20)[0].is_ok());
+    s.get_replica_list("p", 20).unwrap();
+    assert!(s.fetch_offload_tasks(A, 10, 20).unwrap().promotions.is_empty());
+    // Still at the watermark: backed off until 31.
+    s.tick(21);
+    assert!(s.fetch_offload_tasks(A, 10, 21).unwrap().promotions.is_empty());
+    s.remove("m0", true, 22).unwrap();
+    s.remove("m1", true, 22).unwrap();
+    s.tick(30);
+    assert!(s.fetch_offload_tasks(A, 10, 30).unwrap().promotions.is_empty());
+    s.tick(31);
+    assert_eq!(s.fetch_offload_tasks(A, 10, 31).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 32).unwrap();
+    s.put_end(A, "p", 33).unwrap();
+    let reps = s.get_replica_list("p", 34).unwrap().replicas;
+    assert!(matches!(reps[0].kind, ReplicaKind::Memory(_)));
+}
