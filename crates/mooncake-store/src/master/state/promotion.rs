@@ -2,8 +2,10 @@
 //! at the eviction watermark) and are retried later, as the reference's
 //! promotion candidates are: first after 10 ms, then backing off by
 //! doubling up to 1 s; given up after 8 retries or a minute without a read.
-//! A new read of the key starts its retries over. Volatile: a new leader
-//! starts without any, as the reference's reload does.
+//! A new read of the key starts its retries over. The most read keys are
+//! retried first (the reference scans its shards in order; reads are the
+//! heat a promotion is for). Volatile: a new leader starts without any, as
+//! the reference's reload does.
 //!
 //! Pure: the caller passes the clock (ms).
 
@@ -18,6 +20,7 @@ const MAX_BACKOFF_MS: u64 = 1_000;
 
 #[derive(Debug, Clone, Copy)]
 struct Candidate {
+    reads: u32,
     last_seen: u64,
     retry_at: u64,
     retries: u32,
@@ -40,40 +43,60 @@ impl Candidates {
     pub(crate) fn record(&mut self, key: &str, now: u64) -> bool {
         if let Some(c) = self.by_key.get_mut(key) {
             *c = Candidate {
+                reads: c.reads.saturating_add(1),
                 last_seen: now,
                 retry_at: now,
                 retries: 0,
             };
             return true;
         }
+        self.insert(key, 1, now, now)
+    }
+
+    /// `key`, read `reads` times, was queued but memory had no room when
+    /// its promotion was to start: it waits a backoff like a failed retry.
+    pub(crate) fn defer(&mut self, key: &str, reads: u32, now: u64) -> bool {
+        if let Some(c) = self.by_key.get_mut(key) {
+            c.reads = c.reads.max(reads);
+            self.back_off(key, now);
+            return true;
+        }
+        let ok = self.insert(key, reads, now, now);
+        self.back_off(key, now);
+        ok
+    }
+
+    fn insert(&mut self, key: &str, reads: u32, last_seen: u64, retry_at: u64) -> bool {
         if self.by_key.len() >= CANDIDATE_LIMIT {
             return false;
         }
         let c = Candidate {
-            last_seen: now,
-            retry_at: now,
+            reads,
+            last_seen,
+            retry_at,
             retries: 0,
         };
         self.by_key.insert(key.into(), c);
         true
     }
 
-    /// Up to `max` keys due at `now`, the longest waiting first; keys past
-    /// their last retry or their TTL are dropped on the way.
+    /// Up to `max` keys due at `now`, the most read first, then the
+    /// longest waiting; keys past their last retry or their TTL are
+    /// dropped on the way.
     pub(crate) fn due(&mut self, now: u64, max: usize) -> Vec<String> {
         self.by_key.retain(|_, c| {
             c.retries < MAX_RETRIES && now.saturating_sub(c.last_seen) < CANDIDATE_TTL_MS
         });
-        let mut due: Vec<(u64, &str)> = self
+        let mut due: Vec<(std::cmp::Reverse<u32>, u64, &str)> = self
             .by_key
             .iter()
             .filter(|(_, c)| c.retry_at <= now)
-            .map(|(k, c)| (c.retry_at, k.as_ref()))
+            .map(|(k, c)| (std::cmp::Reverse(c.reads), c.retry_at, k.as_ref()))
             .collect();
         due.sort_unstable();
         due.into_iter()
             .take(max)
-            .map(|(_, k)| k.to_owned())
+            .map(|(_, _, k)| k.to_owned())
             .collect()
     }
 
@@ -161,6 +184,17 @@ mod tests {
         c.back_off("k", 0);
         assert!(c.due(CANDIDATE_TTL_MS, 10).is_empty());
         assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn the_most_read_come_first() {
+        let mut c = Candidates::default();
+        c.record("once", 0);
+        c.record("twice", 1);
+        c.record("twice", 2);
+        assert!(c.defer("queued-and-read-3-times", 3, 0));
+        assert_eq!(c.due(5, 10), ["twice", "once"], "the deferred one waits 10 ms");
+        assert_eq!(c.due(10, 10), ["queued-and-read-3-times", "twice", "once"]);
     }
 
     #[test]

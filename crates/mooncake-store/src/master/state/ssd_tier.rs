@@ -74,8 +74,9 @@ pub(crate) struct DiskTable {
     mail: Mutex<HashMap<ClientId, Mailbox>>,
     /// Reads of disk-only objects not promoted yet (volatile).
     hits: Mutex<HashMap<Box<str>, usize>>,
-    /// Promotions queued or in flight (volatile).
-    promoting: Mutex<HashSet<Box<str>>>,
+    /// Promotions queued or in flight, with the reads of each meanwhile
+    /// (volatile).
+    promoting: Mutex<HashMap<Box<str>, u32>>,
     /// Promotions to retry (volatile).
     candidates: Mutex<Candidates>,
     /// Sum of the copies' sizes.
@@ -336,13 +337,14 @@ impl DiskTable {
     /// flight), unless it is queued already.
     pub(crate) fn enqueue_promotion(&self, key: &str, owner: ClientId, limit: usize) -> Promotion {
         let mut promoting = self.promoting.lock();
-        if promoting.contains(key) {
+        if let Some(reads) = promoting.get_mut(key) {
+            *reads = reads.saturating_add(1);
             return Promotion::Pending;
         }
         if promoting.len() >= limit {
             return Promotion::AtCap;
         }
-        promoting.insert(key.into());
+        promoting.insert(key.into(), 0);
         drop(promoting);
         self.mail
             .lock()
@@ -363,9 +365,10 @@ impl DiskTable {
         self.promoting.lock().len()
     }
 
-    /// The owner started (or gave up) promoting `key`.
-    pub(crate) fn promotion_taken(&self, key: &str) {
-        self.promoting.lock().remove(key);
+    /// The owner started (or gave up) promoting `key`: the reads it had
+    /// meanwhile.
+    pub(crate) fn promotion_taken(&self, key: &str) -> u32 {
+        self.promoting.lock().remove(key).unwrap_or(0)
     }
 
     /// `key`'s copy, handed out to `owner`, holds `lease` on the object.

@@ -287,7 +287,7 @@ impl MasterService {
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
-        self.disk.promotion_taken(key);
+        let reads = self.disk.promotion_taken(key);
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let copy = self.disk.copy(key).filter(|c| c.owner == client);
@@ -299,12 +299,12 @@ impl MasterService {
         };
         // The reference gates at admission only, handing out one promotion
         // per ten-second heartbeat; ours hands them out as fast as the owner
-        // asks, so the gate is checked again for each.
-        if self.memory_pressed(copy.size) {
+        // asks, so the gate is checked again as each starts.
+        if self.memory_pressed() {
             self.counters
                 .promotion_rejected_watermark
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.disk.candidates().record(key, now);
+            self.disk.candidates().defer(key, reads.saturating_add(1), now);
             return Err(Error::new(
                 ErrorCode::NO_AVAILABLE_HANDLE,
                 format!("{key:?}: memory is at the eviction watermark; the promotion waits"),
@@ -362,7 +362,7 @@ impl MasterService {
             return;
         }
         let c = &self.counters;
-        let pressed = self.memory_pressed(0);
+        let pressed = self.memory_pressed();
         let hit = self
             .disk
             .hit(key, owner, p.promote_after, p.promote_limit, pressed);
@@ -379,13 +379,12 @@ impl MasterService {
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Whether memory, with `extra` more bytes allocated, is at the
-    /// eviction high watermark: a promotion then waits, as the reference's
-    /// does, rather than evict what it would make room for.
-    fn memory_pressed(&self, extra: u64) -> bool {
+    /// Whether memory is at the eviction high watermark: a promotion then
+    /// waits, as the reference's does, rather than add to what the next
+    /// eviction round must free.
+    fn memory_pressed(&self) -> bool {
         let (used, capacity) = self.segments.usage();
-        capacity == 0
-            || (used.saturating_add(extra)) as f64 >= self.policy.high_watermark * capacity as f64
+        capacity == 0 || used as f64 >= self.policy.high_watermark * capacity as f64
     }
 
     /// Retries the promotions due (at most 128 a tick) that memory had no
@@ -409,7 +408,7 @@ impl MasterService {
                 self.disk.candidates().remove(&key);
                 continue;
             };
-            if self.memory_pressed(0) {
+            if self.memory_pressed() {
                 self.disk.candidates().back_off(&key, now);
                 continue;
             }
