@@ -113,7 +113,7 @@ def test_unmount_local_disk_segment_withdraws_the_tier(offload_cluster, tmp_path
             assert after[k] and not any(r.is_local_disk_replica() for r in after[k]), k
             assert reader.get(k) == values[k], k
         # New puts get no copy: the tier takes no more work.
-        assert owner.put("py-unmount-late", b"x" * VALUE) == 0
+        assert put_retrying(owner, "py-unmount-late", b"x" * VALUE) == 0
         time.sleep(1)
         late = reader.batch_get_replica_desc(["py-unmount-late"])["py-unmount-late"]
         assert late and not any(r.is_local_disk_replica() for r in late)
