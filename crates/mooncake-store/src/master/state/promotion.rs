@@ -119,6 +119,7 @@ impl Candidates {
         self.by_key.remove(key);
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.by_key.len()
     }
@@ -193,7 +194,11 @@ mod tests {
         c.record("twice", 1);
         c.record("twice", 2);
         assert!(c.defer("queued-and-read-3-times", 3, 0));
-        assert_eq!(c.due(5, 10), ["twice", "once"], "the deferred one waits 10 ms");
+        assert_eq!(
+            c.due(5, 10),
+            ["twice", "once"],
+            "the deferred one waits 10 ms"
+        );
         assert_eq!(c.due(10, 10), ["queued-and-read-3-times", "twice", "once"]);
     }
 

@@ -81,6 +81,8 @@ pub(crate) struct DiskTable {
     candidates: Mutex<Candidates>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
+    /// The copies' bytes per tier owner.
+    used: Mutex<HashMap<ClientId, u64>>,
     /// The shared filesystem's copies, oldest first (its eviction order).
     files: Mutex<FileOrder>,
 }
@@ -105,6 +107,7 @@ impl DiskTable {
         self.promoting.lock().clear();
         self.candidates.lock().clear();
         self.bytes.store(0, Ordering::Relaxed);
+        self.used.lock().clear();
         *self.files.lock() = FileOrder::default();
     }
 
@@ -188,6 +191,11 @@ impl DiskTable {
                     copy.owner = owner;
                 }
             }
+            drop(copies);
+            let mut used = self.used.lock();
+            let moved: u64 = previous.iter().filter_map(|c| used.remove(c)).sum();
+            *used.entry(owner).or_default() += moved;
+            drop(used);
             let mut mail = self.mail.lock();
             for c in previous {
                 mail.remove(&c);
@@ -211,6 +219,7 @@ impl DiskTable {
     pub(crate) fn add(&self, key: &str, copy: DiskCopy) {
         let old = self.copies.lock().insert(key.into(), copy);
         let old_size = old.map_or(0, |c| c.size);
+        self.charge(copy.owner, copy.size, old);
         self.bytes.fetch_add(copy.size, Ordering::Relaxed);
         self.bytes.fetch_sub(old_size, Ordering::Relaxed);
         if let Some(old) = old {
@@ -230,8 +239,40 @@ impl DiskTable {
     pub(crate) fn drop_copy(&self, key: &str) -> Option<DiskCopy> {
         let old = self.copies.lock().remove(key)?;
         self.bytes.fetch_sub(old.size, Ordering::Relaxed);
+        self.charge(old.owner, 0, Some(old));
         self.unorder(key, old);
         Some(old)
+    }
+
+    /// `owner`'s tier holds `size` more bytes, and `old`'s owner `old.size` fewer.
+    fn charge(&self, owner: ClientId, size: u64, old: Option<DiskCopy>) {
+        let mut used = self.used.lock();
+        *used.entry(owner).or_default() += size;
+        if let Some(old) = old {
+            if let Some(u) = used.get_mut(&old.owner) {
+                *u = u.saturating_sub(old.size);
+                if *u == 0 {
+                    used.remove(&old.owner);
+                }
+            }
+        }
+    }
+
+    /// The free share of `owner`'s tier (1 without a tier or a limit), as
+    /// the reference's `ssd_free_ratio_first` scores a segment's owner.
+    pub(crate) fn tier_free_ratio(&self, owner: ClientId) -> f64 {
+        let capacity = self.tiers.read().get(&owner).map_or(0, |t| t.capacity);
+        if capacity == 0 {
+            return 1.0;
+        }
+        let used = self
+            .used
+            .lock()
+            .get(&owner)
+            .copied()
+            .unwrap_or(0)
+            .min(capacity);
+        (capacity - used) as f64 / capacity as f64
     }
 
     fn unorder(&self, key: &str, old: DiskCopy) {
@@ -490,6 +531,47 @@ mod tests {
         assert_eq!(b.tasks.len(), 2);
         assert_eq!(b.removes, ["z"]);
         assert_eq!(t.queued_len(1), 2);
+    }
+
+    #[test]
+    fn a_tiers_free_ratio_follows_its_copies() {
+        let t = DiskTable::default();
+        assert_eq!(t.tier_free_ratio(1), 1.0, "no tier");
+        let tier = |id: &str| Tier {
+            tier_id: id.into(),
+            endpoint: "h:1".into(),
+            capacity: 1000,
+        };
+        t.mount(1, tier("d1"));
+        t.add(
+            "a",
+            DiskCopy {
+                owner: 1,
+                size: 250,
+            },
+        );
+        t.add(
+            "b",
+            DiskCopy {
+                owner: 1,
+                size: 250,
+            },
+        );
+        assert_eq!(t.tier_free_ratio(1), 0.5);
+        t.add(
+            "a",
+            DiskCopy {
+                owner: 1,
+                size: 100,
+            },
+        );
+        assert_eq!(t.tier_free_ratio(1), 0.65, "a replaced copy");
+        t.drop_copy("b");
+        assert_eq!(t.tier_free_ratio(1), 0.9);
+        // A takeover moves the bytes with the copies.
+        t.mount(2, tier("d1"));
+        assert_eq!(t.tier_free_ratio(2), 0.9);
+        assert_eq!(t.tier_free_ratio(1), 1.0);
     }
 
     #[test]

@@ -304,7 +304,9 @@ impl MasterService {
             self.counters
                 .promotion_rejected_watermark
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.disk.candidates().defer(key, reads.saturating_add(1), now);
+            self.disk
+                .candidates()
+                .defer(key, reads.saturating_add(1), now);
             return Err(Error::new(
                 ErrorCode::NO_AVAILABLE_HANDLE,
                 format!("{key:?}: memory is at the eviction watermark; the promotion waits"),

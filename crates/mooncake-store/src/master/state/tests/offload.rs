@@ -299,7 +299,11 @@ fn promotions_stop_at_the_eviction_watermark() {
     s.get_replica_list("p1", 27).unwrap();
     assert_eq!(watermark(), 2);
     assert_eq!(s.fetch_offload_tasks(A, 10, 28).unwrap().promotions, ["p2"]);
-    assert!(s.fetch_offload_tasks(A, 10, 29).unwrap().promotions.is_empty());
+    assert!(s
+        .fetch_offload_tasks(A, 10, 29)
+        .unwrap()
+        .promotions
+        .is_empty());
 }
 
 #[test]
@@ -308,7 +312,12 @@ fn an_unmounted_tier_takes_its_copies_and_work_with_it() {
     put(&s, "mem", 1024, &one(), 1);
     assert_eq!(drain(&s, 2), 1);
     assert!(s.notify_offload(A, &["disk"], &[1024], true, 2)[0].is_ok());
-    assert!(s.get_replica_list("mem", 2).unwrap().replicas.iter().any(is_local_disk));
+    assert!(s
+        .get_replica_list("mem", 2)
+        .unwrap()
+        .replicas
+        .iter()
+        .any(is_local_disk));
     s.get_replica_list("disk", 3).unwrap();
     s.unmount_local_disk(A).unwrap();
     // The disk-only object is gone; the other keeps its memory replica.
@@ -320,7 +329,10 @@ fn an_unmounted_tier_takes_its_copies_and_work_with_it() {
     // No more work: the owner's polls say its tier is unknown.
     let e = s.fetch_offload_tasks(A, 10, 6).unwrap_err();
     assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
-    let e = s.notify_offload(A, &["mem"], &[1024], false, 7).remove(0).unwrap_err();
+    let e = s
+        .notify_offload(A, &["mem"], &[1024], false, 7)
+        .remove(0)
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
     // Done already: a second call, or one from a client without a tier.
     s.unmount_local_disk(A).unwrap();
@@ -350,9 +362,18 @@ fn a_promotion_under_way_reads_from_the_copy() {
     assert_eq!(s.get_size("p", 4).unwrap(), 1024);
     assert!(is_local_disk(&s.query_key("p").unwrap()[0]));
     // Such a read does not queue the promotion again.
-    assert!(s.fetch_offload_tasks(A, 10, 5).unwrap().promotions.is_empty());
+    assert!(s
+        .fetch_offload_tasks(A, 10, 5)
+        .unwrap()
+        .promotions
+        .is_empty());
     s.put_revoke(A, "p", 6).unwrap();
-    assert!(s.get_replica_list("p", 7).unwrap().replicas.iter().all(is_local_disk));
+    assert!(s
+        .get_replica_list("p", 7)
+        .unwrap()
+        .replicas
+        .iter()
+        .all(is_local_disk));
 }
 
 /// A read that memory had no room to promote for is retried on the tick
@@ -367,14 +388,26 @@ fn a_promotion_memory_had_no_room_for_is_retried_when_it_has() {
     // 15 of 16 KiB: at the watermark. Their copies are not written: eviction cannot make room.
     assert!(s.notify_offload(A, &["p"], &[1024], true, 20)[0].is_ok());
     s.get_replica_list("p", 20).unwrap();
-    assert!(s.fetch_offload_tasks(A, 10, 20).unwrap().promotions.is_empty());
+    assert!(s
+        .fetch_offload_tasks(A, 10, 20)
+        .unwrap()
+        .promotions
+        .is_empty());
     // Still at the watermark: backed off until 31.
     s.tick(21);
-    assert!(s.fetch_offload_tasks(A, 10, 21).unwrap().promotions.is_empty());
+    assert!(s
+        .fetch_offload_tasks(A, 10, 21)
+        .unwrap()
+        .promotions
+        .is_empty());
     s.remove("m0", true, 22).unwrap();
     s.remove("m1", true, 22).unwrap();
     s.tick(30);
-    assert!(s.fetch_offload_tasks(A, 10, 30).unwrap().promotions.is_empty());
+    assert!(s
+        .fetch_offload_tasks(A, 10, 30)
+        .unwrap()
+        .promotions
+        .is_empty());
     s.tick(31);
     assert_eq!(s.fetch_offload_tasks(A, 10, 31).unwrap().promotions, ["p"]);
     s.promotion_start(A, "p", 32).unwrap();
