@@ -6,10 +6,11 @@ reads of one of them get it a memory replica again, and the read after
 that is served from memory (no tier read).
 
 The same calls and assertions as the reference's file; where it sleeps a
-fixed 25 s, this waits until the state is reached (with a generous bound).
-Memory stays below the eviction watermark while promotions run (the
-reference's admission gate), so the promoted object is not evicted again
-at once: the case the reference's file caught on ours."""
+fixed 25 s, this waits until the state is reached (with a generous bound),
+so its reads come while the promotions the first lookups admitted are
+still being refused at the eviction watermark (the reference's gate) and
+retried, the most read first. docs/reference-behaviour.md says why the
+reference's file, with its fixed waits, still fails on ours in most runs."""
 
 from __future__ import annotations
 
