@@ -482,7 +482,10 @@ mod tests {
         c.set("allocation_strategy", "free_ratio_first").unwrap();
         assert_eq!(c.allocation_strategy, AllocationStrategy::FreeRatioFirst);
         for (name, strategy) in [
-            ("ssd_free_ratio_first", AllocationStrategy::SsdFreeRatioFirst),
+            (
+                "ssd_free_ratio_first",
+                AllocationStrategy::SsdFreeRatioFirst,
+            ),
             ("local_first", AllocationStrategy::LocalFirst),
         ] {
             c.set("allocation_strategy", name).unwrap();
