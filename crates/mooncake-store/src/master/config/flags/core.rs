@@ -34,7 +34,7 @@ macro_rules! core_flags {
         => client_ttl: Duration = positive_seconds;
     cluster_id: Str = "mooncake_cluster", Full, "Cluster id (HA keys, metadata prefixes)"
         => cluster_id: String = text;
-    allocation_strategy: Str = "random", Full, "Replica placement: random or free_ratio_first"
+    allocation_strategy: Str = "random", Full, "Replica placement: random, free_ratio_first, ssd_free_ratio_first or local_first"
         => allocation_strategy: AllocationStrategy = strategy;
     memory_allocator: Str = "offset", Full, "Segment allocator (offset)"
         => memory_allocator: String = offset_allocator;

@@ -4,6 +4,7 @@
 //! allocation reads the current snapshot without a lock and then takes the
 //! one segment's allocator lock, so puts to different segments never contend.
 
+pub(crate) mod local_first;
 pub(crate) mod space;
 
 use std::collections::HashMap;
@@ -355,6 +356,7 @@ impl SegmentTable {
     /// Places up to `config.replica_num` replicas of `size` bytes on distinct
     /// segments: preferred segments first, then by `strategy`. Returns at
     /// least one placement, or `NO_AVAILABLE_HANDLE`.
+    #[cfg(test)]
     pub(crate) fn place(
         &self,
         size: u64,
@@ -365,11 +367,26 @@ impl SegmentTable {
     }
 
     /// [`SegmentTable::place`], taking each range with `allocate`.
+    #[cfg(test)]
     pub(crate) fn place_with(
         &self,
         size: u64,
         config: &ReplicaPolicy,
         strategy: AllocationStrategy,
+        allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
+    ) -> Result<Vec<Placement>> {
+        self.place_ranked(size, config, strategy, &|s| s.free_ratio(), allocate)
+    }
+
+    /// Places as `place`; the ranked strategies sample and try
+    /// the segments of the highest `score` first (free-ratio first: the
+    /// segment's free share; SSD free-ratio first: its owner's tier's).
+    pub(crate) fn place_ranked(
+        &self,
+        size: u64,
+        config: &ReplicaPolicy,
+        strategy: AllocationStrategy,
+        score: &dyn Fn(&Segment) -> f64,
         allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
     ) -> Result<Vec<Placement>> {
         let t = self.table.load();
@@ -405,14 +422,18 @@ impl SegmentTable {
         }
 
         let n = t.list.len();
-        if placed.len() < want && strategy == AllocationStrategy::FreeRatioFirst {
+        let ranked = matches!(
+            strategy,
+            AllocationStrategy::FreeRatioFirst | AllocationStrategy::SsdFreeRatioFirst
+        );
+        if placed.len() < want && ranked {
             // Best of N: sample consecutive segments from a random start and
             // try the emptiest first.
             let samples = (FREE_RATIO_SAMPLES_PER_REPLICA * (want - placed.len())).min(n);
             let start = rand::thread_rng().gen_range(0..n);
             let mut candidates: Vec<(f64, &Arc<Segment>)> = (0..samples)
                 .map(|i| &t.list[(start + i) % n])
-                .map(|s| (s.free_ratio(), s))
+                .map(|s| (score(s), s))
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
             for (_, seg) in candidates {

@@ -48,6 +48,7 @@ mod files;
 mod handle;
 mod mounts;
 mod offload;
+mod placement;
 mod put;
 mod read;
 mod remove;
@@ -73,7 +74,7 @@ use super::fs_tier::FileTier;
 use super::mutation::MutationSink;
 use super::objects::{flags, ObjectMap};
 use super::retired::RetiredSpace;
-use super::segments::{Placement, SegmentTable};
+use super::segments::SegmentTable;
 use super::ssd_tier::DiskTable;
 use super::tasks::TaskTable;
 use crate::master::config::policy::{OffloadPolicy, Policy, TaskPolicy};
@@ -96,6 +97,7 @@ pub(crate) struct Counters {
     pub promotion_admitted: AtomicU64,
     pub promotion_rejected_frequency: AtomicU64,
     pub promotion_rejected_cap: AtomicU64,
+    pub promotion_rejected_watermark: AtomicU64,
     pub promotion_completed: AtomicU64,
     pub promotion_completed_bytes: AtomicU64,
     pub promotion_failed: AtomicU64,
@@ -264,18 +266,6 @@ impl MasterService {
 
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
-    }
-
-    /// Places `len` bytes per replica (reserving the ranges); a failure for
-    /// lack of space asks for an eviction round.
-    fn place(&self, len: u64, cfg: &ReplicaPolicy) -> Result<Vec<Placement>> {
-        self.segments
-            .place(len, cfg, self.policy.strategy)
-            .inspect_err(|e| {
-                if e.code == ErrorCode::NO_AVAILABLE_HANDLE {
-                    self.eviction.request();
-                }
-            })
     }
 }
 

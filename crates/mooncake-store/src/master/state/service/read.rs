@@ -61,12 +61,17 @@ impl MasterService {
             Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
                 Some((d, _)) => {
                     if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
-                        self.disk_hit(key, l.client_id);
+                        self.disk_hit(key, l.client_id, now);
                     }
                     vec![d]
                 }
                 None => return Err(e),
             },
+            // Its promotion is under way: the copy serves until it ends,
+            // as the reference's disk replica does.
+            Err(e) if e.code == ErrorCode::REPLICA_IS_NOT_READY => {
+                vec![self.promoting_copy(key).ok_or(e)?]
+            }
             r => r?,
         };
         Ok(GetReplicaListResponse {
@@ -87,7 +92,8 @@ impl MasterService {
                 self.policy.lease.on_read(&mut obj, now);
                 Ok(true)
             }
-            Some(_) => Ok(false),
+            // A put in flight, unless it is a promotion (the copy serves).
+            Some(_) => Ok(self.disk.has_copy(key)),
             None => Ok(self.disk.has_copy(key)),
         }
     }
@@ -95,7 +101,10 @@ impl MasterService {
     /// Size of a complete object; grants the lease.
     pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
         match self.read_complete(key, now, |obj| Ok(obj.size)) {
-            Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => {
+            Err(e)
+                if e.code == ErrorCode::OBJECT_NOT_FOUND
+                    || e.code == ErrorCode::REPLICA_IS_NOT_READY =>
+            {
                 self.disk.copy(key).map(|c| c.size).ok_or(e)
             }
             r => r,
@@ -111,13 +120,24 @@ impl MasterService {
             return Ok(vec![d]);
         };
         if !obj.is_complete() {
-            return Err(not_ready(key));
+            drop(shard);
+            return self
+                .promoting_copy(key)
+                .map(|d| vec![d])
+                .ok_or_else(|| not_ready(key));
         }
         let mut v = obj.replicas.descriptors(obj.size, ReplicaStatus::Complete);
         if obj.is_on_disk() {
             v.extend(self.disk_replica(key).map(|(d, _)| d));
         }
         Ok(v)
+    }
+
+    /// The copy of `key` while its object is a put in flight: only a
+    /// promotion writes an object whose copy is still recorded (a new
+    /// version forgets it at its start).
+    fn promoting_copy(&self, key: &str) -> Option<ReplicaDesc> {
+        self.disk_replica(key).map(|(d, _)| d)
     }
 
     /// Every complete object's key.

@@ -25,6 +25,7 @@ impl MasterService {
         let (keys, bytes) = self.evict_if_needed(call, now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;
+        self.retry_promotions(now);
         r
     }
 
