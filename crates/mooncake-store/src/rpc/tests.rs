@@ -453,3 +453,16 @@ fn a_unix_socket_is_served_with_the_same_limits_and_knows_its_peer() {
         "still listening"
     );
 }
+
+#[test]
+fn the_open_file_limit_caps_connections() {
+    use super::server::descriptor_cap;
+    assert_eq!(
+        descriptor_cap(Some(1024)),
+        128,
+        "two descriptors each, an eighth per server"
+    );
+    assert_eq!(descriptor_cap(Some(400)), 50);
+    assert_eq!(descriptor_cap(Some(20)), 16, "a floor");
+    assert_eq!(descriptor_cap(None), usize::MAX, "unlimited");
+}
