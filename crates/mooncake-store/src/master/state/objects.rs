@@ -153,6 +153,10 @@ pub(crate) struct ObjectMeta {
     pub(crate) replicas: Replicas,
     pub(crate) pending: Option<Box<PendingPut>>,
     pub(crate) flags: u8,
+    /// When the object was last read or written, counted in uses (see
+    /// `leases`, wrapping): orders objects whose `lease_until` ties.
+    /// Volatile, like the lease; it fits in what would be padding.
+    pub(crate) used: u32,
 }
 
 impl ObjectMeta {
@@ -165,6 +169,7 @@ impl ObjectMeta {
             replicas: Replicas::Many(Box::new([])),
             pending: None,
             flags: 0,
+            used: 0,
         }
     }
 

@@ -76,18 +76,15 @@ impl MasterService {
     }
 
     /// Whether a complete object exists (a put in flight does not count).
-    /// Like every metadata read in the reference, a hit grants the lease.
+    /// Unlike the reference, which leases on a hit, a check is not a use:
+    /// clients that poll for prefixes would otherwise keep every object
+    /// they ask about from being evicted (see `leases`).
     pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
-        let now = shard.clock(now);
-        let obj = shard.get_mut(key);
-        match obj {
-            Some(mut obj) if obj.is_complete() => {
-                self.policy.lease.on_read(&mut obj, now);
-                Ok(true)
-            }
-            Some(_) => Ok(false),
+        shard.clock(now);
+        match shard.get(key) {
+            Some(obj) => Ok(obj.is_complete()),
             None => Ok(self.disk.has_copy(key)),
         }
     }

@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::events::{Kind, Medium};
-use crate::master::state::eviction::{self, eligible, footprint};
+use crate::master::state::eviction::{self, eligible, footprint, rank, Rank};
+use crate::master::state::leases::uses_now;
 use crate::master::state::mutation::{Call, ObjectOp};
 use crate::master::state::objects::ObjectMeta;
 
@@ -162,18 +163,19 @@ impl MasterService {
         // Pass 1: find the lease time below which evicting frees enough,
         // and below which the objects waiting for a copy should get one,
         // without copying keys.
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
-        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        let epoch = uses_now();
+        let mut candidates: Vec<(Rank, u64)> = Vec::new();
+        let mut waiting: Vec<(Rank, u64)> = Vec::new();
         let mut under_way = 0;
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
                 if may_go(o) {
-                    candidates.push((o.lease_until, footprint(o)));
+                    candidates.push((rank(o, epoch), footprint(o)));
                 } else if must_wait(o) {
                     if self.copy_under_way(key, o) {
                         under_way += footprint(o);
                     } else {
-                        waiting.push((o.lease_until, footprint(o)));
+                        waiting.push((rank(o, epoch), footprint(o)));
                     }
                 }
             }
@@ -184,7 +186,8 @@ impl MasterService {
         let short = target.saturating_sub(freeable).saturating_sub(under_way);
         if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
             drop(waiting);
-            self.queue_oldest(now, queue_below, include_soft_pinned, force, queue_budget);
+            let below = (queue_below, epoch);
+            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
         }
         let Some((threshold, _)) = evictable else {
             return (0, 0);
@@ -197,7 +200,7 @@ impl MasterService {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
+                if bytes >= target || rank(obj, epoch) > threshold || !may_go(obj) {
                     return true;
                 }
                 bytes += footprint(obj);
@@ -213,12 +216,12 @@ impl MasterService {
         (keys, bytes)
     }
 
-    /// Queues for a copy every object waiting for one whose lease ended by
-    /// `below`, while `queue_budget` lasts.
+    /// Queues for a copy every object waiting for one ranked at most
+    /// `below` (a rank and its epoch), while `queue_budget` lasts.
     fn queue_oldest(
         &self,
         now: u64,
-        below: u64,
+        (below, epoch): (Rank, u32),
         include_soft_pinned: bool,
         force: bool,
         queue_budget: &mut usize,
@@ -228,7 +231,7 @@ impl MasterService {
                 if *queue_budget == 0 {
                     return;
                 }
-                if o.lease_until <= below
+                if rank(o, epoch) <= below
                     && eligible(o, now, include_soft_pinned)
                     && !self.may_leave_memory(o, force)
                     && self.queue_offload(key, o, usize::MAX)
