@@ -90,6 +90,20 @@ pub(crate) fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
     (obj.lease_until, obj.used.wrapping_sub(epoch) as i32)
 }
 
+/// Metadata bytes the timer's round frees when `used` reached `watermark`
+/// (of a budget of `limit`): down to `eviction_ratio` of the budget below
+/// the watermark, and at least that much. `None` below the watermark.
+pub(crate) fn metadata_target(p: &Policy, used: u64, watermark: u64, limit: u64) -> Option<u64> {
+    if used < watermark {
+        return None;
+    }
+    let ratio_bytes = ratio_bytes(p, limit);
+    let target = used
+        .saturating_sub(watermark.saturating_sub(ratio_bytes))
+        .max(ratio_bytes);
+    Some(target.min(used))
+}
+
 /// `eviction_ratio` of `capacity`, in bytes.
 pub(crate) fn ratio_bytes(p: &Policy, capacity: u64) -> u64 {
     (p.eviction_ratio * capacity as f64) as u64
@@ -157,6 +171,20 @@ mod tests {
             strategy: AllocationStrategy::Random,
             put_fence: true,
         }
+    }
+
+    #[test]
+    fn metadata_targets_go_below_the_metadata_watermark() {
+        let p = policy(0.9, 0.1);
+        assert_eq!(metadata_target(&p, 899, 900, 1000), None);
+        assert_eq!(metadata_target(&p, 900, 900, 1000), Some(100));
+        assert_eq!(metadata_target(&p, 950, 900, 1000), Some(150));
+        assert_eq!(
+            metadata_target(&p, 5, 0, 1000),
+            Some(5),
+            "never more than held"
+        );
+        assert_eq!(metadata_target(&p, 10, u64::MAX, u64::MAX), None, "off");
     }
 
     #[test]

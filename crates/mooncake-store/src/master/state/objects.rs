@@ -370,6 +370,8 @@ pub(crate) struct ObjectMap {
     /// allowed (`--max_metadata_bytes`).
     metadata_used: AtomicU64,
     metadata_limit: AtomicU64,
+    /// Metadata bytes from which the timer evicts (`u64::MAX`: never).
+    metadata_watermark: AtomicU64,
 }
 
 impl Default for ObjectMap {
@@ -390,6 +392,7 @@ impl Default for ObjectMap {
             hasher: RandomState::new(),
             metadata_used: AtomicU64::new(0),
             metadata_limit: AtomicU64::new(u64::MAX),
+            metadata_watermark: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -437,6 +440,18 @@ impl ObjectMap {
 
     pub(crate) fn set_metadata_limit(&self, bytes: u64) {
         self.metadata_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn metadata_limit(&self) -> u64 {
+        self.metadata_limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_metadata_watermark(&self, bytes: u64) {
+        self.metadata_watermark.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn metadata_watermark(&self) -> u64 {
+        self.metadata_watermark.load(Ordering::Relaxed)
     }
 
     /// Bytes of metadata held.

@@ -219,3 +219,47 @@ fn a_put_under_pressure_is_refused_with_the_reference_code_then_succeeds() {
     assert!(s.exist_key("new", later).unwrap());
     assert!(!s.exist_key("k0", later).unwrap(), "the oldest made room");
 }
+
+/// A master whose metadata budget holds 100 objects under 3-byte keys,
+/// evicting from `ratio` of it.
+fn with_metadata_watermark(ratio: f64) -> MasterService {
+    let cost = 3 + 256;
+    let s = MasterService::with_policy(policy())
+        .with_metadata_budget(100 * cost)
+        .with_metadata_watermark(ratio);
+    s.mount_segment(A, &seg("a", 0x10_000, 1 << 20), 0).unwrap();
+    s
+}
+
+#[test]
+fn the_metadata_watermark_evicts_the_oldest_objects() {
+    let s = with_metadata_watermark(0.5);
+    // 49 objects (1 KiB each: far below the space watermark): below it.
+    fill(&s, 49, &one(), |t| format!("k{t:02}"));
+    assert_eq!(tick(&s, 1000).evicted_keys, 0);
+    put(&s, "k49", 1024, &one(), 49);
+    // At 50 of 100: down to 50 - 20 (the eviction ratio), oldest first.
+    let r = tick(&s, 1000);
+    assert_eq!(r.evicted_keys, 20);
+    assert_eq!(r.evicted_bytes, 20 * 1024, "segment bytes freed");
+    for t in 0..50 {
+        assert_eq!(
+            s.exist_key(&format!("k{t:02}"), 1000).unwrap(),
+            t >= 20,
+            "k{t:02}"
+        );
+    }
+    assert_eq!(s.metadata_bytes(), 30 * (3 + 256));
+    assert_eq!(tick(&s, 1001).evicted_keys, 0);
+}
+
+#[test]
+fn without_the_metadata_watermark_only_the_budget_holds() {
+    let s = with_metadata_watermark(0.0);
+    fill(&s, 100, &one(), |t| format!("k{t:02}"));
+    assert_eq!(tick(&s, 1000).evicted_keys, 0);
+    assert_eq!(
+        code(s.put_start(W, "k_x", 1024, &one(), false, 1000)),
+        ErrorCode::NO_AVAILABLE_HANDLE
+    );
+}
