@@ -32,6 +32,8 @@ macro_rules! core_flags {
         => enable_metric_reporting: bool = boolean;
     client_ttl: Duration = "10", Full, "Seconds without heartbeat before a client is dropped"
         => client_ttl: Duration = positive_seconds;
+    client_suspect_ms: Duration = "2000", Full, "Milliseconds without heartbeat after which a client is Suspected: reads skip its replicas while another replica is served elsewhere (0: off; at least client_ttl: off)"
+        => client_suspect: Duration = millis;
     cluster_id: Str = "mooncake_cluster", Full, "Cluster id (HA keys, metadata prefixes)"
         => cluster_id: String = text;
     allocation_strategy: Str = "random", Full, "Replica placement: random or free_ratio_first"

@@ -175,6 +175,7 @@ impl MasterService {
             .with_offload_policy(config.offload_policy())
             .with_metadata_budget(config.max_metadata_bytes)
             .with_metadata_watermark(config.metadata_eviction_watermark_ratio)
+            .with_suspect_after(config.suspect_after())
             .with_file_policy(config.file_policy())
             .with_tenants_of(config)
     }

@@ -29,14 +29,17 @@ impl MasterService {
     }
 
     /// The complete replicas of `key`, memory first, then its copy in an
-    /// SSD tier; grants the read lease (a disk-only object has none).
+    /// SSD tier; grants the read lease (a disk-only object has none). A
+    /// Suspected owner's memory replicas are left out while another memory
+    /// replica is not (`clients::health`).
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         let in_memory = self.read_complete(key, now, |obj| {
             let live = obj.replicas.as_slice().iter();
             let live = live.filter(|p| p.segment.is_mounted());
-            let mut replicas: Vec<ReplicaDesc> = live
-                .clone()
-                .filter(|p| p.segment.is_verified())
+            let served = live.clone().filter(|p| p.segment.is_verified());
+            let trusted = served.clone().any(|p| !p.segment.is_suspected());
+            let mut replicas: Vec<ReplicaDesc> = served
+                .filter(|p| !trusted || !p.segment.is_suspected())
                 .map(|p| {
                     p.segment
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)

@@ -38,6 +38,7 @@ impl MasterService {
             expired_clients: self.expire_clients(call, now),
             ..Default::default()
         };
+        self.suspect_clients(now);
         r.discarded_puts = self.sweep_stale_puts(call, now);
         r.freed_retired = self.free_retired(call, now);
         r.failed_tasks = self.expire_tasks(call, now);
