@@ -13,7 +13,7 @@
 //!   identified itself, [`Handler::evictable`]) is closed to make room, or
 //!   else the new one waits in the accept queue or is closed ([`WhenFull`]);
 //!   refusals are logged at most once per [`REFUSAL_LOG_EVERY`]; the cap is
-//!   lowered to an eighth of the open-file limit when that is smaller, and a
+//!   lowered to a quarter of the open-file limit when that is smaller, and a
 //!   process out of file descriptors all the same sheds an evictable
 //!   connection the way a full server does;
 //! - an optional idle limit between frames (per connection state,
@@ -387,13 +387,13 @@ fn descriptor_limit() -> Option<u64> {
 }
 
 /// Connections one server may hold under an open-file limit of `limit`:
-/// each holds two descriptors, and an eighth of the limit per server
-/// leaves most of it to the process (its other listener, its engine, the
-/// files a call opens), so the cap, not a failed `accept`, is what a storm
-/// of connections meets.
+/// each holds two descriptors, so a quarter of the limit per server keeps
+/// half of it for the process (its other listener, its engine, the files a
+/// call opens), and the cap, not a failed `accept`, is what a storm of
+/// connections meets.
 pub(super) fn descriptor_cap(limit: Option<u64>) -> usize {
     limit.map_or(usize::MAX, |l| {
-        usize::try_from(l / 8).unwrap_or(usize::MAX).max(16)
+        usize::try_from(l / 4).unwrap_or(usize::MAX).max(16)
     })
 }
 

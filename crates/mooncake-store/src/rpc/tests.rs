@@ -459,10 +459,10 @@ fn the_open_file_limit_caps_connections() {
     use super::server::descriptor_cap;
     assert_eq!(
         descriptor_cap(Some(1024)),
-        128,
-        "two descriptors each, an eighth per server"
+        256,
+        "two descriptors each, half the limit for the process"
     );
-    assert_eq!(descriptor_cap(Some(400)), 50);
+    assert_eq!(descriptor_cap(Some(400)), 100);
     assert_eq!(descriptor_cap(Some(20)), 16, "a floor");
     assert_eq!(descriptor_cap(None), usize::MAX, "unlimited");
 }
