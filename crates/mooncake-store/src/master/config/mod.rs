@@ -322,6 +322,11 @@ impl MasterConfig {
     }
 
     /// The state machine's rules, in milliseconds.
+    /// Silence after which a client is Suspected, ms (0: never).
+    pub fn suspect_after(&self) -> u64 {
+        ms(self.client_suspect)
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             lease: LeasePolicy {

@@ -43,8 +43,6 @@ pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.
 const READ_BUFFER: usize = 64 * 1024;
-/// Stack of a connection thread (the service needs little).
-const CONNECTION_STACK: usize = 256 << 10;
 /// Longest a request may take to arrive once its first byte has, and an
 /// answer to be taken (`rpc_conn_timeout` when shorter).
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -253,7 +251,7 @@ pub fn rpc_options(config: &MasterConfig) -> ServerOptions {
         read_buffer: READ_BUFFER,
         // A client that just got an answer often calls again soon.
         poll: rpc::poll::server_window(),
-        stack_size: Some(CONNECTION_STACK),
+        stack_size: Some(rpc::server::CONNECTION_STACK),
     }
 }
 

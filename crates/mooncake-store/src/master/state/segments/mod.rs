@@ -50,6 +50,9 @@ pub(crate) struct Segment {
     /// its replicas are not served meanwhile (the owner may be gone, and
     /// another process may hold that memory now).
     verified: AtomicBool,
+    /// Its owner is Suspected (`clients::health`): reads prefer other
+    /// replicas. Set by the leader's timer, cleared by a heartbeat.
+    suspected: AtomicBool,
 }
 
 /// Where a segment is in a drain, with the reference's numbers.
@@ -93,6 +96,7 @@ impl Segment {
             mounted: AtomicBool::new(true),
             status: AtomicU8::new(SegmentStatus::Ok as u8),
             verified: AtomicBool::new(true),
+            suspected: AtomicBool::new(false),
         }
     }
 
@@ -129,6 +133,11 @@ impl Segment {
     /// Whether its replicas may be served (see `verified`).
     pub(crate) fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)
+    }
+
+    /// Whether its owner is Suspected (see `suspected`).
+    pub(crate) fn is_suspected(&self) -> bool {
+        self.suspected.load(Ordering::Acquire)
     }
 
     /// Allocates `size` bytes here; `None` when full, unmounted or being
@@ -225,6 +234,9 @@ pub(crate) struct SegmentTable {
     unmounted: Mutex<HashMap<SegmentId, Arc<Segment>>>,
     /// Some mounted segment awaits its owner (see `Segment::verified`).
     awaiting_owners: AtomicBool,
+    /// Some mounted segment's owner is Suspected (`Segment::suspected`):
+    /// heartbeats look for theirs only then.
+    any_suspected: AtomicBool,
 }
 
 impl SegmentTable {
@@ -314,6 +326,32 @@ impl SegmentTable {
         }
         if !waiting {
             self.awaiting_owners.store(false, Ordering::Release);
+        }
+    }
+
+    /// Marks the segments of the `suspects` (and only theirs) Suspected.
+    pub(crate) fn suspect_owners(&self, suspects: &[ClientId]) {
+        if suspects.is_empty() && !self.any_suspected.load(Ordering::Acquire) {
+            return;
+        }
+        let mut any = false;
+        for s in &self.table.load().list {
+            let suspected = suspects.contains(&s.owner);
+            s.suspected.store(suspected, Ordering::Release);
+            any |= suspected;
+        }
+        self.any_suspected.store(any, Ordering::Release);
+    }
+
+    /// `owner` was heard from: its segments are no longer Suspected.
+    pub(crate) fn clear_suspicion(&self, owner: ClientId) {
+        if !self.any_suspected.load(Ordering::Acquire) {
+            return;
+        }
+        for s in &self.table.load().list {
+            if s.owner == owner && s.is_suspected() {
+                s.suspected.store(false, Ordering::Release);
+            }
         }
     }
 

@@ -176,6 +176,8 @@ impl MasterService {
             .with_task_policy(config.task_policy())
             .with_offload_policy(config.offload_policy())
             .with_metadata_budget(config.max_metadata_bytes)
+            .with_metadata_watermark(config.metadata_eviction_watermark_ratio)
+            .with_suspect_after(config.suspect_after())
             .with_file_policy(config.file_policy())
             .with_tenants_of(config)
     }
@@ -185,6 +187,19 @@ impl MasterService {
     /// `NO_AVAILABLE_HANDLE`. Unlimited by default.
     pub fn with_metadata_budget(self, bytes: u64) -> Self {
         self.objects.set_metadata_limit(bytes);
+        self
+    }
+
+    /// Evicts objects, oldest first, once their metadata reaches `ratio` of
+    /// the budget (set the budget first; 0: never), so the master makes
+    /// room before puts of new keys are refused and before it runs out of
+    /// memory.
+    pub fn with_metadata_watermark(self, ratio: f64) -> Self {
+        let limit = self.objects.metadata_limit();
+        if ratio > 0.0 && limit != u64::MAX {
+            self.objects
+                .set_metadata_watermark((ratio * limit as f64) as u64);
+        }
         self
     }
 

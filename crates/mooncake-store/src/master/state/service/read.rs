@@ -29,14 +29,17 @@ impl MasterService {
     }
 
     /// The complete replicas of `key`, memory first, then its copy in an
-    /// SSD tier; grants the read lease (a disk-only object has none).
+    /// SSD tier; grants the read lease (a disk-only object has none). A
+    /// Suspected owner's memory replicas are left out while another memory
+    /// replica is not (`clients::health`).
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         let in_memory = self.read_complete(key, now, |obj| {
             let live = obj.replicas.as_slice().iter();
             let live = live.filter(|p| p.segment.is_mounted());
-            let mut replicas: Vec<ReplicaDesc> = live
-                .clone()
-                .filter(|p| p.segment.is_verified())
+            let served = live.clone().filter(|p| p.segment.is_verified());
+            let trusted = served.clone().any(|p| !p.segment.is_suspected());
+            let mut replicas: Vec<ReplicaDesc> = served
+                .filter(|p| !trusted || !p.segment.is_suspected())
                 .map(|p| {
                     p.segment
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
@@ -80,18 +83,17 @@ impl MasterService {
         })
     }
 
-    /// Whether a complete object exists (a put in flight does not count).
-    /// Like every metadata read in the reference, a hit grants the lease.
+    /// Whether a complete object exists (a put in flight does not count,
+    /// unless it is a promotion: its disk copy serves).
+    /// Unlike the reference, which leases on a hit, a check is not a use:
+    /// clients that poll for prefixes would otherwise keep every object
+    /// they ask about from being evicted (see `leases`).
     pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
-        let now = shard.clock(now);
-        let obj = shard.get_mut(key);
-        match obj {
-            Some(mut obj) if obj.is_complete() => {
-                self.policy.lease.on_read(&mut obj, now);
-                Ok(true)
-            }
+        shard.clock(now);
+        match shard.get(key) {
+            Some(obj) if obj.is_complete() => Ok(true),
             // A put in flight, unless it is a promotion (the copy serves).
             Some(_) => Ok(self.disk.has_copy(key)),
             None => Ok(self.disk.has_copy(key)),
