@@ -1,0 +1,233 @@
+//! Which shard a consumer fetches next, and from whom (pure).
+//!
+//! The goal is that the publisher sends each shard about once, however many
+//! consumers there are:
+//! - a shard some consumer already holds is fetched from a consumer, never
+//!   from the publisher (`gold`), and such shards go first;
+//! - among holders, the one this process is reading the least from right
+//!   now, ties broken at random, so readers spread over the holders;
+//! - shards only the publisher has are taken in an order that starts at a
+//!   place of this consumer's own (`start`), so consumers that begin
+//!   together fetch different shards from the publisher, and each then
+//!   fetches the others' from them.
+//!
+//! Holders that failed during this `GetReplica` (`failed`) and this
+//! consumer itself are never chosen.
+
+use std::collections::{HashMap, HashSet};
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use crate::record::{Location, Payload};
+
+/// A fetch to start: shard `shard` from `source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    pub shard: usize,
+    pub source: Location,
+    pub from_gold: bool,
+}
+
+/// What the picker knows besides the record.
+pub struct PickState<'a> {
+    /// This consumer's segment name.
+    pub me: &'a str,
+    /// Shards not fetched and not in flight.
+    pub todo: &'a [usize],
+    /// Holders that failed a fetch of this call.
+    pub failed: &'a HashSet<String>,
+    /// Fetches in flight from each holder.
+    pub load: &'a HashMap<String, usize>,
+    /// Where this consumer starts its walk over publisher-only shards.
+    pub start: usize,
+}
+
+/// The next fetch, or `None` when no shard of `todo` has a usable holder.
+pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option<Pick> {
+    let usable = |l: &Location| l.segment_name != st.me && !st.failed.contains(&l.segment_name);
+    let load = |l: &Location| st.load.get(&l.segment_name).copied().unwrap_or(0);
+
+    // Shards some consumer holds: the least loaded replica holder overall.
+    let mut best: Vec<(usize, &Location)> = Vec::new();
+    let mut best_load = usize::MAX;
+    for &i in st.todo {
+        let Some(shard) = payload.shards.get(i) else {
+            continue;
+        };
+        for l in shard.replica_list.iter().filter(|l| usable(l)) {
+            let n = load(l);
+            if n < best_load {
+                best_load = n;
+                best.clear();
+            }
+            if n == best_load {
+                best.push((i, l));
+            }
+        }
+    }
+    if let Some(&(shard, source)) = best.choose(rng) {
+        return Some(Pick {
+            shard,
+            source: source.clone(),
+            from_gold: false,
+        });
+    }
+
+    // Publisher-only shards, walked from `start`.
+    let n = payload.shards.len().max(1);
+    let mut order: Vec<usize> = st.todo.to_vec();
+    order.sort_by_key(|&i| (i + n - st.start % n) % n);
+    for i in order {
+        let Some(shard) = payload.shards.get(i) else {
+            continue;
+        };
+        let mut golds: Vec<&Location> = shard.gold.iter().filter(|l| usable(l)).collect();
+        golds.shuffle(rng);
+        if let Some(source) = golds.into_iter().min_by_key(|l| load(l)) {
+            return Some(Pick {
+                shard: i,
+                source: source.clone(),
+                from_gold: true,
+            });
+        }
+    }
+    None
+}
+
+/// A consumer's starting place among `shards` shards, spread by its name.
+pub fn start_for(me: &str, shards: usize) -> usize {
+    // FNV-1a: stable across processes and builds, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in me.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    (h % shards.max(1) as u64) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    fn loc(seg: &str, offset: u64) -> Location {
+        Location {
+            segment_name: seg.into(),
+            offset,
+        }
+    }
+
+    fn payload(shards: usize) -> Payload {
+        Payload::published("p", "pub", &[(1 << 20, shards as u64 * 4096)], 4096)
+    }
+
+    struct Fixture {
+        todo: Vec<usize>,
+        failed: HashSet<String>,
+        load: HashMap<String, usize>,
+        start: usize,
+    }
+
+    impl Fixture {
+        fn new(todo: Vec<usize>) -> Fixture {
+            Fixture {
+                todo,
+                failed: HashSet::new(),
+                load: HashMap::new(),
+                start: 0,
+            }
+        }
+        fn pick(&self, p: &Payload, me: &str, seed: u64) -> Option<Pick> {
+            let st = PickState {
+                me,
+                todo: &self.todo,
+                failed: &self.failed,
+                load: &self.load,
+                start: self.start,
+            };
+            pick(p, &st, &mut StdRng::seed_from_u64(seed))
+        }
+    }
+
+    #[test]
+    fn a_shard_held_by_a_consumer_goes_first_and_not_from_the_publisher() {
+        let mut p = payload(4);
+        p.add_replica(2, loc("c1", 99));
+        let f = Fixture::new(vec![0, 1, 2, 3]);
+        for seed in 0..20 {
+            let got = f.pick(&p, "c2", seed).unwrap();
+            assert_eq!(
+                got,
+                Pick {
+                    shard: 2,
+                    source: loc("c1", 99),
+                    from_gold: false
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn publisher_only_shards_start_at_the_consumers_place() {
+        let p = payload(8);
+        let mut f = Fixture::new((0..8).collect());
+        f.start = 5;
+        let got = f.pick(&p, "c", 1).unwrap();
+        assert_eq!(got.shard, 5);
+        assert!(got.from_gold);
+        f.todo = vec![1, 2, 6];
+        assert_eq!(f.pick(&p, "c", 1).unwrap().shard, 6);
+        f.todo = vec![1, 2];
+        assert_eq!(f.pick(&p, "c", 1).unwrap().shard, 1);
+    }
+
+    #[test]
+    fn load_spreads_over_the_holders() {
+        let mut p = payload(2);
+        for s in 0..2 {
+            p.add_replica(s, loc("c1", s as u64));
+            p.add_replica(s, loc("c2", s as u64));
+        }
+        let mut f = Fixture::new(vec![0, 1]);
+        f.load.insert("c1".into(), 2);
+        f.load.insert("c2".into(), 1);
+        for seed in 0..20 {
+            assert_eq!(f.pick(&p, "c3", seed).unwrap().source.segment_name, "c2");
+        }
+        f.load.insert("c2".into(), 2);
+        let mut seen = HashSet::new();
+        for seed in 0..50 {
+            seen.insert(f.pick(&p, "c3", seed).unwrap().source.segment_name);
+        }
+        assert_eq!(seen.len(), 2, "ties are broken at random: {seen:?}");
+    }
+
+    #[test]
+    fn failed_holders_and_self_are_never_picked() {
+        let mut p = payload(1);
+        p.add_replica(0, loc("me", 1));
+        p.add_replica(0, loc("dead", 2));
+        let mut f = Fixture::new(vec![0]);
+        f.failed.insert("dead".into());
+        let got = f.pick(&p, "me", 3).unwrap();
+        assert_eq!(got.source.segment_name, "pub");
+        assert!(got.from_gold);
+        f.failed.insert("pub".into());
+        assert_eq!(f.pick(&p, "me", 3), None);
+        // A shard not in the record is skipped, not a panic.
+        let f = Fixture::new(vec![7]);
+        assert_eq!(f.pick(&p, "me", 3), None);
+    }
+
+    #[test]
+    fn consumers_start_at_spread_places() {
+        let starts: HashSet<usize> = (0..8)
+            .map(|i| start_for(&format!("127.0.0.1:{}", 16000 + i), 64))
+            .collect();
+        assert!(starts.len() >= 6, "{starts:?}");
+        assert_eq!(start_for("x", 0), 0);
+        assert_eq!(start_for("x", 64), start_for("x", 64));
+    }
+}
