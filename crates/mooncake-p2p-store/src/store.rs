@@ -28,8 +28,11 @@ const REPLICA_LOCATION: &str = "cpu:0";
 #[derive(Debug, Clone)]
 struct Held {
     buffers: Vec<(u64, u64)>,
-    /// Still being replicated: the name is taken, nothing to release yet.
+    /// Still being registered or replicated: the name is taken, nothing
+    /// to release yet.
     pending: bool,
+    /// Registered here (gold), not replicated.
+    gold: bool,
 }
 
 pub struct P2PStore {
@@ -103,7 +106,7 @@ impl P2PStore {
         check_buffers(buffers, max_shard_size)?;
         self.take_name(name)?;
         let result = self.do_register(name, buffers, max_shard_size, location, force_create);
-        self.settle(name, buffers, result.is_ok());
+        self.settle(name, buffers, result.is_ok(), true);
         result
     }
 
@@ -135,12 +138,12 @@ impl P2PStore {
         }
     }
 
-    /// Withdraws this store's published copy of `name`; the buffers are the
-    /// caller's again once it returns. The record goes when no holder is
-    /// left.
+    /// Withdraws this store's published copy of `name` (one it
+    /// registered, else `PayloadNotOpened`); the buffers are the caller's
+    /// again once it returns. The record goes when no holder is left.
     pub fn unregister(&self, name: &str) -> Result<()> {
         let me = self.me.clone();
-        self.release(name, move |p| {
+        self.release(name, true, move |p| {
             for shard in &mut p.shards {
                 shard.gold.retain(|l| l.segment_name != me);
             }
@@ -157,7 +160,7 @@ impl P2PStore {
         }
         self.take_name(name)?;
         let result = self.do_get_replica(name, buffers);
-        self.settle(name, buffers, result.is_ok());
+        self.settle(name, buffers, result.is_ok(), false);
         result
     }
 
@@ -189,11 +192,12 @@ impl P2PStore {
         result
     }
 
-    /// Stops serving this store's replica of `name`; the buffers are the
-    /// caller's again once it returns.
+    /// Stops serving this store's replica of `name` (one it replicated,
+    /// else `PayloadNotOpened`); the buffers are the caller's again once it
+    /// returns.
     pub fn delete_replica(&self, name: &str) -> Result<()> {
         let me = self.me.clone();
-        self.release(name, move |p| p.remove_replicas_of(&me))
+        self.release(name, false, move |p| p.remove_replicas_of(&me))
     }
 
     /// The payloads in the catalog whose names start with `prefix`.
@@ -222,13 +226,14 @@ impl P2PStore {
             Held {
                 buffers: Vec::new(),
                 pending: true,
+                gold: false,
             },
         );
         Ok(())
     }
 
     /// Ends a pending hold: kept with its buffers, or dropped.
-    fn settle(&self, name: &str, buffers: &[(u64, u64)], kept: bool) {
+    fn settle(&self, name: &str, buffers: &[(u64, u64)], kept: bool, gold: bool) {
         let mut held = self.held.lock();
         if kept {
             held.insert(
@@ -236,6 +241,7 @@ impl P2PStore {
                 Held {
                     buffers: buffers.to_vec(),
                     pending: false,
+                    gold,
                 },
             );
         } else {
@@ -246,9 +252,14 @@ impl P2PStore {
     /// Removes this store's entries from `name`'s record, then lets go of
     /// its buffers. A record already gone is `PayloadNotFound`, and the
     /// buffers are let go of all the same.
-    fn release(&self, name: &str, mut drop_mine: impl FnMut(&mut Payload)) -> Result<()> {
+    fn release(
+        &self,
+        name: &str,
+        gold: bool,
+        mut drop_mine: impl FnMut(&mut Payload),
+    ) -> Result<()> {
         let held = match self.held.lock().get(name) {
-            Some(h) if !h.pending => h.clone(),
+            Some(h) if !h.pending && h.gold == gold => h.clone(),
             _ => return Err(P2pError::PayloadNotOpened),
         };
         let record = modify(&*self.catalog, name, |p| {
