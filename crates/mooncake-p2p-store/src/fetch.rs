@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::catalog::{modify, Catalog};
 use crate::error::{P2pError, Result};
-use crate::plan::{pick, start_for, Pick, PickState};
+use crate::plan::{pick, seed_for, Pick, PickState};
 use crate::record::{Location, Span};
 
 /// Rounds over the holders: after every live holder of a shard failed
@@ -95,7 +95,7 @@ impl Fetch<'_> {
     }
 
     fn worker(&self, state: &Mutex<State>, changed: &Condvar) {
-        let start = start_for(self.me, self.spans.len());
+        let seed = seed_for(self.me);
         let mut rng = rand::thread_rng();
         loop {
             let record = self.catalog.get(self.name);
@@ -114,7 +114,7 @@ impl Fetch<'_> {
                     todo: &st.todo,
                     failed: &st.failed,
                     load: &st.load,
-                    start,
+                    seed,
                 };
                 match pick(&payload, &view, &mut rng) {
                     Some(p) => Next::Go(p),

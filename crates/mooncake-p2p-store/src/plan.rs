@@ -6,10 +6,12 @@
 //!   from the publisher (`gold`), and such shards go first;
 //! - among holders, the one this process is reading the least from right
 //!   now, ties broken at random, so readers spread over the holders;
-//! - shards only the publisher has are taken in an order that starts at a
-//!   place of this consumer's own (`start`), so consumers that begin
-//!   together fetch different shards from the publisher, and each then
-//!   fetches the others' from them.
+//! - shards only the publisher has are taken in an order of this
+//!   consumer's own (a permutation seeded by its name), so consumers that
+//!   begin together mostly fetch different shards from the publisher, and
+//!   each then fetches the others' from them. (A walk from a starting
+//!   place would not do: two consumers starting close together would walk
+//!   in step, fetching the same shards at the same time all the way.)
 //!
 //! Holders that failed during this `GetReplica` (`failed`) and this
 //! consumer itself are never chosen.
@@ -39,8 +41,8 @@ pub struct PickState<'a> {
     pub failed: &'a HashSet<String>,
     /// Fetches in flight from each holder.
     pub load: &'a HashMap<String, usize>,
-    /// Where this consumer starts its walk over publisher-only shards.
-    pub start: usize,
+    /// Seeds this consumer's order of publisher-only shards ([`seed_for`]).
+    pub seed: u64,
 }
 
 /// The next fetch, or `None` when no shard of `todo` has a usable holder.
@@ -74,10 +76,9 @@ pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option
         });
     }
 
-    // Publisher-only shards, walked from `start`.
-    let n = payload.shards.len().max(1);
+    // Publisher-only shards, in this consumer's order.
     let mut order: Vec<usize> = st.todo.to_vec();
-    order.sort_by_key(|&i| (i + n - st.start % n) % n);
+    order.sort_by_key(|&i| rank(st.seed, i));
     for i in order {
         let Some(shard) = payload.shards.get(i) else {
             continue;
@@ -95,15 +96,23 @@ pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option
     None
 }
 
-/// A consumer's starting place among `shards` shards, spread by its name.
-pub fn start_for(me: &str, shards: usize) -> usize {
+/// The seed of a consumer's shard order, from its segment name.
+pub fn seed_for(me: &str) -> u64 {
     // FNV-1a: stable across processes and builds, unlike the std hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in me.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x100_0000_01b3);
     }
-    (h % shards.max(1) as u64) as usize
+    h
+}
+
+/// Shard `i`'s place in the order `seed` gives (splitmix64's mixer).
+fn rank(seed: u64, i: usize) -> u64 {
+    let mut z = seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -127,7 +136,7 @@ mod tests {
         todo: Vec<usize>,
         failed: HashSet<String>,
         load: HashMap<String, usize>,
-        start: usize,
+        seed: u64,
     }
 
     impl Fixture {
@@ -136,7 +145,7 @@ mod tests {
                 todo,
                 failed: HashSet::new(),
                 load: HashMap::new(),
-                start: 0,
+                seed: 0,
             }
         }
         fn pick(&self, p: &Payload, me: &str, seed: u64) -> Option<Pick> {
@@ -145,7 +154,7 @@ mod tests {
                 todo: &self.todo,
                 failed: &self.failed,
                 load: &self.load,
-                start: self.start,
+                seed: self.seed,
             };
             pick(p, &st, &mut StdRng::seed_from_u64(seed))
         }
@@ -170,17 +179,34 @@ mod tests {
     }
 
     #[test]
-    fn publisher_only_shards_start_at_the_consumers_place() {
-        let p = payload(8);
-        let mut f = Fixture::new((0..8).collect());
-        f.start = 5;
-        let got = f.pick(&p, "c", 1).unwrap();
-        assert_eq!(got.shard, 5);
-        assert!(got.from_gold);
-        f.todo = vec![1, 2, 6];
-        assert_eq!(f.pick(&p, "c", 1).unwrap().shard, 6);
-        f.todo = vec![1, 2];
-        assert_eq!(f.pick(&p, "c", 1).unwrap().shard, 1);
+    fn publisher_only_shards_come_in_the_consumers_own_order() {
+        let p = payload(16);
+        let mut f = Fixture::new((0..16).collect());
+        let mut order = |seed: u64| {
+            f.seed = seed;
+            let mut todo: Vec<usize> = (0..16).collect();
+            let mut got = Vec::new();
+            while !todo.is_empty() {
+                f.todo = todo.clone();
+                let next = f.pick(&p, "c", 1).unwrap();
+                assert!(next.from_gold);
+                got.push(next.shard);
+                todo.retain(|&i| i != next.shard);
+            }
+            got
+        };
+        let (a, b) = (
+            order(seed_for("127.0.0.1:16001")),
+            order(seed_for("127.0.0.1:16002")),
+        );
+        assert_eq!(a, order(seed_for("127.0.0.1:16001")), "deterministic");
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..16).collect::<Vec<_>>(), "every shard once");
+        // Two consumers do not walk in step: their first picks differ.
+        let same_first = a.iter().zip(&b).take(4).filter(|(x, y)| x == y).count();
+        assert!(same_first < 4, "{a:?} {b:?}");
+        assert_ne!(a, (0..16).collect::<Vec<_>>());
     }
 
     #[test]
@@ -219,15 +245,5 @@ mod tests {
         // A shard not in the record is skipped, not a panic.
         let f = Fixture::new(vec![7]);
         assert_eq!(f.pick(&p, "me", 3), None);
-    }
-
-    #[test]
-    fn consumers_start_at_spread_places() {
-        let starts: HashSet<usize> = (0..8)
-            .map(|i| start_for(&format!("127.0.0.1:{}", 16000 + i), 64))
-            .collect();
-        assert!(starts.len() >= 6, "{starts:?}");
-        assert_eq!(start_for("x", 0), 0);
-        assert_eq!(start_for("x", 64), start_for("x", 64));
     }
 }
