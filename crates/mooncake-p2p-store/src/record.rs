@@ -96,7 +96,7 @@ pub fn check_buffers(buffers: &[(u64, u64)], max_shard_size: u64) -> Result<()> 
     }
     if max_shard_size == 0
         || !max_shard_size.is_power_of_two()
-        || MAX_CHUNK_SIZE % max_shard_size != 0
+        || !MAX_CHUNK_SIZE.is_multiple_of(max_shard_size)
     {
         return Err(P2pError::invalid(format!(
             "max shard size {max_shard_size} is not a power of two of at most {MAX_CHUNK_SIZE}"
