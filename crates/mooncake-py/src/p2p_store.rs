@@ -78,6 +78,8 @@ impl PyP2PStore {
         self.inner.local_server_name().to_string()
     }
 
+    // The Go API's arguments, one Python argument each.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (name, addr_list, size_list, max_shard_size = DEFAULT_SHARD_SIZE, location = "cpu:0", force_create = false))]
     fn register(
         &self,
