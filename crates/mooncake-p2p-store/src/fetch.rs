@@ -17,7 +17,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::catalog::{modify, Catalog};
 use crate::error::{P2pError, Result};
-use crate::plan::{pick, seed_for, Pick, PickState};
+use crate::plan::{gold_cap, pick, seed_for, Pick, PickState};
 use crate::record::{Location, Span};
 
 /// Rounds over the holders: after every live holder of a shard failed
@@ -27,6 +27,10 @@ const ROUNDS: usize = 3;
 
 /// Pause before a new round, so a holder that was restarting can answer.
 const ROUND_PAUSE: Duration = Duration::from_millis(200);
+
+/// How often a reader with nothing to pick looks at the record again: other
+/// consumers publish shards without telling this process.
+const WAIT_POLL: Duration = Duration::from_millis(25);
 
 /// What a `GetReplica` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,6 +55,7 @@ pub(crate) struct Fetch<'a> {
 struct State {
     todo: Vec<usize>,
     in_flight: usize,
+    gold_in_flight: usize,
     failed: HashSet<String>,
     ever_failed: Vec<String>,
     load: HashMap<String, usize>,
@@ -70,6 +75,7 @@ impl Fetch<'_> {
         let state = Mutex::new(State {
             todo: (0..self.spans.len()).collect(),
             in_flight: 0,
+            gold_in_flight: 0,
             failed: HashSet::new(),
             ever_failed: Vec::new(),
             load: HashMap::new(),
@@ -115,6 +121,8 @@ impl Fetch<'_> {
                     failed: &st.failed,
                     load: &st.load,
                     seed,
+                    gold_in_flight: st.gold_in_flight,
+                    gold_cap: gold_cap(&payload, self.me, self.threads),
                 };
                 match pick(&payload, &view, &mut rng) {
                     Some(p) => Next::Go(p),
@@ -132,8 +140,9 @@ impl Fetch<'_> {
             let p = match next {
                 Next::Go(p) => p,
                 Next::Wait => {
-                    // Woken when a read ends (a holder may have failed or joined).
-                    changed.wait_for(&mut st, ROUND_PAUSE);
+                    // Woken when a read here ends; else a peer may have
+                    // published a shard meanwhile.
+                    changed.wait_for(&mut st, WAIT_POLL);
                     continue;
                 }
                 Next::Stop => {
@@ -147,6 +156,7 @@ impl Fetch<'_> {
             };
             st.todo.retain(|&i| i != p.shard);
             st.in_flight += 1;
+            st.gold_in_flight += usize::from(p.from_gold);
             *st.load.entry(p.source.segment_name.clone()).or_default() += 1;
             drop(st);
 
@@ -159,6 +169,7 @@ impl Fetch<'_> {
 
             let mut st = state.lock();
             st.in_flight -= 1;
+            st.gold_in_flight -= usize::from(p.from_gold);
             if let Some(n) = st.load.get_mut(&p.source.segment_name) {
                 *n -= 1;
             }

@@ -31,7 +31,7 @@ mod store;
 pub use catalog::{modify, Catalog, EtcdCatalog, Versioned};
 pub use error::{P2pError, Result};
 pub use fetch::FetchReport;
-pub use plan::{pick, seed_for, Pick, PickState};
+pub use plan::{gold_cap, pick, seed_for, Pick, PickState};
 pub use record::{
     check_buffers, payload_key, shard_spans, Location, Payload, PayloadInfo, Shard, Span,
     DEFAULT_SHARD_SIZE, KEY_PREFIX, MAX_CHUNK_SIZE,

@@ -12,6 +12,8 @@
 //!   each then fetches the others' from them. (A walk from a starting
 //!   place would not do: two consumers starting close together would walk
 //!   in step, fetching the same shards at the same time all the way.)
+//! - once other consumers hold shards, one read at a time from the
+//!   publisher ([`gold_cap`]): the other reads go to peers.
 //!
 //! Holders that failed during this `GetReplica` (`failed`) and this
 //! consumer itself are never chosen.
@@ -43,6 +45,10 @@ pub struct PickState<'a> {
     pub load: &'a HashMap<String, usize>,
     /// Seeds this consumer's order of publisher-only shards ([`seed_for`]).
     pub seed: u64,
+    /// Reads from the publisher in flight here, and how many may be: the
+    /// caller allows one once other consumers hold shards ([`gold_cap`]).
+    pub gold_in_flight: usize,
+    pub gold_cap: usize,
 }
 
 /// The next fetch, or `None` when no shard of `todo` has a usable holder.
@@ -77,6 +83,9 @@ pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option
     }
 
     // Publisher-only shards, in this consumer's order.
+    if st.gold_in_flight >= st.gold_cap {
+        return None;
+    }
     let mut order: Vec<usize> = st.todo.to_vec();
     order.sort_by_key(|&i| rank(st.seed, i));
     for i in order {
@@ -94,6 +103,24 @@ pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option
         }
     }
     None
+}
+
+/// Reads from the publisher one consumer may have in flight: all its
+/// `parallel` reads while no other consumer holds a shard (nobody else to
+/// read from), then one. Each consumer then takes a new shard from the
+/// publisher only as it finishes one, and fetches the rest from its peers,
+/// so few consumers ask the publisher for the same shard at the same time.
+pub fn gold_cap(payload: &Payload, me: &str, parallel: usize) -> usize {
+    let others = payload
+        .shards
+        .iter()
+        .flat_map(|s| &s.replica_list)
+        .any(|l| l.segment_name != me);
+    if others {
+        1
+    } else {
+        parallel.max(1)
+    }
 }
 
 /// The seed of a consumer's shard order, from its segment name.
@@ -137,6 +164,8 @@ mod tests {
         failed: HashSet<String>,
         load: HashMap<String, usize>,
         seed: u64,
+        gold_in_flight: usize,
+        gold_cap: usize,
     }
 
     impl Fixture {
@@ -146,6 +175,8 @@ mod tests {
                 failed: HashSet::new(),
                 load: HashMap::new(),
                 seed: 0,
+                gold_in_flight: 0,
+                gold_cap: 4,
             }
         }
         fn pick(&self, p: &Payload, me: &str, seed: u64) -> Option<Pick> {
@@ -155,6 +186,8 @@ mod tests {
                 failed: &self.failed,
                 load: &self.load,
                 seed: self.seed,
+                gold_in_flight: self.gold_in_flight,
+                gold_cap: self.gold_cap,
             };
             pick(p, &st, &mut StdRng::seed_from_u64(seed))
         }
@@ -245,5 +278,26 @@ mod tests {
         // A shard not in the record is skipped, not a panic.
         let f = Fixture::new(vec![7]);
         assert_eq!(f.pick(&p, "me", 3), None);
+    }
+
+    #[test]
+    fn one_read_from_the_publisher_at_a_time_once_peers_hold_shards() {
+        let mut p = payload(4);
+        assert_eq!(gold_cap(&p, "me", 4), 4, "nobody else to read from");
+        p.add_replica(0, loc("me", 1));
+        assert_eq!(gold_cap(&p, "me", 4), 4, "only this consumer holds shards");
+        p.add_replica(1, loc("c1", 1));
+        assert_eq!(gold_cap(&p, "me", 4), 1);
+        assert_eq!(gold_cap(&p, "me", 0), 1);
+
+        let mut f = Fixture::new(vec![1, 2, 3]);
+        f.gold_cap = 1;
+        f.gold_in_flight = 1;
+        // The shard a peer holds is still taken; publisher-only ones wait.
+        assert_eq!(f.pick(&p, "me", 1).unwrap().shard, 1);
+        f.todo = vec![2, 3];
+        assert_eq!(f.pick(&p, "me", 1), None);
+        f.gold_in_flight = 0;
+        assert!(f.pick(&p, "me", 1).unwrap().from_gold);
     }
 }
