@@ -7,6 +7,8 @@ time until the last consumer has it and what the publisher uploaded.
     python3 benchmarks/p2p_store_bench.py --etcd 127.0.0.1:2379 \
         --bin target/release/p2p-store-example --size-mb 1024 --consumers 1 2 4
 
+The time runs from starting the consumers' processes to the last one's
+`Object retrieval done` (the byte check after it is not counted).
 Consumers keep serving until the last one is done (as nodes of a real
 distribution do), then all are stopped. Every consumer checks every byte
 against the publisher's pattern. The publisher's upload is the sum of what
@@ -41,12 +43,14 @@ class Node:
              "--idle_seconds=3600", *extra],
             stdout=subprocess.PIPE, text=True)
         self.lines: list[str] = []
+        self.stamps: dict[str, float] = {}
         self.cond = threading.Condition()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
         for line in self.proc.stdout:
             with self.cond:
+                self.stamps.setdefault(line.split(":")[0], time.monotonic())
                 self.lines.append(line.rstrip("\n"))
                 self.cond.notify_all()
         with self.cond:
@@ -82,17 +86,18 @@ def run(args, consumers: int) -> dict:
         nodes = [Node(args.bin, args.etcd, "inferencer", name, args.size_mb, args.shard_mb,
                       ["--hold_seconds=3600", f"--parallel={args.parallel}"])
                  for _ in range(consumers)]
-        uploaded, own = 0, []
+        uploaded, own, last = 0, [], start
         for n in nodes:
             n.wait_for("verified ")
             done = n.wait_for("Object retrieval done")
             own.append(int(done.split("duration (ms) ")[1].split()[0]))
+            last = max(last, n.stamps["Object retrieval done"])
             from_line = n.wait_for("bytes_from")
             for kv in from_line.split()[1:]:
                 seg, count = kv.rsplit("=", 1)
                 if seg == pub.server:
                     uploaded += int(count)
-        wall = time.monotonic() - start
+        wall = last - start
     finally:
         for n in nodes:
             n.stop()
