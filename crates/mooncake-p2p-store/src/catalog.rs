@@ -5,9 +5,10 @@
 //! [`Catalog`] is the interface the store needs; [`EtcdCatalog`] implements
 //! it on etcd-client, blocking on a [`Driver`] runtime of its own.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp};
 use mooncake_transfer::metadata::etcd::endpoint_urls;
 use mooncake_transfer::metadata::{Driver, MetadataUri};
 
@@ -28,6 +29,27 @@ pub trait Catalog: Send + Sync {
     fn update(&self, payload: &Payload, revision: i64) -> Result<bool>;
     /// Every record whose name starts with `prefix`.
     fn list(&self, prefix: &str) -> Result<Vec<Payload>>;
+    /// Shards of `name` that some consumer is reading from the publisher
+    /// right now (claimed, the claim not expired).
+    fn claimed(&self, name: &str) -> Result<HashSet<usize>>;
+    /// Claims `shard` of `name` for `me` for [`CLAIM_TTL`]; false when
+    /// another consumer holds the claim.
+    fn claim(&self, name: &str, shard: usize, me: &str) -> Result<bool>;
+    fn unclaim(&self, name: &str, shard: usize) -> Result<()>;
+}
+
+/// How long a claim lasts: a consumer that dies holding one delays that
+/// shard by this much; a read longer than this may be duplicated.
+pub const CLAIM_TTL: Duration = Duration::from_secs(10);
+
+/// Prefix of the claims of `name`'s shards, beside (not under) the records'
+/// prefix, so `list` never sees them.
+pub fn claims_prefix(name: &str) -> String {
+    format!("mooncake/checkpoint_claims/{name}/")
+}
+
+fn claim_key(name: &str, shard: usize) -> String {
+    format!("{}{shard}", claims_prefix(name))
 }
 
 /// Reads, changes and conditionally writes `name`'s record until the write
@@ -195,6 +217,45 @@ impl Catalog for EtcdCatalog {
             .map(|kv| Payload::from_json(&String::from_utf8_lossy(kv.key()), kv.value()))
             .collect()
     }
+    fn claimed(&self, name: &str) -> Result<HashSet<usize>> {
+        let prefix = claims_prefix(name);
+        let k = prefix.clone();
+        let resp = self.run("claims", move |mut c| {
+            Box::pin(async move {
+                c.get(k, Some(GetOptions::new().with_prefix().with_keys_only()))
+                    .await
+            })
+        })?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .filter_map(|kv| kv.key().strip_prefix(prefix.as_bytes()))
+            .filter_map(|i| std::str::from_utf8(i).ok()?.parse().ok())
+            .collect())
+    }
+
+    fn claim(&self, name: &str, shard: usize, me: &str) -> Result<bool> {
+        let (key, value) = (claim_key(name, shard), me.to_string());
+        let resp = self.run("claim", move |mut c| {
+            Box::pin(async move {
+                let lease = c.lease_grant(CLAIM_TTL.as_secs() as i64, None).await?;
+                let put = PutOptions::new().with_lease(lease.id());
+                let txn = Txn::new()
+                    .when([Compare::version(key.clone(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key, value, Some(put))]);
+                c.txn(txn).await
+            })
+        })?;
+        Ok(resp.succeeded())
+    }
+
+    fn unclaim(&self, name: &str, shard: usize) -> Result<()> {
+        let key = claim_key(name, shard);
+        self.run("unclaim", move |mut c| {
+            Box::pin(async move { c.delete(key, None).await })
+        })?;
+        Ok(())
+    }
 }
 
 /// A catalog in memory with etcd's revision semantics, for the store's
@@ -210,6 +271,7 @@ pub(crate) mod memory {
     #[derive(Default)]
     pub(crate) struct MemoryCatalog {
         inner: Mutex<(i64, BTreeMap<String, Versioned>)>,
+        claims: Mutex<std::collections::BTreeSet<(String, usize)>>,
     }
 
     impl Catalog for MemoryCatalog {
@@ -254,6 +316,22 @@ pub(crate) mod memory {
                 .take_while(|(k, _)| k.starts_with(prefix))
                 .map(|(_, v)| v.0.clone())
                 .collect())
+        }
+        fn claimed(&self, name: &str) -> Result<HashSet<usize>> {
+            Ok(self
+                .claims
+                .lock()
+                .iter()
+                .filter(|c| c.0 == name)
+                .map(|c| c.1)
+                .collect())
+        }
+        fn claim(&self, name: &str, shard: usize, _me: &str) -> Result<bool> {
+            Ok(self.claims.lock().insert((name.to_string(), shard)))
+        }
+        fn unclaim(&self, name: &str, shard: usize) -> Result<()> {
+            self.claims.lock().remove(&(name.to_string(), shard));
+            Ok(())
         }
     }
 }

@@ -105,20 +105,22 @@ impl Fetch<'_> {
         let mut rng = rand::thread_rng();
         loop {
             let record = self.catalog.get(self.name);
+            let claimed = self.catalog.claimed(self.name);
             let mut st = state.lock();
             if st.error.is_some() || (st.todo.is_empty()) {
                 return;
             }
-            let payload = match record {
-                Ok(Some((p, _))) => p,
-                Ok(None) => return fail(&mut st, changed, P2pError::PayloadNotFound),
-                Err(e) => return fail(&mut st, changed, e),
+            let (payload, claimed) = match (record, claimed) {
+                (Ok(Some((p, _))), Ok(c)) => (p, c),
+                (Ok(None), _) => return fail(&mut st, changed, P2pError::PayloadNotFound),
+                (Err(e), _) | (_, Err(e)) => return fail(&mut st, changed, e),
             };
             let next = {
                 let view = PickState {
                     me: self.me,
                     todo: &st.todo,
                     failed: &st.failed,
+                    claimed: &claimed,
                     load: &st.load,
                     seed,
                     gold_in_flight: st.gold_in_flight,
@@ -126,7 +128,10 @@ impl Fetch<'_> {
                 };
                 match pick(&payload, &view, &mut rng) {
                     Some(p) => Next::Go(p),
-                    None if st.in_flight > 0 => Next::Wait,
+                    // Reads here may free holders; claimers will publish.
+                    None if st.in_flight > 0 || st.todo.iter().any(|i| claimed.contains(i)) => {
+                        Next::Wait
+                    }
                     None if st.rounds < ROUNDS && !st.failed.is_empty() => {
                         st.rounds += 1;
                         st.failed.clear();
@@ -161,10 +166,23 @@ impl Fetch<'_> {
             drop(st);
 
             let span = self.spans[p.shard];
-            let read = self.read(span, &p.source);
-            let outcome = match read {
-                Ok(()) => self.publish(p.shard, span, &p.source),
-                Err(e) => Err(e),
+            let outcome = match self.claim(&p) {
+                Ok(true) => {
+                    let outcome = match self.read(span, &p.source) {
+                        Ok(()) => self.publish(p.shard, span, &p.source),
+                        Err(e) => Err(e),
+                    };
+                    // After publishing: readers see this holder first.
+                    if p.from_gold {
+                        if let Err(e) = self.catalog.unclaim(self.name, p.shard) {
+                            tracing::warn!("releasing the claim of shard {}: {e}", p.shard);
+                        }
+                    }
+                    outcome
+                }
+                // Another consumer claimed it first: pick again.
+                Ok(false) => Ok(Done::Claimed),
+                Err(e) => Err(Fatal(e)),
             };
 
             let mut st = state.lock();
@@ -174,16 +192,17 @@ impl Fetch<'_> {
                 *n -= 1;
             }
             match outcome {
-                Ok(true) => {
+                Ok(Done::Read) => {
                     *st.report
                         .bytes_from
                         .entry(p.source.segment_name.clone())
                         .or_default() += span.length;
                 }
-                Ok(false) => {
+                Ok(Done::Stale) => {
                     st.report.reread += 1;
                     st.todo.push(p.shard);
                 }
+                Ok(Done::Claimed) => st.todo.push(p.shard),
                 Err(Fatal(e)) => return fail(&mut st, changed, e),
                 Err(Holder(e)) => {
                     tracing::warn!(
@@ -221,14 +240,22 @@ impl Fetch<'_> {
             .map_err(|e| Holder(e.to_string()))
     }
 
+    /// Claims a shard to be read from the publisher (true for others).
+    fn claim(&self, p: &Pick) -> Result<bool> {
+        if !p.from_gold {
+            return Ok(true);
+        }
+        self.catalog.claim(self.name, p.shard, self.me)
+    }
+
     /// Adds this consumer as a holder of `shard`, if `source` still holds
-    /// it (else the bytes read may be stale: false, read it again).
+    /// it (else the bytes read may be stale: read it again).
     fn publish(
         &self,
         shard: usize,
         span: Span,
         source: &Location,
-    ) -> std::result::Result<bool, Failure> {
+    ) -> std::result::Result<Done, Failure> {
         let me = Location {
             segment_name: self.me.to_string(),
             offset: span.addr,
@@ -241,9 +268,19 @@ impl Fetch<'_> {
         .map_err(Fatal)?;
         match record {
             None => Err(Fatal(P2pError::PayloadNotFound)),
-            Some(_) => Ok(fresh),
+            Some(_) if fresh => Ok(Done::Read),
+            Some(_) => Ok(Done::Stale),
         }
     }
+}
+
+/// How a shard's turn ended, short of a failure.
+enum Done {
+    Read,
+    /// Its source left while it was read: read it again.
+    Stale,
+    /// Another consumer is reading it from the publisher.
+    Claimed,
 }
 
 enum Failure {

@@ -14,6 +14,9 @@
 //!   in step, fetching the same shards at the same time all the way.)
 //! - once other consumers hold shards, one read at a time from the
 //!   publisher ([`gold_cap`]): the other reads go to peers.
+//! - a shard only the publisher holds that another consumer is reading
+//!   from it right now (`claimed`) is left to that consumer: this one
+//!   reads it from there once it has it.
 //!
 //! Holders that failed during this `GetReplica` (`failed`) and this
 //! consumer itself are never chosen.
@@ -41,6 +44,8 @@ pub struct PickState<'a> {
     pub todo: &'a [usize],
     /// Holders that failed a fetch of this call.
     pub failed: &'a HashSet<String>,
+    /// Shards another consumer is reading from the publisher right now.
+    pub claimed: &'a HashSet<usize>,
     /// Fetches in flight from each holder.
     pub load: &'a HashMap<String, usize>,
     /// Seeds this consumer's order of publisher-only shards ([`seed_for`]).
@@ -88,7 +93,7 @@ pub fn pick(payload: &Payload, st: &PickState<'_>, rng: &mut impl Rng) -> Option
     }
     let mut order: Vec<usize> = st.todo.to_vec();
     order.sort_by_key(|&i| rank(st.seed, i));
-    for i in order {
+    for i in order.into_iter().filter(|i| !st.claimed.contains(i)) {
         let Some(shard) = payload.shards.get(i) else {
             continue;
         };
@@ -162,6 +167,7 @@ mod tests {
     struct Fixture {
         todo: Vec<usize>,
         failed: HashSet<String>,
+        claimed: HashSet<usize>,
         load: HashMap<String, usize>,
         seed: u64,
         gold_in_flight: usize,
@@ -173,6 +179,7 @@ mod tests {
             Fixture {
                 todo,
                 failed: HashSet::new(),
+                claimed: HashSet::new(),
                 load: HashMap::new(),
                 seed: 0,
                 gold_in_flight: 0,
@@ -184,6 +191,7 @@ mod tests {
                 me,
                 todo: &self.todo,
                 failed: &self.failed,
+                claimed: &self.claimed,
                 load: &self.load,
                 seed: self.seed,
                 gold_in_flight: self.gold_in_flight,
@@ -299,5 +307,21 @@ mod tests {
         assert_eq!(f.pick(&p, "me", 1), None);
         f.gold_in_flight = 0;
         assert!(f.pick(&p, "me", 1).unwrap().from_gold);
+    }
+
+    #[test]
+    fn a_shard_another_consumer_reads_from_the_publisher_is_left_to_it() {
+        let p = payload(3);
+        let mut f = Fixture::new(vec![0, 1, 2]);
+        f.claimed = [0, 2].into_iter().collect();
+        for seed in 0..10 {
+            assert_eq!(f.pick(&p, "me", seed).unwrap().shard, 1);
+        }
+        f.claimed.insert(1);
+        assert_eq!(f.pick(&p, "me", 1), None);
+        // A claimed shard a peer already holds is read from the peer.
+        let mut p = p;
+        p.add_replica(2, loc("c1", 5));
+        assert_eq!(f.pick(&p, "me", 1).unwrap().source, loc("c1", 5));
     }
 }

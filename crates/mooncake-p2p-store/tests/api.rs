@@ -197,3 +197,25 @@ fn a_holder_that_left_is_skipped() {
     a.unregister(&name).unwrap();
     c.delete_replica(&name).unwrap();
 }
+
+#[test]
+fn claims_are_exclusive_until_released() {
+    let etcd = services::etcd();
+    let catalog = EtcdCatalog::connect(&etcd.addr).unwrap();
+    let name = unique("claims");
+    assert!(catalog.claimed(&name).unwrap().is_empty());
+    assert!(catalog.claim(&name, 3, "a").unwrap());
+    assert!(!catalog.claim(&name, 3, "b").unwrap(), "claimed twice");
+    assert!(catalog.claim(&name, 10, "b").unwrap());
+    assert_eq!(
+        catalog.claimed(&name).unwrap(),
+        [3, 10].into_iter().collect()
+    );
+    // Claims are not records: list does not see them.
+    assert!(catalog.list(&name).unwrap().is_empty());
+    catalog.unclaim(&name, 3).unwrap();
+    assert!(catalog.claim(&name, 3, "b").unwrap());
+    catalog.unclaim(&name, 3).unwrap();
+    catalog.unclaim(&name, 10).unwrap();
+    assert!(catalog.claimed(&name).unwrap().is_empty());
+}

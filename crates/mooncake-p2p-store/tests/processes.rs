@@ -135,14 +135,21 @@ fn three_consumers_end_with_the_publishers_bytes() {
         assert_eq!(r.bytes_from.values().sum::<u64>(), size_mb << 20, "{r:?}");
         from_publisher += r.bytes_from.get(&trainer.name).copied().unwrap_or(0);
     }
-    // Not a speed check: each shard reached the consumers, and the
-    // publisher sent at most what one full copy each would be.
+    // The consumers read from each other: the publisher sent each shard
+    // about once (a claim that expired or a race at a claim's end may
+    // double one; three copies is what reading all from it would cost).
     eprintln!(
         "the publisher sent {:.2} copies of the object to 3 consumers",
         from_publisher as f64 / (size_mb << 20) as f64
     );
-    assert!(from_publisher >= 1, "nobody read from the publisher");
-    assert!(from_publisher <= 3 * (size_mb << 20));
+    assert!(
+        from_publisher >= size_mb << 20,
+        "a shard never came from the publisher"
+    );
+    assert!(
+        from_publisher < 2 * (size_mb << 20),
+        "the publisher sent {from_publisher} bytes"
+    );
 }
 
 #[test]
