@@ -2,6 +2,10 @@
 //! compare-and-swap on the key's mod revision, so consumers that publish
 //! their copies at once never lose one another's entries.
 //!
+//! Beside the records, claims: a consumer reading a shard from the
+//! publisher holds a leased key for it, so the others wait for its copy
+//! instead of asking the publisher for the same shard.
+//!
 //! [`Catalog`] is the interface the store needs; [`EtcdCatalog`] implements
 //! it on etcd-client, blocking on a [`Driver`] runtime of its own.
 

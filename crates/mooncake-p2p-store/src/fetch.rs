@@ -2,6 +2,8 @@
 //! picker (`plan.rs`) chooses from the freshest record, read it with the
 //! engine, and publish this consumer as one more holder of it at once, so
 //! other consumers can read it from here while the rest is still coming.
+//! A shard read from the publisher is claimed first (`Catalog::claim`) and
+//! the claim released once the copy is published.
 //!
 //! A holder that fails a read is left out for the rest of the call and the
 //! shard goes back to the queue (another holder serves it). A shard whose
