@@ -106,8 +106,10 @@ impl Fetch<'_> {
         let seed = seed_for(self.me);
         let mut rng = rand::thread_rng();
         loop {
-            let record = self.catalog.get(self.name);
+            // Claims before the record: a claim gone by now was released
+            // after its copy was published, so the record shows that copy.
             let claimed = self.catalog.claimed(self.name);
+            let record = self.catalog.get(self.name);
             let mut st = state.lock();
             if st.error.is_some() || (st.todo.is_empty()) {
                 return;
