@@ -5,6 +5,7 @@
 //! - `store`: `MooncakeDistributedStore` and the classes its calls return;
 //! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
 //! - `hostmem`: `MooncakeHostMemAllocator`, `bind_to_numa_node`;
+//! - `p2p_store`: `P2PStore` and `P2PStoreError` (`mooncake.p2p_store`);
 //! - `fast_copy`: `concat_arrays_into`, which `mooncake._fast_copy` exports;
 //! - `codes`: the ints both APIs return for failures;
 //! - `args`, `buffer`, `handle`, `mem`: argument conversions, borrowed and
@@ -23,6 +24,7 @@ mod fast_copy;
 mod handle;
 mod hostmem;
 mod mem;
+mod p2p_store;
 mod pg;
 mod running;
 mod store;
@@ -103,6 +105,7 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     store::register(m)?;
     pg::register(m)?;
+    p2p_store::register(m)?;
     m.add_class::<hostmem::HostMemAllocator>()?;
     m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
     m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;
