@@ -7,7 +7,8 @@
 # Chromium (loads the master's status page headless), and cargo-fuzz from
 # crates.io for the fuzz smoke (not with MOONCAKE_SKIP_FUZZ=1). A C++
 # compiler builds libzmq (the zmq crate's zmq-sys compiles it from source)
-# for the master's KV-event publisher.
+# for the master's KV-event publisher. The C ABI's tests use cc, pkg-config
+# and nm.
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -19,6 +20,11 @@ if [ "${1:-}" = "--test" ]; then
     /usr/bin/python3 -c 'import kubernetes' 2>/dev/null || need+=(python3-kubernetes)
     command -v prometheus >/dev/null || need+=(prometheus)
     command -v chromium >/dev/null || need+=(chromium)
+    # The C ABI's tests: C programs built with cc against our headers,
+    # pkg-config reading mooncake.pc, nm listing the library's exports.
+    command -v cc >/dev/null || need+=(gcc)
+    command -v pkg-config >/dev/null || need+=(pkg-config)
+    command -v nm >/dev/null || need+=(binutils)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive

@@ -49,11 +49,47 @@ SUITES = {
     "test_drain_http_api.py": ("scripts/test_drain_http_api.py", ["--timeout-sec", "90"], "scripts", 600),
     # Not run by the reference's CI (it needs a master at the address below).
     "test_buffer_pool_native.py": ("mooncake-wheel/tests/test_buffer_pool_native.py", [], "wheel", 300),
+    "test_distributed_object_store.py": ("mooncake-wheel/tests/test_distributed_object_store.py", [], "wheel", 900),
+    "test_replicated_distributed_object_store.py": (
+        "mooncake-wheel/tests/test_replicated_distributed_object_store.py", [], "wheel", 900),
+    "test_fast_copy.py": ("mooncake-wheel/tests/test_fast_copy.py", [], None, 120),
+    "session_ranges_tcp_e2e.py": ("mooncake-store/tests/e2e/session_ranges_tcp_e2e.py", [], "scripts", 300),
+    "test_engram_store.py": ("scripts/test_engram_store.py", [], "scripts", 300),
+    "test_dummy_client.py": ("mooncake-wheel/tests/test_dummy_client.py", [], "wheel_client", 900),
+    "test_ssd_offload_in_evict.py": ("mooncake-wheel/tests/test_ssd_offload_in_evict.py", [], "wheel", 900),
+    "test_offload_on_eviction.py": ("mooncake-wheel/tests/test_offload_on_eviction.py", [], "wheel", 600),
+    "test_promotion_on_hit.py": ("mooncake-wheel/tests/test_promotion_on_hit.py", [], "wheel", 900),
 }
 
 # Files that name the master's address in their code instead of reading the
 # environment: the copy that runs names the master started for it instead.
 MASTER_LITERALS = {"test_buffer_pool_native.py": "127.0.0.1:50051"}
+# Extra master flags and client environment of the files run_tests.sh runs
+# over a master of their own ({fsdir}: a fresh directory for the file).
+MASTER_FLAGS = {
+    "test_ssd_offload_in_evict.py": ["--root_fs_dir={fsdir}"],
+    "test_offload_on_eviction.py": ["--root_fs_dir={fsdir}", "--enable_offload=true",
+                                    "--offload_on_evict=true"],
+    "test_promotion_on_hit.py": ["--root_fs_dir={fsdir}", "--enable_offload=true",
+                                 "--offload_on_evict=true", "--promotion_on_hit=true",
+                                 "--promotion_admission_threshold=1"],
+}
+CLIENT_ENV = {
+    "test_offload_on_eviction.py": {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "{fsdir}"},
+    "test_promotion_on_hit.py": {"MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": "{fsdir}",
+                                 "MOONCAKE_OFFLOAD_BUCKET_KEYS_LIMIT": "10",
+                                 "MOONCAKE_OFFLOAD_BUCKET_SIZE_LIMIT_BYTES": "10485760"},
+}
+# The `mooncake_client` address a file names in code (run_tests.sh starts the
+# client on its default port).
+CLIENT_LITERALS = {"test_dummy_client.py": "127.0.0.1:50052"}
+# Files that import the build tree's `store` module (the extension a CMake
+# build leaves in build/mooncake-integration): a one-line module standing for
+# it re-exports the installed package's `mooncake.store`.
+STORE_SHIM = {"session_ranges_tcp_e2e.py", "test_engram_store.py"}
+# Variables the wheel's tests would read differently from how the reference's
+# CI runs them (run_tests.sh sets none of these for mooncake-wheel/tests).
+SCRIPTS_ONLY_ENV = {"LOCAL_HOSTNAME"}
 
 
 def wait_port(port: int, timeout: float) -> bool:
@@ -92,17 +128,23 @@ def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
 class Servers:
     """The servers the reference's CI starts before a group of tests."""
 
-    def __init__(self, kind: str, venv: Path, base: int, log: Path):
+    def __init__(self, kind: str, venv: Path, base: int, log: Path, extra: list[str] = ()):
         self.meta, self.rpc, self.metrics = base + 80, base + 51, base + 3
+        self.client = base + 52
         self.procs: list[subprocess.Popen] = []
         self.log = open(log, "w")
         b = venv / "bin"
-        if kind == "wheel":
+        if kind in ("wheel", "wheel_client"):
             # run_tests.sh: a standalone metadata server, then a master with a
-            # short lease.
+            # short lease (and, for the dummy-client files, `mooncake_client`
+            # with its defaults but the ports).
             self._start([b / "mooncake_http_metadata_server", "--port", str(self.meta)], self.meta)
             self._start([b / "mooncake_master", "--default_kv_lease_ttl=500", f"--port={self.rpc}",
-                         f"--metrics_port={self.metrics}"], self.rpc)
+                         f"--metrics_port={self.metrics}", *extra], self.rpc)
+            if kind == "wheel_client":
+                self._start([b / "mooncake_client", f"--master_server_address=127.0.0.1:{self.rpc}",
+                             f"--metadata_server=http://127.0.0.1:{self.meta}/metadata",
+                             f"--port={self.client}"], self.client)
         else:
             # ci.yml "Start Mooncake Master": the embedded metadata server.
             self._start([b / "mooncake_master", "--default_kv_lease_ttl=500",
@@ -146,16 +188,30 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
     sub = work / Path(rel).parent.name
     sub.mkdir()
     shutil.copy(source / rel, sub / name)
-    servers = Servers(kind, venv, base, out / f"{name}.servers.log") if kind else None
+    fsdir = work / "fs"
+    fsdir.mkdir()
+    extra = [f.format(fsdir=fsdir) for f in MASTER_FLAGS.get(name, [])]
+    servers = Servers(kind, venv, base, out / f"{name}.servers.log", extra) if kind else None
+    if name in STORE_SHIM:
+        for d in (sub, work / "build" / "mooncake-integration"):
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "store.py").write_text("from mooncake.store import *  # noqa: F401,F403\n")
     if name in MASTER_LITERALS and servers:
         text = (sub / name).read_text()
         (sub / name).write_text(text.replace(MASTER_LITERALS[name], f"127.0.0.1:{servers.rpc}"))
+    if name in CLIENT_LITERALS and servers:
+        text = (sub / name).read_text()
+        (sub / name).write_text(text.replace(CLIENT_LITERALS[name], f"127.0.0.1:{servers.client}"))
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
     env["PYTHONUNBUFFERED"] = "1"
     if servers:
         env.update(servers.env())
+        if kind.startswith("wheel"):
+            for k in SCRIPTS_ONLY_ENV:
+                env.pop(k, None)
+    env.update({k: v.format(fsdir=fsdir) for k, v in CLIENT_ENV.get(name, {}).items()})
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
     started = time.time()

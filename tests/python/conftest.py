@@ -53,11 +53,13 @@ class Cluster:
 
 
 class ExternalCluster:
-    """A cluster someone else runs: MOONCAKE_TEST_CLUSTER="<master>,<metadata URL>".
-    Lets a test file run against another package (the reference) unchanged."""
+    """A cluster someone else runs: MOONCAKE_TEST_CLUSTER="<master>,<metadata
+    URL>[,<admin port>]". Lets a test file run against another package (the
+    reference) unchanged."""
 
     def __init__(self, spec: str):
-        self.master, self.metadata = spec.split(",", 1)
+        self.master, self.metadata, *rest = spec.split(",")
+        self.metrics_port = int(rest[0]) if rest else None
 
 
 @pytest.fixture(scope="session")

@@ -128,3 +128,58 @@ def test_a_put_of_an_existing_key_and_batch_remove_publish_nothing(events):
     assert [e["event_type"] for e in evs] == ["stored"]
     assert evs[0]["seq_hashes"] == [42]
     assert seq == max(s for s, _ in first) + 1
+
+
+def test_replay_endpoint_resends_missed_batches():
+    """A consumer that saw a gap asks the master's replay endpoint (vLLM's
+    protocol, a DEALER as vLLM's and the Conductor's consumers use) and gets
+    the missed batches byte for byte, then the end marker."""
+    port, replay_port = procs.free_port(), procs.free_port()
+    cluster = Cluster(
+        "--enable_kv_events=true",
+        f"--kv_events_bind_endpoint=tcp://{procs.LOOPBACK}:{port}",
+        f"--kv_events_replay_endpoint=tcp://{procs.LOOPBACK}:{replay_port}",
+        "--kv_events_backend_id=pool-replay",
+    )
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.RCVTIMEO, 200)
+    sub.connect(f"tcp://{procs.LOOPBACK}:{port}")
+    store = new_store(cluster)
+    try:
+        subscribed(store, sub)
+        live = []
+        for i in range(5):
+            assert store.put(f"{0x5000 + i}", b"v") == 0
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    _topic, seq, payload = sub.recv_multipart()
+                    live.append((int.from_bytes(seq, "big"), payload))
+                    break
+                except zmq.Again:
+                    continue
+        assert len(live) == 5
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.RCVTIMEO, 10_000)
+        dealer.connect(f"tcp://{procs.LOOPBACK}:{replay_port}")
+        start = live[1][0]
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        got = []
+        while True:
+            empty, seq, payload = dealer.recv_multipart()
+            assert empty == b""
+            if int.from_bytes(seq, "big", signed=True) == -1:
+                assert payload == b""
+                break
+            got.append((int.from_bytes(seq, "big"), payload))
+        assert got == live[1:]
+        event = msgspec.msgpack.decode(got[0][1])[1][0]
+        assert event["object_key"] == str(0x5001) and event["event_type"] == "stored"
+        dealer.close(linger=0)
+    finally:
+        store.close()
+        sub.close(linger=0)
+        ctx.term()
+        assert cluster.stop() == 0, cluster.proc.output()

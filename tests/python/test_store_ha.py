@@ -41,13 +41,13 @@ def etcd():
             p.stop()
 
 
-def ha_master(etcd: str, cluster_id: str) -> tuple[procs.Proc, int]:
+def ha_master(etcd: str, cluster_id: str, *flags: str) -> tuple[procs.Proc, int]:
     port = procs.free_port()
     p = procs.start(
         "mooncake_master", "--enable_ha=true", f"--etcd_endpoints={etcd}",
         f"--cluster_id={cluster_id}", f"--rpc_port={port}",
         f"--rpc_address={procs.LOOPBACK}", f"--metrics_host={procs.LOOPBACK}",
-        "--metrics_port=0", "--client_ttl=2",
+        "--metrics_port=0", "--client_ttl=2", *flags,
     )
     return p, port
 
@@ -162,3 +162,63 @@ def test_a_malformed_k8s_master_address_fails_setup(metadata_server):
     store = MooncakeDistributedStore()
     rc = store.setup(procs.LOOPBACK, metadata_server, 0, 16 << 20, "tcp", "", "k8s://a/b/c")
     assert rc != 0
+
+
+def test_kv_event_numbers_go_on_across_a_failover(etcd, metadata_server, monkeypatch):
+    """Each master binds its own KV-event socket; a consumer of both sees the
+    new leader's batch numbers continue above the old leader's (a gap, not a
+    restart at 1)."""
+    zmq = pytest.importorskip("zmq")
+    from mooncake.store import MooncakeDistributedStore
+
+    cluster_id = f"py-ha-ev-{os.getpid()}"
+    monkeypatch.setenv("MC_STORE_CLUSTER_ID", cluster_id)
+    ports = [procs.free_port(), procs.free_port()]
+    ev = [f"tcp://{procs.LOOPBACK}:{p}" for p in ports]
+    flags = lambda i: ("--enable_kv_events=true", f"--kv_events_bind_endpoint={ev[i]}",
+                       "--kv_events_backend_id=ha-pool")
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.setsockopt(zmq.RCVTIMEO, 200)
+    a, a_port = ha_master(etcd, cluster_id, *flags(0))
+    b = None
+    store = MooncakeDistributedStore()
+
+    def next_seq(key_base: int) -> int:
+        """Puts keys until a batch arrives (a PUB socket drops what it sends
+        before the subscription reaches it); that batch's number."""
+        deadline = time.monotonic() + 60
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            if store.put(hex(key_base + n), b"v") != 0:
+                time.sleep(0.1)
+                continue
+            try:
+                return int.from_bytes(sub.recv_multipart()[1], "big")
+            except zmq.Again:
+                continue
+        pytest.fail("no KV event arrived")
+
+    try:
+        a.wait_for_line(rf"listening on rpc={procs.LOOPBACK}:{a_port}")
+        b, b_port = ha_master(etcd, cluster_id, *flags(1))
+        for e in ev:
+            sub.connect(e)
+        assert store.setup(procs.LOOPBACK, metadata_server, 32 << 20, 16 << 20, "tcp", "", f"etcd://{etcd}") == 0
+        started_ms = int(time.time() * 1000)
+        seq_a = next_seq(0x1000)
+        # A leader numbers from its wall-clock base, not from 1.
+        assert seq_a >= (started_ms - 60_000) * 1000, seq_a
+        a.stop(signal.SIGKILL)
+        b.wait_for_line(rf"listening on rpc={procs.LOOPBACK}:{b_port}", timeout=60)
+        seq_b = next_seq(0x2000)
+        assert seq_b > seq_a, (seq_a, seq_b)
+    finally:
+        store.close()
+        sub.close(linger=0)
+        ctx.term()
+        a.stop()
+        if b is not None:
+            b.stop()

@@ -143,6 +143,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         Err(code) => return code,
     };
     crate::logging::init();
+    mooncake_common::fd_limit::raise_to_hard();
     let mut config = args.service_config();
     match ClusterToken::resolve(&args.cluster_token_file) {
         Ok(token) => config.client.cluster_token = token,

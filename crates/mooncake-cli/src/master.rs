@@ -135,6 +135,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         return 0;
     }
     tune_malloc();
+    mooncake_common::fd_limit::raise_to_hard();
     let config = match parse(argv) {
         Ok(c) => c,
         Err(CliError::Clap(e)) => {

@@ -137,6 +137,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         Err(code) => return code,
     };
     crate::logging::init();
+    mooncake_common::fd_limit::raise_to_hard();
     match cli.command {
         Cmd::Up(args) => up(args),
     }

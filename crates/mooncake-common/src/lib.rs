@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod duration;
 pub mod error;
+pub mod fd_limit;
 pub mod gflags;
 pub mod log_limit;
 pub mod malloc;

@@ -5,6 +5,8 @@
 //! - `store`: `MooncakeDistributedStore` and the classes its calls return;
 //! - `config`, `enums`: `ReplicateConfig` and the store's int enums;
 //! - `hostmem`: `MooncakeHostMemAllocator`, `bind_to_numa_node`;
+//! - `p2p_store`: `P2PStore` and `P2PStoreError` (`mooncake.p2p_store`);
+//! - `fast_copy`: `concat_arrays_into`, which `mooncake._fast_copy` exports;
 //! - `codes`: the ints both APIs return for failures;
 //! - `args`, `buffer`, `handle`, `mem`: argument conversions, borrowed and
 //!   lent Python buffers, and the checks that keep raw addresses from
@@ -18,9 +20,11 @@ mod codes;
 mod config;
 mod engine;
 mod enums;
+mod fast_copy;
 mod handle;
 mod hostmem;
 mod mem;
+mod p2p_store;
 mod pg;
 mod running;
 mod store;
@@ -95,11 +99,13 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(_run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(_programs, m)?)?;
+    m.add_function(wrap_pyfunction!(fast_copy::concat_arrays_into, m)?)?;
     m.add_class::<config::ReplicateConfig>()?;
     enums::register(m)?;
     engine::register(m)?;
     store::register(m)?;
     pg::register(m)?;
+    p2p_store::register(m)?;
     m.add_class::<hostmem::HostMemAllocator>()?;
     m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
     m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;

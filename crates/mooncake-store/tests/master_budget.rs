@@ -34,6 +34,8 @@ fn puts_of_huge_keys_stop_at_the_metadata_budget() {
         ("rpc_address", "127.0.0.1"),
         ("metrics_host", "127.0.0.1"),
         ("max_metadata_bytes", budget.as_str()),
+        // The budget alone: no eviction at its watermark.
+        ("metadata_eviction_watermark_ratio", "0"),
         // No heartbeats here: the client must outlive the slow puts.
         ("client_ttl", "3600"),
     ]))

@@ -177,6 +177,7 @@ fn sample_requests(config: &ReplicaPolicy) -> Vec<Request<'_>> {
         },
         Request::GetStorageConfig {},
         Request::MountSharedFs { client_id: id },
+        Request::UnmountLocalDisk { client_id: id },
         Request::FetchFileTasks {
             client_id: id,
             max: 64,

@@ -44,4 +44,5 @@ pub use engine::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransportStats,
 };
 pub use listener::ListenerLimits;
+pub use rawmem::HUGE_PAGE_SIZES;
 pub use segment::{BufferDesc, SegmentDesc};

@@ -40,8 +40,7 @@ const FREED: u32 = 1;
 
 /// Offset of a shared region's state page (after `len` data bytes, page
 /// aligned) and the file length including it.
-fn shared_layout(len: usize) -> Option<(usize, usize)> {
-    let page = page_size();
+fn shared_layout(len: usize, page: usize) -> Option<(usize, usize)> {
     let data = len.checked_add(page - 1)? / page * page;
     let file = data.checked_add(page)?;
     (file <= i64::MAX as usize).then_some((data, file))
@@ -121,6 +120,9 @@ pub(crate) struct FileId {
     pub(crate) dev: u64,
     pub(crate) ino: u64,
     pub(crate) size: u64,
+    /// The file system's page: 4 KiB for a memfd, the huge page size for
+    /// one on hugetlbfs (`MFD_HUGETLB`).
+    pub(crate) page: usize,
 }
 
 fn file_id(fd: &OwnedFd) -> io::Result<FileId> {
@@ -129,12 +131,23 @@ fn file_id(fd: &OwnedFd) -> io::Result<FileId> {
     if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    let base = page_size();
+    let blk = st.st_blksize as usize;
     Ok(FileId {
         dev: st.st_dev,
         ino: st.st_ino,
         size: st.st_size as u64,
+        page: if blk.is_power_of_two() && blk > base {
+            blk
+        } else {
+            base
+        },
     })
 }
+
+/// Huge page sizes a region may ask for: what `MC_STORE_HUGEPAGE_SIZE`
+/// accepts (2 MiB and 1 GiB, the x86-64 sizes).
+pub const HUGE_PAGE_SIZES: [usize; 2] = [2 << 20, 1 << 30];
 
 /// A shared mapping `[ptr, ptr+len)` of a file; unmapped on drop.
 struct Mapping {
@@ -186,23 +199,38 @@ pub(crate) struct SharedRegion {
 }
 
 impl SharedRegion {
-    /// Creates and maps `len` bytes (rounded up to whole pages in the file).
-    pub(crate) fn create(name: &str, len: usize) -> io::Result<SharedRegion> {
+    /// Creates and maps `len` bytes (rounded up to whole pages in the file),
+    /// on huge pages of `huge` bytes (one of [`HUGE_PAGE_SIZES`]) from the
+    /// host's HugeTLB pool when given: none left is an error, never a quiet
+    /// fall back to small pages.
+    pub(crate) fn create(name: &str, len: usize, huge: Option<usize>) -> io::Result<SharedRegion> {
         if len == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "zero-length shared region",
             ));
         }
-        let (data_len, file_len) = shared_layout(len).ok_or_else(|| {
+        let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        let page = match huge {
+            None => page_size(),
+            Some(h) if HUGE_PAGE_SIZES.contains(&h) => {
+                flags |= libc::MFD_HUGETLB | (h.trailing_zeros() << libc::MFD_HUGE_SHIFT);
+                h
+            }
+            Some(h) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("huge pages of {h} bytes: only 2 MiB and 1 GiB"),
+                ))
+            }
+        };
+        let (data_len, file_len) = shared_layout(len, page).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "shared region too large")
         })?;
         let cname = CString::new(name)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad name"))?;
         // SAFETY: memfd_create reads the NUL-terminated name and returns a new fd.
-        let raw = unsafe {
-            libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
-        };
+        let raw = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
         if raw < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -273,13 +301,12 @@ impl PeerMapping {
     /// that the file is the one the peer published (`expect`) and is large
     /// enough. Any mismatch is an error; the caller falls back to TCP.
     pub(crate) fn open(pid: u32, fd: i32, expect: FileId, len: usize) -> io::Result<PeerMapping> {
-        let layout = shared_layout(len).filter(|_| len > 0 && fd >= 0);
-        let Some((state, file_len)) = layout else {
+        if len == 0 || fd < 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "bad peer region",
             ));
-        };
+        }
         let path = format!("/proc/{pid}/fd/{fd}");
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -303,6 +330,14 @@ impl PeerMapping {
                 format!("{path} is not the published region"),
             ));
         }
+        // The state page sits after the data rounded to the file's own page
+        // (a huge page on hugetlbfs), as the owner laid it out.
+        let Some((state, file_len)) = shared_layout(len, id.page) else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bad peer region",
+            ));
+        };
         if id.size < file_len as u64 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -384,7 +419,7 @@ mod tests {
 
     #[test]
     fn shared_region_is_zeroed_and_page_aligned() {
-        let r = SharedRegion::create("test", 10_000).unwrap();
+        let r = SharedRegion::create("test", 10_000, None).unwrap();
         assert_eq!(r.addr() % page_size(), 0);
         assert!(r.len() >= 10_000);
         // SAFETY: the whole region is our mapping.
@@ -394,14 +429,94 @@ mod tests {
 
     #[test]
     fn shared_region_rejects_bad_sizes() {
-        assert!(SharedRegion::create("zero", 0).is_err());
-        assert!(SharedRegion::create("huge", usize::MAX).is_err());
-        assert!(SharedRegion::create("bad\0name", 10).is_err());
+        assert!(SharedRegion::create("zero", 0, None).is_err());
+        assert!(SharedRegion::create("huge", usize::MAX, None).is_err());
+        assert!(SharedRegion::create("bad\0name", 10, None).is_err());
+    }
+
+    /// Holds `pages` 2 MiB pages in the host's HugeTLB pool (root only),
+    /// giving the pool back as it was on drop.
+    struct HugePool(Option<String>);
+
+    const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+    impl HugePool {
+        fn reserve(pages: usize) -> HugePool {
+            let old = std::fs::read_to_string(NR_HUGEPAGES).ok();
+            let have: usize = old
+                .as_deref()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let _ = std::fs::write(NR_HUGEPAGES, (have + pages).to_string());
+            HugePool(old)
+        }
+    }
+
+    impl Drop for HugePool {
+        fn drop(&mut self) {
+            if let Some(old) = &self.0 {
+                let _ = std::fs::write(NR_HUGEPAGES, old.trim());
+            }
+        }
+    }
+
+    // SAFETY: geteuid has no preconditions.
+    fn root() -> bool {
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    // One test: it changes the host's pool, which the others do not touch.
+    #[test]
+    fn shared_region_on_huge_pages() {
+        const HUGE: usize = 2 << 20;
+        assert!(
+            SharedRegion::create("odd", 4096, Some(3 << 20)).is_err(),
+            "3 MiB is no huge page size"
+        );
+        if !root() {
+            eprintln!("skipped: needs root to size the HugeTLB pool");
+            return;
+        }
+        let free = || {
+            std::fs::read_to_string("/proc/meminfo")
+                .unwrap()
+                .lines()
+                .find_map(|l| l.strip_prefix("HugePages_Free:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        let pool = HugePool::reserve(4);
+        let before = free();
+        assert!(
+            before >= 4,
+            "the pool did not grow (HugePages_Free {before})"
+        );
+        // 3 MiB of data: two huge pages, the state page a third.
+        let r = SharedRegion::create("huge", 3 << 20, Some(HUGE)).unwrap();
+        assert_eq!(r.addr() % HUGE, 0);
+        assert_eq!(r.len(), 4 << 20);
+        assert_eq!(r.file_id().page, HUGE);
+        // A peer finds the state page by the file's own page size.
+        let m = PeerMapping::open(std::process::id(), r.raw_fd(), r.file_id(), 3 << 20).unwrap();
+        let dst = m.range((3 << 20) - 16, 16).unwrap();
+        assert!(m.range((3 << 20) - 15, 16).is_none());
+        // SAFETY: `dst` is inside the peer mapping (bounds-checked above).
+        unsafe { copy(dst, [9u8; 16].as_ptr() as usize, 16) };
+        // SAFETY: the region is our mapping.
+        assert_eq!(unsafe { bytes(r.addr() + (3 << 20) - 16, 16) }, [9u8; 16]);
+        assert!(m.is_live());
+        assert!(free() <= before - 2, "the data came from the pool");
+        drop(r);
+        assert!(!m.is_live(), "the owner's drop reaches the peer");
+        drop(m);
+        // More than the pool holds: an error, not small pages (or SIGBUS).
+        assert!(SharedRegion::create("too-big", 64 << 20, Some(HUGE)).is_err());
+        drop(pool);
     }
 
     #[test]
     fn peer_mapping_sees_the_same_bytes() {
-        let r = SharedRegion::create("peer", 8192).unwrap();
+        let r = SharedRegion::create("peer", 8192, None).unwrap();
         let id = r.file_id();
         let m = PeerMapping::open(std::process::id(), r.raw_fd(), id, 8192).unwrap();
         let src = [7u8; 16];
@@ -420,7 +535,7 @@ mod tests {
         drop(r);
         assert!(!m.is_live(), "the mapping outlives the owner's");
         // Dropping a region marks it freed too.
-        let r = SharedRegion::create("dropped", 4096).unwrap();
+        let r = SharedRegion::create("dropped", 4096, None).unwrap();
         let m = PeerMapping::open(std::process::id(), r.raw_fd(), r.file_id(), 4096).unwrap();
         assert!(m.is_live());
         drop(r);
@@ -441,7 +556,7 @@ mod tests {
 
     #[test]
     fn shared_region_cannot_be_resized() {
-        let r = SharedRegion::create("sealed", 8192).unwrap();
+        let r = SharedRegion::create("sealed", 8192, None).unwrap();
         // Any process that can open the fd (a peer, the owner) tries.
         let f = std::fs::OpenOptions::new()
             .read(true)
@@ -477,7 +592,7 @@ mod tests {
 
     #[test]
     fn peer_mapping_rejects_bad_input() {
-        let r = SharedRegion::create("bad", 4096).unwrap();
+        let r = SharedRegion::create("bad", 4096, None).unwrap();
         let id = r.file_id();
         let pid = std::process::id();
         // wrong inode

@@ -7,6 +7,9 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mooncake_common::ErrorCode;
@@ -459,4 +462,186 @@ print(body.hex(), flush=True)
         DummyResponse::Unit { result: Err(e) } => e,
         other => panic!("expected a refusal, got {other:?}"),
     }
+}
+
+/// Resident memory of process `pid`, in bytes.
+fn rss_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib << 10
+}
+
+fn threads_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// Lets this process hold `n` descriptors (the storms below need more
+/// than a common default of 1024).
+fn allow_descriptors(n: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < n {
+            lim.rlim_cur = n.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+    assert!(
+        lim.rlim_cur >= n,
+        "cannot hold {n} descriptors: {}",
+        lim.rlim_cur
+    );
+}
+
+/// `mooncake_client` (its dummy service on TCP) run under `shell_prefix`
+/// (a shell snippet run before it, e.g. a `ulimit`): the process, and
+/// the address dummies connect to.
+fn storage_process(cluster: &Cluster, shell_prefix: &str) -> (Proc, String) {
+    let args = vec![
+        "-c".to_string(),
+        format!("{shell_prefix} exec \"$0\" \"$@\""),
+        STORAGE.to_string(),
+        format!("--master_server_address={}", cluster.master_addr),
+        format!("--metadata_server={}", cluster.metadata),
+        "--host=127.0.0.1".into(),
+        "--port=0".into(),
+        "--global_segment_size=16MB".into(),
+    ];
+    let (node, line) = spawn_until_line("/bin/sh", &args, "mooncake_client ready");
+    (node, ready_dummy_addr(&line))
+}
+
+/// Connections that trickle a large frame, a byte every half second,
+/// reconnecting when dropped, until `stop`.
+fn slowloris(addr: SocketAddr, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+    (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut s: Option<TcpStream> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = s.as_mut().is_some_and(|c| c.write_all(&[1]).is_ok());
+                    if !sent {
+                        s = TcpStream::connect(addr).ok();
+                        if let Some(c) = s.as_mut() {
+                            let _ = c.write_all(&(1u32 << 20).to_le_bytes());
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `pid` runs at most `n` threads.
+fn wait_threads_at_most(pid: u32, n: usize) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while threads_of(pid) > n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still {} threads, want at most {n}",
+            threads_of(pid)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `mooncake_client` held by 2,000 idle connections and 100 slow ones
+/// still serves a new dummy, and its memory stays within a bound.
+#[test]
+fn a_storm_of_idle_and_slow_connections_costs_little() {
+    allow_descriptors(4096);
+    let cluster = Cluster::start(&[]);
+    let (node, target) = storage_process(&cluster, "");
+    let pid = node.0.id();
+    let addr: SocketAddr = target.parse().unwrap();
+    let cfg = ReplicaPolicy::default();
+    let warm = Client::setup_dummy_over(1 << 20, 1 << 20, &target, DummyTransport::Tcp).unwrap();
+    warm.put("warm", b"up", &cfg).unwrap();
+    warm.close().unwrap();
+    let (rss_before, threads_before) = (rss_of(pid), threads_of(pid));
+    let idle: Vec<TcpStream> = (0..2000)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow = slowloris(addr, 100, &stop);
+    std::thread::sleep(Duration::from_secs(2));
+    let dummy = Client::setup_dummy_over(1 << 20, 1 << 20, &target, DummyTransport::Tcp).unwrap();
+    dummy.put("past-the-storm", b"served", &cfg).unwrap();
+    assert_eq!(dummy.get("past-the-storm").unwrap(), b"served");
+    let grown = rss_of(pid).saturating_sub(rss_before);
+    eprintln!(
+        "storm: RSS grew by {} MiB, {} threads",
+        grown >> 20,
+        threads_of(pid)
+    );
+    // 1,024 connection threads with small stacks and 8 KiB buffers; the
+    // bound leaves room for a debug build.
+    assert!(grown < 160 << 20, "RSS grew by {} MiB", grown >> 20);
+    dummy.close().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for t in slow {
+        t.join().unwrap();
+    }
+    drop(idle);
+    // Their threads end with them.
+    wait_threads_at_most(pid, threads_before + 16);
+}
+
+/// A frame that asks for `Health`: no session needed, answered at once.
+fn health_frame() -> Vec<u8> {
+    let mut frame = Vec::new();
+    encode_frame(&DummyRequest::Health {}, &mut frame).unwrap();
+    frame
+}
+
+/// `mooncake_client` out of file descriptors before its connection cap,
+/// held by 2,000 connections that call often enough never to time out,
+/// still serves a new dummy: it sheds one of them as a full service would.
+#[test]
+fn out_of_descriptors_the_service_sheds_strangers_for_a_dummy() {
+    allow_descriptors(4096);
+    let cluster = Cluster::start(&[]);
+    let (_node, target) = storage_process(&cluster, "ulimit -n 400 &&");
+    let addr: SocketAddr = target.parse().unwrap();
+    let held: Vec<TcpStream> = (0..2000)
+        .map(|_| TcpStream::connect(addr).unwrap())
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let keeper = {
+        let stop = stop.clone();
+        let frame = health_frame();
+        let mut socks = held;
+        std::thread::spawn(move || {
+            for s in &socks {
+                s.set_nonblocking(true).unwrap();
+            }
+            let mut sink = [0u8; 4096];
+            while !stop.load(Ordering::Relaxed) {
+                // Well within the 10 s a connection without a session may
+                // stay silent; answers are read and dropped.
+                for s in socks.iter_mut() {
+                    let _ = s.write_all(&frame);
+                    let _ = std::io::Read::read(s, &mut sink);
+                }
+                std::thread::sleep(Duration::from_secs(2));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    let dummy = Client::setup_dummy_over(1 << 20, 1 << 20, &target, DummyTransport::Tcp).unwrap();
+    let cfg = ReplicaPolicy::default();
+    dummy.put("past-the-holders", b"served", &cfg).unwrap();
+    assert_eq!(dummy.get("past-the-holders").unwrap(), b"served");
+    dummy.close().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    keeper.join().unwrap();
 }

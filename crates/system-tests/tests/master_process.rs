@@ -213,6 +213,12 @@ fn serves_clients_and_survives_malformed_frames() {
             .code,
         ErrorCode::INVALID_PARAMS
     );
+    // A check leases nothing (unlike the reference); a read does.
+    assert!(c
+        .batch_get_replica_list(&keys)
+        .unwrap()
+        .iter()
+        .all(|r| r.is_ok()));
     assert_eq!(c.remove_by_regex("^b1", true).unwrap(), 11);
     assert_eq!(c.remove_all(false).unwrap(), 0, "every object is leased");
     assert_eq!(c.remove_by_regex("^b", true).unwrap(), 9);

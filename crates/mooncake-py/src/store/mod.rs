@@ -20,7 +20,8 @@
 //!   classes they return in `descriptors`;
 //! - `mounts`: segments mounted and unmounted while the store runs;
 //! - `sessions`: objects reserved once and written in ranges, or looked up
-//!   once and read in ranges.
+//!   once and read in ranges;
+//! - `engram`: `EngramStore`, embedding tables per head read row by row.
 //!
 //! `write` makes the write command (placement, upsert) every write passes
 //! to the store.
@@ -116,6 +117,7 @@ macro_rules! put_and_upsert {
 mod batch;
 mod bytes;
 mod descriptors;
+mod engram;
 mod get_into;
 mod memory;
 mod mounts;
@@ -175,5 +177,6 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyStore>()?;
     m.add_class::<BufferHandle>()?;
     m.add_class::<pool_memory::PoolMemory>()?;
+    engram::register(m)?;
     descriptors::register(m)
 }

@@ -126,6 +126,22 @@ impl PyStore {
         ret("unmount_and_free_segment", r).0
     }
 
+    /// Withdraws this store's SSD tier from the master (no more offload
+    /// work; objects held only there leave the cluster), then waits
+    /// `grace_period_seconds` for reads in flight: 0 (also without a
+    /// tier) or -1.
+    #[pyo3(signature = (grace_period_seconds = Unsigned(0)))]
+    fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: Unsigned) -> i32 {
+        let r = self
+            .live
+            .with(py, Err("the store is not set up".to_owned()), |live| {
+                live.client
+                    .unmount_local_disk_segment(grace_period_seconds.0)
+                    .map_err(|e| e.to_string())
+            });
+        ret("unmount_local_disk_segment", r).0
+    }
+
     /// Reads of disk-only objects sent to other clients' SSD tiers.
     fn get_offload_rpc_read_count(&self) -> i64 {
         self.live

@@ -61,6 +61,46 @@ pub struct ClientConfig {
     /// The tenant this client's objects belong to on a master in
     /// multi-tenant mode (`docs/tenants.md`); ignored by other masters.
     pub tenant_id: String,
+    /// Segments and the local buffer on huge pages from the host's HugeTLB
+    /// pool (`MC_STORE_USE_HUGEPAGE`, `MC_STORE_HUGEPAGE_SIZE`).
+    pub huge_pages: HugePages,
+}
+
+/// Whether a client's memory comes from the HugeTLB pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum HugePages {
+    /// Ordinary pages (the default).
+    #[default]
+    Off,
+    /// Huge pages of this many bytes; setup fails when the pool cannot
+    /// hold the segment and the buffer (no quiet fall back, as the
+    /// reference when asked for them).
+    On(usize),
+    /// `MC_STORE_HUGEPAGE_SIZE` named no size this host's pages come in:
+    /// setup fails saying so.
+    Invalid(String),
+}
+
+impl HugePages {
+    /// The huge page size asked for, if any.
+    pub fn size(&self) -> Option<usize> {
+        match self {
+            HugePages::On(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+/// `MC_STORE_HUGEPAGE_SIZE`: `2MB` (the default) or `1GB` (also `2M`,
+/// `2MiB`, `1G`, `1GiB` or the byte count), any case.
+fn huge_page_size(v: &str) -> Option<usize> {
+    let t = v.trim().to_ascii_uppercase();
+    let n = match t.trim_end_matches('B').trim_end_matches('I') {
+        "2M" => 2 << 20,
+        "1G" => 1 << 30,
+        other => other.parse().ok()?,
+    };
+    mooncake_transfer::HUGE_PAGE_SIZES.contains(&n).then_some(n)
 }
 
 impl Default for ClientConfig {
@@ -79,6 +119,7 @@ impl Default for ClientConfig {
             offload_path: None,
             cluster_token: None,
             tenant_id: crate::tenant::DEFAULT_TENANT.into(),
+            huge_pages: HugePages::Off,
         }
     }
 }
@@ -290,7 +331,10 @@ impl ClientConfig {
     ///   ([`local_memcpy`](Self::local_memcpy)); a value that is not a
     ///   boolean is ignored;
     /// - `MC_STORE_CLUSTER_ID`: the HA cluster to follow
-    ///   ([`cluster_id`](Self::cluster_id)); empty is ignored.
+    ///   ([`cluster_id`](Self::cluster_id)); empty is ignored;
+    /// - `MC_STORE_USE_HUGEPAGE` (a boolean) with `MC_STORE_HUGEPAGE_SIZE`
+    ///   (`2MB` or `1GB`, default `2MB`): segments and the local buffer on
+    ///   huge pages ([`huge_pages`](Self::huge_pages)).
     ///
     /// The transfer engine reads its own variables (`MC_FORCE_TCP`,
     /// `MC_TRANSFER_TIMEOUT`, …) in `EngineConfig::apply_env`; the
@@ -302,6 +346,13 @@ impl ClientConfig {
         }
         if let Some(id) = cluster_id_env(&var) {
             self.cluster_id = id;
+        }
+        if var("MC_STORE_USE_HUGEPAGE").and_then(|v| parse_bool(&v).ok()) == Some(true) {
+            let size = var("MC_STORE_HUGEPAGE_SIZE").unwrap_or_else(|| "2MB".into());
+            self.huge_pages = match huge_page_size(&size) {
+                Some(n) => HugePages::On(n),
+                None => HugePages::Invalid(size),
+            };
         }
     }
 
@@ -317,6 +368,11 @@ impl ClientConfig {
             return Err(bad("metadata_server is empty"));
         }
         split_host_port(&self.local_hostname)?;
+        if let HugePages::Invalid(size) = &self.huge_pages {
+            return Err(bad(format!(
+                "MC_STORE_HUGEPAGE_SIZE={size:?}: huge pages come in 2MB or 1GB"
+            )));
+        }
         Ok(())
     }
 }

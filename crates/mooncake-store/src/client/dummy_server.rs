@@ -112,7 +112,8 @@ impl ServiceLimits {
             read_buffer: 8 << 10,
             // A dummy's calls wait for the master and transfers: no polling.
             poll: Duration::ZERO,
-            stack_size: None,
+            // Idle connections cost what the master's do.
+            stack_size: Some(crate::rpc::server::CONNECTION_STACK),
         }
     }
 }

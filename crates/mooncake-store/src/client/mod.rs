@@ -44,7 +44,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use mooncake_transfer::TransferEngine;
 
 pub use buffer::{BufferHandle, LocalLease};
-pub use config::ClientConfig;
+pub use config::{ClientConfig, HugePages};
 pub use dummy::DummyTransport;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
 pub use http::ClientHttpServer;

@@ -43,6 +43,13 @@ impl Client {
         embedded(self)?.unmount_dynamic(ids, true, grace_secs)
     }
 
+    /// Withdraws this client's SSD tier from the master (no more offload
+    /// work; the objects held only there leave the cluster), then waits
+    /// `grace_secs` for reads in flight. Without a tier: nothing to do.
+    pub fn unmount_local_disk_segment(&self, grace_secs: u64) -> Result<()> {
+        embedded(self)?.unmount_local_disk(grace_secs)
+    }
+
     /// Reads of disk-only objects this client sent to other clients' SSD
     /// tiers (0 for a dummy client, as the reference's).
     pub fn offload_rpc_read_count(&self) -> u64 {

@@ -363,6 +363,10 @@ wire_enum! {
         /// per connection after `Authenticate` (none stated: `default`).
         /// Read only by a master in multi-tenant mode.
         42 => Tenant { tenant_id: &'a str },
+        /// This storage client withdraws its SSD tier (before it stops): no
+        /// more offload or promotion work, and its copies are forgotten.
+        /// Done already when it has none.
+        43 => UnmountLocalDisk { client_id: ClientId },
     }
 }
 

@@ -12,7 +12,10 @@
 //!   past it a connection the protocol calls evictable (one that has not
 //!   identified itself, [`Handler::evictable`]) is closed to make room, or
 //!   else the new one waits in the accept queue or is closed ([`WhenFull`]);
-//!   refusals are logged at most once per [`REFUSAL_LOG_EVERY`];
+//!   refusals are logged at most once per [`REFUSAL_LOG_EVERY`]; the cap is
+//!   lowered to a quarter of the open-file limit when that is smaller, and a
+//!   process out of file descriptors all the same sheds an evictable
+//!   connection the way a full server does;
 //! - an optional idle limit between frames (per connection state,
 //!   [`Handler::idle_limit`]), and a deadline for a started frame
 //!   ([`ServerOptions::frame_timeout`]), which also bounds how long an
@@ -105,6 +108,11 @@ pub struct ServerOptions {
     /// Stack of a connection thread (`None`: the platform's default).
     pub stack_size: Option<usize>,
 }
+
+/// Stack of a connection thread for a protocol whose calls need little
+/// (the master's, the dummy service's): a thousand idle connections then
+/// reserve a quarter of what the platform's default stacks would.
+pub const CONNECTION_STACK: usize = 256 << 10;
 
 /// Frame buffers larger than this are dropped after use.
 const SHRINK_ABOVE: usize = 1 << 20;
@@ -288,6 +296,21 @@ fn accept_loop<L: Listener, H: Handler>(
 ) {
     let stopping = || reg.stopping.load(Ordering::SeqCst);
     let refusals = LogLimit::new(REFUSAL_LOG_EVERY);
+    let cap = descriptor_cap(descriptor_limit());
+    let opts = &if cap < opts.max_connections {
+        tracing::info!(
+            server = opts.name,
+            configured = opts.max_connections,
+            cap,
+            "connections capped by the open-file limit (RLIMIT_NOFILE)"
+        );
+        ServerOptions {
+            max_connections: cap,
+            ..opts.clone()
+        }
+    } else {
+        opts.clone()
+    };
     loop {
         if opts.when_full == WhenFull::Wait {
             // Accept only when a slot is free or can be made by eviction
@@ -304,6 +327,10 @@ fn accept_loop<L: Listener, H: Handler>(
             Ok(a) => a,
             Err(_) if stopping() => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if out_of_descriptors(&e) => {
+                shed_for_descriptors(reg, &refusals, opts);
+                continue;
+            }
             Err(e) => {
                 tracing::warn!(server = opts.name, "accept failed: {e}");
                 std::thread::sleep(ACCEPT_BACKOFF);
@@ -331,15 +358,76 @@ fn accept_loop<L: Listener, H: Handler>(
         if stopping() {
             return;
         }
-        if let Err(e) = spawn_connection(stream, peer.clone(), reg, handler, opts) {
+        // A served connection holds a second descriptor (the handle that
+        // closes it).
+        let handle = loop {
+            match stream.try_clone() {
+                Err(e) if out_of_descriptors(&e) && shed_for_descriptors(reg, &refusals, opts) => {}
+                other => break other,
+            }
+        };
+        let served =
+            handle.and_then(|h| spawn_connection(stream, h, peer.clone(), reg, handler, opts));
+        if let Err(e) = served {
             tracing::warn!(server = opts.name, ?peer, "cannot serve connection: {e}");
         }
     }
 }
 
-/// Serves `stream` on a thread of its own until the peer closes it.
+/// The process's open-file limit (`RLIMIT_NOFILE`, soft); `None` when
+/// unlimited or unknown.
+fn descriptor_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+    (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+}
+
+/// Connections one server may hold under an open-file limit of `limit`:
+/// each holds two descriptors, so a quarter of the limit per server keeps
+/// half of it for the process (its other listener, its engine, the files a
+/// call opens), and the cap, not a failed `accept`, is what a storm of
+/// connections meets.
+pub(super) fn descriptor_cap(limit: Option<u64>) -> usize {
+    limit.map_or(usize::MAX, |l| {
+        usize::try_from(l / 4).unwrap_or(usize::MAX).max(16)
+    })
+}
+
+/// Whether an accept failed for want of file descriptors (the process's
+/// or the system's).
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The process ran out of descriptors before the cap: closes the oldest
+/// evictable connection, as a full server would (else every new
+/// connection, a working client's too, waits behind the ones held), and
+/// waits for a connection's thread to close its socket. Whether one was
+/// closed.
+fn shed_for_descriptors(reg: &Registry, refusals: &LogLimit, opts: &ServerOptions) -> bool {
+    let mut c = reg.conns.lock();
+    let shed = c.evict_one();
+    if let Some(suppressed) = refusals.should_log() {
+        tracing::warn!(
+            server = opts.name,
+            shed,
+            suppressed,
+            "out of file descriptors; an idle connection is closed to make room"
+        );
+    }
+    reg.freed.wait_for(&mut c, ACCEPT_BACKOFF);
+    shed
+}
+
+/// Serves `stream` on a thread of its own until the peer closes it;
+/// `handle` is a second handle on it, to close it from outside.
 fn spawn_connection<S: Stream, A: std::fmt::Debug + Send + 'static, H: Handler>(
     stream: S,
+    handle: S,
     peer: A,
     reg: &Arc<Registry>,
     handler: &Arc<H>,
@@ -352,7 +440,7 @@ fn spawn_connection<S: Stream, A: std::fmt::Debug + Send + 'static, H: Handler>(
         let id = c.next_id;
         c.next_id += 1;
         let open = Open {
-            socket: Box::new(stream.try_clone()?),
+            socket: Box::new(handle),
             evictable: evictable.clone(),
         };
         c.open.insert(id, open);

@@ -453,3 +453,16 @@ fn a_unix_socket_is_served_with_the_same_limits_and_knows_its_peer() {
         "still listening"
     );
 }
+
+#[test]
+fn the_open_file_limit_caps_connections() {
+    use super::server::descriptor_cap;
+    assert_eq!(
+        descriptor_cap(Some(1024)),
+        256,
+        "two descriptors each, half the limit for the process"
+    );
+    assert_eq!(descriptor_cap(Some(400)), 100);
+    assert_eq!(descriptor_cap(Some(20)), 16, "a floor");
+    assert_eq!(descriptor_cap(None), usize::MAX, "unlimited");
+}

@@ -145,6 +145,7 @@ fn requests() -> Vec<Request<'static>> {
         Request::Authenticate { token: "s3cret" },
         Request::GetStorageConfig {},
         Request::MountSharedFs { client_id: CLIENT },
+        Request::UnmountLocalDisk { client_id: CLIENT },
         Request::FetchFileTasks {
             client_id: CLIENT,
             max: 64,

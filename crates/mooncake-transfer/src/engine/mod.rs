@@ -304,6 +304,18 @@ impl TransferEngine {
     pub fn shutdown(&self) {
         self.inner.shutdown();
     }
+
+    /// Withdraws this engine's segment descriptor from the metadata service
+    /// (the reference's `removeLocalSegment`): peers that have not opened
+    /// the segment can no longer, until registering memory publishes it
+    /// again. In P2P mode there is no service to withdraw it from: peers
+    /// ask this engine itself, so there is nothing to do.
+    pub fn remove_local_segment(&self) -> Result<()> {
+        match &self.inner.metadata {
+            Some(store) => store.delete(&segment_key(&self.inner.name)),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The port the listener binds; `None` picks a free one. In P2P mode and

@@ -52,13 +52,31 @@ impl TransferEngine {
     /// Engine-owned memory backed by shared memory (so same-host peers can
     /// map it), zeroed, page-aligned, already registered and published.
     pub fn allocate_managed_buffer(&self, length: usize) -> Result<usize> {
+        self.allocate_managed_buffer_on(length, None)
+    }
+
+    /// [`Self::allocate_managed_buffer`] on huge pages of `huge_page` bytes
+    /// (2 MiB or 1 GiB, from the host's HugeTLB pool) when given; a pool
+    /// without enough pages is an error, not small pages.
+    pub fn allocate_managed_buffer_on(
+        &self,
+        length: usize,
+        huge_page: Option<usize>,
+    ) -> Result<usize> {
         if length == 0 {
             return Err(invalid("managed buffer of zero bytes"));
         }
-        let region = SharedRegion::create("mooncake-segment", length).map_err(|e| {
+        let region = SharedRegion::create("mooncake-segment", length, huge_page).map_err(|e| {
+            let pages = match huge_page {
+                Some(h) => format!(
+                    " on {} MiB huge pages (is the HugeTLB pool large enough?)",
+                    h >> 20
+                ),
+                None => String::new(),
+            };
             Error::new(
                 ErrorCode::INTERNAL_ERROR,
-                format!("allocate {length} bytes of shared memory: {e}"),
+                format!("allocate {length} bytes of shared memory{pages}: {e}"),
             )
         })?;
         let id = region.file_id();

@@ -11,7 +11,7 @@ use mooncake_common::{Error, ErrorCode, Result};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
-pub(crate) struct Driver {
+pub struct Driver {
     handle: Handle,
     /// Dropping this sender ends the runtime thread (and cancels its tasks).
     _stop: oneshot::Sender<()>,
@@ -19,7 +19,7 @@ pub(crate) struct Driver {
 
 impl Driver {
     /// Starts the runtime thread, named `name`.
-    pub(crate) fn start(name: &str) -> Result<Driver> {
+    pub fn start(name: &str) -> Result<Driver> {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (handle_tx, handle_rx) = mpsc::sync_channel(1);
         std::thread::Builder::new()
@@ -62,7 +62,7 @@ impl Driver {
 
     /// Runs `fut` on the driver's runtime and blocks the calling thread until
     /// it finishes. Callable from any thread, async context or not.
-    pub(crate) fn run<F, T>(&self, fut: F) -> Result<T>
+    pub fn run<F, T>(&self, fut: F) -> Result<T>
     where
         F: Future<Output = Result<T>> + Send + 'static,
         T: Send + 'static,

@@ -16,6 +16,10 @@ pub mod redis;
 mod driver;
 mod guard;
 
+/// The private runtime the async backends block on; the P2P store's etcd
+/// catalog runs on one too.
+pub use driver::Driver;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -105,10 +105,13 @@ impl ShmTransport {
         if let Some(m) = maps.get(&key) {
             return m.clone();
         }
+        // What the published descriptor says; the page is read from the
+        // file itself when it is opened.
         let id = FileId {
             dev: shm.dev,
             ino: shm.ino,
             size: buf.length,
+            page: 0,
         };
         let mapped = usize::try_from(buf.length).ok().and_then(|len| {
             match PeerMapping::open(shm.pid, shm.fd, id, len) {

@@ -74,9 +74,17 @@ impl Cluster {
         args.extend([
             "--rpc_address=127.0.0.1".into(),
             "--metrics_host=127.0.0.1".into(),
-            "--client_ttl=2".into(),
-            "--default_kv_lease_ttl=50".into(),
         ]);
+        // Short timeouts unless the test names its own.
+        for default in ["--client_ttl=2", "--default_kv_lease_ttl=50"] {
+            let name = default.split('=').next().unwrap();
+            if !extra_master_flags
+                .iter()
+                .any(|f| f.split('=').next() == Some(name))
+            {
+                args.push(default.into());
+            }
+        }
         args.extend(extra_master_flags.iter().map(|s| s.to_string()));
         let master = Proc(
             Command::new(&*MASTER)

@@ -261,11 +261,7 @@ impl Offload {
             service = %shared.service_addr,
             "SSD tier ready"
         );
-        let w = shared.clone();
-        let worker = std::thread::Builder::new()
-            .name("mooncake-offload".into())
-            .spawn(move || worker::run(&w))
-            .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("offload thread: {e}")))?;
+        let worker = spawn_worker(&shared)?;
         Ok(Offload {
             shared,
             server: Some(server),
@@ -277,18 +273,52 @@ impl Offload {
         &self.shared
     }
 
+    /// Withdraws the tier from the master before this client stops: the
+    /// worker stops first (finishing its round), so it cannot mount the
+    /// tier again, then the master forgets the tier and its copies. The
+    /// service keeps answering reads already handed out. If the master
+    /// cannot be told, the worker runs again and the error is returned.
+    pub(crate) fn withdraw(&mut self) -> Result<()> {
+        let was_running = self.stop_worker();
+        if let Err(e) = self.shared.master.unmount_local_disk(self.shared.id) {
+            if was_running {
+                self.shared.stop.store(false, Ordering::SeqCst);
+                self.worker = Some(spawn_worker(&self.shared)?);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Stops the worker; whether it was running.
+    fn stop_worker(&mut self) -> bool {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        match self.worker.take() {
+            Some(w) => {
+                let _ = w.join();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Stops the worker (finishing the round in progress: staged copies
     /// are committed and reported) and the service.
     pub(crate) fn stop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        if let Some(w) = self.worker.take() {
-            let _ = w.join();
-        }
+        self.stop_worker();
         if let Some(s) = self.server.take() {
             s.stop();
         }
         self.shared.batches.lock().clear();
     }
+}
+
+fn spawn_worker(shared: &Arc<TierShared>) -> Result<JoinHandle<()>> {
+    let w = shared.clone();
+    std::thread::Builder::new()
+        .name("mooncake-offload".into())
+        .spawn(move || worker::run(&w))
+        .map_err(|e| Error::new(ErrorCode::INTERNAL_ERROR, format!("offload thread: {e}")))
 }
 
 impl Drop for Offload {

@@ -282,3 +282,24 @@ fn physical_memory() -> u64 {
         .unwrap_or(0)
         .saturating_mul(u64::try_from(page).unwrap_or(0))
 }
+
+impl RealClient {
+    /// Withdraws this client's SSD tier from the master (a pre-stop hook),
+    /// then waits `grace_secs` for reads already handed out to finish. A
+    /// client without a tier has nothing to withdraw.
+    pub(crate) fn unmount_local_disk(&self, grace_secs: u64) -> Result<()> {
+        self.check_open()?;
+        match self.offload.lock().as_mut() {
+            Some(tier) => tier.withdraw()?,
+            None => {
+                tracing::warn!("unmount_local_disk_segment: this client has no SSD tier");
+                return Ok(());
+            }
+        }
+        tracing::info!(grace_secs, "SSD tier withdrawn");
+        if grace_secs > 0 {
+            std::thread::sleep(Duration::from_secs(grace_secs));
+        }
+        Ok(())
+    }
+}

@@ -64,7 +64,7 @@ impl RealClient {
             }
         };
         let id: ClientId = rand::random();
-        let staging = staging_pool(&engine, config.local_buffer_size)?;
+        let staging = staging_pool(&engine, config.local_buffer_size, config.huge_pages.size())?;
 
         let mut client = RealClient {
             id,
@@ -111,7 +111,7 @@ impl RealClient {
             Err(e) if e.code == ErrorCode::CLIENT_NOT_FOUND => {}
             Err(e) => return Err(e),
         }
-        client.mount_segments(config.global_segment_size)?;
+        client.mount_segments(config.global_segment_size, config.huge_pages.size())?;
         client.site.segments = client
             .segments
             .iter()
@@ -201,7 +201,7 @@ impl RealClient {
         Ok(())
     }
 
-    fn mount_segments(&mut self, total: u64) -> Result<()> {
+    fn mount_segments(&mut self, total: u64, huge_page: Option<usize>) -> Result<()> {
         let endpoint = self.site.endpoint.clone();
         let mut left = total;
         let mut index = 0;
@@ -210,7 +210,14 @@ impl RealClient {
             let len_usize = usize::try_from(len).map_err(|_| {
                 Error::new(ErrorCode::INVALID_PARAMS, "global_segment_size too large")
             })?;
-            let addr = self.engine.allocate_managed_buffer(len_usize)?;
+            let addr = match self.engine.allocate_managed_buffer_on(len_usize, huge_page) {
+                Ok(addr) => addr,
+                Err(e) => {
+                    // As on a failed mount: the segments mounted so far go.
+                    self.unmount_all();
+                    return Err(e);
+                }
+            };
             let name = if index == 0 {
                 endpoint.clone()
             } else {
@@ -247,17 +254,38 @@ impl RealClient {
     }
 }
 
-/// The registered staging pool of `len` bytes (`None` for 0).
-fn staging_pool(engine: &TransferEngine, len: u64) -> Result<Option<StagingPool>> {
+/// The registered staging pool of `len` bytes (`None` for 0), on huge
+/// pages of `huge_page` bytes when given (the mapping rounded up to whole
+/// huge pages; the pool uses all of it).
+fn staging_pool(
+    engine: &TransferEngine,
+    len: u64,
+    huge_page: Option<usize>,
+) -> Result<Option<StagingPool>> {
     if len == 0 {
         return Ok(None);
     }
     let len = usize::try_from(len)
         .map_err(|_| Error::new(ErrorCode::INVALID_PARAMS, "local_buffer_size too large"))?;
-    let map = memmap2::MmapMut::map_anon(len).map_err(|e| {
+    let mut opts = memmap2::MmapOptions::new();
+    let len = match huge_page {
+        Some(h) => {
+            opts.huge(Some(h.trailing_zeros() as u8));
+            len.div_ceil(h) * h
+        }
+        None => len,
+    };
+    let map = opts.len(len).map_anon().map_err(|e| {
+        let pages = match huge_page {
+            Some(h) => format!(
+                " on {} MiB huge pages (is the HugeTLB pool large enough?)",
+                h >> 20
+            ),
+            None => String::new(),
+        };
         Error::new(
             ErrorCode::INTERNAL_ERROR,
-            format!("local buffer of {len} bytes: {e}"),
+            format!("local buffer of {len} bytes{pages}: {e}"),
         )
     })?;
     engine.register_local_memory(map.as_ptr() as usize, len, "cpu:0", false)?;

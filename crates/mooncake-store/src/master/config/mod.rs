@@ -322,6 +322,11 @@ impl MasterConfig {
     }
 
     /// The state machine's rules, in milliseconds.
+    /// Silence after which a client is Suspected, ms (0: never).
+    pub fn suspect_after(&self) -> u64 {
+        ms(self.client_suspect)
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             lease: LeasePolicy {
@@ -481,6 +486,20 @@ mod tests {
         assert_eq!(c.client_ttl, Duration::from_secs(2));
         c.set("allocation_strategy", "free_ratio_first").unwrap();
         assert_eq!(c.allocation_strategy, AllocationStrategy::FreeRatioFirst);
+        for (name, strategy) in [
+            (
+                "ssd_free_ratio_first",
+                AllocationStrategy::SsdFreeRatioFirst,
+            ),
+            ("local_first", AllocationStrategy::LocalFirst),
+        ] {
+            c.set("allocation_strategy", name).unwrap();
+            assert_eq!(c.allocation_strategy, strategy);
+            assert_eq!(strategy.as_str(), name);
+        }
+        // Case-sensitive, as the reference's.
+        assert!(c.set("allocation_strategy", "Local_First").is_err());
+        c.set("allocation_strategy", "free_ratio_first").unwrap();
         // Idle client connections close after 5 minutes unless told
         // otherwise; 0 means never, as in the reference.
         assert_eq!(

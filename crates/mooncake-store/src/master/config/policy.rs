@@ -11,6 +11,12 @@ pub enum AllocationStrategy {
     Random,
     /// Sample a few segments, fill the emptiest first.
     FreeRatioFirst,
+    /// As `FreeRatioFirst`, ranking each segment by the free share of its
+    /// owner's SSD tier (1 for an owner without one).
+    SsdFreeRatioFirst,
+    /// A single-replica put tries the writer's host first, then the other
+    /// hosts in order; otherwise random.
+    LocalFirst,
 }
 
 impl AllocationStrategy {
@@ -18,13 +24,17 @@ impl AllocationStrategy {
         match s {
             "random" => Ok(AllocationStrategy::Random),
             "free_ratio_first" => Ok(AllocationStrategy::FreeRatioFirst),
+            "ssd_free_ratio_first" => Ok(AllocationStrategy::SsdFreeRatioFirst),
+            "local_first" => Ok(AllocationStrategy::LocalFirst),
             "cxl" => Err(Error::new(
                 ErrorCode::INVALID_PARAMS,
                 "allocation strategy cxl is not supported",
             )),
             _ => Err(Error::new(
                 ErrorCode::INVALID_PARAMS,
-                format!("unknown allocation strategy {s:?} (random, free_ratio_first)"),
+                format!(
+                    "unknown allocation strategy {s:?} (random, free_ratio_first, ssd_free_ratio_first, local_first)"
+                ),
             )),
         }
     }
@@ -33,6 +43,8 @@ impl AllocationStrategy {
         match self {
             AllocationStrategy::Random => "random",
             AllocationStrategy::FreeRatioFirst => "free_ratio_first",
+            AllocationStrategy::SsdFreeRatioFirst => "ssd_free_ratio_first",
+            AllocationStrategy::LocalFirst => "local_first",
         }
     }
 }

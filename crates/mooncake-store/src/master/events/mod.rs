@@ -9,6 +9,7 @@
 //! drops its oldest event, leaving a gap in the sequence numbers.
 
 pub mod encode;
+pub mod replay;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +25,11 @@ pub use encode::{Format, Kind, Medium, Pending};
 pub const MAX_BATCH: usize = 64;
 /// The PUB socket's send high-water mark, as the reference's.
 const SEND_HWM: i32 = 10_000;
+/// How long the sending thread lets events gather before it sends a batch
+/// that is not full. Waking it (and ZMQ's I/O thread) for every put would
+/// cost each put two thread switches; on a loaded host that doubled the
+/// put p99. A router learns of a block at most this much later.
+const COALESCE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// How the publisher is set up (the `kv_events_*` flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +38,10 @@ pub struct Config {
     pub format: Format,
     /// Pending events kept at most (0: unbounded).
     pub queue_capacity: usize,
+    /// Where the replay endpoint binds (`replay`), if anywhere.
+    pub replay_endpoint: Option<String>,
+    /// Sent batches the replay endpoint keeps.
+    pub replay_buffer: usize,
 }
 
 /// What `GET /kv_events/status` reports.
@@ -70,9 +80,11 @@ impl Inner {
     }
 
     /// Queues `event`, first dropping the oldest one if `capacity` (0:
-    /// none) is reached.
-    fn push(&self, capacity: usize, event: Pending) {
+    /// none) is reached; true when the queue was empty (the sending thread
+    /// may be asleep).
+    fn push(&self, capacity: usize, event: Pending) -> bool {
         let mut q = self.queue.lock();
+        let was_empty = q.is_empty();
         if capacity > 0 && q.len() >= capacity {
             q.pop_front();
             self.dropped_events.fetch_add(1, Ordering::Relaxed);
@@ -80,6 +92,7 @@ impl Inner {
             self.next_seq.fetch_add(1, Ordering::Relaxed);
         }
         q.push_back(event);
+        was_empty
     }
 }
 
@@ -89,6 +102,8 @@ pub struct Publisher {
     inner: Arc<Inner>,
     capacity: usize,
     worker: Option<JoinHandle<()>>,
+    /// Declared after `worker`: it stops after the last batch was recorded.
+    replay: Option<replay::Server>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -121,6 +136,13 @@ impl Publisher {
             .bind(&config.bind_endpoint)
             .map_err(|e| fail("cannot bind", e))?;
         let inner = Arc::new(Inner::new());
+        let (ring, replay) = match &config.replay_endpoint {
+            Some(ep) => {
+                let ring = Arc::new(Mutex::new(replay::Ring::new(config.replay_buffer)));
+                (Some(ring.clone()), Some(replay::Server::bind(ep, ring)?))
+            }
+            None => (None, None),
+        };
         let worker = {
             let inner = inner.clone();
             let format = config.format.clone();
@@ -132,6 +154,7 @@ impl Publisher {
                         _ctx: ctx,
                         format,
                         next_id: 1,
+                        ring,
                     }
                     .run(&inner)
                 })
@@ -148,6 +171,7 @@ impl Publisher {
             inner,
             capacity: config.queue_capacity,
             worker: Some(worker),
+            replay,
         })
     }
 
@@ -158,8 +182,29 @@ impl Publisher {
             key: key.to_owned(),
             medium,
         };
-        self.inner.push(self.capacity, event);
-        self.inner.ready.notify_one();
+        // A non-empty queue has a wake-up pending or a sender at work.
+        if self.inner.push(self.capacity, event) {
+            self.inner.ready.notify_one();
+        }
+    }
+
+    /// This master starts leading, at wall-clock `epoch_ms`: the next batch
+    /// is numbered `epoch_ms * 1000` (or on from the current number, if
+    /// higher). A leader sends at most one batch per millisecond that is
+    /// not full (`COALESCE`) and far fewer than 1000 full ones, so its
+    /// numbers stay below its successor's base, which is taken at least a
+    /// lease later: after a failover a consumer sees the numbers go on
+    /// (with a gap, since the predecessor's buffer went with it), not start
+    /// again at 1. A master that never leads (no HA) numbers from 1, as the
+    /// reference.
+    pub fn lead(&self, epoch_ms: u64) {
+        let base = epoch_ms.saturating_mul(1000);
+        self.inner.next_seq.fetch_max(base, Ordering::Relaxed);
+    }
+
+    /// Replay requests answered so far (0 without a replay endpoint).
+    pub fn replay_requests(&self) -> u64 {
+        self.replay.as_ref().map_or(0, replay::Server::requests)
     }
 
     pub fn stats(&self) -> Stats {
@@ -182,6 +227,7 @@ impl Publisher {
             inner: Arc::new(Inner::new()),
             capacity: 0,
             worker: None,
+            replay: None,
         }
     }
 
@@ -215,6 +261,8 @@ struct Sender {
     _ctx: zmq::Context,
     format: Format,
     next_id: u64,
+    /// Where sent batches are kept for the replay endpoint.
+    ring: Option<Arc<Mutex<replay::Ring>>>,
 }
 
 impl Sender {
@@ -228,6 +276,10 @@ impl Sender {
                 }
                 if q.is_empty() {
                     return;
+                }
+                if q.len() < MAX_BATCH && !inner.stop.load(Ordering::Relaxed) {
+                    // Let a batch gather (puts arriving now do not wake us).
+                    parking_lot::MutexGuard::unlocked(&mut q, || std::thread::sleep(COALESCE));
                 }
                 let n = q.len().min(MAX_BATCH);
                 batch.extend(q.drain(..n));
@@ -257,13 +309,18 @@ impl Sender {
         if numbered.is_empty() {
             return;
         }
-        let payload = encode::batch(&self.format, now_ms(), &numbered);
+        let payload = Arc::new(encode::batch(&self.format, now_ms(), &numbered));
         let seq = inner.next_seq.fetch_add(1, Ordering::Relaxed);
         let sent = self
             .socket
             .send(&b""[..], zmq::SNDMORE)
             .and_then(|()| self.socket.send(&seq.to_be_bytes()[..], zmq::SNDMORE))
-            .and_then(|()| self.socket.send(payload, 0));
+            .and_then(|()| self.socket.send(&payload[..], 0));
+        if let Some(ring) = &self.ring {
+            // Kept even if this send failed: a consumer asking for it gets
+            // what it missed.
+            ring.lock().record(seq, payload);
+        }
         let n = numbered.len() as u64;
         match sent {
             Ok(()) => {

@@ -132,6 +132,8 @@ fn publishes_three_frames_with_a_growing_sequence() {
         bind_endpoint: endpoint.clone(),
         format: format("mooncake-test", true, true),
         queue_capacity: 64,
+        replay_endpoint: None,
+        replay_buffer: 0,
     })
     .unwrap();
     let (_ctx, sub) = subscriber(&endpoint);
@@ -170,6 +172,8 @@ fn unparsed_keys_are_skipped_without_object_key() {
         bind_endpoint: endpoint.clone(),
         format: format("b", true, false),
         queue_capacity: 0,
+        replay_endpoint: None,
+        replay_buffer: 0,
     })
     .unwrap();
     let (_ctx, sub) = subscriber(&endpoint);
@@ -220,8 +224,124 @@ fn an_endpoint_in_use_is_an_error() {
         bind_endpoint,
         format: format("b", true, true),
         queue_capacity: 0,
+        replay_endpoint: None,
+        replay_buffer: 0,
     };
     let e = Publisher::bind(config(taken)).unwrap_err();
     assert!(e.to_string().contains("cannot bind"), "{e}");
     assert!(Publisher::bind(config("nonsense://x".into())).is_err());
+}
+
+/// Asks `endpoint` for the batches from `start` on: their (seq, payload),
+/// and whether the end marker came.
+fn ask_replay(ctx: &zmq::Context, endpoint: &str, start: u64) -> (Vec<(u64, Vec<u8>)>, bool) {
+    let dealer = ctx.socket(zmq::DEALER).unwrap();
+    dealer.set_rcvtimeo(5_000).unwrap();
+    dealer.set_linger(0).unwrap();
+    dealer.connect(endpoint).unwrap();
+    dealer
+        .send_multipart([&b""[..], &start.to_be_bytes()[..]], 0)
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let Ok(f) = dealer.recv_multipart(0) else {
+            return (got, false);
+        };
+        assert_eq!(f.len(), 3, "[\"\", seq, payload]");
+        assert!(f[0].is_empty());
+        if f[1] == replay::END {
+            assert!(f[2].is_empty());
+            return (got, true);
+        }
+        got.push((
+            u64::from_be_bytes(f[1].as_slice().try_into().unwrap()),
+            f[2].clone(),
+        ));
+    }
+}
+
+// vLLM's replay protocol: a consumer that missed batches asks for them from
+// a sequence number on and gets exactly what the PUB socket sent, then the
+// end marker; batches older than the buffer are gone.
+#[test]
+fn the_replay_endpoint_resends_what_was_published() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = ipc(&dir);
+    let replay_ep = format!("ipc://{}/replay", dir.path().display());
+    let p = Publisher::bind(Config {
+        bind_endpoint: endpoint.clone(),
+        format: format("b", true, true),
+        queue_capacity: 0,
+        replay_endpoint: Some(replay_ep.clone()),
+        replay_buffer: 4,
+    })
+    .unwrap();
+    let (ctx, sub) = subscriber(&endpoint);
+    let first = await_joined(&p, &sub);
+    let mut live = Vec::new();
+    for i in 0..6u64 {
+        p.publish(Kind::Stored, &format!("{:x}", 0x100 + i), Medium::Cpu);
+        let f = recv(&sub);
+        live.push((
+            u64::from_be_bytes(f[1].as_slice().try_into().unwrap()),
+            f[2].clone(),
+        ));
+    }
+    assert_eq!(live.last().unwrap().0, first + 6);
+    // The last four batches are kept, byte for byte as published.
+    let (got, ended) = ask_replay(&ctx, &replay_ep, first + 1);
+    assert!(ended);
+    assert_eq!(got, live[2..]);
+    let (got, ended) = ask_replay(&ctx, &replay_ep, first + 5);
+    assert!(ended);
+    assert_eq!(got, live[4..]);
+    // Nothing newer than the last: just the end marker.
+    assert_eq!(ask_replay(&ctx, &replay_ep, first + 7), (vec![], true));
+    // A malformed request is ignored, and the endpoint keeps serving.
+    let bad = ctx.socket(zmq::DEALER).unwrap();
+    bad.set_linger(0).unwrap();
+    bad.connect(&replay_ep).unwrap();
+    bad.send_multipart([&b""[..], &b"short"[..]], 0).unwrap();
+    assert_eq!(ask_replay(&ctx, &replay_ep, first + 6).0, live[5..]);
+    assert_eq!(p.replay_requests(), 4);
+}
+
+#[test]
+fn a_replay_endpoint_in_use_is_an_error() {
+    let ctx = zmq::Context::new();
+    let holder = ctx.socket(zmq::ROUTER).unwrap();
+    holder.bind("tcp://127.0.0.1:*").unwrap();
+    let taken = holder.get_last_endpoint().unwrap().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let e = Publisher::bind(Config {
+        bind_endpoint: ipc(&dir),
+        format: format("b", true, true),
+        queue_capacity: 0,
+        replay_endpoint: Some(taken),
+        replay_buffer: 10,
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("replay endpoint"), "{e}");
+}
+
+// A new leader numbers on from a wall-clock base, never back.
+#[test]
+fn a_leader_numbers_on_from_its_base() {
+    let p = Publisher::unsent();
+    assert_eq!(p.inner.next_seq.load(Ordering::Relaxed), 1);
+    p.lead(1_765_000_000_000);
+    assert_eq!(
+        p.inner.next_seq.load(Ordering::Relaxed),
+        1_765_000_000_000_000
+    );
+    // An earlier clock (a second election in the same process, a clock
+    // stepped back) never moves the numbers back.
+    p.inner.next_seq.fetch_add(5, Ordering::Relaxed);
+    p.lead(1_764_000_000_000);
+    assert_eq!(
+        p.inner.next_seq.load(Ordering::Relaxed),
+        1_765_000_000_000_005
+    );
+    p.lead(u64::MAX);
+    assert_eq!(p.inner.next_seq.load(Ordering::Relaxed), u64::MAX);
 }

@@ -545,6 +545,7 @@ impl MasterMetrics {
         sync(&p.admitted, load(&c.promotion_admitted));
         sync(&p.rejected_frequency, load(&c.promotion_rejected_frequency));
         sync(&p.rejected_cap, load(&c.promotion_rejected_cap));
+        sync(&p.rejected_watermark, load(&c.promotion_rejected_watermark));
         sync(&p.completed, load(&c.promotion_completed));
         sync(&p.completed_bytes, load(&c.promotion_completed_bytes));
         sync(&p.failed, load(&c.promotion_failed));

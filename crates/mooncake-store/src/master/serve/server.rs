@@ -43,8 +43,6 @@ pub(crate) const TICK_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Read buffer per connection: a typical request arrives in one read.
 const READ_BUFFER: usize = 64 * 1024;
-/// Stack of a connection thread (the service needs little).
-const CONNECTION_STACK: usize = 256 << 10;
 /// Longest a request may take to arrive once its first byte has, and an
 /// answer to be taken (`rpc_conn_timeout` when shorter).
 const FRAME_TIMEOUT: Duration = Duration::from_secs(30);
@@ -147,6 +145,10 @@ impl MasterServer {
     /// election's term and proven deadline, set once when this master
     /// starts leading, before it serves).
     pub(crate) fn lead(&self, term: u64, lease: crate::ha::HeldUntil) {
+        let epoch_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.shared.service.kv_events_lead(epoch_ms);
         let _ = self.shared.leading.set(Leading { lease, term });
     }
 
@@ -249,7 +251,7 @@ pub fn rpc_options(config: &MasterConfig) -> ServerOptions {
         read_buffer: READ_BUFFER,
         // A client that just got an answer often calls again soon.
         poll: rpc::poll::server_window(),
-        stack_size: Some(CONNECTION_STACK),
+        stack_size: Some(rpc::server::CONNECTION_STACK),
     }
 }
 

@@ -130,6 +130,10 @@ impl Shared {
                     object_key: config.kv_events_emit_object_key,
                 },
                 queue_capacity: config.kv_events_queue_capacity,
+                replay_endpoint: Some(config.kv_events_replay_endpoint.trim())
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+                replay_buffer: config.kv_events_replay_buffer,
             })?);
         }
         if let Some(r) = &replication {

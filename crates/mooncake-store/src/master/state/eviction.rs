@@ -6,7 +6,9 @@
 //! capacity below the watermark, and at least `eviction_ratio` of capacity.
 //! When a put finds no space, a round runs at once (freeing at least what the
 //! put needs) and the put is retried. Victims go oldest first by lease time (a read
-//! extends it, so this approximates LRU). Never evicted: hard-pinned objects,
+//! extends it, so this approximates LRU), and objects whose lease times tie
+//! (two puts in one millisecond) in the order of their last use, exactly
+//! ([`rank`]). Never evicted: hard-pinned objects,
 //! objects under a read lease, puts in flight. Soft-pinned objects go only in
 //! a second pass, when the first freed too little and
 //! `allow_evict_soft_pinned_objects` is set.
@@ -77,6 +79,31 @@ pub(crate) fn round_target(p: &Policy, used: u64, capacity: u64, forced: bool) -
     Some(target.min(used))
 }
 
+/// An object's place in the eviction order, smallest first: its lease
+/// time, then its last use counted from `epoch` (a count of uses read once
+/// per round, [`super::leases::uses_now`]; a use after it counts as newer).
+/// Exact while the uses of objects with tied lease times lie within 2^31
+/// of the epoch.
+pub(crate) type Rank = (u64, i32);
+
+pub(crate) fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
+    (obj.lease_until, obj.used.wrapping_sub(epoch) as i32)
+}
+
+/// Metadata bytes the timer's round frees when `used` reached `watermark`
+/// (of a budget of `limit`): down to `eviction_ratio` of the budget below
+/// the watermark, and at least that much. `None` below the watermark.
+pub(crate) fn metadata_target(p: &Policy, used: u64, watermark: u64, limit: u64) -> Option<u64> {
+    if used < watermark {
+        return None;
+    }
+    let ratio_bytes = ratio_bytes(p, limit);
+    let target = used
+        .saturating_sub(watermark.saturating_sub(ratio_bytes))
+        .max(ratio_bytes);
+    Some(target.min(used))
+}
+
 /// `eviction_ratio` of `capacity`, in bytes.
 pub(crate) fn ratio_bytes(p: &Policy, capacity: u64) -> u64 {
     (p.eviction_ratio * capacity as f64) as u64
@@ -96,10 +123,10 @@ pub(crate) fn footprint(obj: &ObjectMeta) -> u64 {
     aligned_len(obj.size).unwrap_or(obj.size) * obj.replicas.len() as u64
 }
 
-/// The lease time up to which evicting the `(lease_until, footprint)`
-/// candidates, oldest first, frees `target` bytes (all of them when they
-/// hold less). `None` when there is no candidate. Sorts `candidates`.
-pub(crate) fn threshold(candidates: &mut [(u64, u64)], target: u64) -> Option<u64> {
+/// The rank up to which evicting the `(rank, footprint)` candidates, oldest
+/// first, frees `target` bytes (all of them when they hold less). `None`
+/// when there is no candidate. Sorts `candidates`.
+pub(crate) fn threshold<K: Ord + Copy>(candidates: &mut [(K, u64)], target: u64) -> Option<K> {
     candidates.sort_unstable();
     let mut acc = 0;
     for &(t, b) in candidates.iter() {
@@ -111,10 +138,10 @@ pub(crate) fn threshold(candidates: &mut [(u64, u64)], target: u64) -> Option<u6
     candidates.last().map(|&(t, _)| t)
 }
 
-/// [`threshold`], with the bytes the candidates up to it hold: the lease
-/// time up to which the oldest candidates cover `target`, and what they
-/// cover (less than `target` when all of them do not reach it).
-pub(crate) fn cover(candidates: &mut [(u64, u64)], target: u64) -> Option<(u64, u64)> {
+/// [`threshold`], with the bytes the candidates up to it hold: the rank up
+/// to which the oldest candidates cover `target`, and what they cover (less
+/// than `target` when all of them do not reach it).
+pub(crate) fn cover<K: Ord + Copy>(candidates: &mut [(K, u64)], target: u64) -> Option<(K, u64)> {
     let t = threshold(candidates, target)?;
     let bytes = candidates
         .iter()
@@ -147,6 +174,20 @@ mod tests {
     }
 
     #[test]
+    fn metadata_targets_go_below_the_metadata_watermark() {
+        let p = policy(0.9, 0.1);
+        assert_eq!(metadata_target(&p, 899, 900, 1000), None);
+        assert_eq!(metadata_target(&p, 900, 900, 1000), Some(100));
+        assert_eq!(metadata_target(&p, 950, 900, 1000), Some(150));
+        assert_eq!(
+            metadata_target(&p, 5, 0, 1000),
+            Some(5),
+            "never more than held"
+        );
+        assert_eq!(metadata_target(&p, 10, u64::MAX, u64::MAX), None, "off");
+    }
+
+    #[test]
     fn targets_go_below_the_watermark() {
         let p = policy(0.9, 0.2);
         assert_eq!(round_target(&p, 89, 100, false), None);
@@ -160,11 +201,39 @@ mod tests {
     }
 
     #[test]
+    fn ties_in_lease_time_go_in_order_of_use_across_the_wrap() {
+        let obj = |lease_until, used| ObjectMeta {
+            lease_until,
+            used,
+            ..ObjectMeta::absent()
+        };
+        // Uses counted just before and after the counter wraps, read
+        // with an epoch between them.
+        let epoch = u32::MAX - 1;
+        let (a, b, c) = (obj(5, u32::MAX - 3), obj(5, u32::MAX), obj(5, 2));
+        assert!(rank(&a, epoch) < rank(&b, epoch));
+        assert!(
+            rank(&b, epoch) < rank(&c, epoch),
+            "a use after the wrap is newer"
+        );
+        assert!(
+            rank(&obj(4, 2), epoch) < rank(&a, epoch),
+            "the lease time comes first"
+        );
+        let mut c = [
+            (rank(&c, epoch), 1),
+            (rank(&a, epoch), 1),
+            (rank(&b, epoch), 1),
+        ];
+        assert_eq!(cover(&mut c, 2), Some((rank(&b, epoch), 2)));
+    }
+
+    #[test]
     fn the_threshold_covers_the_target_oldest_first() {
         let mut c = [(30, 10), (10, 10), (20, 10)];
         assert_eq!(threshold(&mut c, 15), Some(20));
         assert_eq!(threshold(&mut c, 1000), Some(30));
-        assert_eq!(threshold(&mut [], 1), None);
+        assert_eq!(threshold::<u64>(&mut [], 1), None);
     }
 
     #[test]
@@ -176,6 +245,6 @@ mod tests {
             "ties at the threshold go too"
         );
         assert_eq!(cover(&mut c, 1000), Some((30, 35)));
-        assert_eq!(cover(&mut [], 1), None);
+        assert_eq!(cover::<u64>(&mut [], 1), None);
     }
 }

@@ -293,6 +293,7 @@ impl MasterService {
                 replicas,
                 pending,
                 flags,
+                used: 0,
             };
             if !self.objects.restore(&mut shard, key, obj) {
                 return Err(inconsistent(format!("object {key:?} twice")));

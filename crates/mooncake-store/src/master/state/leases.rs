@@ -9,11 +9,28 @@
 //! - A hard pin is permanent: never evicted; only an explicit forced remove,
 //!   or `remove_all`, drops the object.
 //!
+//! A check for existence is not a use: it leases nothing and leaves the
+//! object's place in the eviction order, so callers that poll `exist`
+//! (prefix lookups) do not keep objects from being evicted; a read leases
+//! what it reads.
+//!
 //! Leases and soft-pin deadlines are volatile: reads change them on the
 //! leader only, and no `Mutation` carries them (see `service`).
 
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use super::objects::ObjectMeta;
 use crate::master::config::policy::LeasePolicy;
+
+/// Reads and writes so far (wrapping): a use stamps the object with the
+/// next count, so eviction can order objects used within the same
+/// millisecond exactly (`eviction::rank`).
+static USES: AtomicU32 = AtomicU32::new(0);
+
+/// The count the next use will get.
+pub(crate) fn uses_now() -> u32 {
+    USES.load(Ordering::Relaxed)
+}
 
 impl LeasePolicy {
     /// A read: grant (or extend) the lease and refresh the soft pin.
@@ -53,6 +70,7 @@ impl LeasePolicy {
     }
 
     fn touch(&self, obj: &mut ObjectMeta, now: u64) {
+        obj.used = USES.fetch_add(1, Ordering::Relaxed);
         if obj.has_soft_pin() {
             obj.soft_pin_until = now.saturating_add(self.soft_pin_ttl);
         }
@@ -109,6 +127,7 @@ mod tests {
             replicas: Replicas::Many(Box::new([])),
             pending: None,
             flags,
+            used: 0,
         }
     }
 

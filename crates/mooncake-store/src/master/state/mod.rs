@@ -20,6 +20,7 @@ mod leases;
 pub(in crate::master) mod mutation;
 mod objects;
 pub(in crate::master) mod owned;
+mod promotion;
 mod retired;
 mod segments;
 pub(in crate::master) mod service;

@@ -153,6 +153,10 @@ pub(crate) struct ObjectMeta {
     pub(crate) replicas: Replicas,
     pub(crate) pending: Option<Box<PendingPut>>,
     pub(crate) flags: u8,
+    /// When the object was last read or written, counted in uses (see
+    /// `leases`, wrapping): orders objects whose `lease_until` ties.
+    /// Volatile, like the lease; it fits in what would be padding.
+    pub(crate) used: u32,
 }
 
 impl ObjectMeta {
@@ -165,6 +169,7 @@ impl ObjectMeta {
             replicas: Replicas::Many(Box::new([])),
             pending: None,
             flags: 0,
+            used: 0,
         }
     }
 
@@ -365,6 +370,8 @@ pub(crate) struct ObjectMap {
     /// allowed (`--max_metadata_bytes`).
     metadata_used: AtomicU64,
     metadata_limit: AtomicU64,
+    /// Metadata bytes from which the timer evicts (`u64::MAX`: never).
+    metadata_watermark: AtomicU64,
 }
 
 impl Default for ObjectMap {
@@ -385,6 +392,7 @@ impl Default for ObjectMap {
             hasher: RandomState::new(),
             metadata_used: AtomicU64::new(0),
             metadata_limit: AtomicU64::new(u64::MAX),
+            metadata_watermark: AtomicU64::new(u64::MAX),
         }
     }
 }
@@ -432,6 +440,18 @@ impl ObjectMap {
 
     pub(crate) fn set_metadata_limit(&self, bytes: u64) {
         self.metadata_limit.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn metadata_limit(&self) -> u64 {
+        self.metadata_limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_metadata_watermark(&self, bytes: u64) {
+        self.metadata_watermark.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn metadata_watermark(&self) -> u64 {
+        self.metadata_watermark.load(Ordering::Relaxed)
     }
 
     /// Bytes of metadata held.

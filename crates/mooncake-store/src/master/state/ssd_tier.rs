@@ -21,6 +21,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::fs_tier::SHARED_FS;
 use super::leases::CopyLease;
+use super::promotion::Candidates;
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -48,6 +49,8 @@ pub(crate) enum Promotion {
     Queued,
     /// Already queued.
     Pending,
+    /// Memory is at the eviction high watermark.
+    Pressed,
     /// The queue is at `--promotion_queue_limit`.
     AtCap,
 }
@@ -71,10 +74,15 @@ pub(crate) struct DiskTable {
     mail: Mutex<HashMap<ClientId, Mailbox>>,
     /// Reads of disk-only objects not promoted yet (volatile).
     hits: Mutex<HashMap<Box<str>, usize>>,
-    /// Promotions queued or in flight (volatile).
-    promoting: Mutex<HashSet<Box<str>>>,
+    /// Promotions queued or in flight, with the reads of each meanwhile
+    /// (volatile).
+    promoting: Mutex<HashMap<Box<str>, u32>>,
+    /// Promotions to retry (volatile).
+    candidates: Mutex<Candidates>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
+    /// The copies' bytes per tier owner.
+    used: Mutex<HashMap<ClientId, u64>>,
     /// The shared filesystem's copies, oldest first (its eviction order).
     files: Mutex<FileOrder>,
 }
@@ -97,7 +105,9 @@ impl DiskTable {
         self.mail.lock().clear();
         self.hits.lock().clear();
         self.promoting.lock().clear();
+        self.candidates.lock().clear();
         self.bytes.store(0, Ordering::Relaxed);
+        self.used.lock().clear();
         *self.files.lock() = FileOrder::default();
     }
 
@@ -181,6 +191,11 @@ impl DiskTable {
                     copy.owner = owner;
                 }
             }
+            drop(copies);
+            let mut used = self.used.lock();
+            let moved: u64 = previous.iter().filter_map(|c| used.remove(c)).sum();
+            *used.entry(owner).or_default() += moved;
+            drop(used);
             let mut mail = self.mail.lock();
             for c in previous {
                 mail.remove(&c);
@@ -190,13 +205,21 @@ impl DiskTable {
 
     pub(crate) fn unmount(&self, owner: ClientId) {
         self.tiers.write().remove(&owner);
-        self.mail.lock().remove(&owner);
+        // Promotions it never started are no longer pending.
+        let mail = self.mail.lock().remove(&owner);
+        if let Some(mail) = mail {
+            let mut promoting = self.promoting.lock();
+            for key in &mail.promotions {
+                promoting.remove(key.as_str());
+            }
+        }
     }
 
     /// Records `key`'s copy (replacing one another tier held).
     pub(crate) fn add(&self, key: &str, copy: DiskCopy) {
         let old = self.copies.lock().insert(key.into(), copy);
         let old_size = old.map_or(0, |c| c.size);
+        self.charge(copy.owner, copy.size, old);
         self.bytes.fetch_add(copy.size, Ordering::Relaxed);
         self.bytes.fetch_sub(old_size, Ordering::Relaxed);
         if let Some(old) = old {
@@ -216,8 +239,40 @@ impl DiskTable {
     pub(crate) fn drop_copy(&self, key: &str) -> Option<DiskCopy> {
         let old = self.copies.lock().remove(key)?;
         self.bytes.fetch_sub(old.size, Ordering::Relaxed);
+        self.charge(old.owner, 0, Some(old));
         self.unorder(key, old);
         Some(old)
+    }
+
+    /// `owner`'s tier holds `size` more bytes, and `old`'s owner `old.size` fewer.
+    fn charge(&self, owner: ClientId, size: u64, old: Option<DiskCopy>) {
+        let mut used = self.used.lock();
+        *used.entry(owner).or_default() += size;
+        if let Some(old) = old {
+            if let Some(u) = used.get_mut(&old.owner) {
+                *u = u.saturating_sub(old.size);
+                if *u == 0 {
+                    used.remove(&old.owner);
+                }
+            }
+        }
+    }
+
+    /// The free share of `owner`'s tier (1 without a tier or a limit), as
+    /// the reference's `ssd_free_ratio_first` scores a segment's owner.
+    pub(crate) fn tier_free_ratio(&self, owner: ClientId) -> f64 {
+        let capacity = self.tiers.read().get(&owner).map_or(0, |t| t.capacity);
+        if capacity == 0 {
+            return 1.0;
+        }
+        let used = self
+            .used
+            .lock()
+            .get(&owner)
+            .copied()
+            .unwrap_or(0)
+            .min(capacity);
+        (capacity - used) as f64 / capacity as f64
     }
 
     fn unorder(&self, key: &str, old: DiskCopy) {
@@ -292,24 +347,45 @@ impl DiskTable {
     /// A read found `key` on disk only: counts it, and once it was read
     /// `after` times queues its promotion with `owner` (at most `limit`
     /// queued or in flight).
-    pub(crate) fn hit(&self, key: &str, owner: ClientId, after: usize, limit: usize) -> Promotion {
+    /// `pressed`: memory is at the eviction watermark, so nothing is
+    /// queued, and the key's count stays at the threshold (its next read
+    /// tries again).
+    pub(crate) fn hit(
+        &self,
+        key: &str,
+        owner: ClientId,
+        after: usize,
+        limit: usize,
+        pressed: bool,
+    ) -> Promotion {
         {
             let mut hits = self.hits.lock();
             let n = hits.entry(key.into()).or_insert(0);
-            *n += 1;
+            *n = n.saturating_add(1);
             if *n < after {
                 return Promotion::TooRare;
             }
+            if pressed {
+                *n = after;
+                return Promotion::Pressed;
+            }
             hits.remove(key);
         }
+        self.enqueue_promotion(key, owner, limit)
+    }
+
+    /// Queues `key`'s promotion with `owner` (at most `limit` queued or in
+    /// flight), unless it is queued already.
+    pub(crate) fn enqueue_promotion(&self, key: &str, owner: ClientId, limit: usize) -> Promotion {
         let mut promoting = self.promoting.lock();
-        if promoting.contains(key) {
+        if let Some(reads) = promoting.get_mut(key) {
+            *reads = reads.saturating_add(1);
             return Promotion::Pending;
         }
         if promoting.len() >= limit {
             return Promotion::AtCap;
         }
-        promoting.insert(key.into());
+        promoting.insert(key.into(), 0);
         drop(promoting);
         self.mail
             .lock()
@@ -320,14 +396,20 @@ impl DiskTable {
         Promotion::Queued
     }
 
+    /// The promotions waiting for a retry.
+    pub(crate) fn candidates(&self) -> parking_lot::MutexGuard<'_, Candidates> {
+        self.candidates.lock()
+    }
+
     /// Promotions queued and not yet started.
     pub(crate) fn promotions_queued(&self) -> usize {
         self.promoting.lock().len()
     }
 
-    /// The owner started (or gave up) promoting `key`.
-    pub(crate) fn promotion_taken(&self, key: &str) {
-        self.promoting.lock().remove(key);
+    /// The owner started (or gave up) promoting `key`: the reads it had
+    /// meanwhile.
+    pub(crate) fn promotion_taken(&self, key: &str) -> u32 {
+        self.promoting.lock().remove(key).unwrap_or(0)
     }
 
     /// `key`'s copy, handed out to `owner`, holds `lease` on the object.
@@ -452,15 +534,78 @@ mod tests {
     }
 
     #[test]
+    fn a_tiers_free_ratio_follows_its_copies() {
+        let t = DiskTable::default();
+        assert_eq!(t.tier_free_ratio(1), 1.0, "no tier");
+        let tier = |id: &str| Tier {
+            tier_id: id.into(),
+            endpoint: "h:1".into(),
+            capacity: 1000,
+        };
+        t.mount(1, tier("d1"));
+        t.add(
+            "a",
+            DiskCopy {
+                owner: 1,
+                size: 250,
+            },
+        );
+        t.add(
+            "b",
+            DiskCopy {
+                owner: 1,
+                size: 250,
+            },
+        );
+        assert_eq!(t.tier_free_ratio(1), 0.5);
+        t.add(
+            "a",
+            DiskCopy {
+                owner: 1,
+                size: 100,
+            },
+        );
+        assert_eq!(t.tier_free_ratio(1), 0.65, "a replaced copy");
+        t.drop_copy("b");
+        assert_eq!(t.tier_free_ratio(1), 0.9);
+        // A takeover moves the bytes with the copies.
+        t.mount(2, tier("d1"));
+        assert_eq!(t.tier_free_ratio(2), 0.9);
+        assert_eq!(t.tier_free_ratio(1), 1.0);
+    }
+
+    #[test]
+    fn a_promotion_waits_for_memory_below_the_watermark() {
+        let t = DiskTable::default();
+        assert_eq!(t.hit("k", 1, 2, 10, true), Promotion::TooRare);
+        assert_eq!(t.hit("k", 1, 2, 10, true), Promotion::Pressed);
+        assert_eq!(t.promotions_queued(), 0);
+        // The count stays at the threshold: the next read under no
+        // pressure queues it.
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::Queued);
+        assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
+    }
+
+    #[test]
+    fn an_unmounted_tier_leaves_no_promotion_pending() {
+        let t = DiskTable::default();
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Queued);
+        t.unmount(1);
+        assert_eq!(t.promotions_queued(), 0);
+        assert_eq!(t.hit("k", 2, 1, 10, false), Promotion::Queued);
+        assert_eq!(t.take(2, 0, 5).promotions, ["k"]);
+    }
+
+    #[test]
     fn promotions_fire_at_the_threshold_once() {
         let t = DiskTable::default();
-        assert_eq!(t.hit("k", 1, 2, 10), Promotion::TooRare);
-        assert_eq!(t.hit("k", 1, 2, 10), Promotion::Queued);
-        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Pending);
-        assert_eq!(t.hit("j", 1, 1, 1), Promotion::AtCap);
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::TooRare);
+        assert_eq!(t.hit("k", 1, 2, 10, false), Promotion::Queued);
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Pending);
+        assert_eq!(t.hit("j", 1, 1, 1, false), Promotion::AtCap);
         assert_eq!(t.promotions_queued(), 1);
         assert_eq!(t.take(1, 0, 5).promotions, ["k"]);
         t.promotion_taken("k");
-        assert_eq!(t.hit("k", 1, 1, 10), Promotion::Queued);
+        assert_eq!(t.hit("k", 1, 1, 10, false), Promotion::Queued);
     }
 }

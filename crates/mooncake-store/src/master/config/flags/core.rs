@@ -32,9 +32,11 @@ macro_rules! core_flags {
         => enable_metric_reporting: bool = boolean;
     client_ttl: Duration = "10", Full, "Seconds without heartbeat before a client is dropped"
         => client_ttl: Duration = positive_seconds;
+    client_suspect_ms: Duration = "2000", Full, "Milliseconds without heartbeat after which a client is Suspected: reads skip its replicas while another replica is served elsewhere (0: off; at least client_ttl: off)"
+        => client_suspect: Duration = millis;
     cluster_id: Str = "mooncake_cluster", Full, "Cluster id (HA keys, metadata prefixes)"
         => cluster_id: String = text;
-    allocation_strategy: Str = "random", Full, "Replica placement: random or free_ratio_first"
+    allocation_strategy: Str = "random", Full, "Replica placement: random, free_ratio_first, ssd_free_ratio_first or local_first"
         => allocation_strategy: AllocationStrategy = strategy;
     memory_allocator: Str = "offset", Full, "Segment allocator (offset)"
         => memory_allocator: String = offset_allocator;
@@ -50,6 +52,8 @@ macro_rules! core_flags {
         => allow_force_remove_all: bool = boolean;
     max_metadata_bytes: Size = "16GB", Full, "Budget for object metadata (key bytes plus a fixed overhead per object); puts past it fail with NO_AVAILABLE_HANDLE"
         => max_metadata_bytes: u64 = size;
+    metadata_eviction_watermark_ratio: Float = "0.9", Full, "Share of --max_metadata_bytes at which the timer evicts the oldest objects until metadata is eviction_ratio of the budget below it (0: off)"
+        => metadata_eviction_watermark_ratio: f64 = ratio;
     http_metadata_server_max_value_size: Size = "16MB", Full, "Largest value the embedded HTTP metadata server stores"
         => http_metadata_server_max_value_size: u64 = size;
     http_metadata_server_max_keys: Int = "1048576", Full, "Most keys the embedded HTTP metadata server holds"

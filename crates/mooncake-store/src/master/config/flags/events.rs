@@ -16,5 +16,9 @@ macro_rules! events_flags {
         => kv_events_emit_object_key: bool = boolean;
     kv_events_queue_capacity: Int = "65536", Full, "Maximum pending KV events; oldest events are dropped when the queue is full (0 = unbounded)"
         => kv_events_queue_capacity: usize = count;
+    kv_events_replay_endpoint: Str = "", Full, "ZMQ ROUTER bind endpoint answering requests for missed batches (vLLM's replay protocol), e.g. tcp://0.0.0.0:5558; empty: none"
+        => kv_events_replay_endpoint: String = text;
+    kv_events_replay_buffer: Int = "10000", Full, "Sent batches the replay endpoint keeps"
+        => kv_events_replay_buffer: usize = count;
     } };
 }

@@ -4,6 +4,7 @@
 //! allocation reads the current snapshot without a lock and then takes the
 //! one segment's allocator lock, so puts to different segments never contend.
 
+pub(crate) mod local_first;
 pub(crate) mod space;
 
 use std::collections::HashMap;
@@ -49,6 +50,9 @@ pub(crate) struct Segment {
     /// its replicas are not served meanwhile (the owner may be gone, and
     /// another process may hold that memory now).
     verified: AtomicBool,
+    /// Its owner is Suspected (`clients::health`): reads prefer other
+    /// replicas. Set by the leader's timer, cleared by a heartbeat.
+    suspected: AtomicBool,
 }
 
 /// Where a segment is in a drain, with the reference's numbers.
@@ -92,6 +96,7 @@ impl Segment {
             mounted: AtomicBool::new(true),
             status: AtomicU8::new(SegmentStatus::Ok as u8),
             verified: AtomicBool::new(true),
+            suspected: AtomicBool::new(false),
         }
     }
 
@@ -128,6 +133,11 @@ impl Segment {
     /// Whether its replicas may be served (see `verified`).
     pub(crate) fn is_verified(&self) -> bool {
         self.verified.load(Ordering::Acquire)
+    }
+
+    /// Whether its owner is Suspected (see `suspected`).
+    pub(crate) fn is_suspected(&self) -> bool {
+        self.suspected.load(Ordering::Acquire)
     }
 
     /// Allocates `size` bytes here; `None` when full, unmounted or being
@@ -224,6 +234,9 @@ pub(crate) struct SegmentTable {
     unmounted: Mutex<HashMap<SegmentId, Arc<Segment>>>,
     /// Some mounted segment awaits its owner (see `Segment::verified`).
     awaiting_owners: AtomicBool,
+    /// Some mounted segment's owner is Suspected (`Segment::suspected`):
+    /// heartbeats look for theirs only then.
+    any_suspected: AtomicBool,
 }
 
 impl SegmentTable {
@@ -316,6 +329,32 @@ impl SegmentTable {
         }
     }
 
+    /// Marks the segments of the `suspects` (and only theirs) Suspected.
+    pub(crate) fn suspect_owners(&self, suspects: &[ClientId]) {
+        if suspects.is_empty() && !self.any_suspected.load(Ordering::Acquire) {
+            return;
+        }
+        let mut any = false;
+        for s in &self.table.load().list {
+            let suspected = suspects.contains(&s.owner);
+            s.suspected.store(suspected, Ordering::Release);
+            any |= suspected;
+        }
+        self.any_suspected.store(any, Ordering::Release);
+    }
+
+    /// `owner` was heard from: its segments are no longer Suspected.
+    pub(crate) fn clear_suspicion(&self, owner: ClientId) {
+        if !self.any_suspected.load(Ordering::Acquire) {
+            return;
+        }
+        for s in &self.table.load().list {
+            if s.owner == owner && s.is_suspected() {
+                s.suspected.store(false, Ordering::Release);
+            }
+        }
+    }
+
     /// Notes an unmounted segment a restored replica still names.
     pub(crate) fn add_unmounted(&self, id: SegmentId, owner: ClientId, info: SegmentInfo) {
         let seg = Arc::new(Segment::new(id, info, owner));
@@ -355,6 +394,7 @@ impl SegmentTable {
     /// Places up to `config.replica_num` replicas of `size` bytes on distinct
     /// segments: preferred segments first, then by `strategy`. Returns at
     /// least one placement, or `NO_AVAILABLE_HANDLE`.
+    #[cfg(test)]
     pub(crate) fn place(
         &self,
         size: u64,
@@ -365,11 +405,26 @@ impl SegmentTable {
     }
 
     /// [`SegmentTable::place`], taking each range with `allocate`.
+    #[cfg(test)]
     pub(crate) fn place_with(
         &self,
         size: u64,
         config: &ReplicaPolicy,
         strategy: AllocationStrategy,
+        allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
+    ) -> Result<Vec<Placement>> {
+        self.place_ranked(size, config, strategy, &|s| s.free_ratio(), allocate)
+    }
+
+    /// Places as `place`; the ranked strategies sample and try
+    /// the segments of the highest `score` first (free-ratio first: the
+    /// segment's free share; SSD free-ratio first: its owner's tier's).
+    pub(crate) fn place_ranked(
+        &self,
+        size: u64,
+        config: &ReplicaPolicy,
+        strategy: AllocationStrategy,
+        score: &dyn Fn(&Segment) -> f64,
         allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
     ) -> Result<Vec<Placement>> {
         let t = self.table.load();
@@ -405,14 +460,18 @@ impl SegmentTable {
         }
 
         let n = t.list.len();
-        if placed.len() < want && strategy == AllocationStrategy::FreeRatioFirst {
+        let ranked = matches!(
+            strategy,
+            AllocationStrategy::FreeRatioFirst | AllocationStrategy::SsdFreeRatioFirst
+        );
+        if placed.len() < want && ranked {
             // Best of N: sample consecutive segments from a random start and
             // try the emptiest first.
             let samples = (FREE_RATIO_SAMPLES_PER_REPLICA * (want - placed.len())).min(n);
             let start = rand::thread_rng().gen_range(0..n);
             let mut candidates: Vec<(f64, &Arc<Segment>)> = (0..samples)
                 .map(|i| &t.list[(start + i) % n])
-                .map(|s| (s.free_ratio(), s))
+                .map(|s| (score(s), s))
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
             for (_, seg) in candidates {

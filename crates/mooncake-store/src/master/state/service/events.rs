@@ -17,6 +17,14 @@ impl MasterService {
         self
     }
 
+    /// This master starts leading (HA): its batch numbers go on from a base
+    /// above any its predecessors used (see `Publisher::lead`).
+    pub(crate) fn kv_events_lead(&self, epoch_ms: u64) {
+        if let Some(p) = &self.kv_events {
+            p.lead(epoch_ms);
+        }
+    }
+
     /// The publisher's counters, when it publishes.
     pub fn kv_event_stats(&self) -> Option<Stats> {
         self.kv_events.as_ref().map(Publisher::stats)

@@ -210,6 +210,9 @@ impl MasterService {
             } => A::Unit {
                 result: self.mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now),
             },
+            Q::UnmountLocalDisk { client_id } => A::Unit {
+                result: self.unmount_local_disk_in(call, client_id),
+            },
             Q::FetchOffloadTasks { client_id, max } => A::Offload {
                 result: self.fetch_offload_tasks(client_id, max, now),
             },

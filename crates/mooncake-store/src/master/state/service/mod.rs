@@ -48,6 +48,7 @@ mod files;
 mod handle;
 mod mounts;
 mod offload;
+mod placement;
 mod put;
 mod read;
 mod remove;
@@ -73,7 +74,7 @@ use super::fs_tier::FileTier;
 use super::mutation::MutationSink;
 use super::objects::{flags, ObjectMap};
 use super::retired::RetiredSpace;
-use super::segments::{Placement, SegmentTable};
+use super::segments::SegmentTable;
 use super::ssd_tier::DiskTable;
 use super::tasks::TaskTable;
 use crate::master::config::policy::{OffloadPolicy, Policy, TaskPolicy};
@@ -96,6 +97,7 @@ pub(crate) struct Counters {
     pub promotion_admitted: AtomicU64,
     pub promotion_rejected_frequency: AtomicU64,
     pub promotion_rejected_cap: AtomicU64,
+    pub promotion_rejected_watermark: AtomicU64,
     pub promotion_completed: AtomicU64,
     pub promotion_completed_bytes: AtomicU64,
     pub promotion_failed: AtomicU64,
@@ -174,6 +176,8 @@ impl MasterService {
             .with_task_policy(config.task_policy())
             .with_offload_policy(config.offload_policy())
             .with_metadata_budget(config.max_metadata_bytes)
+            .with_metadata_watermark(config.metadata_eviction_watermark_ratio)
+            .with_suspect_after(config.suspect_after())
             .with_file_policy(config.file_policy())
             .with_tenants_of(config)
     }
@@ -183,6 +187,19 @@ impl MasterService {
     /// `NO_AVAILABLE_HANDLE`. Unlimited by default.
     pub fn with_metadata_budget(self, bytes: u64) -> Self {
         self.objects.set_metadata_limit(bytes);
+        self
+    }
+
+    /// Evicts objects, oldest first, once their metadata reaches `ratio` of
+    /// the budget (set the budget first; 0: never), so the master makes
+    /// room before puts of new keys are refused and before it runs out of
+    /// memory.
+    pub fn with_metadata_watermark(self, ratio: f64) -> Self {
+        let limit = self.objects.metadata_limit();
+        if ratio > 0.0 && limit != u64::MAX {
+            self.objects
+                .set_metadata_watermark((ratio * limit as f64) as u64);
+        }
         self
     }
 
@@ -264,18 +281,6 @@ impl MasterService {
 
     pub(crate) fn counters(&self) -> &Counters {
         &self.counters
-    }
-
-    /// Places `len` bytes per replica (reserving the ranges); a failure for
-    /// lack of space asks for an eviction round.
-    fn place(&self, len: u64, cfg: &ReplicaPolicy) -> Result<Vec<Placement>> {
-        self.segments
-            .place(len, cfg, self.policy.strategy)
-            .inspect_err(|e| {
-                if e.code == ErrorCode::NO_AVAILABLE_HANDLE {
-                    self.eviction.request();
-                }
-            })
     }
 }
 

@@ -25,6 +25,7 @@ impl MasterService {
         if clients.touch(client, now) {
             drop(clients);
             self.segments.verify_owner(client);
+            self.segments.clear_suspicion(client);
             return Ok(());
         }
         self.apply_clients(call, &mut clients, ClientOp::Register { client, now });
@@ -92,6 +93,20 @@ impl MasterService {
         self.clients.lock().touch(client, now);
         self.drop_unmounted(call, &[], now);
         Ok(())
+    }
+
+    /// Marks the segments of clients silent for `suspect_after` (but not
+    /// yet for `client_ttl`) Suspected, and only theirs. Volatile, as the
+    /// last contact it is derived from: the leader's timer sets it.
+    pub(super) fn suspect_clients(&self, now: u64) {
+        let suspects = self.clients.lock().suspected(self.policy.client_ttl, now);
+        self.segments.suspect_owners(&suspects);
+    }
+
+    /// Silence after which a client is Suspected (0: never).
+    pub fn with_suspect_after(self, ms: u64) -> Self {
+        self.clients.lock().set_suspect_after(ms);
+        self
     }
 
     /// Drops clients silent for `client_ttl`; returns how many.

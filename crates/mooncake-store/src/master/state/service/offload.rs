@@ -287,7 +287,7 @@ impl MasterService {
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
-        self.disk.promotion_taken(key);
+        let reads = self.disk.promotion_taken(key);
         let mut shard = self.objects.lock(key);
         let now = shard.clock(now);
         let copy = self.disk.copy(key).filter(|c| c.owner == client);
@@ -297,6 +297,21 @@ impl MasterService {
                 format!("{key:?} is not a disk-only object of this tier"),
             ));
         };
+        // The reference gates at admission only, handing out one promotion
+        // per ten-second heartbeat; ours hands them out as fast as the owner
+        // asks, so the gate is checked again as each starts.
+        if self.memory_pressed() {
+            self.counters
+                .promotion_rejected_watermark
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.disk
+                .candidates()
+                .defer(key, reads.saturating_add(1), now);
+            return Err(Error::new(
+                ErrorCode::NO_AVAILABLE_HANDLE,
+                format!("{key:?}: memory is at the eviction watermark; the promotion waits"),
+            ));
+        }
         let own: Vec<String> = self
             .segments
             .all()
@@ -343,19 +358,75 @@ impl MasterService {
     }
 
     /// A read found `key` on disk only: count it towards a promotion.
-    pub(super) fn disk_hit(&self, key: &str, owner: ClientId) {
+    pub(super) fn disk_hit(&self, key: &str, owner: ClientId, now: u64) {
         let p = &self.offload;
         if !p.promote_on_hit {
             return;
         }
         let c = &self.counters;
-        let counter = match self.disk.hit(key, owner, p.promote_after, p.promote_limit) {
+        let pressed = self.memory_pressed();
+        let hit = self
+            .disk
+            .hit(key, owner, p.promote_after, p.promote_limit, pressed);
+        let counter = match hit {
             Promotion::Queued => &c.promotion_admitted,
             Promotion::TooRare => &c.promotion_rejected_frequency,
+            Promotion::Pressed => &c.promotion_rejected_watermark,
             Promotion::AtCap => &c.promotion_rejected_cap,
             Promotion::Pending => return,
         };
+        if matches!(hit, Promotion::Pressed | Promotion::AtCap) {
+            self.disk.candidates().record(key, now);
+        }
         counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether memory is at the eviction high watermark: a promotion then
+    /// waits, as the reference's does, rather than add to what the next
+    /// eviction round must free.
+    fn memory_pressed(&self) -> bool {
+        let (used, capacity) = self.segments.usage();
+        capacity == 0 || used as f64 >= self.policy.high_watermark * capacity as f64
+    }
+
+    /// Retries the promotions due (at most 128 a tick) that memory had no
+    /// room for: queued when memory is below the watermark now, else
+    /// backed off. Keys no longer disk-only in a tier are dropped.
+    pub(super) fn retry_promotions(&self, now: u64) -> usize {
+        let p = &self.offload;
+        if !p.promote_on_hit {
+            return 0;
+        }
+        let due = self.disk.candidates().due(now, 128);
+        let mut queued = 0;
+        for key in due {
+            let owner = self
+                .disk
+                .copy(&key)
+                .map(|c| c.owner)
+                .filter(|&o| o != SHARED_FS && self.disk.has_tier(o));
+            let in_memory = self.objects.lock(&key).contains_key(key.as_str());
+            let Some(owner) = owner.filter(|_| !in_memory) else {
+                self.disk.candidates().remove(&key);
+                continue;
+            };
+            if self.memory_pressed() {
+                self.disk.candidates().back_off(&key, now);
+                continue;
+            }
+            match self.disk.enqueue_promotion(&key, owner, p.promote_limit) {
+                Promotion::Queued => {
+                    self.disk.candidates().remove(&key);
+                    self.counters
+                        .promotion_admitted
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    queued += 1;
+                }
+                Promotion::AtCap => self.disk.candidates().back_off(&key, now),
+                _ => self.disk.candidates().remove(&key),
+            }
+        }
+        queued
     }
 
     /// Promotions queued and not started yet.
@@ -467,20 +538,44 @@ impl MasterService {
     pub(super) fn unmount_tiers(&self, call: &mut Call, dead: &[ClientId]) {
         for &client in dead {
             self.files.unmount(client);
-            if !self.disk.has_tier(client) {
-                continue;
+            if self.drop_tier(call, client) {
+                tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
             }
-            for key in self.disk.keys_of(client) {
-                let mut shard = self.objects.lock(&key);
-                self.apply_copy(
-                    call,
-                    shard.get_mut(key.as_str()).as_deref_mut(),
-                    DiskOp::DropCopy { key: &key },
-                );
-            }
-            self.apply_tiers(call, DiskOp::UnmountTier { client });
-            tracing::warn!(client = %format!("{client:032x}"), "SSD tier unmounted with its client");
         }
+    }
+
+    /// A storage client withdraws its SSD tier before it stops: from now
+    /// on it gets no offload or promotion work, and the master forgets its
+    /// copies (an object held only there is gone), so no reader is sent to
+    /// a tier about to stop serving. A client without a tier: done already.
+    pub(super) fn unmount_local_disk_in(&self, call: &mut Call, client: ClientId) -> Result<()> {
+        if !self.offload.enabled {
+            return Err(Error::new(
+                ErrorCode::UNABLE_OFFLOAD,
+                "offload is disabled on this master (--enable_offload=false)",
+            ));
+        }
+        if self.drop_tier(call, client) {
+            tracing::info!(client = %format!("{client:032x}"), "SSD tier unmounted on request");
+        }
+        Ok(())
+    }
+
+    /// Drops `client`'s tier and every copy it holds; false when it has none.
+    fn drop_tier(&self, call: &mut Call, client: ClientId) -> bool {
+        if !self.disk.has_tier(client) {
+            return false;
+        }
+        for key in self.disk.keys_of(client) {
+            let mut shard = self.objects.lock(&key);
+            self.apply_copy(
+                call,
+                shard.get_mut(key.as_str()).as_deref_mut(),
+                DiskOp::DropCopy { key: &key },
+            );
+        }
+        self.apply_tiers(call, DiskOp::UnmountTier { client });
+        true
     }
 
     // ---- apply --------------------------------------------------------

@@ -147,7 +147,8 @@ impl MasterService {
                 (Write::InPlace, descs)
             }
             existing => {
-                let replicas = Replicas::from_vec(self.place_put(call, len, cfg, now)?);
+                let cfg = self.local_first(cfg, client, key);
+                let replicas = Replicas::from_vec(self.place_put(call, len, &cfg, now)?);
                 let descs = replicas.descriptors(len, ReplicaStatus::Processing);
                 match existing {
                     Some(_) => (Write::Replacing(replicas), descs),

@@ -29,14 +29,17 @@ impl MasterService {
     }
 
     /// The complete replicas of `key`, memory first, then its copy in an
-    /// SSD tier; grants the read lease (a disk-only object has none).
+    /// SSD tier; grants the read lease (a disk-only object has none). A
+    /// Suspected owner's memory replicas are left out while another memory
+    /// replica is not (`clients::health`).
     pub fn get_replica_list(&self, key: &str, now: u64) -> Result<GetReplicaListResponse> {
         let in_memory = self.read_complete(key, now, |obj| {
             let live = obj.replicas.as_slice().iter();
             let live = live.filter(|p| p.segment.is_mounted());
-            let mut replicas: Vec<ReplicaDesc> = live
-                .clone()
-                .filter(|p| p.segment.is_verified())
+            let served = live.clone().filter(|p| p.segment.is_verified());
+            let trusted = served.clone().any(|p| !p.segment.is_suspected());
+            let mut replicas: Vec<ReplicaDesc> = served
+                .filter(|p| !trusted || !p.segment.is_suspected())
                 .map(|p| {
                     p.segment
                         .descriptor(p.offset, obj.size, ReplicaStatus::Complete)
@@ -61,12 +64,17 @@ impl MasterService {
             Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
                 Some((d, _)) => {
                     if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
-                        self.disk_hit(key, l.client_id);
+                        self.disk_hit(key, l.client_id, now);
                     }
                     vec![d]
                 }
                 None => return Err(e),
             },
+            // Its promotion is under way: the copy serves until it ends,
+            // as the reference's disk replica does.
+            Err(e) if e.code == ErrorCode::REPLICA_IS_NOT_READY => {
+                vec![self.promoting_copy(key).ok_or(e)?]
+            }
             r => r?,
         };
         Ok(GetReplicaListResponse {
@@ -75,19 +83,19 @@ impl MasterService {
         })
     }
 
-    /// Whether a complete object exists (a put in flight does not count).
-    /// Like every metadata read in the reference, a hit grants the lease.
+    /// Whether a complete object exists (a put in flight does not count,
+    /// unless it is a promotion: its disk copy serves).
+    /// Unlike the reference, which leases on a hit, a check is not a use:
+    /// clients that poll for prefixes would otherwise keep every object
+    /// they ask about from being evicted (see `leases`).
     pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
-        let now = shard.clock(now);
-        let obj = shard.get_mut(key);
-        match obj {
-            Some(mut obj) if obj.is_complete() => {
-                self.policy.lease.on_read(&mut obj, now);
-                Ok(true)
-            }
-            Some(_) => Ok(false),
+        shard.clock(now);
+        match shard.get(key) {
+            Some(obj) if obj.is_complete() => Ok(true),
+            // A put in flight, unless it is a promotion (the copy serves).
+            Some(_) => Ok(self.disk.has_copy(key)),
             None => Ok(self.disk.has_copy(key)),
         }
     }
@@ -95,7 +103,10 @@ impl MasterService {
     /// Size of a complete object; grants the lease.
     pub fn get_size(&self, key: &str, now: u64) -> Result<u64> {
         match self.read_complete(key, now, |obj| Ok(obj.size)) {
-            Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => {
+            Err(e)
+                if e.code == ErrorCode::OBJECT_NOT_FOUND
+                    || e.code == ErrorCode::REPLICA_IS_NOT_READY =>
+            {
                 self.disk.copy(key).map(|c| c.size).ok_or(e)
             }
             r => r,
@@ -111,13 +122,24 @@ impl MasterService {
             return Ok(vec![d]);
         };
         if !obj.is_complete() {
-            return Err(not_ready(key));
+            drop(shard);
+            return self
+                .promoting_copy(key)
+                .map(|d| vec![d])
+                .ok_or_else(|| not_ready(key));
         }
         let mut v = obj.replicas.descriptors(obj.size, ReplicaStatus::Complete);
         if obj.is_on_disk() {
             v.extend(self.disk_replica(key).map(|(d, _)| d));
         }
         Ok(v)
+    }
+
+    /// The copy of `key` while its object is a put in flight: only a
+    /// promotion writes an object whose copy is still recorded (a new
+    /// version forgets it at its start).
+    fn promoting_copy(&self, key: &str) -> Option<ReplicaDesc> {
+        self.disk_replica(key).map(|(d, _)| d)
     }
 
     /// Every complete object's key.

@@ -48,9 +48,13 @@ impl MasterService {
             at = at.zip(c.reserved_at).map(|(a, b)| a.max(b));
             Some(c.offset)
         };
-        let placed = self
-            .segments
-            .place_with(len, cfg, self.policy.strategy, &mut carve);
+        let placed = self.segments.place_ranked(
+            len,
+            cfg,
+            self.policy.strategy,
+            &|s| self.segment_score(s),
+            &mut carve,
+        );
         let placed = match placed {
             Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
                 // Full but for reserved space: it goes back, and the put

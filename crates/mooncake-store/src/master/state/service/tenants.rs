@@ -180,11 +180,13 @@ impl MasterService {
                 && eligible(o, now, soft)
                 && self.may_leave_memory(o, true)
         };
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
+        let epoch = crate::master::state::leases::uses_now();
+        let rank = |o: &ObjectMeta| crate::master::state::eviction::rank(o, epoch);
+        let mut candidates = Vec::new();
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
                 if may_go(key, o) {
-                    candidates.push((o.lease_until, charge_of(o)));
+                    candidates.push((rank(o), charge_of(o)));
                 }
             }
         }
@@ -198,7 +200,7 @@ impl MasterService {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if freed >= target || obj.lease_until > threshold || !may_go(key, obj) {
+                if freed >= target || rank(obj) > threshold || !may_go(key, obj) {
                     return true;
                 }
                 freed += charge_of(obj);

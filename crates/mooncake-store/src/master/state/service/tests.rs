@@ -301,8 +301,13 @@ pub(in crate::master) fn step(s: &MasterService, rng: &mut StdRng, h: &mut Histo
         }
         25 => {
             // Two directories; mounting one another client holds is a takeover.
-            let tier = ["t1", "t2"][rng.gen_range(0..2)];
-            let _ = s.mount_local_disk(owner, tier, "svc:1", 1 << 20, t);
+            // Or a storage client withdraws its tier.
+            if rng.gen_bool(0.15) {
+                let _ = s.unmount_local_disk(owner);
+            } else {
+                let tier = ["t1", "t2"][rng.gen_range(0..2)];
+                let _ = s.mount_local_disk(owner, tier, "svc:1", 1 << 20, t);
+            }
         }
         26 => {
             if let Ok(batch) = s.fetch_offload_tasks(owner, 4, t) {

@@ -6,9 +6,28 @@ use std::sync::atomic::Ordering;
 use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::events::{Kind, Medium};
-use crate::master::state::eviction::{self, eligible, footprint};
+use crate::master::state::eviction::{self, eligible, footprint, rank, Rank};
+use crate::master::state::leases::uses_now;
 use crate::master::state::mutation::{Call, ObjectOp};
-use crate::master::state::objects::ObjectMeta;
+use crate::master::state::objects::{metadata_cost, ObjectMeta};
+
+/// What an eviction round counts towards its target.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    /// Allocated segment bytes.
+    Space,
+    /// Metadata bytes, as `--max_metadata_bytes` counts them.
+    Metadata,
+}
+
+impl Measure {
+    fn of(self, key: &str, obj: &ObjectMeta) -> u64 {
+        match self {
+            Measure::Space => footprint(obj),
+            Measure::Metadata => metadata_cost(key),
+        }
+    }
+}
 
 impl MasterService {
     /// Runs the timers: client expiry, put timeouts, delayed frees, eviction.
@@ -19,12 +38,14 @@ impl MasterService {
             expired_clients: self.expire_clients(call, now),
             ..Default::default()
         };
+        self.suspect_clients(now);
         r.discarded_puts = self.sweep_stale_puts(call, now);
         r.freed_retired = self.free_retired(call, now);
         r.failed_tasks = self.expire_tasks(call, now);
         let (keys, bytes) = self.evict_if_needed(call, now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;
+        self.retry_promotions(now);
         r
     }
 
@@ -77,13 +98,38 @@ impl MasterService {
     fn evict_if_needed(&self, call: &mut Call, now: u64) -> (usize, u64) {
         let forced = self.eviction.take_request();
         let (used, capacity) = self.segments.usage();
-        let Some(target) = eviction::round_target(&self.policy, used, capacity, forced) else {
+        let space = eviction::round_target(&self.policy, used, capacity, forced);
+        let metadata = eviction::metadata_target(
+            &self.policy,
+            self.objects.metadata_bytes(),
+            self.objects.metadata_watermark(),
+            self.objects.metadata_limit(),
+        );
+        if space.is_none() && metadata.is_none() {
             return (0, 0);
-        };
+        }
         let _round = self.eviction.begin_round();
-        let freed = self.evict_round(call, now, target);
+        let (mut keys, mut bytes) = (0, 0);
+        if let Some(target) = space {
+            (keys, bytes) = self.evict_round(call, now, target, Measure::Space);
+        }
+        // Metadata still past its watermark (what the space round freed
+        // counts): the oldest objects go until it is below.
+        let metadata = metadata.and_then(|_| {
+            eviction::metadata_target(
+                &self.policy,
+                self.objects.metadata_bytes(),
+                self.objects.metadata_watermark(),
+                self.objects.metadata_limit(),
+            )
+        });
+        if let Some(target) = metadata {
+            let (k, b) = self.evict_round(call, now, target, Measure::Metadata);
+            keys += k;
+            bytes += b;
+        }
         self.eviction.end_round();
-        freed
+        (keys, bytes)
     }
 
     /// A put found no space: evict synchronously (at least `need` bytes and
@@ -98,33 +144,38 @@ impl MasterService {
         }
         let (used, capacity) = self.segments.usage();
         let ratio_bytes = eviction::ratio_bytes(&self.policy, capacity);
-        let (keys, _) = self.evict_round(call, now, need.max(ratio_bytes).min(used));
+        let target = need.max(ratio_bytes).min(used);
+        let (keys, _) = self.evict_round(call, now, target, Measure::Space);
         self.eviction.take_request();
         self.eviction.end_round();
         keys > 0
     }
 
-    /// One round: frees `target` bytes (if it can), plain objects first.
-    /// Objects that must reach an SSD tier first are queued for it and
-    /// stay, unless `--offload_force_evict` lets a short round take them.
-    fn evict_round(&self, call: &mut Call, now: u64, target: u64) -> (usize, u64) {
+    /// One round: frees `target` (in `by`'s unit) if it can, plain objects
+    /// first; returns the keys and the segment bytes freed. Objects that
+    /// must reach an SSD tier first are queued for it and stay, unless
+    /// `--offload_force_evict` lets a short round take them.
+    fn evict_round(&self, call: &mut Call, now: u64, target: u64, by: Measure) -> (usize, u64) {
         if target == 0 {
             return (0, 0);
         }
         let c = &self.counters;
         c.eviction_rounds.fetch_add(1, Ordering::Relaxed);
         let mut queue_budget = self.offload_policy().per_round();
-        let (mut keys, mut bytes) =
-            self.evict_pass(call, now, target, false, false, &mut queue_budget);
-        if bytes < target && self.policy.evict_soft_pinned {
-            let (k, b) = self.evict_pass(call, now, target - bytes, true, false, &mut queue_budget);
+        let mut pass = |target, soft, force, budget: &mut usize| {
+            self.evict_pass(call, now, target, soft, force, budget, by)
+        };
+        let (mut keys, mut freed, mut bytes) = pass(target, false, false, &mut queue_budget);
+        if freed < target && self.policy.evict_soft_pinned {
+            let (k, f, b) = pass(target - freed, true, false, &mut queue_budget);
             keys += k;
+            freed += f;
             bytes += b;
         }
         let tiers = self.offload_policy().enabled || self.files.enabled();
-        if bytes < target && tiers && self.offload_policy().force_evict {
+        if freed < target && tiers && self.offload_policy().force_evict {
             let soft = self.policy.evict_soft_pinned;
-            let (k, b) = self.evict_pass(call, now, target - bytes, soft, true, &mut 0);
+            let (k, _, b) = pass(target - freed, soft, true, &mut 0);
             keys += k;
             bytes += b;
         }
@@ -137,13 +188,15 @@ impl MasterService {
         (keys, bytes)
     }
 
-    /// Evicts the oldest eligible objects until `target` bytes are freed;
+    /// Evicts the oldest eligible objects until `target` (in `by`'s unit)
+    /// is freed; returns the keys, what `by` counted and the segment bytes;
     /// `force` takes objects that have no disk copy yet. When those with a
     /// copy cover less than `target`, the oldest objects still waiting for
     /// one are queued for it (up to `queue_budget`), just enough to cover
     /// the rest with the copies already under way: memory keeps everything
     /// else, so memory and tier hold different objects, as the two levels
     /// of one LRU would.
+    #[allow(clippy::too_many_arguments)]
     fn evict_pass(
         &self,
         call: &mut Call,
@@ -152,7 +205,8 @@ impl MasterService {
         include_soft_pinned: bool,
         force: bool,
         queue_budget: &mut usize,
-    ) -> (usize, u64) {
+        by: Measure,
+    ) -> (usize, u64, u64) {
         let may_go = |o: &ObjectMeta| {
             eligible(o, now, include_soft_pinned) && self.may_leave_memory(o, force)
         };
@@ -162,18 +216,19 @@ impl MasterService {
         // Pass 1: find the lease time below which evicting frees enough,
         // and below which the objects waiting for a copy should get one,
         // without copying keys.
-        let mut candidates: Vec<(u64, u64)> = Vec::new();
-        let mut waiting: Vec<(u64, u64)> = Vec::new();
+        let epoch = uses_now();
+        let mut candidates: Vec<(Rank, u64)> = Vec::new();
+        let mut waiting: Vec<(Rank, u64)> = Vec::new();
         let mut under_way = 0;
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
                 if may_go(o) {
-                    candidates.push((o.lease_until, footprint(o)));
+                    candidates.push((rank(o, epoch), by.of(key, o)));
                 } else if must_wait(o) {
                     if self.copy_under_way(key, o) {
-                        under_way += footprint(o);
+                        under_way += by.of(key, o);
                     } else {
-                        waiting.push((o.lease_until, footprint(o)));
+                        waiting.push((rank(o, epoch), by.of(key, o)));
                     }
                 }
             }
@@ -184,22 +239,24 @@ impl MasterService {
         let short = target.saturating_sub(freeable).saturating_sub(under_way);
         if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
             drop(waiting);
-            self.queue_oldest(now, queue_below, include_soft_pinned, force, queue_budget);
+            let below = (queue_below, epoch);
+            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
         }
         let Some((threshold, _)) = evictable else {
-            return (0, 0);
+            return (0, 0, 0);
         };
 
         // Pass 2: evict up to the threshold (objects may have changed since).
-        let (mut keys, mut bytes) = (0, 0);
+        let (mut keys, mut freed, mut bytes) = (0, 0, 0);
         for mut shard in self.objects.shards() {
-            if bytes >= target {
+            if freed >= target {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if bytes >= target || obj.lease_until > threshold || !may_go(obj) {
+                if freed >= target || rank(obj, epoch) > threshold || !may_go(obj) {
                     return true;
                 }
+                freed += by.of(key, obj);
                 bytes += footprint(obj);
                 keys += 1;
                 let fate = self.apply_object(call, key, obj, ObjectOp::Remove { now });
@@ -210,15 +267,15 @@ impl MasterService {
                 fate == Fate::Keep
             });
         }
-        (keys, bytes)
+        (keys, freed, bytes)
     }
 
-    /// Queues for a copy every object waiting for one whose lease ended by
-    /// `below`, while `queue_budget` lasts.
+    /// Queues for a copy every object waiting for one ranked at most
+    /// `below` (a rank and its epoch), while `queue_budget` lasts.
     fn queue_oldest(
         &self,
         now: u64,
-        below: u64,
+        (below, epoch): (Rank, u32),
         include_soft_pinned: bool,
         force: bool,
         queue_budget: &mut usize,
@@ -228,7 +285,7 @@ impl MasterService {
                 if *queue_budget == 0 {
                     return;
                 }
-                if o.lease_until <= below
+                if rank(o, epoch) <= below
                     && eligible(o, now, include_soft_pinned)
                     && !self.may_leave_memory(o, force)
                     && self.queue_offload(key, o, usize::MAX)

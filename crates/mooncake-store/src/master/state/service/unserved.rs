@@ -73,6 +73,11 @@ impl MasterService {
         )
     }
 
+    /// `unmount_local_disk_in`, outside a served call.
+    pub fn unmount_local_disk(&self, client: ClientId) -> Result<()> {
+        self.unmount_local_disk_in(&mut Call::default(), client)
+    }
+
     /// `notify_offload_in`, outside a served call.
     pub fn notify_offload(
         &self,

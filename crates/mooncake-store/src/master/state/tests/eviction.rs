@@ -1,6 +1,7 @@
 //! Watermark eviction and eviction for a put that found no space.
 
 use super::*;
+use crate::master::Answer;
 
 /// Fills segment "a" (100 KiB) with 1 KiB objects put at times 0..n.
 fn fill(s: &MasterService, n: u64, cfg: &ReplicaPolicy, key: impl Fn(u64) -> String) {
@@ -142,4 +143,123 @@ fn a_put_that_finds_no_space_evicts_and_succeeds() {
         ErrorCode::NO_AVAILABLE_HANDLE
     );
     assert!(s.exist_key("k26", 102).unwrap());
+}
+
+#[test]
+fn puts_made_in_one_millisecond_go_in_the_order_they_were_made() {
+    let s = with_segment(100 * 1024);
+    // 90 puts, all at the same millisecond: their lease times tie.
+    for t in 0..90 {
+        put(&s, &format!("k{t}"), 1024, &one(), 0);
+    }
+    let r = tick(&s, 1000);
+    assert_eq!(r.evicted_keys, 20);
+    for t in 0..90 {
+        assert_eq!(
+            s.exist_key(&format!("k{t}"), 1000).unwrap(),
+            t >= 20,
+            "k{t}: the 20 made first go, the newer stay"
+        );
+    }
+}
+
+#[test]
+fn exist_checks_do_not_keep_objects_from_eviction() {
+    let s = with_segment(100 * 1024);
+    fill(&s, 90, &one(), |t| format!("k{t}"));
+    // Poll the oldest just before the round, one key and in a batch: a
+    // lease granted here would spare them.
+    assert!(s.exist_key("k0", 95).unwrap());
+    let keys = vec!["k1", "k2"];
+    let Answer { response, .. } = s.handle(Request::BatchExistKey { keys }, 95);
+    assert_eq!(
+        response,
+        Response::Bools {
+            results: vec![Ok(true), Ok(true)]
+        }
+    );
+    let r = tick(&s, 100);
+    assert_eq!(r.evicted_keys, 20);
+    for t in 0..20 {
+        assert!(
+            !s.exist_key(&format!("k{t}"), 100).unwrap(),
+            "k{t} was only checked for: it goes"
+        );
+    }
+    // A read still leases what it reads.
+    s.get_replica_list("k20", 100).unwrap();
+    put(&s, "k90", 20 * 1024, &one(), 101);
+    let r = tick(&s, 102);
+    assert!(r.evicted_keys > 0);
+    assert!(s.exist_key("k20", 102).unwrap(), "leased by the read");
+    assert!(!s.exist_key("k21", 102).unwrap());
+}
+
+#[test]
+fn a_put_under_pressure_is_refused_with_the_reference_code_then_succeeds() {
+    let s = with_segment(100 * 1024);
+    fill(&s, 100, &one(), |t| format!("k{t}"));
+    // Every object is being read: nothing may go.
+    for t in 0..100 {
+        s.get_replica_list(&format!("k{t}"), 100).unwrap();
+    }
+    assert_eq!(
+        code(s.put_start(W, "new", 4 * 1024, &one(), false, 150)),
+        ErrorCode::NO_AVAILABLE_HANDLE
+    );
+    assert!(
+        s.exist_key("k0", 150).unwrap(),
+        "nothing leased was evicted"
+    );
+    // Once the leases end, the same put makes its room and succeeds.
+    let later = 100 + LEASE + 1;
+    s.put_start(W, "new", 4 * 1024, &one(), false, later)
+        .unwrap();
+    s.put_end(W, "new", later).unwrap();
+    assert!(s.exist_key("new", later).unwrap());
+    assert!(!s.exist_key("k0", later).unwrap(), "the oldest made room");
+}
+
+/// A master whose metadata budget holds 100 objects under 3-byte keys,
+/// evicting from `ratio` of it.
+fn with_metadata_watermark(ratio: f64) -> MasterService {
+    let cost = 3 + 256;
+    let s = MasterService::with_policy(policy())
+        .with_metadata_budget(100 * cost)
+        .with_metadata_watermark(ratio);
+    s.mount_segment(A, &seg("a", 0x10_000, 1 << 20), 0).unwrap();
+    s
+}
+
+#[test]
+fn the_metadata_watermark_evicts_the_oldest_objects() {
+    let s = with_metadata_watermark(0.5);
+    // 49 objects (1 KiB each: far below the space watermark): below it.
+    fill(&s, 49, &one(), |t| format!("k{t:02}"));
+    assert_eq!(tick(&s, 1000).evicted_keys, 0);
+    put(&s, "k49", 1024, &one(), 49);
+    // At 50 of 100: down to 50 - 20 (the eviction ratio), oldest first.
+    let r = tick(&s, 1000);
+    assert_eq!(r.evicted_keys, 20);
+    assert_eq!(r.evicted_bytes, 20 * 1024, "segment bytes freed");
+    for t in 0..50 {
+        assert_eq!(
+            s.exist_key(&format!("k{t:02}"), 1000).unwrap(),
+            t >= 20,
+            "k{t:02}"
+        );
+    }
+    assert_eq!(s.metadata_bytes(), 30 * (3 + 256));
+    assert_eq!(tick(&s, 1001).evicted_keys, 0);
+}
+
+#[test]
+fn without_the_metadata_watermark_only_the_budget_holds() {
+    let s = with_metadata_watermark(0.0);
+    fill(&s, 100, &one(), |t| format!("k{t:02}"));
+    assert_eq!(tick(&s, 1000).evicted_keys, 0);
+    assert_eq!(
+        code(s.put_start(W, "k_x", 1024, &one(), false, 1000)),
+        ErrorCode::NO_AVAILABLE_HANDLE
+    );
 }

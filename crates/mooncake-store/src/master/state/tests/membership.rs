@@ -101,3 +101,57 @@ fn mount_is_idempotent_per_owner() {
     assert_eq!(s.stats(1).segment_count, 1);
     assert_eq!(s.stats(1).active_clients, 1);
 }
+
+#[test]
+fn reads_skip_a_suspected_owners_replicas_while_another_is_served() {
+    for suspect_after in [200, 0] {
+        let s = two_owners().with_suspect_after(suspect_after);
+        let both = ReplicaPolicy {
+            replica_num: 2,
+            ..one()
+        };
+        put(&s, "k", 100, &both, 0);
+        put(&s, "solo", 100, &on("a"), 0);
+        let segments = |key: &str, now| -> Vec<String> {
+            let r = s.get_replica_list(key, now).unwrap();
+            let mut v: Vec<String> = r
+                .replicas
+                .iter()
+                .map(|d| segment_of(d).to_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // B keeps its heartbeats; A misses them for 300 ms of a 500 ms TTL.
+        s.ping(B, 250).unwrap();
+        s.tick(300);
+        if suspect_after == 0 {
+            assert_eq!(
+                segments("k", 300),
+                ["a", "b"],
+                "off: A is alive until it expires"
+            );
+            continue;
+        }
+        assert_eq!(segments("k", 300), ["b"], "A is Suspected");
+        assert_eq!(
+            segments("solo", 300),
+            ["a"],
+            "no other replica: A's is read"
+        );
+        // A heartbeat ends the suspicion at once.
+        s.ping(A, 310).unwrap();
+        assert_eq!(segments("k", 310), ["a", "b"]);
+        // Silent again until the TTL: Suspected, then Offline and dropped.
+        s.ping(B, 600).unwrap();
+        s.tick(600);
+        assert_eq!(segments("k", 600), ["b"]);
+        s.ping(B, 800).unwrap();
+        assert_eq!(s.tick(810).expired_clients, 1);
+        assert_eq!(segments("k", 810), ["b"]);
+        assert_eq!(
+            code(s.get_replica_list("solo", 810)),
+            ErrorCode::OBJECT_NOT_FOUND
+        );
+    }
+}

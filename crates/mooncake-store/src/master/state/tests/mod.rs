@@ -8,6 +8,7 @@ mod offload;
 mod puts;
 mod release;
 mod removal;
+mod strategies;
 mod tasks;
 mod tenants;
 

@@ -249,3 +249,169 @@ fn a_disk_only_object_read_often_is_promoted() {
     // In memory with its copy: eviction may take it again at once.
     assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
 }
+
+fn promoting() -> MasterService {
+    let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
+        enabled: true,
+        promote_on_hit: true,
+        promote_after: 1,
+        ..OffloadPolicy::default()
+    });
+    s.mount_segment(A, &seg("a", 0x10_000, 16 * 1024), 0)
+        .unwrap();
+    s.mount_local_disk(A, "dir-a", "a-host:9", 1 << 30, 0)
+        .unwrap();
+    s
+}
+
+/// As the reference: no promotion into memory at the eviction watermark
+/// (0.9 here), where it would only add to what eviction must free. A
+/// promotion that finds memory there when it starts waits for a retry.
+#[test]
+fn promotions_stop_at_the_eviction_watermark() {
+    let s = promoting();
+    for i in 0..14 {
+        put(&s, &format!("m{i}"), 1024, &one(), i);
+    }
+    let keys = ["p0", "p1", "p2"];
+    assert!(s
+        .notify_offload(A, &keys, &[1024; 3], true, 20)
+        .iter()
+        .all(Result::is_ok));
+    for k in keys {
+        s.get_replica_list(k, 21).unwrap();
+    }
+    let queued = s.fetch_offload_tasks(A, 10, 22).unwrap().promotions;
+    assert_eq!(queued, ["p0"], "one promotion per poll");
+    // 14 of 16 KiB used, under 14.4: p0 starts; then memory is there.
+    s.promotion_start(A, "p0", 23).unwrap();
+    s.put_end(A, "p0", 24).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 25).unwrap().promotions, ["p1"]);
+    let e = s.promotion_start(A, "p1", 26).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NO_AVAILABLE_HANDLE);
+    let watermark = || {
+        s.counters()
+            .promotion_rejected_watermark
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(watermark(), 1);
+    // A read at the watermark queues nothing.
+    s.get_replica_list("p1", 27).unwrap();
+    assert_eq!(watermark(), 2);
+    assert_eq!(s.fetch_offload_tasks(A, 10, 28).unwrap().promotions, ["p2"]);
+    assert!(s
+        .fetch_offload_tasks(A, 10, 29)
+        .unwrap()
+        .promotions
+        .is_empty());
+}
+
+#[test]
+fn an_unmounted_tier_takes_its_copies_and_work_with_it() {
+    let s = promoting();
+    put(&s, "mem", 1024, &one(), 1);
+    assert_eq!(drain(&s, 2), 1);
+    assert!(s.notify_offload(A, &["disk"], &[1024], true, 2)[0].is_ok());
+    assert!(s
+        .get_replica_list("mem", 2)
+        .unwrap()
+        .replicas
+        .iter()
+        .any(is_local_disk));
+    s.get_replica_list("disk", 3).unwrap();
+    s.unmount_local_disk(A).unwrap();
+    // The disk-only object is gone; the other keeps its memory replica.
+    let e = s.get_replica_list("disk", 4).unwrap_err();
+    assert_eq!(e.code, ErrorCode::OBJECT_NOT_FOUND);
+    let reps = s.get_replica_list("mem", 5).unwrap().replicas;
+    assert!(!reps.iter().any(is_local_disk));
+    assert_eq!(s.promotions_queued(), 0);
+    // No more work: the owner's polls say its tier is unknown.
+    let e = s.fetch_offload_tasks(A, 10, 6).unwrap_err();
+    assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
+    let e = s
+        .notify_offload(A, &["mem"], &[1024], false, 7)
+        .remove(0)
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::SEGMENT_NOT_FOUND);
+    // Done already: a second call, or one from a client without a tier.
+    s.unmount_local_disk(A).unwrap();
+    s.unmount_local_disk(B).unwrap();
+}
+
+#[test]
+fn unmounting_a_tier_needs_offload_enabled() {
+    let s = with_segment(1 << 20);
+    let e = s.unmount_local_disk(A).unwrap_err();
+    assert_eq!(e.code, ErrorCode::UNABLE_OFFLOAD);
+}
+
+/// While its promotion is under way the object stays readable from its
+/// copy, as the reference's disk replica does.
+#[test]
+fn a_promotion_under_way_reads_from_the_copy() {
+    let s = promoting();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 2).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 3).unwrap();
+    let reps = s.get_replica_list("p", 4).unwrap().replicas;
+    assert_eq!(reps.len(), 1);
+    assert!(is_local_disk(&reps[0]));
+    assert!(s.exist_key("p", 4).unwrap());
+    assert_eq!(s.get_size("p", 4).unwrap(), 1024);
+    assert!(is_local_disk(&s.query_key("p").unwrap()[0]));
+    // Such a read does not queue the promotion again.
+    assert!(s
+        .fetch_offload_tasks(A, 10, 5)
+        .unwrap()
+        .promotions
+        .is_empty());
+    s.put_revoke(A, "p", 6).unwrap();
+    assert!(s
+        .get_replica_list("p", 7)
+        .unwrap()
+        .replicas
+        .iter()
+        .all(is_local_disk));
+}
+
+/// A read that memory had no room to promote for is retried on the tick
+/// once there is room (10 ms later, then backing off), as the reference's
+/// promotion candidates are.
+#[test]
+fn a_promotion_memory_had_no_room_for_is_retried_when_it_has() {
+    let s = promoting();
+    for i in 0..15 {
+        put(&s, &format!("m{i}"), 1024, &one(), i);
+    }
+    // 15 of 16 KiB: at the watermark. Their copies are not written: eviction cannot make room.
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 20)[0].is_ok());
+    s.get_replica_list("p", 20).unwrap();
+    assert!(s
+        .fetch_offload_tasks(A, 10, 20)
+        .unwrap()
+        .promotions
+        .is_empty());
+    // Still at the watermark: backed off until 31.
+    s.tick(21);
+    assert!(s
+        .fetch_offload_tasks(A, 10, 21)
+        .unwrap()
+        .promotions
+        .is_empty());
+    s.remove("m0", true, 22).unwrap();
+    s.remove("m1", true, 22).unwrap();
+    s.tick(30);
+    assert!(s
+        .fetch_offload_tasks(A, 10, 30)
+        .unwrap()
+        .promotions
+        .is_empty());
+    s.tick(31);
+    assert_eq!(s.fetch_offload_tasks(A, 10, 31).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 32).unwrap();
+    s.put_end(A, "p", 33).unwrap();
+    let reps = s.get_replica_list("p", 34).unwrap().replicas;
+    assert!(matches!(reps[0].kind, ReplicaKind::Memory(_)));
+}

@@ -1,0 +1,74 @@
+//! A storage process that stops answering (SIGSTOP) is Suspected by the
+//! master after `--client_suspect_ms`, long before its TTL: the master
+//! leaves its replicas out of reads while another replica is served, and
+//! lists them again once it is heard from.
+
+use std::time::Instant;
+
+use mooncake_store::client::Client;
+use mooncake_store::types::ReplicaPolicy;
+
+mod common;
+use common::*;
+
+/// The segments `key`'s replicas are on, as the master lists them.
+fn segments(client: &Client, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = client
+        .get_replica_desc(key)
+        .unwrap()
+        .iter()
+        .filter_map(|d| d.memory().map(|m| m.segment_name.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn signal(storage: &Storage, sig: i32) {
+    // SAFETY: a signal to a child process this test owns.
+    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
+}
+
+/// Milliseconds the slowest of `n` reads of `key` took.
+fn slowest_read(client: &Client, key: &str, want: &[u8], n: usize) -> u128 {
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            assert_eq!(client.get(key).unwrap(), want);
+            t.elapsed().as_millis()
+        })
+        .max()
+        .unwrap()
+}
+
+#[test]
+fn a_stopped_storage_process_is_suspected_and_read_around() {
+    // A TTL far longer than the test: only suspicion can explain a change.
+    let cluster = Cluster::start(&["--client_suspect_ms=1000", "--client_ttl=120"]);
+    let stopped = cluster.storage("16MB");
+    let other = cluster.storage("16MB");
+    let client = cluster.pure_client();
+    let both = ReplicaPolicy {
+        replica_num: 2,
+        ..ReplicaPolicy::default()
+    };
+    let v = value("k", 256 << 10);
+    client.put("k", &v, &both).unwrap();
+    let mut all = vec![stopped.segment.clone(), other.segment.clone()];
+    all.sort();
+    assert_eq!(segments(&client, "k"), all);
+    let before = slowest_read(&client, "k", &v, 50);
+
+    signal(&stopped, libc::SIGSTOP);
+    eventually("the stopped process is Suspected", || {
+        segments(&client, "k") == [other.segment.clone()]
+    });
+    let during = slowest_read(&client, "k", &v, 50);
+    eprintln!("slowest of 50 reads: {before} ms before, {during} ms while one owner is stopped");
+    // Still listed: suspicion drops nothing.
+    assert!(client.is_exist("k").unwrap());
+
+    signal(&stopped, libc::SIGCONT);
+    eventually("the resumed process is read again", || {
+        segments(&client, "k") == all
+    });
+}
