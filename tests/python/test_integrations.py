@@ -256,7 +256,8 @@ def test_vllm_ascend_pool_backend(cluster):
         assert store.batch_is_exist(keys) == [0, 0, 0]
         config = ReplicateConfig()
         config.preferred_segment = local_seg
-        config.prefer_alloc_in_same_node = False
+        # vllm-ascend's default (`prefer_alloc_in_same_node` true in its config).
+        config.prefer_alloc_in_same_node = True
         addrs = [[base + i * blen] for i in range(3)]
         sizes = [[blen] for _ in range(3)]
         res = store.batch_put_from_multi_buffers(keys, addrs, sizes, config)

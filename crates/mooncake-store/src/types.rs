@@ -26,7 +26,8 @@ pub struct ReplicaPolicy {
     pub preferred_segment: String,
     /// Segments to try first, in order (after `preferred_segment`).
     pub preferred_segments: Vec<String>,
-    /// Read-side hint for clients (prefer replicas on this host); the master ignores it.
+    /// The writer's host first for this one-replica put (the master's
+    /// `local_first` order), whatever the allocation strategy.
     pub prefer_alloc_in_same_node: bool,
 }
 

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::bytes::uninit_bytes;
-use super::PyStore;
+use super::{PyStore, SameNode};
 use crate::args::{self, Key};
 use crate::buffer::Exported;
 use crate::codes::first_error;
@@ -27,10 +27,11 @@ impl PyStore {
             .iter()
             .map(Exported::get)
             .collect::<PyResult<Vec<_>>>()?;
-        let (live, opts) = match self.writer(cfg, keys.len() == values.len(), upsert) {
-            Ok(w) => w,
-            Err(c) => return Ok(c),
-        };
+        let (live, opts) =
+            match self.writer(cfg, keys.len() == values.len(), upsert, SameNode::Refused) {
+                Ok(w) => w,
+                Err(c) => return Ok(c),
+            };
         let keys = args::keys(keys);
         let slices: Vec<&[u8]> = values.iter().map(Exported::as_slice).collect();
         Ok(py.allow_threads(|| {

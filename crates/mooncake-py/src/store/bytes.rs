@@ -5,7 +5,7 @@ use mooncake_store::Client;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
-use super::PyStore;
+use super::{PyStore, SameNode};
 use crate::args::Key;
 use crate::buffer::Exported;
 use crate::codes::status;
@@ -48,7 +48,7 @@ impl PyStore {
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         upsert: bool,
     ) -> i32 {
-        let (live, opts) = match self.writer(cfg, true, upsert) {
+        let (live, opts) = match self.writer(cfg, true, upsert, SameNode::Refused) {
             Ok(w) => w,
             Err(c) => return c,
         };

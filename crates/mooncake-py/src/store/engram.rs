@@ -278,7 +278,7 @@ impl EngramStore {
         }
         let live = self.live("populate failed")?;
         let keys = self.layout.keys.clone();
-        let opts = write_options(None, false).map_err(|c| {
+        let opts = write_options(None, false, super::SameNode::Accepted).map_err(|c| {
             PyRuntimeError::new_err(format!("populate failed: write options rc={c}"))
         })?;
         py.allow_threads(move || populate(&live, &keys, &tables, opts))

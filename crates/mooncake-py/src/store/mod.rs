@@ -68,12 +68,13 @@ impl PyStore {
         cfg: Option<PyRef<'_, ReplicateConfig>>,
         shape_ok: bool,
         upsert: bool,
+        same_node: SameNode,
     ) -> Result<(Arc<Live>, WriteOptions), i32> {
         let live = self.live.get().ok_or(NOT_READY)?;
         if !shape_ok {
             return Err(INVALID);
         }
-        Ok((live, write_options(cfg, upsert)?))
+        Ok((live, write_options(cfg, upsert, same_node)?))
     }
 
     /// [`Running::with`] for a call with one answer per key:
@@ -131,7 +132,7 @@ mod tasks;
 mod tensor;
 mod write;
 
-use write::write_options;
+use write::{write_options, SameNode};
 
 /// The arguments of the multi-buffer calls: the value of `keys[i]` is the
 /// concatenation of the buffers `addrs[i][j]` of `sizes[i][j]` bytes.

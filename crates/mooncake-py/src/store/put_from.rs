@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 
 use super::memory::{view, Mem};
-use super::{pick, scatter, MultiBuffers, PyStore};
+use super::{pick, scatter, MultiBuffers, PyStore, SameNode};
 use crate::args::{self, usizes, Key, Unsigned};
 use crate::codes::{per_key, status, INVALID};
 use crate::config::ReplicateConfig;
@@ -22,7 +22,7 @@ impl PyStore {
         upsert: bool,
     ) -> i32 {
         let (key, addr, size) = (key.0.as_str(), buffer_ptr.usize(), size.usize());
-        let (live, opts) = match self.writer(cfg, true, upsert) {
+        let (live, opts) = match self.writer(cfg, true, upsert, SameNode::Refused) {
             Ok(w) => w,
             Err(c) => return c,
         };
@@ -51,7 +51,12 @@ impl PyStore {
     ) -> Vec<i32> {
         let (keys, addrs, sizes) = (args::keys(keys), usizes(&addrs), usizes(&sizes));
         let n = keys.len();
-        let (live, opts) = match self.writer(cfg, addrs.len() == n && sizes.len() == n, upsert) {
+        let (live, opts) = match self.writer(
+            cfg,
+            addrs.len() == n && sizes.len() == n,
+            upsert,
+            SameNode::Refused,
+        ) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };
@@ -130,7 +135,7 @@ impl PyStore {
         metadata_size: Unsigned,
         config: Option<PyRef<'_, ReplicateConfig>>,
     ) -> i32 {
-        let (live, opts) = match self.writer(config, true, false) {
+        let (live, opts) = match self.writer(config, true, false, SameNode::Refused) {
             Ok(w) => w,
             Err(c) => return c,
         };
@@ -173,7 +178,7 @@ impl PyStore {
     ) -> Vec<i32> {
         let mb = MultiBuffers::new(keys, &all_buffer_ptrs, &all_sizes);
         let n = mb.keys.len();
-        let (live, opts) = match self.writer(config, mb.shape_ok(), false) {
+        let (live, opts) = match self.writer(config, mb.shape_ok(), false, SameNode::OneReplica) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };

@@ -7,7 +7,7 @@
 use mooncake_common::Error;
 use pyo3::prelude::*;
 
-use super::PyStore;
+use super::{PyStore, SameNode};
 use crate::args::{self, u64s, Key, Unsigned};
 use crate::codes::{code, count, NOT_READY};
 use crate::config::ReplicateConfig;
@@ -82,7 +82,7 @@ impl PyStore {
     ) -> Vec<i32> {
         let (keys, sizes) = (args::keys(keys), u64s(&sizes));
         let n = keys.len();
-        let (live, opts) = match self.writer(config, sizes.len() == n, false) {
+        let (live, opts) = match self.writer(config, sizes.len() == n, false, SameNode::Accepted) {
             Ok(w) => w,
             Err(c) => return vec![c; n],
         };

@@ -5,7 +5,7 @@
 use mooncake_store::Client;
 use pyo3::prelude::*;
 
-use super::PyStore;
+use super::{PyStore, SameNode};
 use crate::args::{self, Key};
 use crate::buffer::Exported;
 use crate::codes::status;
@@ -38,10 +38,11 @@ impl PyStore {
             .iter()
             .map(|p| p.iter().map(Exported::get).collect::<PyResult<Vec<_>>>())
             .collect::<PyResult<Vec<_>>>()?;
-        let (live, opts) = match self.writer(config, exported.len() == n, upsert) {
-            Ok(w) => w,
-            Err(c) => return Ok(vec![c; n]),
-        };
+        let (live, opts) =
+            match self.writer(config, exported.len() == n, upsert, SameNode::Accepted) {
+                Ok(w) => w,
+                Err(c) => return Ok(vec![c; n]),
+            };
         let keys = args::keys(keys);
         Ok(py.allow_threads(|| {
             keys.iter()

@@ -8,12 +8,26 @@ use pyo3::prelude::*;
 use crate::codes::INVALID;
 use crate::config::ReplicateConfig;
 
+/// Whether a call takes `ReplicateConfig.prefer_alloc_in_same_node` (the
+/// writer's host first), as the reference's calls do: the multi-buffer put
+/// with one replica, put sessions and the tensor writes take it; the other
+/// byte and zero-copy writes refuse it with INVALID_PARAMS ("not
+/// supported").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SameNode {
+    Refused,
+    OneReplica,
+    Accepted,
+}
+
 /// A put (`upsert` false) or an upsert with the placement `cfg` asks for
 /// (`None`: one replica anywhere); a config asking for no replica at all,
-/// or a soft-pin TTL without `SoftPinAction.ENABLE`, is INVALID_PARAMS.
+/// a soft-pin TTL without `SoftPinAction.ENABLE`, or a same-node placement
+/// the call does not take (`same_node`), is INVALID_PARAMS.
 pub(super) fn write_options(
     cfg: Option<PyRef<'_, ReplicateConfig>>,
     upsert: bool,
+    same_node: SameNode,
 ) -> Result<WriteOptions, i32> {
     let Some(c) = cfg else {
         return Ok(WriteOptions {
@@ -31,6 +45,13 @@ pub(super) fn write_options(
     // refuses such a put or upsert.
     if c.soft_pin_ttl_ms.is_some() && c.soft_pin_action != crate::enums::SoftPinAction::ENABLE {
         return Err(INVALID);
+    }
+    if c.prefer_alloc_in_same_node {
+        match same_node {
+            SameNode::Refused => return Err(INVALID),
+            SameNode::OneReplica if c.replica_num != 1 => return Err(INVALID),
+            _ => {}
+        }
     }
     let config = types::ReplicaPolicy {
         replica_num: c.replica_num as usize,

@@ -38,7 +38,8 @@ impl MasterService {
         }
     }
 
-    /// With `local_first`, a single-replica put by `writer` tries the
+    /// With `local_first` (or a put asking `prefer_alloc_in_same_node`), a
+    /// single-replica put by `writer` tries the
     /// segments of the writer's host first, then the other hosts' (after
     /// any segments the caller prefers). The writer's host is that of a
     /// segment it mounted: the reference's writers also state it with each
@@ -49,7 +50,11 @@ impl MasterService {
         writer: ClientId,
         key: &str,
     ) -> Cow<'c, ReplicaPolicy> {
-        if self.policy.strategy != AllocationStrategy::LocalFirst || cfg.replica_num != 1 {
+        // `prefer_alloc_in_same_node` asks for the same order for one put
+        // whatever the strategy (the clients allow it with one replica only).
+        let host_first =
+            self.policy.strategy == AllocationStrategy::LocalFirst || cfg.prefer_alloc_in_same_node;
+        if !host_first || cfg.replica_num != 1 {
             return Cow::Borrowed(cfg);
         }
         let segments = self.segments.all();

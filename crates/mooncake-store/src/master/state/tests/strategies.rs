@@ -152,3 +152,35 @@ fn local_first_leaves_multi_replica_puts_and_hostless_writers_to_random() {
         3
     );
 }
+
+// `prefer_alloc_in_same_node` asks for the host-first order for one put
+// under any strategy (the reference's "host-aware local-first allocation for
+// this request").
+#[test]
+fn prefer_alloc_in_same_node_puts_on_the_writers_host_under_any_strategy() {
+    let s = with_strategy(AllocationStrategy::Random);
+    s.mount_segment(A, &seg("10.0.0.1:1", 0, 1 << 20), 0)
+        .unwrap();
+    s.mount_segment(B, &seg("10.0.0.2:1", 1 << 40, 1 << 20), 0)
+        .unwrap();
+    let same = ReplicaPolicy {
+        prefer_alloc_in_same_node: true,
+        ..one()
+    };
+    let mut elsewhere = 0;
+    for i in 0..30 {
+        let key = format!("p{i}");
+        let got = segment(&s.put_start(A, &key, 1024, &same, false, 1).unwrap()[0]);
+        assert_eq!(got, "10.0.0.1:1");
+        s.put_end(A, &key, 1).unwrap();
+        let key = format!("r{i}");
+        if segment(&s.put_start(A, &key, 1024, &one(), false, 1).unwrap()[0]) != "10.0.0.1:1" {
+            elsewhere += 1;
+        }
+        s.put_end(A, &key, 1).unwrap();
+    }
+    assert!(
+        elsewhere > 0,
+        "without the flag, random placement uses both hosts"
+    );
+}
