@@ -21,12 +21,12 @@ use parking_lot::Mutex;
 use crate::codes::{self, ERR_INVALID_ARGUMENT, STATUS_INVALID_ARGUMENT};
 use crate::ffi;
 use crate::handles::Registry;
-use crate::maps::{self, Access};
 use crate::types::{
     BufferEntry, NicLoadStat, NotifyMsg, TransferRequestC, TransferStatusC, INVALID_BATCH,
     LOCAL_SEGMENT, OPCODE_READ, OPCODE_WRITE,
 };
 use crate::{guard, init_logging};
+use mooncake_common::maps::{self, Access};
 
 /// `transfer_engine_t`: the engine and what the C layer tracks of it.
 struct CEngine {

@@ -52,7 +52,7 @@ pub(crate) fn array<T: Copy>(p: *const T, count: usize) -> Option<Vec<T>> {
     Some(unsafe { std::slice::from_raw_parts(p, count) }.to_vec())
 }
 
-/// The `len` bytes at `addr`, which [`crate::maps::accessible`] (or the
+/// The `len` bytes at `addr`, which [`mooncake_common::maps::accessible`] (or the
 /// engine's registration table) found readable just before.
 pub(crate) fn bytes_at<'a>(addr: usize, len: usize) -> &'a [u8] {
     if len == 0 {

@@ -9,14 +9,13 @@
 //! - `ffi`: the only module with `unsafe`: reading and writing through the
 //!   caller's pointers, the `malloc`ed notify arrays;
 //! - `handles`: opaque handles looked up, never dereferenced;
-//! - `maps`: whether memory is mapped, from `/proc/self/maps`;
+//! - (`mooncake_common::maps` says whether memory is mapped);
 //! - `codes`: the reference's numbers; `types`: the headers' structs.
 
 mod codes;
 pub mod engine;
 mod ffi;
 mod handles;
-mod maps;
 pub mod store;
 pub mod types;
 

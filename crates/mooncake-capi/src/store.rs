@@ -18,9 +18,9 @@ use mooncake_store::{Client, ClientConfig};
 use crate::codes::{self, exist, store_count, store_status};
 use crate::ffi;
 use crate::handles::Registry;
-use crate::maps::{self, Access};
 use crate::types::ReplicateConfigC;
 use crate::{guard, init_logging};
+use mooncake_common::maps::{self, Access};
 
 /// `mooncake_store_t`: a client once set up.
 struct CStore {

@@ -1,7 +1,8 @@
 //! Pieces every mooncake-rs layer shares: the reference's numeric error codes
 //! ([`ErrorCode`], [`Error`]), human-readable size and duration parsing
 //! ([`size`], [`duration`]), gflags-style argument handling ([`gflags`])
-//! and the optional cluster token ([`auth`]).
+//! the optional cluster token ([`auth`]) and checks of raw addresses
+//! against this process's mappings ([`maps`]).
 
 #![warn(unreachable_pub)]
 
@@ -12,6 +13,7 @@ pub mod fd_limit;
 pub mod gflags;
 pub mod log_limit;
 pub mod malloc;
+pub mod maps;
 pub mod size;
 
 pub use error::{Error, ErrorCode, Result};
