@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -60,6 +62,33 @@ class ExternalCluster:
     def __init__(self, spec: str):
         self.master, self.metadata, *rest = spec.split(",")
         self.metrics_port = int(rest[0]) if rest else None
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    """A real etcd: `MOONCAKE_TEST_ETCD` (the test script starts one), else
+    one started here for the module."""
+    addr = os.environ.get("MOONCAKE_TEST_ETCD")
+    if addr:
+        yield addr
+        return
+    if shutil.which("etcd") is None:
+        pytest.skip("no etcd: set MOONCAKE_TEST_ETCD or install etcd-server")
+    client, peer = procs.free_port(), procs.free_port()
+    with tempfile.TemporaryDirectory() as data:
+        peer_url = f"http://{procs.LOOPBACK}:{peer}"
+        p = procs.Proc([
+            "etcd", "--name=test", f"--data-dir={data}",
+            f"--listen-client-urls=http://{procs.LOOPBACK}:{client}",
+            f"--advertise-client-urls=http://{procs.LOOPBACK}:{client}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=test={peer_url}",
+        ])
+        try:
+            p.wait_port(client)
+            yield f"{procs.LOOPBACK}:{client}"
+        finally:
+            p.stop()
 
 
 @pytest.fixture(scope="session")

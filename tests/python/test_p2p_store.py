@@ -4,8 +4,6 @@ one process, each with its own engine, byte-exact copies, the catalog, and
 the errors of bad calls."""
 
 import os
-import shutil
-import tempfile
 import time
 
 import numpy as np
@@ -15,31 +13,6 @@ import procs
 from mooncake.p2p_store import DEFAULT_SHARD_SIZE, P2PStore, P2PStoreError
 
 MB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def etcd():
-    addr = os.environ.get("MOONCAKE_TEST_ETCD")
-    if addr:
-        yield addr
-        return
-    if shutil.which("etcd") is None:
-        pytest.skip("no etcd: set MOONCAKE_TEST_ETCD or install etcd-server")
-    client, peer = procs.free_port(), procs.free_port()
-    with tempfile.TemporaryDirectory() as data:
-        peer_url = f"http://{procs.LOOPBACK}:{peer}"
-        p = procs.Proc([
-            "etcd", "--name=test", f"--data-dir={data}",
-            f"--listen-client-urls=http://{procs.LOOPBACK}:{client}",
-            f"--advertise-client-urls=http://{procs.LOOPBACK}:{client}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=test={peer_url}",
-        ])
-        try:
-            p.wait_port(client)
-            yield f"{procs.LOOPBACK}:{client}"
-        finally:
-            p.stop()
 
 
 def node(etcd):

@@ -6,7 +6,6 @@ deployment guide."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import tempfile
 import time
@@ -14,31 +13,6 @@ import time
 import pytest
 
 import procs
-
-
-@pytest.fixture(scope="module")
-def etcd():
-    addr = os.environ.get("MOONCAKE_TEST_ETCD")
-    if addr:
-        yield addr
-        return
-    if shutil.which("etcd") is None:
-        pytest.skip("no etcd: set MOONCAKE_TEST_ETCD or install etcd-server")
-    client, peer = procs.free_port(), procs.free_port()
-    with tempfile.TemporaryDirectory() as data:
-        peer_url = f"http://{procs.LOOPBACK}:{peer}"
-        p = procs.Proc([
-            "etcd", "--name=test", f"--data-dir={data}",
-            f"--listen-client-urls=http://{procs.LOOPBACK}:{client}",
-            f"--advertise-client-urls=http://{procs.LOOPBACK}:{client}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=test={peer_url}",
-        ])
-        try:
-            p.wait_port(client)
-            yield f"{procs.LOOPBACK}:{client}"
-        finally:
-            p.stop()
 
 
 def ha_master(etcd: str, cluster_id: str, *flags: str) -> tuple[procs.Proc, int]:

@@ -80,28 +80,14 @@ pub(crate) fn store_code(e: &Error) -> c_int {
     mooncake_store::client::store_code(e)
 }
 
-/// A store call's 0 or code; a put of a key that exists succeeds and keeps
-/// the stored value, as in the reference.
+/// A store call's 0 or code (see [`mooncake_store::client::store_status`]).
 pub(crate) fn store_status(r: Result<(), Error>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) if e.code == ErrorCode::OBJECT_ALREADY_EXISTS => 0,
-        Err(e) => {
-            tracing::debug!("{e}");
-            store_code(&e)
-        }
-    }
+    mooncake_store::client::store_status(r)
 }
 
 /// A byte or object count, or the store code of the failure.
 pub(crate) fn store_count(r: Result<u64, Error>) -> i64 {
-    match r {
-        Ok(n) => i64::try_from(n).unwrap_or(i64::MAX),
-        Err(e) => {
-            tracing::debug!("{e}");
-            i64::from(store_code(&e))
-        }
-    }
+    mooncake_store::client::store_count(r)
 }
 
 /// `is_exist`: 1 exists, 0 missing (also a key that cannot exist), -1 when

@@ -34,24 +34,5 @@ fn guard<R>(fallback: R, f: impl FnOnce() -> R) -> R {
 /// Logs to stderr at `MC_LOG_LEVEL` (`warn` by default), or as `RUST_LOG`
 /// says; once per process, and not over a subscriber the host installed.
 fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        use tracing_subscriber::EnvFilter;
-        let level = match std::env::var("MC_LOG_LEVEL")
-            .unwrap_or_default()
-            .to_ascii_uppercase()
-            .as_str()
-        {
-            "TRACE" => "trace",
-            "DEBUG" => "debug",
-            "INFO" => "info",
-            "ERROR" | "FATAL" => "error",
-            _ => "warn",
-        };
-        let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(level));
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
-            .try_init();
-    });
+    mooncake_common::logging::init_once("warn");
 }

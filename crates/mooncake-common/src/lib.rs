@@ -1,8 +1,8 @@
 //! Pieces every mooncake-rs layer shares: the reference's numeric error codes
 //! ([`ErrorCode`], [`Error`]), human-readable size and duration parsing
 //! ([`size`], [`duration`]), gflags-style argument handling ([`gflags`])
-//! the optional cluster token ([`auth`]) and checks of raw addresses
-//! against this process's mappings ([`maps`]).
+//! the optional cluster token ([`auth`]), checks of raw addresses
+//! against this process's mappings ([`maps`]) and log setup ([`logging`]).
 
 #![warn(unreachable_pub)]
 
@@ -12,6 +12,7 @@ pub mod error;
 pub mod fd_limit;
 pub mod gflags;
 pub mod log_limit;
+pub mod logging;
 pub mod malloc;
 pub mod maps;
 pub mod size;

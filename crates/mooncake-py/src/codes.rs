@@ -20,25 +20,15 @@ pub(crate) fn code(e: &Error) -> i32 {
     mooncake_store::client::store_code(e)
 }
 
-/// 0 or the code. A put of an existing key is a success that keeps the
-/// stored value ("first write wins"), as in the reference.
+/// 0 or the code; a put of an existing key is a success that keeps the
+/// stored value (see [`mooncake_store::client::store_status`]).
 pub(crate) fn status(r: Result<(), Error>) -> i32 {
-    match r {
-        Ok(()) => 0,
-        Err(e) if e.code == ErrorCode::OBJECT_ALREADY_EXISTS => 0,
-        Err(e) => {
-            tracing::debug!("{e}");
-            code(&e)
-        }
-    }
+    mooncake_store::client::store_status(r)
 }
 
 /// A byte or object count, or the code of the failure.
 pub(crate) fn count<N: TryInto<i64>>(r: Result<N, Error>) -> i64 {
-    match r {
-        Ok(n) => n.try_into().unwrap_or(i64::MAX),
-        Err(e) => code(&e) as i64,
-    }
+    mooncake_store::client::store_count(r)
 }
 
 /// One [`status`] per key; a failure of the whole batch is every key's code.

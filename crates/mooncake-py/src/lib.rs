@@ -41,29 +41,7 @@ fn _run_cli(py: Python<'_>, name: String, argv: Vec<String>) -> i32 {
 /// full `RUST_LOG` filter. Called when the first engine or store is made (not
 /// at import, so a program run through `_run_cli` sets up its own logs).
 pub(crate) fn init_logging() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(init_logging_now);
-}
-
-fn init_logging_now() {
-    use tracing_subscriber::EnvFilter;
-    let level = match std::env::var("MC_LOG_LEVEL")
-        .unwrap_or_default()
-        .to_ascii_uppercase()
-        .as_str()
-    {
-        "TRACE" => "trace",
-        "DEBUG" => "debug",
-        "INFO" => "info",
-        "ERROR" | "FATAL" => "error",
-        _ => "warn",
-    };
-    let filter = EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| EnvFilter::new(level));
-    // A program run through `_run_cli` may install its own subscriber first.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    mooncake_common::logging::init_once("warn");
 }
 
 /// The programs built into this package (those `_run_cli` can run).

@@ -5,6 +5,9 @@
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use mooncake_common::Error;
+use mooncake_store::client::Client;
+
 use super::PyStore;
 use crate::args::Unsigned;
 
@@ -21,6 +24,20 @@ fn check_transport(protocol: &str, location: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+impl PyStore {
+    /// Runs `f` on the set-up client without the GIL; its error as text.
+    fn on_client<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Client) -> Result<T, Error> + Send,
+    ) -> Result<T, String> {
+        self.live
+            .with(py, Err("the store is not set up".to_owned()), |live| {
+                f(&live.client).map_err(|e| e.to_string())
+            })
+    }
 }
 
 fn ret<T>(what: &str, r: Result<T, String>) -> (i32, Option<T>) {
@@ -47,14 +64,8 @@ impl PyStore {
         protocol: String,
         location: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let r = check_transport(&protocol, &location).and_then(|()| {
-            self.live
-                .with(py, Err("the store is not set up".to_owned()), |live| {
-                    live.client
-                        .mount_segment(&path, offset.0, size.0)
-                        .map_err(|e| e.to_string())
-                })
-        });
+        let r = check_transport(&protocol, &location)
+            .and_then(|()| self.on_client(py, |c| c.mount_segment(&path, offset.0, size.0)));
         let (code, ids) = ret("mount_segment", r);
         let d = PyDict::new(py);
         d.set_item("ret", code)?;
@@ -72,14 +83,8 @@ impl PyStore {
         protocol: String,
         location: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let r = check_transport(&protocol, &location).and_then(|()| {
-            self.live
-                .with(py, Err("the store is not set up".to_owned()), |live| {
-                    live.client
-                        .allocate_and_mount_segment(size.0)
-                        .map_err(|e| e.to_string())
-                })
-        });
+        let r = check_transport(&protocol, &location)
+            .and_then(|()| self.on_client(py, |c| c.allocate_and_mount_segment(size.0)));
         let (code, got) = ret("allocate_and_mount_segment", r);
         let (ids, allocated) = got.unwrap_or_default();
         let d = PyDict::new(py);
@@ -98,13 +103,9 @@ impl PyStore {
         segment_ids: Vec<String>,
         grace_period_seconds: Unsigned,
     ) -> i32 {
-        let r = self
-            .live
-            .with(py, Err("the store is not set up".to_owned()), |live| {
-                live.client
-                    .unmount_segment(&segment_ids, grace_period_seconds.0)
-                    .map_err(|e| e.to_string())
-            });
+        let r = self.on_client(py, |c| {
+            c.unmount_segment(&segment_ids, grace_period_seconds.0)
+        });
         ret("unmount_segment", r).0
     }
 
@@ -116,13 +117,9 @@ impl PyStore {
         segment_ids: Vec<String>,
         grace_period_seconds: Unsigned,
     ) -> i32 {
-        let r = self
-            .live
-            .with(py, Err("the store is not set up".to_owned()), |live| {
-                live.client
-                    .unmount_and_free_segment(&segment_ids, grace_period_seconds.0)
-                    .map_err(|e| e.to_string())
-            });
+        let r = self.on_client(py, |c| {
+            c.unmount_and_free_segment(&segment_ids, grace_period_seconds.0)
+        });
         ret("unmount_and_free_segment", r).0
     }
 
@@ -132,13 +129,7 @@ impl PyStore {
     /// tier) or -1.
     #[pyo3(signature = (grace_period_seconds = Unsigned(0)))]
     fn unmount_local_disk_segment(&self, py: Python<'_>, grace_period_seconds: Unsigned) -> i32 {
-        let r = self
-            .live
-            .with(py, Err("the store is not set up".to_owned()), |live| {
-                live.client
-                    .unmount_local_disk_segment(grace_period_seconds.0)
-                    .map_err(|e| e.to_string())
-            });
+        let r = self.on_client(py, |c| c.unmount_local_disk_segment(grace_period_seconds.0));
         ret("unmount_local_disk_segment", r).0
     }
 

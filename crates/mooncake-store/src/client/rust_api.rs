@@ -88,6 +88,31 @@ pub fn store_code(e: &Error) -> i32 {
     }
 }
 
+/// A store call's 0 or [`store_code`], as the reference's bindings return
+/// it: a put of a key that exists succeeds and keeps the stored value
+/// ("first write wins").
+pub fn store_status(r: Result<(), Error>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) if e.code == ErrorCode::OBJECT_ALREADY_EXISTS => 0,
+        Err(e) => {
+            tracing::debug!("{e}");
+            store_code(&e)
+        }
+    }
+}
+
+/// A byte or object count, or the [`store_code`] of the failure.
+pub fn store_count<N: TryInto<i64>>(r: Result<N, Error>) -> i64 {
+    match r {
+        Ok(n) => n.try_into().unwrap_or(i64::MAX),
+        Err(e) => {
+            tracing::debug!("{e}");
+            i64::from(store_code(&e))
+        }
+    }
+}
+
 /// Replication of one put, as the reference's crate has it. Unlike the
 /// store's own [`types::ReplicaPolicy`], the derived default has
 /// `replica_num: 0`, which puts refuse (`-600`), as the reference's do.
