@@ -4,9 +4,11 @@
  *
  *   te_bench server                      prints "READY <segment> <addr> <len>",
  *                                        serves until a "bye" notify
- *   te_bench client <segment> <addr> <len> <seconds>
+ *   te_bench client <segment> <addr> <len> <seconds> [<op> <block bytes>]
  *                                        prints one line per (op, block size):
- *                                        "<op> <block bytes> <GB/s>"
+ *                                        "<op> <block bytes> <GB/s>"; every
+ *                                        op and 64 KiB, 1 MiB and 8 MiB
+ *                                        blocks unless one cell is named
  */
 #include <sched.h>
 #include <stdint.h>
@@ -105,7 +107,9 @@ static double run(transfer_engine_t e, segment_id_t seg, uint8_t *local,
     return bytes / elapsed / 1e9;
 }
 
-static int client(const char *segment, uint64_t remote, double seconds) {
+/* `only_op` NULL: every op and block; else that op at `only_block`. */
+static int client(const char *segment, uint64_t remote, double seconds,
+                  const char *only_op, size_t only_block) {
     transfer_engine_t e = start();
     segment_id_t seg = openSegment(e, segment);
     if (seg < 0) return 1;
@@ -115,10 +119,13 @@ static int client(const char *segment, uint64_t remote, double seconds) {
     int rc = 0;
     for (int op = 0; op < 2; op++) {
         for (size_t i = 0; i < sizeof blocks / sizeof blocks[0]; i++) {
+            const char *name = op == 0 ? "write" : "read";
+            size_t block = only_op ? only_block : blocks[i];
+            if (only_op && (strcmp(only_op, name) != 0 || i > 0)) continue;
             int opcode = op == 0 ? OPCODE_WRITE : OPCODE_READ;
-            double gbs = run(e, seg, local, remote, opcode, blocks[i], seconds);
+            double gbs = run(e, seg, local, remote, opcode, block, seconds);
             if (gbs < 0) rc = 1;
-            printf("%s %zu %.2f\n", op == 0 ? "write" : "read", blocks[i], gbs);
+            printf("%s %zu %.2f\n", name, block, gbs);
             fflush(stdout);
         }
     }
@@ -133,8 +140,20 @@ static int client(const char *segment, uint64_t remote, double seconds) {
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "server") == 0) return server();
     if (argc == 6 && strcmp(argv[1], "client") == 0)
-        return client(argv[2], strtoull(argv[3], NULL, 10), atof(argv[5]));
+        return client(argv[2], strtoull(argv[3], NULL, 10), atof(argv[5]),
+                      NULL, 0);
+    if (argc == 8 && strcmp(argv[1], "client") == 0) {
+        size_t block = strtoull(argv[7], NULL, 10);
+        if ((strcmp(argv[6], "read") != 0 && strcmp(argv[6], "write") != 0) ||
+            block == 0 || block > LEN || LEN % block != 0) {
+            fprintf(stderr, "op is read or write; block divides %u\n", LEN);
+            return 2;
+        }
+        return client(argv[2], strtoull(argv[3], NULL, 10), atof(argv[5]),
+                      argv[6], block);
+    }
     fprintf(stderr,
-            "usage: te_bench server | client <segment> <addr> <len> <seconds>\n");
+            "usage: te_bench server | client <segment> <addr> <len> <seconds> "
+            "[read|write <block bytes>]\n");
     return 2;
 }
