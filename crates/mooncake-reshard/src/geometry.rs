@@ -65,50 +65,159 @@ fn sweep_dimension(boxes: &[&Block], ndim: usize) -> usize {
         .unwrap_or(0)
 }
 
-/// Whether any two boxes share a cell. One-dimensional intervals are
-/// checked by a sort; higher ranks by a sweep along the most selective
-/// dimension, exact, bounded by [`HIGH_DIM_COMPARISON_BUDGET`] from three
-/// dimensions up.
+/// Whether any two boxes share a cell, with the default budget.
 pub fn any_overlap(boxes: &[&Block]) -> Result<bool> {
+    any_overlap_within(boxes, HIGH_DIM_COMPARISON_BUDGET)
+}
+
+/// Whether any two boxes share a cell. Intervals are checked by a sort,
+/// rectangles by a sweep with a counting segment tree (n log n), higher
+/// ranks by a sweep along the most selective dimension that compares the
+/// boxes active together, at most `budget` times.
+pub fn any_overlap_within(boxes: &[&Block], budget: u64) -> Result<bool> {
     if boxes.len() < 2 {
         return Ok(false);
     }
     let ndim = same_rank(boxes)?;
-    if ndim == 0 {
+    match ndim {
         // Two zero-dimensional boxes are the same single cell.
-        return Ok(true);
+        0 => Ok(true),
+        1 => {
+            let mut spans: Vec<(u64, u64)> =
+                boxes.iter().map(|b| (b.offset[0], b.end(0))).collect();
+            spans.sort_unstable();
+            let mut reach = spans[0].1;
+            for &(begin, end) in &spans[1..] {
+                if begin < reach {
+                    return Ok(true);
+                }
+                reach = reach.max(end);
+            }
+            Ok(false)
+        }
+        2 => Ok(rectangles_overlap(boxes)),
+        _ => sweep_overlap(boxes, ndim, budget),
     }
+}
+
+/// Counting segment tree over compressed coordinates: add to a range, ask
+/// a range's maximum.
+struct CoverTree {
+    max: Vec<i64>,
+    pending: Vec<i64>,
+    len: usize,
+}
+
+impl CoverTree {
+    fn new(len: usize) -> Self {
+        Self {
+            max: vec![0; 4 * len.max(1)],
+            pending: vec![0; 4 * len.max(1)],
+            len,
+        }
+    }
+
+    fn add(&mut self, lo: usize, hi: usize, v: i64) {
+        self.add_at(1, 0, self.len, lo, hi, v);
+    }
+
+    fn add_at(&mut self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize, v: i64) {
+        if hi <= nlo || nhi <= lo {
+            return;
+        }
+        if lo <= nlo && nhi <= hi {
+            self.max[node] += v;
+            self.pending[node] += v;
+            return;
+        }
+        let mid = (nlo + nhi) / 2;
+        self.add_at(2 * node, nlo, mid, lo, hi, v);
+        self.add_at(2 * node + 1, mid, nhi, lo, hi, v);
+        self.max[node] = self.pending[node] + self.max[2 * node].max(self.max[2 * node + 1]);
+    }
+
+    fn peak(&self, lo: usize, hi: usize) -> i64 {
+        self.peak_at(1, 0, self.len, lo, hi)
+    }
+
+    fn peak_at(&self, node: usize, nlo: usize, nhi: usize, lo: usize, hi: usize) -> i64 {
+        if hi <= nlo || nhi <= lo {
+            return i64::MIN;
+        }
+        if lo <= nlo && nhi <= hi {
+            return self.max[node];
+        }
+        let mid = (nlo + nhi) / 2;
+        let inner = self.peak_at(2 * node, nlo, mid, lo, hi).max(self.peak_at(
+            2 * node + 1,
+            mid,
+            nhi,
+            lo,
+            hi,
+        ));
+        inner.saturating_add(self.pending[node])
+    }
+}
+
+/// Sweep along dimension 0; the tree counts how many open rectangles cover
+/// each cell of dimension 1. A rectangle that opens over a covered cell
+/// overlaps; ends sort before starts at the same coordinate, so touching
+/// rectangles do not.
+fn rectangles_overlap(boxes: &[&Block]) -> bool {
+    let mut ys: Vec<u64> = boxes.iter().flat_map(|b| [b.offset[1], b.end(1)]).collect();
+    ys.sort_unstable();
+    ys.dedup();
+    let at = |y: u64| ys.partition_point(|&v| v < y);
+    // (x, 0 = end / 1 = start, first cell, one past the last cell)
+    let mut events: Vec<(u64, u8, usize, usize)> = Vec::with_capacity(2 * boxes.len());
+    for b in boxes {
+        let (lo, hi) = (at(b.offset[1]), at(b.end(1)));
+        events.push((b.offset[0], 1, lo, hi));
+        events.push((b.end(0), 0, lo, hi));
+    }
+    events.sort_unstable();
+    let mut tree = CoverTree::new(ys.len().saturating_sub(1));
+    for (_, start, lo, hi) in events {
+        if start == 0 {
+            tree.add(lo, hi, -1);
+        } else {
+            if tree.peak(lo, hi) > 0 {
+                return true;
+            }
+            tree.add(lo, hi, 1);
+        }
+    }
+    false
+}
+
+fn sweep_overlap(boxes: &[&Block], ndim: usize, budget: u64) -> Result<bool> {
     let dim = sweep_dimension(boxes, ndim);
     let mut order: Vec<usize> = (0..boxes.len()).collect();
     order.sort_unstable_by_key(|&i| (boxes[i].offset[dim], boxes[i].end(dim)));
-    if ndim == 1 {
-        let mut reach = boxes[order[0]].end(0);
-        for &i in &order[1..] {
-            if boxes[i].offset[0] < reach {
-                return Ok(true);
-            }
-            reach = reach.max(boxes[i].end(0));
-        }
-        return Ok(false);
-    }
-    let budget = (ndim >= 3).then_some(HIGH_DIM_COMPARISON_BUDGET);
     let mut comparisons = 0u64;
-    let mut active: Vec<usize> = Vec::new();
+    // Active boxes, and a min-heap of when each stops being active.
+    let mut active: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+    let mut expiry = std::collections::BinaryHeap::new();
     for &i in &order {
         let begin = boxes[i].offset[dim];
-        active.retain(|&j| boxes[j].end(dim) > begin);
+        while let Some(&std::cmp::Reverse((end, j))) = expiry.peek() {
+            if end > begin {
+                break;
+            }
+            expiry.pop();
+            active.remove(&j);
+        }
         for &j in &active {
-            if let Some(limit) = budget {
-                if comparisons >= limit {
-                    return Err(Error::OverlapBudget);
-                }
+            if comparisons >= budget {
+                return Err(Error::OverlapBudget);
             }
             comparisons += 1;
             if cells_overlap(boxes[i], boxes[j]) {
                 return Ok(true);
             }
         }
-        active.push(i);
+        active.insert(i);
+        expiry.push(std::cmp::Reverse((boxes[i].end(dim), i)));
     }
     Ok(false)
 }
@@ -118,9 +227,15 @@ pub fn volume(shape: &[u64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &e| acc.checked_mul(e))
 }
 
-/// Whether `boxes` lie inside `container`, do not overlap, and together
-/// have its volume: then they tile it exactly.
+/// Whether `boxes` tile `container` exactly, with the default budget.
 pub fn exactly_cover(container: &Block, boxes: &[&Block]) -> Result<bool> {
+    exactly_cover_within(container, boxes, HIGH_DIM_COMPARISON_BUDGET)
+}
+
+/// Whether `boxes` lie inside `container`, do not overlap, and together
+/// have its volume: then they tile it exactly. `budget` bounds the overlap
+/// check from three dimensions up, as in [`any_overlap_within`].
+pub fn exactly_cover_within(container: &Block, boxes: &[&Block], budget: u64) -> Result<bool> {
     if boxes.is_empty() {
         return Ok(false);
     }
@@ -142,7 +257,7 @@ pub fn exactly_cover(container: &Block, boxes: &[&Block]) -> Result<bool> {
     if have != want {
         return Ok(false);
     }
-    Ok(!any_overlap(boxes)?)
+    Ok(!any_overlap_within(boxes, budget)?)
 }
 
 #[cfg(test)]
@@ -202,9 +317,29 @@ mod tests {
             any_overlap(&large.iter().collect::<Vec<_>>()),
             Err(Error::OverlapBudget)
         );
+        assert_eq!(
+            any_overlap_within(&small.iter().collect::<Vec<_>>(), 0),
+            Err(Error::OverlapBudget)
+        );
         // The same shape in 2-D has no budget.
         let flat: Vec<Block> = (0..1500).map(|i| b(&[i, i], &[1500, 1])).collect();
         assert_eq!(any_overlap(&flat.iter().collect::<Vec<_>>()), Ok(false));
+    }
+
+    #[test]
+    fn rectangle_sweep_handles_many_nested_spans() {
+        // Each row split in two at a different column: every left part
+        // starts at column 0, the worst case for a pairwise sweep.
+        let n = 4096u64;
+        let mut boxes = Vec::new();
+        for row in 0..n {
+            boxes.push(b(&[0, row], &[row + 1, 1]));
+            boxes.push(b(&[row + 1, row], &[n - row, 1]));
+        }
+        let container = b(&[0, 0], &[n + 1, n]);
+        assert!(exactly_cover(&container, &boxes.iter().collect::<Vec<_>>()).unwrap());
+        boxes.push(b(&[3, 7], &[1, 1]));
+        assert!(any_overlap(&boxes.iter().collect::<Vec<_>>()).unwrap());
     }
 
     #[test]
