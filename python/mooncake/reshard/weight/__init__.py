@@ -4,7 +4,8 @@ Framework adapters describe each participant's tensors and fragments
 (``WeightPlacementPart``), a barrier assembles a ``WeightPlacementManifest``,
 and ``plan_placement_transfer(source, target)`` returns the strided byte
 copies (``TransferRegion``) that move a generation from one layout (say the
-trainer's TP 2) to another (the rollout's TP 4). ``mooncake.reshard.weight.execute``
+trainer's TP 2) to another (the rollout's TP 4);
+``mooncake.reshard.weight.execute.execute_plan``
 runs a plan between host buffers.
 """
 
