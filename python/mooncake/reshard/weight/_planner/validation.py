@@ -19,16 +19,18 @@ def _participants_of_operations(
     """Which participants the operations touch on ``side``; every fragment
     an operation names must be the placement's own, unchanged."""
 
-    owner = {f.placement_fragment_id: part for part in placement.parts for f in part.fragments}
+    owner = {f.placement_fragment_id: (part, f) for part in placement.parts for f in part.fragments}
     touched: set[ParticipantId] = set()
     by_fragment: dict[PlacementFragmentId, list[LogicalTransferOperation]] = {}
     for op in operations:
         fragment = getattr(op, side)
         if not isinstance(fragment, PlacementFragment):
             raise ValueError(f"logical transfer operation {side} must be a placement")
-        part = owner.get(fragment.placement_fragment_id)
-        if part is None or fragment not in part.fragments:
+        held = owner.get(fragment.placement_fragment_id)
+        # IDs are unique within a placement: one comparison per operation.
+        if held is None or held[1] != fragment:
             raise ValueError(f"logical plan and {side} placement fragment snapshots differ")
+        part = held[0]
         touched.add(part.participant_id)
         by_fragment.setdefault(fragment.placement_fragment_id, []).append(op)
     return touched, by_fragment
