@@ -19,6 +19,9 @@ type PyBox = (Dims, Dims);
 /// A region as Python passes it: (source base, target base, inner bytes,
 /// outer counts, source strides, target strides).
 type PyRegion = (u64, u64, u64, Dims, Dims, Dims);
+/// One source box a target overlaps: (source index, overlap offset,
+/// overlap shape, region).
+type Match = (usize, Dims, Dims, PyRegion);
 
 fn err(e: Error) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -107,7 +110,7 @@ pub(crate) fn reshard_match(
     sources: Vec<PyBox>,
     targets: Vec<PyBox>,
     itemsize: u64,
-) -> PyResult<Vec<Vec<(usize, Dims, Dims, PyRegion)>>> {
+) -> PyResult<Vec<Vec<Match>>> {
     let sources: Vec<Block> = sources.into_iter().map(block).collect();
     let targets: Vec<Block> = targets.into_iter().map(block).collect();
     py.allow_threads(|| {

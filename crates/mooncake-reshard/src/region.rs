@@ -35,9 +35,10 @@ pub fn row_major_strides(shape: &[u64], itemsize: u64) -> Result<Vec<u64>> {
 
 fn base_offset(fragment: &Block, overlap: &Block, strides: &[u64]) -> Result<u64> {
     let mut at = 0u64;
-    for d in 0..strides.len() {
+    for (d, stride) in strides.iter().enumerate() {
+        // Callers check containment first, so the difference is not negative.
         let step = (overlap.offset[d] - fragment.offset[d])
-            .checked_mul(strides[d])
+            .checked_mul(*stride)
             .ok_or(Error::Overflow("base offset"))?;
         at = at.checked_add(step).ok_or(Error::Overflow("base offset"))?;
     }

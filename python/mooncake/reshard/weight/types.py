@@ -10,7 +10,7 @@ from math import prod
 from typing import Literal, Optional, TypeVar, Union
 
 from ..contracts import PlacementFragmentId, TensorId
-from ..contracts import RuntimeBindingFragment as RuntimeBindingFragment
+from ..contracts import RuntimeBindingFragment as RuntimeBindingFragment  # noqa: F401 (re-exported)
 from ..contracts.fragments import row_major_strides
 
 _U64_MAX = (1 << 64) - 1
