@@ -342,3 +342,17 @@ def test_stored_manifest_round_trip_and_checks() -> None:
         WeightManifest.from_json(m.to_json().replace('"created_at"', '"made_at"'))
     with pytest.raises(ValueError, match="non-finite"):
         WeightManifest.from_json(m.to_json().replace('"weight_generation":1', '"weight_generation":Infinity'))
+
+
+def test_coordinates_past_64_bits_are_a_value_error() -> None:
+    with pytest.raises(ValueError, match=r"2\*\*64"):
+        boxes_overlap([((1 << 64,), (1,)), ((0,), (1,))])
+    huge = TensorDescriptor("w", (1 << 65,), "u8", 1, (), "fp", (ReplicatedAxis("tp"),))
+    topo = ParallelTopology(tp_size=1, pp_size=1, ep_size=1, dp_size=1,
+                            participants=(TopologyParticipant("w", ParallelRank()),))
+    with pytest.raises(ValueError, match=r"2\*\*64"):
+        WeightPlacementManifest.from_fragments(
+            resource_id=RESOURCE, revision=REVISION, weight_generation=1, placement_set_id="s", topology=topo,
+            tensors=(huge,), fragments=(PlacementFragment("w", (1 << 64,), (2,), 2, ParallelRank()),))
+    with pytest.raises(ValueError, match="ends past"):
+        boxes_exactly_cover((0,), ((1 << 64) - 1,), [(((1 << 64) - 2,), (4,))])

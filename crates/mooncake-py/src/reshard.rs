@@ -27,8 +27,23 @@ fn err(e: Error) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-fn block((offset, shape): PyBox) -> Block {
-    Block::new(offset, shape)
+/// A box whose every end fits in 64 bits (the geometry would otherwise
+/// saturate and could call a box covered that is not).
+fn block((offset, shape): PyBox) -> PyResult<Block> {
+    if offset
+        .iter()
+        .zip(&shape)
+        .any(|(o, s)| o.checked_add(*s).is_none())
+    {
+        return Err(PyValueError::new_err(
+            "box coordinates must be integers in [0, 2**64): a box ends past 2**64",
+        ));
+    }
+    Ok(Block::new(offset, shape))
+}
+
+fn blocks(boxes: Vec<PyBox>) -> PyResult<Vec<Block>> {
+    boxes.into_iter().map(block).collect()
 }
 
 fn to_py(r: Region) -> PyRegion {
@@ -68,7 +83,7 @@ pub(crate) fn reshard_boxes_overlap(
     boxes: Vec<PyBox>,
     budget: u64,
 ) -> PyResult<bool> {
-    let boxes: Vec<Block> = boxes.into_iter().map(block).collect();
+    let boxes = blocks(boxes)?;
     py.allow_threads(|| geometry::any_overlap_within(&boxes.iter().collect::<Vec<_>>(), budget))
         .map_err(err)
 }
@@ -81,8 +96,8 @@ pub(crate) fn reshard_boxes_exactly_cover(
     boxes: Vec<PyBox>,
     budget: u64,
 ) -> PyResult<bool> {
-    let boxes: Vec<Block> = boxes.into_iter().map(block).collect();
-    let container = block(container);
+    let boxes = blocks(boxes)?;
+    let container = block(container)?;
     py.allow_threads(|| {
         geometry::exactly_cover_within(&container, &boxes.iter().collect::<Vec<_>>(), budget)
     })
@@ -97,7 +112,7 @@ pub(crate) fn reshard_region(
     overlap: PyBox,
     itemsize: u64,
 ) -> PyResult<PyRegion> {
-    Region::derive(&block(source), &block(target), &block(overlap), itemsize)
+    Region::derive(&block(source)?, &block(target)?, &block(overlap)?, itemsize)
         .map(to_py)
         .map_err(err)
 }
@@ -111,8 +126,8 @@ pub(crate) fn reshard_match(
     targets: Vec<PyBox>,
     itemsize: u64,
 ) -> PyResult<Vec<Vec<Match>>> {
-    let sources: Vec<Block> = sources.into_iter().map(block).collect();
-    let targets: Vec<Block> = targets.into_iter().map(block).collect();
+    let sources = blocks(sources)?;
+    let targets = blocks(targets)?;
     py.allow_threads(|| {
         let index = SourceIndex::new(&sources)?;
         let mut out = Vec::with_capacity(targets.len());

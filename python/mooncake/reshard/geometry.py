@@ -51,13 +51,22 @@ def box_contains(
 
 
 def _budget() -> int:
-    return max(0, int(_MAX_HIGH_DIMENSIONAL_PAIRWISE_COMPARISONS))
+    return min(max(0, int(_MAX_HIGH_DIMENSIONAL_PAIRWISE_COMPARISONS)), (1 << 64) - 1)
+
+
+def _native(call, *args):
+    # Coordinates are unsigned 64-bit in Rust: no addressable tensor has
+    # more, and a negative one is no box.
+    try:
+        return call(*args)
+    except OverflowError as error:
+        raise ValueError("box coordinates must be integers in [0, 2**64)") from error
 
 
 def boxes_overlap(boxes: Sequence[Box]) -> bool:
     """Whether any two boxes share a cell."""
 
-    return reshard_boxes_overlap([(tuple(o), tuple(s)) for o, s in boxes], _budget())
+    return _native(reshard_boxes_overlap, [(tuple(o), tuple(s)) for o, s in boxes], _budget())
 
 
 def boxes_exactly_cover(
@@ -68,7 +77,8 @@ def boxes_exactly_cover(
     """Whether the boxes lie inside the container, do not overlap, and add up
     to its volume."""
 
-    return reshard_boxes_exactly_cover(
+    return _native(
+        reshard_boxes_exactly_cover,
         (tuple(container_offset), tuple(container_shape)),
         [(tuple(o), tuple(s)) for o, s in boxes],
         _budget(),

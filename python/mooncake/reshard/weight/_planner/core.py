@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 
 from ...._mooncake import reshard_match
 from ...contracts import ParticipantId, PlacementFragmentId, ResourceId, RevisionId, TensorId
-from ...geometry import boxes_exactly_cover
+from ...geometry import _native, boxes_exactly_cover
 from ..placement import WeightPlacementManifest
 from ..storage_manifest import StoredFragment, WeightManifest
 from ..types import ParallelRank, PlacementFragment, TensorDescriptor
@@ -184,8 +184,8 @@ def _plan_transfer(
         group_lists[tensor_id] = [groups[tensor_id][box] for box in boxes] if boxes else []
         if not boxes or tensor_id not in source_tensors:
             continue
-        found = reshard_match(
-            boxes, [(t.global_offset, t.local_shape) for t in tensor_targets], tensor.itemsize
+        found = _native(
+            reshard_match, boxes, [(t.global_offset, t.local_shape) for t in tensor_targets], tensor.itemsize
         )
         for t, hits in zip(tensor_targets, found):
             matches[t.placement_fragment_id] = hits

@@ -12,6 +12,7 @@ from math import prod
 from typing import TYPE_CHECKING, Optional
 
 from ...._mooncake import reshard_region
+from ...geometry import _native
 from ..types import TensorDescriptor
 from ..storage_manifest import StoredFragment
 from .fragments import GeometryFragment, LogicalSourceFragment, LogicalTargetFragment
@@ -73,7 +74,8 @@ def _derive_region_geometry(
     itemsize = _fragment_itemsize(source)
     if _fragment_itemsize(target) != itemsize:
         raise ValueError("transfer region source and target itemsize differ")
-    base_s, base_t, inner, counts, s_strides, t_strides = reshard_region(
+    base_s, base_t, inner, counts, s_strides, t_strides = _native(
+        reshard_region,
         (source.global_offset, source.local_shape),
         (target.global_offset, target.local_shape),
         (overlap_offset, overlap_shape),
