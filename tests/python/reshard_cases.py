@@ -27,8 +27,8 @@ GENERATION = 3
 
 @dataclass(frozen=True)
 class Spec:
-    """One tensor: shape, the TP split dimension (None: replicated on TP),
-    and the PP stage that owns it (None: every stage... not used)."""
+    """One tensor: shape, the TP split dimension (None: whole on every TP
+    rank), and in PP layouts the stage that owns it (None: stage 0)."""
 
     name: str
     shape: tuple[int, ...]

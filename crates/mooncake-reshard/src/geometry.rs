@@ -59,7 +59,7 @@ fn sweep_dimension(boxes: &[&Block], ndim: usize) -> usize {
                 boxes.iter().map(|b| (b.offset[d], b.end(d))).collect();
             spans.sort_unstable();
             spans.dedup();
-            // Ties go to the lower dimension, as max_by_key keeps the last max.
+            // Reverse(d): on a tie the lowest dimension wins.
             (spans.len(), std::cmp::Reverse(d))
         })
         .unwrap_or(0)

@@ -3,7 +3,7 @@
 //! and validation messages, and calls in here for the work that grows with
 //! the number of fragments or bytes.
 //!
-//! - [`geometry`]: N-D logical boxes (a global offset and a shape per
+//! - [`geometry`]: N-D logical boxes ([`Block`]: a global offset and a shape per
 //!   fragment): containment, pairwise overlap, exact cover of a container.
 //! - [`plan`]: which source boxes overlap each target box, through an
 //!   interval index on the most selective dimension.
@@ -19,7 +19,8 @@ pub mod geometry;
 pub mod plan;
 pub mod region;
 
-/// A logical box (a block of the global tensor): where it starts in the global tensor, and its extent.
+/// A logical box of a tensor: where it starts in the global tensor, and
+/// its extent per dimension.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Block {
     pub offset: Vec<u64>,
