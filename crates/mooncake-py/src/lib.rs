@@ -7,6 +7,7 @@
 //! - `hostmem`: `MooncakeHostMemAllocator`, `bind_to_numa_node`;
 //! - `p2p_store`: `P2PStore` and `P2PStoreError` (`mooncake.p2p_store`);
 //! - `fast_copy`: `concat_arrays_into`, which `mooncake._fast_copy` exports;
+//! - `reshard`: the `reshard_*` geometry and copy calls behind `mooncake.reshard`;
 //! - `codes`: the ints both APIs return for failures;
 //! - `args`, `buffer`, `handle`, `mem`: argument conversions, borrowed and
 //!   lent Python buffers, and the checks that keep raw addresses from
@@ -26,6 +27,7 @@ mod hostmem;
 mod mem;
 mod p2p_store;
 mod pg;
+mod reshard;
 mod running;
 mod store;
 
@@ -84,6 +86,7 @@ fn _mooncake(m: &Bound<'_, PyModule>) -> PyResult<()> {
     store::register(m)?;
     pg::register(m)?;
     p2p_store::register(m)?;
+    reshard::register(m)?;
     m.add_class::<hostmem::HostMemAllocator>()?;
     m.add_function(wrap_pyfunction!(hostmem::bind_to_numa_node, m)?)?;
     m.add_function(wrap_pyfunction!(hostmem::_readable, m)?)?;
