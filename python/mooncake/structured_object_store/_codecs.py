@@ -1,0 +1,161 @@
+"""Column codecs for DataProto ``non_tensor_batch`` object arrays.
+
+A column (one value per row, ``None`` for a null row) is stored as a few
+flat payloads, each one member of the stage's structured object:
+
+==================  ============================================================
+codec               payloads
+==================  ============================================================
+``ndarray``         ``values`` (one number per row), ``nulls``
+``typed_ragged``    ``values`` (all rows' numbers, one dtype), ``offsets``,
+                    ``nulls``; rows come back as 1-d arrays (lists if given
+                    as lists)
+``ragged_tensor``   ``values`` (all rows' elements), ``offsets``, ``nulls``;
+                    the rows' shapes are in the metadata
+``utf8_ragged``     ``values`` (UTF-8 bytes), ``offsets``, ``nulls``
+``bytes_ragged``    ``values``, ``offsets``, ``nulls``
+``msgpack_ragged``  ``values`` (one msgpack document per row), ``offsets``
+==================  ============================================================
+
+``offsets`` has rows + 1 int64 entries; ``nulls`` one uint8 per row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import _tensors
+from ._inference import _choose_leaf_codec, _is_null
+
+
+def _msgpack() -> Any:
+    try:
+        import msgpack
+    except ImportError as exc:  # pragma: no cover - declared as a dependency
+        raise RuntimeError("the msgpack_ragged codec needs the msgpack package") from exc
+    return msgpack
+
+
+def _offsets(lengths: Sequence[int]) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _nulls(values: Sequence[Any]) -> np.ndarray:
+    return np.fromiter((_is_null(v) for v in values), dtype=np.uint8, count=len(values))
+
+
+def _check_offsets(offsets: np.ndarray, rows: int, total: int) -> None:
+    if len(offsets) != rows + 1:
+        raise ValueError(f"ragged payload offsets length {len(offsets)} does not match {rows} rows")
+    if len(offsets) and (offsets[0] != 0 or offsets[-1] != total or np.any(np.diff(offsets) < 0)):
+        raise ValueError("ragged payload offsets are not monotone over the values")
+
+
+def _encode_msgpack_ragged_values(name: str, values: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    packer = _msgpack()
+    try:
+        blobs = [packer.packb(v, use_bin_type=True) for v in values]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(f"non-tensor field {name} holds values msgpack cannot store: {exc}") from exc
+    payload = {"values": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+               "offsets": _offsets([len(b) for b in blobs])}
+    return payload, {}
+
+
+def _decode_msgpack_ragged_values(payload: Mapping[str, Any], rows: int) -> list[Any]:
+    data = bytes(np.asarray(payload["values"], dtype=np.uint8))
+    offsets = np.asarray(payload["offsets"], dtype=np.int64)
+    _check_offsets(offsets, rows, len(data))
+    packer = _msgpack()
+    return [packer.unpackb(data[offsets[i]: offsets[i + 1]], raw=False, strict_map_key=False)
+            for i in range(rows)]
+
+
+def choose_codec(values: list[Any]) -> str:
+    decision = _choose_leaf_codec(values)
+    codec = decision.codec
+    if not decision.accepted:
+        return "msgpack_ragged"
+    if codec == "ragged_tensor" and any(not _is_null(v) and v.ndim == 0 for v in values):
+        return "msgpack_ragged" if not any(_tensors.is_tensor(v) for v in values) else codec
+    return codec
+
+
+def encode_column(name: str, values: list[Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """(codec, payloads, metadata) for a column."""
+    codec = choose_codec(values)
+    nulls = _nulls(values)
+    present = [v for v in values if not _is_null(v)]
+    if codec == "ndarray":
+        dtype = np.result_type(*[np.asarray(v).dtype for v in present]) if present else np.dtype(np.int64)
+        out = np.zeros(len(values), dtype=dtype)
+        for i, v in enumerate(values):
+            if not nulls[i]:
+                out[i] = v
+        return codec, {"values": out, "nulls": nulls}, {"dtype": dtype.str}
+    if codec == "typed_ragged":
+        arrays = [np.asarray(v) for v in present]
+        dtype = np.result_type(*[a.dtype for a in arrays]) if arrays else np.dtype(np.int64)
+        flat = [np.asarray([] if _is_null(v) else v, dtype=dtype).reshape(-1) for v in values]
+        as_list = all(isinstance(v, (list, tuple)) for v in present)
+        data = np.concatenate(flat) if flat else np.empty(0, dtype=dtype)
+        return codec, {"values": data, "offsets": _offsets([len(a) for a in flat]), "nulls": nulls}, \
+            {"dtype": dtype.str, "rows_as": "list" if as_list else "ndarray"}
+    if codec == "ragged_tensor":
+        torch = _tensors.torch_module()
+        dtype = present[0].dtype
+        shapes = [None if _is_null(v) else list(v.shape) for v in values]
+        parts = [v.detach().cpu().contiguous().reshape(-1) for v in present]
+        data = torch.cat(parts) if parts else torch.empty(0, dtype=dtype)
+        lengths = [0 if s is None else int(np.prod(s, dtype=np.int64)) for s in shapes]
+        return codec, {"values": data, "offsets": _offsets(lengths), "nulls": nulls}, \
+            {"dtype": str(dtype), "shapes": shapes}
+    if codec in ("utf8_ragged", "bytes_ragged"):
+        blobs = [b"" if _is_null(v) else (v.encode("utf-8") if codec == "utf8_ragged" else bytes(v))
+                 for v in values]
+        return codec, {"values": np.frombuffer(b"".join(blobs), dtype=np.uint8),
+                       "offsets": _offsets([len(b) for b in blobs]), "nulls": nulls}, {}
+    payload, meta = _encode_msgpack_ragged_values(name, values)
+    return "msgpack_ragged", payload, meta
+
+
+def decode_column(codec: str, payload: Mapping[str, Any], rows: int, metadata: Mapping[str, Any]) -> list[Any]:
+    if codec == "msgpack_ragged":
+        return _decode_msgpack_ragged_values(payload, rows)
+    nulls = np.asarray(payload["nulls"], dtype=np.uint8)
+    if len(nulls) != rows:
+        raise ValueError(f"{codec} payload has {len(nulls)} null flags for {rows} rows")
+    if codec == "ndarray":
+        values = np.asarray(payload["values"]).tolist()
+        return [None if nulls[i] else values[i] for i in range(rows)]
+    offsets = np.asarray(payload["offsets"], dtype=np.int64)
+    data = payload["values"]
+    _check_offsets(offsets, rows, len(data))
+    out: list[Any] = []
+    if codec == "ragged_tensor":
+        shapes = metadata.get("shapes", [])
+        for i in range(rows):
+            out.append(None if nulls[i] else data[offsets[i]: offsets[i + 1]].reshape(shapes[i]).clone())
+        return out
+    if codec == "typed_ragged":
+        as_list = metadata.get("rows_as") == "list"
+        for i in range(rows):
+            row = np.array(data[offsets[i]: offsets[i + 1]])
+            out.append(None if nulls[i] else (row.tolist() if as_list else row))
+        return out
+    raw = bytes(np.asarray(data, dtype=np.uint8))
+    for i in range(rows):
+        blob = raw[offsets[i]: offsets[i + 1]]
+        out.append(None if nulls[i] else (blob.decode("utf-8") if codec == "utf8_ragged" else blob))
+    return out
+
+
+def object_array(values: list[Any]) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out

@@ -1,0 +1,273 @@
+"""Structured objects: JSON metadata plus typed members over a bundle.
+
+The metadata blob holds the caller's metadata, ``layout`` (default
+``structured``) and, under ``__mooncake_structured_fields__``, how each
+member is encoded: ``ndarray`` (dtype string and shape), ``torch_tensor``
+(torch dtype, shape, element size) or ``bytes``. Reads materialize whole
+members or rows of them (axis 0: a slice, a step, or a list of indices),
+into fresh arrays, buffer-pool leases, or destinations the caller gives;
+the row reads ask the store for exactly the bytes of those rows.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import _tensors
+from ._bundle import BundleStore, decode_json, encode_json, validate_key_segment
+from ._transport import address
+from ._types import (
+    STRUCTURED_FIELD_SPECS_KEY,
+    StructuredMemberSlice,
+    StructuredObjectReadSpec,
+    StructuredObjectResult,
+    _DirectCopyPayload,
+    _MultiBufferPayload,
+    _PoolBackedNdarray,
+    _PoolLeaseOwner,
+    _RawDestinationBuffer,
+    _TensorObjectBufferPayload,
+    _TensorPayload,
+)
+
+
+def normalize_metadata(metadata: Any) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise TypeError("structured metadata must be a mapping")
+    out = dict(metadata)
+    if STRUCTURED_FIELD_SPECS_KEY in out:
+        raise ValueError(f"structured metadata key {STRUCTURED_FIELD_SPECS_KEY!r} is reserved")
+    if not isinstance(out.get("layout", "structured"), str):
+        raise ValueError("structured metadata layout must be a string")
+    out.setdefault("layout", "structured")
+    return out
+
+
+def encode_field(value: Any) -> tuple[dict[str, Any], Any]:
+    """(member spec, what the bundle stores) for one member."""
+    if isinstance(value, _TensorObjectBufferPayload):
+        return {"encoding": "torch_tensor"}, value
+    if isinstance(value, _TensorPayload):
+        return _tensors.tensor_spec(value.tensor), value
+    if isinstance(value, (_DirectCopyPayload, _MultiBufferPayload)):
+        if value.dtype is not None and value.shape is not None:
+            return {"encoding": "ndarray", "dtype": value.dtype, "shape": list(value.shape)}, value
+        return {"encoding": "bytes"}, value
+    if _tensors.is_tensor(value):
+        if getattr(value, "is_nested", False):
+            raise ValueError("nested tensor members are not supported; store their rows as a list")
+        return _tensors.tensor_spec(value), _TensorPayload(value)
+    if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            raise TypeError("object arrays cannot be stored as raw members")
+        array = np.ascontiguousarray(value)
+        return {"encoding": "ndarray", "dtype": array.dtype.str, "shape": list(array.shape)}, \
+            array.reshape(-1).view(np.uint8)
+    return {"encoding": "bytes"}, value
+
+
+def encode_fields(metadata: Any, fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta = normalize_metadata(metadata)
+    specs: dict[str, Any] = {}
+    encoded: dict[str, Any] = {}
+    for name, value in fields.items():
+        validate_key_segment(name, "buffer name")
+        specs[name], encoded[name] = encode_field(value)
+    if specs:
+        meta[STRUCTURED_FIELD_SPECS_KEY] = specs
+    return meta, encoded
+
+
+def field_specs(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    specs = metadata.get(STRUCTURED_FIELD_SPECS_KEY, {})
+    if not isinstance(specs, Mapping):
+        raise ValueError("structured field specs must be a mapping")
+    return dict(specs)
+
+
+def row_positions(member_slice: Optional[StructuredMemberSlice], indices: Optional[Sequence[int]],
+                  rows: int) -> Optional[list[int]]:
+    """The rows a read wants (None: all), validated against ``rows``."""
+    if indices is not None:
+        out = []
+        for i in indices:
+            i = int(i)
+            if i < -rows or i >= rows:
+                raise IndexError(f"row index {i} is out of range for {rows} rows")
+            out.append(i % rows if rows else i)
+        return out
+    if member_slice is None:
+        return None
+    if member_slice.axis != 0:
+        raise ValueError(f"structured member slices support only axis=0, got axis={member_slice.axis}")
+    if member_slice.step <= 0:
+        raise ValueError("structured member slice step must be positive")
+    return list(range(*slice(member_slice.start, member_slice.end, member_slice.step).indices(rows)))
+
+
+def row_ranges(positions: Sequence[int], row_bytes: int) -> list[tuple[int, int, int]]:
+    """(source offset, length, destination offset) runs for rows, merging
+    consecutive rows into one range."""
+    out: list[tuple[int, int, int]] = []
+    for dst_row, row in enumerate(positions):
+        src = row * row_bytes
+        if out and out[-1][0] + out[-1][1] == src and out[-1][2] + out[-1][1] == dst_row * row_bytes:
+            s, n, d = out[-1]
+            out[-1] = (s, n + row_bytes, d)
+        else:
+            out.append((src, row_bytes, dst_row * row_bytes))
+    return out
+
+
+class StructuredLayer:
+    def __init__(self, bundles: BundleStore) -> None:
+        self.bundles = bundles
+        self.transport = bundles.transport
+
+    def put(self, payload: Any, partition: str, chunk_bytes: Optional[int], policy: Any,
+            config: Any = None, cleanup_keys: Sequence[str] = (),
+            ready: Optional[Mapping[str, Any]] = None, ready_specs: Optional[Mapping[str, Any]] = None):
+        metadata, buffers = encode_fields(payload.metadata, payload.buffers)
+        if ready_specs:
+            metadata.setdefault(STRUCTURED_FIELD_SPECS_KEY, {}).update(ready_specs)
+        return self.bundles.put_bundle(encode_json(metadata, "structured metadata"), buffers, partition,
+                                       chunk_bytes, policy, config=config, cleanup_keys=cleanup_keys,
+                                       ready_buffers=ready)
+
+    def resolve(self, ref: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        manifest = self.bundles.resolve_manifest(ref)
+        metadata = decode_json(self.bundles.read_meta(manifest), "structured metadata")
+        return manifest, metadata
+
+    def materialize_into(self, spec: StructuredObjectReadSpec,
+                         destinations: Optional[Mapping[str, Any]]) -> StructuredObjectResult:
+        if not isinstance(spec, StructuredObjectReadSpec):
+            raise TypeError("materialize needs a StructuredObjectReadSpec")
+        if spec.member_names is not None and not spec.member_names:
+            raise ValueError("structured read spec selected no members")
+        manifest, metadata = self.resolve(spec.ref)
+        buffers = manifest["buffers"]
+        names = list(buffers) if spec.member_names is None else list(spec.member_names)
+        for name in names:
+            if name not in buffers:
+                raise KeyError(f"structured object has no member {name!r}")
+        specs = field_specs(metadata)
+        slices = dict(spec.member_slices)
+        destinations = destinations or {}
+        objects = {name: self.read_member(name, buffers[name], specs.get(name, {"encoding": "bytes"}),
+                                          slices.get(name), None, destinations.get(name))
+                   for name in names}
+        return StructuredObjectResult(metadata=metadata, objects=objects)
+
+    def read_member(self, name: str, payload: Mapping[str, Any], field_spec: Mapping[str, Any],
+                    member_slice: Optional[StructuredMemberSlice], indices: Optional[Sequence[int]],
+                    destination: Any) -> Any:
+        encoding = field_spec.get("encoding", "bytes")
+        if encoding == "ndarray":
+            return self._read_ndarray(name, payload, field_spec, member_slice, indices, destination)
+        if encoding == "torch_tensor":
+            return self._read_tensor(name, payload, field_spec, member_slice, indices, destination)
+        if encoding != "bytes":
+            raise ValueError(f"structured member {name} has unknown encoding {encoding!r}")
+        if member_slice is not None or indices is not None:
+            raise ValueError(f"structured member {name} does not support slicing (bytes encoding)")
+        if destination is not None:
+            raise ValueError(f"structured member {name} does not support destinations (bytes encoding)")
+        return self.transport.read_bytes(payload)
+
+    # ---- ndarray -------------------------------------------------------------
+
+    def _read_ndarray(self, name, payload, field_spec, member_slice, indices, destination):
+        dtype_s, shape = field_spec.get("dtype"), field_spec.get("shape")
+        if not isinstance(dtype_s, str) or not isinstance(shape, list):
+            raise ValueError(f"structured ndarray field {name} is missing dtype or shape")
+        dtype = np.dtype(dtype_s)
+        shape = tuple(int(d) for d in shape)
+        if dtype.itemsize * int(np.prod(shape, dtype=np.int64)) != int(payload["bytes"]):
+            raise ValueError(f"structured ndarray field {name} size does not match its payload")
+        if member_slice is None and indices is None:
+            out_shape, ranges = shape, [(0, int(payload["bytes"]), 0)]
+        else:
+            if not shape:
+                raise ValueError(f"structured member {name} is 0-d and does not support slicing")
+            positions = row_positions(member_slice, indices, shape[0])
+            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+            out_shape, ranges = (len(positions), *shape[1:]), row_ranges(positions, row_bytes)
+        out, ptr, size, pre = self._ndarray_destination(name, destination, dtype, out_shape)
+        if size:
+            self.transport.read_ranges_into(payload, ranges, ptr, size, pre_registered=pre)
+        return out
+
+    def _ndarray_destination(self, name, destination, dtype, shape):
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if destination is None:
+            pool = self.transport.pool
+            if pool is not None and nbytes > 0:
+                owner = _PoolLeaseOwner(pool.acquire(nbytes))
+                out = _PoolBackedNdarray(owner, dtype, shape)
+                return out, int(owner.lease.ptr), nbytes, False
+            out = np.empty(shape, dtype=dtype)
+            return out, address(out), nbytes, False
+        if isinstance(destination, _RawDestinationBuffer):
+            if destination.size < nbytes:
+                raise ValueError(f"raw destination for {name} is too small: {destination.size} < {nbytes}")
+            return destination, destination.ptr, nbytes, destination.pre_registered
+        if _tensors.is_tensor(destination):
+            ptr, size = _tensors.tensor_destination(destination, _torch_dtype_of(dtype), shape)
+            return destination, ptr, size, False
+        if not isinstance(destination, np.ndarray):
+            raise TypeError(f"destination for {name} must be an ndarray, tensor or raw_destination")
+        if destination.shape != tuple(shape) or destination.dtype != dtype:
+            raise ValueError(f"destination shape mismatch for {name}: got {destination.shape} "
+                             f"{destination.dtype}, expected {tuple(shape)} {dtype}")
+        if not destination.flags.writeable:
+            raise ValueError(f"destination for {name} must be writeable")
+        if not destination.flags.c_contiguous:
+            raise ValueError(f"destination for {name} must be C-contiguous")
+        return destination, address(destination), nbytes, False
+
+    # ---- tensors -------------------------------------------------------------
+
+    def _read_tensor(self, name, payload, field_spec, member_slice, indices, destination):
+        if payload.get("format") == "tensor":
+            tensor = _tensors.get_tensor(self.transport, payload)
+            if member_slice is not None or indices is not None:
+                positions = row_positions(member_slice, indices, int(tensor.shape[0]))
+                tensor = tensor[positions] if indices is not None else tensor[
+                    member_slice.start:member_slice.end:member_slice.step]
+                if indices is None and positions is not None and len(positions) != int(tensor.shape[0]):
+                    tensor = tensor[: len(positions)]
+            if destination is not None:
+                _tensors.tensor_destination(destination, tensor.dtype, tuple(tensor.shape))
+                destination.copy_(tensor)
+                return destination
+            return tensor
+        torch_dtype = _tensors.parse_dtype(str(field_spec.get("dtype")))
+        shape = tuple(int(d) for d in field_spec.get("shape", []))
+        if member_slice is None and indices is None:
+            out_shape, ranges = shape, [(0, int(payload["bytes"]), 0)]
+        else:
+            rows, row_bytes = _tensors.tensor_row_layout(field_spec)
+            positions = row_positions(member_slice, indices, rows)
+            out_shape, ranges = (len(positions), *shape[1:]), row_ranges(positions, row_bytes)
+        torch = _tensors.torch_module()
+        if destination is None:
+            out = torch.empty(out_shape, dtype=torch_dtype)
+        else:
+            out = destination
+        ptr, size = _tensors.tensor_destination(out, torch_dtype, out_shape)
+        if size:
+            self.transport.read_ranges_into(payload, ranges, ptr, size)
+        return out
+
+
+def _torch_dtype_of(dtype: np.dtype) -> Any:
+    torch = _tensors.torch_module()
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+
+
+def copy_bytes_into(data: bytes, ptr: int) -> None:
+    ctypes.memmove(ptr, data, len(data))

@@ -1,0 +1,138 @@
+"""Torch tensor members: through the store's tensor calls where it has them,
+else as raw bytes with the dtype and shape in the member's spec."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from ._transport import Transport, address, call_write, check_status, has, registered
+from ._types import BundleTransferPolicy, _TensorObjectBufferPayload, _TensorPayload
+
+
+def torch_module() -> Any:
+    return sys.modules.get("torch")
+
+
+def is_tensor(value: Any) -> bool:
+    torch = torch_module()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def tensor_spec(tensor: Any) -> dict[str, Any]:
+    return {"encoding": "torch_tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape),
+            "element_size": int(tensor.element_size())}
+
+
+def parse_dtype(name: str) -> Any:
+    torch = torch_module()
+    if torch is None:
+        import torch  # noqa: F811 - a torch member needs torch to be read
+    dtype = getattr(torch, name.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unsupported torch dtype {name!r}")
+    return dtype
+
+
+def _numpy_view(tensor: Any) -> np.ndarray:
+    """The tensor's bytes as a uint8 array (no copy for a contiguous CPU tensor)."""
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    if t.numel() == 0:
+        return np.empty(0, dtype=np.uint8)
+    torch = torch_module()
+    flat = t.reshape(-1).view(torch.uint8) if t.element_size() else t.reshape(-1)
+    return flat.numpy()
+
+
+def tensor_bytes(value: Any) -> Any:
+    if isinstance(value, _TensorPayload):
+        return _numpy_view(value.tensor)
+    return memoryview(ctypes.string_at(value.ptr, value.size))
+
+
+def put_tensor_payload(transport: Transport, key: str, value: Any,
+                       policy: BundleTransferPolicy, config: Any) -> Optional[dict[str, Any]]:
+    """Writes a tensor member with the store's tensor calls; None when the
+    store has none (the caller then writes raw bytes)."""
+    store = transport.store
+    if isinstance(value, _TensorObjectBufferPayload):
+        if has(store, "put_tensor_from"):
+            with registered(store, [(value.ptr, value.size)]):
+                status = call_write(store.put_tensor_from, key, value.ptr, value.size, config=config)
+            check_status(status, "put_tensor_from", key)
+            return {"key": key, "bytes": value.size, "format": "tensor",
+                    "chunks": [{"key": key, "bytes": value.size}]}
+        if policy.copy_mode == "zero_copy":
+            raise RuntimeError("zero-copy put of a tensor object buffer requires put_tensor_from")
+        check_status(call_write(store.put, key, ctypes.string_at(value.ptr, value.size), config=config),
+                     "put", key)
+        return {"key": key, "bytes": value.size, "format": "tensor",
+                "chunks": [{"key": key, "bytes": value.size}]}
+    tensor = value.tensor
+    if policy.copy_mode == "zero_copy":
+        raise RuntimeError("zero-copy put requires tensor-object buffers")
+    if policy.copy_mode == "copy" or getattr(tensor, "device", None) is None:
+        return None
+    if config is not None and has(store, "pub_tensor"):
+        status = store.pub_tensor(key, tensor, config)
+        name = "pub_tensor"
+    elif has(store, "put_tensor"):
+        status = store.put_tensor(key, tensor)
+        name = "put_tensor"
+    else:
+        return None
+    check_status(status, name, key)
+    nbytes = int(tensor.numel() * tensor.element_size())
+    return {"key": key, "bytes": nbytes, "format": "tensor", "chunks": [{"key": key, "bytes": nbytes}]}
+
+
+def get_tensor(transport: Transport, spec: Mapping[str, Any]) -> Any:
+    store = transport.store
+    if not has(store, "get_tensor"):
+        raise RuntimeError("store does not support get_tensor; cannot read a tensor member")
+    tensor = store.get_tensor(spec["key"])
+    if tensor is None:
+        raise RuntimeError(f"Mooncake get_tensor failed for {spec['key']}")
+    return tensor
+
+
+def from_bytes(data: Any, field_spec: Mapping[str, Any]) -> Any:
+    """A tensor from its raw bytes and its member spec."""
+    torch = torch_module()
+    if torch is None:
+        import torch  # noqa: F811
+    dtype = parse_dtype(str(field_spec.get("dtype")))
+    shape = [int(d) for d in field_spec.get("shape", [])]
+    raw = np.frombuffer(data, dtype=np.uint8).copy() if not isinstance(data, np.ndarray) else data
+    flat = torch.from_numpy(raw)
+    if flat.numel() == 0:
+        return torch.empty(shape, dtype=dtype)
+    return flat.view(dtype).reshape(shape)
+
+
+def tensor_row_layout(field_spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(rows, bytes per row) of a raw tensor member."""
+    shape = [int(d) for d in field_spec.get("shape", [])]
+    if not shape:
+        raise ValueError("a 0-d tensor member has no rows")
+    itemsize = int(field_spec.get("element_size") or parse_dtype(field_spec["dtype"]).itemsize)
+    return shape[0], int(np.prod(shape[1:], dtype=np.int64)) * itemsize
+
+
+def tensor_destination(destination: Any, dtype: Any, shape: tuple[int, ...]) -> tuple[int, int]:
+    """Address and size of a torch destination that fits ``shape``."""
+    if tuple(destination.shape) != tuple(shape) or destination.dtype != dtype:
+        raise ValueError(f"destination shape mismatch: got {tuple(destination.shape)} {destination.dtype}, "
+                         f"expected {tuple(shape)} {dtype}")
+    if destination.device.type != "cpu" or not destination.is_contiguous():
+        raise ValueError("tensor destination must be a contiguous CPU tensor")
+    return int(destination.data_ptr()), int(destination.numel() * destination.element_size())
+
+
+__all__ = ["address"]

@@ -1,0 +1,328 @@
+"""Store I/O of the bundle layer: chunk writes, range reads, cleanup.
+
+Every call goes through the store's public methods, choosing the fastest the
+store has: ``batch_put_from`` over the caller's memory (or a buffer-pool
+lease) for writes, ``get_into`` / ``get_into_ranges`` / ``batch_get_into``
+into the destination for reads, with ``put`` / ``get`` as the fallback for
+stores that lack them. Memory the store reads or writes in place is
+registered for the call and unregistered afterwards.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ._types import (
+    AUTO_PARALLEL_MIN_BYTES,
+    AUTO_PARALLEL_MIN_CHUNKS,
+    MISSING_OBJECT_ERROR,
+    BundleTransferPolicy,
+)
+
+try:
+    from .._fast_copy import concat_arrays_into as _concat_arrays_into
+except Exception:  # the extension is missing in a source checkout
+    _concat_arrays_into = None
+
+_DUPLICATE_REGISTRATION = -600
+
+
+def is_native_store(store: Any) -> bool:
+    """Whether ``store`` is this package's store client (whose zero-copy
+    calls accept any readable memory)."""
+    try:
+        from ..store import MooncakeDistributedStore
+    except Exception:
+        return False
+    return isinstance(store, MooncakeDistributedStore)
+
+
+def has(store: Any, name: str) -> bool:
+    return callable(getattr(store, name, None))
+
+
+def check_status(status: Any, operation: str, key: str) -> None:
+    if isinstance(status, (int, np.integer)) and not isinstance(status, bool) and status < 0:
+        raise RuntimeError(f"Mooncake {operation} failed for {key}: {int(status)}")
+
+
+def call_write(fn: Any, *args: Any, config: Any = None) -> Any:
+    """Calls a store write with ``config`` only when there is one, so stores
+    whose writes take no config still work."""
+    if config is None:
+        return fn(*args)
+    return fn(*args, config)
+
+
+def address(value: Any) -> int:
+    """The address of a buffer's first byte (read-only buffers too)."""
+    if isinstance(value, np.ndarray):
+        return int(value.__array_interface__["data"][0])
+    view = memoryview(value)
+    if view.nbytes == 0:
+        return 0
+    return int(np.frombuffer(view.cast("B"), dtype=np.uint8).__array_interface__["data"][0])
+
+
+@contextmanager
+def registered(store: Any, regions: Sequence[tuple[int, int]]) -> Iterator[None]:
+    """Registers ``(ptr, size)`` regions for the block (each once; one the
+    store already knows is left as it is)."""
+    done: list[int] = []
+    can = has(store, "register_buffer") and has(store, "unregister_buffer")
+    try:
+        if can:
+            for ptr, size in dict.fromkeys(r for r in regions if r[1] > 0):
+                if ptr in done:
+                    continue
+                status = store.register_buffer(ptr, size)
+                if status == _DUPLICATE_REGISTRATION:
+                    continue
+                check_status(status, "register_buffer", hex(ptr))
+                done.append(ptr)
+        yield
+    finally:
+        for ptr in done:
+            store.unregister_buffer(ptr)
+
+
+def split(view: memoryview, chunk_bytes: int) -> list[memoryview]:
+    return [view[i : i + chunk_bytes] for i in range(0, view.nbytes, chunk_bytes)]
+
+
+def gather_into(parts: Sequence[Any], dst_ptr: int) -> None:
+    """Copies ``parts`` one after the other to ``dst_ptr`` (natively, on
+    several threads, when the extension is there)."""
+    arrays = [np.frombuffer(memoryview(p).cast("B"), dtype=np.uint8) if not isinstance(p, np.ndarray) else p
+              for p in parts]
+    arrays = [a for a in arrays if a.nbytes]
+    if not arrays:
+        return
+    if _concat_arrays_into is not None:
+        _concat_arrays_into([np.ascontiguousarray(a) for a in arrays], dst_ptr)
+        return
+    offset = 0
+    for a in arrays:
+        ctypes.memmove(dst_ptr + offset, address(np.ascontiguousarray(a)), a.nbytes)
+        offset += a.nbytes
+
+
+class Transport:
+    """Moves bytes between memory and one store."""
+
+    def __init__(self, store: Any, buffer_pool: Any = None) -> None:
+        self.store = store
+        self.pool = buffer_pool
+
+    # ---- writes ----------------------------------------------------------
+
+    def put_chunks(
+        self,
+        keys: Sequence[str],
+        chunks: Sequence[memoryview],
+        policy: BundleTransferPolicy,
+        config: Any = None,
+    ) -> None:
+        """Writes each chunk under its key; raises on the first failure (the
+        caller removes what was written)."""
+        if not keys:
+            return
+        store = self.store
+        if policy.copy_mode == "zero_copy":
+            raise RuntimeError("zero-copy put requires tensor-object buffers")
+        if policy.copy_mode == "auto" and has(store, "batch_put_from"):
+            if self.pool is not None and has(self.pool, "acquire"):
+                self._put_through_pool(keys, chunks, policy, config)
+                return
+            if is_native_store(store):
+                # The store reads the caller's memory in place (it needs no
+                # registration), so there is no staging copy.
+                ptrs = [address(c) for c in chunks]
+                self._batch_put(list(keys), ptrs, [c.nbytes for c in chunks], policy, config)
+                return
+        written: list[str] = []
+        try:
+            self._each(keys, lambda key, chunk: (check_status(
+                call_write(store.put, key, chunk, config=config), "put", key), written.append(key)),
+                chunks, policy)
+        except BaseException:
+            self.remove_keys(written, strict=False)
+            raise
+
+    def _put_through_pool(self, keys, chunks, policy, config) -> None:
+        for key, chunk in zip(keys, chunks):
+            lease = self.pool.acquire(chunk.nbytes)
+            try:
+                gather_into([chunk], int(lease.ptr))
+                self._batch_put([key], [int(lease.ptr)], [chunk.nbytes], policy, config)
+            finally:
+                lease.release()
+
+    def _batch_put(self, keys, ptrs, sizes, policy, config) -> None:
+        store = self.store
+        total = sum(sizes)
+        threads = max(1, int(policy.max_inflight_put))
+        parallel = policy.put_mode == "parallel" or (
+            policy.put_mode == "auto" and threads > 1
+            and (total >= AUTO_PARALLEL_MIN_BYTES or len(keys) >= AUTO_PARALLEL_MIN_CHUNKS)
+        )
+        if parallel and threads > 1 and len(keys) > 1:
+            groups = [list(range(i, len(keys), threads)) for i in range(min(threads, len(keys)))]
+
+            def run(group: list[int]) -> list[int]:
+                return list(call_write(store.batch_put_from, [keys[i] for i in group],
+                                       [ptrs[i] for i in group], [sizes[i] for i in group],
+                                       config=config))
+
+            with ThreadPoolExecutor(len(groups)) as pool:
+                results = list(pool.map(run, groups))
+            statuses = [0] * len(keys)
+            for group, res in zip(groups, results):
+                for i, s in zip(group, res):
+                    statuses[i] = s
+        else:
+            statuses = list(call_write(store.batch_put_from, keys, ptrs, sizes, config=config))
+        if len(statuses) != len(keys):
+            raise RuntimeError("Mooncake batch_put_from returned the wrong number of results")
+        for key, status in zip(keys, statuses):
+            check_status(status, "batch_put_from", key)
+
+    @staticmethod
+    def _each(keys, fn, chunks, policy: BundleTransferPolicy) -> None:
+        threads = max(1, int(policy.max_inflight_put))
+        if threads > 1 and len(keys) > 1 and policy.put_mode != "batch":
+            with ThreadPoolExecutor(min(threads, len(keys))) as pool:
+                for f in [pool.submit(fn, k, c) for k, c in zip(keys, chunks)]:
+                    f.result()
+            return
+        for key, chunk in zip(keys, chunks):
+            fn(key, chunk)
+
+    # ---- reads -------------------------------------------------------------
+
+    def read_bytes(self, spec: Mapping[str, Any]) -> bytes:
+        """A whole payload as bytes."""
+        total = int(spec["bytes"])
+        chunks = spec["chunks"]
+        if total == 0:
+            return b""
+        store = self.store
+        if has(store, "batch_get_into") and has(store, "register_buffer"):
+            buf = bytearray(total)
+            base = address(buf)
+            keys, ptrs, sizes, offset = [], [], [], 0
+            for chunk in chunks:
+                keys.append(chunk["key"])
+                ptrs.append(base + offset)
+                sizes.append(int(chunk["bytes"]))
+                offset += int(chunk["bytes"])
+            with registered(store, [(base, total)]):
+                results = store.batch_get_into(keys, ptrs, sizes)
+            for key, size, got in zip(keys, sizes, results):
+                if got != size:
+                    raise RuntimeError(f"Mooncake batch_get_into failed for {key}: {got}")
+            return bytes(buf)
+        return b"".join(self._get(chunk) for chunk in chunks)
+
+    def _get(self, chunk: Mapping[str, Any]) -> bytes:
+        data = self.store.get(chunk["key"])
+        if data is None or len(data) != int(chunk["bytes"]):
+            got = None if data is None else len(data)
+            raise RuntimeError(f"Mooncake get failed for {chunk['key']}: got {got} bytes, "
+                               f"expected {chunk['bytes']}")
+        return bytes(data)
+
+    def read_ranges_into(
+        self,
+        spec: Mapping[str, Any],
+        ranges: Sequence[tuple[int, int, int]],
+        dst_ptr: int,
+        dst_size: int,
+        pre_registered: bool = False,
+    ) -> None:
+        """Copies payload bytes ``[src, src + n)`` to ``dst_ptr + dst`` for
+        every ``(src, n, dst)`` in ``ranges``."""
+        per_key: dict[str, list[tuple[int, int, int]]] = {}
+        starts, chunks = [], spec["chunks"]
+        offset = 0
+        for chunk in chunks:
+            starts.append(offset)
+            offset += int(chunk["bytes"])
+        ends = starts[1:] + [offset]
+        for src, n, dst in ranges:
+            if n <= 0:
+                continue
+            if src < 0 or src + n > offset:
+                raise ValueError("structured read range is outside the payload")
+            i = int(np.searchsorted(ends, src, side="right"))
+            while n > 0:
+                take = min(n, ends[i] - src)
+                per_key.setdefault(chunks[i]["key"], []).append((src - starts[i], take, dst))
+                src, n, dst = src + take, n - take, dst + take
+                i += 1
+        if not per_key:
+            return
+        store = self.store
+        sizes_of = {c["key"]: int(c["bytes"]) for c in chunks}
+        regions = [] if pre_registered else [(dst_ptr, dst_size)]
+        if len(per_key) == 1 and has(store, "get_into") and has(store, "register_buffer"):
+            ((key, pieces),) = per_key.items()
+            if len(pieces) == 1 and pieces[0][0] == 0 and pieces[0][1] == sizes_of[key]:
+                with registered(store, regions):
+                    got = store.get_into(key, dst_ptr + pieces[0][2], pieces[0][1])
+                if got != pieces[0][1]:
+                    raise RuntimeError(f"Mooncake get_into failed for {key}: {got}")
+                return
+        if has(store, "get_into_ranges") and has(store, "register_buffer"):
+            keys = list(per_key)
+            with registered(store, regions):
+                results = store.get_into_ranges(
+                    [dst_ptr], [keys],
+                    [[[p[2] for p in per_key[k]] for k in keys]],
+                    [[[p[0] for p in per_key[k]] for k in keys]],
+                    [[[p[1] for p in per_key[k]] for k in keys]],
+                )
+            for key, got in zip(keys, results[0]):
+                for (_s, n, _d), r in zip(per_key[key], got):
+                    if r != n:
+                        raise RuntimeError(f"Mooncake get_into_ranges failed for {key}: {r}")
+            return
+        for key, pieces in per_key.items():
+            data = self._get({"key": key, "bytes": sizes_of[key]})
+            for src, n, dst in pieces:
+                ctypes.memmove(dst_ptr + dst, data[src : src + n], n)
+
+    # ---- removal -----------------------------------------------------------
+
+    def remove_keys(self, keys: Sequence[str], strict: bool) -> None:
+        """Removes ``keys``; a key already gone is fine. With ``strict`` the
+        first failure is raised after every key was tried."""
+        keys = list(dict.fromkeys(keys))
+        if not keys:
+            return
+        store = self.store
+        left = keys
+        if has(store, "batch_remove"):
+            try:
+                results = list(store.batch_remove(keys, True))
+                left = [k for k, r in zip(keys, results) if r not in (0, MISSING_OBJECT_ERROR)]
+            except Exception:
+                left = keys
+        error: Optional[BaseException] = None
+        for key in left:
+            try:
+                status = store.remove(key, True)
+            except TypeError:
+                status = store.remove(key)
+            except Exception as exc:  # keep going: remove what can be removed
+                error = error or exc
+                continue
+            if isinstance(status, int) and status < 0 and status != MISSING_OBJECT_ERROR:
+                error = error or RuntimeError(f"Mooncake remove failed for {key}: {status}")
+        if strict and error is not None:
+            raise error
