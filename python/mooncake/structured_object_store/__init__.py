@@ -30,6 +30,13 @@ from ..dataproto_ref import (
     import_ref,
     is_dataproto_ref_handle,
 )
+try:
+    from .._fast_copy import concat_arrays_into as _concat_arrays_into
+except Exception:  # the extension is missing in a source checkout
+    _concat_arrays_into = None
+
+from ._bundle import decode_json as _decode_json
+from ._transport import config_for_keys as _config_for_grouped_keys
 from ._codecs import _decode_msgpack_ragged_values, _encode_msgpack_ragged_values
 from ._inference import (
     MAX_DEPTH,
@@ -63,6 +70,12 @@ from ._types import (
     raw_destination,
     tensor_object_buffer,
 )
+
+
+
+def _decode_manifest(payload: bytes) -> dict:
+    return _decode_json(payload, "bundle manifest")
+
 
 __all__ = [
     "AUTO_PARALLEL_MIN_BYTES",

@@ -7,7 +7,7 @@ into ``.../<i>`` chunks) and the manifest at ``<prefix>/<id>/manifest``::
     {"version": 1, "layout": "bundle", "object_id": "<partition>/<uuid>",
      "meta": PAYLOAD, "buffers": {name: PAYLOAD},
      "buffer_object_ids": [...], "cleanup_keys": [...]}   # the last two optional
-    PAYLOAD = {"key": str, "bytes": int, "format": "tensor" | ...,  # format: not raw bytes
+    PAYLOAD = {"key": str, "bytes": int, "kind": "tensor",  # kind: written by the tensor calls
                "chunks": [{"key": str, "bytes": int}, ...]}  # one chunk: its key is "key"
 
 A manifest that does not follow this (or names keys outside the transfer's
@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from ..dataproto_ref import RemoteBundleRef
-from ._transport import Transport, address, call_write, check_status, has, split
+from ._transport import Transport, address, call_write, check_status, gather_into, has, split
 from ._types import (
     BundleTransferPolicy,
     _DirectCopyPayload,
@@ -118,7 +118,8 @@ class BundleStore:
     def put_bundle(self, meta: Any, buffers: Mapping[str, Any], partition: str,
                    chunk_bytes: Optional[int], policy: BundleTransferPolicy,
                    config: Any = None, cleanup_keys: Sequence[str] = (),
-                   ready_buffers: Optional[Mapping[str, Any]] = None) -> RemoteBundleRef:
+                   ready_buffers: Optional[Mapping[str, Any]] = None,
+                   force_lineage: bool = False) -> RemoteBundleRef:
         """Stores ``meta`` and ``buffers``; ``ready_buffers`` are payload specs
         of members already in the store that the manifest also lists."""
         validate_key_segment(partition, "partition")
@@ -157,7 +158,6 @@ class BundleStore:
                         view = bytes_view(parts[0], name)
                     else:
                         joined = np.empty(value.nbytes, dtype=np.uint8)
-                        from ._transport import gather_into
                         gather_into(list(parts), address(joined))
                         staged.append(joined)
                         view = memoryview(joined)
@@ -171,7 +171,7 @@ class BundleStore:
             manifest: dict[str, Any] = {"version": 1, "layout": "bundle", "object_id": object_id,
                                         "meta": meta_spec, "buffers": specs}
             cleanup = list(dict.fromkeys(cleanup_keys))
-            if ready_buffers or cleanup:
+            if ready_buffers or cleanup or force_lineage:
                 ids = {self._object_id(s["key"]) for s in specs.values()}
                 ids.update(self._object_id(k) for k in cleanup)
                 manifest["buffer_object_ids"] = sorted(i for i in ids if i)
@@ -181,6 +181,7 @@ class BundleStore:
             manifest_key = f"{base}/manifest"
             check_status(call_write(self.store.put, manifest_key, encode_json(manifest, "bundle manifest"),
                                     config=config), "put", manifest_key)
+            written.append(manifest_key)
         except BaseException:
             try:
                 self.transport.remove_keys(written + keys, strict=False)
@@ -188,6 +189,19 @@ class BundleStore:
                 pass  # the put's own error is the one to report
             raise
         return RemoteBundleRef(manifest_key=manifest_key, manifest=manifest)
+
+    def put_bundle_manifest(self, meta: Any, buffers: Mapping[str, Any], *, partition: str,
+                            chunk_bytes: Optional[int], policy: Optional[BundleTransferPolicy],
+                            cleanup_keys: Optional[Sequence[str]] = None, config: Any = None) -> RemoteBundleRef:
+        """A new bundle over payloads already in the store (``buffers``:
+        their specs), removing ``cleanup_keys`` along with it."""
+        from ._bundle import validate_policy as _policy
+        return self.put_bundle(meta, {}, partition, chunk_bytes, _policy(policy, None), config=config,
+                               cleanup_keys=list(cleanup_keys or []), ready_buffers=dict(buffers),
+                               force_lineage=True)
+
+    def payload_keys(self, spec: Mapping[str, Any]) -> list[str]:
+        return [c["key"] for c in spec["chunks"]]
 
     def _object_id(self, key: str) -> Optional[str]:
         rest = key[len(self.prefix) + 1:] if key.startswith(self.prefix + "/") else ""
@@ -258,7 +272,7 @@ class BundleStore:
             total += size
         size = spec.get("bytes")
         if isinstance(size, bool) or not isinstance(size, int) or (
-                "format" not in spec and size != total):
+                "kind" not in spec and size != total):
             raise ValueError(f"bundle manifest payload {name} size does not match its chunks")
 
     # ---- removal -----------------------------------------------------------

@@ -27,6 +27,7 @@ from ..dataproto_ref import (
 )
 from . import _codecs, _tensors
 from ._bundle import validate_key_segment
+from ._transport import config_with_group
 from ._structured import field_specs
 from ._types import STRUCTURED_FIELD_SPECS_KEY, FieldSchema, StructuredMemberSlice, StructuredObjectPayload
 
@@ -104,7 +105,8 @@ def _schema_section(name: str, schema: Any) -> Optional[str]:
 
 def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *, namespace: str,
               partition: str, stage: str, chunk_bytes: Optional[int], policy: Any, overwrite: bool,
-              config: Any, field_schemas: Optional[Mapping[str, Any]]) -> MooncakeDataProtoRef:
+              config: Any, field_schemas: Optional[Mapping[str, Any]],
+              group: Optional[str] = None) -> MooncakeDataProtoRef:
     validate_key_segment(stage, "stage")
     batch, non_tensor, meta = split_dataproto(data)
     for name, schema in (field_schemas or {}).items():
@@ -173,6 +175,18 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
         kept = {n: e for n, e in old_dp.get("encoded_non_tensor", {}).items() if n not in rows}
         stage_meta["encoded_non_tensor"] = {**kept, **encoded}
         stage_meta["meta_info"] = {**old_dp.get("meta_info", {}), **meta}
+    if not buffers and (base is None or stage not in base.stage_refs):
+        # Only meta_info: the ref carries it, nothing is written.
+        if base is None:
+            return MooncakeDataProtoRef(batch_size=batch_size, stage_refs={}, field_index={},
+                                        meta_info=dict(meta), namespace=namespace, partition=partition)
+        return MooncakeDataProtoRef(batch_size=batch_size, stage_refs=dict(base.stage_refs),
+                                    field_index=dict(base.field_index), meta_info={**base.meta_info, **meta},
+                                    namespace=base.namespace, partition=base.partition,
+                                    global_indexes=base.global_indexes,
+                                    encoded_non_tensor=dict(base.encoded_non_tensor))
+    if group is not None:
+        config = config_with_group(config, group)
     stage_ref = transfer._structured.put(
         StructuredObjectPayload(metadata={"dataproto": stage_meta}, buffers=buffers), partition,
         chunk_bytes, policy, config=config, cleanup_keys=cleanup, ready=ready, ready_specs=ready_specs)

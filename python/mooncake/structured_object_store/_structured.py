@@ -232,7 +232,7 @@ class StructuredLayer:
     # ---- tensors -------------------------------------------------------------
 
     def _read_tensor(self, name, payload, field_spec, member_slice, indices, destination):
-        if payload.get("format") == "tensor":
+        if payload.get("kind") == "tensor":
             tensor = _tensors.get_tensor(self.transport, payload)
             if member_slice is not None or indices is not None:
                 positions = row_positions(member_slice, indices, int(tensor.shape[0]))

@@ -64,15 +64,18 @@ def put_tensor_payload(transport: Transport, key: str, value: Any,
     if isinstance(value, _TensorObjectBufferPayload):
         if has(store, "put_tensor_from"):
             with registered(store, [(value.ptr, value.size)]):
-                status = call_write(store.put_tensor_from, key, value.ptr, value.size, config=config)
+                if config is not None and has(store, "put_from"):
+                    status = call_write(store.put_from, key, value.ptr, value.size, config=config)
+                else:
+                    status = store.put_tensor_from(key, value.ptr, value.size)
             check_status(status, "put_tensor_from", key)
-            return {"key": key, "bytes": value.size, "format": "tensor",
+            return {"key": key, "bytes": value.size, "kind": "tensor",
                     "chunks": [{"key": key, "bytes": value.size}]}
         if policy.copy_mode == "zero_copy":
             raise RuntimeError("zero-copy put of a tensor object buffer requires put_tensor_from")
         check_status(call_write(store.put, key, ctypes.string_at(value.ptr, value.size), config=config),
                      "put", key)
-        return {"key": key, "bytes": value.size, "format": "tensor",
+        return {"key": key, "bytes": value.size, "kind": "tensor",
                 "chunks": [{"key": key, "bytes": value.size}]}
     tensor = value.tensor
     if policy.copy_mode == "zero_copy":
@@ -80,7 +83,7 @@ def put_tensor_payload(transport: Transport, key: str, value: Any,
     if policy.copy_mode == "copy" or getattr(tensor, "device", None) is None:
         return None
     if config is not None and has(store, "pub_tensor"):
-        status = store.pub_tensor(key, tensor, config)
+        status = call_write(store.pub_tensor, key, tensor, config=config)
         name = "pub_tensor"
     elif has(store, "put_tensor"):
         status = store.put_tensor(key, tensor)
@@ -89,7 +92,7 @@ def put_tensor_payload(transport: Transport, key: str, value: Any,
         return None
     check_status(status, name, key)
     nbytes = int(tensor.numel() * tensor.element_size())
-    return {"key": key, "bytes": nbytes, "format": "tensor", "chunks": [{"key": key, "bytes": nbytes}]}
+    return {"key": key, "bytes": nbytes, "kind": "tensor", "chunks": [{"key": key, "bytes": nbytes}]}
 
 
 def get_tensor(transport: Transport, spec: Mapping[str, Any]) -> Any:

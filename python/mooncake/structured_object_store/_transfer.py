@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
@@ -20,6 +21,24 @@ from ._types import (
     StructuredObjectReadSpec,
     StructuredObjectResult,
 )
+
+
+def _new_group_id(config: Any) -> Optional[str]:
+    """The storage group of a new batch: the one the config names, a fresh
+    opaque one when it names none, None when it names "" (ungrouped)."""
+    raw = getattr(config, "group_ids", None)
+    if raw is None or (not isinstance(raw, str) and not _group_list(raw)):
+        _group_id(config)
+        return f"structured-{uuid.uuid4().hex}"
+    group = _group_id(config)
+    return group if group else None
+
+
+def _group_list(raw: Any) -> list:
+    try:
+        return list(raw)
+    except TypeError:
+        raise ValueError("structured object store config.group_ids must contain strings") from None
 
 
 def _group_id(config: Any) -> Optional[str]:
@@ -54,6 +73,7 @@ class MooncakeBundleTransfer:
         self._transport = Transport(store, buffer_pool)
         self._bundles = BundleStore(self._transport, self.key_prefix, self.default_chunk_bytes)
         self._structured = StructuredLayer(self._bundles)
+        self._bundle_store = self._bundles
 
     # ---- bundles and structured objects ------------------------------------
 
@@ -160,10 +180,10 @@ class MooncakeBundleTransfer:
             envelope = _dataproto.flat_dict_to_envelope(data, field_schemas)
         else:
             raise ValueError(f"unsupported Mooncake payload type: {type!r}")
-        group = _group_id(config)
+        group = _new_group_id(config)
         ref = _dataproto.put_stage(self, None, envelope, namespace=namespace, partition=partition, stage=stage,
                                    chunk_bytes=chunk_bytes, policy=validate_policy(policy, None),
-                                   overwrite=False, config=config, field_schemas=field_schemas)
+                                   overwrite=False, config=config, field_schemas=field_schemas, group=group)
         ref._storage_group_id = group
         return ref
 
@@ -198,13 +218,17 @@ class MooncakeBundleTransfer:
         others; returns the new ref (the old one stays readable until the
         same stage is written again)."""
         base = _dataproto.resolve_ref(ref)
-        group = _group_id(config)
-        if group is not None and base._storage_group_id not in (None, group):
-            raise ValueError("append config names a different storage group than the batch")
+        named = _group_id(config)
+        group = base._storage_group_id
+        if group is not None and named is not None and named != group:
+            raise ValueError("config.group_ids conflicts with the DataProto storage group")
+        if group is None:
+            group = named  # a handle without a group: the caller's, if any
         new = _dataproto.put_stage(self, base, data, namespace=base.namespace, partition=base.partition,
                                    stage=stage, chunk_bytes=chunk_bytes, policy=validate_policy(policy, None),
-                                   overwrite=overwrite, config=config, field_schemas=field_schemas)
-        new._storage_group_id = base._storage_group_id or group
+                                   overwrite=overwrite, config=config, field_schemas=field_schemas,
+                                   group=group)
+        new._storage_group_id = group
         return new
 
     def dataproto_manifest_view(self, ref: Any) -> dict[str, Any]:

@@ -10,9 +10,11 @@ registered for the call and unregistered afterwards.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -24,12 +26,11 @@ from ._types import (
     BundleTransferPolicy,
 )
 
-try:
-    from .._fast_copy import concat_arrays_into as _concat_arrays_into
-except Exception:  # the extension is missing in a source checkout
-    _concat_arrays_into = None
-
 _DUPLICATE_REGISTRATION = -600
+# Gathers this large are split between threads (memory bandwidth is shared,
+# so a few threads are enough).
+_THREADED_GATHER_BYTES = 8 << 20
+_GATHER_THREADS = 4
 
 
 def is_native_store(store: Any) -> bool:
@@ -51,12 +52,78 @@ def check_status(status: Any, operation: str, key: str) -> None:
         raise RuntimeError(f"Mooncake {operation} failed for {key}: {int(status)}")
 
 
-def call_write(fn: Any, *args: Any, config: Any = None) -> Any:
-    """Calls a store write with ``config`` only when there is one, so stores
-    whose writes take no config still work."""
+def call_write(fn: Any, *args: Any, config: Any = None, keys: int = 1) -> Any:
+    """Calls a store write of ``keys`` keys with ``config`` (its one group id
+    repeated per key) only when there is one, so stores whose writes take no
+    config still work."""
+    config = config_for_keys(config, keys)
     if config is None:
         return fn(*args)
-    return fn(*args, config)
+    return fn(*args, config=config)
+
+
+# The ReplicateConfig fields a copy of a write config carries over when the
+# config itself cannot be copied.
+_CONFIG_FIELDS = ("data_type", "group_ids", "nof_replica_num", "prefer_alloc_in_same_node",
+                  "preferred_nof_segments", "preferred_segment", "preferred_segments",
+                  "replica_num", "with_hard_pin", "with_soft_pin")
+
+
+def copy_config(config: Any) -> Any:
+    try:
+        return copy.copy(config)
+    except TypeError:
+        pass
+    try:
+        out = type(config)()
+    except Exception as exc:
+        raise TypeError("structured object store config must be copyable or default-constructible") from exc
+    for name in _CONFIG_FIELDS:
+        if hasattr(config, name):
+            value = getattr(config, name)
+            setattr(out, name, list(value) if isinstance(value, list) else value)
+    return out
+
+
+def config_for_keys(config: Any, count: int) -> Any:
+    """A write config whose group_ids has one entry per key written (the
+    caller's config names at most one logical group)."""
+    if config is None or count <= 0:
+        return config
+    ids = getattr(config, "group_ids", None)
+    if ids is None:
+        return config
+    as_string = isinstance(ids, str)
+    ids = [ids] if as_string else list(ids)
+    if not ids:
+        out = copy_config(config)
+        out.group_ids = None
+        return out
+    if len(ids) != 1:
+        raise ValueError("structured object store config.group_ids must contain exactly one "
+                         "logical group id; it is expanded across internal Mooncake keys")
+    if count == 1 and not as_string:
+        return config
+    out = copy_config(config)
+    out.group_ids = [ids[0]] * count
+    return out
+
+
+def config_with_group(config: Any, group_id: str) -> Any:
+    """``config`` (or a fresh ReplicateConfig) naming ``group_id``."""
+    named = getattr(config_for_keys(config, 1), "group_ids", None)
+    if named and named[0] and named[0] != group_id:
+        raise ValueError("config.group_ids conflicts with the DataProto storage group")
+    if config is None:
+        try:
+            from ..store import ReplicateConfig
+            out = ReplicateConfig()
+        except Exception:
+            out = SimpleNamespace()
+    else:
+        out = copy_config(config)
+    out.group_ids = [group_id]
+    return out
 
 
 def address(value: Any) -> int:
@@ -103,8 +170,15 @@ def gather_into(parts: Sequence[Any], dst_ptr: int) -> None:
     arrays = [a for a in arrays if a.nbytes]
     if not arrays:
         return
-    if _concat_arrays_into is not None:
-        _concat_arrays_into([np.ascontiguousarray(a) for a in arrays], dst_ptr)
+    # Looked up on the package, where callers may swap it.
+    from . import _concat_arrays_into as concat
+    if concat is not None:
+        arrays = [np.ascontiguousarray(a) for a in arrays]
+        total = sum(a.nbytes for a in arrays)
+        if total >= _THREADED_GATHER_BYTES and getattr(concat, "__module__", "").startswith("mooncake"):
+            concat(arrays, dst_ptr, total, 0, len(arrays), _GATHER_THREADS)
+        else:
+            concat(arrays, dst_ptr, total, 0, len(arrays))
         return
     offset = 0
     for a in arrays:
@@ -177,7 +251,7 @@ class Transport:
             def run(group: list[int]) -> list[int]:
                 return list(call_write(store.batch_put_from, [keys[i] for i in group],
                                        [ptrs[i] for i in group], [sizes[i] for i in group],
-                                       config=config))
+                                       config=config, keys=len(group)))
 
             with ThreadPoolExecutor(len(groups)) as pool:
                 results = list(pool.map(run, groups))
@@ -186,7 +260,7 @@ class Transport:
                 for i, s in zip(group, res):
                     statuses[i] = s
         else:
-            statuses = list(call_write(store.batch_put_from, keys, ptrs, sizes, config=config))
+            statuses = list(call_write(store.batch_put_from, keys, ptrs, sizes, config=config, keys=len(keys)))
         if len(statuses) != len(keys):
             raise RuntimeError("Mooncake batch_put_from returned the wrong number of results")
         for key, status in zip(keys, statuses):
