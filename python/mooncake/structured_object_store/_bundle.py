@@ -87,11 +87,17 @@ def bytes_view(value: Any, name: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def _json_default(value: Any) -> Any:
+    if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 def encode_json(value: Mapping[str, Any], label: str) -> bytes:
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("utf-8")
+        return json.dumps(value, separators=(",", ":"), default=_json_default).encode("utf-8")
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{label} must be JSON serializable: {exc}") from exc
+        raise TypeError(f"{label} must be JSON-serializable: {exc}") from exc
 
 
 def decode_json(payload: Any, label: str) -> dict[str, Any]:
@@ -166,8 +172,13 @@ class BundleStore:
                 specs[name] = plan(key, view)
             if ready_buffers:
                 specs.update(ready_buffers)
-            self.transport.put_chunks(keys, views, policy, config)
-            written.extend(keys)
+            # The metadata is small: always a plain copy, whatever the policy.
+            meta_count = len(meta_spec["chunks"])
+            copy = BundleTransferPolicy(policy.max_inflight_put, policy.put_mode, "copy")
+            self.transport.put_chunks(keys[:meta_count], views[:meta_count], copy, config)
+            written.extend(keys[:meta_count])
+            self.transport.put_chunks(keys[meta_count:], views[meta_count:], policy, config)
+            written.extend(keys[meta_count:])
             manifest: dict[str, Any] = {"version": 1, "layout": "bundle", "object_id": object_id,
                                         "meta": meta_spec, "buffers": specs}
             cleanup = list(dict.fromkeys(cleanup_keys))
@@ -223,11 +234,15 @@ class BundleStore:
         else:
             raise TypeError(f"expected a RemoteBundleRef or mapping, got {type(ref).__name__}")
         self.validate_manifest(manifest)
+        self.manifest_key(ref, manifest)
         return manifest
 
     def manifest_key(self, ref: Any, manifest: Mapping[str, Any]) -> str:
+        expected = f"{self.prefix}/{manifest['object_id']}/manifest"
         key = ref.manifest_key if isinstance(ref, RemoteBundleRef) else ref.get("manifest_key")
-        return key if isinstance(key, str) else f"{self.prefix}/{manifest['object_id']}/manifest"
+        if key is not None and key != expected:
+            raise ValueError(f"bundle manifest_key {key!r} does not match its manifest ({expected!r})")
+        return expected
 
     def _fetch(self, key: str) -> dict[str, Any]:
         data = self.store.get(key)
@@ -235,9 +250,14 @@ class BundleStore:
             raise KeyError(f"bundle manifest {key} not found")
         return decode_json(data, "bundle manifest")
 
-    def _check_key(self, key: Any, what: str) -> None:
+    def _check_key(self, key: Any, what: str, base: Optional[str] = None, lineage: frozenset = frozenset()) -> None:
         if not isinstance(key, str) or not key.startswith(self.prefix + "/"):
-            raise ValueError(f"bundle manifest {what} key {key!r} is outside prefix {self.prefix!r}")
+            raise ValueError(f"bundle manifest {what} key {key!r} is outside namespace {self.prefix!r}")
+        if base is not None and not key.startswith(base + "/"):
+            # A payload lives under its own bundle, or under another bundle
+            # the manifest names as one it took members over from.
+            if self._object_id(key) not in lineage:
+                raise ValueError(f"bundle manifest {what} key {key!r} is outside the bundle namespace {base!r}")
 
     def validate_manifest(self, manifest: Any) -> None:
         if not isinstance(manifest, Mapping):
@@ -249,23 +269,29 @@ class BundleStore:
         buffers = manifest.get("buffers")
         if not isinstance(buffers, Mapping):
             raise ValueError("bundle manifest buffers must be a mapping")
+        lineage = manifest.get("buffer_object_ids", [])
+        if not isinstance(lineage, list) or not all(isinstance(i, str) for i in lineage):
+            raise ValueError("bundle manifest buffer_object_ids must be a list of strings")
+        lineage = frozenset({manifest["object_id"], *lineage})
+        base = f"{self.prefix}/{manifest['object_id']}"
         for name, spec in [("meta", manifest.get("meta")), *buffers.items()]:
-            self._validate_payload(name, spec)
+            self._validate_payload(name, spec, base, lineage)
         cleanup = manifest.get("cleanup_keys", [])
         if not isinstance(cleanup, list):
             raise ValueError("bundle manifest cleanup_keys must be a list")
         for key in cleanup:
-            self._check_key(key, "cleanup")
+            if not isinstance(key, str) or self._object_id(key) not in lineage:
+                raise ValueError(f"bundle manifest cleanup_keys entry {key!r} is outside the bundle's lineage")
 
-    def _validate_payload(self, name: str, spec: Any) -> None:
+    def _validate_payload(self, name: str, spec: Any, base: str, lineage: frozenset) -> None:
         if not isinstance(spec, Mapping) or not isinstance(spec.get("chunks"), list):
             raise ValueError(f"bundle manifest payload {name} is malformed")
-        self._check_key(spec.get("key"), f"payload {name}")
+        self._check_key(spec.get("key"), f"payload {name}", base, lineage)
         total = 0
         for chunk in spec["chunks"]:
             if not isinstance(chunk, Mapping):
                 raise ValueError(f"bundle manifest payload {name} has a malformed chunk")
-            self._check_key(chunk.get("key"), f"payload {name} chunk")
+            self._check_key(chunk.get("key"), f"payload {name} chunk", base, lineage)
             size = chunk.get("bytes")
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise ValueError(f"bundle manifest payload {name} has a bad chunk size")

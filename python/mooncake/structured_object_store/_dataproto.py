@@ -29,6 +29,7 @@ from . import _codecs, _tensors
 from ._bundle import validate_key_segment
 from ._transport import config_with_group
 from ._structured import field_specs
+from ._types import _TensorObjectBufferPayload
 from ._types import STRUCTURED_FIELD_SPECS_KEY, FieldSchema, StructuredMemberSlice, StructuredObjectPayload
 
 SECTIONS = ("batch", "non_tensor_batch")
@@ -56,9 +57,12 @@ def split_dataproto(data: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str
     """(batch, non_tensor_batch, meta_info) of a DataProto-like object or of
     a mapping with those keys."""
     if isinstance(data, Mapping):
-        if set(data) - {"batch", "non_tensor_batch", "meta_info"}:
-            raise TypeError("a DataProto mapping holds only batch, non_tensor_batch and meta_info")
-        parts = (data.get("batch"), data.get("non_tensor_batch"), data.get("meta_info"))
+        envelope = data and not (set(data) - {"batch", "non_tensor_batch", "meta_info"}) and all(
+            v is None or isinstance(v, Mapping) for v in data.values())
+        if envelope:
+            parts = (data.get("batch"), data.get("non_tensor_batch"), data.get("meta_info"))
+        else:  # a plain dict: its entries are batch fields
+            parts = (data, None, None)
     elif all(hasattr(data, a) for a in ("batch", "non_tensor_batch", "meta_info")):
         parts = (data.batch, data.non_tensor_batch, data.meta_info)
     else:
@@ -70,11 +74,13 @@ def split_dataproto(data: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str
         validate_key_segment(name, "field name")
     both = set(batch) & set(non_tensor)
     if both:
-        raise ValueError(f"DataProto fields in both batch and non_tensor_batch: {sorted(both)}")
+        raise ValueError(f"DataProto batch and non_tensor_batch field names overlap: {sorted(both)}")
     return batch, non_tensor, meta
 
 
 def _rows_of(name: str, value: Any) -> int:
+    if isinstance(value, _TensorObjectBufferPayload):
+        return len(value)  # a TypeError naming batch_size when it has none
     shape = getattr(value, "shape", None)
     if shape is not None:
         if len(shape) == 0:
@@ -148,7 +154,16 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
     stage_meta = {"stage": stage, "namespace": namespace, "partition": partition,
                   "batch_size": batch_size, "meta_info": meta, "encoded_non_tensor": encoded}
     ready, ready_specs, cleanup = None, None, []
-    if base is not None and stage in base.stage_refs:
+    replace_stage = None
+    if base is not None and stage in base.stage_refs and overwrite:
+        # Overwriting a stage rewrites all of it: the old object goes once
+        # the new one is in.
+        old_fields = sorted(n for n, loc in base.field_index.items() if loc.stage == stage)
+        missing = [n for n in old_fields if n not in rows]
+        if missing:
+            raise ValueError(f"overwriting stage {stage!r} must include existing fields {missing}")
+        replace_stage = base.stage_refs[stage]
+    elif base is not None and stage in base.stage_refs:
         # Same stage again: the new stage object lists the old one's members
         # that stay, and removes the old object's own keys with its cleanup.
         old_ref = base.stage_refs[stage]
@@ -190,6 +205,8 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
     stage_ref = transfer._structured.put(
         StructuredObjectPayload(metadata={"dataproto": stage_meta}, buffers=buffers), partition,
         chunk_bytes, policy, config=config, cleanup_keys=cleanup, ready=ready, ready_specs=ready_specs)
+    if replace_stage is not None:
+        transfer.remove_bundle(replace_stage)
     if base is None:
         return MooncakeDataProtoRef(batch_size=batch_size, stage_refs={stage: stage_ref}, field_index=index,
                                     meta_info=dict(meta), namespace=namespace, partition=partition,
@@ -315,8 +332,8 @@ def build_result(batch: dict, non_tensor: dict, meta: dict, data_cls: Any) -> An
     try:
         return data_cls(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
     except TypeError as exc:
-        raise TypeError(f"data_cls {getattr(data_cls, '__name__', data_cls)!r} cannot be built from "
-                        f"batch, non_tensor_batch and meta_info: {exc}") from exc
+        raise TypeError(f"data_cls {getattr(data_cls, '__name__', data_cls)!r} cannot be constructed "
+                        f"from batch, non_tensor_batch and meta_info: {exc}") from exc
 
 
 def manifest_view(transfer: Any, ref: Any) -> dict[str, Any]:
@@ -388,7 +405,7 @@ def envelope_to_flat(result: Mapping[str, Any]) -> dict[str, Any]:
     for section in ("batch", "non_tensor_batch", "meta_info"):
         for name, value in result[section].items():
             if name in out:
-                raise ValueError(f"flattened DataProto key collision: {name!r}")
+                raise ValueError(f"Duplicate keys when flattening the DataProto: {name!r}")
             out[name] = value
     return out
 

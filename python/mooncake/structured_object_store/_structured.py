@@ -171,7 +171,7 @@ class StructuredLayer:
         if encoding == "torch_tensor":
             return self._read_tensor(name, payload, field_spec, member_slice, indices, destination)
         if encoding != "bytes":
-            raise ValueError(f"structured member {name} has unknown encoding {encoding!r}")
+            raise ValueError(f"unsupported structured field encoding {encoding!r} for member {name}")
         if member_slice is not None or indices is not None:
             raise ValueError(f"structured member {name} does not support slicing (bytes encoding)")
         if destination is not None:
@@ -232,6 +232,17 @@ class StructuredLayer:
     # ---- tensors -------------------------------------------------------------
 
     def _read_tensor(self, name, payload, field_spec, member_slice, indices, destination):
+        if isinstance(destination, (_TensorObjectBufferPayload, _RawDestinationBuffer)):
+            # Tensor-codec bytes straight into the caller's memory.
+            if member_slice is not None or indices is not None:
+                raise ValueError(f"structured member {name}: a raw tensor destination takes the whole member")
+            size = int(payload["bytes"])
+            if destination.size < size:
+                raise ValueError(f"destination for {name} is too small: {destination.size} < {size}")
+            pre = getattr(destination, "pre_registered", False)
+            self.transport.read_ranges_into(payload, [(0, size, 0)], destination.ptr, size,
+                                            pre_registered=pre, whole_chunk_get=False)
+            return destination
         if payload.get("kind") == "tensor":
             tensor = _tensors.get_tensor(self.transport, payload)
             if member_slice is not None or indices is not None:

@@ -228,7 +228,7 @@ class MooncakeBundleTransfer:
                                    stage=stage, chunk_bytes=chunk_bytes, policy=validate_policy(policy, None),
                                    overwrite=overwrite, config=config, field_schemas=field_schemas,
                                    group=group)
-        new._storage_group_id = group
+        new._storage_group_id = base._storage_group_id
         return new
 
     def dataproto_manifest_view(self, ref: Any) -> dict[str, Any]:

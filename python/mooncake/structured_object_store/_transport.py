@@ -318,6 +318,7 @@ class Transport:
         dst_ptr: int,
         dst_size: int,
         pre_registered: bool = False,
+        whole_chunk_get: bool = True,
     ) -> None:
         """Copies payload bytes ``[src, src + n)`` to ``dst_ptr + dst`` for
         every ``(src, n, dst)`` in ``ranges``."""
@@ -344,7 +345,7 @@ class Transport:
         store = self.store
         sizes_of = {c["key"]: int(c["bytes"]) for c in chunks}
         regions = [] if pre_registered else [(dst_ptr, dst_size)]
-        if len(per_key) == 1 and has(store, "get_into") and has(store, "register_buffer"):
+        if whole_chunk_get and len(per_key) == 1 and has(store, "get_into") and has(store, "register_buffer"):
             ((key, pieces),) = per_key.items()
             if len(pieces) == 1 and pieces[0][0] == 0 and pieces[0][1] == sizes_of[key]:
                 with registered(store, regions):
