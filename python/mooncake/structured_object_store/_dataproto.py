@@ -227,50 +227,53 @@ def coerce_rows(rows: Any, batch_size: int) -> tuple[Optional[StructuredMemberSl
     """(slice, indices, output rows) of a row selection."""
     if rows is None:
         return None, None, batch_size
+    if isinstance(rows, StructuredMemberSlice):
+        if rows.axis != 0:
+            raise ValueError("DataProto row slicing currently supports axis=0 only")
+        if rows.step <= 0:
+            raise ValueError("DataProto row slicing step must be positive")
+        rows = slice(rows.start, rows.end, rows.step)
     if isinstance(rows, slice):
         start, stop, step = rows.indices(batch_size)
         if step <= 0:
-            raise ValueError("DataProto row slices must have a positive step")
+            raise ValueError("DataProto row slicing step must be positive")
         return StructuredMemberSlice(0, start, stop, step), None, len(range(start, stop, step))
-    if isinstance(rows, StructuredMemberSlice):
-        if rows.axis != 0:
-            raise ValueError("DataProto row slices support only axis=0")
-        if rows.step <= 0:
-            raise ValueError("DataProto row slices must have a positive step")
-        return rows, None, len(range(*slice(rows.start, rows.end, rows.step).indices(batch_size)))
-    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
-        raise TypeError("rows must be a slice, a StructuredMemberSlice or a sequence of ints")
+    if isinstance(rows, (str, bytes, bytearray)) or not isinstance(rows, (Sequence, np.ndarray)):
+        raise TypeError("DataProto rows must be a slice, StructuredMemberSlice, or row index sequence")
     out = []
     for i in rows:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
-            raise TypeError(f"row indices must be integers, got {type(i).__name__}")
-        i = int(i)
-        if i < -batch_size or i >= batch_size:
-            raise IndexError(f"row index {i} is out of range for batch size {batch_size}")
-        out.append(i % batch_size)
+            raise TypeError("DataProto row indices must be integers")
+        n = int(i) + batch_size if int(i) < 0 else int(i)
+        if n < 0 or n >= batch_size:
+            raise IndexError(f"DataProto row index {int(i)} out of range for {batch_size} rows")
+        out.append(n)
     return None, out, len(out)
 
 
 def select_fields(ref: MooncakeDataProtoRef, fields, batch_fields, non_tensor_fields) -> tuple[list, list]:
-    by_section = {s: [n for n, loc in ref.field_index.items() if loc.section == s] for s in SECTIONS}
-    if fields is None and batch_fields is None and non_tensor_fields is None:
-        return by_section["batch"], by_section["non_tensor_batch"]
+    if fields is not None and (batch_fields is not None or non_tensor_fields is not None):
+        raise ValueError("fields cannot be combined with batch_fields or non_tensor_fields")
     for group in (fields, batch_fields, non_tensor_fields):
         if isinstance(group, str):
             raise TypeError("field selections must be sequences of names, not a string")
-    batch, non_tensor = [], []
-    for name in fields or []:
-        if name not in ref.field_index:
-            raise KeyError(f"DataProto field {name!r} not found")
-        (batch if ref.field_index[name].section == "batch" else non_tensor).append(name)
-    for names, section, out in ((batch_fields, "batch", batch), (non_tensor_fields, "non_tensor_batch", non_tensor)):
-        for name in names or []:
-            loc = ref.field_index.get(name)
-            if loc is None or loc.section != section:
-                raise KeyError(f"DataProto {section} field {name!r} not found")
-            if name not in out:
-                out.append(name)
+    if fields is not None:
+        names = list(fields)
+        _check_known(ref, names)
+        return ([n for n in names if ref.field_index[n].section == "batch"],
+                [n for n in names if ref.field_index[n].section == "non_tensor_batch"])
+    if batch_fields is None and non_tensor_fields is None:
+        return ([n for n, loc in ref.field_index.items() if loc.section == "batch"],
+                [n for n, loc in ref.field_index.items() if loc.section == "non_tensor_batch"])
+    batch, non_tensor = list(batch_fields or []), list(non_tensor_fields or [])
+    _check_known(ref, batch + non_tensor)
     return batch, non_tensor
+
+
+def _check_known(ref: MooncakeDataProtoRef, names: Sequence[str]) -> None:
+    missing = [n for n in names if n not in ref.field_index]
+    if missing:
+        raise KeyError(f"unknown DataProto fields: {missing}")
 
 
 def get_dataproto(transfer: Any, ref: Any, *, fields=None, batch_fields=None, non_tensor_fields=None,

@@ -242,8 +242,13 @@ class StructuredLayer:
             pre = getattr(destination, "pre_registered", False)
             self.transport.read_ranges_into(payload, [(0, size, 0)], destination.ptr, size,
                                             pre_registered=pre, whole_chunk_get=False)
+            if "dtype" in field_spec and payload.get("kind") == "tensor":
+                # A tensor the store's tensor calls wrote: header and data.
+                return _tensors.tensor_over(destination.ptr, size, destination)
             return destination
-        if payload.get("kind") == "tensor":
+        if payload.get("kind") == "tensor" and "data_offset" in payload and "dtype" in field_spec:
+            pass  # raw ranges past the store's tensor header, below
+        elif payload.get("kind") == "tensor":
             tensor = _tensors.get_tensor(self.transport, payload)
             if member_slice is not None or indices is not None:
                 positions = row_positions(member_slice, indices, int(tensor.shape[0]))
@@ -258,12 +263,14 @@ class StructuredLayer:
             return tensor
         torch_dtype = _tensors.parse_dtype(str(field_spec.get("dtype")))
         shape = tuple(int(d) for d in field_spec.get("shape", []))
+        base = int(payload.get("data_offset", 0))
         if member_slice is None and indices is None:
-            out_shape, ranges = shape, [(0, int(payload["bytes"]), 0)]
+            out_shape, ranges = shape, [(base, int(payload["bytes"]) - base, 0)]
         else:
             rows, row_bytes = _tensors.tensor_row_layout(field_spec)
             positions = row_positions(member_slice, indices, rows)
-            out_shape, ranges = (len(positions), *shape[1:]), row_ranges(positions, row_bytes)
+            out_shape = (len(positions), *shape[1:])
+            ranges = [(s + base, n, d) for s, n, d in row_ranges(positions, row_bytes)]
         torch = _tensors.torch_module()
         if destination is None:
             out = torch.empty(out_shape, dtype=torch_dtype)

@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ._transport import Transport, address, call_write, check_status, has, registered
+from ._transport import Transport, address, call_write, check_status, has, is_native_store, registered
 from ._types import BundleTransferPolicy, _TensorObjectBufferPayload, _TensorPayload
 
 
@@ -92,7 +92,13 @@ def put_tensor_payload(transport: Transport, key: str, value: Any,
         return None
     check_status(status, name, key)
     nbytes = int(tensor.numel() * tensor.element_size())
-    return {"key": key, "bytes": nbytes, "kind": "tensor", "chunks": [{"key": key, "bytes": nbytes}]}
+    spec = {"key": key, "bytes": nbytes, "kind": "tensor", "chunks": [{"key": key, "bytes": nbytes}]}
+    if is_native_store(store):
+        # Our store keeps a fixed header before the data: the object's
+        # size counts it, and rows are read past it.
+        total = nbytes + HEADER_BYTES
+        spec.update(bytes=total, data_offset=HEADER_BYTES, chunks=[{"key": key, "bytes": total}])
+    return spec
 
 
 def get_tensor(transport: Transport, spec: Mapping[str, Any]) -> Any:
@@ -117,6 +123,27 @@ def from_bytes(data: Any, field_spec: Mapping[str, Any]) -> Any:
     if flat.numel() == 0:
         return torch.empty(shape, dtype=dtype)
     return flat.view(dtype).reshape(shape)
+
+
+try:
+    from .._tensor import HEADER_SIZE as HEADER_BYTES
+except Exception:  # pragma: no cover
+    HEADER_BYTES = 0
+
+
+def tensor_over(ptr: int, size: int, owner: Any) -> Any:
+    """The tensor whose store encoding (header and data) is at ``ptr``."""
+    from .. import _tensor
+
+    torch = torch_module()
+    if torch is None:
+        import torch  # noqa: F811
+    buf = _tensor.memory_at(ptr, size)
+    meta = _tensor.decode(buf)
+    if meta is None:
+        raise ValueError("destination does not hold a tensor the store encoded")
+    out = _tensor.to_tensor(torch, meta, buf).clone()
+    return out
 
 
 def tensor_row_layout(field_spec: Mapping[str, Any]) -> tuple[int, int]:
