@@ -287,6 +287,7 @@ def get_dataproto(transfer: Any, ref: Any, *, fields=None, batch_fields=None, no
             raise KeyError(f"destination for {name!r} names no selected field")
     out = {"batch": {}, "non_tensor_batch": {}}
     stages: dict[str, tuple[dict, dict]] = {}
+    plain: dict[str, list] = {}
 
     def stage(name: str) -> tuple[dict, dict]:
         if name not in stages:
@@ -314,9 +315,15 @@ def get_dataproto(transfer: Any, ref: Any, *, fields=None, batch_fields=None, no
             continue
         if loc.member not in manifest["buffers"]:
             raise ValueError(f"stage {loc.stage} has no member {loc.member}")
-        section[name] = transfer._structured.read_member(
-            loc.member, manifest["buffers"][loc.member], specs.get(loc.member, {"encoding": "bytes"}),
-            member_slice, indices, destinations.get(name))
+        plain.setdefault(loc.stage, []).append((name, loc))
+    for stage_name, entries in plain.items():
+        manifest, specs = stage(stage_name)
+        # Every field of a stage in one store call, where the store allows.
+        got = transfer._structured.read_members([
+            (loc.member, manifest["buffers"][loc.member], specs.get(loc.member, {"encoding": "bytes"}),
+             member_slice, indices, destinations.get(name)) for name, loc in entries])
+        for name, loc in entries:
+            out[loc.section][name] = got[loc.member]
     meta = dict(ref.meta_info)
     if meta_info_keys is not None:
         missing = [k for k in meta_info_keys if k not in meta]

@@ -12,6 +12,8 @@ the row reads ask the store for exactly the bytes of those rows.
 from __future__ import annotations
 
 import ctypes
+import threading
+import weakref
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -157,10 +159,51 @@ class StructuredLayer:
         specs = field_specs(metadata)
         slices = dict(spec.member_slices)
         destinations = destinations or {}
-        objects = {name: self.read_member(name, buffers[name], specs.get(name, {"encoding": "bytes"}),
-                                          slices.get(name), None, destinations.get(name))
-                   for name in names}
+        objects = self.read_members([(name, buffers[name], specs.get(name, {"encoding": "bytes"}),
+                                      slices.get(name), None, destinations.get(name)) for name in names])
         return StructuredObjectResult(metadata=metadata, objects=objects)
+
+    def read_members(self, items: Sequence[tuple]) -> dict[str, Any]:
+        """Reads members ``(name, payload, field spec, slice, indices,
+        destination)``. The arrays among them that have no destination share
+        one fresh buffer (or one pool lease), filled by one store call."""
+        out: dict[str, Any] = {}
+        batched = []
+        for item in items:
+            name, payload, field_spec, member_slice, indices, destination = item
+            plan = None
+            if destination is None and field_spec.get("encoding") == "ndarray":
+                plan = self._ndarray_plan(name, payload, field_spec, member_slice, indices)
+            if plan is None or len(items) == 1:
+                out[name] = self.read_member(*item)
+            else:
+                batched.append((name, payload, plan))
+                out[name] = None
+        if batched:
+            self._read_batched(batched, out)
+        return out
+
+    def _read_batched(self, batched: list, out: dict) -> None:
+        offsets, total = [], 0
+        for _name, _payload, (dtype, shape, _ranges) in batched:
+            offsets.append(total)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            total += (nbytes + 63) // 64 * 64  # each member 64-byte aligned
+        pool = self.transport.pool
+        if pool is not None and total:
+            owner = _PoolLeaseOwner(pool.acquire(total))
+            base = _PoolBackedNdarray(owner, np.dtype(np.uint8), (total,))
+            ptr = int(owner.lease.ptr)
+        else:
+            base = _fresh_bytes(total)
+            ptr = address(base) if total else 0
+        requests = []
+        for (name, payload, (dtype, shape, ranges)), offset in zip(batched, offsets):
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            out[name] = base[offset: offset + nbytes].view(dtype).reshape(shape)
+            requests.append((payload, [(s, n, d + offset) for s, n, d in ranges]))
+        if total:
+            self.transport.read_many(requests, ptr, total)
 
     def read_member(self, name: str, payload: Mapping[str, Any], field_spec: Mapping[str, Any],
                     member_slice: Optional[StructuredMemberSlice], indices: Optional[Sequence[int]],
@@ -180,7 +223,8 @@ class StructuredLayer:
 
     # ---- ndarray -------------------------------------------------------------
 
-    def _read_ndarray(self, name, payload, field_spec, member_slice, indices, destination):
+    def _ndarray_plan(self, name, payload, field_spec, member_slice, indices):
+        """(dtype, output shape, ranges) of an ndarray member read."""
         dtype_s, shape = field_spec.get("dtype"), field_spec.get("shape")
         if not isinstance(dtype_s, str) or not isinstance(shape, list):
             raise ValueError(f"structured ndarray field {name} is missing dtype or shape")
@@ -189,13 +233,15 @@ class StructuredLayer:
         if dtype.itemsize * int(np.prod(shape, dtype=np.int64)) != int(payload["bytes"]):
             raise ValueError(f"structured ndarray field {name} size does not match its payload")
         if member_slice is None and indices is None:
-            out_shape, ranges = shape, [(0, int(payload["bytes"]), 0)]
-        else:
-            if not shape:
-                raise ValueError(f"structured member {name} is 0-d and does not support slicing")
-            positions = row_positions(member_slice, indices, shape[0])
-            row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
-            out_shape, ranges = (len(positions), *shape[1:]), row_ranges(positions, row_bytes)
+            return dtype, shape, [(0, int(payload["bytes"]), 0)]
+        if not shape:
+            raise ValueError(f"structured member {name} is 0-d and does not support slicing")
+        positions = row_positions(member_slice, indices, shape[0])
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+        return dtype, (len(positions), *shape[1:]), row_ranges(positions, row_bytes)
+
+    def _read_ndarray(self, name, payload, field_spec, member_slice, indices, destination):
+        dtype, out_shape, ranges = self._ndarray_plan(name, payload, field_spec, member_slice, indices)
         out, ptr, size, pre = self._ndarray_destination(name, destination, dtype, out_shape)
         if size:
             self.transport.read_ranges_into(payload, ranges, ptr, size, pre_registered=pre)
@@ -209,8 +255,8 @@ class StructuredLayer:
                 owner = _PoolLeaseOwner(pool.acquire(nbytes))
                 out = _PoolBackedNdarray(owner, dtype, shape)
                 return out, int(owner.lease.ptr), nbytes, False
-            out = np.empty(shape, dtype=dtype)
-            return out, address(out), nbytes, False
+            out = _fresh_bytes(nbytes).view(dtype).reshape(shape)
+            return out, address(out) if nbytes else 0, nbytes, False
         if isinstance(destination, _RawDestinationBuffer):
             if destination.size < nbytes:
                 raise ValueError(f"raw destination for {name} is too small: {destination.size} < {nbytes}")
@@ -280,6 +326,51 @@ class StructuredLayer:
         if size:
             self.transport.read_ranges_into(payload, ranges, ptr, size)
         return out
+
+
+class _Recycler:
+    """Read buffers that come back when the arrays over them are gone.
+
+    A fresh buffer costs a page fault per 4 KiB page on its first write,
+    which is most of a read's time; a buffer whose arrays were collected
+    is handed out again instead (up to ``limit`` bytes kept)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.free: dict[int, list] = {}
+        self.kept = 0
+        self.lock = threading.Lock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        if nbytes < _RECYCLE_MIN:
+            return np.empty(nbytes, dtype=np.uint8)
+        size = -(-nbytes // _RECYCLE_STEP) * _RECYCLE_STEP
+        with self.lock:
+            spare = self.free.get(size)
+            raw = spare.pop() if spare else None
+            if raw is not None:
+                self.kept -= size
+        if raw is None:
+            raw = bytearray(size)  # zeroed, so already faulted in
+        out = np.frombuffer(memoryview(raw), dtype=np.uint8)
+        weakref.finalize(out, self._give_back, raw, size)
+        return out[:nbytes]
+
+    def _give_back(self, raw: bytearray, size: int) -> None:
+        with self.lock:
+            if self.kept + size <= self.limit:
+                self.free.setdefault(size, []).append(raw)
+                self.kept += size
+
+
+_RECYCLE_MIN = 1 << 20
+_RECYCLE_STEP = 1 << 20
+_RECYCLER = _Recycler(512 << 20)
+
+
+def _fresh_bytes(nbytes: int) -> np.ndarray:
+    """A uint8 buffer for a read's results (recycled where possible)."""
+    return _RECYCLER.take(nbytes)
 
 
 def _torch_dtype_of(dtype: np.dtype) -> Any:

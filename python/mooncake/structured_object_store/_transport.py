@@ -10,6 +10,7 @@ registered for the call and unregistered afterwards.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import ctypes
 from concurrent.futures import ThreadPoolExecutor
@@ -214,10 +215,11 @@ class Transport:
                 self._put_through_pool(keys, chunks, policy, config)
                 return
             if is_native_store(store):
-                # The store reads the caller's memory in place (it needs no
-                # registration), so there is no staging copy.
-                ptrs = [address(c) for c in chunks]
-                self._batch_put(list(keys), ptrs, [c.nbytes for c in chunks], policy, config)
+                # One call for every chunk: the store copies each value into
+                # its segment (faster here than its zero-copy path, which
+                # moves the bytes through the transfer engine).
+                status = call_write(store.put_batch, list(keys), list(chunks), config=config, keys=len(keys))
+                check_status(status, "put_batch", keys[0])
                 return
         written: list[str] = []
         try:
@@ -322,28 +324,25 @@ class Transport:
     ) -> None:
         """Copies payload bytes ``[src, src + n)`` to ``dst_ptr + dst`` for
         every ``(src, n, dst)`` in ``ranges``."""
+        self.read_many([(spec, ranges)], dst_ptr, dst_size, pre_registered, whole_chunk_get)
+
+    def read_many(
+        self,
+        requests: Sequence[tuple[Mapping[str, Any], Sequence[tuple[int, int, int]]]],
+        dst_ptr: int,
+        dst_size: int,
+        pre_registered: bool = False,
+        whole_chunk_get: bool = True,
+    ) -> None:
+        """``read_ranges_into`` for several payloads into one destination,
+        in one store call where the store allows it."""
         per_key: dict[str, list[tuple[int, int, int]]] = {}
-        starts, chunks = [], spec["chunks"]
-        offset = 0
-        for chunk in chunks:
-            starts.append(offset)
-            offset += int(chunk["bytes"])
-        ends = starts[1:] + [offset]
-        for src, n, dst in ranges:
-            if n <= 0:
-                continue
-            if src < 0 or src + n > offset:
-                raise ValueError("structured read range is outside the payload")
-            i = int(np.searchsorted(ends, src, side="right"))
-            while n > 0:
-                take = min(n, ends[i] - src)
-                per_key.setdefault(chunks[i]["key"], []).append((src - starts[i], take, dst))
-                src, n, dst = src + take, n - take, dst + take
-                i += 1
+        sizes_of: dict[str, int] = {}
+        for spec, ranges in requests:
+            self._pieces(spec, ranges, per_key, sizes_of)
         if not per_key:
             return
         store = self.store
-        sizes_of = {c["key"]: int(c["bytes"]) for c in chunks}
         regions = [] if pre_registered else [(dst_ptr, dst_size)]
         if whole_chunk_get and len(per_key) == 1 and has(store, "get_into") and has(store, "register_buffer"):
             ((key, pieces),) = per_key.items()
@@ -371,6 +370,29 @@ class Transport:
             data = self._get({"key": key, "bytes": sizes_of[key]})
             for src, n, dst in pieces:
                 ctypes.memmove(dst_ptr + dst, data[src : src + n], n)
+
+    @staticmethod
+    def _pieces(spec, ranges, per_key, sizes_of) -> None:
+        """Splits payload ranges into per-chunk pieces (offset in the chunk,
+        length, destination offset)."""
+        starts, chunks = [], spec["chunks"]
+        offset = 0
+        for chunk in chunks:
+            starts.append(offset)
+            offset += int(chunk["bytes"])
+            sizes_of[chunk["key"]] = int(chunk["bytes"])
+        ends = starts[1:] + [offset]
+        for src, n, dst in ranges:
+            if n <= 0:
+                continue
+            if src < 0 or src + n > offset:
+                raise ValueError("structured read range is outside the payload")
+            i = bisect.bisect_right(ends, src)
+            while n > 0:
+                take = min(n, ends[i] - src)
+                per_key.setdefault(chunks[i]["key"], []).append((src - starts[i], take, dst))
+                src, n, dst = src + take, n - take, dst + take
+                i += 1
 
     # ---- removal -----------------------------------------------------------
 
