@@ -38,6 +38,7 @@ except Exception:  # the extension is missing in a source checkout
 from ._bundle import decode_json as _decode_json
 from ._transport import config_for_keys as _config_for_grouped_keys
 from ._codecs import _decode_msgpack_ragged_values, _encode_msgpack_ragged_values
+from ._codecs import encode_with_schema as _encode_with_schema
 from ._inference import (
     MAX_DEPTH,
     MISSING,

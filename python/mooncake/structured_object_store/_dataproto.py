@@ -115,12 +115,13 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
               group: Optional[str] = None) -> MooncakeDataProtoRef:
     validate_key_segment(stage, "stage")
     batch, non_tensor, meta = split_dataproto(data)
-    for name, schema in (field_schemas or {}).items():
+    schemas = dict(field_schemas or {})
+    for name, schema in schemas.items():
         section = _schema_section(name, schema)
         if section == "batch" and name in non_tensor:
-            raise ValueError(f"field schema pins {name} to batch but it is in non_tensor_batch")
+            raise ValueError(f"field schema for {name} declares section batch but the field is in non_tensor_batch")
         if section == "non_tensor_batch" and name in batch:
-            raise ValueError(f"field schema pins {name} to non_tensor_batch but it is in batch")
+            raise ValueError(f"field schema for {name} declares section non_tensor_batch but the field is in batch")
     rows = {name: _rows_of(name, v) for name, v in {**batch, **non_tensor}.items()}
     sizes = set(rows.values())
     if base is not None:
@@ -142,10 +143,22 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
         member = f"non_tensor_batch.{name}"
         index[name] = StructuredFieldLocation(stage, member, "non_tensor_batch")
         array = _as_non_tensor_array(name, value)
-        if not array.dtype.hasobject and array.dtype.kind in "biufcSUmM":
+        schema = schemas.get(name)
+        if schema is not None and schema.metadata.get("section") not in (None, "non_tensor_batch"):
+            schema = None  # a schema for the meta_info entry of that name
+        if schema is not None and schema.codec != "ndarray" and (
+                schema.codec != "auto" or array.dtype.hasobject):
+            codec, payload, metadata = _codecs.encode_with_schema(name, array, schema)
+        elif not array.dtype.hasobject and array.dtype.kind in "biufcSUmM":
+            if schema is not None and not schema.nullable:
+                pass  # a plain array has no null rows
             buffers[member] = array
             continue
-        codec, payload, metadata = _codecs.encode_column(name, list(array))
+        else:
+            if schema is not None:
+                codec, payload, metadata = _codecs.encode_with_schema(name, array, schema)
+            else:
+                codec, payload, metadata = _codecs.encode_column(name, list(array))
         members = {}
         for part, part_value in payload.items():
             buffers[f"{member}.{part}"] = part_value
@@ -361,7 +374,7 @@ def manifest_view(transfer: Any, ref: Any) -> dict[str, Any]:
         entry = {"stage": loc.stage, "member": loc.member, "section": loc.section,
                  "spec": specs[loc.stage].get(loc.member, {})}
         if name in ref.encoded_non_tensor:
-            entry["encoded"] = ref.encoded_non_tensor[name]
+            entry["spec"] = ref.encoded_non_tensor[name]
         view["batch_fields" if loc.section == "batch" else "non_tensor_fields"][name] = entry
     return view
 
