@@ -39,6 +39,11 @@ from ._bundle import decode_json as _decode_json
 from ._transport import config_for_keys as _config_for_grouped_keys
 from ._codecs import _decode_msgpack_ragged_values, _encode_msgpack_ragged_values
 from ._codecs import encode_with_schema as _encode_with_schema
+from ._typed import (
+    _decode_typed_ragged_values,
+    _encode_typed_ragged_regular_ndarray_rows,
+    _encode_typed_ragged_values,
+)
 from ._inference import (
     MAX_DEPTH,
     MISSING,

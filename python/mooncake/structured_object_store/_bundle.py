@@ -158,7 +158,14 @@ class BundleStore:
                         specs[name] = spec
                         continue
                     value = _tensors.tensor_bytes(value)
+                if isinstance(value, (_MultiBufferPayload, _DirectCopyPayload)) and self._streams(policy):
+                    spec, done = self._put_gathered(key, value, chunk, policy, config)
+                    written.extend(done)
+                    specs[name] = spec
+                    continue
                 if isinstance(value, (_MultiBufferPayload, _DirectCopyPayload)):
+                    if policy.copy_mode == "zero_copy":
+                        raise RuntimeError("zero-copy put requires tensor-object buffers")
                     parts = value.buffers if isinstance(value, _MultiBufferPayload) else value.arrays
                     if len(parts) == 1 and isinstance(value, _MultiBufferPayload):
                         view = bytes_view(parts[0], name)
@@ -200,6 +207,43 @@ class BundleStore:
                 pass  # the put's own error is the one to report
             raise
         return RemoteBundleRef(manifest_key=manifest_key, manifest=manifest)
+
+    def _streams(self, policy: BundleTransferPolicy) -> bool:
+        """Whether gathered payloads go chunk by chunk through pool leases."""
+        return (self.transport.pool is not None and policy.copy_mode == "auto"
+                and has(self.store, "batch_put_from"))
+
+    def _put_gathered(self, key: str, value: Any, chunk: int, policy: BundleTransferPolicy,
+                      config: Any = None) -> tuple[dict[str, Any], list[str]]:
+        """A payload of several buffers, each chunk gathered into a lease."""
+        parts = value.buffers if isinstance(value, _MultiBufferPayload) else value.arrays
+        flat = [np.frombuffer(memoryview(np.ascontiguousarray(p) if isinstance(p, np.ndarray) else p)
+                              .cast("B"), dtype=np.uint8) for p in parts]
+        total = sum(f.nbytes for f in flat)
+        if total == 0:
+            return {"key": key, "bytes": 0, "chunks": []}, []
+        bounds = list(range(0, total, chunk))
+        names = [key] if len(bounds) == 1 else [f"{key}/chunk/{i}" for i in range(len(bounds))]
+        pieces, at, index, offset = [], 0, 0, 0
+        for start in bounds:
+            end = min(start + chunk, total)
+            group = []
+            while at < end:
+                f = flat[index]
+                take = min(f.nbytes - offset, end - at)
+                group.append(f[offset: offset + take])
+                at, offset = at + take, offset + take
+                if offset == f.nbytes:
+                    index, offset = index + 1, 0
+            pieces.append(group)
+        self.transport.put_gathered(names, pieces, policy, config)
+        spec = {"key": key, "bytes": total,
+                "chunks": [{"key": n, "bytes": sum(p.nbytes for p in g)} for n, g in zip(names, pieces)]}
+        return spec, names
+
+    def _put_direct_copy_payload(self, key: str, value: Any, chunk_bytes: int,
+                                 transfer_policy: BundleTransferPolicy, config: Any = None):
+        return self._put_gathered(key, value, chunk_bytes, transfer_policy, config)
 
     def put_bundle_manifest(self, meta: Any, buffers: Mapping[str, Any], *, partition: str,
                             chunk_bytes: Optional[int], policy: Optional[BundleTransferPolicy],

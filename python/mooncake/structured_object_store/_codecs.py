@@ -7,9 +7,8 @@ flat payloads, each one member of the stage's structured object:
 codec               payloads
 ==================  ============================================================
 ``ndarray``         ``values`` (one number per row), ``nulls``
-``typed_ragged``    ``values`` (all rows' numbers, one dtype), ``offsets``,
-                    ``nulls``; rows come back as 1-d arrays (lists if given
-                    as lists)
+``typed_ragged``    see :mod:`._typed` (rows of numbers of any rank; rows
+                    come back as arrays, or lists if given as lists)
 ``ragged_tensor``   ``values`` (all rows' elements), ``offsets``, ``nulls``;
                     the rows' shapes are in the metadata
 ``utf8_ragged``     ``values`` (UTF-8 bytes), ``offsets``, ``nulls``
@@ -26,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _recursive, _tensors
+from . import _recursive, _tensors, _typed
 from ._inference import _choose_leaf_codec, _is_null
 
 
@@ -118,14 +117,8 @@ def encode_column(name: str, values: list[Any], codec: str = "auto",
                 out[i] = v
         return codec, {"values": out, "nulls": nulls}, {"dtype": dtype.str}
     if codec == "typed_ragged":
-        arrays = [np.asarray(v) for v in present]
-        dtype = (np.dtype(options["dtype"]) if options.get("dtype") else
-                 np.result_type(*[a.dtype for a in arrays]) if arrays else np.dtype(np.int64))
-        flat = [np.asarray([] if _is_null(v) else v, dtype=dtype).reshape(-1) for v in values]
-        as_list = all(isinstance(v, (list, tuple)) for v in present)
-        data = np.concatenate(flat) if flat else np.empty(0, dtype=dtype)
-        return codec, {"values": data, "offsets": _offsets([len(a) for a in flat]), "nulls": nulls}, \
-            {"dtype": dtype.str, "rows_as": "list" if as_list else "ndarray"}
+        payload, metadata = _typed._encode_typed_ragged_values(values, options.get("dtype"))
+        return codec, payload, metadata
     if codec == "ragged_tensor":
         torch = _tensors.torch_module()
         dtype = present[0].dtype if present else getattr(torch, str(options.get("dtype", "float32"))
@@ -193,6 +186,8 @@ def _ragged_tensor_dict(name: str, values: list[Any], options: Mapping[str, Any]
 def decode_column(codec: str, payload: Mapping[str, Any], rows: int, metadata: Mapping[str, Any]) -> list[Any]:
     if codec == "msgpack_ragged":
         return _decode_msgpack_ragged_values(payload, rows)
+    if codec == "typed_ragged":
+        return _typed._decode_typed_ragged_values(payload, rows, metadata)
     if codec == "structured_recursive":
         return _recursive.decode(payload, rows, metadata, decode_column)
     if codec == "ragged_tensor_dict":
@@ -221,12 +216,6 @@ def decode_column(codec: str, payload: Mapping[str, Any], rows: int, metadata: M
         shapes = metadata.get("shapes", [])
         for i in range(rows):
             out.append(None if nulls[i] else data[offsets[i]: offsets[i + 1]].reshape(shapes[i]).clone())
-        return out
-    if codec == "typed_ragged":
-        as_list = metadata.get("rows_as") == "list"
-        for i in range(rows):
-            row = np.array(data[offsets[i]: offsets[i + 1]])
-            out.append(None if nulls[i] else (row.tolist() if as_list else row))
         return out
     raw = bytes(np.asarray(data, dtype=np.uint8))
     for i in range(rows):

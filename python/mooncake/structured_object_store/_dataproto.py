@@ -28,7 +28,7 @@ from ..dataproto_ref import (
 from . import _codecs, _tensors
 from ._bundle import validate_key_segment
 from ._transport import config_with_group
-from ._structured import field_specs
+from ._structured import encode_field, field_specs
 from ._types import _TensorObjectBufferPayload
 from ._types import STRUCTURED_FIELD_SPECS_KEY, FieldSchema, StructuredMemberSlice, StructuredObjectPayload
 
@@ -159,11 +159,13 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
                 codec, payload, metadata = _codecs.encode_with_schema(name, array, schema)
             else:
                 codec, payload, metadata = _codecs.encode_column(name, list(array))
-        members = {}
+        members, part_specs = {}, {}
         for part, part_value in payload.items():
             buffers[f"{member}.{part}"] = part_value
             members[part] = f"{member}.{part}"
-        encoded[name] = {"codec": codec, "payload_members": members, "metadata": metadata}
+            part_specs[part] = encode_field(part_value)[0]
+        encoded[name] = {"codec": codec, "payload_members": members, "metadata": metadata,
+                         "payload_specs": part_specs}
     stage_meta = {"stage": stage, "namespace": namespace, "partition": partition,
                   "batch_size": batch_size, "meta_info": meta, "encoded_non_tensor": encoded}
     ready, ready_specs, cleanup = None, None, []

@@ -177,14 +177,28 @@ def gather_into(parts: Sequence[Any], dst_ptr: int) -> None:
         arrays = [np.ascontiguousarray(a) for a in arrays]
         total = sum(a.nbytes for a in arrays)
         if total >= _THREADED_GATHER_BYTES and getattr(concat, "__module__", "").startswith("mooncake"):
-            concat(arrays, dst_ptr, total, 0, len(arrays), _GATHER_THREADS)
+            wrote = concat(arrays, dst_ptr, total, 0, len(arrays), _GATHER_THREADS)
         else:
-            concat(arrays, dst_ptr, total, 0, len(arrays))
+            wrote = concat(arrays, dst_ptr, total, 0, len(arrays))
+        if wrote != total:
+            raise RuntimeError(f"native fast-copy wrote {wrote} bytes, expected {total}")
         return
     offset = 0
     for a in arrays:
         ctypes.memmove(dst_ptr + offset, address(np.ascontiguousarray(a)), a.nbytes)
         offset += a.nbytes
+
+
+class _Sized:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def sizes_as_lengths(sizes: Sequence[int]) -> list:
+    return [_Sized(n) for n in sizes]
 
 
 class Transport:
@@ -230,6 +244,40 @@ class Transport:
             self.remove_keys(written, strict=False)
             raise
 
+    def resolve_put_mode(self, groups: Sequence[Sequence[Any]], policy: BundleTransferPolicy) -> str:
+        """``batch`` (one call) or ``parallel`` (calls on several threads)
+        for chunks made of ``groups`` of buffers."""
+        if policy.put_mode in ("batch", "parallel"):
+            return policy.put_mode
+        threads = min(int(policy.max_inflight_put), len(groups))
+        if threads < 2 or len(groups) < AUTO_PARALLEL_MIN_CHUNKS:
+            return "batch"
+        total = sum(len(b) if not isinstance(b, memoryview) else b.nbytes for g in groups for b in g)
+        return "parallel" if total >= AUTO_PARALLEL_MIN_BYTES else "batch"
+
+    _resolve_buffer_group_put_mode = resolve_put_mode
+
+    def put_gathered(self, keys: Sequence[str], pieces: Sequence[Sequence[Any]],
+                     policy: BundleTransferPolicy, config: Any = None) -> None:
+        """Writes chunk ``i`` as the concatenation of ``pieces[i]``, each
+        gathered straight into a pool lease and sent from there."""
+        store, written = self.store, []
+        try:
+            for key, parts in zip(keys, pieces):
+                size = sum(memoryview(p).nbytes for p in parts)
+                lease = self.pool.acquire(size)
+                try:
+                    gather_into(parts, int(lease.ptr))
+                    status = call_write(store.batch_put_from, [key], [int(lease.ptr)], [size],
+                                        config=config)
+                    written.append(key)
+                    check_status(list(status)[0], "batch_put_from", key)
+                finally:
+                    lease.release()
+        except BaseException:
+            self.remove_keys(written, strict=False)
+            raise
+
     def _put_through_pool(self, keys, chunks, policy, config) -> None:
         for key, chunk in zip(keys, chunks):
             lease = self.pool.acquire(chunk.nbytes)
@@ -243,10 +291,7 @@ class Transport:
         store = self.store
         total = sum(sizes)
         threads = max(1, int(policy.max_inflight_put))
-        parallel = policy.put_mode == "parallel" or (
-            policy.put_mode == "auto" and threads > 1
-            and (total >= AUTO_PARALLEL_MIN_BYTES or len(keys) >= AUTO_PARALLEL_MIN_CHUNKS)
-        )
+        parallel = self.resolve_put_mode([[s] for s in sizes_as_lengths(sizes)], policy) == "parallel"
         if parallel and threads > 1 and len(keys) > 1:
             groups = [list(range(i, len(keys), threads)) for i in range(min(threads, len(keys)))]
 
