@@ -219,6 +219,14 @@ class StructuredLayer:
             raise ValueError(f"structured member {name} does not support slicing (bytes encoding)")
         if destination is not None:
             raise ValueError(f"structured member {name} does not support destinations (bytes encoding)")
+        pool, size = self.transport.pool, int(payload["bytes"])
+        if pool is not None and size:
+            # Into a lease, as arrays are: the caller gives it back with
+            # release_result.
+            owner = _PoolLeaseOwner(pool.acquire(size))
+            out = _PoolBackedNdarray(owner, np.dtype(np.uint8), (size,))
+            self.transport.read_ranges_into(payload, [(0, size, 0)], int(owner.lease.ptr), size)
+            return out
         return self.transport.read_bytes(payload)
 
     # ---- ndarray -------------------------------------------------------------
