@@ -157,7 +157,13 @@ class BundleStore:
                         written.extend(c["key"] for c in spec["chunks"])
                         specs[name] = spec
                         continue
-                    value = _tensors.tensor_bytes(value)
+                    value, header = _tensors.tensor_bytes(value)
+                    if header:
+                        # The store's own tensor encoding (header, then data):
+                        # the object reads back with get_tensor too.
+                        view = bytes_view(np.concatenate([np.frombuffer(header, np.uint8), value]), name)
+                        specs[name] = dict(plan(key, view), data_offset=len(header))
+                        continue
                 if isinstance(value, (_MultiBufferPayload, _DirectCopyPayload)) and self._streams(policy):
                     spec, done = self._put_gathered(key, value, chunk, policy, config)
                     written.extend(done)

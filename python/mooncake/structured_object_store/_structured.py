@@ -285,6 +285,14 @@ class StructuredLayer:
 
     # ---- tensors -------------------------------------------------------------
 
+    def _check_tensor_header(self, name, payload, base, field_spec) -> None:
+        """Reads the store tensor header in front of a raw tensor member and
+        checks it against the member's spec."""
+        header = bytearray(base)
+        self.transport.read_ranges_into(payload, [(0, base, 0)], address(header), base,
+                                        whole_chunk_get=False)
+        _check_header(name, bytes(header), field_spec)
+
     def _read_tensor(self, name, payload, field_spec, member_slice, indices, destination):
         if isinstance(destination, (_TensorObjectBufferPayload, _RawDestinationBuffer)):
             # Tensor-codec bytes straight into the caller's memory.
@@ -325,6 +333,8 @@ class StructuredLayer:
             positions = row_positions(member_slice, indices, rows)
             out_shape = (len(positions), *shape[1:])
             ranges = [(s + base, n, d) for s, n, d in row_ranges(positions, row_bytes)]
+        if base and payload.get("kind") != "tensor":
+            self._check_tensor_header(name, payload, base, field_spec)
         torch = _tensors.torch_module()
         if destination is None:
             out = torch.empty(out_shape, dtype=torch_dtype)
@@ -374,6 +384,24 @@ class _Recycler:
 _RECYCLE_MIN = 1 << 20
 _RECYCLE_STEP = 1 << 20
 _RECYCLER = _Recycler(512 << 20)
+
+
+def _check_header(name: str, header: bytes, field_spec: Mapping[str, Any]) -> None:
+    """Checks a store tensor header against the member's spec (the data
+    after it is not read here)."""
+    from .. import _tensor
+
+    try:
+        magic, _v, size, dtype, ndim, _layout, offset, nbytes = _tensor._HEAD.unpack_from(header, 0)
+        shape = list(_tensor._SHAPE.unpack_from(header, _tensor._LOCAL_SHAPE_AT)[:ndim])
+        dtype_name = _tensor.DTYPES[dtype][0]
+    except Exception:
+        raise ValueError(f"structured tensor member {name} has a corrupt header") from None
+    if magic != _tensor._MAGIC or size != len(header) or offset != len(header):
+        raise ValueError(f"structured tensor member {name} has a corrupt header")
+    if f"torch.{dtype_name}" != field_spec.get("dtype") or shape != list(field_spec.get("shape", [])):
+        raise ValueError(f"structured tensor member {name}: its header says {dtype_name} {shape}, "
+                         f"the object's metadata {field_spec.get('dtype')} {field_spec.get('shape')}")
 
 
 def _fresh_bytes(nbytes: int) -> np.ndarray:

@@ -50,10 +50,19 @@ def _numpy_view(tensor: Any) -> np.ndarray:
     return flat.numpy()
 
 
-def tensor_bytes(value: Any) -> Any:
+def tensor_bytes(value: Any) -> tuple[Any, bytes]:
+    """(data bytes, store tensor header or b"") of a tensor member that the
+    store's tensor calls do not take."""
     if isinstance(value, _TensorPayload):
-        return _numpy_view(value.tensor)
-    return memoryview(ctypes.string_at(value.ptr, value.size))
+        header = b""
+        serialize = getattr(sys.modules.get("mooncake.store"), "_serialize_tensor", None)
+        if serialize is not None:
+            try:
+                header = bytes(serialize(value.tensor)[0])
+            except (TypeError, ValueError):
+                header = b""  # a dtype the store's encoding lacks: raw bytes only
+        return _numpy_view(value.tensor), header
+    return memoryview(ctypes.string_at(value.ptr, value.size)), b""
 
 
 def put_tensor_payload(transport: Transport, key: str, value: Any,
@@ -79,7 +88,8 @@ def put_tensor_payload(transport: Transport, key: str, value: Any,
                 "chunks": [{"key": key, "bytes": value.size}]}
     tensor = value.tensor
     if policy.copy_mode == "zero_copy":
-        raise RuntimeError("zero-copy put requires tensor-object buffers")
+        raise ValueError("zero-copy put of a torch tensor needs a BufferPool tensor-object buffer "
+                         "(tensor_object_buffer); a plain tensor is copied")
     if policy.copy_mode == "copy" or getattr(tensor, "device", None) is None:
         return None
     if config is not None and has(store, "pub_tensor"):
