@@ -36,6 +36,7 @@ except Exception:  # the extension is missing in a source checkout
     _concat_arrays_into = None
 
 from ._bundle import decode_json as _decode_json
+from ._tensors import has_tensor_codec_helpers as _has_tensor_codec_helpers
 from ._transport import config_for_keys as _config_for_grouped_keys
 from ._codecs import _decode_msgpack_ragged_values, _encode_msgpack_ragged_values
 from ._codecs import encode_with_schema as _encode_with_schema

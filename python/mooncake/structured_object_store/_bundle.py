@@ -157,7 +157,13 @@ class BundleStore:
                         written.extend(c["key"] for c in spec["chunks"])
                         specs[name] = spec
                         continue
+                    tensor_value = value
                     value, header = _tensors.tensor_bytes(value)
+                    if value is None:
+                        # No store tensor encoding here: torch.save bytes.
+                        view = memoryview(_tensors.torch_save_bytes(tensor_value.tensor))
+                        specs[name] = dict(plan(key, view), format="torch_save")
+                        continue
                     if header:
                         # The store's own tensor encoding (header, then data):
                         # the object reads back with get_tensor too.

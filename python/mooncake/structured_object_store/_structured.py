@@ -60,7 +60,7 @@ def encode_field(value: Any) -> tuple[dict[str, Any], Any]:
         return {"encoding": "bytes"}, value
     if _tensors.is_tensor(value):
         if getattr(value, "is_nested", False):
-            raise ValueError("nested tensor members are not supported; store their rows as a list")
+            return _tensors.encode_nested(value)
         return _tensors.tensor_spec(value), _TensorPayload(value)
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
@@ -294,6 +294,20 @@ class StructuredLayer:
         _check_header(name, bytes(header), field_spec)
 
     def _read_tensor(self, name, payload, field_spec, member_slice, indices, destination):
+        if payload.get("format") == "torch_save":
+            if destination is not None:
+                raise ValueError(f"torch_save tensor member {name} does not support destinations")
+            tensor = _tensors.torch_load_bytes(self.transport.read_bytes(payload))
+            positions = row_positions(member_slice, indices, int(tensor.shape[0])) \
+                if (member_slice is not None or indices is not None) else None
+            return tensor if positions is None else tensor[positions]
+        if field_spec.get("nested"):
+            if destination is not None:
+                raise ValueError(f"nested tensor member {name} does not support destinations")
+            rows = _tensors.decode_nested_rows(self.transport.read_bytes(payload), field_spec)
+            positions = row_positions(member_slice, indices, len(rows))
+            return _tensors.nested_from_rows([rows[i] for i in positions] if positions is not None else rows,
+                                             field_spec)
         if isinstance(destination, (_TensorObjectBufferPayload, _RawDestinationBuffer)):
             # Tensor-codec bytes straight into the caller's memory.
             if member_slice is not None or indices is not None:

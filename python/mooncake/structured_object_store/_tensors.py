@@ -55,7 +55,11 @@ def tensor_bytes(value: Any) -> tuple[Any, bytes]:
     store's tensor calls do not take."""
     if isinstance(value, _TensorPayload):
         header = b""
+        from . import _has_tensor_codec_helpers  # on the package, where callers may swap it
+
         serialize = getattr(sys.modules.get("mooncake.store"), "_serialize_tensor", None)
+        if not _has_tensor_codec_helpers():
+            return None, b""
         if serialize is not None:
             try:
                 header = bytes(serialize(value.tensor)[0])
@@ -63,6 +67,28 @@ def tensor_bytes(value: Any) -> tuple[Any, bytes]:
                 header = b""  # a dtype the store's encoding lacks: raw bytes only
         return _numpy_view(value.tensor), header
     return memoryview(ctypes.string_at(value.ptr, value.size)), b""
+
+
+def has_tensor_codec_helpers() -> bool:
+    """Whether the store module has its tensor encoding helpers."""
+    store = sys.modules.get("mooncake.store")
+    return callable(getattr(store, "_serialize_tensor", None)) and \
+        callable(getattr(store, "_deserialize_tensor", None))
+
+
+def torch_save_bytes(tensor: Any) -> bytes:
+    import io
+
+    torch = torch_module()
+    out = io.BytesIO()
+    torch.save(tensor.detach().cpu().contiguous(), out)
+    return out.getvalue()
+
+
+def torch_load_bytes(blob: bytes) -> Any:
+    import io
+
+    return torch_module().load(io.BytesIO(blob), weights_only=True)
 
 
 def put_tensor_payload(transport: Transport, key: str, value: Any,
@@ -154,6 +180,53 @@ def tensor_over(ptr: int, size: int, owner: Any) -> Any:
         raise ValueError("destination does not hold a tensor the store encoded")
     out = _tensor.to_tensor(torch, meta, buf).clone()
     return out
+
+
+def encode_nested(value: Any) -> tuple[dict[str, Any], Any]:
+    """A jagged nested tensor as two parts: its rows' elements back to back,
+    and their shapes (int64: ndim, then the dims, per row)."""
+    from ._types import _MultiBufferPayload
+
+    torch = torch_module()
+    if value.layout != torch.jagged:
+        raise ValueError("structured nested tensor fields require torch.jagged layout")
+    rows = [r.detach().cpu().contiguous() for r in value.unbind()]
+    data = _numpy_view(torch.cat([r.reshape(-1) for r in rows])) if rows else np.empty(0, np.uint8)
+    shapes = np.asarray([d for r in rows for d in (r.dim(), *r.shape)], dtype=np.int64)
+    parts = (memoryview(data).cast("B"), memoryview(shapes.view(np.uint8)))
+    spec = {"encoding": "torch_tensor", "dtype": str(value.dtype), "nested": True, "format": "tensor_parts",
+            "part_bytes": [parts[0].nbytes, parts[1].nbytes], "rows": len(rows),
+            "element_size": int(value.element_size())}
+    return spec, _MultiBufferPayload(buffers=parts, owners=(data, shapes))
+
+
+def decode_nested_rows(blob: bytes, spec: Mapping[str, Any]) -> list:
+    torch = torch_module()
+    data_bytes, shape_bytes = (int(n) for n in spec["part_bytes"])
+    if len(blob) != data_bytes + shape_bytes:
+        raise ValueError("nested tensor payload size does not match its parts")
+    dtype = parse_dtype(spec["dtype"])
+    raw = bytearray(blob[:data_bytes])
+    flat = torch.frombuffer(raw, dtype=dtype) if data_bytes else torch.empty(0, dtype=dtype)
+    shapes = np.frombuffer(blob[data_bytes:], dtype=np.int64)
+    rows, at, offset = [], 0, 0
+    for _ in range(int(spec.get("rows", 0))):
+        nd = int(shapes[at])
+        shape = tuple(int(d) for d in shapes[at + 1: at + 1 + nd])
+        at += 1 + nd
+        count = int(np.prod(shape, dtype=np.int64))
+        rows.append(flat[offset: offset + count].reshape(shape))
+        offset += count
+    return rows
+
+
+def nested_from_rows(rows: list, spec: Mapping[str, Any]) -> Any:
+    torch = torch_module()
+    if not rows:
+        dtype = parse_dtype(spec["dtype"])
+        return torch.nested.nested_tensor_from_jagged(torch.empty(0, dtype=dtype),
+                                                      offsets=torch.zeros(1, dtype=torch.int64))
+    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
 
 
 def tensor_row_layout(field_spec: Mapping[str, Any]) -> tuple[int, int]:
