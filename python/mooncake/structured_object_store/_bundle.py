@@ -371,5 +371,3 @@ class BundleStore:
     def read_meta(self, manifest: Mapping[str, Any]) -> bytes:
         return self.transport.read_bytes(manifest["meta"])
 
-
-__all__ = ["BundleStore", "has"]

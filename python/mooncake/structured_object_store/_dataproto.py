@@ -20,7 +20,6 @@ import numpy as np
 
 from ..dataproto_ref import (
     MooncakeDataProtoRef,
-    RemoteBundleRef,
     StructuredFieldLocation,
     import_dataproto_ref,
     is_dataproto_ref_handle,
@@ -434,5 +433,3 @@ def envelope_to_flat(result: Mapping[str, Any]) -> dict[str, Any]:
             out[name] = value
     return out
 
-
-__all__ = ["RemoteBundleRef"]

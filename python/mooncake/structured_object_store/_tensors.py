@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from ._transport import Transport, address, call_write, check_status, has, is_native_store, registered
+from ._transport import Transport, call_write, check_status, has, is_native_store, registered
 from ._types import BundleTransferPolicy, _TensorObjectBufferPayload, _TensorPayload
 
 
@@ -247,5 +247,3 @@ def tensor_destination(destination: Any, dtype: Any, shape: tuple[int, ...]) -> 
         raise ValueError("tensor destination must be a contiguous CPU tensor")
     return int(destination.data_ptr()), int(destination.numel() * destination.element_size())
 
-
-__all__ = ["address"]

@@ -289,7 +289,6 @@ class Transport:
 
     def _batch_put(self, keys, ptrs, sizes, policy, config) -> None:
         store = self.store
-        total = sum(sizes)
         threads = max(1, int(policy.max_inflight_put))
         parallel = self.resolve_put_mode([[s] for s in sizes_as_lengths(sizes)], policy) == "parallel"
         if parallel and threads > 1 and len(keys) > 1:
