@@ -520,6 +520,96 @@ def test_torch_tensors_use_the_tensor_calls():
     assert store.calls["put_tensor_from"] == 1
 
 
+def test_typed_ragged_rows_of_any_rank_and_schemas():
+    pool = Pool()
+    store, t = make(buffer_pool=pool)
+    rows = [np.asarray(7, np.int32), np.arange(3, dtype=np.int32), None,
+            np.arange(4, dtype=np.int32).reshape(2, 2)]
+    ref = t.put({"values": rows}, type="dict",
+                field_schemas={"values": FieldSchema("typed_ragged", metadata={"section": "non_tensor_batch"})})
+    enc = ref.encoded_non_tensor["values"]
+    assert enc["codec"] == "typed_ragged" and enc["metadata"]["physical_layout"] == "contiguous_flat"
+    assert enc["payload_specs"]["data"]["shape"] == [8]
+    assert 32 in pool.sizes and store.calls["batch_put_from"] > 0  # data gathered into a lease
+    got = t.get(ref, type="dict")["values"]
+    assert got[0].shape == () and got[2] is None and got[3].tolist() == [[0, 1], [2, 3]]
+    picked = t.get_dataproto(ref, non_tensor_fields=["values"], rows=[3, 0])["non_tensor_batch"]["values"]
+    assert picked[0].shape == (2, 2) and picked[1].tolist() == 7
+    regular = [np.arange(6, dtype=np.int32).reshape(2, 3) + i for i in range(3)]
+    payload, meta = sos._encode_typed_ragged_values(regular, np.int32)
+    data = np.concatenate([a.reshape(-1) for a in payload["data"].arrays])
+    decoded = sos._decode_typed_ragged_values({**payload, "data": data}, 3, meta)
+    assert meta["shape_policy"] == "regular" and all(np.shares_memory(r, data) for r in decoded)
+    assert sos._encode_typed_ragged_regular_ndarray_rows(regular[:1], np.int32) is None
+    with pytest.raises(ValueError, match="declares section"):
+        t.put_dataproto({"batch": {"x": np.arange(3)}},
+                        field_schemas={"x": FieldSchema("ndarray", metadata={"section": "non_tensor_batch"})})
+    with pytest.raises(ValueError, match="not nullable"):
+        t.put_dataproto(Batch({"x": np.arange(2)}, {"s": np.asarray(["a", None], dtype=object)}),
+                        field_schemas={"s": FieldSchema("auto", nullable=False)})
+    with pytest.raises(AttributeError, match="failed to encode.*'s'.*utf8_ragged"):
+        t.put_dataproto(Batch({"x": np.arange(1)}, {"s": np.asarray([object()], dtype=object)}),
+                        field_schemas={"s": FieldSchema("utf8_ragged")})
+    with pytest.raises(ValueError, match="unsupported structured non-tensor field"):
+        t.put_dataproto(Batch(non_tensor_batch={"o": np.asarray([object(), None], dtype=object)}))
+
+
+def test_nested_rows_keep_missing_keys_and_nulls():
+    _store, t = make()
+    samples = np.empty(4, dtype=object)
+    samples[:] = [{"media": [b"a", b"bc"], "scores": np.asarray([1, 2]), "label": "x"},
+                  {"label": None}, None, {"media": [], "scores": np.asarray([3]), "label": "y"}]
+    ref = t.put_dataproto(Batch(non_tensor_batch={"s": samples}))
+    assert ref.encoded_non_tensor["s"]["codec"] == "structured_recursive"
+    got = t.get_dataproto(ref)["non_tensor_batch"]["s"]
+    assert got[0]["media"] == [b"a", b"bc"] and got[0]["scores"].tolist() == [1, 2]
+    assert got[1] == {"label": None} and got[2] is None and got[3]["media"] == []
+    assert t.get_dataproto(ref, rows=[3, 1])["non_tensor_batch"]["s"][1] == {"label": None}
+    view = t.dataproto_manifest_view(ref)["non_tensor_fields"]["s"]["spec"]
+    assert view["metadata"]["nodes"] and any(n.endswith(".missing") for n in view["payload_members"])
+
+
+def test_torch_columns_nested_tensors_and_fallbacks(monkeypatch):
+    torch = pytest.importorskip("torch")
+    _store, t = make()
+    ragged = np.empty(3, dtype=object)
+    ragged[:] = [torch.arange(2.0), None, torch.arange(3.0).reshape(3, 1)]
+    ref = t.put_dataproto(Batch(non_tensor_batch={"r": ragged}))
+    assert ref.encoded_non_tensor["r"]["metadata"]["dtype"] == "torch.float32"
+    got = t.get_dataproto(ref)["non_tensor_batch"]["r"]
+    assert torch.equal(got[2], ragged[2]) and got[1] is None
+    mixed = np.empty(2, dtype=object)
+    mixed[:] = [torch.arange(1.0), torch.arange(1)]
+    with pytest.raises(ValueError, match="mixed tensor dtype"):
+        t.put_dataproto(Batch(non_tensor_batch={"r": mixed}))
+    mm = np.empty(3, dtype=object)
+    mm[:] = [{"image": torch.ones(2, 2)}, None, {}]
+    ref = t.put_dataproto(Batch(non_tensor_batch={"mm": mm}), field_schemas={
+        "mm": FieldSchema("ragged_tensor_dict", metadata={"keys": ["image"]})})
+    got = t.get_dataproto(ref, rows=[2, 0])["non_tensor_batch"]["mm"]
+    assert got[0] == {} and torch.equal(got[1]["image"], torch.ones(2, 2))
+    for row, error in (({"audio": torch.ones(1)}, "keys not declared"), ({"image": None}, "explicit None")):
+        mm[:] = [row, None, None]
+        with pytest.raises((ValueError, TypeError), match=error):
+            t.put_dataproto(Batch(non_tensor_batch={"mm": mm}), field_schemas={
+                "mm": FieldSchema("ragged_tensor_dict", metadata={"keys": ["image"]})})
+    rows = [torch.arange(2), torch.arange(10, 14), torch.arange(20, 21)]
+    ref = t.put_dataproto(Batch({"tok": torch.nested.as_nested_tensor(rows, layout=torch.jagged)}))
+    for sel, want in ((None, rows), ([2, 0], [rows[2], rows[0]]), ([], [])):
+        got = t.get_dataproto(ref, rows=sel)["batch"]["tok"]
+        assert got.is_nested and [r.tolist() for r in got.unbind()] == [r.tolist() for r in want]
+    plain, t2 = make(PlainStore())
+    tensor = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    ref = t2.put_dataproto(Batch({"x": tensor}))
+    assert ref.stage_refs["default"].manifest["buffers"]["batch.x"]["data_offset"] > 0  # the store's header
+    monkeypatch.setattr(sos, "_has_tensor_codec_helpers", lambda: False)
+    ref = t2.put_dataproto(Batch({"x": tensor}))
+    assert ref.stage_refs["default"].manifest["buffers"]["batch.x"]["format"] == "torch_save"
+    assert torch.equal(t2.get_dataproto(ref, rows=[4, 1])["batch"]["x"], tensor[[4, 1]])
+    with pytest.raises(ValueError, match="does not support destinations"):
+        t2.get_dataproto(ref, rows=[1], destinations={"x": torch.empty(1, 4)})
+
+
 # ---- the real store ------------------------------------------------------------
 
 

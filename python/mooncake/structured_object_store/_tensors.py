@@ -57,7 +57,7 @@ def tensor_bytes(value: Any) -> tuple[Any, bytes]:
         header = b""
         from . import _has_tensor_codec_helpers  # on the package, where callers may swap it
 
-        serialize = getattr(sys.modules.get("mooncake.store"), "_serialize_tensor", None)
+        serialize = getattr(_store_module(), "_serialize_tensor", None)
         if not _has_tensor_codec_helpers():
             return None, b""
         if serialize is not None:
@@ -69,9 +69,17 @@ def tensor_bytes(value: Any) -> tuple[Any, bytes]:
     return memoryview(ctypes.string_at(value.ptr, value.size)), b""
 
 
+def _store_module() -> Any:
+    try:
+        from .. import store
+    except Exception:  # the extension is missing in a source checkout
+        return None
+    return store
+
+
 def has_tensor_codec_helpers() -> bool:
     """Whether the store module has its tensor encoding helpers."""
-    store = sys.modules.get("mooncake.store")
+    store = _store_module()
     return callable(getattr(store, "_serialize_tensor", None)) and \
         callable(getattr(store, "_deserialize_tensor", None))
 
