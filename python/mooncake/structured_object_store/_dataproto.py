@@ -27,7 +27,7 @@ from ..dataproto_ref import (
 from . import _codecs, _tensors
 from ._bundle import validate_key_segment
 from ._transport import config_with_group
-from ._structured import encode_field, field_specs
+from ._structured import CheckedRows, encode_field, field_specs
 from ._types import _TensorObjectBufferPayload
 from ._types import STRUCTURED_FIELD_SPECS_KEY, FieldSchema, StructuredMemberSlice, StructuredObjectPayload
 
@@ -262,7 +262,7 @@ def coerce_rows(rows: Any, batch_size: int) -> tuple[Optional[StructuredMemberSl
         if n < 0 or n >= batch_size:
             raise IndexError(f"DataProto row index {int(i)} out of range for {batch_size} rows")
         out.append(n)
-    return None, out, len(out)
+    return None, CheckedRows(out, batch_size), len(out)
 
 
 def select_fields(ref: MooncakeDataProtoRef, fields, batch_fields, non_tensor_fields) -> tuple[list, list]:

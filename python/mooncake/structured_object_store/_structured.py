@@ -12,6 +12,7 @@ the row reads ask the store for exactly the bytes of those rows.
 from __future__ import annotations
 
 import ctypes
+import json
 import threading
 import weakref
 from typing import Any, Mapping, Optional, Sequence
@@ -90,17 +91,29 @@ def field_specs(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return dict(specs)
 
 
+_META_CACHE_ENTRIES = 256
+
+
+class CheckedRows(list):
+    """Row indices already checked and normalized against ``rows`` rows
+    (a DataProto read checks them once for all its fields)."""
+
+    def __init__(self, values: Sequence[int], rows: int) -> None:
+        super().__init__(values)
+        self.rows = rows
+
+
 def row_positions(member_slice: Optional[StructuredMemberSlice], indices: Optional[Sequence[int]],
                   rows: int) -> Optional[list[int]]:
     """The rows a read wants (None: all), validated against ``rows``."""
+    if isinstance(indices, CheckedRows) and indices.rows == rows:
+        return indices
     if indices is not None:
-        out = []
-        for i in indices:
-            i = int(i)
-            if i < -rows or i >= rows:
-                raise IndexError(f"row index {i} is out of range for {rows} rows")
-            out.append(i % rows if rows else i)
-        return out
+        picked = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if picked.size and (picked.min() < -rows or picked.max() >= rows):
+            bad = next(int(i) for i in picked.tolist() if i < -rows or i >= rows)
+            raise IndexError(f"row index {bad} is out of range for {rows} rows")
+        return (picked % rows if rows else picked).tolist()
     if member_slice is None:
         return None
     if member_slice.axis != 0:
@@ -110,17 +123,27 @@ def row_positions(member_slice: Optional[StructuredMemberSlice], indices: Option
     return list(range(*slice(member_slice.start, member_slice.end, member_slice.step).indices(rows)))
 
 
-def row_ranges(positions: Sequence[int], row_bytes: int) -> list[tuple[int, int, int]]:
-    """(source offset, length, destination offset) runs for rows, merging
-    consecutive rows into one range."""
-    out: list[tuple[int, int, int]] = []
-    for dst_row, row in enumerate(positions):
-        src = row * row_bytes
-        if out and out[-1][0] + out[-1][1] == src and out[-1][2] + out[-1][1] == dst_row * row_bytes:
-            s, n, d = out[-1]
-            out[-1] = (s, n + row_bytes, d)
-        else:
-            out.append((src, row_bytes, dst_row * row_bytes))
+def row_ranges(positions: Sequence[int], row_bytes: int) -> np.ndarray:
+    """(source offset, length, destination offset) rows of an int64 array,
+    one per run of consecutive rows (a run is one range)."""
+    rows = np.asarray(positions, dtype=np.int64).reshape(-1)
+    if rows.size == 0 or row_bytes == 0:
+        return np.empty((0, 3), dtype=np.int64)
+    starts = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate(([0], starts))
+    lengths = np.diff(np.concatenate((starts, [rows.size])))
+    out = np.empty((starts.size, 3), dtype=np.int64)
+    out[:, 0] = rows[starts] * row_bytes
+    out[:, 1] = lengths * row_bytes
+    out[:, 2] = starts * row_bytes
+    return out
+
+
+def shifted(ranges: Any, src: int = 0, dst: int = 0) -> np.ndarray:
+    """``ranges`` as an int64 (k, 3) array, moved by ``src`` / ``dst``."""
+    out = np.array(ranges, dtype=np.int64).reshape(-1, 3)
+    out[:, 0] += src
+    out[:, 2] += dst
     return out
 
 
@@ -128,6 +151,8 @@ class StructuredLayer:
     def __init__(self, bundles: BundleStore) -> None:
         self.bundles = bundles
         self.transport = bundles.transport
+        self._meta_cache: dict[tuple, bytes] = {}
+        self._lock = threading.Lock()
 
     def put(self, payload: Any, partition: str, chunk_bytes: Optional[int], policy: Any,
             config: Any = None, cleanup_keys: Sequence[str] = (),
@@ -141,8 +166,18 @@ class StructuredLayer:
 
     def resolve(self, ref: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         manifest = self.bundles.resolve_manifest(ref)
-        metadata = decode_json(self.bundles.read_meta(manifest), "structured metadata")
-        return manifest, metadata
+        # A bundle's metadata never changes (each put is a new object id),
+        # so repeated reads of one bundle fetch it once.
+        key = (manifest["object_id"], json.dumps(manifest["meta"], sort_keys=True))
+        with self._lock:
+            blob = self._meta_cache.get(key)
+        if blob is None:
+            blob = self.bundles.read_meta(manifest)
+            with self._lock:
+                self._meta_cache[key] = blob
+                while len(self._meta_cache) > _META_CACHE_ENTRIES:
+                    self._meta_cache.pop(next(iter(self._meta_cache)))
+        return manifest, decode_json(blob, "structured metadata")
 
     def materialize_into(self, spec: StructuredObjectReadSpec,
                          destinations: Optional[Mapping[str, Any]]) -> StructuredObjectResult:
@@ -201,7 +236,7 @@ class StructuredLayer:
         for (name, payload, (dtype, shape, ranges)), offset in zip(batched, offsets):
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             out[name] = base[offset: offset + nbytes].view(dtype).reshape(shape)
-            requests.append((payload, [(s, n, d + offset) for s, n, d in ranges]))
+            requests.append((payload, shifted(ranges, dst=offset)))
         if total:
             self.transport.read_many(requests, ptr, total)
 
@@ -346,7 +381,7 @@ class StructuredLayer:
             rows, row_bytes = _tensors.tensor_row_layout(field_spec)
             positions = row_positions(member_slice, indices, rows)
             out_shape = (len(positions), *shape[1:])
-            ranges = [(s + base, n, d) for s, n, d in row_ranges(positions, row_bytes)]
+            ranges = shifted(row_ranges(positions, row_bytes), src=base)
         if base and payload.get("kind") != "tensor":
             self._check_tensor_header(name, payload, base, field_spec)
         torch = _tensors.torch_module()

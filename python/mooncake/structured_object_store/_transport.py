@@ -380,20 +380,24 @@ class Transport:
     ) -> None:
         """``read_ranges_into`` for several payloads into one destination,
         in one store call where the store allows it."""
-        per_key: dict[str, list[tuple[int, int, int]]] = {}
+        parts: dict[str, list[np.ndarray]] = {}
         sizes_of: dict[str, int] = {}
         for spec, ranges in requests:
-            self._pieces(spec, ranges, per_key, sizes_of)
+            self._pieces(spec, ranges, parts, sizes_of)
+        # key -> (k, 3) int64: offset in the chunk, length, destination offset
+        per_key = {k: (v[0] if len(v) == 1 else np.concatenate(v)) for k, v in parts.items()}
+        per_key = {k: v for k, v in per_key.items() if len(v)}
         if not per_key:
             return
         store = self.store
         regions = [] if pre_registered else [(dst_ptr, dst_size)]
         if whole_chunk_get and len(per_key) == 1 and has(store, "get_into") and has(store, "register_buffer"):
             ((key, pieces),) = per_key.items()
-            if len(pieces) == 1 and pieces[0][0] == 0 and pieces[0][1] == sizes_of[key]:
+            if len(pieces) == 1 and pieces[0, 0] == 0 and pieces[0, 1] == sizes_of[key]:
+                size = int(pieces[0, 1])
                 with registered(store, regions):
-                    got = store.get_into(key, dst_ptr + pieces[0][2], pieces[0][1])
-                if got != pieces[0][1]:
+                    got = store.get_into(key, dst_ptr + int(pieces[0, 2]), size)
+                if got != size:
                     raise RuntimeError(f"Mooncake get_into failed for {key}: {got}")
                 return
         if has(store, "get_into_ranges") and has(store, "register_buffer"):
@@ -401,40 +405,50 @@ class Transport:
             with registered(store, regions):
                 results = store.get_into_ranges(
                     [dst_ptr], [keys],
-                    [[[p[2] for p in per_key[k]] for k in keys]],
-                    [[[p[0] for p in per_key[k]] for k in keys]],
-                    [[[p[1] for p in per_key[k]] for k in keys]],
+                    [[per_key[k][:, 2].tolist() for k in keys]],
+                    [[per_key[k][:, 0].tolist() for k in keys]],
+                    [[per_key[k][:, 1].tolist() for k in keys]],
                 )
             for key, got in zip(keys, results[0]):
-                for (_s, n, _d), r in zip(per_key[key], got):
-                    if r != n:
-                        raise RuntimeError(f"Mooncake get_into_ranges failed for {key}: {r}")
+                want = per_key[key][:, 1]
+                if len(got) != len(want) or not np.array_equal(np.asarray(got, dtype=np.int64), want):
+                    bad = next((r for r, n in zip(got, want.tolist()) if r != n), None)
+                    raise RuntimeError(f"Mooncake get_into_ranges failed for {key}: {bad}")
             return
         for key, pieces in per_key.items():
             data = self._get({"key": key, "bytes": sizes_of[key]})
-            for src, n, dst in pieces:
-                ctypes.memmove(dst_ptr + dst, data[src : src + n], n)
+            for src, n, dst in pieces.tolist():
+                ctypes.memmove(dst_ptr + dst, data[src: src + n], n)
 
     @staticmethod
-    def _pieces(spec, ranges, per_key, sizes_of) -> None:
+    def _pieces(spec, ranges, parts, sizes_of) -> None:
         """Splits payload ranges into per-chunk pieces (offset in the chunk,
-        length, destination offset)."""
-        starts, chunks = [], spec["chunks"]
-        offset = 0
-        for chunk in chunks:
-            starts.append(offset)
-            offset += int(chunk["bytes"])
-            sizes_of[chunk["key"]] = int(chunk["bytes"])
-        ends = starts[1:] + [offset]
-        for src, n, dst in ranges:
-            if n <= 0:
-                continue
-            if src < 0 or src + n > offset:
-                raise ValueError("structured read range is outside the payload")
+        length, destination offset), as int64 (k, 3) arrays per key."""
+        chunks = spec["chunks"]
+        sizes = np.asarray([int(c["bytes"]) for c in chunks], dtype=np.int64)
+        for chunk, size in zip(chunks, sizes.tolist()):
+            sizes_of[chunk["key"]] = size
+        r = np.array(ranges, dtype=np.int64).reshape(-1, 3)
+        if not len(r):
+            return
+        if r[:, 1].min() <= 0:
+            r = r[r[:, 1] > 0]
+            if not len(r):
+                return
+        if r[:, 0].min() < 0 or (r[:, 0] + r[:, 1]).max() > int(sizes.sum()):
+            raise ValueError("structured read range is outside the payload")
+        if len(chunks) == 1:
+            parts.setdefault(chunks[0]["key"], []).append(r)
+            return
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        ends = (starts + sizes).tolist()
+        starts = starts.tolist()
+        for src, n, dst in r.tolist():
             i = bisect.bisect_right(ends, src)
             while n > 0:
                 take = min(n, ends[i] - src)
-                per_key.setdefault(chunks[i]["key"], []).append((src - starts[i], take, dst))
+                parts.setdefault(chunks[i]["key"], []).append(
+                    np.asarray([[src - starts[i], take, dst]], dtype=np.int64))
                 src, n, dst = src + take, n - take, dst + take
                 i += 1
 
