@@ -269,6 +269,7 @@ REASONS = [
     ("test_put_get_tensor.py", "TestDistributedObjectStore.test_cuda_", "cuda"),
     ("test_drain_http_api.py", "", "drain"),
     ("test_batch_replica_clear.py", "TestBatchReplicaClearSingleStore.", "name-reuse"),
+    ("test_structured_object_store.py", "", "structured"),
 ]
 
 
