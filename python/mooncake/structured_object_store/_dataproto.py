@@ -182,23 +182,13 @@ def put_stage(transfer: Any, base: Optional[MooncakeDataProtoRef], data: Any, *,
         # that stay, and removes the old object's own keys with its cleanup.
         old_ref = base.stage_refs[stage]
         old_manifest, old_meta = transfer._structured.resolve(old_ref)
-        new_members = set(buffers)
-        for n in rows:
-            if n in encoded or (n in base.encoded_non_tensor and base.field_index[n].stage == stage):
-                new_members.update(base.encoded_non_tensor.get(n, {}).get("payload_members", {}).values())
-        replaced = {base.field_index[n].member for n in rows if n in base.field_index
-                    and base.field_index[n].stage == stage}
-        for n in rows:
-            if n in base.encoded_non_tensor and base.field_index[n].stage == stage:
-                replaced.update(base.encoded_non_tensor[n]["payload_members"].values())
-        ready = {m: s for m, s in old_manifest["buffers"].items() if m not in replaced and m not in new_members}
+        # No field is replaced here (a clash without overwrite was refused
+        # above), so every old member stays.
+        ready = dict(old_manifest["buffers"])
         old_specs = field_specs(old_meta)
         ready_specs = {m: old_specs[m] for m in ready if m in old_specs}
         cleanup = list(old_manifest.get("cleanup_keys", []))
         cleanup += [c["key"] for c in old_manifest["meta"]["chunks"]]
-        for m in replaced:
-            if m in old_manifest["buffers"]:
-                cleanup += [c["key"] for c in old_manifest["buffers"][m]["chunks"]]
         cleanup.append(transfer._bundles.manifest_key(old_ref, old_manifest))
         old_dp = old_meta.get("dataproto", {})
         kept = {n: e for n, e in old_dp.get("encoded_non_tensor", {}).items() if n not in rows}
