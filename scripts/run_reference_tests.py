@@ -53,6 +53,8 @@ SUITES = {
     "test_replicated_distributed_object_store.py": (
         "mooncake-wheel/tests/test_replicated_distributed_object_store.py", [], "wheel", 900),
     "test_fast_copy.py": ("mooncake-wheel/tests/test_fast_copy.py", [], None, 120),
+    "test_structured_object_store.py": (
+        "mooncake-wheel/tests/test_structured_object_store.py", [], "wheel", 900),
     "session_ranges_tcp_e2e.py": ("mooncake-store/tests/e2e/session_ranges_tcp_e2e.py", [], "scripts", 300),
     "test_engram_store.py": ("scripts/test_engram_store.py", [], "scripts", 300),
     "test_dummy_client.py": ("mooncake-wheel/tests/test_dummy_client.py", [], "wheel_client", 900),
@@ -61,6 +63,9 @@ SUITES = {
     "test_promotion_on_hit.py": ("mooncake-wheel/tests/test_promotion_on_hit.py", [], "wheel", 900),
 }
 
+# Files the reference runs with pytest (no main of their own): a one-line
+# main beside the copy runs them through ``pytest.main``.
+PYTEST_FILES = {"test_structured_object_store.py"}
 # Files that name the master's address in their code instead of reading the
 # environment: the copy that runs names the master started for it instead.
 MASTER_LITERALS = {"test_buffer_pool_native.py": "127.0.0.1:50051"}
@@ -212,12 +217,17 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
             for k in SCRIPTS_ONLY_ENV:
                 env.pop(k, None)
     env.update({k: v.format(fsdir=fsdir) for k, v in CLIENT_ENV.get(name, {}).items()})
+    target = sub / name
+    if name in PYTEST_FILES:
+        target = sub / f"run_{name}"
+        target.write_text("import sys\nimport pytest\n\n"
+                          f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {name!r}]))\n")
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
     started = time.time()
     with open(out / f"{name}.log", "w") as log:
         p = subprocess.Popen([str(venv / "bin" / "python"), str(HERE / "reference_case_runner.py"),
-                              str(result_file), str(sub / name), *args],
+                              str(result_file), str(target), *args],
                              cwd=sub, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             p.wait(timeout)
@@ -259,6 +269,7 @@ REASONS = [
     ("test_put_get_tensor.py", "TestDistributedObjectStore.test_cuda_", "cuda"),
     ("test_drain_http_api.py", "", "drain"),
     ("test_batch_replica_clear.py", "TestBatchReplicaClearSingleStore.", "name-reuse"),
+    ("test_structured_object_store.py", "", "structured"),
 ]
 
 

@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 venv=${MOONCAKE_TEST_VENV:-.venv-test}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 venv=$(cd "$venv" && pwd)
-"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec xxhash
+"$venv/bin/python" -m pip install -q --upgrade pip maturin pytest numpy uv aiohttp pyzmq msgspec xxhash msgpack
 if [ "${MOONCAKE_TEST_TORCH:-1}" != 0 ]; then
     # uv hard-links packages from its cache, so every venv on the machine
     # shares one 5 GB copy of torch; no --upgrade: a venv that has them already

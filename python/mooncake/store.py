@@ -374,3 +374,23 @@ class MooncakeDistributedStore(ParallelTensorCalls, _Store):
         name = file_name if key is None else key
         tensor = tensors[key] if key is not None and key in tensors else next(iter(tensors.values()))
         return tensor if self.put_tensor(name, tensor) == 0 else None
+
+
+def _serialize_tensor(tensor):
+    """The store's encoding of ``tensor`` in two parts, as the reference's
+    private helper of that name gives it (the structured-object layer writes
+    the parts into one buffer): the header bytes, the address and size of
+    the data, and the object that keeps the data alive."""
+    src = _tensor.from_tensor(_tensor.torch_module(), tensor)
+    if src is None:
+        raise TypeError(f"cannot serialize {type(tensor).__name__} as a store tensor")
+    return _tensor.encode(src.dtype, src.shape), src.owner.data_ptr(), len(src.data), src.owner
+
+
+def _deserialize_tensor(payload):
+    """The tensor a store encoding (header and data) holds, as a copy."""
+    buf = bytearray(payload)
+    meta = _tensor.decode(memoryview(buf))
+    if meta is None:
+        raise ValueError("payload is not a store-encoded tensor")
+    return _tensor.to_tensor(_tensor.torch_module(), meta, buf)

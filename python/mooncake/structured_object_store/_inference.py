@@ -31,10 +31,8 @@ reads back to one position. A row that lacks a key has :data:`MISSING` in
 that key's leaf, which keeps "key absent" apart from "key present with the
 value ``None``".
 
-This module holds the inference and, from :mod:`mooncake.dataproto_ref`,
-DataProto refs and their transport handles; the reference package's bundle
-transfer (structured objects moved through pooled buffers) is not part of
-this package yet.
+The bundle transfer that stores these columns lives beside this module in
+:mod:`mooncake.structured_object_store`.
 """
 
 from __future__ import annotations
@@ -44,38 +42,13 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-# DataProto refs and their transport handles, under the names the
-# reference's module gives them.
-from .dataproto_ref import (
-    DATAPROTO_REF_HANDLE_TYPE,
-    DATAPROTO_REF_HANDLE_VERSION,
-    MooncakeDataProtoRef,
-    RemoteBundleRef,
-    StructuredFieldLocation,
-    export_dataproto_ref,
-    export_ref,
-    import_dataproto_ref,
-    import_ref,
-    is_dataproto_ref_handle,
-)
-
 __all__ = [
-    "DATAPROTO_REF_HANDLE_TYPE",
-    "DATAPROTO_REF_HANDLE_VERSION",
     "MISSING",
     "MAX_DEPTH",
     "LeafDecision",
     "LeafPlan",
-    "MooncakeDataProtoRef",
-    "RemoteBundleRef",
     "StructureNode",
-    "StructuredFieldLocation",
-    "export_dataproto_ref",
-    "export_ref",
-    "import_dataproto_ref",
-    "import_ref",
     "infer_structure",
-    "is_dataproto_ref_handle",
 ]
 
 #: How deep dicts and lists may nest in a row before inference gives up.
