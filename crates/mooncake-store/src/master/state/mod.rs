@@ -15,6 +15,7 @@ pub mod allocator;
 mod clients;
 mod eviction;
 mod fs_tier;
+mod groups;
 pub(in crate::master) mod image;
 mod leases;
 pub(in crate::master) mod mutation;

@@ -1,6 +1,7 @@
 //! Time: the timers (client expiry, put timeouts, delayed frees, task
 //! timeouts) and eviction rounds.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::apply::Fate;
@@ -190,12 +191,16 @@ impl MasterService {
 
     /// Evicts the oldest eligible objects until `target` (in `by`'s unit)
     /// is freed; returns the keys, what `by` counted and the segment bytes;
-    /// `force` takes objects that have no disk copy yet. When those with a
-    /// copy cover less than `target`, the oldest objects still waiting for
-    /// one are queued for it (up to `queue_budget`), just enough to cover
-    /// the rest with the copies already under way: memory keeps everything
-    /// else, so memory and tier hold different objects, as the two levels
-    /// of one LRU would.
+    /// `force` takes objects that have no disk copy yet.
+    ///
+    /// Memory is one LRU, as in the reference: the oldest objects that
+    /// cover `target` (less what copies under way will free) go, those
+    /// with a disk copy now, those still waiting for one are queued for it
+    /// (up to `queue_budget`) and go in a later round once it lands; newer
+    /// objects stay, copy or not (a promoted object, just read, is not the
+    /// first to leave again). A group goes
+    /// whole, ranked by its newest member, and only when no member is
+    /// leased.
     #[allow(clippy::too_many_arguments)]
     fn evict_pass(
         &self,
@@ -213,47 +218,74 @@ impl MasterService {
         let must_wait = |o: &ObjectMeta| {
             *queue_budget > 0 && eligible(o, now, include_soft_pinned) && !may_go(o)
         };
-        // Pass 1: find the lease time below which evicting frees enough,
-        // and below which the objects waiting for a copy should get one,
-        // without copying keys.
+        // Pass 1: find the rank up to which evicting (or copying, then
+        // evicting) frees enough, without copying keys.
+        let grouping = self.objects.groups.grouping();
         let epoch = uses_now();
         let mut candidates: Vec<(Rank, u64)> = Vec::new();
-        let mut waiting: Vec<(Rank, u64)> = Vec::new();
-        let mut under_way = 0;
+        let mut groups: HashMap<u32, GroupStanding> = HashMap::new();
+        let (mut waiting, mut under_way) = (false, 0);
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
-                if may_go(o) {
-                    candidates.push((rank(o, epoch), by.of(key, o)));
-                } else if must_wait(o) {
-                    if self.copy_under_way(key, o) {
-                        under_way += by.of(key, o);
-                    } else {
-                        waiting.push((rank(o, epoch), by.of(key, o)));
+                let go = may_go(o);
+                let mut wait = !go && must_wait(o);
+                if wait && self.copy_under_way(key, o) {
+                    // Leaving already, the oldest when queued (the copy's
+                    // lease moved its rank since).
+                    under_way += by.of(key, o);
+                    wait = false;
+                }
+                waiting |= wait;
+                if let Some(g) = grouping.group_of(key) {
+                    let st = groups.entry(g).or_default();
+                    st.seen += 1;
+                    st.leased |= o.is_leased(now);
+                    if go || wait {
+                        st.rank = st.rank.max(rank(o, epoch));
+                        st.bytes += by.of(key, o);
                     }
+                } else if go || wait {
+                    candidates.push((rank(o, epoch), by.of(key, o)));
                 }
             }
         }
+        let target = target.saturating_sub(under_way);
+        if target == 0 {
+            return (0, 0, 0);
+        }
+        // A group whose members all were seen, none of them leased.
+        let groups: HashMap<u32, Rank> = groups
+            .into_iter()
+            .filter(|(g, st)| !st.leased && st.bytes > 0 && st.seen == grouping.size(*g))
+            .map(|(g, st)| {
+                candidates.push((st.rank, st.bytes));
+                (g, st.rank)
+            })
+            .collect();
         let evictable = eviction::cover(&mut candidates, target);
         drop(candidates);
-        let freeable = evictable.map_or(0, |(_, b)| b);
-        let short = target.saturating_sub(freeable).saturating_sub(under_way);
-        if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
-            drop(waiting);
-            let below = (queue_below, epoch);
-            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
-        }
         let Some((threshold, _)) = evictable else {
             return (0, 0, 0);
         };
+        if waiting {
+            let below = (threshold, epoch);
+            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
+        }
 
-        // Pass 2: evict up to the threshold (objects may have changed since).
+        // Pass 2: evict up to the threshold (objects may have changed
+        // since); a chosen group's members go whatever the count says.
+        let whole_groups = groups.values().any(|&r| r <= threshold);
         let (mut keys, mut freed, mut bytes) = (0, 0, 0);
         for mut shard in self.objects.shards() {
-            if freed >= target {
+            if freed >= target && !whole_groups {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if freed >= target || rank(obj, epoch) > threshold || !may_go(obj) {
+                let chosen = match grouping.group_of(key) {
+                    Some(g) => groups.get(&g).is_some_and(|&r| r <= threshold),
+                    None => freed < target && rank(obj, epoch) <= threshold,
+                };
+                if !chosen || !may_go(obj) {
                     return true;
                 }
                 freed += by.of(key, obj);
@@ -288,6 +320,7 @@ impl MasterService {
                 if rank(o, epoch) <= below
                     && eligible(o, now, include_soft_pinned)
                     && !self.may_leave_memory(o, force)
+                    && !self.copy_under_way(key, o)
                     && self.queue_offload(key, o, usize::MAX)
                 {
                     *queue_budget -= 1;
@@ -295,4 +328,17 @@ impl MasterService {
             }
         }
     }
+}
+
+/// What pass 1 of an eviction round saw of one group.
+#[derive(Default)]
+struct GroupStanding {
+    /// Members seen in the object map.
+    seen: usize,
+    /// A member is leased: the group stays.
+    leased: bool,
+    /// Its newest eligible member's rank.
+    rank: Rank,
+    /// What its eligible members hold.
+    bytes: u64,
 }

@@ -149,6 +149,39 @@ fn in_evict_mode_a_round_copies_only_the_oldest_objects_it_needs() {
     }
 }
 
+/// Memory is one LRU: an object read since its copy landed (as a
+/// promoted one is) is newer than the objects still waiting for a copy;
+/// those are queued and the read one stays, copy or not.
+#[test]
+fn in_evict_mode_eviction_goes_in_lease_order_whatever_has_a_copy() {
+    let s = offloading(true);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    tick(&s, 1000);
+    assert_eq!(drain(&s, 1000), 5, "k0..k4 copied");
+    // All five are read: the newest objects now, with a copy each.
+    for i in 0..5 {
+        s.get_replica_list(&format!("k{i}"), 1200).unwrap();
+    }
+    tick(&s, 1200 + LEASE);
+    let batch = s.fetch_offload_tasks(A, 1000, 1400).unwrap();
+    let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["k5", "k6", "k7", "k8", "k9"],
+        "the oldest are queued"
+    );
+    for i in 0..5 {
+        let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
+        assert!(
+            !reps.iter().all(is_local_disk),
+            "k{i} was read: it stays in memory"
+        );
+    }
+}
+
 #[test]
 fn stale_copies_are_refused_and_replaced_objects_drop_theirs() {
     let s = offloading(false);
