@@ -201,17 +201,28 @@ impl MasterService {
         // object stays (a PutEnd never drops it) and the guard keeps the
         // shard's tally right.
         let mut obj = shard.get_mut(key).ok_or_else(|| not_found(key))?;
-        match &obj.pending {
+        let started = match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
-            Some(p) => check_writer(key, &p.kind, p.client, client)?,
-        }
+            Some(p) => {
+                check_writer(key, &p.kind, p.client, client)?;
+                p.started
+            }
+        };
+        // Only a promotion writes an object whose copy is recorded.
+        let promotion = self.disk.has_copy(key);
         let end = ObjectOp::PutEnd {
             now,
             readers_until: obj.lease_until,
         };
         let fate = self.apply_object(call, key, &mut obj, end);
         debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
+        if promotion {
+            // The reads that asked for it leased the object (its copy, on
+            // the reference); the memory replica keeps that lease, from
+            // the promotion's start, rather than being the first to go.
+            self.policy.lease.lease(&mut obj, started);
+        }
         self.kv_event(Kind::Stored, key, Self::medium_of(Some(&*obj)));
         self.reflag_copy(call, key, &mut obj);
         self.offload_at_put_end(key, &obj);

@@ -24,16 +24,21 @@ impl MasterService {
             return Err(not_ready(key));
         }
         let r = read(&obj)?;
+        let stale = self.policy.lease.is_stale(&obj, now);
         self.policy.lease.on_read(&mut obj, now);
         drop(obj);
         drop(shard);
-        self.lease_group(key, now);
+        if stale {
+            self.lease_group(key, now);
+        }
         Ok(r)
     }
 
     /// A read of a grouped object leases every complete member of its
-    /// group, as the reference does: the members are used together. One
-    /// shard locked at a time; the lease is volatile, so no mutation.
+    /// group, as the reference does: the members are used together. Only
+    /// when the object read had less than half a lease left (as the
+    /// reference), so a batch reading a whole group leases it about once.
+    /// One shard locked at a time; the lease is volatile, so no mutation.
     fn lease_group(&self, key: &str, now: u64) {
         for member in self.objects.groups.members_with(key) {
             let mut shard = self.objects.lock(&member);
@@ -113,8 +118,11 @@ impl MasterService {
         shard.clock(now);
         match shard.get(key) {
             Some(obj) if obj.is_complete() => {
+                let stale = self.policy.lease.is_stale(obj, now);
                 drop(shard);
-                self.lease_group(key, now);
+                if stale {
+                    self.lease_group(key, now);
+                }
                 Ok(true)
             }
             // A put in flight, unless it is a promotion (the copy serves).

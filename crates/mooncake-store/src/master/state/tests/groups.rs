@@ -125,13 +125,18 @@ fn a_read_of_one_member_leases_the_group() {
     assert_eq!(code(s.remove("b", false, 11)), ErrorCode::OBJECT_HAS_LEASE);
     assert_eq!(code(s.remove("a", false, 11)), ErrorCode::OBJECT_HAS_LEASE);
     s.remove("c", false, 11).unwrap();
-    // So does a read, until the lease runs out.
+    // A read with more than half the lease left leases only itself.
     s.get_replica_list("b", 50).unwrap();
+    assert_eq!(code(s.remove("b", false, 60)), ErrorCode::OBJECT_HAS_LEASE);
+    s.remove("a", false, 110).unwrap();
+    // With less, the whole group again, until the lease runs out.
+    put(&s, "a", 64, &grouped(&["g"]), 120);
+    s.get_replica_list("b", 120).unwrap();
     assert_eq!(
-        code(s.remove("a", false, 50 + LEASE - 1)),
+        code(s.remove("a", false, 120 + LEASE - 1)),
         ErrorCode::OBJECT_HAS_LEASE
     );
-    s.remove("a", false, 50 + LEASE).unwrap();
+    s.remove("a", false, 120 + LEASE).unwrap();
 }
 
 #[test]

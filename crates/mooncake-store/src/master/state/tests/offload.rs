@@ -283,6 +283,22 @@ fn a_disk_only_object_read_often_is_promoted() {
     assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
 }
 
+/// The reads that asked for a promotion leased the object: its memory
+/// replica keeps that lease (from the promotion's start), so it is not the
+/// first object an eviction round takes again.
+#[test]
+fn a_promoted_object_keeps_the_lease_of_its_reads() {
+    let s = promoting();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 2).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 5).unwrap();
+    s.put_end(A, "p", 6).unwrap();
+    let leased = s.remove("p", false, 5 + LEASE - 1);
+    assert_eq!(leased.unwrap_err().code, ErrorCode::OBJECT_HAS_LEASE);
+    s.remove("p", false, 5 + LEASE).unwrap();
+}
+
 fn promoting() -> MasterService {
     let s = MasterService::with_policy(policy()).with_offload_policy(OffloadPolicy {
         enabled: true,
