@@ -193,12 +193,16 @@ impl MasterService {
     /// is freed; returns the keys, what `by` counted and the segment bytes;
     /// `force` takes objects that have no disk copy yet.
     ///
-    /// Memory is one LRU, as in the reference: the oldest objects that
-    /// cover `target` (less what copies under way will free) go, those
-    /// with a disk copy now, those still waiting for one are queued for it
-    /// (up to `queue_budget`) and go in a later round once it lands; newer
-    /// objects stay, copy or not (a promoted object, just read, is not the
-    /// first to leave again). A group goes
+    /// Memory is one LRU, as in the reference, where a tier takes objects
+    /// at eviction (`--offload_on_evict`, the shared filesystem): the
+    /// oldest objects that cover `target` (less what the copies under way
+    /// will free) go, those with a disk copy now, those still waiting for
+    /// one are queued for it (up to `queue_budget`) and go in a later
+    /// round once it lands; newer objects stay, copy or not (a promoted
+    /// object, just read, is not the first to leave again). Where the SSD
+    /// tier copies every object at PutEnd, those waiting for a copy are
+    /// the newest: the oldest with a copy go, and more copies are queued
+    /// only when those cover too little ([`Self::one_lru`]). A group goes
     /// whole, ranked by its newest member, and only when no member is
     /// leased.
     #[allow(clippy::too_many_arguments)]
@@ -224,7 +228,11 @@ impl MasterService {
         let epoch = uses_now();
         let mut candidates: Vec<(Rank, u64)> = Vec::new();
         let mut groups: HashMap<u32, GroupStanding> = HashMap::new();
-        let (mut waiting, mut under_way) = (false, 0);
+        // Objects at most `threshold` wait for a copy: queue them.
+        let mut queue = false;
+        let lru = self.one_lru();
+        let mut waiting: Vec<(Rank, u64)> = Vec::new();
+        let mut under_way = 0;
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
                 let go = may_go(o);
@@ -235,7 +243,10 @@ impl MasterService {
                     under_way += by.of(key, o);
                     wait = false;
                 }
-                waiting |= wait;
+                if wait && !lru {
+                    waiting.push((rank(o, epoch), by.of(key, o)));
+                    wait = false;
+                }
                 if let Some(g) = grouping.group_of(key) {
                     let st = groups.entry(g).or_default();
                     st.seen += 1;
@@ -243,15 +254,13 @@ impl MasterService {
                     if go || wait {
                         st.rank = st.rank.max(rank(o, epoch));
                         st.bytes += by.of(key, o);
+                        st.waiting |= wait;
                     }
                 } else if go || wait {
                     candidates.push((rank(o, epoch), by.of(key, o)));
+                    queue |= wait;
                 }
             }
-        }
-        let target = target.saturating_sub(under_way);
-        if target == 0 {
-            return (0, 0, 0);
         }
         // A group whose members all were seen, none of them leased.
         let groups: HashMap<u32, Rank> = groups
@@ -259,15 +268,41 @@ impl MasterService {
             .filter(|(g, st)| !st.leased && st.bytes > 0 && st.seen == grouping.size(*g))
             .map(|(g, st)| {
                 candidates.push((st.rank, st.bytes));
+                queue |= st.waiting;
                 (g, st.rank)
             })
             .collect();
-        let evictable = eviction::cover(&mut candidates, target);
+        let evictable = if lru {
+            // One order for all: the copies under way cover part of it.
+            let need = target.saturating_sub(under_way);
+            if need == 0 {
+                return (0, 0, 0);
+            }
+            eviction::cover(&mut candidates, need)
+        } else {
+            // Objects without a copy are the newest (each got one queued
+            // at PutEnd): those with one go, oldest first, and only if they
+            // cover too little are more copies queued.
+            let evictable = eviction::cover(&mut candidates, target);
+            let freeable = evictable.map_or(0, |(_, b)| b);
+            let short = target.saturating_sub(freeable).saturating_sub(under_way);
+            let below = eviction::cover(&mut waiting, short).filter(|_| short > 0);
+            if let Some((below, _)) = below {
+                self.queue_oldest(
+                    now,
+                    (below, epoch),
+                    include_soft_pinned,
+                    force,
+                    queue_budget,
+                );
+            }
+            evictable
+        };
         drop(candidates);
         let Some((threshold, _)) = evictable else {
             return (0, 0, 0);
         };
-        if waiting {
+        if queue {
             let below = (threshold, epoch);
             self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
         }
@@ -300,6 +335,13 @@ impl MasterService {
             });
         }
         (keys, freed, bytes)
+    }
+
+    /// Whether eviction keeps memory in one LRU order (see `evict_pass`):
+    /// all but the SSD tier's put mode.
+    fn one_lru(&self) -> bool {
+        let policy = self.offload_policy();
+        !(policy.enabled && !policy.on_evict)
     }
 
     /// Queues for a copy every object waiting for one ranked at most
@@ -341,4 +383,6 @@ struct GroupStanding {
     rank: Rank,
     /// What its eligible members hold.
     bytes: u64,
+    /// A member waits for a copy.
+    waiting: bool,
 }
