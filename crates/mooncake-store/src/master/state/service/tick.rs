@@ -341,7 +341,7 @@ impl MasterService {
     /// all but the SSD tier's put mode.
     fn one_lru(&self) -> bool {
         let policy = self.offload_policy();
-        !(policy.enabled && !policy.on_evict)
+        !policy.enabled || policy.on_evict
     }
 
     /// Queues for a copy every object waiting for one ranked at most
