@@ -11,6 +11,7 @@ use crate::enums::{ObjectDataType, SoftPinAction};
 /// (including the newer `soft_pin_action`/`data_type`/... fields, which are
 /// stored and shown but only the first ones change placement); the older
 /// `with_soft_pin` flag is kept as a view of `soft_pin_action`.
+/// `group_ids` names each key's object group (see `types::ReplicaPolicy`).
 #[pyclass(module = "mooncake.store", name = "ReplicateConfig")]
 #[derive(Clone, Debug)]
 pub(crate) struct ReplicateConfig {
@@ -207,11 +208,15 @@ impl std::fmt::Display for ReplicateConfig {
         }
         write!(
             f,
-            "preferred_nof_segments: [{}], prefer_alloc_in_same_node: {}, data_type: {} }}",
+            "preferred_nof_segments: [{}], prefer_alloc_in_same_node: {}, data_type: {}",
             self.preferred_nof_segments.join(", "),
             self.prefer_alloc_in_same_node as u8,
             self.data_type.name(),
-        )
+        )?;
+        if let Some(groups) = &self.group_ids {
+            write!(f, ", group_ids: [{}]", groups.join(", "))?;
+        }
+        write!(f, " }}")
     }
 }
 
@@ -249,5 +254,16 @@ mod tests {
              soft_pin_ttl_ms: 5, with_hard_pin: 1, preferred_segments: [a, b], preferred_segment (deprecated): x, \
              preferred_nof_segments: [n], prefer_alloc_in_same_node: 1, data_type: KVCACHE }"
         );
+    }
+
+    #[test]
+    fn groups_are_shown_when_set() {
+        let cfg = ReplicateConfig {
+            group_ids: Some(vec!["g".into(), String::new()]),
+            ..Default::default()
+        };
+        assert!(cfg
+            .to_string()
+            .ends_with("data_type: UNKNOWN, group_ids: [g, ] }"));
     }
 }

@@ -29,6 +29,36 @@ pub struct ReplicaPolicy {
     /// The writer's host first for this one-replica put (the master's
     /// `local_first` order), whatever the allocation strategy.
     pub prefer_alloc_in_same_node: bool,
+    /// The group of each key the call writes, in order (`""`: none); one
+    /// entry for a single-key put. Members of a group are leased together
+    /// by a read of any one of them and evicted together; an existing
+    /// object keeps its group (`None` here), an upsert naming another one
+    /// is refused. `None`: no group named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_ids: Option<Vec<String>>,
+}
+
+impl ReplicaPolicy {
+    /// This policy for the keys at `indices` of the call it was given for
+    /// (their groups, in that order).
+    pub fn for_keys(&self, indices: &[usize]) -> ReplicaPolicy {
+        let mut p = self.clone();
+        if let Some(groups) = &self.group_ids {
+            p.group_ids = Some(
+                indices
+                    .iter()
+                    .filter_map(|&i| groups.get(i).cloned())
+                    .collect(),
+            );
+        }
+        p
+    }
+
+    /// Whether the groups, if named, match a call on `keys` keys (the
+    /// reference answers INVALID_PARAMS for every key otherwise).
+    pub fn groups_fit(&self, keys: usize) -> bool {
+        self.group_ids.as_ref().is_none_or(|g| g.len() == keys)
+    }
 }
 
 impl Default for ReplicaPolicy {
@@ -40,6 +70,7 @@ impl Default for ReplicaPolicy {
             preferred_segment: String::new(),
             preferred_segments: Vec::new(),
             prefer_alloc_in_same_node: false,
+            group_ids: None,
         }
     }
 }

@@ -331,6 +331,7 @@ fn every_message_round_trips() {
         preferred_segment: "p".into(),
         preferred_segments: vec!["a".into(), "b".into()],
         prefer_alloc_in_same_node: true,
+        group_ids: Some(vec!["g".into(), String::new()]),
     };
     let requests = sample_requests(&config);
     let mut tags: Vec<u8> = requests.iter().map(Request::tag).collect();
@@ -467,6 +468,7 @@ fn arb_config() -> impl Strategy<Value = ReplicaPolicy> {
         ".{0,8}",
         prop::collection::vec(".{0,8}", 0..4),
         any::<bool>(),
+        prop::option::of(prop::collection::vec(".{0,8}", 0..4)),
     )
         .prop_map(
             |(
@@ -476,6 +478,7 @@ fn arb_config() -> impl Strategy<Value = ReplicaPolicy> {
                 preferred_segment,
                 preferred_segments,
                 prefer_alloc_in_same_node,
+                group_ids,
             )| {
                 ReplicaPolicy {
                     replica_num,
@@ -484,6 +487,7 @@ fn arb_config() -> impl Strategy<Value = ReplicaPolicy> {
                     preferred_segment,
                     preferred_segments,
                     prefer_alloc_in_same_node,
+                    group_ids,
                 }
             },
         )

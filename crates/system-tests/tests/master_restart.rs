@@ -247,3 +247,52 @@ fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metada
         },
     );
 }
+
+/// Object groups come back from the snapshot and from the log: after a
+/// kill -9, an upsert naming another group than an object's is still
+/// refused, one naming its own is taken.
+#[test]
+fn a_restart_keeps_object_groups() {
+    use mooncake_store::types::{ReplicaPolicy, WriteOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let (_meta, metadata) = metadata_server();
+    let mut m = master(port, dir.path(), 5);
+    let client = Client::setup(&ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: metadata,
+        global_segment_size: 16 << 20,
+        local_buffer_size: 16 << 20,
+        protocol: "tcp".into(),
+        device_name: String::new(),
+        master_server_address: format!("127.0.0.1:{port}"),
+        ..ClientConfig::default()
+    })
+    .unwrap();
+    let group = |g: &str| ReplicaPolicy {
+        group_ids: Some(vec![g.into()]),
+        ..ReplicaPolicy::default()
+    };
+    client.put("in-snapshot", b"v1", &group("snap")).unwrap();
+    let first = snapshots(dir.path());
+    eventually("a snapshot after the first put", || {
+        let now = snapshots(dir.path());
+        !now.is_empty() && now != first
+    });
+    client.put("in-log", b"v1", &group("log")).unwrap();
+
+    m.kill9();
+    let _m = master(port, dir.path(), 5);
+    eventually("objects readable after the restart", || {
+        client.get("in-log").is_ok()
+    });
+    for (key, own, other) in [("in-snapshot", "snap", "log"), ("in-log", "log", "snap")] {
+        let refused = client.put(key, b"v2", WriteOptions::upsert(&group(other)));
+        assert_eq!(code(refused), ErrorCode::INVALID_PARAMS, "{key}");
+        assert_eq!(client.get(key).unwrap(), b"v1", "{key}");
+        client
+            .put(key, b"v3", WriteOptions::upsert(&group(own)))
+            .unwrap();
+        assert_eq!(client.get(key).unwrap(), b"v3", "{key}");
+    }
+}

@@ -60,6 +60,7 @@ pub(super) fn write_options(
         preferred_segment: c.preferred_segment.clone(),
         preferred_segments: c.preferred_segments.clone(),
         prefer_alloc_in_same_node: c.prefer_alloc_in_same_node,
+        group_ids: c.group_ids.clone(),
     };
     Ok(WriteOptions { config, upsert })
 }

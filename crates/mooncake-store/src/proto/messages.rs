@@ -19,6 +19,7 @@ wire_struct!(ReplicaPolicy {
     preferred_segment,
     preferred_segments,
     prefer_alloc_in_same_node,
+    group_ids,
 });
 wire_struct!(SegmentInfo {
     name,

@@ -78,6 +78,15 @@ fn log_mutations() -> Vec<(&'static str, OwnedMutation)> {
         ),
         ("put_revoke", object("key", OwnedObjectOp::PutRevoke)),
         (
+            "group",
+            object(
+                "key",
+                OwnedObjectOp::Group {
+                    group: "group0".into(),
+                },
+            ),
+        ),
+        (
             "discard_put",
             object(
                 "key",
@@ -271,6 +280,17 @@ fn snapshot_seeds() -> Seeds {
         .unwrap();
     complete.put_end(7, "key", 2_010).unwrap();
     seeds.insert("object".into(), snapshot::encode(&complete, meta));
+    // One object: the order of several depends on the map's hashing.
+    let grouped = master();
+    let in_group = ReplicaPolicy {
+        group_ids: Some(vec!["group0".into()]),
+        ..cfg(false, false)
+    };
+    grouped
+        .put_start(7, "key", 4096, &in_group, false, 2_000)
+        .unwrap();
+    grouped.put_end(7, "key", 2_010).unwrap();
+    seeds.insert("groups".into(), snapshot::encode(&grouped, meta));
     let upsert = master();
     upsert
         .put_start(7, "key", 4096, &cfg(false, true), false, 2_000)

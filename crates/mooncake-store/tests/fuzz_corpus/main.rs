@@ -66,6 +66,7 @@ fn config() -> ReplicaPolicy {
         preferred_segment: "node0:12345".into(),
         preferred_segments: vec!["node1:12345".into()],
         prefer_alloc_in_same_node: true,
+        group_ids: Some(vec!["group0".into()]),
     }
 }
 

@@ -42,7 +42,7 @@ use super::staging::{StagingBuf, StagingPool};
 use super::validate::validate_read_key;
 use super::{BufferHandle, ClientImpl, DestFn, Payload, RangeRead, WriteCmd};
 use crate::master_client::MasterClient;
-use crate::types::{ClientId, ReplicaDesc, SegmentInfo, TaskId, TaskInfo};
+use crate::types::{ClientId, ReplicaDesc, SegmentInfo, TaskId, TaskInfo, WriteOptions};
 use plan::{check_source_range, scatter, Frag};
 pub(crate) use sessions::SessionRange;
 use worker::Worker;
@@ -275,6 +275,13 @@ impl ClientImpl for RealClient {
         if let Err(e) = self.check_open() {
             return vec![Err(e); keys.len()];
         }
+        if !opts.config.groups_fit(keys.len()) {
+            let e = Error::new(
+                ErrorCode::INVALID_PARAMS,
+                "group_ids must name one group per key",
+            );
+            return vec![Err(e); keys.len()];
+        }
         // Local checks first, so bad input never reaches the master.
         let mut results: Vec<Result<()>> = keys
             .iter()
@@ -294,6 +301,16 @@ impl ClientImpl for RealClient {
         }
         let live_keys: Vec<String> = live.iter().map(|&i| keys[i].clone()).collect();
         let live_payloads: Vec<&Payload<'_>> = live.iter().map(|&i| &payloads[i]).collect();
+        let live_opts;
+        let opts = if opts.config.group_ids.is_some() {
+            live_opts = WriteOptions {
+                config: opts.config.for_keys(&live),
+                upsert: opts.upsert,
+            };
+            &live_opts
+        } else {
+            opts
+        };
         let started = self.start_writes(&live_keys, &live_payloads, opts);
         let sent = self.send_values(&live_keys, &live_payloads, &started);
         for (r, i) in self.end_writes(&live_keys, sent).into_iter().zip(live) {

@@ -195,6 +195,9 @@ impl RealClient {
         if keys.len() != sizes.len() {
             return vec![Err(invalid("one size per key".into())); keys.len()];
         }
+        if !opts.config.groups_fit(keys.len()) {
+            return vec![Err(invalid("group_ids must name one group per key".into())); keys.len()];
+        }
         let mut out: Vec<Result<()>> = Vec::with_capacity(keys.len());
         let mut start = Vec::new();
         {
@@ -224,10 +227,14 @@ impl RealClient {
         }
         let start_keys: Vec<String> = start.iter().map(|&i| keys[i].clone()).collect();
         let start_sizes: Vec<u64> = start.iter().map(|&i| sizes[i]).collect();
+        let start_opts = WriteOptions {
+            config: opts.config.for_keys(&start),
+            upsert: opts.upsert,
+        };
         let answers = match self.check_open() {
             Ok(()) => batch_answer(
                 self.master
-                    .batch_put_start(self.id, &start_keys, &start_sizes, opts),
+                    .batch_put_start(self.id, &start_keys, &start_sizes, &start_opts),
                 start_keys.len(),
             ),
             Err(e) => vec![Err(e); start_keys.len()],

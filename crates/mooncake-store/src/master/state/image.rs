@@ -6,7 +6,8 @@
 //! ```text
 //! segments (next id, mounted, unmounted ones replicas still name),
 //! clients, objects, tasks, retired ranges, SSD tiers, their copies,
-//! reserved space (when the image has it)
+//! reserved space (from version 2), object groups (from version 3: each
+//! group's name and member keys)
 //! ```
 //!
 //! Placements are (segment id, offset), as in the log. Decoding rebuilds
@@ -160,18 +161,28 @@ impl MasterService {
             offset.encode(out);
             len.encode(out);
         }
+
+        let groups = self.objects.groups.export();
+        groups.len().encode(out);
+        for (name, members) in &groups {
+            name.encode(out);
+            members.len().encode(out);
+            for key in members {
+                key.encode(out);
+            }
+        }
     }
 
     /// Loads the image at `r` into this state machine, a fresh one (with
     /// the policy the image was taken under); `now` is the clock of the
-    /// image's latest mutation, `with_reserved` whether it carries reserved
-    /// space. On an error the state holds part of it and must be thrown
+    /// image's latest mutation, `version` the snapshot format's (which
+    /// sections the image has, see the module docs). On an error the state holds part of it and must be thrown
     /// away (or reset).
     pub(crate) fn decode_image(
         &self,
         r: &mut Reader<'_>,
         now: u64,
-        with_reserved: bool,
+        version: u8,
         progress: &dyn LoadProgress,
     ) -> Result<(), ImageError> {
         let next_id = u32::decode(r)?;
@@ -356,7 +367,7 @@ impl MasterService {
             }
             self.disk.add(key, copy);
         }
-        if with_reserved {
+        if version >= 2 {
             for _ in 0..r.len(3)? {
                 let (id, offset, len) = (u32::decode(r)?, u64::decode(r)?, u64::decode(r)?);
                 let seg = segs.get(&id).filter(|s| s.is_mounted());
@@ -364,6 +375,25 @@ impl MasterService {
                     return Err(inconsistent(format!(
                         "reserved range {offset}+{len} of segment {id}"
                     )));
+                }
+            }
+        }
+        if version >= 3 {
+            // A group: its name and member count, two bytes at least.
+            for _ in 0..r.len(2)? {
+                let name = <&str>::decode(r)?;
+                let members = r.len(1)?;
+                if name.is_empty() || members == 0 {
+                    return Err(inconsistent(format!("group {name:?}")));
+                }
+                for _ in 0..members {
+                    let key = <&str>::decode(r)?;
+                    if !self.objects.lock(key).contains_key(key)
+                        || self.objects.groups.group_of(key).is_some()
+                    {
+                        return Err(inconsistent(format!("group member {key:?}")));
+                    }
+                    self.objects.groups.join(key, name);
                 }
             }
         }

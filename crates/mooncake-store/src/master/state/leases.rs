@@ -39,6 +39,18 @@ impl LeasePolicy {
         self.touch(obj, now);
     }
 
+    /// The lease alone, as a read of another member of the object's group
+    /// grants it (the member itself was not used: its soft pin stays).
+    pub(crate) fn lease(&self, obj: &mut ObjectMeta, now: u64) {
+        obj.lease_until = obj.lease_until.max(now.saturating_add(self.lease_ttl));
+    }
+
+    /// Less than half a lease is left on `obj`: a read of its group
+    /// refreshes the group's.
+    pub(crate) fn is_stale(&self, obj: &ObjectMeta, now: u64) -> bool {
+        obj.lease_until <= now.saturating_add(self.lease_ttl / 2)
+    }
+
     /// A completed write: the object is fresh for LRU purposes, unleased.
     pub(crate) fn on_write(&self, obj: &mut ObjectMeta, now: u64) {
         obj.lease_until = obj.lease_until.max(now);

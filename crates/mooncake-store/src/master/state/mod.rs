@@ -5,7 +5,7 @@
 //! split, the lock order and the hook where an operation log records them.
 //! Its tables, private to this folder: `segments` (mounted segments and
 //! replica placement, over [`allocator`]), `objects` (sharded object map;
-//! `leases` for leases and pins), `clients` (liveness), `tasks` (copy and
+//! `leases` for leases and pins; `groups` for object groups), `clients` (liveness), `tasks` (copy and
 //! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
 //! flight); `eviction` ranks victims. Other layers see the tables only
@@ -15,6 +15,7 @@ pub mod allocator;
 mod clients;
 mod eviction;
 mod fs_tier;
+mod groups;
 pub(in crate::master) mod image;
 mod leases;
 pub(in crate::master) mod mutation;

@@ -109,6 +109,9 @@ pub(crate) enum ObjectOp<'a> {
     TransferEnd { now: u64, readers_until: u64 },
     /// ReplicaTransferRevoke: the new replicas are freed.
     TransferRevoke,
+    /// The object, just put, joins `group` (its tenant-scoped name); it
+    /// leaves it when it leaves the object map.
+    Group { group: &'a str },
 }
 
 /// Where a `PutStart` writes.

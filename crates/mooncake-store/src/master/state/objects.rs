@@ -372,6 +372,8 @@ pub(crate) struct ObjectMap {
     metadata_limit: AtomicU64,
     /// Metadata bytes from which the timer evicts (`u64::MAX`: never).
     metadata_watermark: AtomicU64,
+    /// Object groups: a key leaves its group when it leaves the map.
+    pub(crate) groups: super::groups::Groups,
 }
 
 impl Default for ObjectMap {
@@ -393,6 +395,7 @@ impl Default for ObjectMap {
             metadata_used: AtomicU64::new(0),
             metadata_limit: AtomicU64::new(u64::MAX),
             metadata_watermark: AtomicU64::new(u64::MAX),
+            groups: Default::default(),
         }
     }
 }
@@ -411,6 +414,7 @@ impl ObjectMap {
             s.oldest_pending = u64::MAX;
         }
         self.metadata_used.store(0, Ordering::Relaxed);
+        self.groups.clear();
     }
 
     fn shard_of(&self, key: &str) -> usize {
@@ -525,6 +529,7 @@ impl ObjectMap {
             }
             map.remove(key);
             self.release(key);
+            self.groups.forget(key);
         }
     }
 
@@ -549,6 +554,7 @@ impl ObjectMap {
             } else {
                 tally.moved(Some(before), None);
                 self.release(key);
+                self.groups.forget(key);
             }
             if let Some(c) = charges {
                 c.moved(key, charged, if kept { charge_of(obj) } else { 0 });

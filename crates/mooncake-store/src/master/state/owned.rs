@@ -86,6 +86,9 @@ pub enum OwnedObjectOp {
         readers_until: u64,
     },
     TransferRevoke,
+    Group {
+        group: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -231,7 +234,9 @@ impl OwnedMutation {
                 | OwnedObjectOp::DropReplicas { now, .. }
                 | OwnedObjectOp::TransferStart { now, .. }
                 | OwnedObjectOp::TransferEnd { now, .. } => Some(*now),
-                OwnedObjectOp::PutRevoke | OwnedObjectOp::TransferRevoke => None,
+                OwnedObjectOp::PutRevoke
+                | OwnedObjectOp::TransferRevoke
+                | OwnedObjectOp::Group { .. } => None,
             },
             OwnedMutation::Segment(_)
             | OwnedMutation::Reserve { .. }
@@ -383,6 +388,9 @@ impl OwnedObjectOp {
                 readers_until: *readers_until,
             },
             ObjectOp::TransferRevoke => OwnedObjectOp::TransferRevoke,
+            ObjectOp::Group { group } => OwnedObjectOp::Group {
+                group: (*group).to_owned(),
+            },
         }
     }
 }
@@ -421,6 +429,7 @@ wire_tagged!(OwnedObjectOp as "object op" {
     7 => TransferStart { client, now, replicas, drop_source },
     8 => TransferEnd { now, readers_until },
     9 => TransferRevoke {},
+    10 => Group { group },
 });
 
 wire_tagged!(OwnedWrite as "write" {

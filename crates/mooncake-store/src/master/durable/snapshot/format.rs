@@ -3,14 +3,16 @@
 //!
 //! ```text
 //! 0..4   magic "MCSN"
-//! 4      format version (2; 1 is read too: it has no reserved space)
+//! 4      format version (3; 2 and 1 are read too: 2 has no object
+//!        groups, 1 no reserved space either)
 //! 5..8   zero
 //! 8..16  payload length, u64 little-endian
 //! 16..20 CRC-32C of bytes 4..16 and the payload
 //! 20..   payload (varint-based wire encoding, `crate::proto::wire`):
 //!        seq, term, now, then the state machine's image (`state::image`:
 //!        segments, clients, objects, tasks, retired ranges, SSD tiers,
-//!        their copies, reserved space from version 2 on)
+//!        their copies, reserved space from version 2 on, object groups
+//!        from version 3 on)
 //! ```
 //!
 //! Decoding checks the frame before it reads anything, then has a fresh
@@ -27,7 +29,7 @@ use crate::master::state::service::MasterService;
 use crate::proto::wire::{self, Decode, Encode, Reader};
 
 pub const MAGIC: [u8; 4] = *b"MCSN";
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// The oldest version still read.
 const OLDEST: u8 = 1;
 pub const HEADER_LEN: usize = 20;
@@ -201,7 +203,7 @@ pub fn decode_into(
         progress,
         seq: meta.seq,
     };
-    s.decode_image(&mut r, meta.now, buf[4] >= 2, &objects)?;
+    s.decode_image(&mut r, meta.now, buf[4], &objects)?;
     r.finish()?;
     Ok(meta)
 }

@@ -345,9 +345,10 @@ fn reserved_space_survives_a_snapshot() {
     assert_same(&leader, &back, &[], "restored");
 }
 
-/// A version 1 snapshot (no reserved space) is still read.
+/// Version 1 (no reserved space) and 2 (no object groups) snapshots are
+/// still read.
 #[test]
-fn a_version_1_snapshot_is_read() {
+fn older_snapshots_are_read() {
     let leader = make();
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
@@ -359,20 +360,23 @@ fn a_version_1_snapshot_is_read() {
         term: 1,
         now: 10,
     };
-    let mut v1 = format::encode(&leader, meta);
-    // Version 2 ends with the count of reserved ranges, here a 0 byte.
-    assert_eq!(v1.pop(), Some(0));
-    v1[4] = 1;
-    let len = (v1.len() - format::HEADER_LEN) as u64;
-    v1[8..16].copy_from_slice(&len.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&v1[4..16]), &v1[format::HEADER_LEN..]);
-    v1[16..20].copy_from_slice(&crc.to_le_bytes());
-    let back = make();
-    assert_eq!(
-        format::decode_into(&v1, &back, &RestoreProgress::default()).unwrap(),
-        meta
-    );
-    assert_same(&leader, &back, &[], "version 1");
+    let mut old = format::encode(&leader, meta);
+    for version in [2, 1] {
+        // Version 3 ends with the count of groups, version 2 with the
+        // count of reserved ranges: here 0 bytes.
+        assert_eq!(old.pop(), Some(0));
+        old[4] = version;
+        let len = (old.len() - format::HEADER_LEN) as u64;
+        old[8..16].copy_from_slice(&len.to_le_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&old[4..16]), &old[format::HEADER_LEN..]);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        let back = make();
+        assert_eq!(
+            format::decode_into(&old, &back, &RestoreProgress::default()).unwrap(),
+            meta
+        );
+        assert_same(&leader, &back, &[], &format!("version {version}"));
+    }
 }
 
 /// A single master with its log: a put is answered once its reservation

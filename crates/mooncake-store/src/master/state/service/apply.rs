@@ -176,6 +176,10 @@ impl MasterService {
                 }
                 Fate::Keep
             }
+            ObjectOp::Group { group } => {
+                self.objects.groups.join(key, group);
+                Fate::Keep
+            }
         }
     }
 

@@ -87,6 +87,14 @@ impl MasterService {
                 if keys.len() != value_lens.len() {
                     return mismatch(keys.len(), value_lens.len());
                 }
+                if !config.groups_fit(keys.len()) {
+                    let e = Error::new(
+                        ErrorCode::INVALID_PARAMS,
+                        "group_ids must name one group per key",
+                    );
+                    let results = vec![Err(e); keys.len()];
+                    return A::BatchReplicas { results };
+                }
                 // A key repeated in one batch: its first occurrence's put
                 // holds it, so the repeat keeps the stored value and
                 // succeeds ("first wins", as in the reference), rather than
@@ -95,14 +103,23 @@ impl MasterService {
                 let results = keys
                     .iter()
                     .zip(&value_lens)
-                    .map(|(&k, &len)| {
+                    .enumerate()
+                    .map(|(i, (&k, &len))| {
                         if !upsert && started.contains(k) {
                             return Err(Error::new(
                                 ErrorCode::OBJECT_ALREADY_EXISTS,
                                 format!("object {k:?} is put earlier in this batch"),
                             ));
                         }
-                        let r = self.put_start_in(call, client_id, k, len, &config, upsert, now);
+                        let own;
+                        let config = match config.group_ids {
+                            Some(_) => {
+                                own = config.for_keys(&[i]);
+                                &own
+                            }
+                            None => &config,
+                        };
+                        let r = self.put_start_in(call, client_id, k, len, config, upsert, now);
                         if r.is_ok() && keys.len() > 1 {
                             started.insert(k);
                         }

@@ -1,5 +1,6 @@
 //! Puts and upserts: PutStart, PutEnd, PutRevoke.
 
+use std::borrow::Cow;
 use std::sync::atomic::Ordering;
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -10,6 +11,7 @@ use crate::master::events::Kind;
 use crate::master::state::allocator::aligned_len;
 use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
+use crate::tenant;
 use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus};
 
 impl MasterService {
@@ -33,6 +35,8 @@ impl MasterService {
     ) -> Result<Vec<ReplicaDesc>> {
         check_key(key)?;
         check_put(len, cfg)?;
+        let group = requested_group(key, cfg)?;
+        let group = group.as_deref();
         // Held until the put is placed: no other put takes the room
         // admitted to this one.
         let _admitted = match &self.tenants {
@@ -45,7 +49,7 @@ impl MasterService {
         };
         self.check_metadata_budget(key)?;
         let generation = self.eviction.generation();
-        match self.put_start_once(call, client, key, len, cfg, upsert, now) {
+        match self.put_start_once(call, client, key, len, cfg, group, upsert, now) {
             Err(e)
                 if e.code == ErrorCode::NO_AVAILABLE_HANDLE
                     && self.segments.max_capacity() >= len =>
@@ -54,7 +58,7 @@ impl MasterService {
                     .unwrap_or(len)
                     .saturating_mul(cfg.replica_num as u64);
                 if self.evict_for_put(call, need, generation, now) {
-                    self.put_start_once(call, client, key, len, cfg, upsert, now)
+                    self.put_start_once(call, client, key, len, cfg, group, upsert, now)
                 } else {
                     Err(e)
                 }
@@ -90,6 +94,7 @@ impl MasterService {
         key: &str,
         len: u64,
         cfg: &ReplicaPolicy,
+        group: Option<&str>,
         upsert: bool,
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
@@ -114,6 +119,16 @@ impl MasterService {
             self.counters.discarded_puts.fetch_add(1, Ordering::Relaxed);
             let discard = ObjectOp::DiscardPut { free_at: None, now };
             self.apply_in(call, &mut shard, key, discard);
+        }
+        if let (Some(want), Some(_), true) = (group, shard.get(key), upsert) {
+            // An object stays in the group it was put in.
+            let held = self.objects.groups.group_of(key);
+            if held.as_deref().unwrap_or("") != want {
+                return Err(Error::new(
+                    ErrorCode::INVALID_PARAMS,
+                    format!("object {key:?} is in another group"),
+                ));
+            }
         }
         if self.disk.has_copy(key) {
             if !upsert {
@@ -156,6 +171,7 @@ impl MasterService {
                 }
             }
         };
+        let fresh = matches!(write, Write::Fresh(_));
         let start = ObjectOp::PutStart {
             client,
             size: len,
@@ -164,6 +180,9 @@ impl MasterService {
             write,
         };
         self.apply_in(call, &mut shard, key, start);
+        if let Some(group) = group.filter(|g| fresh && !g.is_empty()) {
+            self.apply_in(call, &mut shard, key, ObjectOp::Group { group });
+        }
         Ok(descs)
     }
 
@@ -182,17 +201,28 @@ impl MasterService {
         // object stays (a PutEnd never drops it) and the guard keeps the
         // shard's tally right.
         let mut obj = shard.get_mut(key).ok_or_else(|| not_found(key))?;
-        match &obj.pending {
+        let started = match &obj.pending {
             // Already complete: a repeated PutEnd is harmless.
             None => return Ok(()),
-            Some(p) => check_writer(key, &p.kind, p.client, client)?,
-        }
+            Some(p) => {
+                check_writer(key, &p.kind, p.client, client)?;
+                p.started
+            }
+        };
+        // Only a promotion writes an object whose copy is recorded.
+        let promotion = self.disk.has_copy(key);
         let end = ObjectOp::PutEnd {
             now,
             readers_until: obj.lease_until,
         };
         let fate = self.apply_object(call, key, &mut obj, end);
         debug_assert!(fate == Fate::Keep, "a PutEnd keeps its object");
+        if promotion {
+            // The reads that asked for it leased the object (its copy, on
+            // the reference); the memory replica keeps that lease, from
+            // the promotion's start, rather than being the first to go.
+            self.policy.lease.lease(&mut obj, started);
+        }
         self.kv_event(Kind::Stored, key, Self::medium_of(Some(&*obj)));
         self.reflag_copy(call, key, &mut obj);
         self.offload_at_put_end(key, &obj);
@@ -228,6 +258,24 @@ impl MasterService {
         }
         self.apply_in(call, &mut shard, key, ObjectOp::PutRevoke);
         Ok(())
+    }
+}
+
+/// The group `cfg` names for its one key, scoped to the key's tenant:
+/// `None` when it names none, `Some("")` for "no group".
+fn requested_group<'a>(key: &str, cfg: &'a ReplicaPolicy) -> Result<Option<Cow<'a, str>>> {
+    match cfg.group_ids.as_deref() {
+        None => Ok(None),
+        Some([g]) if g.contains('\0') => Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            "a group id holds no NUL character",
+        )),
+        Some([g]) if g.is_empty() => Ok(Some(Cow::Borrowed(""))),
+        Some([g]) => Ok(Some(tenant::scoped(tenant::tenant_of(key), g))),
+        Some(gs) => Err(Error::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("group_ids names {} groups for one key", gs.len()),
+        )),
     }
 }
 

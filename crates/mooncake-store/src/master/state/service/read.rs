@@ -9,7 +9,7 @@ use crate::types::{GetReplicaListResponse, ReplicaDesc, ReplicaStatus};
 
 impl MasterService {
     /// Runs `read` on `key`'s complete object; when it succeeds, the read
-    /// lease is granted.
+    /// lease is granted (to its whole group, if it is in one).
     fn read_complete<R>(
         &self,
         key: &str,
@@ -24,8 +24,31 @@ impl MasterService {
             return Err(not_ready(key));
         }
         let r = read(&obj)?;
+        let stale = self.policy.lease.is_stale(&obj, now);
         self.policy.lease.on_read(&mut obj, now);
+        drop(obj);
+        drop(shard);
+        if stale {
+            self.lease_group(key, now);
+        }
         Ok(r)
+    }
+
+    /// A read of a grouped object leases every complete member of its
+    /// group, as the reference does: the members are used together. Only
+    /// when the object read had less than half a lease left (as the
+    /// reference), so a batch reading a whole group leases it about once.
+    /// One shard locked at a time; the lease is volatile, so no mutation.
+    fn lease_group(&self, key: &str, now: u64) {
+        for member in self.objects.groups.members_with(key) {
+            let mut shard = self.objects.lock(&member);
+            let now = shard.clock(now);
+            if let Some(mut obj) = shard.get_mut(&member) {
+                if obj.is_complete() {
+                    self.policy.lease.lease(&mut obj, now);
+                }
+            };
+        }
     }
 
     /// The complete replicas of `key`, memory first, then its copy in an
@@ -87,13 +110,21 @@ impl MasterService {
     /// unless it is a promotion: its disk copy serves).
     /// Unlike the reference, which leases on a hit, a check is not a use:
     /// clients that poll for prefixes would otherwise keep every object
-    /// they ask about from being evicted (see `leases`).
+    /// they ask about from being evicted (see `leases`). A grouped object
+    /// is the exception, as in the reference: a hit leases its group.
     pub fn exist_key(&self, key: &str, now: u64) -> Result<bool> {
         check_key(key)?;
         let mut shard = self.objects.lock(key);
         shard.clock(now);
         match shard.get(key) {
-            Some(obj) if obj.is_complete() => Ok(true),
+            Some(obj) if obj.is_complete() => {
+                let stale = self.policy.lease.is_stale(obj, now);
+                drop(shard);
+                if stale {
+                    self.lease_group(key, now);
+                }
+                Ok(true)
+            }
             // A put in flight, unless it is a promotion (the copy serves).
             Some(_) => Ok(self.disk.has_copy(key)),
             None => Ok(self.disk.has_copy(key)),

@@ -180,6 +180,7 @@ impl MasterService {
                 readers_until: *readers_until,
             },
             OwnedObjectOp::TransferRevoke => ObjectOp::TransferRevoke,
+            OwnedObjectOp::Group { group } => ObjectOp::Group { group },
         })
     }
 

@@ -185,6 +185,11 @@ pub(in crate::master) fn assert_same(
     }
     assert_eq!(l.retired_bytes(), f.retired_bytes(), "{ctx}: retired");
     assert_eq!(l.disk.snapshot(), f.disk.snapshot(), "{ctx}: SSD tiers");
+    assert_eq!(
+        l.objects.groups.export(),
+        f.objects.groups.export(),
+        "{ctx}: groups"
+    );
 }
 
 fn config(rng: &mut StdRng) -> ReplicaPolicy {
@@ -200,6 +205,19 @@ fn config(rng: &mut StdRng) -> ReplicaPolicy {
         },
         ..ReplicaPolicy::default()
     }
+}
+
+/// Keys k0, k4, ... name no group; k1, k5, ... name none explicitly; the
+/// others are in one of two groups, for life (drawn from the key, so the
+/// random sequence stays what it was).
+fn grouped(key: &str, mut cfg: ReplicaPolicy) -> ReplicaPolicy {
+    let n: usize = key[1..].parse().expect("k<n>");
+    cfg.group_ids = match n % 4 {
+        0 => None,
+        1 => Some(vec![String::new()]),
+        _ => Some(vec![format!("g{}", n % 2)]),
+    };
+    cfg
 }
 
 /// What the history remembers to make likely calls.
@@ -232,7 +250,7 @@ pub(in crate::master) fn step(s: &MasterService, rng: &mut StdRng, h: &mut Histo
             } else {
                 rng.gen_range(1..12 << 10)
             };
-            let cfg = config(rng);
+            let cfg = grouped(&key, config(rng));
             if s.put_start(writer, &key, len, &cfg, rng.gen_bool(0.4), t)
                 .is_ok()
             {

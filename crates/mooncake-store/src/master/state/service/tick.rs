@@ -1,6 +1,7 @@
 //! Time: the timers (client expiry, put timeouts, delayed frees, task
 //! timeouts) and eviction rounds.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use super::apply::Fate;
@@ -190,12 +191,20 @@ impl MasterService {
 
     /// Evicts the oldest eligible objects until `target` (in `by`'s unit)
     /// is freed; returns the keys, what `by` counted and the segment bytes;
-    /// `force` takes objects that have no disk copy yet. When those with a
-    /// copy cover less than `target`, the oldest objects still waiting for
-    /// one are queued for it (up to `queue_budget`), just enough to cover
-    /// the rest with the copies already under way: memory keeps everything
-    /// else, so memory and tier hold different objects, as the two levels
-    /// of one LRU would.
+    /// `force` takes objects that have no disk copy yet.
+    ///
+    /// Memory is one LRU, as in the reference, where a tier takes objects
+    /// at eviction (`--offload_on_evict`, the shared filesystem): the
+    /// oldest objects that cover `target` (less what the copies under way
+    /// will free) go, those with a disk copy now, those still waiting for
+    /// one are queued for it (up to `queue_budget`) and go in a later
+    /// round once it lands; newer objects stay, copy or not (a promoted
+    /// object, just read, is not the first to leave again). Where the SSD
+    /// tier copies every object at PutEnd, those waiting for a copy are
+    /// the newest: the oldest with a copy go, and more copies are queued
+    /// only when those cover too little ([`Self::one_lru`]). A group goes
+    /// whole, ranked by its newest member, and only when no member is
+    /// leased.
     #[allow(clippy::too_many_arguments)]
     fn evict_pass(
         &self,
@@ -213,47 +222,105 @@ impl MasterService {
         let must_wait = |o: &ObjectMeta| {
             *queue_budget > 0 && eligible(o, now, include_soft_pinned) && !may_go(o)
         };
-        // Pass 1: find the lease time below which evicting frees enough,
-        // and below which the objects waiting for a copy should get one,
-        // without copying keys.
+        // Pass 1: find the rank up to which evicting (or copying, then
+        // evicting) frees enough, without copying keys.
+        let grouping = self.objects.groups.grouping();
         let epoch = uses_now();
         let mut candidates: Vec<(Rank, u64)> = Vec::new();
+        let mut groups: HashMap<u32, GroupStanding> = HashMap::new();
+        // Objects at most `threshold` wait for a copy: queue them.
+        let mut queue = false;
+        let lru = self.one_lru();
         let mut waiting: Vec<(Rank, u64)> = Vec::new();
         let mut under_way = 0;
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
-                if may_go(o) {
-                    candidates.push((rank(o, epoch), by.of(key, o)));
-                } else if must_wait(o) {
-                    if self.copy_under_way(key, o) {
-                        under_way += by.of(key, o);
-                    } else {
-                        waiting.push((rank(o, epoch), by.of(key, o)));
+                let go = may_go(o);
+                let mut wait = !go && must_wait(o);
+                if wait && self.copy_under_way(key, o) {
+                    // Leaving already, the oldest when queued (the copy's
+                    // lease moved its rank since).
+                    under_way += by.of(key, o);
+                    wait = false;
+                }
+                if wait && !lru {
+                    waiting.push((rank(o, epoch), by.of(key, o)));
+                    wait = false;
+                }
+                if let Some(g) = grouping.group_of(key) {
+                    let st = groups.entry(g).or_default();
+                    st.seen += 1;
+                    st.leased |= o.is_leased(now);
+                    if go || wait {
+                        st.rank = st.rank.max(rank(o, epoch));
+                        st.bytes += by.of(key, o);
+                        st.waiting |= wait;
                     }
+                } else if go || wait {
+                    candidates.push((rank(o, epoch), by.of(key, o)));
+                    queue |= wait;
                 }
             }
         }
-        let evictable = eviction::cover(&mut candidates, target);
+        // A group whose members all were seen, none of them leased.
+        let groups: HashMap<u32, Rank> = groups
+            .into_iter()
+            .filter(|(g, st)| !st.leased && st.bytes > 0 && st.seen == grouping.size(*g))
+            .map(|(g, st)| {
+                candidates.push((st.rank, st.bytes));
+                queue |= st.waiting;
+                (g, st.rank)
+            })
+            .collect();
+        let evictable = if lru {
+            // One order for all: the copies under way cover part of it.
+            let need = target.saturating_sub(under_way);
+            if need == 0 {
+                return (0, 0, 0);
+            }
+            eviction::cover(&mut candidates, need)
+        } else {
+            // Objects without a copy are the newest (each got one queued
+            // at PutEnd): those with one go, oldest first, and only if they
+            // cover too little are more copies queued.
+            let evictable = eviction::cover(&mut candidates, target);
+            let freeable = evictable.map_or(0, |(_, b)| b);
+            let short = target.saturating_sub(freeable).saturating_sub(under_way);
+            let below = eviction::cover(&mut waiting, short).filter(|_| short > 0);
+            if let Some((below, _)) = below {
+                self.queue_oldest(
+                    now,
+                    (below, epoch),
+                    include_soft_pinned,
+                    force,
+                    queue_budget,
+                );
+            }
+            evictable
+        };
         drop(candidates);
-        let freeable = evictable.map_or(0, |(_, b)| b);
-        let short = target.saturating_sub(freeable).saturating_sub(under_way);
-        if let Some((queue_below, _)) = eviction::cover(&mut waiting, short).filter(|_| short > 0) {
-            drop(waiting);
-            let below = (queue_below, epoch);
-            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
-        }
         let Some((threshold, _)) = evictable else {
             return (0, 0, 0);
         };
+        if queue {
+            let below = (threshold, epoch);
+            self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
+        }
 
-        // Pass 2: evict up to the threshold (objects may have changed since).
+        // Pass 2: evict up to the threshold (objects may have changed
+        // since); a chosen group's members go whatever the count says.
+        let whole_groups = groups.values().any(|&r| r <= threshold);
         let (mut keys, mut freed, mut bytes) = (0, 0, 0);
         for mut shard in self.objects.shards() {
-            if freed >= target {
+            if freed >= target && !whole_groups {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if freed >= target || rank(obj, epoch) > threshold || !may_go(obj) {
+                let chosen = match grouping.group_of(key) {
+                    Some(g) => groups.get(&g).is_some_and(|&r| r <= threshold),
+                    None => freed < target && rank(obj, epoch) <= threshold,
+                };
+                if !chosen || !may_go(obj) {
                     return true;
                 }
                 freed += by.of(key, obj);
@@ -268,6 +335,13 @@ impl MasterService {
             });
         }
         (keys, freed, bytes)
+    }
+
+    /// Whether eviction keeps memory in one LRU order (see `evict_pass`):
+    /// all but the SSD tier's put mode.
+    fn one_lru(&self) -> bool {
+        let policy = self.offload_policy();
+        !policy.enabled || policy.on_evict
     }
 
     /// Queues for a copy every object waiting for one ranked at most
@@ -288,6 +362,7 @@ impl MasterService {
                 if rank(o, epoch) <= below
                     && eligible(o, now, include_soft_pinned)
                     && !self.may_leave_memory(o, force)
+                    && !self.copy_under_way(key, o)
                     && self.queue_offload(key, o, usize::MAX)
                 {
                     *queue_budget -= 1;
@@ -295,4 +370,19 @@ impl MasterService {
             }
         }
     }
+}
+
+/// What pass 1 of an eviction round saw of one group.
+#[derive(Default)]
+struct GroupStanding {
+    /// Members seen in the object map.
+    seen: usize,
+    /// A member is leased: the group stays.
+    leased: bool,
+    /// Its newest eligible member's rank.
+    rank: Rank,
+    /// What its eligible members hold.
+    bytes: u64,
+    /// A member waits for a copy.
+    waiting: bool,
 }

@@ -3,6 +3,7 @@
 mod events;
 mod eviction;
 mod files;
+mod groups;
 mod membership;
 mod offload;
 mod puts;

@@ -149,6 +149,39 @@ fn in_evict_mode_a_round_copies_only_the_oldest_objects_it_needs() {
     }
 }
 
+/// Memory is one LRU: an object read since its copy landed (as a
+/// promoted one is) is newer than the objects still waiting for a copy;
+/// those are queued and the read one stays, copy or not.
+#[test]
+fn in_evict_mode_eviction_goes_in_lease_order_whatever_has_a_copy() {
+    let s = offloading(true);
+    for i in 0..16 {
+        put(&s, &format!("k{i}"), 1024, &one(), i);
+    }
+    tick(&s, 1000);
+    assert_eq!(drain(&s, 1000), 5, "k0..k4 copied");
+    // All five are read: the newest objects now, with a copy each.
+    for i in 0..5 {
+        s.get_replica_list(&format!("k{i}"), 1200).unwrap();
+    }
+    tick(&s, 1200 + LEASE);
+    let batch = s.fetch_offload_tasks(A, 1000, 1400).unwrap();
+    let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["k5", "k6", "k7", "k8", "k9"],
+        "the oldest are queued"
+    );
+    for i in 0..5 {
+        let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
+        assert!(
+            !reps.iter().all(is_local_disk),
+            "k{i} was read: it stays in memory"
+        );
+    }
+}
+
 #[test]
 fn stale_copies_are_refused_and_replaced_objects_drop_theirs() {
     let s = offloading(false);
@@ -248,6 +281,22 @@ fn a_disk_only_object_read_often_is_promoted() {
     assert!(reps.iter().any(is_local_disk), "the copy stays");
     // In memory with its copy: eviction may take it again at once.
     assert!(s.fetch_offload_tasks(A, 10, 8).unwrap().tasks.is_empty());
+}
+
+/// The reads that asked for a promotion leased the object: its memory
+/// replica keeps that lease (from the promotion's start), so it is not the
+/// first object an eviction round takes again.
+#[test]
+fn a_promoted_object_keeps_the_lease_of_its_reads() {
+    let s = promoting();
+    assert!(s.notify_offload(A, &["p"], &[1024], true, 0)[0].is_ok());
+    s.get_replica_list("p", 1).unwrap();
+    assert_eq!(s.fetch_offload_tasks(A, 10, 2).unwrap().promotions, ["p"]);
+    s.promotion_start(A, "p", 5).unwrap();
+    s.put_end(A, "p", 6).unwrap();
+    let leased = s.remove("p", false, 5 + LEASE - 1);
+    assert_eq!(leased.unwrap_err().code, ErrorCode::OBJECT_HAS_LEASE);
+    s.remove("p", false, 5 + LEASE).unwrap();
 }
 
 fn promoting() -> MasterService {

@@ -408,7 +408,7 @@ fn the_default_tenant_keeps_plain_keys() {
     );
 }
 
-struct Quiet;
+pub(super) struct Quiet;
 impl crate::master::state::image::LoadProgress for Quiet {
     fn begin(&self, _: u64) {}
     fn restored(&self, _: u64) {}
@@ -425,7 +425,7 @@ fn an_image_keeps_tenants_and_rebuilds_charges() {
     s.encode_image(&mut img);
     let r = MasterService::with_policy(policy()).with_tenants(policies(&q));
     let mut reader = crate::proto::wire::Reader::new(&img);
-    r.decode_image(&mut reader, 0, false, &Quiet).unwrap();
+    r.decode_image(&mut reader, 0, 1, &Quiet).unwrap();
     assert_eq!(size_as(&r, "a", "k"), Ok(100));
     assert_eq!(size_as(&r, "b", "k"), Ok(300));
     assert_eq!(charged(&r, "a"), 100);
