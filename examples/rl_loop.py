@@ -546,7 +546,9 @@ def sync_weights(workers: Workers, weights: dict, sizes: Sizes, args, published:
 def remove_generation(store, generation: int, trainers: int) -> None:
     group = weights_group(generation)
     for key in [f"{group}/manifest", *(f"{group}/payload/tp{r}" for r in range(trainers))]:
-        store.remove(key)
+        # Forced: the engines' reads leave leases, and nobody reads this generation again.
+        rc = store.remove(key, force=True)
+        assert rc == 0, f"removing {key} failed ({rc})"
 
 
 def main() -> int:
