@@ -304,8 +304,8 @@ class Trainer:
             assert set(got.batch) == {"input_ids", "attention_mask", "scores"}, \
                 f"{where}: read fields {sorted(got.batch)}, asked for {FIELDS_READ}"
             assert got.meta_info["weight_generation"] == step, f"{where}: the batch is off-policy"
-            expected = {"input_ids": want.batch["input_ids"][mine], "attention_mask": want.batch["attention_mask"][mine],
-                        "scores": scores[mine]}
+            expected = {"input_ids": want.batch["input_ids"][mine],
+                        "attention_mask": want.batch["attention_mask"][mine], "scores": scores[mine]}
             for name, array in expected.items():
                 assert got.batch[name].dtype == array.dtype and got.batch[name].shape == array.shape \
                     and got.batch[name].tobytes() == array.tobytes(), f"{where}: field {name} differs from what was put"
@@ -332,7 +332,8 @@ class Trainer:
         payload = b"".join(self.shards[f.tensor_id].tobytes() for f in per_rank.get(self.rank, []))
         if payload:
             rc = self.store.put(f"{group}/payload/tp{self.rank}", payload)
-            assert rc == 0, f"trainer {self.rank}: put of generation {g} failed ({rc})"
+            assert rc == 0, (f"trainer {self.rank}: put of generation {g} failed ({rc}; "
+                             "-200 is a full store: raise --segment-mb)")
         if self.rank == 0:
             # Rollouts read the manifest only after the driver saw every rank publish.
             manifest = WeightManifest(namespace="rl", resource_id=RESOURCE, revision=f"gen-{g}",
@@ -565,6 +566,8 @@ def main() -> int:
     ap.add_argument("--master", help="an existing master (HOST:PORT); default: start one")
     ap.add_argument("--metadata", help="its metadata URL (with --master)")
     args = ap.parse_args()
+    if not __debug__:
+        ap.error("the checks are assert statements: run without -O")
     if min(args.steps, args.rollouts, args.trainers, args.rows, args.seq, args.layers) < 1:
         ap.error("counts and sizes must be positive")
     if args.hidden % 4 or args.vocab % 4:
