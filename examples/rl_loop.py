@@ -436,10 +436,14 @@ class Workers:
         replies, deadline = {}, time.monotonic() + REPLY_TIMEOUT_S
         while len(replies) < len(who):
             try:
-                role, i, what, result = self.outbox.get(timeout=max(0.1, deadline - time.monotonic()))
+                role, i, what, result = self.outbox.get(timeout=1.0)
             except queue.Empty:
+                # A worker that died without a word (killed, crashed) ends the run now.
                 dead = [p.name for p in self.procs if not p.is_alive()]
-                raise RuntimeError(f"no answer to {command!r} in {REPLY_TIMEOUT_S:.0f} s (exited: {dead})") from None
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"no answer to {command!r} (exited: {dead or 'none'}, "
+                                       f"{REPLY_TIMEOUT_S:.0f} s allowed)") from None
+                continue
             if what == "error":
                 raise RuntimeError(f"{role} {i} failed:\n{result}")
             replies[(role, i)] = result
