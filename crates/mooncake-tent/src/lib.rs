@@ -12,3 +12,10 @@
 pub mod health;
 pub mod scheduler;
 pub mod selector;
+
+mod config;
+mod engine;
+pub mod metrics;
+
+pub use config::{MetricsConfig, TentConfig};
+pub use engine::{PathInfo, TentEngine};
