@@ -15,7 +15,9 @@ pub mod selector;
 
 mod config;
 mod engine;
+mod http;
 pub mod metrics;
 
 pub use config::{MetricsConfig, TentConfig};
 pub use engine::{PathInfo, TentEngine};
+pub use http::MetricsServer;

@@ -19,6 +19,8 @@ fn config() -> TentConfig {
     c.addresses = vec!["127.0.0.1".into(), "127.0.0.2".into()];
     c.slice_size = 256 << 10;
     c.metrics.enabled = true;
+    c.metrics.http_port = 0; // a free port
+    c.metrics.report_interval_seconds = 0;
     // Generous on a loaded machine; the no-path test shortens it.
     c.stall_timeout = Duration::from_secs(3);
     c.transfer_timeout = Duration::from_secs(20);
@@ -51,6 +53,16 @@ fn req(op: Opcode, local: &[u8], target: u64, remote: u64, len: usize) -> Transf
         target_offset: remote,
         length: len,
     }
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
 }
 
 #[test]
@@ -91,6 +103,18 @@ fn sprays_over_both_paths_and_moves_every_byte() {
         assert_eq!(p.state, PathState::Healthy, "{paths:?}");
         assert!(p.completed_slices >= 10, "both paths carried slices: {paths:?}");
     }
+    let port = a.metrics_port().expect("metrics served");
+    let text = http_get(port, "/metrics");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains(&format!("tent_write_bytes_total{{transport=\"tcp\"}} {LEN}")),
+        "{text}"
+    );
+    assert!(http_get(port, "/metrics/summary").contains("Write: 24.00 MB"));
+    assert!(http_get(port, "/metrics/json").contains("\"tent_read_bytes_total\":25165824"));
+    let health = http_get(port, "/health");
+    assert!(health.contains("\"paths_up\":2"), "{health}");
+    assert!(http_get(port, "/nope").starts_with("HTTP/1.1 404"));
     let json = a.metrics().json();
     assert_eq!(json["tent_write_bytes_total"], LEN as u64);
     assert_eq!(json["tent_read_bytes_total"], LEN as u64);

@@ -20,6 +20,7 @@ use mooncake_transfer::{EngineConfig, SegmentHandle, TransferEngine};
 use parking_lot::{Mutex, RwLock};
 
 use crate::config::TentConfig;
+use crate::http::MetricsServer;
 use crate::metrics::Metrics;
 use peer::Peer;
 
@@ -43,6 +44,8 @@ struct Inner {
     /// A small registered buffer the probes read into.
     probe_buf: ProbeBuf,
     metrics: Arc<Metrics>,
+    /// Serves the metrics (None: disabled, or the port was taken).
+    metrics_server: Mutex<Option<MetricsServer>>,
     closed: AtomicBool,
 }
 
@@ -120,6 +123,13 @@ impl TentEngine {
         }
         let metrics = Arc::new(Metrics::default());
         metrics.set_enabled(config.metrics.enabled);
+        let metrics_server = if config.metrics.enabled {
+            MetricsServer::start(&config.metrics, metrics.clone())
+                .map_err(|e| tracing::warn!("{e}; TENT metrics are recorded but not served"))
+                .ok()
+        } else {
+            None
+        };
         Ok(TentEngine {
             inner: Arc::new(Inner {
                 config,
@@ -130,6 +140,7 @@ impl TentEngine {
                 registered: RwLock::new(Vec::new()),
                 probe_buf,
                 metrics,
+                metrics_server: Mutex::new(metrics_server),
                 closed: AtomicBool::new(false),
             }),
         })
@@ -161,6 +172,11 @@ impl TentEngine {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// The port `/metrics` is served on, if it is.
+    pub fn metrics_port(&self) -> Option<u16> {
+        self.inner.metrics_server.lock().as_ref().map(MetricsServer::port)
     }
 
     /// Registers `[addr, addr+len)` on every path. The caller promises it
@@ -226,6 +242,7 @@ impl TentEngine {
     /// Stops every path's engine; later transfers fail.
     pub fn shutdown(&self) {
         self.inner.closed.store(true, Ordering::Release);
+        drop(self.inner.metrics_server.lock().take());
         for e in &self.inner.locals {
             e.shutdown();
         }
