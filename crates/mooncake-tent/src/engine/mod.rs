@@ -211,6 +211,31 @@ impl TentEngine {
         first.map_or(Ok(()), Err)
     }
 
+    /// Allocates a managed (shared-memory) buffer on the first path, which
+    /// same-host peers map, and registers it on the other paths too.
+    pub fn allocate_managed_buffer(&self, len: usize) -> Result<usize> {
+        let addr = self.inner.locals[0].allocate_managed_buffer(len)?;
+        for (i, e) in self.inner.locals.iter().enumerate().skip(1) {
+            if let Err(err) = e.register_local_memory(addr, len, "cpu:0", true) {
+                for undo in &self.inner.locals[1..i] {
+                    let _ = undo.unregister_local_memory(addr);
+                }
+                let _ = self.inner.locals[0].free_managed_buffer(addr, len);
+                return Err(err);
+            }
+        }
+        self.inner.registered.write().push((addr, len));
+        Ok(addr)
+    }
+
+    pub fn free_managed_buffer(&self, addr: usize, len: usize) -> Result<()> {
+        self.inner.registered.write().retain(|&(a, _)| a != addr);
+        for e in &self.inner.locals[1..] {
+            let _ = e.unregister_local_memory(addr);
+        }
+        self.inner.locals[0].free_managed_buffer(addr, len)
+    }
+
     /// Opens a peer by name: its first path's segment, then the endpoints
     /// its descriptor advertises. Endpoints that cannot be reached now
     /// start out of rotation and are probed.
