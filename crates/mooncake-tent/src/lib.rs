@@ -16,6 +16,7 @@ pub mod selector;
 mod config;
 mod engine;
 mod http;
+pub mod bench;
 pub mod metrics;
 
 pub use config::{MetricsConfig, TentConfig};
