@@ -7,7 +7,8 @@
 //! - client: writes `block_size` blocks (a new pattern each round) to the
 //!   server's buffer for `seconds`, reading each back and comparing when
 //!   `verify`; every `window_ms` it prints `W <unix ms> <bytes>`, each
-//!   failed round `ERR <unix ms> <error>`, and at the end
+//!   failed round `ERR <unix ms> <error>`, with TENT each change of a
+//!   path's rotation `P <unix ms> <endpoint> up|down`, and at the end
 //!   `DONE <bytes> <rounds> <errors> <mismatches>`.
 
 use std::io::{BufRead, Write};
@@ -126,6 +127,10 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
     engine.register(src.as_ptr() as usize, src.len(), false)?;
     engine.register(back.as_ptr() as usize, back.len(), false)?;
     let seg = engine.open(&args.peer)?;
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    if let Engine::Tent(t) = &engine {
+        watch_paths(t.clone(), seg, watching.clone());
+    }
     let slots = (args.buffer_size / args.block_size) as u64;
     let (mut total, mut rounds, mut errors, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
     let start = Instant::now();
@@ -173,9 +178,33 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             window_end += window;
         }
     }
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
     writeln!(out, "DONE {total} {rounds} {errors} {mismatches}").map_err(io)?;
     out.flush().map_err(io)?;
     Ok(())
+}
+
+/// Prints each change of a path's rotation (polled every 5 ms) until `on` clears.
+fn watch_paths(t: TentEngine, seg: u64, on: std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    std::thread::spawn(move || {
+        let mut last: Vec<bool> = Vec::new();
+        while on.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(info) = t.path_info(seg) {
+                let now: Vec<bool> = info
+                    .iter()
+                    .map(|p| p.state == crate::health::PathState::Healthy)
+                    .collect();
+                for (i, p) in info.iter().enumerate() {
+                    if last.get(i) != Some(&now[i]) {
+                        let state = if now[i] { "up" } else { "down" };
+                        println!("P {} {} {state}", unix_ms(), p.endpoint);
+                    }
+                }
+                last = now;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
 }
 
 /// Parses `--key=value` / `--key value` flags (the reference's gflags style).
