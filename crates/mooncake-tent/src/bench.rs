@@ -47,10 +47,15 @@ enum Engine {
 
 impl Engine {
     fn start(args: &BenchArgs) -> Result<Engine> {
-        let first = args.addresses.first().cloned().unwrap_or("127.0.0.1".into());
+        let first = args
+            .addresses
+            .first()
+            .cloned()
+            .unwrap_or("127.0.0.1".into());
         match args.backend {
             Backend::Tent => {
-                let mut c = TentConfig::from_env("P2PHANDSHAKE", &first, |k| std::env::var(k).ok())?;
+                let mut c =
+                    TentConfig::from_env("P2PHANDSHAKE", &first, |k| std::env::var(k).ok())?;
                 c.addresses.clone_from(&args.addresses);
                 Ok(Engine::Tent(TentEngine::new(c)?))
             }
@@ -235,8 +240,7 @@ pub fn parse_args(argv: &[String]) -> Result<BenchArgs> {
             ),
         };
         let num = |v: &str| -> Result<u64> {
-            mooncake_common::size::parse_size(v)
-                .map_err(|e| bad(format!("--{key}={v}: {e}")))
+            mooncake_common::size::parse_size(v).map_err(|e| bad(format!("--{key}={v}: {e}")))
         };
         match key.as_str() {
             "mode" | "role" => a.server = value == "server" || value == "target",

@@ -114,7 +114,8 @@ impl TentConfig {
     /// Applies a `transfer-engine.json` document. Returns the keys it
     /// does not use (for one warning).
     pub fn apply_json(&mut self, text: &str) -> Result<Vec<String>> {
-        let doc: Value = serde_json::from_str(text).map_err(|e| bad(format!("TENT config: {e}")))?;
+        let doc: Value =
+            serde_json::from_str(text).map_err(|e| bad(format!("TENT config: {e}")))?;
         let Value::Object(top) = doc else {
             return Err(bad("TENT config: not a JSON object".into()));
         };
@@ -133,7 +134,10 @@ impl TentConfig {
             }
         }
         // `metadata_type` names the backend of a bare `host:port` server.
-        let kind = top.get("metadata_type").and_then(Value::as_str).unwrap_or("");
+        let kind = top
+            .get("metadata_type")
+            .and_then(Value::as_str)
+            .unwrap_or("");
         let server = self.metadata_server.trim();
         self.metadata_server = match kind.to_ascii_lowercase().as_str() {
             "" | "p2p" | "p2phandshake" if server.is_empty() => "P2PHANDSHAKE".into(),

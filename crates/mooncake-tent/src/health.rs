@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 pub enum PathState {
     Healthy,
     /// Out of rotation until `retry_at`, then probed.
-    Down { retry_at: Instant },
+    Down {
+        retry_at: Instant,
+    },
     /// A probe is in flight; still out of rotation.
     Probing,
 }

@@ -32,11 +32,11 @@ impl MetricsServer {
         let io = |e: std::io::Error| Error::new(ErrorCode::ERR_SOCKET, e.to_string());
         let listener = std::net::TcpListener::bind((config.http_host.as_str(), config.http_port))
             .map_err(|e| {
-                io(e).with_context(format!(
-                    "TENT metrics on {}:{}",
-                    config.http_host, config.http_port
-                ))
-            })?;
+            io(e).with_context(format!(
+                "TENT metrics on {}:{}",
+                config.http_host, config.http_port
+            ))
+        })?;
         listener.set_nonblocking(true).map_err(io)?;
         let port = listener.local_addr().map_err(io)?.port();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -72,8 +72,14 @@ impl MetricsServer {
                     let shutdown = async {
                         let _ = stopped.await;
                     };
-                    if let Err(e) =
-                        serve("tent-metrics", listener, app, HttpLimits::default(), shutdown).await
+                    if let Err(e) = serve(
+                        "tent-metrics",
+                        listener,
+                        app,
+                        HttpLimits::default(),
+                        shutdown,
+                    )
+                    .await
                     {
                         tracing::error!("TENT metrics server: {e}");
                     }
@@ -105,12 +111,7 @@ impl Drop for MetricsServer {
 }
 
 fn router(metrics: Arc<Metrics>) -> Router {
-    let (m1, m2, m3, m4) = (
-        metrics.clone(),
-        metrics.clone(),
-        metrics.clone(),
-        metrics,
-    );
+    let (m1, m2, m3, m4) = (metrics.clone(), metrics.clone(), metrics.clone(), metrics);
     Router::new()
         .route(
             "/metrics",

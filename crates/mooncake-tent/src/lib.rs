@@ -13,10 +13,10 @@ pub mod health;
 pub mod scheduler;
 pub mod selector;
 
+pub mod bench;
 mod config;
 mod engine;
 mod http;
-pub mod bench;
 pub mod metrics;
 
 pub use config::{MetricsConfig, TentConfig};

@@ -181,7 +181,11 @@ impl Metrics {
                 for t in kinds {
                     let d = self.dir(t, write);
                     let v = [&d.bytes, &d.requests, &d.failures][get].load(Ordering::Relaxed);
-                    let _ = writeln!(o, "tent_{dir}_{what}_total{{transport=\"{}\"}} {v}", t.name());
+                    let _ = writeln!(
+                        o,
+                        "tent_{dir}_{what}_total{{transport=\"{}\"}} {v}",
+                        t.name()
+                    );
                 }
             }
             let _ = writeln!(
@@ -201,7 +205,10 @@ impl Metrics {
                 }
                 let n = h.count.load(Ordering::Relaxed);
                 let name = t.name();
-                let _ = writeln!(o, "tent_{dir}_latency_us_bucket{{transport=\"{name}\",le=\"+Inf\"}} {n}");
+                let _ = writeln!(
+                    o,
+                    "tent_{dir}_latency_us_bucket{{transport=\"{name}\",le=\"+Inf\"}} {n}"
+                );
                 let _ = writeln!(
                     o,
                     "tent_{dir}_latency_us_sum{{transport=\"{name}\"}} {}",
@@ -215,7 +222,10 @@ impl Metrics {
             "# HELP tent_transport_failover_total Slices moved from a failed or stalled path to another\n# TYPE tent_transport_failover_total counter"
         );
         for ((from, to), n) in self.failovers.lock().iter() {
-            let _ = writeln!(o, "tent_transport_failover_total{{from=\"{from}\",to=\"{to}\"}} {n}");
+            let _ = writeln!(
+                o,
+                "tent_transport_failover_total{{from=\"{from}\",to=\"{to}\"}} {n}"
+            );
         }
         let _ = writeln!(
             o,
@@ -311,7 +321,10 @@ mod tests {
         m.path_state("peer", "p0", false);
         m.path_state("peer", "p1", true);
         let text = m.prometheus();
-        assert!(text.contains("tent_read_bytes_total{transport=\"tcp\"} 1048576"), "{text}");
+        assert!(
+            text.contains("tent_read_bytes_total{transport=\"tcp\"} 1048576"),
+            "{text}"
+        );
         assert!(text.contains("tent_write_requests_total{transport=\"tcp\"} 1"));
         assert!(text.contains("tent_read_failures_total{transport=\"tcp\"} 1"));
         assert!(text.contains("tent_read_latency_us_bucket{transport=\"tcp\",le=\"50000\"} 1"));

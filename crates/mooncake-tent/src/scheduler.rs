@@ -141,7 +141,9 @@ mod tests {
     #[test]
     fn equal_paths_share_evenly() {
         let mut s = Scheduler::new(2, 0.5, 2, 1e9);
-        let picks: Vec<_> = (0..4).map(|_| s.pick(100, |_| true).unwrap().path).collect();
+        let picks: Vec<_> = (0..4)
+            .map(|_| s.pick(100, |_| true).unwrap().path)
+            .collect();
         assert_eq!(picks, vec![0, 1, 0, 1]);
         assert!(s.pick(100, |_| true).is_none(), "both at the depth cap");
     }
@@ -185,7 +187,10 @@ mod tests {
             s.completed(t, Duration::from_secs_f64(done - dispatched));
         }
         let share = f64::from(counts[1]) / f64::from(counts[0] + counts[1]);
-        assert!((0.12..0.3).contains(&share), "slow share {share} ({counts:?})");
+        assert!(
+            (0.12..0.3).contains(&share),
+            "slow share {share} ({counts:?})"
+        );
         let bw = &s.paths();
         assert!(bw[0].bandwidth > 3.0 * bw[1].bandwidth, "{bw:?}");
     }

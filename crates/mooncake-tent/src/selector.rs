@@ -116,9 +116,15 @@ mod tests {
 
     #[test]
     fn other_host_is_tcp() {
-        assert_eq!(select(&BOTH, &offer(false, true, 2, true)), vec![direct(Tcp)]);
+        assert_eq!(
+            select(&BOTH, &offer(false, true, 2, true)),
+            vec![direct(Tcp)]
+        );
         // Same host, but the target is not in shared memory.
-        assert_eq!(select(&BOTH, &offer(true, false, 1, true)), vec![direct(Tcp)]);
+        assert_eq!(
+            select(&BOTH, &offer(true, false, 1, true)),
+            vec![direct(Tcp)]
+        );
     }
 
     #[test]

@@ -59,7 +59,11 @@ fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     out
@@ -101,13 +105,18 @@ fn sprays_over_both_paths_and_moves_every_byte() {
     let paths = a.path_info(seg).unwrap();
     for p in &paths {
         assert_eq!(p.state, PathState::Healthy, "{paths:?}");
-        assert!(p.completed_slices >= 10, "both paths carried slices: {paths:?}");
+        assert!(
+            p.completed_slices >= 10,
+            "both paths carried slices: {paths:?}"
+        );
     }
     let port = a.metrics_port().expect("metrics served");
     let text = http_get(port, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(
-        text.contains(&format!("tent_write_bytes_total{{transport=\"tcp\"}} {LEN}")),
+        text.contains(&format!(
+            "tent_write_bytes_total{{transport=\"tcp\"}} {LEN}"
+        )),
         "{text}"
     );
     assert!(http_get(port, "/metrics/summary").contains("Write: 24.00 MB"));
@@ -213,7 +222,13 @@ fn a_path_dying_mid_transfer_is_failed_over_and_comes_back() {
     assert!(text.contains("tent_path_up{peer=\""), "{text}");
 
     // The endpoint listens again (same address and port, same memory).
-    let port: u16 = info[1].endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    let port: u16 = info[1]
+        .endpoint
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let mut c = EngineConfig::defaults("P2PHANDSHAKE", "127.0.0.2");
     c.rpc_bind_address = Some("127.0.0.2".into());
     c.rpc_port = Some(port);
@@ -262,5 +277,8 @@ fn no_path_left_is_an_error_not_a_hang() {
     assert!(start.elapsed() < Duration::from_secs(30), "{e}");
     assert_ne!(e.code, ErrorCode::OK, "{e}");
     let info = a.path_info(seg).unwrap();
-    assert!(info.iter().all(|p| p.state != PathState::Healthy), "{info:?}");
+    assert!(
+        info.iter().all(|p| p.state != PathState::Healthy),
+        "{info:?}"
+    );
 }

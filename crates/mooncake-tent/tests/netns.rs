@@ -64,7 +64,9 @@ fn setup() -> Result<Net, String> {
     }
     for k in 1..=2 {
         let (va, vb) = (format!("ta{id}p{k}"), format!("tb{id}p{k}"));
-        sh(&["ip", "link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+        sh(&[
+            "ip", "link", "add", &va, "type", "veth", "peer", "name", &vb,
+        ])?;
         sh(&["ip", "link", "set", &va, "netns", a])?;
         sh(&["ip", "link", "set", &vb, "netns", b])?;
         for (ns, dev, host) in [(a, &va, 1), (b, &vb, 2)] {
@@ -121,7 +123,14 @@ fn server(net: &Net) -> Server {
 }
 
 /// A client run; its lines arrive on the returned channel.
-fn client(net: &Net, s: &Server, backend: &str, addresses: &str, peer: &str, secs: u32) -> (Child, mpsc::Receiver<String>) {
+fn client(
+    net: &Net,
+    s: &Server,
+    backend: &str,
+    addresses: &str,
+    peer: &str,
+    secs: u32,
+) -> (Child, mpsc::Receiver<String>) {
     let mut child = Command::new("ip")
         .args(["netns", "exec", &net.a, BENCH, "--mode=client"])
         .arg(format!("--backend={backend}"))
@@ -151,7 +160,10 @@ fn client(net: &Net, s: &Server, backend: &str, addresses: &str, peer: &str, sec
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 /// Windows `(end ms, bytes)`, path changes `(ms, endpoint, up)` and the DONE line's numbers.
@@ -178,7 +190,10 @@ fn collect(
 
 /// MB/s over the windows ending in `(from, to]`.
 fn rate(windows: &[(u64, u64)], from: u64, to: u64) -> f64 {
-    let w: Vec<_> = windows.iter().filter(|(t, _)| *t > from && *t <= to).collect();
+    let w: Vec<_> = windows
+        .iter()
+        .filter(|(t, _)| *t > from && *t <= to)
+        .collect();
     assert!(w.len() >= 2, "too few windows in ({from}, {to}]");
     let bytes: u64 = w.iter().map(|(_, b)| b).sum();
     bytes as f64 / (w.len() as f64 * 0.25) / 1e6
@@ -196,7 +211,14 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
     let srv = server(&net);
 
     // Baseline: the classic engine over one link.
-    let (mut c, rx) = client(&net, &srv, "classic", "10.201.1.1", &format!("10.201.1.2:{}", srv.name.rsplit(':').next().unwrap()), 4);
+    let (mut c, rx) = client(
+        &net,
+        &srv,
+        "classic",
+        "10.201.1.1",
+        &format!("10.201.1.2:{}", srv.name.rsplit(':').next().unwrap()),
+        4,
+    );
     let mut classic = Vec::new();
     let done = collect(&rx, &mut classic, &mut Vec::new()).expect("classic run ends");
     assert!(c.wait().unwrap().success());
@@ -208,7 +230,9 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
     let mut windows = Vec::new();
     let mut paths = Vec::new();
     let first = loop {
-        let line = rx.recv_timeout(Duration::from_secs(60)).expect("client runs");
+        let line = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("client runs");
         if line.starts_with('W') {
             break line;
         }
@@ -217,8 +241,16 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
             paths.push((f[1].parse().unwrap(), f[2].to_string(), f[3] == "up"));
         }
     };
-    let t0 = first.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap();
-    windows.push((t0, first.split_whitespace().nth(2).unwrap().parse().unwrap()));
+    let t0 = first
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    windows.push((
+        t0,
+        first.split_whitespace().nth(2).unwrap().parse().unwrap(),
+    ));
     let dev = path_dev(&net, 2);
     let at = |ms: u64| {
         let wait = (t0 + ms).saturating_sub(now_ms());
@@ -255,10 +287,18 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
     );
     eprintln!("{report}");
     if let Ok(path) = std::env::var("TENT_NETNS_REPORT") {
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .unwrap();
         writeln!(f, "{report}").unwrap();
     }
-    assert_eq!(done[2..], [0, 0], "every round completed with the right bytes");
+    assert_eq!(
+        done[2..],
+        [0, 0],
+        "every round completed with the right bytes"
+    );
     assert!(during >= 0.45 * before, "{report}");
     assert!(before >= 1.8 * during, "{report}");
     assert!(after >= 0.8 * before, "{report}");

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
+use mooncake_tent::TentEngine;
 use mooncake_transfer::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransferState,
 };
-use mooncake_tent::TentEngine;
 use parking_lot::Mutex;
 
 use super::tent;
@@ -197,20 +197,22 @@ impl Ready {
         if requests.is_empty() {
             return Ok(());
         }
-        let res = match &self.tent {
-            Some(t) => tent::transfer(t, requests, |a, l, acc| self.usable(a, l, acc)).and_then(
-                |()| match notify {
-                    Some(n) => self.engine.send_notify(self.engine.open_segment(target)?, n),
-                    None => Ok(()),
-                },
-            ),
-            None => {
-                let taken = self.adopt(requests);
-                let res = self.transfer_registered(requests, notify);
-                self.release(taken);
-                res
-            }
-        };
+        let res =
+            match &self.tent {
+                Some(t) => tent::transfer(t, requests, |a, l, acc| self.usable(a, l, acc))
+                    .and_then(|()| match notify {
+                        Some(n) => self
+                            .engine
+                            .send_notify(self.engine.open_segment(target)?, n),
+                        None => Ok(()),
+                    }),
+                None => {
+                    let taken = self.adopt(requests);
+                    let res = self.transfer_registered(requests, notify);
+                    self.release(taken);
+                    res
+                }
+            };
         if res.is_err() {
             self.forget(target);
         }
@@ -239,7 +241,10 @@ impl Ready {
                 if r.length > 0 && !self.usable(r.source, r.length, tent::access(r.opcode)) {
                     return Err(Error::new(
                         ErrorCode::ERR_INVALID_ARGUMENT,
-                        format!("{:#x}+{} is not valid memory of this process", r.source, r.length),
+                        format!(
+                            "{:#x}+{} is not valid memory of this process",
+                            r.source, r.length
+                        ),
                     ));
                 }
             }
@@ -318,7 +323,11 @@ impl Ready {
     }
 
     /// Registers with every path under TENT, else with the engine.
-    pub(super) fn register_batch(&self, pairs: &[(usize, usize)], location: &str) -> Result<(), Error> {
+    pub(super) fn register_batch(
+        &self,
+        pairs: &[(usize, usize)],
+        location: &str,
+    ) -> Result<(), Error> {
         let Some(t) = &self.tent else {
             return self.engine.register_local_memory_batch(pairs, location);
         };

@@ -91,7 +91,10 @@ impl TentEngine {
             if let Some(n) = config.connections_per_path {
                 c.tcp_connections = n.clamp(1, 64);
             }
-            if !config.transports.contains(&crate::selector::TransportKind::Shm) {
+            if !config
+                .transports
+                .contains(&crate::selector::TransportKind::Shm)
+            {
                 c.force_tcp = true;
             }
             locals.push(
@@ -176,7 +179,11 @@ impl TentEngine {
 
     /// The port `/metrics` is served on, if it is.
     pub fn metrics_port(&self) -> Option<u16> {
-        self.inner.metrics_server.lock().as_ref().map(MetricsServer::port)
+        self.inner
+            .metrics_server
+            .lock()
+            .as_ref()
+            .map(MetricsServer::port)
     }
 
     /// Registers `[addr, addr+len)` on every path. The caller promises it

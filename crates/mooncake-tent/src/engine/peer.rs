@@ -62,7 +62,11 @@ impl Peer {
             .devices
             .iter()
             .filter(|d| d.get("transport").and_then(|t| t.as_str()) == Some("tcp"))
-            .filter_map(|d| d.get("segment").and_then(|s| s.as_str()).map(str::to_string))
+            .filter_map(|d| {
+                d.get("segment")
+                    .and_then(|s| s.as_str())
+                    .map(str::to_string)
+            })
             .collect();
         if endpoints.is_empty() {
             // A classic engine: its one endpoint.

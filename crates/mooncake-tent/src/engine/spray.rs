@@ -91,7 +91,9 @@ impl TentEngine {
             staged.push((i, buf));
         }
         for (_, buf) in &staged {
-            if let Err(e) = self.register_local_memory(buf.as_ptr() as usize, buf.len(), "cpu:0", false) {
+            if let Err(e) =
+                self.register_local_memory(buf.as_ptr() as usize, buf.len(), "cpu:0", false)
+            {
                 for (_, b) in &staged {
                     let _ = self.unregister_local_memory(b.as_ptr() as usize);
                 }
@@ -165,8 +167,12 @@ impl Inner {
                         match copied {
                             Ok(true) => {
                                 let us = start.elapsed().as_micros() as u64;
-                                self.metrics
-                                    .completed(TransportKind::Shm, write, r.length as u64, us);
+                                self.metrics.completed(
+                                    TransportKind::Shm,
+                                    write,
+                                    r.length as u64,
+                                    us,
+                                );
                                 done = true;
                                 break;
                             }
@@ -360,12 +366,20 @@ impl Inner {
                 st.health[path].success();
                 drop(st);
                 if !was_up {
-                    tracing::info!("TENT: path {} of {} back", peer.paths[path].endpoint, peer.name);
+                    tracing::info!(
+                        "TENT: path {} of {} back",
+                        peer.paths[path].endpoint,
+                        peer.name
+                    );
                     peer.report(path, true);
                 }
                 let us = done.elapsed.as_micros() as u64;
-                self.metrics
-                    .completed(TransportKind::Tcp, write, f.slice.request.length as u64, us);
+                self.metrics.completed(
+                    TransportKind::Tcp,
+                    write,
+                    f.slice.request.length as u64,
+                    us,
+                );
             }
             Err(code) => {
                 st.sched.failed(f.ticket);
@@ -421,7 +435,12 @@ impl Inner {
         }
     }
 
-    fn probe_peers(&self, pending: &VecDeque<Slice>, inflight: &HashMap<usize, Flight>, now: Instant) {
+    fn probe_peers(
+        &self,
+        pending: &VecDeque<Slice>,
+        inflight: &HashMap<usize, Flight>,
+        now: Instant,
+    ) {
         let mut seen: Vec<*const Peer> = Vec::new();
         let peers = pending
             .iter()

@@ -34,10 +34,7 @@ pub(super) fn spawn(threads: usize, endpoint: &str) -> Result<Sender<Job>> {
             .spawn(move || {
                 for job in rx {
                     let start = Instant::now();
-                    let result = job
-                        .engine
-                        .transfer_sync(&[job.request])
-                        .map_err(|e| e.code);
+                    let result = job.engine.transfer_sync(&[job.request]).map_err(|e| e.code);
                     let _ = job.reply.send(Done {
                         id: job.id,
                         result,
