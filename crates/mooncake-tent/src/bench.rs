@@ -6,9 +6,11 @@
 //!   until its stdin closes;
 //! - client: writes `block_size` blocks (a new pattern each round) to the
 //!   server's buffer for `seconds`, reading each back and comparing when
-//!   `verify`; every `window_ms` it prints `W <unix ms> <bytes>`, each
+//!   `verify`; each round that moved bytes prints `R <unix ms> <bytes>`,
+//!   every `window_ms` it prints `W <unix ms> <bytes>`, each
 //!   failed round `ERR <unix ms> <error>`, with TENT each change of a
-//!   path's rotation `P <unix ms> <endpoint> up|down`, and at the end
+//!   path's rotation `P <unix ms> <endpoint> up|down` and at the end the
+//!   slices each path carried `S <endpoint> <slices>`; at the very end
 //!   `DONE <bytes> <rounds> <errors> <mismatches>`.
 
 use std::io::{BufRead, Write};
@@ -37,6 +39,8 @@ pub struct BenchArgs {
     pub seconds: f64,
     pub window_ms: u64,
     pub verify: bool,
+    /// Client threads, each with its own blocks (the reference's `--threads`).
+    pub threads: usize,
 }
 
 /// Either engine, as the run uses it.
@@ -79,6 +83,13 @@ impl Engine {
             Engine::Classic(e) => e.register_local_memory(addr, len, "cpu:0", remote),
             Engine::Tent(e) => e.register_local_memory(addr, len, "cpu:0", remote),
         }
+    }
+
+    fn unregister(&self, addr: usize) {
+        let _ = match self {
+            Engine::Classic(e) => e.unregister_local_memory(addr),
+            Engine::Tent(e) => e.unregister_local_memory(addr),
+        };
     }
 
     fn open(&self, name: &str) -> Result<u64> {
@@ -127,27 +138,99 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
         drop(buf);
         return Ok(());
     }
-    let mut src = vec![0u8; args.block_size];
-    let mut back = vec![0u8; args.block_size];
-    engine.register(src.as_ptr() as usize, src.len(), false)?;
-    engine.register(back.as_ptr() as usize, back.len(), false)?;
     let seg = engine.open(&args.peer)?;
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     if let Engine::Tent(t) = &engine {
         watch_paths(t.clone(), seg, watching.clone());
     }
+    let threads = args.threads.max(1);
     let slots = (args.buffer_size / args.block_size) as u64;
-    let (mut total, mut rounds, mut errors, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
+    if slots < threads as u64 {
+        return Err(Error::new(
+            ErrorCode::ERR_INVALID_ARGUMENT,
+            "buffer size must hold a block per thread",
+        ));
+    }
     let start = Instant::now();
-    let window = Duration::from_millis(args.window_ms.max(10));
-    let mut window_end = start + window;
-    let mut in_window = 0u64;
+    let (tx, rx) = std::sync::mpsc::channel::<Event>();
+    let (mut total, mut rounds, mut errors, mut mismatches) = (0u64, 0u64, 0u64, 0u64);
+    std::thread::scope(|scope| -> Result<()> {
+        for k in 0..threads {
+            let (tx, engine) = (tx.clone(), &engine);
+            scope.spawn(move || client_thread(args, engine, seg, k as u64, slots, start, &tx));
+        }
+        drop(tx);
+        let window = Duration::from_millis(args.window_ms.max(10));
+        let mut window_end = start + window;
+        let mut in_window = 0u64;
+        for ev in rx {
+            match ev {
+                Event::Round { moved, mismatch } => {
+                    rounds += 1;
+                    total += moved;
+                    in_window += moved;
+                    mismatches += u64::from(mismatch);
+                    if moved > 0 {
+                        writeln!(out, "R {} {moved}", unix_ms()).map_err(io)?;
+                    }
+                }
+                Event::Error(e) => {
+                    errors += 1;
+                    writeln!(out, "ERR {} {e}", unix_ms()).map_err(io)?;
+                }
+            }
+            let now = Instant::now();
+            while now >= window_end {
+                writeln!(out, "W {} {in_window}", unix_ms()).map_err(io)?;
+                in_window = 0;
+                window_end += window;
+            }
+        }
+        Ok(())
+    })?;
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    if let Engine::Tent(t) = &engine {
+        for p in t.path_info(seg)? {
+            writeln!(out, "S {} {}", p.endpoint, p.completed_slices).map_err(io)?;
+        }
+    }
+    writeln!(out, "DONE {total} {rounds} {errors} {mismatches}").map_err(io)?;
+    out.flush().map_err(io)?;
+    Ok(())
+}
+
+enum Event {
+    Round { moved: u64, mismatch: bool },
+    Error(Error),
+}
+
+/// One thread's rounds on its own blocks (slots `k`, `k + threads`, ...).
+fn client_thread(
+    args: &BenchArgs,
+    engine: &Engine,
+    seg: u64,
+    k: u64,
+    slots: u64,
+    start: Instant,
+    tx: &std::sync::mpsc::Sender<Event>,
+) {
+    let mut src = vec![0u8; args.block_size];
+    let mut back = vec![0u8; args.block_size];
+    for buf in [&src, &back] {
+        if let Err(e) = engine.register(buf.as_ptr() as usize, buf.len(), false) {
+            let _ = tx.send(Event::Error(e));
+            return;
+        }
+    }
+    let threads = args.threads.max(1) as u64;
+    let mut round = 0u64;
     while start.elapsed().as_secs_f64() < args.seconds {
-        let seed = rounds as u8;
+        let seed = (round * threads + k) as u8;
         for (i, b) in src.iter_mut().enumerate() {
             *b = (i as u8) ^ seed;
         }
-        let remote = args.peer_buffer + (rounds % slots) * args.block_size as u64;
+        let slot = (k + round * threads) % (slots - slots % threads).max(threads);
+        let remote = args.peer_buffer + slot * args.block_size as u64;
         let req = |op, local: usize| TransferRequest {
             opcode: op,
             source: local,
@@ -155,7 +238,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
             target_offset: remote,
             length: args.block_size,
         };
-        let mut moved = 0;
+        let (mut moved, mut mismatch) = (0, false);
         let mut result = engine.transfer(&[req(Opcode::Write, src.as_ptr() as usize)]);
         if result.is_ok() {
             moved += args.block_size as u64;
@@ -163,30 +246,18 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
                 result = engine.transfer(&[req(Opcode::Read, back.as_mut_ptr() as usize)]);
                 if result.is_ok() {
                     moved += args.block_size as u64;
-                    if back != src {
-                        mismatches += 1;
-                    }
+                    mismatch = back != src;
                 }
             }
         }
         if let Err(e) = result {
-            errors += 1;
-            writeln!(out, "ERR {} {e}", unix_ms()).map_err(io)?;
+            let _ = tx.send(Event::Error(e));
         }
-        rounds += 1;
-        total += moved;
-        in_window += moved;
-        let now = Instant::now();
-        while now >= window_end {
-            writeln!(out, "W {} {in_window}", unix_ms()).map_err(io)?;
-            in_window = 0;
-            window_end += window;
-        }
+        let _ = tx.send(Event::Round { moved, mismatch });
+        round += 1;
     }
-    watching.store(false, std::sync::atomic::Ordering::Relaxed);
-    writeln!(out, "DONE {total} {rounds} {errors} {mismatches}").map_err(io)?;
-    out.flush().map_err(io)?;
-    Ok(())
+    engine.unregister(src.as_ptr() as usize);
+    engine.unregister(back.as_ptr() as usize);
 }
 
 /// Prints each change of a path's rotation (polled every 5 ms) until `on` clears.
@@ -226,6 +297,7 @@ pub fn parse_args(argv: &[String]) -> Result<BenchArgs> {
         seconds: 5.0,
         window_ms: 250,
         verify: true,
+        threads: 1,
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -263,6 +335,7 @@ pub fn parse_args(argv: &[String]) -> Result<BenchArgs> {
             }
             "window_ms" => a.window_ms = num(&value)?,
             "verify" => a.verify = value != "false" && value != "0",
+            "threads" => a.threads = (num(&value)? as usize).clamp(1, 64),
             k => return Err(bad(format!("unknown flag --{k}"))),
         }
     }

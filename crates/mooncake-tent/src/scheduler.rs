@@ -66,12 +66,14 @@ impl Scheduler {
     }
 
     /// Picks the path for a slice of `bytes` among those `usable` says
-    /// may take traffic, and counts it in flight there. `None`: every
-    /// usable path is at its queue-depth cap (or none is usable).
+    /// may take traffic, and counts it in flight there. `None`: no path is
+    /// usable, or the one predicted to finish the slice first is at its
+    /// queue-depth cap: waiting for it beats a slower path, which would
+    /// finish the slice later (and the transfer with it).
     pub fn pick(&mut self, bytes: u64, usable: impl Fn(usize) -> bool) -> Option<Ticket> {
         let mut best: Option<(usize, f64)> = None;
         for (i, p) in self.paths.iter().enumerate() {
-            if p.inflight_slices >= self.max_inflight || !usable(i) {
+            if !usable(i) {
                 continue;
             }
             let predicted = (p.inflight_bytes + bytes) as f64 / p.bandwidth;
@@ -82,6 +84,9 @@ impl Scheduler {
         }
         let (path, _) = best?;
         let p = &mut self.paths[path];
+        if p.inflight_slices >= self.max_inflight {
+            return None;
+        }
         p.inflight_bytes += bytes;
         p.inflight_slices += 1;
         Some(Ticket {
@@ -193,6 +198,22 @@ mod tests {
         );
         let bw = &s.paths();
         assert!(bw[0].bandwidth > 3.0 * bw[1].bandwidth, "{bw:?}");
+    }
+
+    /// With the faster path full, a slice waits for it rather than go to
+    /// a path predicted to finish it later.
+    #[test]
+    fn waits_for_a_full_faster_path() {
+        let mut s = Scheduler::new(2, 0.0, 2, 1e6);
+        let t = s.pick(100, |_| true).unwrap();
+        s.completed(t, Duration::from_micros(1)); // path 0: ~100 MB/s
+        let t = s.pick(100, |i| i == 1).unwrap();
+        s.completed(t, Duration::from_millis(1)); // path 1: ~100 kB/s
+        assert_eq!(s.pick(1000, |_| true).unwrap().path, 0);
+        assert_eq!(s.pick(1000, |_| true).unwrap().path, 0);
+        assert!(s.pick(1000, |_| true).is_none(), "path 1 would be slower");
+        // Path 0 out of rotation: path 1 is the best there is.
+        assert_eq!(s.pick(1000, |i| i == 1).unwrap().path, 1);
     }
 
     #[test]
