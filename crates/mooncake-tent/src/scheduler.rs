@@ -120,6 +120,26 @@ impl Scheduler {
         p.bandwidth = (p.bandwidth / 2.0).max(floor);
     }
 
+    /// A path back in rotation starts from the others' mean estimate (if
+    /// its own is lower): an estimate cut by failures would otherwise keep
+    /// it idle, and an idle path never corrects its estimate.
+    pub fn restore(&mut self, path: usize) {
+        let others: Vec<f64> = self
+            .paths
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != path)
+            .map(|(_, p)| p.bandwidth)
+            .collect();
+        let mean = if others.is_empty() {
+            self.initial_bandwidth
+        } else {
+            others.iter().sum::<f64>() / others.len() as f64
+        };
+        let p = &mut self.paths[path];
+        p.bandwidth = p.bandwidth.max(mean);
+    }
+
     fn release(&mut self, t: Ticket) -> &mut PathLoad {
         let p = &mut self.paths[t.path];
         p.inflight_bytes = p.inflight_bytes.saturating_sub(t.bytes);
@@ -236,6 +256,22 @@ mod tests {
         assert!((s.paths()[0].bandwidth - 5e8).abs() < 1.0);
         // Path 1 is now the faster estimate.
         assert_eq!(s.pick(100, |_| true).unwrap().path, 1);
+    }
+
+    #[test]
+    fn a_restored_path_gets_traffic_again() {
+        let mut s = Scheduler::new(2, 0.5, 2, 1e9);
+        for _ in 0..10 {
+            let t = s.pick(100, |i| i == 1).unwrap();
+            s.failed(t);
+        }
+        // Path 0 full: path 1's cut estimate would rather wait.
+        s.pick(1 << 20, |_| true).unwrap();
+        s.pick(1 << 20, |_| true).unwrap();
+        assert!(s.pick(1 << 20, |_| true).is_none());
+        s.restore(1);
+        assert_eq!(s.paths()[1].bandwidth, 1e9);
+        assert_eq!(s.pick(1 << 20, |_| true).unwrap().path, 1);
     }
 
     #[test]

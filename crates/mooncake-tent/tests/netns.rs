@@ -239,8 +239,8 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
     assert_eq!(done[2..], [0, 0], "classic: errors, mismatches");
     let classic_rate = rate(&classic, 0, u64::MAX);
 
-    // TENT over both links; link 2 down from t+4 s to t+8 s.
-    let (mut c, rx) = client(&net, &srv, "tent", "10.201.1.1,10.201.2.1", &srv.name, 16);
+    // TENT over both links; link 2 down from t+6 s to t+16 s.
+    let (mut c, rx) = client(&net, &srv, "tent", "10.201.1.1,10.201.2.1", &srv.name, 24);
     let mut windows = Vec::new();
     let mut paths = Vec::new();
     let first = loop {
@@ -270,10 +270,10 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
         let wait = (t0 + ms).saturating_sub(now_ms());
         std::thread::sleep(Duration::from_millis(wait));
     };
-    at(5000);
+    at(6000);
     sh(&["ip", "-n", &net.a, "link", "set", &dev, "down"]).unwrap();
     let down = now_ms();
-    at(11000);
+    at(16000);
     sh(&["ip", "-n", &net.a, "link", "set", &dev, "up"]).unwrap();
     let up = now_ms();
     let done = collect(&rx, &mut windows, &mut paths).expect("tent run ends");

@@ -195,6 +195,7 @@ impl Peer {
                         peer.name
                     );
                     st.health[i].success();
+                    st.sched.restore(i);
                 } else {
                     st.health[i].probe_failed(Instant::now());
                 }
