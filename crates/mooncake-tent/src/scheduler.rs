@@ -20,6 +20,8 @@ pub struct PathLoad {
     /// EWMA of one slice's completion time (queueing included), seconds.
     pub latency: f64,
     pub completed_slices: u64,
+    /// The estimate was last changed by a failure, not a measurement.
+    pub cut: bool,
 }
 
 /// What a completion reports back: the bytes that were ahead of the slice
@@ -39,7 +41,13 @@ pub struct Scheduler {
     alpha: f64,
     max_inflight: usize,
     initial_bandwidth: f64,
+    /// Most predicted seconds of work queued on one path (None: no bound).
+    horizon: Option<f64>,
 }
+
+/// Slices a path may hold before its first completion: its estimate is
+/// still a guess, and a slow path must not get a full queue on it.
+const PROBATION_SLICES: usize = 2;
 
 impl Scheduler {
     /// `paths` paths that start equal at `initial_bandwidth` bytes/s.
@@ -53,12 +61,21 @@ impl Scheduler {
                     inflight_slices: 0,
                     latency: 0.0,
                     completed_slices: 0,
+                    cut: false,
                 })
                 .collect(),
             alpha: alpha.clamp(0.0, 1.0),
             max_inflight: max_inflight.max(1),
             initial_bandwidth,
+            horizon: None,
         }
+    }
+
+    /// Bounds each path's queue to `secs` of predicted work (at least one
+    /// slice), so that queued slices finish well within their timeout.
+    pub fn with_horizon(mut self, secs: f64) -> Self {
+        self.horizon = Some(secs.max(0.0));
+        self
     }
 
     pub fn paths(&self) -> &[PathLoad] {
@@ -82,9 +99,17 @@ impl Scheduler {
                 best = Some((i, predicted));
             }
         }
-        let (path, _) = best?;
+        let (path, predicted) = best?;
         let p = &mut self.paths[path];
-        if p.inflight_slices >= self.max_inflight {
+        let cap = if p.completed_slices == 0 {
+            PROBATION_SLICES.min(self.max_inflight)
+        } else {
+            self.max_inflight
+        };
+        let beyond = self
+            .horizon
+            .is_some_and(|h| p.inflight_slices > 0 && predicted > h);
+        if p.inflight_slices >= cap || beyond {
             return None;
         }
         p.inflight_bytes += bytes;
@@ -110,6 +135,7 @@ impl Scheduler {
             alpha * p.latency + (1.0 - alpha) * secs
         };
         p.completed_slices += 1;
+        p.cut = false;
     }
 
     /// A slice failed: out of flight; the path's estimate is halved so
@@ -118,12 +144,17 @@ impl Scheduler {
         let floor = self.initial_bandwidth / 1024.0;
         let p = self.release(t);
         p.bandwidth = (p.bandwidth / 2.0).max(floor);
+        p.cut = true;
     }
 
-    /// A path back in rotation starts from the others' mean estimate (if
-    /// its own is lower): an estimate cut by failures would otherwise keep
-    /// it idle, and an idle path never corrects its estimate.
+    /// A path back in rotation whose estimate was last cut by failures
+    /// starts from the others' mean (if its own is lower): it would
+    /// otherwise stay idle, and an idle path never corrects its estimate.
+    /// An estimate measured by completions (a slow path) is kept.
     pub fn restore(&mut self, path: usize) {
+        if !self.paths[path].cut {
+            return;
+        }
         let others: Vec<f64> = self
             .paths
             .iter()
@@ -138,6 +169,7 @@ impl Scheduler {
         };
         let p = &mut self.paths[path];
         p.bandwidth = p.bandwidth.max(mean);
+        p.cut = false;
     }
 
     fn release(&mut self, t: Ticket) -> &mut PathLoad {
@@ -177,7 +209,9 @@ mod tests {
     fn unusable_paths_get_nothing() {
         let mut s = Scheduler::new(3, 0.5, 8, 1e9);
         for _ in 0..6 {
-            assert_eq!(s.pick(10, |i| i == 2).unwrap().path, 2);
+            let t = s.pick(10, |i| i == 2).unwrap();
+            assert_eq!(t.path, 2);
+            s.completed(t, MS);
         }
         assert!(s.pick(10, |_| false).is_none());
     }
@@ -272,6 +306,12 @@ mod tests {
         s.restore(1);
         assert_eq!(s.paths()[1].bandwidth, 1e9);
         assert_eq!(s.pick(1 << 20, |_| true).unwrap().path, 1);
+        // A measured slow estimate stays.
+        let mut s = Scheduler::new(2, 0.0, 2, 1e9);
+        let t = s.pick(1000, |i| i == 1).unwrap();
+        s.completed(t, Duration::from_millis(1));
+        s.restore(1);
+        assert!((s.paths()[1].bandwidth - 1e6).abs() < 1.0);
     }
 
     #[test]

@@ -347,4 +347,13 @@ fn a_link_going_down_mid_transfer_costs_only_its_share() {
     let recovered = recovered.unwrap_or_else(|| panic!("never recovered: {report}"));
     assert!(recovered <= 1000, "{report}");
     assert!(left.is_some(), "{report}");
+    assert_eq!(done_slow[2..], [0, 0], "slow path: every round right");
+    assert!(
+        slow_share < 0.35,
+        "the slow path gets fewer slices: {report}"
+    );
+    assert!(
+        slow_rate >= 0.8 * during,
+        "a slow path costs nothing: {report}"
+    );
 }

@@ -107,7 +107,8 @@ impl Peer {
             c.bandwidth_learning_rate,
             c.max_inflight_slices,
             1e9,
-        );
+        )
+        .with_horizon(c.stall_timeout.as_secs_f64() / 2.0);
         Ok(Peer {
             name: name.to_string(),
             same_host: inner.own_host.is_some() && desc.host_id == inner.own_host,

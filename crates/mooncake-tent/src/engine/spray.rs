@@ -364,9 +364,6 @@ impl Inner {
             Ok(()) => {
                 st.sched.completed(f.ticket, done.elapsed);
                 st.health[path].success();
-                if !was_up {
-                    st.sched.restore(path);
-                }
                 drop(st);
                 if !was_up {
                     tracing::info!(
