@@ -106,6 +106,10 @@ fn server(net: &Net) -> Server {
         .args(["netns", "exec", &net.b, BENCH, "--mode=server"])
         .arg("--addresses=10.201.1.2,10.201.2.2")
         .arg("--buffer_size=64M")
+        .env(
+            "MC_TENT_CONF",
+            r#"{"metrics": {"http_port": 0, "report_interval_seconds": 0}}"#,
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
