@@ -91,6 +91,16 @@ impl EngineConfig {
         config
     }
 
+    /// The metadata server as given (after the `MC_METADATA_SERVER` fallback).
+    pub fn metadata_server(&self) -> &str {
+        &self.metadata_server
+    }
+
+    /// The local server name as given.
+    pub fn local_server_name(&self) -> &str {
+        &self.local_server_name
+    }
+
     /// Defaults only, ignoring the environment.
     pub fn defaults(metadata_server: &str, local_server_name: &str) -> EngineConfig {
         EngineConfig {

@@ -29,6 +29,9 @@ pub(crate) struct LocalState {
     pub(crate) rpc_port: u16,
     /// Published so same-host peers may map our shared buffers (None with force_tcp).
     pub(crate) host_id: Option<String>,
+    /// Published as the descriptor's `devices` (set by a multi-path
+    /// engine layered on this one: its other endpoints).
+    pub(crate) devices: RwLock<Vec<serde_json::Value>>,
     pub(crate) registry: RwLock<Registry>,
     pub(crate) notifies: Mutex<NotifyQueue>,
     pub(crate) control_max: u64,
@@ -79,7 +82,7 @@ impl LocalState {
         SegmentDesc {
             name: self.name.clone(),
             protocol: self.protocol.clone(),
-            devices: Vec::new(),
+            devices: self.devices.read().clone(),
             buffers: self.registry.read().buffers(),
             tcp_data_port: Some(self.rpc_port),
             host_id: self.host_id.clone(),

@@ -49,7 +49,7 @@ impl PyEngine {
             if len as u64 > physical_memory() {
                 return 0;
             }
-            match r.engine.allocate_managed_buffer(len) {
+            match r.allocate_managed(len) {
                 Ok(addr) => {
                     r.regions.lock().insert(addr, len);
                     addr
@@ -71,7 +71,7 @@ impl PyEngine {
             let Some(len) = r.regions.lock().remove(addr) else {
                 return 0;
             };
-            if let Err(e) = r.engine.free_managed_buffer(addr, len) {
+            if let Err(e) = r.free_managed(addr, len) {
                 tracing::warn!("free_managed_buffer({addr:#x}) failed: {e}");
             }
             0
@@ -146,7 +146,7 @@ impl PyEngine {
     fn unregister_memory(&self, py: Python<'_>, buffer_addr: Unsigned) -> i32 {
         let addr = buffer_addr.usize();
         self.ready.with(py, -1, |r| {
-            let res = r.engine.unregister_local_memory(addr);
+            let res = r.unregister(&[addr]);
             if res.is_ok() {
                 r.regions.lock().remove(addr);
             }
@@ -174,7 +174,7 @@ impl PyEngine {
             }
             let pairs: Vec<(usize, usize)> =
                 addrs.iter().copied().zip(lens.iter().copied()).collect();
-            let res = r.engine.register_local_memory_batch(&pairs, location);
+            let res = r.register_batch(&pairs, location);
             if res.is_ok() {
                 let mut regions = r.regions.lock();
                 for (a, l) in pairs {
@@ -188,7 +188,7 @@ impl PyEngine {
     fn batch_unregister_memory(&self, py: Python<'_>, buffer_addresses: Vec<Unsigned>) -> i32 {
         let addrs = usizes(&buffer_addresses);
         self.ready.with(py, -1, |r| {
-            let res = r.engine.unregister_local_memory_batch(&addrs);
+            let res = r.unregister(&addrs);
             if res.is_ok() {
                 let mut regions = r.regions.lock();
                 for &a in &addrs {

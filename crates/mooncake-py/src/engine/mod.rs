@@ -25,6 +25,7 @@ use request::{PyNotify, PyOpcode};
 mod memory;
 mod ready;
 mod request;
+mod tent;
 mod topology;
 mod transfer;
 
@@ -58,10 +59,15 @@ impl PyEngine {
         let old = self.ready.take();
         match py.allow_threads(move || {
             drop(old);
-            TransferEngine::new(config)
+            if tent::selected() {
+                tent::start(config.metadata_server(), config.local_server_name())
+                    .map(Ready::new_tent)
+            } else {
+                TransferEngine::new(config).map(Ready::new)
+            }
         }) {
-            Ok(engine) => {
-                self.ready.set(Ready::new(engine));
+            Ok(ready) => {
+                self.ready.set(ready);
                 0
             }
             Err(e) => {

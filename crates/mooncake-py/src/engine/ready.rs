@@ -4,19 +4,26 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use mooncake_common::{Error, ErrorCode};
+use mooncake_tent::TentEngine;
 use mooncake_transfer::{
     BatchId, Notify, Opcode, SegmentHandle, TransferEngine, TransferRequest, TransferState,
 };
 use parking_lot::Mutex;
 
+use super::tent;
 use crate::codes;
 use crate::mem::{self, Access};
 
 /// An initialized engine plus the bookkeeping the Python API needs.
 pub(super) struct Ready {
+    /// The classic engine (under TENT, its first path's).
     pub(super) engine: TransferEngine,
+    /// `MC_USE_TENT`: transfers and registrations go through TENT.
+    tent: Option<TentEngine>,
+    tent_batches: Mutex<HashMap<u64, Arc<tent::Batch>>>,
     /// Segment handles by target name, so each peer is resolved once.
     segments: Mutex<HashMap<String, SegmentHandle>>,
     /// Memory known to be valid: registered by the script (after a mapping
@@ -33,8 +40,18 @@ pub(super) struct Ready {
 
 impl Ready {
     pub(super) fn new(engine: TransferEngine) -> Ready {
+        Ready::with(engine, None)
+    }
+
+    pub(super) fn new_tent(t: TentEngine) -> Ready {
+        Ready::with(t.primary().clone(), Some(t))
+    }
+
+    fn with(engine: TransferEngine, tent: Option<TentEngine>) -> Ready {
         Ready {
             engine,
+            tent,
+            tent_batches: Mutex::new(HashMap::new()),
             segments: Mutex::new(HashMap::new()),
             regions: Mutex::new(mem::Regions::default()),
             batches: Mutex::new(HashMap::new()),
@@ -47,7 +64,10 @@ impl Ready {
         if let Some(h) = self.segments.lock().get(name) {
             return Ok(*h);
         }
-        let h = self.engine.open_segment(name)?;
+        let h = match &self.tent {
+            Some(t) => t.open_segment(name)?,
+            None => self.engine.open_segment(name)?,
+        };
         self.segments.lock().insert(name.to_owned(), h);
         Ok(h)
     }
@@ -55,7 +75,9 @@ impl Ready {
     /// Drops a cached handle after a failure, so a restarted peer is resolved again.
     fn forget(&self, name: &str) {
         if let Some(h) = self.segments.lock().remove(name) {
-            let _ = self.engine.close_segment(h);
+            if self.tent.is_none() {
+                let _ = self.engine.close_segment(h);
+            }
         }
     }
 
@@ -175,9 +197,22 @@ impl Ready {
         if requests.is_empty() {
             return Ok(());
         }
-        let taken = self.adopt(requests);
-        let res = self.transfer_registered(requests, notify);
-        self.release(taken);
+        let res =
+            match &self.tent {
+                Some(t) => tent::transfer(t, requests, |a, l, acc| self.usable(a, l, acc))
+                    .and_then(|()| match notify {
+                        Some(n) => self
+                            .engine
+                            .send_notify(self.engine.open_segment(target)?, n),
+                        None => Ok(()),
+                    }),
+                None => {
+                    let taken = self.adopt(requests);
+                    let res = self.transfer_registered(requests, notify);
+                    self.release(taken);
+                    res
+                }
+            };
         if res.is_err() {
             self.forget(target);
         }
@@ -201,6 +236,23 @@ impl Ready {
     /// Starts `requests` as a batch and returns its id; a failure drops the
     /// cached handle of `target`.
     pub(super) fn submit(&self, target: &str, requests: &[TransferRequest]) -> Result<u64, Error> {
+        if let Some(t) = &self.tent {
+            for r in requests {
+                if r.length > 0 && !self.usable(r.source, r.length, tent::access(r.opcode)) {
+                    return Err(Error::new(
+                        ErrorCode::ERR_INVALID_ARGUMENT,
+                        format!(
+                            "{:#x}+{} is not valid memory of this process",
+                            r.source, r.length
+                        ),
+                    ));
+                }
+            }
+            let id = self.next_batch.fetch_add(1, Ordering::Relaxed);
+            let batch = tent::Batch::spawn(t.clone(), requests.to_vec());
+            self.tent_batches.lock().insert(id, batch);
+            return Ok(id);
+        }
         let batch = match self.engine.allocate_batch(requests.len().max(1)) {
             Ok(b) => b,
             Err(e) => {
@@ -223,6 +275,19 @@ impl Ready {
     /// 1 done, 0 running, -1 failed (or unknown id), -2 timed out. A finished
     /// batch is freed, as in the reference.
     pub(super) fn check(&self, id: u64) -> i32 {
+        if let Some(b) = self.tent_batch(id) {
+            return match b.poll() {
+                None => 0,
+                Some(ok) => {
+                    self.tent_batches.lock().remove(&id);
+                    if ok {
+                        1
+                    } else {
+                        -1
+                    }
+                }
+            };
+        }
         let Some(batch) = self.batches.lock().get(&id).map(|b| b.0) else {
             return -1;
         };
@@ -239,6 +304,11 @@ impl Ready {
 
     /// Blocks until batch `id` finishes; true when every request completed.
     pub(super) fn wait(&self, id: u64) -> bool {
+        if let Some(b) = self.tent_batch(id) {
+            let ok = b.wait();
+            self.tent_batches.lock().remove(&id);
+            return ok;
+        }
         let Some(batch) = self.batches.lock().get(&id).map(|b| b.0) else {
             return false;
         };
@@ -246,6 +316,54 @@ impl Ready {
             matches!(self.engine.wait_batch(batch), Ok(s) if s.state == TransferState::Completed);
         self.finish(id, batch);
         ok
+    }
+
+    fn tent_batch(&self, id: u64) -> Option<Arc<tent::Batch>> {
+        self.tent_batches.lock().get(&id).cloned()
+    }
+
+    /// Registers with every path under TENT, else with the engine.
+    pub(super) fn register_batch(
+        &self,
+        pairs: &[(usize, usize)],
+        location: &str,
+    ) -> Result<(), Error> {
+        let Some(t) = &self.tent else {
+            return self.engine.register_local_memory_batch(pairs, location);
+        };
+        for (i, &(a, l)) in pairs.iter().enumerate() {
+            if let Err(e) = t.register_local_memory(a, l, location, true) {
+                for &(undo, _) in &pairs[..i] {
+                    let _ = t.unregister_local_memory(undo);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn allocate_managed(&self, len: usize) -> Result<usize, Error> {
+        match &self.tent {
+            Some(t) => t.allocate_managed_buffer(len),
+            None => self.engine.allocate_managed_buffer(len),
+        }
+    }
+
+    pub(super) fn free_managed(&self, addr: usize, len: usize) -> Result<(), Error> {
+        match &self.tent {
+            Some(t) => t.free_managed_buffer(addr, len),
+            None => self.engine.free_managed_buffer(addr, len),
+        }
+    }
+
+    pub(super) fn unregister(&self, addrs: &[usize]) -> Result<(), Error> {
+        match &self.tent {
+            Some(t) => addrs
+                .iter()
+                .map(|&a| t.unregister_local_memory(a))
+                .fold(Ok(()), Result::and),
+            None => self.engine.unregister_local_memory_batch(addrs),
+        }
     }
 
     fn finish(&self, id: u64, batch: BatchId) {
@@ -269,8 +387,7 @@ impl Ready {
                 format!("{addr:#x}+{len} is not writable memory of this process"),
             ));
         }
-        self.engine
-            .register_local_memory(addr, len, location, true)?;
+        self.register_batch(&[(addr, len)], location)?;
         self.regions.lock().insert(addr, len);
         Ok(())
     }

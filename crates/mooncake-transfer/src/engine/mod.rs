@@ -193,6 +193,7 @@ impl TransferEngine {
             protocol: protocol.clone(),
             rpc_port,
             host_id: rpc::published_host_id(config.force_tcp),
+            devices: RwLock::new(Vec::new()),
             registry: RwLock::new(Default::default()),
             notifies: Mutex::default(),
             control_max,
@@ -303,6 +304,15 @@ impl TransferEngine {
     /// Later transfers fail; managed buffers stay mapped until the last clone drops.
     pub fn shutdown(&self) {
         self.inner.shutdown();
+    }
+
+    /// Sets the `devices` list of this engine's segment descriptor and
+    /// publishes it: the hook by which an engine layered on this one (TENT)
+    /// advertises its other endpoints to peers. Peers see it in
+    /// [`Self::segment_descriptor`] once they open or refresh the segment.
+    pub fn set_devices(&self, devices: Vec<serde_json::Value>) -> Result<()> {
+        *self.inner.local.devices.write() = devices;
+        self.inner.publish()
     }
 
     /// Withdraws this engine's segment descriptor from the metadata service
