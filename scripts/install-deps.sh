@@ -8,7 +8,7 @@
 # crates.io for the fuzz smoke (not with MOONCAKE_SKIP_FUZZ=1). A C++
 # compiler builds libzmq (the zmq crate's zmq-sys compiles it from source)
 # for the master's KV-event publisher. The C ABI's tests use cc, pkg-config
-# and nm.
+# and nm; the link tests iproute2.
 set -euo pipefail
 need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
@@ -25,6 +25,9 @@ if [ "${1:-}" = "--test" ]; then
     command -v cc >/dev/null || need+=(gcc)
     command -v pkg-config >/dev/null || need+=(pkg-config)
     command -v nm >/dev/null || need+=(binutils)
+    # Network namespaces, veth pairs and shaped links (`ip`, `tc`) for the
+    # multi-path transfer tests.
+    { command -v ip >/dev/null && command -v tc >/dev/null; } || need+=(iproute2)
 fi
 if [ ${#need[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
