@@ -14,6 +14,7 @@ pub mod scheduler;
 pub mod selector;
 
 pub mod bench;
+pub mod tebench;
 mod config;
 mod engine;
 mod http;
