@@ -118,17 +118,17 @@ fn both_roles(backend: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("Skipped for block_size 1048576 batch_size 2"), "{stderr}");
-    let rows = rows(&out);
-    let shape: Vec<(&str, &str)> = rows.iter().map(|r| (&*r[0], &*r[1])).collect();
+    let table = rows(&out);
+    let shape: Vec<(&str, &str)> = table.iter().map(|r| (&*r[0], &*r[1])).collect();
     assert_eq!(shape, [("1048576", "1"), ("1048576", "2"), ("1048576", "1")]);
-    for r in &rows {
+    for r in &table {
         assert_eq!(r.len(), 8, "{r:?}");
         let v: Vec<f64> = r.iter().map(|c| c.parse().unwrap()).collect();
         assert!(v[2..].iter().all(|x| *x > 0.0 && x.is_finite()), "{r:?}");
         // Pacing counts in the wall-clock latency, not the transfer time.
         assert!(v[4] > v[5], "{r:?}");
     }
-    println!("{backend}: {rows:?}");
+    println!("{backend}: {table:?}");
 
     // write_seed then read_verify over the same range.
     for op in ["--op_type=write_seed", "--op_type=read_verify"] {
