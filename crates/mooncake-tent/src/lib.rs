@@ -14,11 +14,11 @@ pub mod scheduler;
 pub mod selector;
 
 pub mod bench;
-pub mod tebench;
 mod config;
 mod engine;
 mod http;
 pub mod metrics;
+pub mod tebench;
 
 pub use config::{MetricsConfig, TentConfig};
 pub use engine::{PathInfo, TentEngine};

@@ -47,7 +47,10 @@ fn start_target(backend: &str) -> (Target, String) {
         lines.push(line);
     }
     assert!(lines[0].contains("To start initiators, run"), "{lines:?}");
-    assert!(lines[2].starts_with("Press Ctrl-C to terminate"), "{lines:?}");
+    assert!(
+        lines[2].starts_with("Press Ctrl-C to terminate"),
+        "{lines:?}"
+    );
     let cmd = lines[1].trim().to_string();
     let want_tail = format!(" --seg_type=DRAM --backend={backend}");
     assert!(
@@ -79,7 +82,9 @@ fn rows(out: &Output) -> Vec<Vec<String>> {
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
     assert!(
-        lines.next().is_some_and(|h| h.starts_with("BlkSize (B)   Batch   BW (GB/s)")),
+        lines
+            .next()
+            .is_some_and(|h| h.starts_with("BlkSize (B)   Batch   BW (GB/s)")),
         "{text}"
     );
     assert!(lines.next().is_some_and(|r| r == "-".repeat(160)), "{text}");
@@ -95,7 +100,11 @@ fn both_roles(backend: &str) {
     let out = initiator(
         backend,
         &seg,
-        &["--op_type=read_verify", "--start_block_size=64K", "--max_block_size=64K"],
+        &[
+            "--op_type=read_verify",
+            "--start_block_size=64K",
+            "--max_block_size=64K",
+        ],
     );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("data check failed"));
@@ -117,10 +126,16 @@ fn both_roles(backend: &str) {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("Skipped for block_size 1048576 batch_size 2"), "{stderr}");
+    assert!(
+        stderr.contains("Skipped for block_size 1048576 batch_size 2"),
+        "{stderr}"
+    );
     let table = rows(&out);
     let shape: Vec<(&str, &str)> = table.iter().map(|r| (&*r[0], &*r[1])).collect();
-    assert_eq!(shape, [("1048576", "1"), ("1048576", "2"), ("1048576", "1")]);
+    assert_eq!(
+        shape,
+        [("1048576", "1"), ("1048576", "2"), ("1048576", "1")]
+    );
     for r in &table {
         assert_eq!(r.len(), 8, "{r:?}");
         let v: Vec<f64> = r.iter().map(|c| c.parse().unwrap()).collect();
@@ -137,7 +152,11 @@ fn both_roles(backend: &str) {
             &seg,
             &[op, "--start_block_size=64K", "--max_block_size=64K"],
         );
-        assert!(out.status.success(), "{op}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{op}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         assert_eq!(rows(&out).len(), 1);
     }
 }
@@ -159,7 +178,10 @@ fn hardware_flags_are_refused() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let name = flag.trim_start_matches("--").split('=').next().unwrap();
         assert_eq!(out.status.code(), Some(1), "{flag}");
-        assert!(stderr.contains(name) && stderr.contains("not supported"), "{stderr}");
+        assert!(
+            stderr.contains(name) && stderr.contains("not supported"),
+            "{stderr}"
+        );
         assert!(out.stdout.is_empty(), "{flag} started a role");
     }
 }

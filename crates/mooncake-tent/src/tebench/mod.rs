@@ -192,7 +192,11 @@ fn set(f: &mut Flags, key: &str, value: &str) -> Result<()> {
         "request_interval_us" => f.request_interval_us = num(value)?,
         "metadata_type" => match value {
             "p2p" | "etcd" | "redis" | "http" => f.metadata_type = value.into(),
-            v => return Err(bad(format!("--metadata_type={v}: p2p, etcd, redis or http"))),
+            v => {
+                return Err(bad(format!(
+                    "--metadata_type={v}: p2p, etcd, redis or http"
+                )))
+            }
         },
         "metadata_url_list" => f.metadata_url_list = value.into(),
         "rpc_server_port" => {
@@ -215,14 +219,21 @@ fn set(f: &mut Flags, key: &str, value: &str) -> Result<()> {
             "the engines pick TCP or same-host shared memory themselves; \
              rdma, mnnvl, gds, iouring, sunrise_link and mpcomm need hardware this build lacks",
         )?,
-        "notifi" => refuse(key, value, &["false"], "notifications are not benchmarked here")?,
+        "notifi" => refuse(
+            key,
+            value,
+            &["false"],
+            "notifications are not benchmarked here",
+        )?,
         "tent_transport_hint" | "tent_intent_type" => refuse(key, value, &["unspec"], TENT_QOS)?,
         "qos_classes" | "qos_classes_json" | "workload_classes_json" | "qos_output_jsonl" => {
             refuse(key, value, &[""], TENT_QOS)?
         }
         "qos_link_capacity_gbps" => refuse(key, value, &["0", "0.0"], TENT_QOS)?,
         "deadline_us" | "deadline_tight_threads" => refuse(key, value, &["0"], TENT_QOS)?,
-        "deadline_bw_arbitration" => refuse(key, value, &["false"], "it arbitrates RDMA bandwidth")?,
+        "deadline_bw_arbitration" => {
+            refuse(key, value, &["false"], "it arbitrates RDMA bandwidth")?
+        }
         k => return Err(bad(format!("unknown flag --{k}"))),
     }
     Ok(())
@@ -361,10 +372,18 @@ mod tests {
             ("--deadline_bw_arbitration", "deadline_bw_arbitration"),
         ] {
             let e = p(&[flag]).unwrap_err().to_string();
-            assert!(e.contains(name) && e.contains("not supported"), "{flag}: {e}");
+            assert!(
+                e.contains(name) && e.contains("not supported"),
+                "{flag}: {e}"
+            );
         }
         // Their defaults, spelled out, are fine.
-        p(&["--xport_type=", "--local_gpu_id=0", "--tent_intent_type=unspec"]).unwrap();
+        p(&[
+            "--xport_type=",
+            "--local_gpu_id=0",
+            "--tent_intent_type=unspec",
+        ])
+        .unwrap();
     }
 
     #[test]

@@ -74,7 +74,9 @@ pub fn run(f: &Flags, out: &mut dyn Write) -> Result<()> {
                     )));
                 }
                 let fits = bytes <= f.total_buffer_size / threads as u64
-                    && targets.iter().all(|t| bytes <= t.stride(threads, targets.len()));
+                    && targets
+                        .iter()
+                        .all(|t| bytes <= t.stride(threads, targets.len()));
                 if fits {
                     let s = run_case(f, &engine, &targets, &mut buf, threads, block, batch)?;
                     writeln!(out, "{}", format_row(block, batch, threads, &s)).map_err(io)?;
@@ -172,7 +174,14 @@ fn run_case(
                 let remote = t.base + (i / targets.len()) as u64 * t.stride(threads, targets.len());
                 let barrier = &barrier;
                 scope.spawn(move || {
-                    let w = Worker { f, engine, handle: t.handle, remote, block, batch };
+                    let w = Worker {
+                        f,
+                        engine,
+                        handle: t.handle,
+                        remote,
+                        block,
+                        batch,
+                    };
                     w.run(&mut local[..(block * batch) as usize], barrier)
                 })
             })
