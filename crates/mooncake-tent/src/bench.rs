@@ -43,8 +43,8 @@ pub struct BenchArgs {
     pub threads: usize,
 }
 
-/// Either engine, as the run uses it.
-enum Engine {
+/// Either engine, as the benchmarks use it (`tent_bench` and `tebench`).
+pub(crate) enum Engine {
     Classic(TransferEngine),
     Tent(TentEngine),
 }
@@ -56,50 +56,73 @@ impl Engine {
             .first()
             .cloned()
             .unwrap_or("127.0.0.1".into());
-        match args.backend {
+        Engine::start_with(args.backend, "P2PHANDSHAKE", &first, &args.addresses, None)
+    }
+
+    /// An engine named `name` on `metadata` (`P2PHANDSHAKE` or a URI);
+    /// `addresses` are TENT's paths (empty: one path) or the classic
+    /// engine's bind address (its first).
+    pub(crate) fn start_with(
+        backend: Backend,
+        metadata: &str,
+        name: &str,
+        addresses: &[String],
+        rpc_port: Option<u16>,
+    ) -> Result<Engine> {
+        match backend {
             Backend::Tent => {
-                let mut c =
-                    TentConfig::from_env("P2PHANDSHAKE", &first, |k| std::env::var(k).ok())?;
-                c.addresses.clone_from(&args.addresses);
+                let mut c = TentConfig::from_env(metadata, name, |k| std::env::var(k).ok())?;
+                c.addresses = addresses.to_vec();
                 Ok(Engine::Tent(TentEngine::new(c)?))
             }
             Backend::Classic => {
-                let mut c = EngineConfig::new("P2PHANDSHAKE", &first);
-                c.rpc_bind_address = Some(first);
+                let mut c = EngineConfig::new(metadata, name);
+                c.rpc_bind_address = addresses.first().cloned();
+                if rpc_port.is_some() {
+                    c.rpc_port = rpc_port;
+                }
                 Ok(Engine::Classic(TransferEngine::new(c)?))
             }
         }
     }
 
-    fn name(&self) -> String {
+    /// The engine that holds the published descriptors (TENT's first path).
+    pub(crate) fn primary(&self) -> &TransferEngine {
+        match self {
+            Engine::Classic(e) => e,
+            Engine::Tent(e) => e.primary(),
+        }
+    }
+
+    pub(crate) fn name(&self) -> String {
         match self {
             Engine::Classic(e) => e.local_server_name(),
             Engine::Tent(e) => e.local_server_name(),
         }
     }
 
-    fn register(&self, addr: usize, len: usize, remote: bool) -> Result<()> {
+    pub(crate) fn register(&self, addr: usize, len: usize, remote: bool) -> Result<()> {
         match self {
             Engine::Classic(e) => e.register_local_memory(addr, len, "cpu:0", remote),
             Engine::Tent(e) => e.register_local_memory(addr, len, "cpu:0", remote),
         }
     }
 
-    fn unregister(&self, addr: usize) {
+    pub(crate) fn unregister(&self, addr: usize) {
         let _ = match self {
             Engine::Classic(e) => e.unregister_local_memory(addr),
             Engine::Tent(e) => e.unregister_local_memory(addr),
         };
     }
 
-    fn open(&self, name: &str) -> Result<u64> {
+    pub(crate) fn open(&self, name: &str) -> Result<u64> {
         match self {
             Engine::Classic(e) => e.open_segment(name),
             Engine::Tent(e) => e.open_segment(name),
         }
     }
 
-    fn transfer(&self, r: &[TransferRequest]) -> Result<()> {
+    pub(crate) fn transfer(&self, r: &[TransferRequest]) -> Result<()> {
         match self {
             Engine::Classic(e) => e.transfer_sync(r),
             Engine::Tent(e) => e.transfer_sync(r),

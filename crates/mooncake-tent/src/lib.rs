@@ -18,6 +18,7 @@ mod config;
 mod engine;
 mod http;
 pub mod metrics;
+pub mod tebench;
 
 pub use config::{MetricsConfig, TentConfig};
 pub use engine::{PathInfo, TentEngine};
