@@ -78,23 +78,29 @@ fn snapshots(dir: &Path) -> Vec<String> {
     v
 }
 
+/// A store client of the master on `port`, with a segment of
+/// `segment` bytes (0: none) and a local buffer of `buffer`.
+fn client(port: u16, metadata: &str, segment: u64, buffer: u64) -> Client {
+    Client::setup(&ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: metadata.to_string(),
+        global_segment_size: segment,
+        local_buffer_size: buffer,
+        protocol: "tcp".into(),
+        device_name: String::new(),
+        master_server_address: format!("127.0.0.1:{port}"),
+        ..ClientConfig::default()
+    })
+    .unwrap()
+}
+
 #[test]
 fn kill_9_and_restart_loses_no_acknowledged_write() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let (_meta, metadata) = metadata_server();
     let mut m = master(port, dir.path(), 5);
-    let client = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: metadata,
-        global_segment_size: 64 << 20,
-        local_buffer_size: 32 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: format!("127.0.0.1:{port}"),
-        ..ClientConfig::default()
-    })
-    .unwrap();
+    let client = client(port, &metadata, 64 << 20, 32 << 20);
 
     let key = |i: usize| format!("obj-{i}");
     for i in 0..200 {
@@ -160,17 +166,7 @@ fn segments_of_an_owner_that_does_not_come_back_are_dropped() {
         ],
         "mooncake_client ready",
     );
-    let writer = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: metadata,
-        global_segment_size: 0,
-        local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: format!("127.0.0.1:{port}"),
-        ..ClientConfig::default()
-    })
-    .unwrap();
+    let writer = client(port, &metadata, 0, 16 << 20);
     let v = value("orphan", 8192);
     writer.put("orphan", &v, &Default::default()).unwrap();
     assert_eq!(writer.get("orphan").unwrap(), v);
@@ -215,19 +211,7 @@ fn a_new_client_opens_existing_segments_after_a_restart_with_the_embedded_metada
         ],
         "mooncake_client ready",
     );
-    let pure = |metadata: &str| {
-        Client::setup(&ClientConfig {
-            local_hostname: "127.0.0.1".into(),
-            metadata_server: metadata.to_string(),
-            global_segment_size: 0,
-            local_buffer_size: 16 << 20,
-            protocol: "tcp".into(),
-            device_name: String::new(),
-            master_server_address: format!("127.0.0.1:{port}"),
-            ..ClientConfig::default()
-        })
-        .unwrap()
-    };
+    let pure = |metadata: &str| client(port, metadata, 0, 16 << 20);
     let writer = pure(&metadata);
     let v = value("on-the-owner", 8192);
     writer.put("on-the-owner", &v, &Default::default()).unwrap();
@@ -258,17 +242,7 @@ fn a_restart_keeps_object_groups() {
     let port = free_port();
     let (_meta, metadata) = metadata_server();
     let mut m = master(port, dir.path(), 5);
-    let client = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: metadata,
-        global_segment_size: 16 << 20,
-        local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: format!("127.0.0.1:{port}"),
-        ..ClientConfig::default()
-    })
-    .unwrap();
+    let client = client(port, &metadata, 16 << 20, 16 << 20);
     let group = |g: &str| ReplicaPolicy {
         group_ids: Some(vec![g.into()]),
         ..ReplicaPolicy::default()

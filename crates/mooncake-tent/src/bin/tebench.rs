@@ -1,10 +1,7 @@
 //! `tebench`: a thin shell over `mooncake_tent::tebench::run`.
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    mooncake_common::logging::init("warn");
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = mooncake_tent::tebench::parse(&argv)
         .and_then(|flags| mooncake_tent::tebench::run(&flags, &mut std::io::stdout()));

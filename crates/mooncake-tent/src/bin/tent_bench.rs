@@ -1,10 +1,7 @@
 //! `tent_bench`: a thin shell over `mooncake_tent::bench::run`.
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    mooncake_common::logging::init("warn");
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = mooncake_tent::bench::parse_args(&argv)
         .and_then(|args| mooncake_tent::bench::run(&args, &mut std::io::stdout()));
