@@ -199,6 +199,7 @@ impl Segment {
                 transport_endpoint: self.info.transport_endpoint.clone(),
                 buffer_address: self.info.base + offset,
                 size,
+                suspected: self.is_suspected(),
             }),
             status,
         }
