@@ -298,9 +298,10 @@ impl RealClient {
             let mut wary_flight = Flight::with_timeout(&self.engine, wary.len(), deadline);
             wary_flight.submit(&wary);
             let outcomes = Flight::run(&self.engine, &requests, &copies);
-            let wary_outcomes = wary_flight.finish(&[]).into_iter().map(|r| {
-                r.map_err(|e| e.with_context("replica on a Suspected (silent) owner"))
-            });
+            let wary_outcomes = wary_flight
+                .finish(&[])
+                .into_iter()
+                .map(|r| r.map_err(|e| e.with_context("replica on a Suspected (silent) owner")));
             let mut fetched = 0;
             let all = outcomes.into_iter().chain(wary_outcomes);
             let owners = req_owner.iter().chain(&wary_owner);
