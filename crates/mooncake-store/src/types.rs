@@ -143,6 +143,12 @@ pub struct MemoryDescriptor {
     /// Address inside the owner's segment buffer (`SegmentInfo::base` + offset).
     pub buffer_address: u64,
     pub size: u64,
+    /// The segment's owner missed its heartbeats (`--client_suspect_ms`):
+    /// the master lists such a replica only when no other memory replica
+    /// is served, and readers wait for it only a short while
+    /// (`MC_STORE_SUSPECT_READ_TIMEOUT_MS`). Absent: not suspected.
+    #[serde(default)]
+    pub suspected: bool,
 }
 
 /// Where a disk replica's bytes live.

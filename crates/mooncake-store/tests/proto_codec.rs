@@ -36,6 +36,7 @@ fn replica(i: u64) -> ReplicaDesc {
             transport_endpoint: format!("10.0.0.{i}:12345"),
             buffer_address: 0x7f00_0000_0000 + i * 4096,
             size: 4096,
+            suspected: i % 2 == 1,
         }),
         status: ReplicaStatus::Complete,
     }
@@ -522,6 +523,7 @@ proptest! {
                     transport_endpoint: n,
                     buffer_address: a,
                     size: s,
+                    suspected: a % 2 == 1,
                 }),
                 status: ReplicaStatus::Complete,
             })

@@ -28,16 +28,19 @@ fn signal(storage: &Storage, sig: i32) {
     assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
 }
 
-/// Milliseconds the slowest of `n` reads of `key` took.
-fn slowest_read(client: &Client, key: &str, want: &[u8], n: usize) -> u128 {
-    (0..n)
-        .map(|_| {
+/// p50, p99 and the slowest (µs) of `n` reads cycling through `objects`.
+fn read_latencies(client: &Client, objects: &[(String, Vec<u8>)], n: usize) -> [u128; 3] {
+    let mut us: Vec<u128> = (0..n)
+        .map(|i| {
+            let (key, want) = &objects[i % objects.len()];
             let t = Instant::now();
-            assert_eq!(client.get(key).unwrap(), want);
-            t.elapsed().as_millis()
+            assert_eq!(&client.get(key).unwrap(), want);
+            t.elapsed().as_micros()
         })
-        .max()
-        .unwrap()
+        .collect();
+    us.sort_unstable();
+    let at = |q: f64| us[((n as f64 * q).ceil() as usize).clamp(1, n) - 1];
+    [at(0.50), at(0.99), us[n - 1]]
 }
 
 #[test]
@@ -56,14 +59,26 @@ fn a_stopped_storage_process_is_suspected_and_read_around() {
     let mut all = vec![stopped.segment.clone(), other.segment.clone()];
     all.sort();
     assert_eq!(segments(&client, "k"), all);
-    let before = slowest_read(&client, "k", &v, 50);
+    // The read load: objects with a replica on each process.
+    let objects: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|i| {
+            let key = format!("load{i}");
+            let v = value(&key, 256 << 10);
+            client.put(&key, &v, &both).unwrap();
+            (key, v)
+        })
+        .collect();
+    let before = read_latencies(&client, &objects, 400);
 
     signal(&stopped, libc::SIGSTOP);
     eventually("the stopped process is Suspected", || {
         segments(&client, "k") == [other.segment.clone()]
     });
-    let during = slowest_read(&client, "k", &v, 50);
-    eprintln!("slowest of 50 reads: {before} ms before, {during} ms while one owner is stopped");
+    let during = read_latencies(&client, &objects, 400);
+    // Reported, not asserted: timing on a shared machine.
+    eprintln!(
+        "400 reads of 256 KiB, p50/p99/max µs: {before:?} before, {during:?} while one owner is stopped"
+    );
     // Still listed: suspicion drops nothing.
     assert!(client.is_exist("k").unwrap());
 

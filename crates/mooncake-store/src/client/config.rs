@@ -210,6 +210,39 @@ pub(crate) fn transfer_timeout() -> Duration {
     engine.transfer_timeout
 }
 
+/// The master's default `--client_suspect_ms`: an owner silent that long
+/// is stalled, so a read from it gets as long again.
+const DEFAULT_SUSPECT_READ_TIMEOUT: Duration = Duration::from_millis(2000);
+
+/// How long a read from a replica whose owner is Suspected may take
+/// (`MC_STORE_SUSPECT_READ_TIMEOUT_MS`, read once; `None`: `0`, the
+/// transfer timeout as for any replica). The engine caps it at the
+/// transfer timeout.
+pub(crate) fn suspect_read_timeout() -> Option<Duration> {
+    static TIMEOUT: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| {
+        parse_suspect_read_timeout(process_env("MC_STORE_SUSPECT_READ_TIMEOUT_MS").as_deref())
+    })
+}
+
+/// `MC_STORE_SUSPECT_READ_TIMEOUT_MS`: milliseconds, `0` for no shorter
+/// deadline; unset or not a number: the default (with a warning).
+fn parse_suspect_read_timeout(v: Option<&str>) -> Option<Duration> {
+    let Some(v) = v else {
+        return Some(DEFAULT_SUSPECT_READ_TIMEOUT);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(0) => None,
+        Ok(ms) => Some(Duration::from_millis(ms)),
+        Err(_) => {
+            tracing::warn!(
+                "ignoring MC_STORE_SUSPECT_READ_TIMEOUT_MS={v:?}: not a number of milliseconds"
+            );
+            Some(DEFAULT_SUSPECT_READ_TIMEOUT)
+        }
+    }
+}
+
 fn bad(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, msg)
 }
@@ -405,6 +438,16 @@ fn parse_port(whole: &str, p: &str) -> Result<u16> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn suspect_read_timeout_is_milliseconds_zero_off_default_two_seconds() {
+        use super::parse_suspect_read_timeout as parse;
+        assert_eq!(parse(None), Some(Duration::from_secs(2)));
+        assert_eq!(parse(Some(" 750 ")), Some(Duration::from_millis(750)));
+        assert_eq!(parse(Some("0")), None, "0: the transfer timeout");
+        assert_eq!(parse(Some("1.5s")), Some(Duration::from_secs(2)));
+        assert_eq!(parse(Some("-1")), Some(Duration::from_secs(2)));
+    }
+
     use super::*;
     use serde_json::json;
 

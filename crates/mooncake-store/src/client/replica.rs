@@ -100,6 +100,7 @@ mod tests {
                 transport_endpoint: endpoint.into(),
                 buffer_address: 0x1000,
                 size: 10,
+                suspected: false,
             }),
             status,
         }
@@ -140,6 +141,7 @@ mod tests {
             transport_endpoint: endpoint.into(),
             buffer_address: addr,
             size,
+            suspected: false,
         };
         assert!(site.is_own(&at("me:1", 0x1000, 0x100)));
         assert!(site.is_own(&at("me:1", 0x4008, 8)));

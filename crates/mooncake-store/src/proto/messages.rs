@@ -31,7 +31,8 @@ wire_struct!(MemoryDescriptor {
     segment_name,
     transport_endpoint,
     buffer_address,
-    size
+    size,
+    suspected
 });
 wire_struct!(DiskDescriptor {
     file_path,

@@ -78,6 +78,7 @@ fn replicas() -> Vec<ReplicaDesc> {
                 transport_endpoint: "10.0.0.1:12345".into(),
                 buffer_address: 0x7f00_0000_0000,
                 size: 4096,
+                suspected: false,
             }),
             status: ReplicaStatus::Complete,
         },

@@ -35,11 +35,23 @@ impl Batches {
 impl TransferEngine {
     /// A batch that accepts up to `batch_size` requests in total.
     pub fn allocate_batch(&self, batch_size: usize) -> Result<BatchId> {
+        self.allocate_batch_with_timeout(batch_size, self.inner.config.transfer_timeout)
+    }
+
+    /// [`allocate_batch`](Self::allocate_batch) whose requests time out
+    /// after `timeout` (at most the engine's transfer timeout) rather than
+    /// the transfer timeout: for reads from a peer believed stalled.
+    pub fn allocate_batch_with_timeout(
+        &self,
+        batch_size: usize,
+        timeout: std::time::Duration,
+    ) -> Result<BatchId> {
         if batch_size == 0 {
             return Err(invalid("batch size 0"));
         }
         let id = self.inner.next_batch.fetch_add(1, Ordering::Relaxed);
-        let batch = Batch::new(batch_size, self.inner.config.transfer_timeout);
+        let timeout = timeout.min(self.inner.config.transfer_timeout);
+        let batch = Batch::new(batch_size, timeout);
         self.inner.add_batch(id, batch);
         Ok(id)
     }
@@ -79,6 +91,15 @@ impl TransferEngine {
         Ok(())
     }
 
+    /// Frees a batch now or, while requests that timed out still drain,
+    /// once they end (a later allocation reaps it).
+    pub fn release_batch(&self, batch: BatchId) {
+        if let Err(e) = self.free_batch(batch) {
+            tracing::debug!("batch {batch} freed later: {e}");
+            self.inner.batches.lock().parked.push(batch);
+        }
+    }
+
     /// allocate + submit + wait + free. The error carries the first failed
     /// request's code. After a timeout, a batch whose aborted requests are
     /// still draining is freed later (by a later allocation) rather than
@@ -88,10 +109,7 @@ impl TransferEngine {
         let result = self
             .submit(batch, requests)
             .map(|()| self.wait_batch(batch));
-        if let Err(e) = self.free_batch(batch) {
-            tracing::debug!("transfer_sync: batch {batch} freed later: {e}");
-            self.inner.batches.lock().parked.push(batch);
-        }
+        self.release_batch(batch);
         let status = result??;
         match status.state {
             crate::TransferState::Completed => Ok(()),

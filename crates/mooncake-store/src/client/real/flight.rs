@@ -23,10 +23,20 @@ pub(super) struct Flight<'e> {
 impl<'e> Flight<'e> {
     /// Room for `capacity` requests (an upper bound; 0 allocates nothing).
     pub(super) fn new(engine: &'e TransferEngine, capacity: usize) -> Self {
-        let batch = if capacity == 0 {
-            Ok(None)
-        } else {
-            engine.allocate_batch(capacity).map(Some)
+        Self::with_timeout(engine, capacity, None)
+    }
+
+    /// [`Flight::new`] whose requests time out after `timeout` (`None`:
+    /// the engine's transfer timeout).
+    pub(super) fn with_timeout(
+        engine: &'e TransferEngine,
+        capacity: usize,
+        timeout: Option<std::time::Duration>,
+    ) -> Self {
+        let batch = match (capacity, timeout) {
+            (0, _) => Ok(None),
+            (n, None) => engine.allocate_batch(n).map(Some),
+            (n, Some(t)) => engine.allocate_batch_with_timeout(n, t).map(Some),
         };
         Flight {
             engine,
@@ -125,9 +135,8 @@ impl<'e> Flight<'e> {
                 }
             })
             .collect();
-        if let Err(e) = engine.free_batch(batch) {
-            tracing::warn!(error = %e, "free_batch failed");
-        }
+        // Requests that timed out may still be draining: freed later then.
+        engine.release_batch(batch);
         out
     }
 }

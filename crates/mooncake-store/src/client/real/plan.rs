@@ -354,6 +354,7 @@ mod tests {
             transport_endpoint: endpoint.into(),
             buffer_address: addr,
             size,
+            suspected: false,
         }
     }
 

@@ -76,6 +76,7 @@ impl RealClient {
                     transport_endpoint: self.site.endpoint.clone(),
                     buffer_address: buf.addr() as u64,
                     size: d.object_size,
+                    suspected: false,
                 };
                 out._files.push(buf);
                 vec![desc]
@@ -133,6 +134,7 @@ impl RealClient {
                                 transport_endpoint: batch.endpoint.clone(),
                                 buffer_address: o.address,
                                 size: o.size,
+                                suspected: false,
                             }])
                         });
                     }
@@ -245,6 +247,10 @@ impl RealClient {
         while !pending.is_empty() {
             let mut requests = Vec::new();
             let mut req_owner = Vec::new();
+            // Reads from a Suspected owner's replica: their own batch, with
+            // a short deadline, so a stalled owner fails them quickly.
+            let mut wary = Vec::new();
+            let mut wary_owner = Vec::new();
             let mut copies = Vec::new();
             let mut failed_now: Vec<(usize, Error)> = Vec::new();
             for &p in &pending {
@@ -270,23 +276,36 @@ impl RealClient {
                                     self.count_route(Route::Shm, false, piece.len);
                                     continue;
                                 }
-                                requests.push(TransferRequest {
+                                let (reqs, owners) = match rep.suspected {
+                                    true => (&mut wary, &mut wary_owner),
+                                    false => (&mut requests, &mut req_owner),
+                                };
+                                reqs.push(TransferRequest {
                                     opcode: Opcode::Read,
                                     source: piece.local,
                                     target_id: target,
                                     target_offset: piece.remote,
                                     length: piece.len,
                                 });
-                                req_owner.push(p);
+                                owners.push(p);
                             }
                         }
                         Err(e) => failed_now.push((p, e)),
                     },
                 }
             }
+            let deadline = super::super::config::suspect_read_timeout();
+            let mut wary_flight = Flight::with_timeout(&self.engine, wary.len(), deadline);
+            wary_flight.submit(&wary);
             let outcomes = Flight::run(&self.engine, &requests, &copies);
+            let wary_outcomes = wary_flight
+                .finish(&[])
+                .into_iter()
+                .map(|r| r.map_err(|e| e.with_context("replica on a Suspected (silent) owner")));
             let mut fetched = 0;
-            for ((r, &p), req) in outcomes.into_iter().zip(&req_owner).zip(&requests) {
+            let all = outcomes.into_iter().chain(wary_outcomes);
+            let owners = req_owner.iter().chain(&wary_owner);
+            for ((r, &p), req) in all.zip(owners).zip(requests.iter().chain(&wary)) {
                 match r {
                     Err(e) => failed_now.push((p, e)),
                     Ok(_) => fetched += req.length,

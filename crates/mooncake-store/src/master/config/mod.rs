@@ -327,6 +327,11 @@ impl MasterConfig {
         ms(self.client_suspect)
     }
 
+    /// How long a newly mounted segment's placement weight ramps, ms.
+    pub fn segment_ramp(&self) -> u64 {
+        ms(self.segment_ramp)
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             lease: LeasePolicy {

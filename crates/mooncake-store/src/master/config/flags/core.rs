@@ -34,6 +34,8 @@ macro_rules! core_flags {
         => client_ttl: Duration = positive_seconds;
     client_suspect_ms: Duration = "2000", Full, "Milliseconds without heartbeat after which a client is Suspected: reads skip its replicas while another replica is served elsewhere (0: off; at least client_ttl: off)"
         => client_suspect: Duration = millis;
+    segment_ramp_ms: Duration = "0", Full, "Milliseconds over which a newly mounted segment's share of new replicas ramps up from 5% (0: off, full share at once)"
+        => segment_ramp: Duration = millis;
     cluster_id: Str = "mooncake_cluster", Full, "Cluster id (HA keys, metadata prefixes)"
         => cluster_id: String = text;
     allocation_strategy: Str = "random", Full, "Replica placement: random, free_ratio_first, ssd_free_ratio_first or local_first"

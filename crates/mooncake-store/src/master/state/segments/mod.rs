@@ -5,6 +5,7 @@
 //! one segment's allocator lock, so puts to different segments never contend.
 
 pub(crate) mod local_first;
+pub(crate) mod ramp;
 pub(crate) mod space;
 
 use std::collections::HashMap;
@@ -53,6 +54,9 @@ pub(crate) struct Segment {
     /// Its owner is Suspected (`clients::health`): reads prefer other
     /// replicas. Set by the leader's timer, cleared by a heartbeat.
     suspected: AtomicBool,
+    /// When it was mounted (master clock, ms) for the placement ramp
+    /// (`ramp`); `ramp::NOT_RAMPING` for one restored or replayed.
+    mounted_at: AtomicU64,
 }
 
 /// Where a segment is in a drain, with the reference's numbers.
@@ -97,7 +101,13 @@ impl Segment {
             status: AtomicU8::new(SegmentStatus::Ok as u8),
             verified: AtomicBool::new(true),
             suspected: AtomicBool::new(false),
+            mounted_at: AtomicU64::new(ramp::NOT_RAMPING),
         }
+    }
+
+    /// Starts its placement ramp (a mount the leader accepted at `now`).
+    pub(crate) fn start_ramp(&self, now: u64) {
+        self.mounted_at.store(now, Ordering::Relaxed);
     }
 
     pub(crate) fn status(&self) -> SegmentStatus {
@@ -199,6 +209,7 @@ impl Segment {
                 transport_endpoint: self.info.transport_endpoint.clone(),
                 buffer_address: self.info.base + offset,
                 size,
+                suspected: self.is_suspected(),
             }),
             status,
         }
@@ -237,9 +248,22 @@ pub(crate) struct SegmentTable {
     /// Some mounted segment's owner is Suspected (`Segment::suspected`):
     /// heartbeats look for theirs only then.
     any_suspected: AtomicBool,
+    /// `--segment_ramp_ms` (0: off): see `ramp`.
+    ramp_ms: AtomicU64,
 }
 
 impl SegmentTable {
+    /// How long a new segment's placement weight takes to reach 1 (0: off).
+    pub(crate) fn set_ramp(&self, ms: u64) {
+        self.ramp_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// `seg`'s placement weight at `now` (`ramp::weight`).
+    fn weight(&self, seg: &Segment, now: u64) -> f64 {
+        let ramp_ms = self.ramp_ms.load(Ordering::Relaxed);
+        ramp::weight(seg.mounted_at.load(Ordering::Relaxed), now, ramp_ms)
+    }
+
     /// Forgets every segment, mounted or not (a standby about to load its
     /// leader's snapshot over what it held).
     pub(crate) fn clear(&self) {
@@ -401,7 +425,7 @@ impl SegmentTable {
         config: &ReplicaPolicy,
         strategy: AllocationStrategy,
     ) -> Result<Vec<Placement>> {
-        self.place_with(size, config, strategy, &mut |s, n| s.allocate(n))
+        self.place_with(size, config, strategy, &mut |s, n| s.allocate(n), 0)
     }
 
     /// [`SegmentTable::place`], taking each range with `allocate`.
@@ -412,13 +436,17 @@ impl SegmentTable {
         config: &ReplicaPolicy,
         strategy: AllocationStrategy,
         allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
+        now: u64,
     ) -> Result<Vec<Placement>> {
-        self.place_ranked(size, config, strategy, &|s| s.free_ratio(), allocate)
+        self.place_ranked(size, config, strategy, &|s| s.free_ratio(), allocate, now)
     }
 
     /// Places as `place`; the ranked strategies sample and try
     /// the segments of the highest `score` first (free-ratio first: the
     /// segment's free share; SSD free-ratio first: its owner's tier's).
+    /// A segment mounted less than the ramp ago (`ramp`) counts for its
+    /// weight at `now`: its score is scaled by it, and a random pick tries
+    /// it first only that often.
     pub(crate) fn place_ranked(
         &self,
         size: u64,
@@ -426,6 +454,7 @@ impl SegmentTable {
         strategy: AllocationStrategy,
         score: &dyn Fn(&Segment) -> f64,
         allocate: &mut dyn FnMut(&Segment, u64) -> Option<u64>,
+        now: u64,
     ) -> Result<Vec<Placement>> {
         let t = self.table.load();
         if t.list.is_empty() {
@@ -471,7 +500,7 @@ impl SegmentTable {
             let start = rand::thread_rng().gen_range(0..n);
             let mut candidates: Vec<(f64, &Arc<Segment>)> = (0..samples)
                 .map(|i| &t.list[(start + i) % n])
-                .map(|s| (score(s), s))
+                .map(|s| (score(s) * self.weight(s, now), s))
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
             for (_, seg) in candidates {
@@ -490,12 +519,16 @@ impl SegmentTable {
         }
 
         if placed.len() < want {
-            let start = rand::thread_rng().gen_range(0..n);
-            for i in 0..n.min(MAX_PLACEMENT_ATTEMPTS) {
+            let mut rng = rand::thread_rng();
+            let start = rng.gen_range(0..n);
+            let tries = (0..n.min(MAX_PLACEMENT_ATTEMPTS))
+                .map(|i| &t.list[(start + i) % n])
+                .map(|s| (s, self.weight(s, now)))
+                .collect();
+            for seg in ramp::weighted_order(tries, || rng.gen::<f64>()) {
                 if placed.len() == want {
                     break;
                 }
-                let seg = &t.list[(start + i) % n];
                 if !taken(&placed, seg) {
                     if let Some(offset) = allocate(seg.as_ref(), size) {
                         placed.push(Placement {
@@ -636,155 +669,4 @@ impl SegmentWriter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seg(name: &str, size: u64) -> SegmentInfo {
-        SegmentInfo {
-            name: name.into(),
-            base: 0x1000_0000,
-            size,
-            transport_endpoint: format!("{name}:1"),
-        }
-    }
-
-    #[test]
-    fn mount_rules() {
-        let t = SegmentTable::default();
-        assert!(t.mount(1, &seg("a", 1024)).unwrap().is_some());
-        // Same segment again from the same owner: accepted, nothing new.
-        assert!(t.mount(1, &seg("a", 1024)).unwrap().is_none());
-        assert_eq!(
-            t.mount(2, &seg("a", 1024)).unwrap_err().code,
-            ErrorCode::SEGMENT_ALREADY_EXISTS
-        );
-        assert_eq!(
-            t.mount(1, &seg("a", 2048)).unwrap_err().code,
-            ErrorCode::SEGMENT_ALREADY_EXISTS
-        );
-        assert_eq!(
-            t.mount(1, &seg("", 1024)).unwrap_err().code,
-            ErrorCode::INVALID_PARAMS
-        );
-        assert_eq!(
-            t.mount(1, &seg("z", 0)).unwrap_err().code,
-            ErrorCode::INVALID_PARAMS
-        );
-        let mut wrap = seg("w", 16);
-        wrap.base = u64::MAX - 4;
-        assert_eq!(
-            t.mount(1, &wrap).unwrap_err().code,
-            ErrorCode::INVALID_PARAMS
-        );
-        // Another segment over the same bytes of the same endpoint, from
-        // any client: refused; the same range elsewhere is another memory.
-        let mut over = seg("b", 1024);
-        over.transport_endpoint = "a:1".into();
-        over.base += 512;
-        assert_eq!(
-            t.mount(2, &over).unwrap_err().code,
-            ErrorCode::SEGMENT_ALREADY_EXISTS
-        );
-        assert_eq!(
-            t.mount(1, &over).unwrap_err().code,
-            ErrorCode::SEGMENT_ALREADY_EXISTS
-        );
-        over.base += 512;
-        assert!(
-            t.mount(2, &over).unwrap().is_some(),
-            "adjacent, not overlapping"
-        );
-        assert!(t.unmount("b", Some(2)).is_some());
-        assert!(
-            t.mount(2, &seg("b", 1024)).unwrap().is_some(),
-            "another endpoint"
-        );
-        assert!(t.unmount("b", Some(2)).is_some());
-        assert!(t.unmount("a", Some(2)).is_none(), "not the owner");
-        let gone = t.unmount("a", Some(1)).unwrap();
-        assert!(!gone.is_mounted());
-        assert!(t.unmount("a", None).is_none());
-        assert!(t.is_empty());
-    }
-
-    #[test]
-    fn replicas_land_on_distinct_segments() {
-        let t = SegmentTable::default();
-        for name in ["a", "b", "c"] {
-            t.mount(1, &seg(name, 1 << 20)).unwrap();
-        }
-        for strategy in [
-            AllocationStrategy::Random,
-            AllocationStrategy::FreeRatioFirst,
-        ] {
-            for _ in 0..50 {
-                let cfg = ReplicaPolicy {
-                    replica_num: 3,
-                    ..Default::default()
-                };
-                let p = t.place(100, &cfg, strategy).unwrap();
-                let mut names: Vec<_> = p.iter().map(|p| p.segment.info.name.clone()).collect();
-                names.sort();
-                assert_eq!(names, ["a", "b", "c"]);
-            }
-            // More replicas than segments: best effort.
-            let cfg = ReplicaPolicy {
-                replica_num: 5,
-                ..Default::default()
-            };
-            assert_eq!(t.place(100, &cfg, strategy).unwrap().len(), 3);
-        }
-    }
-
-    #[test]
-    fn preferred_segments_come_first() {
-        let t = SegmentTable::default();
-        for name in ["a", "b", "c", "d"] {
-            t.mount(1, &seg(name, 1 << 20)).unwrap();
-        }
-        let cfg = ReplicaPolicy {
-            replica_num: 2,
-            preferred_segment: "c".into(),
-            preferred_segments: vec!["c".into(), "missing".into(), "a".into()],
-            ..Default::default()
-        };
-        let p = t.place(10, &cfg, AllocationStrategy::Random).unwrap();
-        let names: Vec<_> = p.iter().map(|p| p.segment.info.name.as_str()).collect();
-        assert_eq!(names, ["c", "a"]);
-    }
-
-    #[test]
-    fn free_ratio_first_prefers_empty_segments() {
-        let t = SegmentTable::default();
-        let full = t.mount(1, &seg("full", 1000)).unwrap().unwrap();
-        t.mount(1, &seg("empty", 1000)).unwrap();
-        full.allocate(800).unwrap();
-        for _ in 0..20 {
-            let cfg = ReplicaPolicy::default();
-            let p = t
-                .place(8, &cfg, AllocationStrategy::FreeRatioFirst)
-                .unwrap();
-            assert_eq!(p[0].segment.info.name, "empty");
-            p[0].segment.free(p[0].offset, 8);
-        }
-    }
-
-    #[test]
-    fn errors() {
-        let t = SegmentTable::default();
-        let cfg = ReplicaPolicy::default();
-        assert_eq!(
-            t.place(8, &cfg, AllocationStrategy::Random)
-                .unwrap_err()
-                .code,
-            ErrorCode::SEGMENT_NOT_FOUND
-        );
-        t.mount(1, &seg("a", 1024)).unwrap();
-        assert_eq!(
-            t.place(4096, &cfg, AllocationStrategy::Random)
-                .unwrap_err()
-                .code,
-            ErrorCode::NO_AVAILABLE_HANDLE
-        );
-    }
-}
+mod tests;

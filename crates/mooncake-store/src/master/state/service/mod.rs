@@ -178,6 +178,7 @@ impl MasterService {
             .with_metadata_budget(config.max_metadata_bytes)
             .with_metadata_watermark(config.metadata_eviction_watermark_ratio)
             .with_suspect_after(config.suspect_after())
+            .with_segment_ramp(config.segment_ramp())
             .with_file_policy(config.file_policy())
             .with_tenants_of(config)
     }

@@ -54,6 +54,9 @@ impl MasterService {
                     info: seg,
                 };
                 self.apply_segments(call, &mut w, mount);
+                if let Some(new) = w.get(&seg.name) {
+                    new.start_ramp(now);
+                }
             }
         }
         let mut clients = self.clients.lock();
@@ -101,6 +104,13 @@ impl MasterService {
     pub(super) fn suspect_clients(&self, now: u64) {
         let suspects = self.clients.lock().suspected(self.policy.client_ttl, now);
         self.segments.suspect_owners(&suspects);
+    }
+
+    /// How long a newly mounted segment takes to get its full share of
+    /// new replicas, ms (0: at once; see `segments::ramp`).
+    pub fn with_segment_ramp(self, ms: u64) -> Self {
+        self.segments.set_ramp(ms);
+        self
     }
 
     /// Silence after which a client is Suspected (0: never).

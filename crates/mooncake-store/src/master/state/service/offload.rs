@@ -324,7 +324,7 @@ impl MasterService {
             ..Default::default()
         };
         let replicas =
-            crate::master::state::objects::Replicas::from_vec(self.place(copy.size, &cfg)?);
+            crate::master::state::objects::Replicas::from_vec(self.place(copy.size, &cfg, now)?);
         let descs = replicas.descriptors(copy.size, ReplicaStatus::Processing);
         let start = crate::master::state::mutation::ObjectOp::PutStart {
             client,

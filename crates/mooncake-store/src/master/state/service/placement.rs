@@ -14,7 +14,7 @@ use crate::types::{ClientId, ReplicaPolicy};
 impl MasterService {
     /// Places `len` bytes per replica (reserving the ranges); a failure for
     /// lack of space asks for an eviction round.
-    pub(super) fn place(&self, len: u64, cfg: &ReplicaPolicy) -> Result<Vec<Placement>> {
+    pub(super) fn place(&self, len: u64, cfg: &ReplicaPolicy, now: u64) -> Result<Vec<Placement>> {
         self.segments
             .place_ranked(
                 len,
@@ -22,6 +22,7 @@ impl MasterService {
                 self.policy.strategy,
                 &|s| self.segment_score(s),
                 &mut |s, n| s.allocate(n),
+                now,
             )
             .inspect_err(|e| {
                 if e.code == ErrorCode::NO_AVAILABLE_HANDLE {

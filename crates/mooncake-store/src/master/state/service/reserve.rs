@@ -39,7 +39,7 @@ impl MasterService {
         now: u64,
     ) -> Result<Vec<Placement>> {
         if !self.fence {
-            return self.place(len, cfg);
+            return self.place(len, cfg, now);
         }
         let mut at = Some(0u64);
         let mut log = Log(self, call);
@@ -54,6 +54,7 @@ impl MasterService {
             self.policy.strategy,
             &|s| self.segment_score(s),
             &mut carve,
+            now,
         );
         let placed = match placed {
             Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => {
@@ -63,7 +64,7 @@ impl MasterService {
                     return Err(e);
                 }
                 at = None;
-                self.place(len, cfg)?
+                self.place(len, cfg, now)?
             }
             r => r?,
         };

@@ -122,6 +122,14 @@ fn reads_skip_a_suspected_owners_replicas_while_another_is_served() {
             v.sort();
             v
         };
+        // Whether each listed replica is marked Suspected for its readers.
+        let marked = |key: &str, now| -> Vec<bool> {
+            let r = s.get_replica_list(key, now).unwrap();
+            r.replicas
+                .iter()
+                .map(|d| d.memory().unwrap().suspected)
+                .collect()
+        };
         // B keeps its heartbeats; A misses them for 300 ms of a 500 ms TTL.
         s.ping(B, 250).unwrap();
         s.tick(300);
@@ -139,9 +147,13 @@ fn reads_skip_a_suspected_owners_replicas_while_another_is_served() {
             ["a"],
             "no other replica: A's is read"
         );
+        assert_eq!(marked("solo", 300), [true], "read with a short deadline");
+        assert_eq!(marked("k", 300), [false]);
         // A heartbeat ends the suspicion at once.
         s.ping(A, 310).unwrap();
         assert_eq!(segments("k", 310), ["a", "b"]);
+        assert_eq!(marked("k", 310), [false, false]);
+        assert_eq!(marked("solo", 310), [false]);
         // Silent again until the TTL: Suspected, then Offline and dropped.
         s.ping(B, 600).unwrap();
         s.tick(600);

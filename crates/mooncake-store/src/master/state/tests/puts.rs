@@ -357,6 +357,45 @@ fn free_ratio_first_fills_the_new_segment() {
 }
 
 #[test]
+fn a_new_segment_takes_new_replicas_gradually_with_the_ramp() {
+    let mut p = policy();
+    p.strategy = AllocationStrategy::FreeRatioFirst;
+    let s = MasterService::with_policy(p).with_segment_ramp(4_000);
+    s.mount_segment(A, &seg("old", 0, 1 << 20), 0).unwrap();
+    for i in 0..50 {
+        put(&s, &format!("o{i}"), 8192, &one(), 0);
+    }
+    s.mount_segment(B, &seg("new", 1 << 40, 1 << 20), 10_000)
+        .unwrap();
+    // Just mounted: 5% of its (empty) score, less than the old one's.
+    for i in 0..10 {
+        let d = put(&s, &format!("a{i}"), 8192, &one(), 10_000);
+        assert_eq!(segment_of(&d[0]), "old");
+    }
+    // The ramp over: ranked by free share alone again.
+    for i in 0..10 {
+        let d = put(&s, &format!("b{i}"), 8192, &one(), 14_000);
+        assert_eq!(segment_of(&d[0]), "new");
+    }
+}
+
+#[test]
+fn a_random_pick_spares_a_new_segment_while_it_ramps() {
+    let s = with_segment(64 << 20).with_segment_ramp(4_000);
+    s.mount_segment(B, &seg("new", 1 << 40, 64 << 20), 10_000)
+        .unwrap();
+    let on_new = |now: u64, tag: &str| {
+        (0..200)
+            .filter(|i| segment_of(&put(&s, &format!("{tag}{i}"), 64, &one(), now)[0]) == "new")
+            .count()
+    };
+    // About 2.5% (tried first 5% of the time, then half of those) while it
+    // is new, about half once the ramp is over.
+    assert!(on_new(10_000, "a") < 50);
+    assert!(on_new(14_000, "b") > 50);
+}
+
+#[test]
 fn unfinished_puts_time_out() {
     let s = with_segment(1 << 20);
     s.put_start(W, "slow", 4096, &one(), false, 0).unwrap();
