@@ -34,7 +34,7 @@ fn reset_peak() {
 /// A `BatchExistKey` frame of `n` empty keys, encoded by hand (our encoder
 /// would refuse nothing: the cap is the decoder's).
 fn empty_keys_frame(n: usize) -> Vec<u8> {
-    let mut payload = vec![1u8];
+    let mut payload = vec![mooncake_store::proto::PROTOCOL_VERSION];
     let probe = Request::BatchExistKey { keys: vec![] };
     let mut tagged = Vec::new();
     encode_frame(&probe, &mut tagged).unwrap();

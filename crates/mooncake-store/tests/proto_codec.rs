@@ -8,7 +8,7 @@ use mooncake_common::{Error, ErrorCode};
 use mooncake_store::proto::frame::{
     decode_payload, encode_frame, frame_len, read_frame, MAX_FRAME_LEN,
 };
-use mooncake_store::proto::{Frames, Request, Response};
+use mooncake_store::proto::{Frames, Request, Response, PROTOCOL_VERSION};
 use mooncake_store::types::{
     DiskDescriptor, GetReplicaListResponse, MemoryDescriptor, OffloadBatch, OffloadTask,
     ReplicaDesc, ReplicaKind, ReplicaPolicy, ReplicaStatus, SegmentInfo, StorageConfig,
@@ -401,17 +401,21 @@ fn trailing_bytes_version_and_tags_are_checked() {
     let e: Error = decode_payload::<Request<'_>>(p).unwrap_err().into();
     assert_eq!(e.code, ErrorCode::DESERIALIZE_FAIL);
 
-    let mut frame = frame_of(&Request::RemoveAll { force: true });
-    frame[4] = 2;
-    let e: Error = decode_payload::<Request<'_>>(&frame[4..])
-        .unwrap_err()
-        .into();
-    assert_eq!(e.code, ErrorCode::INVALID_VERSION);
+    // Another build's version, older or newer, is refused as such.
+    for other in [PROTOCOL_VERSION - 1, PROTOCOL_VERSION + 1] {
+        let mut frame = frame_of(&Request::RemoveAll { force: true });
+        frame[4] = other;
+        let e: Error = decode_payload::<Request<'_>>(&frame[4..])
+            .unwrap_err()
+            .into();
+        assert_eq!(e.code, ErrorCode::INVALID_VERSION);
+    }
 
     // Unknown message tag, bool out of range.
-    assert!(decode_payload::<Request<'_>>(&[1, 0]).is_err());
-    assert!(decode_payload::<Request<'_>>(&[1, 250]).is_err());
-    assert!(decode_payload::<Request<'_>>(&[1, 18, 2]).is_err());
+    let v = PROTOCOL_VERSION;
+    assert!(decode_payload::<Request<'_>>(&[v, 0]).is_err());
+    assert!(decode_payload::<Request<'_>>(&[v, 250]).is_err());
+    assert!(decode_payload::<Request<'_>>(&[v, 18, 2]).is_err());
 }
 
 #[test]
@@ -449,7 +453,7 @@ fn frame_lengths_are_bounded() {
 #[test]
 fn hostile_counts_do_not_allocate() {
     // BatchExistKey claiming 2^62 keys in a 12-byte payload.
-    let mut p = vec![1, 13];
+    let mut p = vec![PROTOCOL_VERSION, 13];
     let mut n = 1u64 << 62;
     while n >= 0x80 {
         p.push((n as u8) | 0x80);
@@ -458,7 +462,9 @@ fn hostile_counts_do_not_allocate() {
     p.push(n as u8);
     assert!(decode_payload::<Request<'_>>(&p).is_err());
     // A string length larger than the input.
-    assert!(decode_payload::<Request<'_>>(&[1, 12, 0xff, 0xff, 0x03, b'a']).is_err());
+    assert!(
+        decode_payload::<Request<'_>>(&[PROTOCOL_VERSION, 12, 0xff, 0xff, 0x03, b'a']).is_err()
+    );
 }
 
 fn arb_config() -> impl Strategy<Value = ReplicaPolicy> {

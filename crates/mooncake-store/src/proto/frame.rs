@@ -23,8 +23,10 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::wire::{Decode, DecodeError, Encode, EncodeLimit, Reader};
 
-/// The protocol version this build speaks.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// The protocol version this build speaks. Raised whenever a message's
+/// layout changes (fields are positional), so that a peer of another build
+/// is refused with `INVALID_VERSION` instead of misreading fields.
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Largest payload accepted in either direction.
 pub const MAX_FRAME_LEN: usize = 64 << 20;
 /// Bytes of the length prefix.
