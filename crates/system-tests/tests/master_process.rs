@@ -237,7 +237,7 @@ fn serves_clients_and_survives_malformed_frames() {
         let mut s = TcpStream::connect(&rpc).unwrap();
         s.set_read_timeout(Some(TIMEOUT)).unwrap();
         let mut garbage = 5u32.to_le_bytes().to_vec();
-        garbage.extend_from_slice(&[1, 200, 1, 2, 3]);
+        garbage.extend_from_slice(&[mooncake_store::proto::PROTOCOL_VERSION, 200, 1, 2, 3]);
         s.write_all(&garbage).unwrap();
         let mut buf = Vec::new();
         read_frame(&mut s, &mut buf).unwrap();

@@ -136,7 +136,7 @@ fn malformed_frames_are_answered_counted_and_only_bad_lengths_close() {
     }
     let mut s = connect(server.local_addr());
     let mut garbage = 5u32.to_le_bytes().to_vec();
-    garbage.extend_from_slice(&[1, 200, 1, 2, 3]);
+    garbage.extend_from_slice(&[crate::proto::PROTOCOL_VERSION, 200, 1, 2, 3]);
     assert_eq!(
         failed_code(exchange(&mut s, &garbage)),
         ErrorCode::DESERIALIZE_FAIL
