@@ -242,7 +242,7 @@ fn dummy_service_answers_malformed_frames_and_closes_idle_connections_as_the_mas
     // A well-framed but undecodable payload is answered and the connection goes on.
     let mut s = connect();
     let mut garbage = 5u32.to_le_bytes().to_vec();
-    garbage.extend_from_slice(&[1, 200, 1, 2, 3]);
+    garbage.extend_from_slice(&[mooncake_store::proto::PROTOCOL_VERSION, 200, 1, 2, 3]);
     assert_eq!(
         error_of(answer(&mut s, &garbage)),
         ErrorCode::DESERIALIZE_FAIL
