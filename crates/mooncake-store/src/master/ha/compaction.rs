@@ -163,6 +163,7 @@ fn run(shared: Arc<Shared>, stores: Option<Arc<Stores>>, stop: Arc<AtomicBool>) 
         let mut shadow: Option<Shadow> = None;
         let result = round(&shared, &repl, stores.as_deref(), &mut shadow);
         drop(shadow);
+        crate::master::durable::snapshot::release_heap();
         match result {
             Ok(Some((seq, bytes, compacted))) => {
                 tracing::info!(seq, bytes, compacted, "HA snapshot taken")

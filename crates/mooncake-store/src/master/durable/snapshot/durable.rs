@@ -198,6 +198,7 @@ fn snapshot_loop(
         let mut shadow: Option<Shadow> = None;
         let result = round(&make, keep, &stores, &wal, &mut shadow);
         drop(shadow);
+        super::release_heap();
         match &result {
             Ok(r) => tracing::info!(report = ?r, "snapshot taken"),
             Err(e) => tracing::error!("snapshot failed: {e}"),
