@@ -256,6 +256,7 @@ impl MasterService {
             return Err(ImageError::Malformed(DecodeError::BadLength(objects)));
         }
         progress.begin(objects);
+        self.objects.reserve(objects);
         for done in 1..=objects {
             let key = <&str>::decode(r)?;
             let size = u64::decode(r)?;

@@ -558,14 +558,14 @@ impl ObjectMap {
     /// Adds an object read from a snapshot; false, changing nothing, when
     /// the key is already present.
     pub(crate) fn restore(&self, shard: &mut Shard, key: &str, obj: ObjectMeta) -> bool {
-        if shard.map.contains_key(key) {
+        let (standing, charged) = (Standing::of(&obj), charge_of(&obj));
+        if !shard.map.insert_if_absent(key, obj) {
             return false;
         }
-        shard.tally.moved(None, Some(Standing::of(&obj)));
+        shard.tally.moved(None, Some(standing));
         if let Some(c) = &shard.charges {
-            c.moved(key, 0, charge_of(&obj));
+            c.moved(key, 0, charged);
         }
-        shard.map.insert_if_absent(key, obj);
         self.charge(key);
         true
     }
@@ -578,6 +578,15 @@ impl ObjectMap {
             total.add(Counts::scan(shard.values(), now));
         }
         total
+    }
+
+    /// Makes room for `n` more objects spread over the shards (a restore).
+    pub(crate) fn reserve(&self, n: u64) {
+        let per = usize::try_from(n / SHARDS as u64).unwrap_or(usize::MAX);
+        for mut shard in self.shards() {
+            // Hashing spreads keys within a few per cent of the mean.
+            shard.map.reserve(per.saturating_add(per / 16));
+        }
     }
 
     /// Objects by standing at `now`: a short lock of each shard in turn.

@@ -103,9 +103,13 @@ impl Table {
     }
 
     fn slot_of(&self, key: &str) -> Option<u32> {
+        self.slot_at(self.hash(key), key)
+    }
+
+    fn slot_at(&self, hash: u64, key: &str) -> Option<u32> {
         let chunks = &self.chunks;
         self.index
-            .find(self.hash(key), |&s| {
+            .find(hash, |&s| {
                 let (c, i) = split(s);
                 chunks[c][i].as_ref().is_some_and(|r| r.key.as_str() == key)
             })
@@ -131,10 +135,11 @@ impl Table {
         key: &str,
         make: impl FnOnce() -> ObjectMeta,
     ) -> (&mut ObjectMeta, bool) {
-        match self.slot_of(key) {
+        let hash = self.hash(key);
+        match self.slot_at(hash, key) {
             Some(s) => (&mut self.record_mut(s).obj, false),
             None => {
-                let s = self.insert_new(key, make());
+                let s = self.insert_new(hash, key, make());
                 (&mut self.record_mut(s).obj, true)
             }
         }
@@ -142,14 +147,26 @@ impl Table {
 
     /// Adds `obj` under `key` unless the key is present; true when added.
     pub(crate) fn insert_if_absent(&mut self, key: &str, obj: ObjectMeta) -> bool {
-        if self.slot_of(key).is_some() {
+        let hash = self.hash(key);
+        if self.slot_at(hash, key).is_some() {
             return false;
         }
-        self.insert_new(key, obj);
+        self.insert_new(hash, key, obj);
         true
     }
 
-    fn insert_new(&mut self, key: &str, obj: ObjectMeta) -> u32 {
+    /// Makes room in the index for `n` more objects (a restore that knows
+    /// how many come), so it does not grow step by step.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        let (chunks, hasher) = (&self.chunks, &self.hasher);
+        self.index.reserve(n, |&s| {
+            let (c, i) = split(s);
+            hasher.hash_one(chunks[c][i].as_ref().expect("full").key.as_str())
+        });
+    }
+
+    /// Adds a record for `key`, absent, whose hash is `hash`.
+    fn insert_new(&mut self, hash: u64, key: &str, obj: ObjectMeta) -> u32 {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -167,7 +184,6 @@ impl Table {
             obj,
         });
         let (chunks, hasher) = (&self.chunks, &self.hasher);
-        let hash = hasher.hash_one(key);
         self.index.insert_unique(hash, slot, |&s| {
             let (c, i) = split(s);
             hasher.hash_one(chunks[c][i].as_ref().expect("full").key.as_str())
