@@ -207,7 +207,8 @@ pub(crate) struct MemoryArgs {
     #[arg(long, default_value_t = 512)]
     pub(crate) batch: usize,
     /// Run the master with snapshots this many seconds apart, and read its
-    /// RSS after the first snapshot taken after the fill.
+    /// RSS (the lowest over one interval) after the first snapshot written
+    /// after the fill.
     #[arg(long)]
     pub(crate) snapshot_interval: Option<u64>,
     #[arg(long)]

@@ -24,8 +24,9 @@ pub struct MemoryReport {
     /// The master's peak RSS (VmHWM) over the run.
     pub master_rss_peak: u64,
     pub rss_bytes_per_object: f64,
-    /// Seconds between snapshots, when they were on (the RSS is read
-    /// after the first snapshot that holds every object).
+    /// Seconds between snapshots, when they were on (the RSS after is
+    /// the lowest over one interval after the first snapshot written
+    /// after the fill).
     pub snapshot_interval_s: Option<u64>,
     pub segment_bytes: u64,
 }
@@ -111,11 +112,24 @@ pub fn run(
         }
     }
     let fill_seconds = t0.elapsed().as_secs_f64();
-    if let Some(s) = snapshot_interval_s {
-        await_snapshot(&snapshots, std::time::SystemTime::now(), s)?;
-    }
-    std::thread::sleep(Duration::from_secs(2));
-    let after = cluster::rss_bytes(pid)?;
+    let after = match snapshot_interval_s {
+        Some(s) => {
+            await_snapshot(&snapshots, std::time::SystemTime::now(), s)?;
+            // Between rounds: the lowest RSS over one interval after it,
+            // as a round's own copy may still be going when it appears.
+            let mut low = u64::MAX;
+            let until = Instant::now() + Duration::from_secs(s.max(2));
+            while Instant::now() < until {
+                low = low.min(cluster::rss_bytes(pid)?);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            low
+        }
+        None => {
+            std::thread::sleep(Duration::from_secs(2));
+            cluster::rss_bytes(pid)?
+        }
+    };
     let stored = (objects - failed).max(1);
     let _ = client.unregister_buffer(addr);
     let _ = client.close();

@@ -62,6 +62,8 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         let make = || MasterService::new(config);
         let r = restore(&make, stores.as_deref(), dir.as_deref(), None, progress)?;
         tracing::info!(report = ?r.report, "restored master state");
+        // The snapshot's bytes and the log entries replayed are gone.
+        super::release_heap();
         let next = r.report.last_seq + 1;
         (r.service, r.now, next, Some(r.report))
     } else {
