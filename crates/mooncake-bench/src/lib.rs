@@ -206,6 +206,11 @@ pub(crate) struct MemoryArgs {
     pub(crate) size: u64,
     #[arg(long, default_value_t = 512)]
     pub(crate) batch: usize,
+    /// Run the master with snapshots this many seconds apart, and read its
+    /// RSS (the lowest over one interval) after the first snapshot written
+    /// after the fill.
+    #[arg(long)]
+    pub(crate) snapshot_interval: Option<u64>,
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
     /// Draw the results here as SVG (default: next to `--json`, as `.svg`).
@@ -454,7 +459,7 @@ fn run_baseline(a: BaselineArgs) -> Result<(), String> {
 
 fn run_memory(a: MemoryArgs) -> Result<(), String> {
     let size = usize::try_from(a.size).map_err(|_| "size too large".to_string())?;
-    let r = memory::run(a.objects, size, a.batch, |n, rss| {
+    let r = memory::run(a.objects, size, a.batch, a.snapshot_interval, |n, rss| {
         eprintln!("{n} objects, master RSS {} MiB", rss >> 20);
     })
     .map_err(|e| e.to_string())?;

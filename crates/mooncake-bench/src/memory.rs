@@ -21,7 +21,13 @@ pub struct MemoryReport {
     pub fill_seconds: f64,
     pub master_rss_before: u64,
     pub master_rss_after: u64,
+    /// The master's peak RSS (VmHWM) over the run.
+    pub master_rss_peak: u64,
     pub rss_bytes_per_object: f64,
+    /// Seconds between snapshots, when they were on (the RSS after is
+    /// the lowest over one interval after the first snapshot written
+    /// after the fill).
+    pub snapshot_interval_s: Option<u64>,
     pub segment_bytes: u64,
 }
 
@@ -45,11 +51,13 @@ pub fn charts(r: &MemoryReport) -> Vec<crate::svg::Bars> {
     ]
 }
 
-/// Fills a fresh master with `objects` objects of `size` bytes, `batch` per call.
+/// Fills a fresh master with `objects` objects of `size` bytes, `batch` per
+/// call; with `snapshot_interval_s`, the master takes snapshots that often.
 pub fn run(
     objects: usize,
     size: usize,
     batch: usize,
+    snapshot_interval_s: Option<u64>,
     mut progress: impl FnMut(usize, u64),
 ) -> Result<MemoryReport> {
     if objects == 0 || size == 0 || batch == 0 {
@@ -58,7 +66,21 @@ pub fn run(
             "objects, size and batch must be positive",
         ));
     }
-    let master = cluster::start_master(&[], &[])?;
+    let snapshots = cluster::work_dir()?.join("memory-snapshots");
+    let (env, extra) = match snapshot_interval_s {
+        Some(s) => (
+            vec![(
+                "MOONCAKE_SNAPSHOT_LOCAL_PATH".to_string(),
+                snapshots.display().to_string(),
+            )],
+            vec![
+                "--enable_snapshot=true".to_string(),
+                format!("--snapshot_interval_seconds={s}"),
+            ],
+        ),
+        None => (Vec::new(), Vec::new()),
+    };
+    let master = cluster::start_master(&env, &extra)?;
     let pid = master.proc.pid();
     // Stay below the eviction watermark.
     let segment = (objects as f64 * size as f64 * 1.3) as u64 + (64 << 20);
@@ -90,8 +112,24 @@ pub fn run(
         }
     }
     let fill_seconds = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_secs(2));
-    let after = cluster::rss_bytes(pid)?;
+    let after = match snapshot_interval_s {
+        Some(s) => {
+            await_snapshot(&snapshots, std::time::SystemTime::now(), s)?;
+            // Between rounds: the lowest RSS over one interval after it,
+            // as a round's own copy may still be going when it appears.
+            let mut low = u64::MAX;
+            let until = Instant::now() + Duration::from_secs(s.max(2));
+            while Instant::now() < until {
+                low = low.min(cluster::rss_bytes(pid)?);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            low
+        }
+        None => {
+            std::thread::sleep(Duration::from_secs(2));
+            cluster::rss_bytes(pid)?
+        }
+    };
     let stored = (objects - failed).max(1);
     let _ = client.unregister_buffer(addr);
     let _ = client.close();
@@ -102,9 +140,56 @@ pub fn run(
         fill_seconds: (fill_seconds * 10.0).round() / 10.0,
         master_rss_before: before,
         master_rss_after: after,
+        master_rss_peak: peak_rss(pid).unwrap_or(0),
+        snapshot_interval_s,
         rss_bytes_per_object: ((after.saturating_sub(before)) as f64 / stored as f64 * 10.0)
             .round()
             / 10.0,
         segment_bytes: segment,
     })
+}
+
+/// Waits for a snapshot file under `dir` written after `since`.
+fn await_snapshot(
+    dir: &std::path::Path,
+    since: std::time::SystemTime,
+    interval_s: u64,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(interval_s * 3 + 600);
+    while Instant::now() < deadline {
+        let newer = walk(dir).into_iter().any(|p| {
+            std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t > since)
+        });
+        if newer {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Err(Error::new(
+        ErrorCode::INTERNAL_ERROR,
+        format!("no snapshot under {} after the fill", dir.display()),
+    ))
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files.extend(walk(&p));
+        } else {
+            files.push(p);
+        }
+    }
+    files
+}
+
+/// The process's peak RSS (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }

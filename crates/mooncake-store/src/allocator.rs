@@ -173,6 +173,59 @@ impl<const ALIGN: u64> OffsetAllocator<ALIGN> {
         Ok(())
     }
 
+    /// Takes every `(offset, size)` of `ranges` as [`reserve`](Self::reserve)
+    /// would one by one, in one pass over the free list: a restored
+    /// snapshot lists its objects in no particular order, and reserving
+    /// them one at a time would fragment the free list into millions of
+    /// ranges on the way. Sorts `ranges`. On a range that is not wholly
+    /// free (or taken twice) nothing changes and that range is returned.
+    pub fn reserve_all(&mut self, ranges: &mut [(u64, u64)]) -> Result<(), BadFree> {
+        ranges.sort_unstable();
+        let mut kept: Vec<(u64, u64)> = Vec::new();
+        let mut free = self.by_offset.iter().map(|(&o, &l)| (o, o + l));
+        // The free range being carved, as [start, end).
+        let mut cur: Option<(u64, u64)> = None;
+        let mut used = self.used;
+        for &(offset, size) in ranges.iter() {
+            let bad = || BadFree { offset, len: size };
+            let need = Self::reserved_len(size).ok_or_else(bad)?;
+            let end = offset.checked_add(need).ok_or_else(bad)?;
+            if offset & Self::MASK != 0 || end > self.capacity {
+                return Err(bad());
+            }
+            let (start, stop) = loop {
+                match cur {
+                    Some((s, e)) if offset < e => break (s, e),
+                    Some((s, e)) => {
+                        if s < e {
+                            kept.push((s, e - s));
+                        }
+                        cur = None;
+                    }
+                    None => cur = Some(free.next().ok_or_else(bad)?),
+                }
+            };
+            if offset < start || end > stop {
+                return Err(bad());
+            }
+            if offset > start {
+                kept.push((start, offset - start));
+            }
+            cur = Some((end, stop));
+            used += need;
+        }
+        if let Some((s, e)) = cur {
+            if s < e {
+                kept.push((s, e - s));
+            }
+        }
+        kept.extend(free.map(|(s, e)| (s, e - s)));
+        self.by_len = kept.iter().map(|&(o, l)| (l, o)).collect();
+        self.by_offset = kept.into_iter().collect();
+        self.used = used;
+        Ok(())
+    }
+
     fn insert_free(&mut self, offset: u64, len: u64) {
         self.by_offset.insert(offset, len);
         self.by_len.insert((len, offset));

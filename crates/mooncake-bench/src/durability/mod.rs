@@ -202,7 +202,7 @@ pub fn render(r: &DurabilityReport) -> String {
             ),
         ],
         vec![
-            "later snapshot (incremental shadow), ms".into(),
+            "later snapshot (shadow rebuilt from the first and the log), ms".into(),
             format!(
                 "{} (apply {}, encode {}, write {})",
                 ms(s.second.apply + s.second.encode + s.second.store),

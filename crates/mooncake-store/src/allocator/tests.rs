@@ -307,3 +307,72 @@ fn reserving_what_allocate_chose_rebuilds_the_same_allocator() {
     assert_eq!((a.used(), a.free_ranges()), (b.used(), b.free_ranges()));
     assert_eq!(a.largest_free(), b.largest_free());
 }
+
+#[test]
+fn reserve_all_matches_reserving_one_by_one() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for round in 0..50 {
+        let mut one = Fine::new(1 << 20);
+        // Some allocations and frees first, so the free list has holes.
+        let taken: Vec<u64> = (0..40)
+            .filter_map(|_| one.allocate(rng.gen_range(1..4000)))
+            .collect();
+        for (i, &o) in taken.iter().enumerate() {
+            if i % 3 == 0 {
+                let _ = one.free(o, 1);
+            }
+        }
+        let mut all = Fine::new(1 << 20);
+        let mut ranges = Vec::new();
+        for (o, l) in one.free_list().collect::<Vec<_>>() {
+            // Carve ranges that fit each free range, in shuffled order.
+            let mut at = o;
+            while at + 64 <= o + l && ranges.len() < 500 {
+                let size = rng.gen_range(1..=64);
+                ranges.push((at, size));
+                at += Fine::reserved_len(size).unwrap() + rng.gen_range(0..3) * 8;
+            }
+        }
+        // `all` starts with the same free list as `one`.
+        let mut used = Vec::new();
+        let mut prev = 0;
+        for (o, l) in one.free_list() {
+            if o > prev {
+                used.push((prev, o - prev));
+            }
+            prev = o + l;
+        }
+        if prev < one.capacity() {
+            used.push((prev, one.capacity() - prev));
+        }
+        for &(o, l) in &used {
+            all.reserve(o, l).unwrap();
+        }
+        assert!(ranges.len() > 10, "round {round}: {} ranges", ranges.len());
+        for i in (1..ranges.len()).rev() {
+            ranges.swap(i, rng.gen_range(0..=i));
+        }
+        for &(o, s) in &ranges {
+            one.reserve(o, s).unwrap();
+        }
+        all.reserve_all(&mut ranges.clone()).unwrap();
+        assert_eq!(
+            all.free_list().collect::<Vec<_>>(),
+            one.free_list().collect::<Vec<_>>(),
+            "round {round}"
+        );
+        assert_eq!(all.used(), one.used());
+        all.check();
+        // Taken twice, or not free: refused, nothing changes.
+        if let Some(&(o, s)) = ranges.first() {
+            let before: Vec<_> = all.free_list().collect();
+            assert_eq!(
+                all.reserve_all(&mut [(o, s)]),
+                Err(BadFree { offset: o, len: s })
+            );
+            let mut dup = vec![(o, s), (o, s)];
+            assert!(Fine::new(1 << 20).reserve_all(&mut dup).is_err());
+            assert_eq!(all.free_list().collect::<Vec<_>>(), before);
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //!
 //! With `--enable_snapshot`, every master of a replicated cluster turns
 //! its committed state into a snapshot every `--snapshot_interval_seconds`
-//! ([`Snapshotter`]): a shadow copy of the state machine applies the
+//! ([`Snapshotter`]): a shadow copy of the state machine, rebuilt for the
+//! round from the previous image and dropped after it, applies the
 //! committed entries (copied out of the log: the live state is never
 //! locked for it), is encoded (`snapshot::format`), and becomes this
 //! master's *image* (`replication::catch_up`). The leader also stores it
@@ -150,7 +151,6 @@ fn run(shared: Arc<Shared>, stores: Option<Arc<Stores>>, stop: Arc<AtomicBool>) 
         .config
         .snapshot_interval
         .max(Duration::from_millis(100));
-    let mut shadow: Option<Shadow> = None;
     let mut due = Instant::now() + interval;
     while !stop.load(Ordering::SeqCst) {
         if Instant::now() < due {
@@ -158,15 +158,18 @@ fn run(shared: Arc<Shared>, stores: Option<Arc<Stores>>, stop: Arc<AtomicBool>) 
             continue;
         }
         due = Instant::now() + interval;
-        match round(&shared, &repl, stores.as_deref(), &mut shadow) {
+        // Built for this round from the image and the log, and dropped
+        // after it: between rounds the master holds one copy.
+        let mut shadow: Option<Shadow> = None;
+        let result = round(&shared, &repl, stores.as_deref(), &mut shadow);
+        drop(shadow);
+        crate::master::durable::snapshot::release_heap();
+        match result {
             Ok(Some((seq, bytes, compacted))) => {
                 tracing::info!(seq, bytes, compacted, "HA snapshot taken")
             }
             Ok(None) => {}
-            Err(e) => {
-                tracing::error!("HA snapshot failed: {e}");
-                shadow = None;
-            }
+            Err(e) => tracing::error!("HA snapshot failed: {e}"),
         }
     }
 }

@@ -241,18 +241,40 @@ impl MasterService {
                 }
                 Ok(Replicas::from_vec(out))
             };
+        // Objects' ranges are taken all at once after the objects, per
+        // segment (`Segment::reserve_all`): one at a time, in the order
+        // of the image, they would fragment the free lists on the way.
+        let mut ranges: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+        let mut place =
+            |places: Vec<Placed>, size: u64| -> std::result::Result<Replicas, ImageError> {
+                let mut out = Vec::with_capacity(places.len());
+                for p in places {
+                    let seg = segs
+                        .get(&p.segment)
+                        .ok_or_else(|| inconsistent(format!("no segment {}", p.segment)))?;
+                    if seg.is_mounted() {
+                        ranges.entry(p.segment).or_default().push((p.offset, size));
+                    }
+                    out.push(Placement {
+                        segment: seg.clone(),
+                        offset: p.offset,
+                    });
+                }
+                Ok(Replicas::from_vec(out))
+            };
         let objects = u64::decode(r)?;
         if objects > r.remaining() as u64 {
             return Err(ImageError::Malformed(DecodeError::BadLength(objects)));
         }
         progress.begin(objects);
+        self.objects.reserve(objects);
         for done in 1..=objects {
             let key = <&str>::decode(r)?;
             let size = u64::decode(r)?;
             let lease_until = u64::decode(r)?;
             let soft_pin_until = u64::decode(r)?;
             let flags = u8::decode(r)?;
-            let replicas = reserve(Vec::decode(r)?, size)?;
+            let replicas = place(Vec::decode(r)?, size)?;
             let tag = r.u8()?;
             let pending = match tag {
                 0 => None,
@@ -266,7 +288,7 @@ impl MasterService {
                             let places = Vec::decode(r)?;
                             let psize = u64::decode(r)?;
                             PendingKind::Replacing {
-                                replicas: reserve(places, psize)?,
+                                replicas: place(places, psize)?,
                                 size: psize,
                                 flags: u8::decode(r)?,
                             }
@@ -274,7 +296,7 @@ impl MasterService {
                         _ => {
                             let places = Vec::decode(r)?;
                             PendingKind::Replicating {
-                                replicas: reserve(places, size)?,
+                                replicas: place(places, size)?,
                                 drop_source: Option::<String>::decode(r)?.map(Box::from),
                             }
                         }
@@ -311,6 +333,15 @@ impl MasterService {
             }
             drop(shard);
             progress.restored(done);
+        }
+        for (id, mut ranges) in ranges {
+            let seg = segs.get(&id).expect("placed on a known segment");
+            seg.reserve_all(&mut ranges).map_err(|b| {
+                inconsistent(format!(
+                    "range {}+{} of segment {id} taken twice",
+                    b.offset, b.len
+                ))
+            })?;
         }
         {
             let mut tasks = self.tasks.lock();

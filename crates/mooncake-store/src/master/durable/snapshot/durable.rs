@@ -62,6 +62,8 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         let make = || MasterService::new(config);
         let r = restore(&make, stores.as_deref(), dir.as_deref(), None, progress)?;
         tracing::info!(report = ?r.report, "restored master state");
+        // The snapshot's bytes and the log entries replayed are gone.
+        super::release_heap();
         let next = r.report.last_seq + 1;
         (r.service, r.now, next, Some(r.report))
     } else {
@@ -163,9 +165,10 @@ impl Snapshotter {
     }
 }
 
-/// The shadow copy of the state machine the snapshots are encoded from,
-/// kept between rounds (`None` before the first: [`round`] builds it from
-/// the store and the log).
+/// The shadow copy of the state machine a snapshot is encoded from (`None`
+/// to start: [`round`] builds it from the store and the log). The master's
+/// own loop drops it after each round; a caller may keep it to save the
+/// rebuild at the price of a second copy of the state.
 pub struct Shadow {
     service: MasterService,
     seq: u64,
@@ -179,7 +182,6 @@ fn snapshot_loop(
     ctl: Arc<(Mutex<Control>, Condvar)>,
 ) {
     let interval = config.snapshot_interval;
-    let mut shadow: Option<Shadow> = None;
     let mut next_due = Instant::now() + interval;
     loop {
         let (lock, cv) = &*ctl;
@@ -193,14 +195,15 @@ fn snapshot_loop(
         drop(c);
         let make = || MasterService::new(&config);
         let keep = config.snapshot_retention_count;
+        // Built for this round from the newest snapshot and the log, and
+        // dropped after it: between rounds the master holds one copy.
+        let mut shadow: Option<Shadow> = None;
         let result = round(&make, keep, &stores, &wal, &mut shadow);
+        drop(shadow);
+        super::release_heap();
         match &result {
             Ok(r) => tracing::info!(report = ?r, "snapshot taken"),
-            Err(e) => {
-                tracing::error!("snapshot failed: {e}");
-                // Rebuilt from the store and log next time.
-                shadow = None;
-            }
+            Err(e) => tracing::error!("snapshot failed: {e}"),
         }
         next_due = Instant::now() + interval;
     }

@@ -5,11 +5,13 @@
 //!
 //! A snapshot is taken off the hot path, from the log: the snapshot thread
 //! cuts the log ([`Wal::rotate`](super::oplog::wal::Wal::rotate), the only
-//! moment it meets the writers: microseconds), applies the closed log files
-//! to its own copy of the state machine (a shadow kept between rounds),
-//! encodes that copy (`format`) and stores it (`store`). The live state is
-//! never locked or copied, so the hot path does not stall at any size; the
-//! price is a second copy of the metadata in memory.
+//! moment it meets the writers: microseconds), rebuilds a copy of the state
+//! machine at the cut from the newest snapshot and the closed log files
+//! (a shadow), encodes that copy (`format`), stores it (`store`) and drops
+//! it. The live state is never locked or copied, so the hot path does not
+//! stall at any size, and the snapshot is exactly the state at the
+//! position it records. The second copy exists only while a round runs:
+//! between rounds the master holds its state once.
 //!
 //! # Retention and truncation
 //!
@@ -167,6 +169,17 @@ impl Stores {
             }
         }
         Ok((oldest, deleted))
+    }
+}
+
+/// Gives the heap a dropped shadow held back to the system: its many small
+/// allocations (and those of the log entries it replayed) otherwise stay
+/// resident after it is gone.
+pub(crate) fn release_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks the allocator's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

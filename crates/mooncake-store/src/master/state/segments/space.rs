@@ -103,6 +103,20 @@ impl Space {
         self.main.reserve(offset, size)
     }
 
+    /// Takes every `(offset, size)` of `ranges` for objects at once (a
+    /// restored snapshot's, whose objects come before its reserved space):
+    /// in one pass while no reserved space is free, else `reserve` on each
+    /// (which stops at the first range not free, the others taken).
+    pub(crate) fn reserve_all(&mut self, ranges: &mut [(u64, u64)]) -> Result<(), BadFree> {
+        if self.reserved_free() == 0 {
+            return self.main.reserve_all(ranges);
+        }
+        for &(offset, size) in ranges.iter() {
+            self.reserve(offset, size)?;
+        }
+        Ok(())
+    }
+
     /// Gives an object's range back.
     pub(crate) fn free(&mut self, offset: u64, size: u64) -> Result<(), BadFree> {
         self.main.free(offset, size)
@@ -180,6 +194,21 @@ impl Segment {
         let ok = self.is_mounted() && space.add_reserved(offset, len);
         self.note_used(&space);
         ok
+    }
+
+    /// Takes every `(offset, size)` of `ranges` for objects (`Space::reserve_all`);
+    /// the first range not free when one is not (or unmounted).
+    pub(crate) fn reserve_all(&self, ranges: &mut [(u64, u64)]) -> Result<(), BadFree> {
+        let mut space = self.space.lock();
+        if !self.is_mounted() {
+            return match ranges.first() {
+                Some(&(offset, len)) => Err(BadFree { offset, len }),
+                None => Ok(()),
+            };
+        }
+        let r = space.reserve_all(ranges);
+        self.note_used(&space);
+        r
     }
 
     /// Takes `[offset, offset + len)` out of reserved space, to be freed
