@@ -218,15 +218,18 @@ impl ShmGroup {
     }
 
     /// The ranks among `ranks` whose processes have exited or that left
-    /// the group.
+    /// the group. Once this rank has left, every peer counts: its own
+    /// pending waits (a receive its peers will no longer serve) end too.
     pub fn dead(&self, ranks: &[usize]) -> Vec<usize> {
+        let left = self.flag(self.rank, Flag::Left) != 0;
         ranks
             .iter()
             .copied()
             .filter(|&r| {
                 r != self.rank
                     && self.connected(r)
-                    && (self.flag(r, Flag::Left) != 0
+                    && (left
+                        || self.flag(r, Flag::Left) != 0
                         || self.watches[r].lock().as_ref().is_some_and(|w| !w.alive()))
             })
             .collect()

@@ -199,3 +199,15 @@ fn a_rank_that_left_counts_as_dead_though_it_runs() {
     assert_eq!(gs[0].dead(&[0, 1]), vec![1]);
     assert_eq!(gs[0].wait(&[0, 1], Flag::Arrive, 1, far()), Ok(vec![1]));
 }
+
+#[test]
+fn a_rank_that_left_stops_waiting_on_its_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gs = group(&dir, 2, 1 << 12);
+    let g1 = gs[1].clone();
+    let recv = std::thread::spawn(move || g1.recv_header(0, far()));
+    std::thread::sleep(Duration::from_millis(50));
+    gs[1].post(Flag::Left, 1);
+    assert_eq!(recv.join().unwrap(), Err(GroupError::Dead(vec![0])));
+    assert_eq!(gs[1].dead(&[0, 1]), vec![0]);
+}

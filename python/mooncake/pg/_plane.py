@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _mooncake
+from . import _fault
 
 _native = _mooncake.pg
 ARRIVE, REDUCED, DONE, READY, LEFT = 0, 1, 2, 3, 4
@@ -140,7 +141,7 @@ class Plane:
     the same ranks missing at the same round and computes the same result.
     """
 
-    def __init__(self, shm, rank: int, world: int, timeout_s: float):
+    def __init__(self, shm, rank: int, world: int, timeout_s: float, fault=None, global_ranks=None):
         self.shm = shm
         self.rank = rank
         self.world = world
@@ -153,6 +154,12 @@ class Plane:
         for r in range(world):
             if shm.connected(r):
                 self.attach(r)
+        if fault is not None:
+            # The test-only hook (_fault): only a group made with it set
+            # pays for the check.
+            self._fault = fault
+            self._global = global_ranks
+            self.post = self._post_checked
 
     def attach(self, rank: int) -> None:
         """Views of ``rank``'s slots, once it is mapped (again)."""
@@ -182,6 +189,17 @@ class Plane:
         return k, k & 1
 
     def post(self, flag: int, k: int) -> None:
+        self.shm.post(flag, k)
+
+    def _post_checked(self, flag: int, k: int) -> None:
+        """``post`` through the fault hook: an Arrive is this rank's part
+        of a round, a transfer to each live peer."""
+        if flag == ARRIVE:
+            peers = [r for r in self.live() if r != self.rank]
+            g = self._global
+            failed = self._fault.transfer(g[self.rank], [g[r] for r in peers])
+            if failed:
+                raise _fault.TransferFailed([r for r in peers if g[r] in failed])
         self.shm.post(flag, k)
 
     def view(self, rank: int, slot: int, dtype: torch.dtype, n: int, at: int = 0) -> torch.Tensor:
