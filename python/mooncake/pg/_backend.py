@@ -17,7 +17,7 @@ from ._channels import Channels
 from ._grow import GrowMixin
 from ._plane import GroupBroken, Plane, RedOp, _op_type, check_op, flat
 from ._options import MooncakeBackendOptions
-from ._work import MooncakeWork
+from ._work import MooncakeWork, Ready
 
 _native = _mooncake.pg
 
@@ -459,8 +459,8 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         def run():
             fi, _ = flat(inp)
             fo, back = flat(out)
-            ins = list(fi.split(in_sizes))
-            outs = list(fo.split(out_sizes))
+            ins = list(fi.split_with_sizes(in_sizes))
+            outs = list(fo.split_with_sizes(out_sizes))
             equal = not out_splits and not in_splits
             longest = in_sizes[0] if equal else self._longest(max(in_sizes, default=0))
             self._plane.all_to_all(outs, ins, longest)
@@ -521,7 +521,12 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         data = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
         if failed is not None:
             return failed
-        fut = self._senders.submit(dst, self._do_send, dst, int(tag), data)
+        # A message that fits in the mailbox now, with no earlier send to
+        # dst pending, goes from this thread (no hand-off to wait for).
+        end = None
+        if self._fault is None and self._senders.idle(dst):
+            end = self._shm.try_send(dst, int(tag), data.data_ptr(), data.numel() * data.element_size())
+        fut = Ready(end) if end is not None else self._senders.submit(dst, self._do_send, dst, int(tag), data)
         return MooncakeWork(tensors, future=fut, group_size=self._max, confirm=lambda end: self._wait_read(dst, end))
 
     def _wait_read(self, dst: int, end: int) -> None:

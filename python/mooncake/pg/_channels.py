@@ -21,7 +21,14 @@ class Channels:
     def __init__(self, name: str):
         self._name = name
         self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+        self._last: dict[int, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
+
+    def idle(self, peer: int) -> bool:
+        """Whether everything given for ``peer`` has ended (the caller may
+        then act for it in its own thread without passing anything)."""
+        last = self._last.get(peer)
+        return last is None or last.done()
 
     def submit(self, peer: int, fn, *args) -> concurrent.futures.Future:
         pool = self._pools.get(peer)
@@ -31,7 +38,8 @@ class Channels:
                 if pool is None:
                     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self._name}-{peer}")
                     self._pools[peer] = pool
-        return pool.submit(fn, *args)
+        fut = self._last[peer] = pool.submit(fn, *args)
+        return fut
 
     def drain(self) -> None:
         """Until what every thread was given has ended."""

@@ -151,6 +151,7 @@ class Plane:
         self.missing: set[int] = set()
         self.slot_bytes = shm.slot_bytes
         self._slots: list[list[torch.Tensor] | None] = [None] * world
+        self._typed: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
         for r in range(world):
             if shm.connected(r):
                 self.attach(r)
@@ -163,6 +164,7 @@ class Plane:
 
     def attach(self, rank: int) -> None:
         """Views of ``rank``'s slots, once it is mapped (again)."""
+        self._typed = {key: v for key, v in self._typed.items() if key[0] != rank}
         self._slots[rank] = [
             torch.frombuffer(
                 (ctypes.c_uint8 * self.slot_bytes).from_address(self.shm.slot_addr(rank, s)),
@@ -173,6 +175,8 @@ class Plane:
 
     # -- rounds ----------------------------------------------------------
     def live(self) -> list[int]:
+        if not self.missing:
+            return self.ranks
         return [r for r in self.ranks if r not in self.missing]
 
     def _wait(self, flag: int, k: int, ranks=None) -> set[int]:
@@ -204,12 +208,15 @@ class Plane:
 
     def view(self, rank: int, slot: int, dtype: torch.dtype, n: int, at: int = 0) -> torch.Tensor:
         """``n`` elements of ``dtype`` from element ``at`` of a slot."""
-        size = torch.empty(0, dtype=dtype).element_size()
-        raw = self._slots[rank][slot][at * size : (at + n) * size]
-        return raw.view(dtype)
+        # One slice of a cached typed view: small operations are mostly
+        # this bookkeeping.
+        typed = self._typed.get((rank, slot, dtype))
+        if typed is None:
+            typed = self._typed[(rank, slot, dtype)] = self._slots[rank][slot].view(dtype)
+        return typed[at : at + n]
 
     def per(self, dtype: torch.dtype, blocks: int) -> int:
-        return _native.block_elems(self.slot_bytes, torch.empty(0, dtype=dtype).element_size(), blocks)
+        return _native.block_elems(self.slot_bytes, dtype.itemsize, blocks)
 
     def pos(self, rank: int) -> int:
         """``rank``'s index among the active ranks."""
