@@ -579,7 +579,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         failed = self._p2p_failed(src)
         if failed is not None:
             return failed
-        fut = self._receivers.submit(src, self._recv_message, src, int(tag), tensors[0])
+        fut = self._receivers.submit_shared(src, self._recv_message, src, int(tag), tensors[0])
         return MooncakeWork(tensors, future=fut, group_size=self._max, source=src)
 
     def recv_anysource(self, tensors, tag=0):
