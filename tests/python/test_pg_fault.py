@@ -1,10 +1,11 @@
 """The test-only fault hook of mooncake-cpu (mooncake.pg._fault): its
 rules and counting, without processes (the process scenarios are in
-test_pg_elastic.py)."""
+test_pg_elastic.py); and the point-to-point channels' ordering."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -69,3 +70,27 @@ def test_the_hook_is_off_without_its_variable(monkeypatch):
     monkeypatch.setenv(_fault.ENV, "fail:")
     with pytest.raises(ValueError):
         _fault.hook()
+
+
+# -- the point-to-point channels (mooncake.pg._channels) ----------------------
+def test_a_shared_operation_runs_once_and_after_the_one_before():
+    from mooncake.pg._channels import Channels
+
+    ch = Channels("test")
+    gate, log = threading.Event(), []
+    first = ch.submit_shared(0, lambda: (gate.wait(30), log.append(1)))
+    # Taken by the peer's thread, which now blocks on the gate.
+    deadline = time.monotonic() + 30
+    while not first._taken:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    second = ch.submit_shared(0, lambda: log.append(2) or 2)
+    threading.Timer(0.2, gate.set).start()
+    # The waiter takes the second one but runs it only after the first.
+    assert second.result() == 2
+    assert log == [1, 2]
+    # Nobody waits for the third: the peer's thread runs it all the same.
+    third = ch.submit_shared(0, lambda: log.append(3))
+    ch.drain()
+    assert third.done() and log == [1, 2, 3]
+    ch.shutdown(wait=True)
