@@ -294,29 +294,28 @@ def case_batch_many(rank, world):
 
 def case_batch_together(rank, world):
     """A batch's operations towards different peers are under way at once:
-    rank 0's batch sends rank 1 more than its mailbox holds and rank 2 a
-    small message; rank 1 reads rank 0's only after rank 2 passed the
-    small one on. Issued one after the other, rank 0's small send would
-    wait behind the large one, and the three ranks would hang."""
+    rank 0's batch sends ranks 1 and 2 more than a mailbox holds each;
+    rank 1 reads rank 0's only after rank 2 has read its own and passed a
+    word on. Issued one after the other, rank 0's send to rank 2 would
+    wait behind the one to rank 1, and the three ranks would hang."""
     if world < 3:
         return
     big = (3 << 20) // 4
     if rank == 0:
-        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, vals(0, big, torch.float32), 1),
-                                        dist.P2POp(dist.isend, torch.tensor([5.0]), 2)])
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, vals(1, big, torch.float32), 1),
+                                        dist.P2POp(dist.isend, vals(2, big, torch.float32), 2)])
         for w in works:
             assert w.wait() and pg.get_local_success(w)
-    elif rank == 1:
-        t = torch.zeros(1)
-        dist.recv(t, src=2)
-        assert t.item() == 6.0, t
+    elif rank in (1, 2):
         got = torch.zeros(big)
+        if rank == 1:
+            t = torch.zeros(1)
+            dist.recv(t, src=2)
+            assert t.item() == 5.0, t
         dist.recv(got, src=0)
-        same(got, vals(0, big, torch.float32), "the large message")
-    elif rank == 2:
-        t = torch.zeros(1)
-        dist.recv(t, src=0)
-        dist.send(t + 1, dst=1)
+        same(got, vals(rank, big, torch.float32), "the large message")
+        if rank == 2:
+            dist.send(torch.tensor([5.0]), dst=1)
     dist.barrier()
 
 
