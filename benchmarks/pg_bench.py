@@ -1,6 +1,6 @@
 """mooncake-cpu against torch's gloo on one host, interleaved.
 
-    python benchmarks/pg_bench.py [--worlds 2,4] [--sizes 4K,64K,1M,16M,64M]
+    python benchmarks/pg_bench.py [--worlds 2,4] [--sizes 4K,64K,1M,16M,64M] [--ops all_reduce,...]
 
 Every rank joins one gloo group and one mooncake-cpu group over the same
 ranks; each (operation, size) is timed on both in alternation, so both see
@@ -81,7 +81,7 @@ def idle_cpu(group, rank: int) -> tuple[float, float]:
     return blocked, idle
 
 
-def rank_main(rank: int, world: int, port: int, sizes: list[int], results) -> None:
+def rank_main(rank: int, world: int, port: int, sizes: list[int], ops: list[str], results) -> None:
     from mooncake import pg  # noqa: F401 - registers mooncake-cpu
 
     torch.set_num_threads(1)
@@ -89,7 +89,7 @@ def rank_main(rank: int, world: int, port: int, sizes: list[int], results) -> No
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world)
     groups = {"gloo": dist.group.WORLD, "mooncake-cpu": dist.new_group(backend="mooncake-cpu")}
     rows = []
-    for op in OPS:
+    for op in ops:
         for size in sizes:
             n = size // 4
             t = torch.ones(n)
@@ -120,8 +120,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--sizes", default="4K,64K,1M,16M,64M")
+    ap.add_argument("--ops", default=",".join(OPS), help=f"a subset of {','.join(OPS)}")
     args = ap.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
+    ops = args.ops.split(",")
+    unknown = sorted(set(ops) - set(OPS))
+    if unknown:
+        ap.error(f"unknown operations {unknown}: choose from {','.join(OPS)}")
     ctx = mp.get_context("spawn")
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start", file=sys.stderr)
     print("| world | operation | size | gloo ms | gloo GB/s | mooncake-cpu ms | mooncake-cpu GB/s | ratio |")
@@ -130,7 +135,7 @@ def main() -> None:
     for world in [int(w) for w in args.worlds.split(",")]:
         store = dist.TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
         results = ctx.Queue()
-        procs = [ctx.Process(target=rank_main, args=(r, world, store.port, sizes, results)) for r in range(world)]
+        procs = [ctx.Process(target=rank_main, args=(r, world, store.port, sizes, ops, results)) for r in range(world)]
         for p in procs:
             p.start()
         got = dict(results.get(timeout=3600) for _ in range(2))
@@ -139,7 +144,7 @@ def main() -> None:
         by = {}
         for op, size, b, sec in got["rows"]:
             by[(op, size, b)] = sec
-        for op in OPS:
+        for op in ops:
             for size in sizes:
                 g, m = by[(op, size, "gloo")], by[(op, size, "mooncake-cpu")]
                 print(

@@ -272,6 +272,53 @@ def case_batch_p2p(rank, world):
             assert t.item() == evens[(evens.index(rank) - 1) % len(evens)]
 
 
+def case_batch_many(rank, world):
+    """Many isend/irecv with every peer in one batch, receives listed
+    before the sends and tags out of order, some larger than a mailbox
+    (1 MiB in these tests): each has its Work, and all complete."""
+    if world == 1:
+        return
+    peers = [p for p in range(world) if p != rank]
+    sizes = [3, (3 << 20) // 4, 1]
+    recvs = {(p, i): torch.zeros(n, dtype=torch.float32) for p in peers for i, n in enumerate(sizes)}
+    ops = [dist.P2POp(dist.irecv, recvs[(p, i)], p, tag=i) for p in peers for i in reversed(range(len(sizes)))]
+    ops += [dist.P2POp(dist.isend, vals(rank * 10 + i, n, torch.float32), p, tag=i)
+            for p in peers for i, n in enumerate(sizes)]
+    works = dist.batch_isend_irecv(ops)
+    assert len(works) == len(ops)
+    for w in works:
+        assert w.wait() and pg.get_local_success(w)
+    for (p, i), t in recvs.items():
+        same(t, vals(p * 10 + i, sizes[i], torch.float32), f"batch from {p} tag {i}")
+
+
+def case_batch_together(rank, world):
+    """A batch's operations towards different peers are under way at once:
+    rank 0's batch sends ranks 1 and 2 more than a mailbox holds each;
+    rank 1 reads rank 0's only after rank 2 has read its own and passed a
+    word on. Issued one after the other, rank 0's send to rank 2 would
+    wait behind the one to rank 1, and the three ranks would hang."""
+    if world < 3:
+        return
+    big = (3 << 20) // 4
+    if rank == 0:
+        works = dist.batch_isend_irecv([dist.P2POp(dist.isend, vals(1, big, torch.float32), 1),
+                                        dist.P2POp(dist.isend, vals(2, big, torch.float32), 2)])
+        for w in works:
+            assert w.wait() and pg.get_local_success(w)
+    elif rank in (1, 2):
+        got = torch.zeros(big)
+        if rank == 1:
+            t = torch.zeros(1)
+            dist.recv(t, src=2)
+            assert t.item() == 5.0, t
+        dist.recv(got, src=0)
+        same(got, vals(rank, big, torch.float32), "the large message")
+        if rank == 2:
+            dist.send(torch.tensor([5.0]), dst=1)
+    dist.barrier()
+
+
 def _wait_dead(rank_gone: int) -> None:
     """Until this rank sees ``rank_gone``'s process gone (what the
     reference's tests wait for with an event)."""

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from mooncake import pg
+from mooncake.pg import _fault
 
 BROKEN = 1
 
@@ -195,8 +196,106 @@ def subgroups(proc, port, events):
     assert summed(proc + 1, gc) == 10
 
 
+# -- faults injected by the test-only hook (mooncake.pg._fault) --------------
+def rejoin_op(rank, op, verify):
+    """The reference's _run_rejoin_operation, on two ranks."""
+    if op == "collective":
+        t = torch.tensor([rank + 1], dtype=torch.int32)
+        works = [dist.all_reduce(t, async_op=True)]
+        for w in works:
+            w.wait()
+        if verify:
+            assert pg.get_local_success(works[0]), "collective failed locally"
+            assert t.item() == 3, t
+        return works
+    peer = 1 - rank
+    send, recv = torch.tensor([rank], dtype=torch.int64), torch.empty(1, dtype=torch.int64)
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer), dist.P2POp(dist.irecv, recv, peer)])
+    for w in works:
+        w.wait()
+    if verify:
+        assert all(pg.get_local_success(w) for w in works), f"P2P with rank {peer} failed locally"
+        assert recv.item() == peer, recv
+    return works
+
+
+def inplace_rejoin(proc, port, events, op):
+    """Rank 1's second transfer to rank 0 fails (the reference fails its
+    link 1->0 for one round); it leaves, then rejoins in the same process."""
+    (started,) = events
+    os.environ[_fault.ENV] = f"fail:{BROKEN}>0@2"
+    group = init(proc, 2, port)
+    rejoin_op(proc, op, verify=True)
+    epoch = pg.get_current_epoch(group)
+    if proc != BROKEN:
+        assert started.wait(30), "timed out waiting for fault injection"
+        rejoin_op(proc, op, verify=False)
+        wait_until(lambda: pg.get_current_epoch(group) > epoch, "the post-failure group view")
+        wait_until(lambda: pg.get_peer_state(group, [BROKEN])[0], "the original rank to become activatable")
+        resp = pg.activate_ranks(group, [BROKEN])
+        assert resp.status == pg.ProposalStatus.Applied, resp
+    else:
+        started.set()
+        works = rejoin_op(proc, op, verify=False)
+        assert not all(pg.get_local_success(w) for w in works), f"injected {op} unexpectedly succeeded"
+        assert _fault.injected_count() == 1, _fault.injected_count()
+        active = pg.get_active_ranks(group).tolist()
+        assert active == [1, 0], f"the failed rank should be inactive before {op} completes: {active}"
+        pg.join_group(group)
+    rejoin_op(proc, op, verify=True)
+    assert pg.get_active_ranks(group).tolist() == [1, 1]
+    assert summed(proc + 1) == 3
+
+
+def inplace_rejoin_collective(proc, port, events):
+    inplace_rejoin(proc, port, events, "collective")
+
+
+def inplace_rejoin_p2p(proc, port, events):
+    inplace_rejoin(proc, port, events, "p2p")
+
+
+def stall(proc, port, events):
+    """Rank 1's second transfer to rank 0 starts 3 s late: rank 0 waits
+    for it, and the round completes."""
+    os.environ[_fault.ENV] = "stall:1>0@2=3"
+    init(proc, 2, port)
+    assert summed(proc + 1) == 3
+    t0 = time.monotonic()
+    assert summed(proc + 1) == 3
+    took = time.monotonic() - t0
+    if proc == 0:
+        assert took >= 1.5, took
+    else:
+        assert _fault.injected_count() == 1
+    assert summed(proc + 1) == 3
+
+
+def refuse(proc, port, events):
+    """Rank 0 refuses the process joining as rank 1: it is never ready
+    there, and activating it is refused."""
+    published, done = events
+    os.environ[_fault.ENV] = "refuse:0>1"
+    if proc == 0:
+        group = init(0, 1, port, max_group_size=2)
+        assert published.wait(60)
+        assert pg.get_peer_state(group, [1]) == [False]
+        resp = pg.recover_ranks(group, [1])
+        assert resp.status == pg.ProposalStatus.Rejected and "not ready" in resp.reject_reason, resp
+        assert _fault.injected_count() >= 1
+        assert pg.get_active_ranks(group).tolist() == [1, 0]
+        assert summed(1) == 1
+        done.set()
+    else:
+        init(1, 2, port, is_extension=True)
+        published.set()
+        assert done.wait(60)
+        assert summed(2) == 2
+
+
 WORKERS = {name: fn for name, fn in globals().items() if callable(fn) and name in (
-    "extension", "replacement", "replacement_manual", "replacement_graceful", "subgroups")}
+    "extension", "replacement", "replacement_manual", "replacement_graceful", "subgroups",
+    "inplace_rejoin_collective", "inplace_rejoin_p2p", "stall", "refuse")}
 
 
 def proc_main(name, proc, port, events, results):

@@ -71,7 +71,7 @@ def run_ranks(world: int, *cases: str, dead: tuple[int, ...] = ()) -> None:
 # One spawn per world size runs every case (starting torch in four ranks is
 # most of the time a case takes on a loaded machine).
 ALL_CASES = ("all_reduce", "broadcast_gather", "reduce_scatter_barrier", "send_recv",
-             "all_to_all", "rooted", "batch_p2p", "reinit")
+             "all_to_all", "rooted", "batch_p2p", "batch_many", "batch_together", "reinit")
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])

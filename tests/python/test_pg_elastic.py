@@ -86,3 +86,21 @@ def test_a_rank_that_deactivated_itself_is_replaced():
 
 def test_several_groups_grow_together():
     run("subgroups", 4)
+
+
+# Faults injected by the test-only hook (MOONCAKE_PG_TEST_FAULT), the
+# reference's LD_PRELOAD transfer-fault scenarios.
+def test_inplace_rejoin_collective():
+    run("inplace_rejoin_collective", 2)
+
+
+def test_inplace_rejoin_p2p():
+    run("inplace_rejoin_p2p", 2)
+
+
+def test_a_stalled_transfer_delays_its_round():
+    run("stall", 2)
+
+
+def test_a_refused_peer_cannot_be_activated():
+    run("refuse", 2, events=2)

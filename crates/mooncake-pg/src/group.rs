@@ -3,14 +3,14 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Instant;
 
 use memmap2::MmapMut;
 use parking_lot::Mutex;
 
 use crate::layout::{Layout, MAGIC};
-use crate::wait::{futex_wake, reached, wait_word, ProcessWatch, WaitError};
+use crate::wait::{reached, wait_word, Line, ProcessWatch, WaitError};
 
 /// A rank's collective control words. Each only grows (wrapping), so a
 /// waiter asks "has the peer reached round k" and a skipped post of an
@@ -204,10 +204,11 @@ impl ShmGroup {
         p
     }
 
-    fn word(&self, rank: usize, offset: usize) -> &AtomicU32 {
-        // SAFETY: offsets come from the layout, 64-byte aligned and inside
-        // the mapping, which lives as long as self.
-        unsafe { &*(self.base(rank).add(offset) as *const AtomicU32) }
+    fn word(&self, rank: usize, offset: usize) -> &Line {
+        // SAFETY: offsets come from the layout: a whole 64-byte line
+        // (WORD_STRIDE), aligned, inside the mapping, which lives as long
+        // as self.
+        unsafe { &*(self.base(rank).add(offset) as *const Line) }
     }
 
     /// Whether `rank` is mapped (itself, or a connected peer).
@@ -218,15 +219,18 @@ impl ShmGroup {
     }
 
     /// The ranks among `ranks` whose processes have exited or that left
-    /// the group.
+    /// the group. Once this rank has left, every peer counts: its own
+    /// pending waits (a receive its peers will no longer serve) end too.
     pub fn dead(&self, ranks: &[usize]) -> Vec<usize> {
+        let left = self.flag(self.rank, Flag::Left) != 0;
         ranks
             .iter()
             .copied()
             .filter(|&r| {
                 r != self.rank
                     && self.connected(r)
-                    && (self.flag(r, Flag::Left) != 0
+                    && (left
+                        || self.flag(r, Flag::Left) != 0
                         || self.watches[r].lock().as_ref().is_some_and(|w| !w.alive()))
             })
             .collect()
@@ -234,9 +238,8 @@ impl ShmGroup {
 
     /// Announces that this rank reached `value` of `flag`.
     pub fn post(&self, flag: Flag, value: u32) {
-        let w = self.word(self.rank, self.layout.flag(flag as usize));
-        w.store(value, Ordering::Release);
-        futex_wake(w);
+        self.word(self.rank, self.layout.flag(flag as usize))
+            .publish(value);
     }
 
     /// The value of `rank`'s `flag`.
@@ -306,6 +309,32 @@ impl ShmGroup {
             .load(Ordering::Relaxed))
     }
 
+    /// [`ShmGroup::send`] without waiting: the whole message goes into
+    /// `dst`'s mailbox at once, or nothing does (`None`: the mailbox lacks
+    /// the room, or another send to `dst` is under way). Lets a caller
+    /// send from its own thread whenever that cannot block.
+    pub fn try_send(&self, dst: usize, tag: i64, data: &[u8]) -> Option<u32> {
+        let _one_writer = self.tx[dst].try_lock()?;
+        let size = self.layout.ring_bytes as u32;
+        let head_w = self.word(self.rank, self.layout.tx_head(dst));
+        let tail_w = self.word(dst, self.layout.rx_tail(self.rank));
+        let head = head_w.load(Ordering::Relaxed);
+        let free = size - head.wrapping_sub(tail_w.load(Ordering::Acquire));
+        if (MSG_HEADER + data.len()) as u64 > free as u64 {
+            return None;
+        }
+        let mut header = [0u8; MSG_HEADER];
+        header[..8].copy_from_slice(&tag.to_le_bytes());
+        header[8..].copy_from_slice(&(data.len() as u64).to_le_bytes());
+        let ring = self.base(self.rank).wrapping_add(self.layout.ring(dst));
+        copy_ring(ring, size, head, &header);
+        let body = head.wrapping_add(MSG_HEADER as u32);
+        copy_ring(ring, size, body, data);
+        let end = body.wrapping_add(data.len() as u32);
+        head_w.publish(end);
+        Some(end)
+    }
+
     /// Waits until `dst` has read its mailbox from this rank up to stream
     /// position `end` (a message sent is then received); `dst` dying
     /// first ends the wait with [`GroupError::Dead`].
@@ -372,8 +401,7 @@ impl ShmGroup {
             copy_ring(ring, size, head, &data[..n as usize]);
             data = &data[n as usize..];
             head = head.wrapping_add(n);
-            head_w.store(head, Ordering::Release);
-            futex_wake(head_w);
+            head_w.publish(head);
         }
         Ok(())
     }
@@ -399,8 +427,7 @@ impl ShmGroup {
             copy_ring_out(ring, size, tail, now);
             out = rest;
             tail = tail.wrapping_add(n as u32);
-            tail_w.store(tail, Ordering::Release);
-            futex_wake(tail_w);
+            tail_w.publish(tail);
         }
         Ok(())
     }

@@ -1,8 +1,12 @@
 //! Waiting on a peer's control word: a short spin (a peer that is about to
-//! post costs no system call), then futex sleeps, so a rank blocked in a
-//! collective or an idle receive burns no CPU. Between sleeps the waiter
-//! checks its deadline and whether the peers are still alive.
+//! post costs no system call), then a short while yielding the core (on a
+//! host with more ranks than cores, the peer waited for gets it), then
+//! futex sleeps, so a rank blocked in a collective or an idle receive
+//! burns no CPU. Between sleeps the waiter checks its deadline and whether
+//! the peers are still alive. A word counts its sleepers, so posting it
+//! makes a system call only when someone sleeps on it.
 
+use std::ops::Deref;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -15,6 +19,56 @@ pub const LIVENESS_PERIOD: Duration = Duration::from_millis(20);
 /// that is already running to post, short enough that oversubscribed
 /// cores are not burnt.
 const SPINS: u32 = 200;
+
+/// How long a waiter yields its core before it sleeps: a peer a few
+/// microseconds from posting is not put through a futex wake (a system
+/// call and a context switch on each side), yet an idle rank still sleeps.
+const YIELD_FOR: Duration = Duration::from_micros(100);
+
+/// A control word alone on its 64-byte line, next to the number of
+/// waiters asleep on it.
+#[repr(C, align(64))]
+pub struct Line {
+    word: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+impl Line {
+    pub const fn new(value: u32) -> Line {
+        Line {
+            word: AtomicU32::new(value),
+            sleepers: AtomicU32::new(0),
+        }
+    }
+
+    /// Stores `value` and wakes the waiters asleep on the word, if any.
+    pub fn publish(&self, value: u32) {
+        // SeqCst on both sides: either a waiter about to sleep sees the
+        // value, or this sees its sleeper count.
+        self.word.store(value, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            futex_wake(&self.word);
+        }
+    }
+
+    /// Sleeps while the word holds `expected` (at most `timeout`),
+    /// counted as a sleeper.
+    fn sleep(&self, expected: u32, timeout: Duration) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        if self.word.load(Ordering::SeqCst) == expected {
+            futex_wait(&self.word, expected, timeout);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Deref for Line {
+    type Target = AtomicU32;
+
+    fn deref(&self) -> &AtomicU32 {
+        &self.word
+    }
+}
 
 /// Whether a wrapping counter at `cur` has reached `target` (counters are
 /// compared by their wrapping difference, so they may run past u32::MAX).
@@ -62,7 +116,7 @@ pub enum WaitError {
 /// Waits until `done(word)` holds. `dead()` lists the peers found dead;
 /// it runs once per [`LIVENESS_PERIOD`] of waiting.
 pub fn wait_word(
-    word: &AtomicU32,
+    word: &Line,
     done: impl Fn(u32) -> bool,
     deadline: Instant,
     dead: &dyn Fn() -> Vec<usize>,
@@ -72,6 +126,14 @@ pub fn wait_word(
             return Ok(());
         }
         std::hint::spin_loop();
+    }
+    let yield_until = Instant::now() + YIELD_FOR;
+    while Instant::now() < yield_until.min(deadline) {
+        if done(word.load(Ordering::Acquire)) {
+            return Ok(());
+        }
+        // SAFETY: no arguments, no memory touched.
+        unsafe { libc::sched_yield() };
     }
     let mut next_check = Instant::now() + LIVENESS_PERIOD;
     loop {
@@ -95,7 +157,7 @@ pub fn wait_word(
         if now >= deadline {
             return Err(WaitError::Timeout);
         }
-        futex_wait(word, v, (next_check - now).min(deadline - now));
+        word.sleep(v, (next_check - now).min(deadline - now));
     }
 }
 
@@ -160,12 +222,11 @@ mod tests {
 
     #[test]
     fn a_post_from_another_thread_wakes_the_waiter() {
-        let word = Arc::new(AtomicU32::new(0));
+        let word = Arc::new(Line::new(0));
         let w = word.clone();
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            w.store(3, Ordering::Release);
-            futex_wake(&w);
+            w.publish(3);
         });
         let deadline = Instant::now() + Duration::from_secs(30);
         wait_word(&word, |v| reached(v, 3), deadline, &Vec::new).unwrap();
@@ -174,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_wait_ends_at_its_deadline_or_on_a_dead_peer() {
-        let word = AtomicU32::new(0);
+        let word = Line::new(0);
         let deadline = Instant::now() + Duration::from_millis(60);
         assert_eq!(
             wait_word(&word, |v| v == 1, deadline, &Vec::new),

@@ -199,3 +199,37 @@ fn a_rank_that_left_counts_as_dead_though_it_runs() {
     assert_eq!(gs[0].dead(&[0, 1]), vec![1]);
     assert_eq!(gs[0].wait(&[0, 1], Flag::Arrive, 1, far()), Ok(vec![1]));
 }
+
+#[test]
+fn a_rank_that_left_stops_waiting_on_its_peers() {
+    let dir = tempfile::tempdir().unwrap();
+    let gs = group(&dir, 2, 1 << 12);
+    let g1 = gs[1].clone();
+    let recv = std::thread::spawn(move || g1.recv_header(0, far()));
+    std::thread::sleep(Duration::from_millis(50));
+    gs[1].post(Flag::Left, 1);
+    assert_eq!(recv.join().unwrap(), Err(GroupError::Dead(vec![0])));
+    assert_eq!(gs[1].dead(&[0, 1]), vec![0]);
+}
+
+#[test]
+fn a_send_that_fits_goes_at_once_and_one_that_does_not_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let gs = group(&dir, 2, 1 << 12);
+    let end = gs[0].try_send(1, 7, &[1, 2, 3]).unwrap();
+    assert_eq!(end, 16 + 3);
+    // No room for another 4 KiB message until rank 1 reads the first.
+    assert_eq!(gs[0].try_send(1, 8, &[0; 4096]), None);
+    assert_eq!(gs[1].recv_header(0, far()), Ok((7, 3)));
+    let mut out = [0u8; 3];
+    gs[1].recv_body(0, &mut out, far()).unwrap();
+    assert_eq!(out, [1, 2, 3]);
+    gs[0].wait_read(1, end, far()).unwrap();
+    // Messages sent either way share one stream, in order.
+    let e2 = gs[0].try_send(1, 9, &[4; 100]).unwrap();
+    let e3 = gs[0].send(1, 10, &[5; 10], far()).unwrap();
+    assert_eq!((e2, e3), (end + 116, end + 116 + 26));
+    assert_eq!(gs[1].recv_header(0, far()), Ok((9, 100)));
+    gs[1].recv_body(0, &mut [0; 100], far()).unwrap();
+    assert_eq!(gs[1].recv_header(0, far()), Ok((10, 10)));
+}

@@ -131,6 +131,15 @@ impl PyShmGroup {
             .map_err(err)
     }
 
+    /// `send` if the whole message fits in `dst`'s mailbox now; None
+    /// (nothing sent) otherwise. Never blocks.
+    fn try_send(&self, dst: usize, tag: i64, addr: usize, nbytes: usize) -> PyResult<Option<u32>> {
+        self.peer(dst)?;
+        // SAFETY: as in send.
+        let data = unsafe { bytes(addr, nbytes) };
+        Ok(self.inner.try_send(dst, tag, data))
+    }
+
     /// Waits until `dst` has read this rank's messages up to `end` (what
     /// `send` returned).
     fn wait_read(&self, py: Python<'_>, dst: usize, end: u32, timeout_s: f64) -> PyResult<()> {

@@ -5,7 +5,6 @@ the per-peer mailboxes of ``mooncake._mooncake.pg``."""
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import threading
 
@@ -13,11 +12,12 @@ import torch
 import torch.distributed as dist
 
 from .. import _mooncake
-from . import _plane
+from . import _fault, _plane
+from ._channels import Channels
 from ._grow import GrowMixin
 from ._plane import GroupBroken, Plane, RedOp, _op_type, check_op, flat
 from ._options import MooncakeBackendOptions
-from ._work import MooncakeWork
+from ._work import MooncakeWork, Ready
 
 _native = _mooncake.pg
 
@@ -52,6 +52,9 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
     active from the start, the others join later (``recover_ranks`` on the
     active ranks, ``join_group`` on an ``is_extension`` rank)."""
 
+    # batch_isend_irecv calls send/recv per operation, each returning its
+    # own Work (the reference's tests read each one's failure); they are
+    # issued together all the same: each peer has its own channels.
     supports_coalescing = False
 
     def __init__(self, store, rank: int, size: int, timeout_s: float, options=None, global_ranks=None):
@@ -64,6 +67,9 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         opts = options if options is not None else MooncakeBackendOptions(size)
         _check_options(opts, size)
         self._max = opts.max_group_size or size
+        # Ranks reserved past the initial group are named by their group rank.
+        self._global_ranks += list(range(len(self._global_ranks), self._max))
+        self._fault = _fault.hook()
         # An extension rank runs alone until it is activated (join_group).
         self._joined = not opts.is_extension
         self._left = False
@@ -79,17 +85,18 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         self._epoch = 0
         self._state_lock = threading.Lock()
         self._closed = False
-        slot = _env_bytes("MOONCAKE_PG_SLOT_BYTES", 4 << 20)
-        ring = _env_bytes("MOONCAKE_PG_MAILBOX_BYTES", 4 << 20)
-        self._shm = self._rendezvous(store, slot, ring)
-        self._plane = Plane(self._shm, rank, self._max, timeout_s)
+        self._slot_bytes = _env_bytes("MOONCAKE_PG_SLOT_BYTES", 4 << 20)
+        self._ring_bytes = _env_bytes("MOONCAKE_PG_MAILBOX_BYTES", 4 << 20)
+        # Segments this process owned before it rejoined in place.
+        self._retired: list = []
+        self._shm = self._rendezvous(store, self._slot_bytes, self._ring_bytes)
+        self._plane = self._new_plane()
         self._plane.ranks = list(range(size)) if self._joined else [rank]
-        self._sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-send")
-        self._receiver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mooncake-pg-recv")
-        self._send_lock = threading.Lock()
-        self._queued_sends = collections.Counter()
-        self._recv_lock = threading.Lock()
-        self._queued_recvs = 0
+        self._senders = Channels("mooncake-pg-send")
+        self._receivers = Channels("mooncake-pg-recv")
+        # Held while one message from a peer is read (header, then body):
+        # a receive from any source may read from the same peer.
+        self._rx_locks = collections.defaultdict(threading.Lock)
         # Messages read past while looking for another tag: (src, tag) -> bytes.
         self._stash: dict[tuple[int, int], collections.deque] = collections.defaultdict(collections.deque)
 
@@ -122,6 +129,9 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
             raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
         return shm
 
+    def _new_plane(self) -> Plane:
+        return Plane(self._shm, self._rank, self._max, self._timeout_s, self._fault, self._global_ranks)
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return "mooncake-cpu"
 
@@ -136,14 +146,14 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         if self._closed:
             return
         self._closed = True
-        self._sender.shutdown(wait=True, cancel_futures=False)
-        self._receiver.shutdown(wait=True, cancel_futures=False)
+        self._senders.shutdown(wait=True)
+        self._receivers.shutdown(wait=True)
         self._close_segment()
 
     def abort(self) -> None:
         self._closed = True
-        self._sender.shutdown(wait=False, cancel_futures=True)
-        self._receiver.shutdown(wait=False, cancel_futures=True)
+        self._senders.shutdown(wait=False)
+        self._receivers.shutdown(wait=False)
         self._close_segment()
 
     # -- membership ----------------------------------------------------
@@ -159,7 +169,8 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         on the same words); a point-to-point one is this rank's first, and
         the others' collectives find the same dead process by themselves."""
         dead = set(dead)
-        if not dead:
+        # A rank that left finds every peer gone; they are not.
+        if not dead or self._left:
             return
         with self._state_lock:
             self._dead |= dead
@@ -204,13 +215,20 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         if alive:
             return [], f"ranks {alive} are alive: mooncake-cpu deactivates dead ranks or the calling rank only"
         with self._state_lock:
-            if len(others) != len(ranks) and not self._left:
-                self._left = True
-                self._shm.post(_plane.LEFT, 1)
+            if len(others) != len(ranks):
+                self._depart_locked()
             self._dead |= set(others)
             removed = [r for r in ranks if r in self._plane.ranks]
             self._deactivate(set(ranks))
         return removed, ""
+
+    def _depart_locked(self) -> None:
+        """This rank leaves the group (its peers see it gone); it may come
+        back in place with ``join_group``."""
+        if not self._left:
+            self._left = True
+            self._shm.post(_plane.LEFT, 1)
+        self._deactivate({self._rank})
 
     def sync_after_failure(self) -> bool:
         """Applies the failures seen so far to the membership view (with
@@ -225,14 +243,24 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
     # -- running operations --------------------------------------------
     def _run(self, fn, result) -> MooncakeWork:
         self._check_usable()
+        if self._left:
+            # Out of the group until it rejoins: refused locally, as failed.
+            return MooncakeWork(result, failed=self._plane.ranks, group_size=self._max)
         self._plane.missing = set()
+        lost = []
         try:
             fn()
+        except _fault.TransferFailed as exc:
+            # This rank could not deliver its part: it leaves, so its
+            # peers complete the round without it.
+            lost = exc.ranks
+            with self._state_lock:
+                self._depart_locked()
         finally:
             missing = sorted(self._plane.missing)
             self._plane.missing = set()
             self._observe(missing)
-        return MooncakeWork(result, failed=missing, group_size=self._max)
+        return MooncakeWork(result, failed=missing + lost, group_size=self._max)
 
     @staticmethod
     def _root(opts) -> int:
@@ -431,8 +459,8 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         def run():
             fi, _ = flat(inp)
             fo, back = flat(out)
-            ins = list(fi.split(in_sizes))
-            outs = list(fo.split(out_sizes))
+            ins = list(fi.split_with_sizes(in_sizes))
+            outs = list(fo.split_with_sizes(out_sizes))
             equal = not out_splits and not in_splits
             longest = in_sizes[0] if equal else self._longest(max(in_sizes, default=0))
             self._plane.all_to_all(outs, ins, longest)
@@ -461,6 +489,8 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
     # -- point to point ------------------------------------------------
     def _p2p_failed(self, peer: int) -> MooncakeWork | None:
         self._check_usable()
+        if self._left:
+            return MooncakeWork(None, failed=[peer], group_size=self._max)
         if not self._shm.connected(peer):
             raise ValueError(f"rank {peer} has not joined the group")
         # A send to a dead peer would only fill its mailbox: it fails.
@@ -471,26 +501,32 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
 
     def _do_send(self, dst: int, tag: int, data: torch.Tensor) -> int:
         try:
+            if self._fault is not None and self._fault.transfer(
+                self._global_ranks[self._rank], [self._global_ranks[dst]]
+            ):
+                with self._state_lock:
+                    self._depart_locked()
+                raise GroupBroken([dst])
             return self._shm.send(dst, tag, data.data_ptr(), data.numel() * data.element_size(), self._timeout_s)
         except _native.PeerFailure as exc:
             self._observe(exc.args[1])
             raise GroupBroken(list(exc.args[1])) from None
-        finally:
-            with self._send_lock:
-                self._queued_sends[dst] -= 1
 
     def send(self, tensors, dst, tag=0):
         self._check_rank(dst, "send destination")
         if dst == self._rank:
             raise ValueError("a rank cannot send to itself")
         failed = self._p2p_failed(dst)
-        if failed is not None:
-            return failed
         t = tensors[0]
         data = t.view(-1) if t.is_contiguous() else t.contiguous().view(-1)
-        with self._send_lock:
-            self._queued_sends[dst] += 1
-        fut = self._sender.submit(self._do_send, dst, int(tag), data)
+        if failed is not None:
+            return failed
+        # A message that fits in the mailbox now, with no earlier send to
+        # dst pending, goes from this thread (no hand-off to wait for).
+        end = None
+        if self._fault is None and self._senders.idle(dst):
+            end = self._shm.try_send(dst, int(tag), data.data_ptr(), data.numel() * data.element_size())
+        fut = Ready(end) if end is not None else self._senders.submit(dst, self._do_send, dst, int(tag), data)
         return MooncakeWork(tensors, future=fut, group_size=self._max, confirm=lambda end: self._wait_read(dst, end))
 
     def _wait_read(self, dst: int, end: int) -> None:
@@ -503,6 +539,10 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
             raise GroupBroken(list(exc.args[1])) from None
 
     def _recv_message(self, src: int, tag: int, t: torch.Tensor) -> int:
+        with self._rx_locks[src]:
+            return self._recv_locked(src, tag, t)
+
+    def _recv_locked(self, src: int, tag: int, t: torch.Tensor) -> int:
         """Reads messages from ``src`` until one has ``tag``; keeps the
         others for later receives."""
         want = t.numel() * t.element_size()
@@ -532,13 +572,6 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
             self._observe(exc.args[1])
             raise GroupBroken(list(exc.args[1])) from None
 
-    def _do_recv(self, src: int, tag: int, t: torch.Tensor) -> int:
-        try:
-            return self._recv_message(src, tag, t)
-        finally:
-            with self._send_lock:
-                self._queued_recvs -= 1
-
     def recv(self, tensors, src, tag=0):
         self._check_rank(src, "recv source")
         if src == self._rank:
@@ -546,26 +579,18 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         failed = self._p2p_failed(src)
         if failed is not None:
             return failed
-        with self._send_lock:
-            self._queued_recvs += 1
-        fut = self._receiver.submit(self._do_recv, src, int(tag), tensors[0])
+        fut = self._receivers.submit_shared(src, self._recv_message, src, int(tag), tensors[0])
         return MooncakeWork(tensors, future=fut, group_size=self._max, source=src)
 
     def recv_anysource(self, tensors, tag=0):
         def any_source():
-            try:
-                import time
+            import time
 
-                while True:
-                    for src in range(self._max):
-                        if src != self._rank and self._shm.connected(src) and (self._stash.get((src, tag)) or self._shm.pending(src)):
-                            return self._recv_message(src, tag, tensors[0])
-                    time.sleep(0.0005)
-            finally:
-                with self._send_lock:
-                    self._queued_recvs -= 1
+            while True:
+                for src in range(self._max):
+                    if src != self._rank and self._shm.connected(src) and (self._stash.get((src, tag)) or self._shm.pending(src)):
+                        return self._recv_message(src, tag, tensors[0])
+                time.sleep(0.0005)
 
-        with self._send_lock:
-            self._queued_recvs += 1
-        fut = self._receiver.submit(any_source)
+        fut = self._receivers.submit(-1, any_source)
         return MooncakeWork(tensors, future=fut, group_size=self._max)

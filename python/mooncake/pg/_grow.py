@@ -62,6 +62,9 @@ class GrowMixin:
 
     def _close_segment(self) -> None:
         fd, self._seg_fd = getattr(self, "_seg_fd", None), None
+        for _, old in getattr(self, "_retired", []):
+            os.close(old)
+        self._retired = []
         if fd is not None:
             os.close(fd)
 
@@ -89,11 +92,36 @@ class GrowMixin:
         return not self._shm.dead([rank])
 
     # -- checks --------------------------------------------------------
+    def _reincarnate(self) -> None:
+        """Makes this process a new incarnation of its rank, as a
+        replacement process would be: its old segment says it left, so
+        it publishes a fresh one (the peers map it and start the
+        mailboxes afresh) and waits, like an extension rank, to be
+        activated."""
+        # Drain: what the send and receive threads hold ends at once (a
+        # rank that left finds every peer gone).
+        self._senders.drain()
+        self._receivers.drain()
+        # The old segment and its descriptor stay until the group closes,
+        # so nothing a peer or a late thread holds of it dangles.
+        self._retired.append((self._shm, self._seg_fd))
+        self._seg_fd = None
+        pending = self._publish(self._store, self._slot_bytes, self._ring_bytes)
+        self._shm = pending.finish()
+        self._inc = {self._rank: self._nonce}
+        self._stash.clear()
+        self._plane = self._new_plane()
+        self._plane.ranks = [self._rank]
+        with self._state_lock:
+            self._joined = False
+            self._left = False
+            self._dead = set()
+            self._unsynced = set()
+            self._epoch += 1
+
     def _check_usable(self) -> None:
         if self._closed:
             raise RuntimeError("the mooncake-cpu process group was destroyed")
-        if self._left:
-            raise RuntimeError("this rank deactivated itself: it takes part in no more operations of the group")
 
     def _prune_left(self) -> None:
         """Ranks that deactivated themselves leave this rank's active set
@@ -135,6 +163,8 @@ class GrowMixin:
         pid, nonce, path = pub
         if nonce == self._inc.get(r) and self._shm.connected(r):
             return not self._shm.dead([r])
+        if self._fault is not None and self._fault.refuses(self._global_ranks[self._rank], self._global_ranks[r]):
+            return False
         return self._attach(r, pid, nonce, path)
 
     # -- activation ----------------------------------------------------
@@ -143,8 +173,8 @@ class GrowMixin:
         same ranks); returns ``(reason, dropped)``: a reason when rejected,
         else the ranks asked for that did not join."""
         self._check_usable()
-        if not self._joined:
-            return "this rank is not active yet: it joins with join_group", []
+        if not self._joined or self._left:
+            return "this rank is not active: it joins with join_group", []
         self._prune_left()
         try:
             want = _native.check_activation(self._max, self._plane.ranks, [int(r) for r in ranks])
@@ -179,7 +209,10 @@ class GrowMixin:
 
     def join(self) -> None:
         """Blocks until the active ranks activate this rank, then maps
-        them and runs its operations with them."""
+        them and runs its operations with them. A rank that left (it
+        deactivated itself, or its data path failed) rejoins in place."""
+        if self._left and not self._closed:
+            self._reincarnate()
         self._check_usable()
         if self._joined:
             return

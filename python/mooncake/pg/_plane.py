@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _mooncake
+from . import _fault
 
 _native = _mooncake.pg
 ARRIVE, REDUCED, DONE, READY, LEFT = 0, 1, 2, 3, 4
@@ -140,7 +141,7 @@ class Plane:
     the same ranks missing at the same round and computes the same result.
     """
 
-    def __init__(self, shm, rank: int, world: int, timeout_s: float):
+    def __init__(self, shm, rank: int, world: int, timeout_s: float, fault=None, global_ranks=None):
         self.shm = shm
         self.rank = rank
         self.world = world
@@ -150,12 +151,20 @@ class Plane:
         self.missing: set[int] = set()
         self.slot_bytes = shm.slot_bytes
         self._slots: list[list[torch.Tensor] | None] = [None] * world
+        self._typed: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
         for r in range(world):
             if shm.connected(r):
                 self.attach(r)
+        if fault is not None:
+            # The test-only hook (_fault): only a group made with it set
+            # pays for the check.
+            self._fault = fault
+            self._global = global_ranks
+            self.post = self._post_checked
 
     def attach(self, rank: int) -> None:
         """Views of ``rank``'s slots, once it is mapped (again)."""
+        self._typed = {key: v for key, v in self._typed.items() if key[0] != rank}
         self._slots[rank] = [
             torch.frombuffer(
                 (ctypes.c_uint8 * self.slot_bytes).from_address(self.shm.slot_addr(rank, s)),
@@ -166,6 +175,8 @@ class Plane:
 
     # -- rounds ----------------------------------------------------------
     def live(self) -> list[int]:
+        if not self.missing:
+            return self.ranks
         return [r for r in self.ranks if r not in self.missing]
 
     def _wait(self, flag: int, k: int, ranks=None) -> set[int]:
@@ -184,14 +195,28 @@ class Plane:
     def post(self, flag: int, k: int) -> None:
         self.shm.post(flag, k)
 
+    def _post_checked(self, flag: int, k: int) -> None:
+        """``post`` through the fault hook: an Arrive is this rank's part
+        of a round, a transfer to each live peer."""
+        if flag == ARRIVE:
+            peers = [r for r in self.live() if r != self.rank]
+            g = self._global
+            failed = self._fault.transfer(g[self.rank], [g[r] for r in peers])
+            if failed:
+                raise _fault.TransferFailed([r for r in peers if g[r] in failed])
+        self.shm.post(flag, k)
+
     def view(self, rank: int, slot: int, dtype: torch.dtype, n: int, at: int = 0) -> torch.Tensor:
         """``n`` elements of ``dtype`` from element ``at`` of a slot."""
-        size = torch.empty(0, dtype=dtype).element_size()
-        raw = self._slots[rank][slot][at * size : (at + n) * size]
-        return raw.view(dtype)
+        # One slice of a cached typed view: small operations are mostly
+        # this bookkeeping.
+        typed = self._typed.get((rank, slot, dtype))
+        if typed is None:
+            typed = self._typed[(rank, slot, dtype)] = self._slots[rank][slot].view(dtype)
+        return typed[at : at + n]
 
     def per(self, dtype: torch.dtype, blocks: int) -> int:
-        return _native.block_elems(self.slot_bytes, torch.empty(0, dtype=dtype).element_size(), blocks)
+        return _native.block_elems(self.slot_bytes, dtype.itemsize, blocks)
 
     def pos(self, rank: int) -> int:
         """``rank``'s index among the active ranks."""

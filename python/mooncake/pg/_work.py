@@ -9,6 +9,22 @@ import torch.distributed as dist
 from torch.futures import Future
 
 
+class Ready:
+    """A future already resolved to ``value`` (what a send made in the
+    caller's thread hands to its Work's confirmation)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def done(self) -> bool:
+        return True
+
+    def result(self):
+        return self.value
+
+
 class MooncakeWork(dist.Work):
     """One operation: done already (collectives run in the caller) or
     running on the backend's send/receive thread (point-to-point).
