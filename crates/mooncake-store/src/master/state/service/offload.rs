@@ -117,9 +117,14 @@ impl MasterService {
         if !self.disk.has_tier(client) {
             return Err(no_tier(client));
         }
-        let taken = self
-            .disk
-            .take(client, max as usize, self.offload.promote_per_poll);
+        let p = &self.offload;
+        let taken = self.disk.take_paced(
+            client,
+            max as usize,
+            p.promote_per_poll,
+            p.promote_round_ms,
+            now,
+        );
         let tasks = taken.tasks;
         let mut batch = OffloadBatch {
             tasks: Vec::with_capacity(tasks.len()),
