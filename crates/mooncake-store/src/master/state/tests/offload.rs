@@ -338,7 +338,10 @@ fn promotions_stop_at_the_eviction_watermark() {
     let paced = s.fetch_offload_tasks(A, 10, 25).unwrap().promotions;
     assert!(paced.is_empty(), "the next round is 10 s after the first");
     let round = |n: u64| 22 + n * 10_000;
-    assert_eq!(s.fetch_offload_tasks(A, 10, round(1)).unwrap().promotions, ["p1"]);
+    assert_eq!(
+        s.fetch_offload_tasks(A, 10, round(1)).unwrap().promotions,
+        ["p1"]
+    );
     let e = s.promotion_start(A, "p1", round(1) + 1).unwrap_err();
     assert_eq!(e.code, ErrorCode::NO_AVAILABLE_HANDLE);
     let watermark = || {
@@ -350,7 +353,10 @@ fn promotions_stop_at_the_eviction_watermark() {
     // A read at the watermark queues nothing.
     s.get_replica_list("p1", round(1) + 2).unwrap();
     assert_eq!(watermark(), 2);
-    assert_eq!(s.fetch_offload_tasks(A, 10, round(2)).unwrap().promotions, ["p2"]);
+    assert_eq!(
+        s.fetch_offload_tasks(A, 10, round(2)).unwrap().promotions,
+        ["p2"]
+    );
     assert!(s
         .fetch_offload_tasks(A, 10, round(3))
         .unwrap()
@@ -379,7 +385,11 @@ fn queued_promotions_wait_for_their_round_and_read_from_the_copy() {
         assert_eq!(reps.len(), 1);
         assert!(is_local_disk(&reps[0]));
     }
-    assert_eq!(s.promotions_queued(), 2, "p0 handed out, not started; p1 waiting");
+    assert_eq!(
+        s.promotions_queued(),
+        2,
+        "p0 handed out, not started; p1 waiting"
+    );
     let next = s.fetch_offload_tasks(A, 10, 10_002).unwrap().promotions;
     assert_eq!(next, ["p1"]);
 }
