@@ -16,12 +16,14 @@ impl MasterClient {
         tier_id: &str,
         endpoint: &str,
         capacity: u64,
+        promote_round_ms: u64,
     ) -> Result<()> {
         unit(self.call(&Request::MountLocalDisk {
             client_id,
             tier_id,
             endpoint,
             capacity,
+            promote_round_ms,
         })?)
     }
 

@@ -299,8 +299,10 @@ wire_enum! {
         27 => ReplicaTransferRevoke { client_id: ClientId, key: &'a str },
         /// A storage client's SSD tier: `tier_id` names its directory across
         /// restarts (copies another client held in it move to this one),
-        /// `endpoint` is its tier service, `capacity` its byte limit.
-        28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64 },
+        /// `endpoint` is its tier service, `capacity` its byte limit,
+        /// `promote_round_ms` how often it pulls promotions (its offload
+        /// heartbeat; 0: the master's default).
+        28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64, promote_round_ms: u64 },
         /// The objects to copy to the tier and the copies to delete.
         29 => FetchOffloadTasks { client_id: ClientId, max: u32 },
         /// These objects are durable in the tier (`restore`: found by a

@@ -22,9 +22,17 @@ const HOUSEKEEPING: Duration = Duration::from_millis(200);
 /// master refuses (it knows a newer version) are deleted. Returns how many
 /// objects are registered.
 pub(super) fn mount_and_restore(s: &TierShared) -> Result<usize> {
-    let capacity = s.tier.config().total_size_limit;
-    s.master
-        .mount_local_disk(s.id, &s.tier_id, &s.service_addr, capacity)?;
+    let config = s.tier.config();
+    // The master hands this tier its promotions once per heartbeat, as the
+    // reference's owner pulls them.
+    let round_ms = u64::try_from(config.heartbeat_interval.as_millis()).unwrap_or(u64::MAX);
+    s.master.mount_local_disk(
+        s.id,
+        &s.tier_id,
+        &s.service_addr,
+        config.total_size_limit,
+        round_ms,
+    )?;
     let objects = s.tier.objects();
     let per_call = (s.tier.config().scanmeta_iterator_keys_limit as usize).max(1);
     let mut registered = 0;

@@ -224,8 +224,11 @@ impl MasterService {
                 tier_id,
                 endpoint,
                 capacity,
+                promote_round_ms,
             } => A::Unit {
-                result: self.mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now),
+                result: self
+                    .mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now)
+                    .map(|()| self.disk.set_promotion_round(client_id, promote_round_ms)),
             },
             Q::UnmountLocalDisk { client_id } => A::Unit {
                 result: self.unmount_local_disk_in(call, client_id),

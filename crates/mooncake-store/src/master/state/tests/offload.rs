@@ -394,6 +394,43 @@ fn queued_promotions_wait_for_their_round_and_read_from_the_copy() {
     assert_eq!(next, ["p1"]);
 }
 
+/// A tier that mounts with its own heartbeat (1 s) gets its promotions
+/// once per that round; remounting without one restores the default.
+#[test]
+fn a_tier_mounted_with_its_heartbeat_is_paced_by_it() {
+    let s = promoting();
+    let mount = |round_ms: u64, now: u64| {
+        let req = Request::MountLocalDisk {
+            client_id: A,
+            tier_id: "dir-a",
+            endpoint: "a-host:9",
+            capacity: 1 << 30,
+            promote_round_ms: round_ms,
+        };
+        assert!(matches!(
+            s.handle(req, now).response,
+            Response::Unit { result: Ok(()) }
+        ));
+    };
+    mount(1_000, 0);
+    let keys = ["p0", "p1", "p2"];
+    assert!(s
+        .notify_offload(A, &keys, &[1024; 3], true, 0)
+        .iter()
+        .all(Result::is_ok));
+    for k in keys {
+        s.get_replica_list(k, 1).unwrap();
+    }
+    let take = |now: u64| s.fetch_offload_tasks(A, 10, now).unwrap().promotions;
+    assert_eq!(take(2), ["p0"]);
+    assert!(take(1_001).is_empty(), "within its 1 s round");
+    assert_eq!(take(1_002), ["p1"], "its own round, not the default 10 s");
+    mount(0, 1_003);
+    assert_eq!(take(2_002), ["p2"], "a remount starts afresh");
+    s.get_replica_list("p0", 2_003).unwrap();
+    assert!(take(3_002).is_empty(), "the default 10 s again");
+}
+
 #[test]
 fn an_unmounted_tier_takes_its_copies_and_work_with_it() {
     let s = promoting();
