@@ -152,11 +152,11 @@ fn sample_requests(config: &ReplicaPolicy) -> Vec<Request<'_>> {
             tier_id: "tier-7",
             endpoint: "h:2",
             capacity: u64::MAX,
-            promote_round_ms: u64::MAX,
         },
         Request::FetchOffloadTasks {
             client_id: id,
             max: u32::MAX,
+            promote_round_ms: u64::MAX,
         },
         Request::NotifyOffload {
             client_id: id,

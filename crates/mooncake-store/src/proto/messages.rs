@@ -299,12 +299,13 @@ wire_enum! {
         27 => ReplicaTransferRevoke { client_id: ClientId, key: &'a str },
         /// A storage client's SSD tier: `tier_id` names its directory across
         /// restarts (copies another client held in it move to this one),
-        /// `endpoint` is its tier service, `capacity` its byte limit,
-        /// `promote_round_ms` how often it pulls promotions (its offload
-        /// heartbeat; 0: the master's default).
-        28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64, promote_round_ms: u64 },
+        /// `endpoint` is its tier service, `capacity` its byte limit.
+        28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64 },
         /// The objects to copy to the tier and the copies to delete.
-        29 => FetchOffloadTasks { client_id: ClientId, max: u32 },
+        /// `promote_round_ms`: how often the tier takes promotions (its
+        /// offload heartbeat; 0: the master's default). Sent with every
+        /// pull, so a new leader knows it at once.
+        29 => FetchOffloadTasks { client_id: ClientId, max: u32, promote_round_ms: u64 },
         /// These objects are durable in the tier (`restore`: found by a
         /// restart scan rather than written for a task).
         30 => NotifyOffload { client_id: ClientId, keys: Vec<&'a str>, sizes: Vec<u64>, restore: bool },

@@ -111,11 +111,11 @@ fn requests() -> Vec<Request<'static>> {
             tier_id: "tier-0",
             endpoint: "node0:12346",
             capacity: 1 << 30,
-            promote_round_ms: 1_000,
         },
         Request::FetchOffloadTasks {
             client_id: CLIENT,
             max: 64,
+            promote_round_ms: 1_000,
         },
         Request::NotifyOffload {
             client_id: CLIENT,

@@ -139,23 +139,18 @@ impl Candidates {
 /// `round_ms` later,
 /// and a poll before then gets none (they stay queued, and reads keep
 /// being served from the disk copy). An owner with nothing handed out
-/// for a round gets its next promotion at once.
-///
-/// An owner's round is its own offload heartbeat when it sent one with
-/// its mount (`MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS`), else the
-/// master's default. Leader-local, not in the log: a new leader uses the
-/// default until the owner mounts again (it remounts when its mailbox
-/// call finds no tier on the new leader).
+/// for a round gets its next promotion at once. Each owner's round is the
+/// one its poll names (its offload heartbeat). Volatile, and needs nothing
+/// from the log: every poll carries its round, so after a failover the
+/// new leader paces an owner by its own round from its first poll.
 pub(crate) struct Pacer<K> {
     next_round: HashMap<K, u64>,
-    round_ms: HashMap<K, u64>,
 }
 
 impl<K> Default for Pacer<K> {
     fn default() -> Self {
         Pacer {
             next_round: HashMap::new(),
-            round_ms: HashMap::new(),
         }
     }
 }
@@ -170,33 +165,19 @@ impl<K: Hash + Eq + Copy> Pacer<K> {
         }
     }
 
-    /// `owner`'s rounds last `round_ms` (0: the default passed to `took`).
-    pub(crate) fn set_round(&mut self, owner: K, round_ms: u64) {
-        if round_ms == 0 {
-            self.round_ms.remove(&owner);
-        } else {
-            self.round_ms.insert(owner, round_ms);
-        }
-    }
-
-    /// `owner` took `n` promotions at `now`; its next round is its own
-    /// round length later, or `default_round_ms`.
-    pub(crate) fn took(&mut self, owner: K, n: usize, now: u64, default_round_ms: u64) {
+    /// `owner` took `n` promotions at `now`.
+    pub(crate) fn took(&mut self, owner: K, n: usize, now: u64, round_ms: u64) {
         if n > 0 {
-            let round = self.round_ms.get(&owner).copied();
-            let round = round.unwrap_or(default_round_ms);
-            self.next_round.insert(owner, now.saturating_add(round));
+            self.next_round.insert(owner, now.saturating_add(round_ms));
         }
     }
 
     pub(crate) fn forget(&mut self, owner: K) {
         self.next_round.remove(&owner);
-        self.round_ms.remove(&owner);
     }
 
     pub(crate) fn clear(&mut self) {
         self.next_round.clear();
-        self.round_ms.clear();
     }
 }
 
@@ -232,27 +213,14 @@ mod tests {
     }
 
     #[test]
-    fn an_owner_with_its_own_round_is_paced_by_it() {
+    fn each_owner_is_paced_by_its_own_round() {
         let mut p = Pacer::default();
-        p.set_round(1, 1_000);
-        p.took(1, 1, 0, ROUND);
+        p.took(1, 1, 0, 1_000);
         p.took(2, 1, 0, ROUND);
         assert_eq!(p.allowance(1, 999, 1), 0);
         assert_eq!(p.allowance(1, 1_000, 1), 1, "one round of its own 1 s");
-        assert_eq!(p.allowance(2, 1_000, 1), 0, "the other keeps the default");
+        assert_eq!(p.allowance(2, 1_000, 1), 0, "the other keeps its 10 s");
         assert_eq!(p.allowance(2, ROUND, 1), 1);
-        p.set_round(1, 0);
-        p.took(1, 1, 1_000, ROUND);
-        assert_eq!(p.allowance(1, 2_000, 1), 0, "0 restores the default");
-        assert_eq!(p.allowance(1, 1_000 + ROUND, 1), 1);
-        p.set_round(1, 1_000);
-        p.forget(1);
-        p.took(1, 1, 0, ROUND);
-        assert_eq!(
-            p.allowance(1, 1_000, 1),
-            0,
-            "a forgotten owner's round goes too"
-        );
     }
 
     #[test]

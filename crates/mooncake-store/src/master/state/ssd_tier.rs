@@ -348,13 +348,8 @@ impl DiskTable {
         }
     }
 
-    /// `owner` pulls its promotions every `round_ms` (0: the default).
-    pub(crate) fn set_promotion_round(&self, owner: ClientId, round_ms: u64) {
-        self.pacer.lock().set_round(owner, round_ms);
-    }
-
-    /// As `take`, with at most `per_round` promotions per round: the
-    /// owner's own, else `round_ms` (see [`Pacer`]).
+    /// As `take`, with at most `per_round` promotions per `round_ms`
+    /// (see [`Pacer`]).
     pub(crate) fn take_paced(
         &self,
         owner: ClientId,

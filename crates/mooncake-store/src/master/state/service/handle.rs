@@ -224,17 +224,18 @@ impl MasterService {
                 tier_id,
                 endpoint,
                 capacity,
-                promote_round_ms,
             } => A::Unit {
-                result: self
-                    .mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now)
-                    .map(|()| self.disk.set_promotion_round(client_id, promote_round_ms)),
+                result: self.mount_local_disk_in(call, client_id, tier_id, endpoint, capacity, now),
             },
             Q::UnmountLocalDisk { client_id } => A::Unit {
                 result: self.unmount_local_disk_in(call, client_id),
             },
-            Q::FetchOffloadTasks { client_id, max } => A::Offload {
-                result: self.fetch_offload_tasks(client_id, max, now),
+            Q::FetchOffloadTasks {
+                client_id,
+                max,
+                promote_round_ms,
+            } => A::Offload {
+                result: self.fetch_offload_tasks_paced(client_id, max, promote_round_ms, now),
             },
             Q::NotifyOffload {
                 client_id,

@@ -394,41 +394,37 @@ fn queued_promotions_wait_for_their_round_and_read_from_the_copy() {
     assert_eq!(next, ["p1"]);
 }
 
-/// A tier that mounts with its own heartbeat (1 s) gets its promotions
-/// once per that round; remounting without one restores the default.
+/// A tier that polls with its own heartbeat (1 s) gets its promotions
+/// once per that round; a poll without one gets the default 10 s.
 #[test]
-fn a_tier_mounted_with_its_heartbeat_is_paced_by_it() {
+fn a_tier_polling_with_its_heartbeat_is_paced_by_it() {
     let s = promoting();
-    let mount = |round_ms: u64, now: u64| {
-        let req = Request::MountLocalDisk {
-            client_id: A,
-            tier_id: "dir-a",
-            endpoint: "a-host:9",
-            capacity: 1 << 30,
-            promote_round_ms: round_ms,
-        };
-        assert!(matches!(
-            s.handle(req, now).response,
-            Response::Unit { result: Ok(()) }
-        ));
-    };
-    mount(1_000, 0);
-    let keys = ["p0", "p1", "p2"];
+    let keys = ["p0", "p1", "p2", "p3", "p4"];
     assert!(s
-        .notify_offload(A, &keys, &[1024; 3], true, 0)
+        .notify_offload(A, &keys, &[1024; 5], true, 0)
         .iter()
         .all(Result::is_ok));
     for k in keys {
         s.get_replica_list(k, 1).unwrap();
     }
-    let take = |now: u64| s.fetch_offload_tasks(A, 10, now).unwrap().promotions;
-    assert_eq!(take(2), ["p0"]);
-    assert!(take(1_001).is_empty(), "within its 1 s round");
-    assert_eq!(take(1_002), ["p1"], "its own round, not the default 10 s");
-    mount(0, 1_003);
-    assert_eq!(take(2_002), ["p2"], "a remount starts afresh");
-    s.get_replica_list("p0", 2_003).unwrap();
-    assert!(take(3_002).is_empty(), "the default 10 s again");
+    let take = |round_ms: u64, now: u64| {
+        let req = Request::FetchOffloadTasks {
+            client_id: A,
+            max: 10,
+            promote_round_ms: round_ms,
+        };
+        match s.handle(req, now).response {
+            Response::Offload { result } => result.unwrap().promotions,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(take(1_000, 2), ["p0"]);
+    assert!(take(1_000, 1_001).is_empty(), "within its 1 s round");
+    assert_eq!(take(1_000, 1_002), ["p1"], "its own round, not 10 s");
+    assert_eq!(take(1_000, 2_002), ["p2"]);
+    assert_eq!(take(0, 3_002), ["p3"]);
+    assert!(take(0, 4_002).is_empty(), "the default 10 s from p3");
+    assert_eq!(take(0, 13_002), ["p4"]);
 }
 
 #[test]
