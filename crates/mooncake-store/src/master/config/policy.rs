@@ -119,7 +119,7 @@ pub struct OffloadPolicy {
     /// once per offload heartbeat (`MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS`,
     /// 10 s by default).
     pub promote_per_poll: usize,
-    /// The round of an owner that sent none with its mount.
+    /// The round of an owner whose poll names none.
     pub promote_round_ms: u64,
     /// Promotions queued or in flight, at most.
     pub promote_limit: usize,
