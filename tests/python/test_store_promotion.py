@@ -9,8 +9,8 @@ The same calls and assertions as the reference's file; where it sleeps a
 fixed 25 s, this waits until the state is reached (with a generous bound),
 so its reads come while the promotions the first lookups admitted are
 still being refused at the eviction watermark (the reference's gate) and
-retried, the most read first. docs/reference-behaviour.md says why the
-reference's file, with its fixed waits, still fails on ours in most runs."""
+retried, the most read first (the reference's file, with its fixed waits,
+passes too: docs/reference-behaviour.md)."""
 
 from __future__ import annotations
 

@@ -157,6 +157,7 @@ fn sample_requests(config: &ReplicaPolicy) -> Vec<Request<'_>> {
         Request::FetchOffloadTasks {
             client_id: id,
             max: u32::MAX,
+            promote_round_ms: u64::MAX,
         },
         Request::NotifyOffload {
             client_id: id,

@@ -185,6 +185,7 @@ fn steal(target: &str, token: u64) -> i32 {
         .arg(format!("{CONNECT_PY}{STEAL}"))
         .arg(target)
         .arg(token.to_string())
+        .arg(mooncake_store::proto::PROTOCOL_VERSION.to_string())
         .output()
         .expect("python3 runs");
     assert!(out.status.success(), "{out:?}");
@@ -205,11 +206,12 @@ def connect(target, timeout=None):
 "#;
 
 /// Sends `Attach{token}` from another process and prints the error code
-/// (0 when accepted). Frame: u32 length, version 1, tag 2, varint token.
+/// (0 when accepted). Frame: u32 length, the protocol version (`argv[3]`),
+/// tag 2, varint token.
 const STEAL: &str = r#"
 import struct
 token = int(sys.argv[2])
-body = bytearray([1, 2])
+body = bytearray([int(sys.argv[3]), 2])
 while True:
     b = token & 0x7f
     token >>= 7

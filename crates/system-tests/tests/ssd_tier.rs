@@ -324,3 +324,46 @@ fn a_disk_only_object_read_twice_is_promoted_to_memory() {
     );
     assert!(m("file_cache_hit_nums_") >= 2.0, "two reads from disk");
 }
+
+/// A tier owner with `MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS=1` gets
+/// one promotion per 1 s round: four queued at once complete no sooner
+/// than 3 s apart end to end, and well before the 30 s the master's
+/// default 10 s rounds would take.
+#[test]
+fn a_tier_with_a_1_s_heartbeat_gets_promotions_at_1_s_rounds() {
+    let cluster = Cluster::start(&[
+        "--enable_offload=true",
+        "--promotion_on_hit=true",
+        "--promotion_admission_threshold=1",
+    ]);
+    let dir = tier_dir("tier-round");
+    let env = [("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "1")];
+    let _storage = tier_storage(&cluster, dir.path(), &env);
+    let client = cluster.pure_client();
+    let n = 40;
+    put_all(&client, n);
+    // The oldest four were evicted to make room (put_all waits for it);
+    // not looked up before the timer starts, as a lookup queues their
+    // promotion.
+    let cold: Vec<String> = (0..4).map(key).collect();
+    // Room in memory, so no promotion waits at the eviction watermark.
+    for i in 4..n {
+        let _ = client.remove(&key(i), true);
+    }
+    let completed = || metric(&cluster.http_addr, "master_promotion_completed_total");
+    let before = completed();
+    let start = std::time::Instant::now();
+    for k in &cold {
+        assert!(client.get(k).unwrap() == value(k, VALUE));
+    }
+    eventually("four promotions", || completed() >= before + 4.0);
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(3), "paced in rounds: {took:?}");
+    assert!(
+        took < Duration::from_secs(25),
+        "1 s rounds, not 10 s: {took:?}"
+    );
+    for k in &cold {
+        assert!(client.get(k).unwrap() == value(k, VALUE));
+    }
+}

@@ -30,8 +30,19 @@ impl MasterClient {
         unit(self.call(&Request::UnmountLocalDisk { client_id })?)
     }
 
-    pub fn fetch_offload_tasks(&self, client_id: ClientId, max: u32) -> Result<OffloadBatch> {
-        match self.call(&Request::FetchOffloadTasks { client_id, max })? {
+    /// `promote_round_ms`: see `Request::FetchOffloadTasks`.
+    pub fn fetch_offload_tasks(
+        &self,
+        client_id: ClientId,
+        max: u32,
+        promote_round_ms: u64,
+    ) -> Result<OffloadBatch> {
+        let req = Request::FetchOffloadTasks {
+            client_id,
+            max,
+            promote_round_ms,
+        };
+        match self.call(&req)? {
             Response::Offload { result } => result,
             other => Err(unexpected(&other)),
         }

@@ -303,7 +303,10 @@ wire_enum! {
         /// `endpoint` is its tier service, `capacity` its byte limit.
         28 => MountLocalDisk { client_id: ClientId, tier_id: &'a str, endpoint: &'a str, capacity: u64 },
         /// The objects to copy to the tier and the copies to delete.
-        29 => FetchOffloadTasks { client_id: ClientId, max: u32 },
+        /// `promote_round_ms`: how often the tier takes promotions (its
+        /// offload heartbeat; 0: the master's default). Sent with every
+        /// pull, so a new leader knows it at once.
+        29 => FetchOffloadTasks { client_id: ClientId, max: u32, promote_round_ms: u64 },
         /// These objects are durable in the tier (`restore`: found by a
         /// restart scan rather than written for a task).
         30 => NotifyOffload { client_id: ClientId, keys: Vec<&'a str>, sizes: Vec<u64>, restore: bool },

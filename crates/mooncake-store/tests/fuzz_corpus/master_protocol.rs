@@ -115,6 +115,7 @@ fn requests() -> Vec<Request<'static>> {
         Request::FetchOffloadTasks {
             client_id: CLIENT,
             max: 64,
+            promote_round_ms: 1_000,
         },
         Request::NotifyOffload {
             client_id: CLIENT,

@@ -50,6 +50,10 @@ pub(super) fn mount_and_restore(s: &TierShared) -> Result<usize> {
 }
 
 pub(super) fn run(s: &TierShared) {
+    // The master hands this tier its promotions once per heartbeat, as the
+    // reference's owner pulls them.
+    let heartbeat = s.tier.config().heartbeat_interval;
+    let round_ms = u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX);
     let mut last_housekeeping = std::time::Instant::now();
     let poll = || {
         if last_housekeeping.elapsed() >= HOUSEKEEPING {
@@ -58,7 +62,9 @@ pub(super) fn run(s: &TierShared) {
             let batch = s.tier.evict_above_watermark();
             report_eviction(s, batch);
         }
-        let batch = s.master.fetch_offload_tasks(s.id, TASKS_PER_ROUND)?;
+        let batch = s
+            .master
+            .fetch_offload_tasks(s.id, TASKS_PER_ROUND, round_ms)?;
         if !batch.removes.is_empty() {
             s.tier.remove(&batch.removes);
         }

@@ -372,6 +372,7 @@ impl MasterConfig {
             promote_on_hit: self.promotion_on_hit,
             promote_after: self.promotion_admission_threshold.max(1),
             promote_per_poll: self.promotion_max_per_heartbeat.max(1),
+            promote_round_ms: OffloadPolicy::default().promote_round_ms,
             promote_limit: self.promotion_queue_limit,
         }
     }

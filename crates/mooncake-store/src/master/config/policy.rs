@@ -114,8 +114,13 @@ pub struct OffloadPolicy {
     /// again (its owner is asked to write one).
     pub promote_on_hit: bool,
     pub promote_after: usize,
-    /// Promotions handed to an owner per offload poll.
+    /// Promotions handed to an owner per round of `promote_round_ms`:
+    /// polls between rounds get none. The reference's owner pulls them
+    /// once per offload heartbeat (`MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS`,
+    /// 10 s by default).
     pub promote_per_poll: usize,
+    /// The round of an owner whose poll names none.
+    pub promote_round_ms: u64,
     /// Promotions queued or in flight, at most.
     pub promote_limit: usize,
 }
@@ -131,6 +136,7 @@ impl Default for OffloadPolicy {
             promote_on_hit: false,
             promote_after: 2,
             promote_per_poll: 1,
+            promote_round_ms: 10_000,
             promote_limit: 50_000,
         }
     }

@@ -7,9 +7,13 @@
 //! heat a promotion is for). Volatile: a new leader starts without any, as
 //! the reference's reload does.
 //!
+//! Also the pace at which queued promotions are handed to their owners
+//! ([`Pacer`]).
+//!
 //! Pure: the caller passes the clock (ms).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
 /// At most this many keys wait for a retry; more are dropped.
 pub(crate) const CANDIDATE_LIMIT: usize = 50_000;
@@ -129,9 +133,114 @@ impl Candidates {
     }
 }
 
+/// Hands each tier owner at most its round's promotions per round, as the
+/// reference's owner pulls them once per offload heartbeat (ours polls far
+/// more often): a poll that takes some starts the owner's next round
+/// `round_ms` later,
+/// and a poll before then gets none (they stay queued, and reads keep
+/// being served from the disk copy). An owner with nothing handed out
+/// for a round gets its next promotion at once. Each owner's round is the
+/// one its poll names (its offload heartbeat). Volatile, and needs nothing
+/// from the log: every poll carries its round, so after a failover the
+/// new leader paces an owner by its own round from its first poll.
+pub(crate) struct Pacer<K> {
+    next_round: HashMap<K, u64>,
+}
+
+impl<K> Default for Pacer<K> {
+    fn default() -> Self {
+        Pacer {
+            next_round: HashMap::new(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Copy> Pacer<K> {
+    /// How many promotions `owner` may take at `now`: `per_round`, or
+    /// none before its next round.
+    pub(crate) fn allowance(&self, owner: K, now: u64, per_round: usize) -> usize {
+        match self.next_round.get(&owner) {
+            Some(&at) if now < at => 0,
+            _ => per_round,
+        }
+    }
+
+    /// `owner` took `n` promotions at `now`.
+    pub(crate) fn took(&mut self, owner: K, n: usize, now: u64, round_ms: u64) {
+        if n > 0 {
+            self.next_round.insert(owner, now.saturating_add(round_ms));
+        }
+    }
+
+    pub(crate) fn forget(&mut self, owner: K) {
+        self.next_round.remove(&owner);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.next_round.clear();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ROUND: u64 = 10_000;
+
+    #[test]
+    fn the_first_promotion_goes_at_once_then_one_round_per_interval() {
+        let mut p = Pacer::default();
+        assert_eq!(p.allowance(1, 5, 1), 1);
+        p.took(1, 1, 5, ROUND);
+        assert_eq!(p.allowance(1, 6, 1), 0, "polled again at once");
+        assert_eq!(p.allowance(1, ROUND + 4, 1), 0);
+        assert_eq!(p.allowance(1, ROUND + 5, 1), 1);
+        p.took(1, 1, ROUND + 7, ROUND);
+        assert_eq!(p.allowance(1, 2 * ROUND + 6, 1), 0);
+        assert_eq!(p.allowance(1, 2 * ROUND + 7, 1), 1);
+    }
+
+    #[test]
+    fn a_round_hands_out_up_to_its_size_and_owners_are_paced_apart() {
+        let mut p = Pacer::default();
+        assert_eq!(p.allowance(1, 0, 4), 4);
+        p.took(1, 3, 0, 100);
+        assert_eq!(p.allowance(1, 50, 4), 0);
+        assert_eq!(p.allowance(2, 50, 4), 4, "another owner has its own rounds");
+        p.took(2, 1, 50, 100);
+        assert_eq!(p.allowance(1, 100, 4), 4);
+        assert_eq!(p.allowance(2, 100, 4), 0);
+    }
+
+    #[test]
+    fn each_owner_is_paced_by_its_own_round() {
+        let mut p = Pacer::default();
+        p.took(1, 1, 0, 1_000);
+        p.took(2, 1, 0, ROUND);
+        assert_eq!(p.allowance(1, 999, 1), 0);
+        assert_eq!(p.allowance(1, 1_000, 1), 1, "one round of its own 1 s");
+        assert_eq!(p.allowance(2, 1_000, 1), 0, "the other keeps its 10 s");
+        assert_eq!(p.allowance(2, ROUND, 1), 1);
+    }
+
+    #[test]
+    fn a_poll_that_took_nothing_starts_no_round() {
+        let mut p = Pacer::default();
+        p.took(1, 0, 0, 100);
+        assert_eq!(p.allowance(1, 1, 1), 1);
+    }
+
+    #[test]
+    fn a_forgotten_owner_starts_afresh() {
+        let mut p = Pacer::default();
+        p.took(1, 1, 0, 100);
+        p.took(2, 1, 0, 100);
+        p.forget(1);
+        assert_eq!(p.allowance(1, 1, 1), 1);
+        assert_eq!(p.allowance(2, 1, 1), 0);
+        p.clear();
+        assert_eq!(p.allowance(2, 1, 1), 1);
+    }
 
     #[test]
     fn backoff_doubles_from_10_ms_to_1_s() {

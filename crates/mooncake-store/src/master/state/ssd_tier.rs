@@ -21,7 +21,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::fs_tier::SHARED_FS;
 use super::leases::CopyLease;
-use super::promotion::Candidates;
+use super::promotion::{Candidates, Pacer};
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -79,6 +79,8 @@ pub(crate) struct DiskTable {
     promoting: Mutex<HashMap<Box<str>, u32>>,
     /// Promotions to retry (volatile).
     candidates: Mutex<Candidates>,
+    /// When each owner may take promotions again (volatile).
+    pacer: Mutex<Pacer<ClientId>>,
     /// Sum of the copies' sizes.
     bytes: AtomicU64,
     /// The copies' bytes per tier owner.
@@ -106,6 +108,7 @@ impl DiskTable {
         self.hits.lock().clear();
         self.promoting.lock().clear();
         self.candidates.lock().clear();
+        self.pacer.lock().clear();
         self.bytes.store(0, Ordering::Relaxed);
         self.used.lock().clear();
         *self.files.lock() = FileOrder::default();
@@ -205,6 +208,7 @@ impl DiskTable {
 
     pub(crate) fn unmount(&self, owner: ClientId) {
         self.tiers.write().remove(&owner);
+        self.pacer.lock().forget(owner);
         // Promotions it never started are no longer pending.
         let mail = self.mail.lock().remove(&owner);
         if let Some(mail) = mail {
@@ -342,6 +346,23 @@ impl DiskTable {
             removes: std::mem::take(&mut m.removes),
             promotions: m.promotions.drain(..p).collect(),
         }
+    }
+
+    /// As `take`, with at most `per_round` promotions per `round_ms`
+    /// (see [`Pacer`]).
+    pub(crate) fn take_paced(
+        &self,
+        owner: ClientId,
+        max: usize,
+        per_round: usize,
+        round_ms: u64,
+        now: u64,
+    ) -> OffloadBatch {
+        let mut pacer = self.pacer.lock();
+        let allowance = pacer.allowance(owner, now, per_round);
+        let batch = self.take(owner, max, allowance);
+        pacer.took(owner, batch.promotions.len(), now, round_ms);
+        batch
     }
 
     /// A read found `key` on disk only: counts it, and once it was read

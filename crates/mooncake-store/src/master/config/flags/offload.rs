@@ -21,7 +21,7 @@ macro_rules! offload_flags {
         => offloading_queue_limit: usize = count;
     promotion_admission_threshold: Int = "2", Full, "Reads of a disk-only key before it is promoted (1 = on the first)"
         => promotion_admission_threshold: usize = count;
-    promotion_max_per_heartbeat: Int = "1", Full, "Max promotion tasks handed to a client per offload poll"
+    promotion_max_per_heartbeat: Int = "1", Full, "Max promotion tasks handed to a client per round of its offload heartbeat (10 s unless the tier sends its own)"
         => promotion_max_per_heartbeat: usize = count;
     promotion_on_hit: Bool = "false", Full, "Promote LOCAL_DISK-only keys to MEMORY on read access"
         => promotion_on_hit: bool = boolean;

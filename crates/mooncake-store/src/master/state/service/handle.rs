@@ -230,8 +230,12 @@ impl MasterService {
             Q::UnmountLocalDisk { client_id } => A::Unit {
                 result: self.unmount_local_disk_in(call, client_id),
             },
-            Q::FetchOffloadTasks { client_id, max } => A::Offload {
-                result: self.fetch_offload_tasks(client_id, max, now),
+            Q::FetchOffloadTasks {
+                client_id,
+                max,
+                promote_round_ms,
+            } => A::Offload {
+                result: self.fetch_offload_tasks_paced(client_id, max, promote_round_ms, now),
             },
             Q::NotifyOffload {
                 client_id,

@@ -108,18 +108,37 @@ impl MasterService {
 
     /// Hands `client` up to `max` queued offload tasks (each object still
     /// as it was queued, leased for the copy) and the copies to delete.
+    /// Promotions at the master's default round.
     pub fn fetch_offload_tasks(
         &self,
         client: ClientId,
         max: u32,
         now: u64,
     ) -> Result<OffloadBatch> {
+        self.fetch_offload_tasks_paced(client, max, 0, now)
+    }
+
+    /// As `fetch_offload_tasks`, with promotions at most once per
+    /// `round_ms` (the tier's offload heartbeat; 0: the default).
+    pub fn fetch_offload_tasks_paced(
+        &self,
+        client: ClientId,
+        max: u32,
+        round_ms: u64,
+        now: u64,
+    ) -> Result<OffloadBatch> {
         if !self.disk.has_tier(client) {
             return Err(no_tier(client));
         }
+        let p = &self.offload;
+        let round_ms = if round_ms == 0 {
+            p.promote_round_ms
+        } else {
+            round_ms
+        };
         let taken = self
             .disk
-            .take(client, max as usize, self.offload.promote_per_poll);
+            .take_paced(client, max as usize, p.promote_per_poll, round_ms, now);
         let tasks = taken.tasks;
         let mut batch = OffloadBatch {
             tasks: Vec::with_capacity(tasks.len()),

@@ -331,12 +331,18 @@ fn promotions_stop_at_the_eviction_watermark() {
         s.get_replica_list(k, 21).unwrap();
     }
     let queued = s.fetch_offload_tasks(A, 10, 22).unwrap().promotions;
-    assert_eq!(queued, ["p0"], "one promotion per poll");
+    assert_eq!(queued, ["p0"], "one promotion per round");
     // 14 of 16 KiB used, under 14.4: p0 starts; then memory is there.
     s.promotion_start(A, "p0", 23).unwrap();
     s.put_end(A, "p0", 24).unwrap();
-    assert_eq!(s.fetch_offload_tasks(A, 10, 25).unwrap().promotions, ["p1"]);
-    let e = s.promotion_start(A, "p1", 26).unwrap_err();
+    let paced = s.fetch_offload_tasks(A, 10, 25).unwrap().promotions;
+    assert!(paced.is_empty(), "the next round is 10 s after the first");
+    let round = |n: u64| 22 + n * 10_000;
+    assert_eq!(
+        s.fetch_offload_tasks(A, 10, round(1)).unwrap().promotions,
+        ["p1"]
+    );
+    let e = s.promotion_start(A, "p1", round(1) + 1).unwrap_err();
     assert_eq!(e.code, ErrorCode::NO_AVAILABLE_HANDLE);
     let watermark = || {
         s.counters()
@@ -345,14 +351,80 @@ fn promotions_stop_at_the_eviction_watermark() {
     };
     assert_eq!(watermark(), 1);
     // A read at the watermark queues nothing.
-    s.get_replica_list("p1", 27).unwrap();
+    s.get_replica_list("p1", round(1) + 2).unwrap();
     assert_eq!(watermark(), 2);
-    assert_eq!(s.fetch_offload_tasks(A, 10, 28).unwrap().promotions, ["p2"]);
+    assert_eq!(
+        s.fetch_offload_tasks(A, 10, round(2)).unwrap().promotions,
+        ["p2"]
+    );
     assert!(s
-        .fetch_offload_tasks(A, 10, 29)
+        .fetch_offload_tasks(A, 10, round(3))
         .unwrap()
         .promotions
         .is_empty());
+}
+
+/// Until its round comes, a queued promotion waits and the object is
+/// read from its disk copy.
+#[test]
+fn queued_promotions_wait_for_their_round_and_read_from_the_copy() {
+    let s = promoting();
+    let keys = ["p0", "p1"];
+    assert!(s
+        .notify_offload(A, &keys, &[1024; 2], true, 0)
+        .iter()
+        .all(Result::is_ok));
+    for k in keys {
+        s.get_replica_list(k, 1).unwrap();
+    }
+    assert_eq!(s.fetch_offload_tasks(A, 10, 2).unwrap().promotions, ["p0"]);
+    for now in [3, 5_000, 10_001] {
+        let batch = s.fetch_offload_tasks(A, 10, now).unwrap();
+        assert!(batch.promotions.is_empty(), "polled at {now}");
+        let reps = s.get_replica_list("p1", now).unwrap().replicas;
+        assert_eq!(reps.len(), 1);
+        assert!(is_local_disk(&reps[0]));
+    }
+    assert_eq!(
+        s.promotions_queued(),
+        2,
+        "p0 handed out, not started; p1 waiting"
+    );
+    let next = s.fetch_offload_tasks(A, 10, 10_002).unwrap().promotions;
+    assert_eq!(next, ["p1"]);
+}
+
+/// A tier that polls with its own heartbeat (1 s) gets its promotions
+/// once per that round; a poll without one gets the default 10 s.
+#[test]
+fn a_tier_polling_with_its_heartbeat_is_paced_by_it() {
+    let s = promoting();
+    let keys = ["p0", "p1", "p2", "p3", "p4"];
+    assert!(s
+        .notify_offload(A, &keys, &[1024; 5], true, 0)
+        .iter()
+        .all(Result::is_ok));
+    for k in keys {
+        s.get_replica_list(k, 1).unwrap();
+    }
+    let take = |round_ms: u64, now: u64| {
+        let req = Request::FetchOffloadTasks {
+            client_id: A,
+            max: 10,
+            promote_round_ms: round_ms,
+        };
+        match s.handle(req, now).response {
+            Response::Offload { result } => result.unwrap().promotions,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(take(1_000, 2), ["p0"]);
+    assert!(take(1_000, 1_001).is_empty(), "within its 1 s round");
+    assert_eq!(take(1_000, 1_002), ["p1"], "its own round, not 10 s");
+    assert_eq!(take(1_000, 2_002), ["p2"]);
+    assert_eq!(take(0, 3_002), ["p3"]);
+    assert!(take(0, 4_002).is_empty(), "the default 10 s from p3");
+    assert_eq!(take(0, 13_002), ["p4"]);
 }
 
 #[test]
