@@ -373,3 +373,50 @@ fn recovery_makes_every_file_it_read_durable_first() {
     recover(dir.path(), 0, Some(2)).unwrap();
     assert!(SYNCED.with(|s| s.borrow().is_empty()));
 }
+
+#[test]
+fn recover_each_hands_entries_on_in_order_and_stops_at_an_error() {
+    use super::wal::{file_name, recover_each, Tail};
+    let dir = tempfile::tempdir().unwrap();
+    let entry = |seq| OwnedEntry {
+        seq,
+        term: 0,
+        mutations: sample_entry().mutations,
+    };
+    std::fs::write(
+        file_name(dir.path(), 1),
+        [entry(1).to_frame(), entry(2).to_frame()].concat(),
+    )
+    .unwrap();
+    std::fs::write(file_name(dir.path(), 3), entry(3).to_frame()).unwrap();
+    let mut seen = Vec::new();
+    let tail = recover_each(dir.path(), 1, None, &mut |e| {
+        seen.push(e.seq);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, [2, 3]);
+    assert_eq!(
+        tail,
+        Tail {
+            entries: 2,
+            last_seq: 3,
+            torn_bytes: 0
+        }
+    );
+    // The caller's error ends the read at that entry.
+    let mut seen = Vec::new();
+    let err = recover_each(dir.path(), 0, None, &mut |e| {
+        seen.push(e.seq);
+        match e.seq {
+            2 => Err(mooncake_common::Error::new(
+                mooncake_common::ErrorCode::INTERNAL_ERROR,
+                "does not fit",
+            )),
+            _ => Ok(()),
+        }
+    })
+    .unwrap_err();
+    assert_eq!(seen, [1, 2]);
+    assert!(err.to_string().contains("does not fit"), "{err}");
+}

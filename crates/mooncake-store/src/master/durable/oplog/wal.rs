@@ -144,13 +144,47 @@ pub struct Recovered {
 /// snapshot's view, while the writer goes on in a later file) and repairs
 /// nothing.
 pub fn recover(dir: &Path, after: u64, upto: Option<u64>) -> Result<Recovered> {
+    let mut entries = Vec::new();
+    let tail = recover_each(dir, after, upto, &mut |e| {
+        entries.push(e);
+        Ok(())
+    })?;
+    Ok(Recovered {
+        entries,
+        last_seq: tail.last_seq,
+        torn_bytes: tail.torn_bytes,
+    })
+}
+
+/// What [`recover_each`] read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    /// Entries after `after` handed on.
+    pub entries: usize,
+    /// The last seq in the log (`after` when it holds nothing later).
+    pub last_seq: u64,
+    /// Bytes of a torn last write that were cut off.
+    pub torn_bytes: u64,
+}
+
+/// [`recover`], handing each entry after `after` to `each` as it is
+/// decoded rather than collecting them: a restore applies a long log
+/// without holding it. An error from `each` stops the read and is
+/// returned; so is damage found after entries were handed on (the caller
+/// drops what it applied).
+pub fn recover_each(
+    dir: &Path,
+    after: u64,
+    upto: Option<u64>,
+    each: &mut dyn FnMut(OwnedEntry) -> Result<()>,
+) -> Result<Tail> {
     let mut files = list_files(dir)?;
     if let Some(upto) = upto {
         files.retain(|(first, _)| *first <= upto);
     }
-    let mut out = Recovered {
+    let mut out = Tail {
         last_seq: after,
-        ..Recovered::default()
+        ..Tail::default()
     };
     let mut expected: Option<u64> = None;
     // Files wholly before `after` are skipped: a file ends where the next begins.
@@ -198,7 +232,7 @@ pub fn recover(dir: &Path, after: u64, upto: Option<u64>) -> Result<Recovered> {
                     expected = Some(entry.seq + 1);
                     out.last_seq = out.last_seq.max(entry.seq);
                     if entry.seq > after && upto.is_none_or(|u| entry.seq <= u) {
-                        if out.entries.is_empty() && entry.seq != after + 1 {
+                        if out.entries == 0 && entry.seq != after + 1 {
                             return Err(Error::new(
                                 ErrorCode::DESERIALIZE_FAIL,
                                 format!(
@@ -208,7 +242,8 @@ pub fn recover(dir: &Path, after: u64, upto: Option<u64>) -> Result<Recovered> {
                                 ),
                             ));
                         }
-                        out.entries.push(entry);
+                        out.entries += 1;
+                        each(entry)?;
                     }
                     at += used;
                 }

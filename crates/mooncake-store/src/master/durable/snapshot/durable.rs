@@ -75,7 +75,9 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
             .and_then(|s| s.list().first().copied())
             .unwrap_or(0);
         if let Some((first, _)) = wal::list_files(dir).ok().and_then(|f| f.last().cloned()) {
-            base = base.max(wal::recover(dir, first.saturating_sub(1), None)?.last_seq);
+            base = base.max(
+                wal::recover_each(dir, first.saturating_sub(1), None, &mut |_| Ok(()))?.last_seq,
+            );
         }
         start_history(dir, base)?;
         (MasterService::new(config), 0, base + 1, None)

@@ -245,11 +245,8 @@ fn replay_log(
     if !dir.exists() {
         return Ok((0, after));
     }
-    let rec = wal::recover(dir, after, upto)?;
-    for e in &rec.entries {
-        apply(s, e, now)?;
-    }
-    Ok((rec.entries.len(), rec.last_seq.max(after)))
+    let tail = wal::recover_each(dir, after, upto, &mut |e| apply(s, &e, now))?;
+    Ok((tail.entries, tail.last_seq.max(after)))
 }
 
 fn apply(s: &MasterService, e: &OwnedEntry, now: &mut u64) -> Result<()> {

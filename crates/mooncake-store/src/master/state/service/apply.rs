@@ -377,10 +377,20 @@ impl MasterService {
                 self.apply_free_retired(call, now);
             }
             Mutation::Disk(op) => self.replay_disk(call, op),
-            m @ (Mutation::Reserve { .. } | Mutation::Unreserve { .. }) => {
-                let what = format!("{m:?}");
+            m @ (Mutation::Reserve {
+                segment,
+                offset,
+                len,
+            }
+            | Mutation::Unreserve {
+                segment,
+                offset,
+                len,
+                ..
+            }) => {
+                // Described only when it fails: a log replays millions.
                 if !self.replay_space(call, m) {
-                    return diverged(what);
+                    return diverged(format!("space {offset}+{len} of segment {segment}"));
                 }
             }
         }
