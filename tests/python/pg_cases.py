@@ -485,6 +485,17 @@ def case_p2p_fault(rank, world):
     assert pg.get_active_ranks(dist.group.WORLD).tolist() == want
 
 
+def case_transport(rank, world):
+    """The group runs over the transport MOONCAKE_PG_TRANSPORT names."""
+    want = os.environ.get("MOONCAKE_PG_TRANSPORT", "shm")
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    got = getattr(backend, "_transport", None)
+    assert got == want, f"transport {got!r}, expected {want!r}"
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    same(t, torch.full((3,), float(world)), "all_reduce")
+
+
 OPTIONS = {
     "manual_evict": lambda world: pg.MooncakeBackendOptions(world, False, False, False),
     "failed_rank": lambda world: pg.MooncakeBackendOptions(world),
