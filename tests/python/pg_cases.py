@@ -496,6 +496,20 @@ def case_transport(rank, world):
     same(t, torch.full((3,), float(world)), "all_reduce")
 
 
+def case_tcp_fixed(rank, world):
+    """Over TCP a group cannot reserve ranks to grow into: refused."""
+    try:
+        dist.new_group(list(range(world)), backend="mooncake-cpu",
+                       pg_options=pg.MooncakeBackendOptions(world + 1))
+    except ValueError as exc:
+        assert "fixed group" in str(exc), exc
+    else:
+        raise AssertionError("a growable group over TCP was accepted")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(world)), "all_reduce after the refusal")
+
+
 OPTIONS = {
     "manual_evict": lambda world: pg.MooncakeBackendOptions(world, False, False, False),
     "failed_rank": lambda world: pg.MooncakeBackendOptions(world),

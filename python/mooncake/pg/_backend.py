@@ -114,9 +114,13 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         else:
             gen = int(store.get("mooncake-pg/gen"))
         self._gen = gen
-        self._transport = _tcp.transport(store, lambda r: self._key("host", r), rank, size) if self._joined else "shm"
+        if self._joined:
+            self._transport = _tcp.transport(store, lambda r: self._key("host", r), rank, size)
+        else:
+            # An extension rank joins ranks that share its host.
+            self._transport = _tcp.forced() or "shm"
         if self._transport == "tcp":
-            if self._max > size:
+            if self._max > size or not self._joined:
                 raise ValueError(
                     "mooncake-cpu over TCP runs a fixed group: max_group_size and extension "
                     "ranks need every rank on one host"

@@ -264,6 +264,10 @@ class Plane:
                     me = live.index(self.rank)
                     lo, hi = parts[me]
                     reduce_into(mine[lo:hi], order(me, lo, hi), op)
+                    if self._touch is not None:
+                        # Over TCP the peers have the rest from Arrive.
+                        self.shm.clean(s)
+                        self._touch(s, lo * f.element_size(), hi * f.element_size())
                     self.post(REDUCED, k)
                     gone = self._wait(REDUCED, k, live)
                     for i, (lo, hi) in enumerate(parts):

@@ -47,15 +47,21 @@ def transport(store, key, rank: int, size: int) -> str:
     """``"tcp"`` or ``"shm"``: ``MOONCAKE_PG_TRANSPORT`` when set, else
     TCP when the ranks are not all on this host (every rank publishes its
     host's identity and reads all of them, so all choose alike)."""
-    forced = os.environ.get("MOONCAKE_PG_TRANSPORT", "").strip().lower()
-    if forced in ("tcp", "shm"):
-        return forced
-    if forced:
-        raise ValueError(f"MOONCAKE_PG_TRANSPORT={forced!r}: expected 'tcp' or 'shm'")
+    chosen = forced()
+    if chosen:
+        return chosen
     me = host_identity()
     store.set(key(rank), me)
     hosts = {store.get(key(r)).decode() for r in range(size)}
     return "shm" if hosts == {me} else "tcp"
+
+
+def forced() -> str | None:
+    """The transport ``MOONCAKE_PG_TRANSPORT`` names, if any."""
+    chosen = os.environ.get("MOONCAKE_PG_TRANSPORT", "").strip().lower()
+    if chosen and chosen not in ("tcp", "shm"):
+        raise ValueError(f"MOONCAKE_PG_TRANSPORT={chosen!r}: expected 'tcp' or 'shm'")
+    return chosen or None
 
 
 def host_identity() -> str:
