@@ -485,6 +485,31 @@ def case_p2p_fault(rank, world):
     assert pg.get_active_ranks(dist.group.WORLD).tolist() == want
 
 
+def case_transport(rank, world):
+    """The group runs over the transport MOONCAKE_PG_TRANSPORT names."""
+    want = os.environ.get("MOONCAKE_PG_TRANSPORT", "shm")
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    got = getattr(backend, "_transport", None)
+    assert got == want, f"transport {got!r}, expected {want!r}"
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    same(t, torch.full((3,), float(world)), "all_reduce")
+
+
+def case_tcp_fixed(rank, world):
+    """Over TCP a group cannot reserve ranks to grow into: refused."""
+    try:
+        dist.new_group(list(range(world)), backend="mooncake-cpu",
+                       pg_options=pg.MooncakeBackendOptions(world + 1))
+    except ValueError as exc:
+        assert "fixed group" in str(exc), exc
+    else:
+        raise AssertionError("a growable group over TCP was accepted")
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    same(t, torch.full((2,), float(world)), "all_reduce after the refusal")
+
+
 OPTIONS = {
     "manual_evict": lambda world: pg.MooncakeBackendOptions(world, False, False, False),
     "failed_rank": lambda world: pg.MooncakeBackendOptions(world),
@@ -516,3 +541,36 @@ def rank_main(rank, world, port, cases, results):
         results.put((rank, "ok"))
     except BaseException:  # noqa: BLE001 - reported to the parent
         results.put((rank, traceback.format_exc()))
+
+
+def host_main(rank: int, world: int, host: str, port: int, cases: list[str]) -> int:
+    """One rank run as its own program (``python -c``), for ranks placed in
+    separate network namespaces: rank 0 serves the store at ``host`` (port 0:
+    a free one, printed for the others), the others reach it at
+    ``host:port``. Exit status 0 when every case passed."""
+    torch.set_num_threads(1)
+    os.environ.setdefault("MOONCAKE_PG_SLOT_BYTES", str(64 << 10))
+    try:
+        store = dist.TCPStore(host, port, world, is_master=rank == 0, wait_for_workers=False,
+                              timeout=timedelta(seconds=120))
+        if rank == 0:
+            print(f"store-port {store.port}", flush=True)
+        for name in cases:
+            prefixed = dist.PrefixStore(f"case-{name}", store)
+            dist.init_process_group("mooncake-cpu", store=prefixed, rank=rank, world_size=world,
+                                    timeout=timedelta(seconds=120))
+            try:
+                CASES[name](rank, world)
+            finally:
+                dist.destroy_process_group()
+        # Rank 0 serves the store: it leaves once every rank is done.
+        store.add("finished", 1)
+        if rank == 0:
+            deadline = time.monotonic() + 120
+            while int(store.add("finished", 0)) < world and time.monotonic() < deadline:
+                time.sleep(0.1)
+        print("ok", flush=True)
+        return 0
+    except BaseException:  # noqa: BLE001 - reported on stderr
+        traceback.print_exc()
+        return 1

@@ -122,3 +122,45 @@ def test_backend_is_registered_for_cpu():
         pg.set_device_filter(["mlx5_0"])
     assert {s.name for s in pg.ProposalStatus} == {"Applied", "AppliedWithDroppedRanks", "Rejected"}
     assert {"Reconciled", "NoPending"} <= {s.name for s in pg.SyncAfterFailureStatus}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_operation_over_tcp(world, monkeypatch):
+    """The same cases with the segments' traffic over the TCP mesh (as for
+    ranks on different hosts), on loopback."""
+    monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", "tcp")
+    monkeypatch.setenv("MOONCAKE_PG_HOST", "127.0.0.1")
+    run_ranks(world, "transport", "tcp_fixed", *ALL_CASES)
+
+
+@pytest.mark.parametrize("case,world,dead", [("failed_rank", 4, (3,)), ("p2p_fault", 4, (1,)),
+                                             ("manual_evict", 3, (1,))])
+def test_a_killed_rank_over_tcp(case, world, dead, monkeypatch):
+    """A peer's connection ending is its death: the survivors' operations
+    fail as over shared memory, without a hang."""
+    monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", "tcp")
+    monkeypatch.setenv("MOONCAKE_PG_HOST", "127.0.0.1")
+    run_ranks(world, "transport", case, dead=dead)
+
+
+def test_ranks_on_other_hosts_choose_tcp(monkeypatch):
+    """Without MOONCAKE_PG_TRANSPORT, ranks all on this host share memory;
+    one elsewhere (another host name or boot) makes the group use TCP; a
+    bad value is refused with its text."""
+    from mooncake.pg import _tcp
+
+    def key(r):
+        return f"host/{r}"
+
+    monkeypatch.delenv("MOONCAKE_PG_TRANSPORT", raising=False)
+    store = dist.HashStore()
+    store.set(key(1), _tcp.host_identity())
+    assert _tcp.transport(store, key, 0, 2) == "shm"
+    store = dist.HashStore()
+    store.set(key(1), "elsewhere " + _tcp.host_identity().split(" ", 1)[1])
+    assert _tcp.transport(store, key, 0, 2) == "tcp"
+    monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", "tcp")
+    assert _tcp.transport(dist.HashStore(), key, 0, 2) == "tcp"
+    monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", "rdma")
+    with pytest.raises(ValueError, match="rdma"):
+        _tcp.transport(dist.HashStore(), key, 0, 2)

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _mooncake
-from . import _fault, _plane
+from . import _fault, _plane, _tcp
 from ._channels import Channels
 from ._grow import GrowMixin
 from ._plane import GroupBroken, Plane, RedOp, _op_type, check_op, flat
@@ -114,6 +114,24 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         else:
             gen = int(store.get("mooncake-pg/gen"))
         self._gen = gen
+        if self._joined:
+            self._transport = _tcp.transport(store, lambda r: self._key("host", r), rank, size)
+        else:
+            # An extension rank joins ranks that share its host.
+            self._transport = _tcp.forced() or "shm"
+        if self._transport == "tcp":
+            if self._max > size or not self._joined:
+                raise ValueError(
+                    "mooncake-cpu over TCP runs a fixed group: max_group_size and extension "
+                    "ranks need every rank on one host"
+                )
+            shm = _tcp.rendezvous(store, lambda r: self._key("tcp", r), rank, size, slot, self._timeout_s)
+            try:
+                self._ready(shm, gen)
+            except BaseException:
+                shm.close()
+                raise
+            return shm
         pending = self._publish(store, slot, ring)
         if not self._joined:
             return pending.finish()
@@ -123,11 +141,15 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
                 pending.connect(peer, path, pid)
                 self._inc[peer] = nonce
         shm = pending.finish()
+        self._ready(shm, gen)
+        return shm
+
+    def _ready(self, shm, gen: int) -> None:
+        """Until every rank is connected to all the others."""
         shm.post(_plane.READY, gen & _plane.MASK)
-        dead = shm.wait(list(range(size)), _plane.READY, gen & _plane.MASK, self._timeout_s)
+        dead = shm.wait(list(range(self._size)), _plane.READY, gen & _plane.MASK, self._timeout_s)
         if dead:
             raise RuntimeError(f"ranks {dead} of the mooncake-cpu group died while it was set up")
-        return shm
 
     def _new_plane(self) -> Plane:
         return Plane(self._shm, self._rank, self._max, self._timeout_s, self._fault, self._global_ranks)
@@ -148,12 +170,17 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         self._closed = True
         self._senders.shutdown(wait=True)
         self._receivers.shutdown(wait=True)
-        self._close_segment()
+        self._close_transport()
 
     def abort(self) -> None:
         self._closed = True
         self._senders.shutdown(wait=False)
         self._receivers.shutdown(wait=False)
+        self._close_transport()
+
+    def _close_transport(self) -> None:
+        if isinstance(self._shm, _tcp.TcpGroup):
+            self._shm.close()
         self._close_segment()
 
     # -- membership ----------------------------------------------------

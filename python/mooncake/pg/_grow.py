@@ -212,6 +212,8 @@ class GrowMixin:
         them and runs its operations with them. A rank that left (it
         deactivated itself, or its data path failed) rejoins in place."""
         if self._left and not self._closed:
+            if self._transport == "tcp":
+                raise ValueError("mooncake-cpu over TCP runs a fixed group: a rank that left cannot rejoin")
             self._reincarnate()
         self._check_usable()
         if self._joined:

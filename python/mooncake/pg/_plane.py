@@ -152,6 +152,9 @@ class Plane:
         self.slot_bytes = shm.slot_bytes
         self._slots: list[list[torch.Tensor] | None] = [None] * world
         self._typed: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
+        # Over TCP (_tcp) the bytes written into this rank's slot travel
+        # with the round's post: the plane says which.
+        self._touch = getattr(shm, "touch", None)
         for r in range(world):
             if shm.connected(r):
                 self.attach(r)
@@ -190,6 +193,8 @@ class Plane:
         self.k = (self.k + 1) & MASK
         k = self.k
         self._wait(DONE, (k - 2) & MASK)
+        if self._touch is not None:
+            self.shm.clean(k & 1)
         return k, k & 1
 
     def post(self, flag: int, k: int) -> None:
@@ -213,6 +218,8 @@ class Plane:
         typed = self._typed.get((rank, slot, dtype))
         if typed is None:
             typed = self._typed[(rank, slot, dtype)] = self._slots[rank][slot].view(dtype)
+        if rank == self.rank and self._touch is not None:
+            self._touch(slot, at * dtype.itemsize, (at + n) * dtype.itemsize)
         return typed[at : at + n]
 
     def per(self, dtype: torch.dtype, blocks: int) -> int:
@@ -257,6 +264,10 @@ class Plane:
                     me = live.index(self.rank)
                     lo, hi = parts[me]
                     reduce_into(mine[lo:hi], order(me, lo, hi), op)
+                    if self._touch is not None:
+                        # Over TCP the peers have the rest from Arrive.
+                        self.shm.clean(s)
+                        self._touch(s, lo * f.element_size(), hi * f.element_size())
                     self.post(REDUCED, k)
                     gone = self._wait(REDUCED, k, live)
                     for i, (lo, hi) in enumerate(parts):
