@@ -46,7 +46,9 @@ gbs() { # bench's "throughput X GB/s" -> X
 bench_cell() { # system bench env op block
     local sys=$1 bench=$2 envs=$3 op=$4 block=$5 t i tp out
     t=$(free_port); i=$(free_port)
-    env $envs "$bench" --mode=target "--local_server_name=127.0.0.1:$t" "${COMMON[@]}" \
+    # Its own process group: the reference's console script runs the
+    # real binary as a child, which must end with it.
+    setsid env $envs "$bench" --mode=target "--local_server_name=127.0.0.1:$t" "${COMMON[@]}" \
         >"$WORK/target.log" 2>&1 &
     tp=$!
     sleep 2
@@ -54,7 +56,7 @@ bench_cell() { # system bench env op block
         "--local_server_name=127.0.0.1:$i" "--segment_id=127.0.0.1:$t" "--operation=$op" \
         "--block_size=$block" "--batch_size=$((LEN / block))" "--duration=$SECS" \
         "${COMMON[@]}" 2>&1 | gbs)
-    kill -INT $tp 2>/dev/null; sleep 0.5; kill -9 $tp 2>/dev/null; wait $tp 2>/dev/null
+    kill -INT -- -$tp 2>/dev/null; sleep 0.5; kill -9 -- -$tp 2>/dev/null; wait $tp 2>/dev/null
     echo "${out:-FAILED}"
 }
 

@@ -23,7 +23,9 @@ COMMON=(--protocol=tcp "--metadata_server=http://127.0.0.1:$H/metadata" --buffer
 run() { # system bench env op block
     local sys=$1 bench=$2 envs=$3 op=$4 block=$5 t i out tp
     t=$(free_port); i=$(free_port)
-    env $envs GLOG_minloglevel=0 GLOG_logtostderr=1 "$bench" --mode=target \
+    # Its own process group: the reference's console script runs the real
+    # binary as a child, which must end with it.
+    setsid env $envs GLOG_minloglevel=0 GLOG_logtostderr=1 "$bench" --mode=target \
         "--local_server_name=127.0.0.1:$t" "${COMMON[@]}" >/tmp/te_target.log 2>&1 &
     tp=$!
     sleep 2
@@ -31,7 +33,7 @@ run() { # system bench env op block
         "--local_server_name=127.0.0.1:$i" "--segment_id=127.0.0.1:$t" "--operation=$op" \
         "--block_size=$block" --threads=2 "--duration=$SECS" "${COMMON[@]}" 2>&1 |
         grep -oE 'throughput +[0-9.]+ *[A-Za-z]+/s' | head -1)
-    kill -INT $tp 2>/dev/null; sleep 0.5; kill -9 $tp 2>/dev/null; wait $tp 2>/dev/null
+    kill -INT -- -$tp 2>/dev/null; sleep 0.5; kill -9 -- -$tp 2>/dev/null; wait $tp 2>/dev/null
     echo "| $sys | $op | $block | ${out:-FAILED} |"
 }
 
