@@ -10,7 +10,7 @@
 
 use std::ffi::c_int;
 
-use mooncake_common::{Error, ErrorCode};
+use mooncake_common::Error;
 use mooncake_transfer::TransferState;
 
 /// `ERR_INVALID_ARGUMENT`: also what a bad handle or argument returns.
@@ -93,24 +93,13 @@ pub(crate) fn store_count(r: Result<u64, Error>) -> i64 {
 /// `is_exist`: 1 exists, 0 missing (also a key that cannot exist), -1 when
 /// the cluster could not answer.
 pub(crate) fn exist(r: Result<bool, Error>) -> c_int {
-    match r {
-        Ok(true) => 1,
-        Ok(false) => 0,
-        Err(e)
-            if matches!(
-                e.code,
-                ErrorCode::OBJECT_NOT_FOUND | ErrorCode::INVALID_KEY | ErrorCode::INVALID_PARAMS
-            ) =>
-        {
-            0
-        }
-        Err(_) => -1,
-    }
+    mooncake_store::client::store_exist(r)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mooncake_common::ErrorCode;
 
     fn err(c: ErrorCode) -> Error {
         Error::from(c)

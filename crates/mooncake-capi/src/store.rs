@@ -76,6 +76,16 @@ fn keys(keys: *const *const c_char, count: usize) -> Option<Vec<String>> {
         .collect()
 }
 
+/// A batch call's answer: its per-key results copied to the caller's
+/// `results_out`, 0; or -1 when that array cannot take them.
+fn results_to<T: Copy>(results_out: *mut T, results: &[T]) -> c_int {
+    if ffi::put_array(results_out, results) {
+        0
+    } else {
+        FAILED
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn mooncake_store_create() -> *mut c_void {
     init_logging();
@@ -281,11 +291,7 @@ pub extern "C" fn mooncake_store_batch_put_from(
             Ok(v) => v.into_iter().map(store_status).collect(),
             Err(e) => vec![codes::store_code(&e); count],
         };
-        if ffi::put_array(results_out, &results) {
-            0
-        } else {
-            FAILED
-        }
+        results_to(results_out, &results)
     })
 }
 
@@ -327,11 +333,7 @@ pub extern "C" fn mooncake_store_batch_get_into(
             Ok(v) => v.into_iter().map(store_count).collect(),
             Err(e) => vec![i64::from(codes::store_code(&e)); count],
         };
-        if ffi::put_array(results_out, &results) {
-            0
-        } else {
-            FAILED
-        }
+        results_to(results_out, &results)
     })
 }
 
@@ -365,11 +367,7 @@ pub extern "C" fn mooncake_store_batch_is_exist(
                 Err(_) => vec![-1; count],
             }
         };
-        if ffi::put_array(results_out, &results) {
-            0
-        } else {
-            FAILED
-        }
+        results_to(results_out, &results)
     })
 }
 

@@ -50,19 +50,7 @@ pub(crate) fn first_error(r: Result<Vec<Result<(), Error>>, Error>) -> i32 {
 /// `is_exist`: 1 exists, 0 missing (also for a key that cannot exist), -1
 /// when the cluster could not answer.
 pub(crate) fn exist(r: Result<bool, Error>) -> i32 {
-    match r {
-        Ok(true) => 1,
-        Ok(false) => 0,
-        Err(e)
-            if matches!(
-                e.code,
-                ErrorCode::OBJECT_NOT_FOUND | ErrorCode::INVALID_KEY | ErrorCode::INVALID_PARAMS
-            ) =>
-        {
-            0
-        }
-        Err(_) => -1,
-    }
+    mooncake_store::client::store_exist(r)
 }
 
 /// A failed `setup`: -600 for bad arguments; any other failure to join

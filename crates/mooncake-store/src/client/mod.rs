@@ -49,7 +49,7 @@ pub use dummy::DummyTransport;
 pub use dummy_server::{ServiceConfig, ServiceLimits, StoreService};
 pub use http::ClientHttpServer;
 pub use metrics::ClientMetrics;
-pub use rust_api::{store_code, store_count, store_status, MooncakeStore, StoreError};
+pub use rust_api::{store_code, store_count, store_exist, store_status, MooncakeStore, StoreError};
 
 pub(crate) use ranges::RangeRead;
 

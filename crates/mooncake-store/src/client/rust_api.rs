@@ -113,6 +113,24 @@ pub fn store_count<N: TryInto<i64>>(r: Result<N, Error>) -> i64 {
     }
 }
 
+/// An existence check as the bindings return it: 1 exists, 0 missing (also
+/// a key that cannot exist), -1 when the cluster could not answer.
+pub fn store_exist(r: Result<bool, Error>) -> i32 {
+    match r {
+        Ok(true) => 1,
+        Ok(false) => 0,
+        Err(e)
+            if matches!(
+                e.code,
+                ErrorCode::OBJECT_NOT_FOUND | ErrorCode::INVALID_KEY | ErrorCode::INVALID_PARAMS
+            ) =>
+        {
+            0
+        }
+        Err(_) => -1,
+    }
+}
+
 /// Replication of one put, as the reference's crate has it. Unlike the
 /// store's own [`types::ReplicaPolicy`], the derived default has
 /// `replica_num: 0`, which puts refuse (`-600`), as the reference's do.
