@@ -18,7 +18,7 @@ use mooncake_common::gflags::parse_bool;
 use mooncake_common::size::parse_size;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use self::policy::{FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
+use self::policy::{FilePolicy, HotKeyPolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy};
 use self::tenant_quotas::PolicyStore;
 use parse::invalid;
 
@@ -374,6 +374,17 @@ impl MasterConfig {
             promote_per_poll: self.promotion_max_per_heartbeat.max(1),
             promote_round_ms: OffloadPolicy::default().promote_round_ms,
             promote_limit: self.promotion_queue_limit,
+        }
+    }
+
+    /// Hot-key fan-out; a window or replica cap of 0 counts as 1, as in
+    /// the reference.
+    pub fn hot_key_policy(&self) -> HotKeyPolicy {
+        HotKeyPolicy {
+            mode: self.dynamic_replication_mode,
+            window_ms: self.dynamic_replication_heat_window_seconds.max(1) * 1000,
+            qps_threshold: self.dynamic_replication_admission_qps_threshold,
+            max_memory_replicas: self.dynamic_replication_max_memory_replicas.max(1),
         }
     }
 

@@ -7,7 +7,7 @@ use mooncake_common::duration::parse_duration;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use crate::master::config::policy::AllocationStrategy;
+use crate::master::config::policy::{AllocationStrategy, HotKeyMode};
 
 /// The error for a value `name` does not take.
 pub(super) fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
@@ -122,4 +122,23 @@ pub(super) fn ha_backend_type(name: &str, value: &str, v: &str) -> Result<String
         return Err(invalid(name, value, "HA backends are etcd, redis and k8s"));
     }
     Ok(v.to_string())
+}
+
+pub(super) fn hot_key_mode(name: &str, value: &str, v: &str) -> Result<HotKeyMode> {
+    HotKeyMode::parse(v).map_err(|e| invalid(name, value, e.context))
+}
+
+/// A whole number of seconds that fits 32 bits, as the reference's flag.
+pub(super) fn u32_seconds(name: &str, value: &str, v: &str) -> Result<u64> {
+    let n = v.parse::<u32>().map_err(|e| invalid(name, value, e))?;
+    Ok(u64::from(n))
+}
+
+/// A finite number above zero.
+pub(super) fn positive_float(name: &str, value: &str, v: &str) -> Result<f64> {
+    let r: f64 = v.parse().map_err(|e| invalid(name, value, e))?;
+    if !r.is_finite() || r <= 0.0 {
+        return Err(invalid(name, value, "must be > 0"));
+    }
+    Ok(r)
 }

@@ -183,3 +183,65 @@ impl FilePolicy {
         }
     }
 }
+
+/// What the master does with hot keys (`--dynamic_replication_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HotKeyMode {
+    /// No heat is counted.
+    #[default]
+    Off,
+    /// Heat is counted and admissions are reported; no replica is made.
+    Observe,
+    /// An admitted key gets extra memory replicas in the background.
+    Enforce,
+}
+
+impl HotKeyMode {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "off" => Ok(HotKeyMode::Off),
+            "observe" => Ok(HotKeyMode::Observe),
+            "enforce" => Ok(HotKeyMode::Enforce),
+            _ => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("dynamic_replication_mode must be one of off, observe, enforce (got {s:?})"),
+            )),
+        }
+    }
+}
+
+/// Dynamic hot-key memory replicas (`--dynamic_replication_*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HotKeyPolicy {
+    pub mode: HotKeyMode,
+    /// Length of a key's heat window.
+    pub window_ms: u64,
+    /// Reads per second, over a window, that admit a key.
+    pub qps_threshold: f64,
+    /// Most memory replicas a key is fanned out to (its own included).
+    pub max_memory_replicas: usize,
+}
+
+impl Default for HotKeyPolicy {
+    fn default() -> Self {
+        HotKeyPolicy {
+            mode: HotKeyMode::Off,
+            window_ms: 10_000,
+            qps_threshold: 0.8,
+            max_memory_replicas: 2,
+        }
+    }
+}
+
+impl HotKeyPolicy {
+    /// Reads within one window that admit a key: `ceil(qps × seconds)`,
+    /// at least one, as the reference counts.
+    pub fn min_hits(&self) -> u64 {
+        let secs = self.window_ms as f64 / 1000.0;
+        ((self.qps_threshold * secs).ceil() as u64).max(1)
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.mode != HotKeyMode::Off
+    }
+}

@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 
 use ops::{BatchCounters, OpCounters};
 pub use ops::{BatchOp, Op};
-use tiers::{FileTierMetrics, HaMetrics, NofMetrics, PromotionMetrics};
+use tiers::{FileTierMetrics, HaMetrics, HotKeyMetrics, NofMetrics, PromotionMetrics};
 
 use super::durable::snapshot::RestoreProgress;
 use super::state::service::{MasterService, MasterStats};
@@ -113,6 +113,8 @@ pub struct MasterMetrics {
     pub file_tier: FileTierMetrics,
     /// Fed by promotion from the local disk tier.
     pub promotion: PromotionMetrics,
+    /// Fed by the hot-key fan-out.
+    pub hot_keys: HotKeyMetrics,
     nof: NofMetrics,
     snapshots_ok: Counter,
     snapshots_failed: Counter,
@@ -189,6 +191,7 @@ impl MasterMetrics {
             ha: HaMetrics::default(),
             file_tier: FileTierMetrics::default(),
             promotion: PromotionMetrics::default(),
+            hot_keys: HotKeyMetrics::default(),
             nof: NofMetrics::default(),
             snapshots_ok: Counter::default(),
             snapshots_failed: Counter::default(),
@@ -264,6 +267,7 @@ impl MasterMetrics {
         self.nof.register(r);
         self.file_tier.register(r);
         self.promotion.register(r);
+        self.hot_keys.register(r);
         self.ha.register(r);
         self.restore.register(r);
     }
@@ -549,6 +553,13 @@ impl MasterMetrics {
         sync(&p.completed, load(&c.promotion_completed));
         sync(&p.completed_bytes, load(&c.promotion_completed_bytes));
         sync(&p.failed, load(&c.promotion_failed));
+        let h = &self.hot_keys;
+        let (tracked, extras) = svc.hot_key_gauges();
+        h.tracked_keys.set(as_i64(tracked as u64));
+        h.extra_replicas.set(as_i64(extras as u64));
+        sync(&h.admitted, load(&c.hot_key_admissions));
+        sync(&h.tasks, load(&c.hot_key_fan_outs));
+        sync(&h.dropped, load(&c.hot_key_replicas_dropped));
     }
 
     /// Refreshes the gauges from the service and renders the text format.

@@ -231,3 +231,37 @@ impl NofMetrics {
         );
     }
 }
+
+/// Hot-key fan-out (`--dynamic_replication_*`). The reference only logs
+/// these events; the families are ours.
+#[derive(Default)]
+pub struct HotKeyMetrics {
+    pub tracked_keys: Gauge,
+    pub extra_replicas: Gauge,
+    pub admitted: Counter,
+    pub tasks: Counter,
+    pub dropped: Counter,
+}
+
+impl HotKeyMetrics {
+    pub(super) fn register(&self, r: &mut Registry) {
+        r.register(
+            "master_dynamic_replication_tracked_keys",
+            "Keys whose reads are counted in a heat window now",
+            self.tracked_keys.clone(),
+        );
+        r.register(
+            "master_dynamic_replication_extra_replicas",
+            "Extra MEMORY replicas of hot keys, written or being written",
+            self.extra_replicas.clone(),
+        );
+        let counters: [(&str, &str, &Counter); 3] = [
+            ("admitted", "Keys admitted as hot (read at the admission rate within a window)", &self.admitted),
+            ("tasks", "Copy tasks queued to add a MEMORY replica of a hot key", &self.tasks),
+            ("dropped", "Extra MEMORY replicas taken back (key cooled or memory at the eviction watermark)", &self.dropped),
+        ];
+        for (name, help, c) in counters {
+            r.register(format!("master_dynamic_replication_{name}"), help, c.clone());
+        }
+    }
+}

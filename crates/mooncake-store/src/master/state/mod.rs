@@ -16,6 +16,7 @@ mod clients;
 mod eviction;
 mod fs_tier;
 mod groups;
+mod hotkeys;
 pub(in crate::master) mod image;
 mod leases;
 pub(in crate::master) mod mutation;

@@ -1,5 +1,5 @@
-//! Flags of reference features not implemented here (CXL, NoF, dynamic
-//! replication, the mmap arena) and the KV-event flags the
+//! Flags of reference features not implemented here (CXL, NoF, the mmap
+//! arena) and the KV-event flags the
 //! reference itself deprecated (no event carries them): accepted with
 //! their value checked, a non-default value is logged.
 
@@ -9,10 +9,6 @@ macro_rules! unsupported_flags {
     ([$next:ident $(, $rest:ident)*] $($table:tt)*) => { $next! { [$($rest),*] $($table)*
     cxl_path: Str = "/dev/dax0.0", NotImplemented, "DAX device path for CXL memory";
     cxl_size: Int = "8589934592", NotImplemented, "CXL memory size in bytes";
-    dynamic_replication_admission_qps_threshold: Float = "0.8", NotImplemented, "Per-key access frequency threshold for dynamic MEMORY replication";
-    dynamic_replication_heat_window_seconds: Int = "10", NotImplemented, "Heat observation window for dynamic MEMORY replication";
-    dynamic_replication_max_memory_replicas: Int = "2", NotImplemented, "Maximum MEMORY replicas allowed for one dynamically replicated key";
-    dynamic_replication_mode: Str = "off", NotImplemented, "Dynamic MEMORY replica fanout mode: off, observe, or enforce";
     enable_cxl: Bool = "false", NotImplemented, "Whether to enable CXL memory support";
     enable_metadata_cleanup_on_timeout: Bool = "false", NotImplemented, "Enable cleanup of HTTP metadata (mooncake/ram/*, mooncake/rpc_meta/...";
     kv_events_additional_salt: Str = "", NotImplemented, "Deprecated: not emitted on events; use indexer POST /register";

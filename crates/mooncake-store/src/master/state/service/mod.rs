@@ -46,6 +46,7 @@ mod drain;
 mod events;
 mod files;
 mod handle;
+mod hotkeys;
 mod mounts;
 mod offload;
 mod placement;
@@ -101,6 +102,12 @@ pub(crate) struct Counters {
     pub promotion_completed: AtomicU64,
     pub promotion_completed_bytes: AtomicU64,
     pub promotion_failed: AtomicU64,
+    /// Hot keys admitted (read at the admission rate within a window).
+    pub hot_key_admissions: AtomicU64,
+    /// Copy tasks queued for hot keys.
+    pub hot_key_fan_outs: AtomicU64,
+    /// Extra replicas taken back (cooling or memory pressure).
+    pub hot_key_replicas_dropped: AtomicU64,
 }
 
 /// What one `tick` did.
@@ -168,6 +175,8 @@ pub struct MasterService {
     kv_events: Option<crate::master::events::Publisher>,
     /// Multi-tenant mode (`--enable_multi_tenants`): quotas and charges.
     pub(in crate::master::state) tenants: Option<super::tenants::TenantTable>,
+    /// Hot keys and their extra memory replicas.
+    hot: hotkeys::HotKeys,
 }
 
 impl MasterService {
@@ -181,6 +190,7 @@ impl MasterService {
             .with_segment_ramp(config.segment_ramp())
             .with_file_policy(config.file_policy())
             .with_tenants_of(config)
+            .with_hot_key_policy(config.hot_key_policy())
     }
 
     /// Caps what objects' metadata may cost (key bytes plus a fixed
@@ -236,6 +246,7 @@ impl MasterService {
             fence: false,
             kv_events: None,
             tenants: None,
+            hot: hotkeys::HotKeys::default(),
         }
     }
 

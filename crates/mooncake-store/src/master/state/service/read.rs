@@ -83,7 +83,7 @@ impl MasterService {
             }
             Ok(replicas)
         });
-        let replicas = match in_memory {
+        let mut replicas = match in_memory {
             Err(e) if e.code == ErrorCode::OBJECT_NOT_FOUND => match self.disk_replica(key) {
                 Some((d, _)) => {
                     if let crate::types::ReplicaKind::LocalDisk(l) = &d.kind {
@@ -100,6 +100,7 @@ impl MasterService {
             }
             r => r?,
         };
+        self.hot_key_read(key, &mut replicas, now);
         Ok(GetReplicaListResponse {
             replicas,
             lease_ttl_ms: self.policy.lease.lease_ttl,

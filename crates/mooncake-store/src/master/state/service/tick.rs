@@ -43,6 +43,8 @@ impl MasterService {
         r.discarded_puts = self.sweep_stale_puts(call, now);
         r.freed_retired = self.free_retired(call, now);
         r.failed_tasks = self.expire_tasks(call, now);
+        // Extra replicas of hot keys go before any object is evicted.
+        self.hot_key_tick(call, now);
         let (keys, bytes) = self.evict_if_needed(call, now);
         r.evicted_keys = keys;
         r.evicted_bytes = bytes;

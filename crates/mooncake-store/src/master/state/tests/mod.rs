@@ -4,6 +4,7 @@ mod events;
 mod eviction;
 mod files;
 mod groups;
+mod hotkeys;
 mod membership;
 mod offload;
 mod puts;
