@@ -1,6 +1,8 @@
 //! Hot keys: heat windows and admission (pure, hand-driven clock), target
 //! choice, and the fan-out through copy tasks in the state machine.
 
+use std::sync::atomic::Ordering;
+
 use super::*;
 use crate::master::config::policy::{HotKeyMode, HotKeyPolicy};
 use crate::master::state::hotkeys::{
@@ -342,4 +344,21 @@ fn removing_a_hot_key_forgets_its_extras() {
     assert_eq!(s.hot_key_gauges().1, 0);
 }
 
-use std::sync::atomic::Ordering;
+#[test]
+fn extra_replicas_go_before_any_object_under_memory_pressure() {
+    let s = service(HotKeyMode::Enforce);
+    put(&s, "k", 100 << 10, &on("a"), 0);
+    reads(&s, "k", &[10, 20, 30]);
+    tick_all(&s, 40);
+    assert_eq!(run_copies(&s, 41), 1);
+    // Above the 90% watermark of the two segments only with the extra.
+    put(&s, "f1", 800 << 10, &on("a"), 50);
+    put(&s, "f2", 860 << 10, &on("b"), 50);
+    let _ = s.ping(B, 1_000);
+    let r = tick(&s, 1_000);
+    assert_eq!(r.evicted_keys, 0);
+    assert_eq!(s.counters().hot_key_replicas_dropped.load(Ordering::Relaxed), 1);
+    for key in ["k", "f1", "f2"] {
+        assert_eq!(s.get_replica_list(key, 1_010).unwrap().replicas.len(), 1, "{key}");
+    }
+}
