@@ -77,15 +77,16 @@ impl HeatTable {
             self.next_cleanup = now + CLEANUP_INTERVAL_MS;
             self.cleanup(p, now);
         }
-        let w = match self.windows.get_mut(key) {
-            Some(w) => w,
-            None if self.windows.len() >= WINDOW_ENTRY_LIMIT => return false,
-            None => {
-                self.order.push_back(key.to_string());
-                self.windows
-                    .entry(key.to_string())
-                    .or_insert(Window { start: now, hits: 0 })
+        if !self.windows.contains_key(key) {
+            if self.windows.len() >= WINDOW_ENTRY_LIMIT {
+                return false;
             }
+            self.order.push_back(key.to_string());
+            self.windows
+                .insert(key.to_string(), Window { start: now, hits: 0 });
+        }
+        let Some(w) = self.windows.get_mut(key) else {
+            return false;
         };
         if now.saturating_sub(w.start) >= p.window_ms {
             *w = Window { start: now, hits: 0 };
@@ -192,13 +193,6 @@ impl HeatTable {
         }
     }
 
-    /// `key` is gone (removed, evicted, or written again): its extras
-    /// with it.
-    pub(crate) fn forget_key(&mut self, key: &str) {
-        self.extras.remove(key);
-        self.hot_at.remove(key);
-    }
-
     /// Whether a key with extras has cooled: not read at the admission
     /// rate for two windows.
     pub(crate) fn cooled(&self, p: &HotKeyPolicy, key: &str, now: u64) -> bool {
@@ -269,7 +263,7 @@ pub(crate) fn choose_target<'a>(
     held: &[&str],
     segments: &[Candidate<'a>],
 ) -> Option<&'a str> {
-    let host = |s: &Candidate| endpoint_host(s.endpoint).to_string();
+    let host = |s: &Candidate<'_>| endpoint_host(s.endpoint).to_string();
     let held_hosts: HashSet<String> = segments
         .iter()
         .filter(|s| held.contains(&s.name))
@@ -283,8 +277,8 @@ pub(crate) fn choose_target<'a>(
                 && (s.used + size) as f64 / (s.capacity as f64) < TARGET_HIGH_WATERMARK
         })
         .min_by(|a, b| {
-            let other = |s: &Candidate| held_hosts.contains(&host(s));
-            let util = |s: &Candidate| s.used as f64 / s.capacity as f64;
+            let other = |s: &Candidate<'_>| held_hosts.contains(&host(s));
+            let util = |s: &Candidate<'_>| s.used as f64 / s.capacity as f64;
             other(a)
                 .cmp(&other(b))
                 .then(util(a).total_cmp(&util(b)))

@@ -91,7 +91,9 @@ impl MasterService {
 
     fn settle_extras(&self, call: &mut Call, now: u64) {
         let p = self.hot.policy;
-        let pressed = self.memory_pressed();
+        // At the eviction watermark: the extras go before the round runs.
+        let (used, capacity) = self.segments.usage();
+        let pressed = capacity > 0 && used as f64 >= self.policy.high_watermark * capacity as f64;
         let keys = self.hot.table.lock().keys_with_extras();
         let mut dropped = 0;
         for key in keys {
@@ -188,7 +190,7 @@ impl MasterService {
             return;
         }
         let segments = self.segments.all();
-        let candidates: Vec<Candidate> = segments
+        let candidates: Vec<Candidate<'_>> = segments
             .iter()
             .map(|s| Candidate {
                 name: &s.info.name,

@@ -23,7 +23,7 @@ fn hot(mode: HotKeyMode) -> HotKeyPolicy {
 #[test]
 fn min_hits_is_the_rate_over_a_window_rounded_up() {
     assert_eq!(HotKeyPolicy::default().min_hits(), 8);
-    let p = |qps, secs| HotKeyPolicy {
+    let p = |qps: f64, secs: u64| HotKeyPolicy {
         qps_threshold: qps,
         window_ms: secs * 1000,
         ..HotKeyPolicy::default()
