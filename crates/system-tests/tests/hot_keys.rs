@@ -23,12 +23,26 @@ fn flags(mode: &str) -> Vec<String> {
 
 /// Reads `key` (checking its bytes) until `done` or `reads` are spent,
 /// asserting the replica count never passes `max`; the last count.
-fn read_hot(client: &Client, key: &str, bytes: &[u8], max: usize, reads: usize, done: impl Fn(usize) -> bool) -> usize {
+fn read_hot(
+    client: &Client,
+    key: &str,
+    bytes: &[u8],
+    max: usize,
+    reads: usize,
+    done: impl Fn(usize) -> bool,
+) -> usize {
     let mut count = 0;
     for _ in 0..reads {
-        assert_eq!(client.get(key).unwrap(), bytes, "a read of {key} returned other bytes");
+        assert_eq!(
+            client.get(key).unwrap(),
+            bytes,
+            "a read of {key} returned other bytes"
+        );
         count = segments_of(client, key).len();
-        assert!(count <= max, "{key} has {count} memory replicas, more than {max}");
+        assert!(
+            count <= max,
+            "{key} has {count} memory replicas, more than {max}"
+        );
         if done(count) {
             break;
         }
@@ -93,7 +107,12 @@ fn a_cooled_key_loses_its_extra_replica() {
         segments_of(&client, "hot").len() == 1
     });
     assert_eq!(client.get("hot").unwrap(), hot);
-    assert!(metric(&cluster.http_addr, "master_dynamic_replication_dropped_total") >= 1.0);
+    assert!(
+        metric(
+            &cluster.http_addr,
+            "master_dynamic_replication_dropped_total"
+        ) >= 1.0
+    );
 }
 
 #[test]
@@ -110,10 +129,24 @@ fn observe_and_off_modes_add_no_replica() {
         // Hot for a few windows, then time for a fan-out that must not come.
         read_hot(&client, "hot", &hot, 1, 200, |_| false);
         std::thread::sleep(std::time::Duration::from_secs(1));
-        assert_eq!(segments_of(&client, "hot"), vec![a.segment.clone()], "{mode}");
-        let admitted = metric(&cluster.http_addr, "master_dynamic_replication_admitted_total");
-        assert_eq!(admitted >= 1.0, mode == "observe", "{mode}: {admitted} admissions");
-        assert_eq!(metric(&cluster.http_addr, "master_dynamic_replication_tasks_total"), 0.0);
+        assert_eq!(
+            segments_of(&client, "hot"),
+            vec![a.segment.clone()],
+            "{mode}"
+        );
+        let admitted = metric(
+            &cluster.http_addr,
+            "master_dynamic_replication_admitted_total",
+        );
+        assert_eq!(
+            admitted >= 1.0,
+            mode == "observe",
+            "{mode}: {admitted} admissions"
+        );
+        assert_eq!(
+            metric(&cluster.http_addr, "master_dynamic_replication_tasks_total"),
+            0.0
+        );
     }
 }
 
@@ -126,5 +159,8 @@ fn a_bad_mode_is_refused_at_start() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("dynamic_replication_mode must be one of off, observe, enforce"), "{err}");
+    assert!(
+        err.contains("dynamic_replication_mode must be one of off, observe, enforce"),
+        "{err}"
+    );
 }

@@ -204,7 +204,9 @@ impl HotKeyMode {
             "enforce" => Ok(HotKeyMode::Enforce),
             _ => Err(Error::new(
                 ErrorCode::INVALID_PARAMS,
-                format!("dynamic_replication_mode must be one of off, observe, enforce (got {s:?})"),
+                format!(
+                    "dynamic_replication_mode must be one of off, observe, enforce (got {s:?})"
+                ),
             )),
         }
     }

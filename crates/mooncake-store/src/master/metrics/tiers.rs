@@ -256,12 +256,28 @@ impl HotKeyMetrics {
             self.extra_replicas.clone(),
         );
         let counters: [(&str, &str, &Counter); 3] = [
-            ("admitted", "Keys admitted as hot (read at the admission rate within a window)", &self.admitted),
-            ("tasks", "Copy tasks queued to add a MEMORY replica of a hot key", &self.tasks),
-            ("dropped", "Extra MEMORY replicas taken back (key cooled or memory at the eviction watermark)", &self.dropped),
+            (
+                "admitted",
+                "Keys admitted as hot (read at the admission rate within a window)",
+                &self.admitted,
+            ),
+            (
+                "tasks",
+                "Copy tasks queued to add a MEMORY replica of a hot key",
+                &self.tasks,
+            ),
+            (
+                "dropped",
+                "Extra MEMORY replicas taken back (key cooled or memory at the eviction watermark)",
+                &self.dropped,
+            ),
         ];
         for (name, help, c) in counters {
-            r.register(format!("master_dynamic_replication_{name}"), help, c.clone());
+            r.register(
+                format!("master_dynamic_replication_{name}"),
+                help,
+                c.clone(),
+            );
         }
     }
 }

@@ -82,14 +82,22 @@ impl HeatTable {
                 return false;
             }
             self.order.push_back(key.to_string());
-            self.windows
-                .insert(key.to_string(), Window { start: now, hits: 0 });
+            self.windows.insert(
+                key.to_string(),
+                Window {
+                    start: now,
+                    hits: 0,
+                },
+            );
         }
         let Some(w) = self.windows.get_mut(key) else {
             return false;
         };
         if now.saturating_sub(w.start) >= p.window_ms {
-            *w = Window { start: now, hits: 0 };
+            *w = Window {
+                start: now,
+                hits: 0,
+            };
         }
         w.hits += 1;
         let hits = w.hits;
@@ -102,10 +110,9 @@ impl HeatTable {
     /// Whether `key`'s current window has reached `min_hits`.
     pub(crate) fn admitted(&self, p: &HotKeyPolicy, key: &str, now: u64) -> bool {
         p.enabled()
-            && self
-                .windows
-                .get(key)
-                .is_some_and(|w| now.saturating_sub(w.start) < p.window_ms && w.hits >= p.min_hits())
+            && self.windows.get(key).is_some_and(|w| {
+                now.saturating_sub(w.start) < p.window_ms && w.hits >= p.min_hits()
+            })
     }
 
     /// Drops up to `CLEANUP_BUDGET` windows older than two windows.

@@ -60,7 +60,10 @@ impl MasterService {
             if p.mode == HotKeyMode::Enforce {
                 table.enqueue(key);
             } else {
-                tracing::debug!(key, "dynamic replication would add a memory replica (observe mode)");
+                tracing::debug!(
+                    key,
+                    "dynamic replication would add a memory replica (observe mode)"
+                );
             }
         }
         drop(table);
@@ -124,7 +127,10 @@ impl MasterService {
                     // again: nothing of it is left to drop.
                     None | Some((false, ..)) => {
                         drop(shard);
-                        self.hot.table.lock().forget_extra(&key, &e.segment, false, now);
+                        self.hot
+                            .table
+                            .lock()
+                            .forget_extra(&key, &e.segment, false, now);
                     }
                     Some((true, n, false, lease_until))
                         if (cooled || pressed) && n > 1 && dropped < DROPS_PER_TICK =>
@@ -140,7 +146,10 @@ impl MasterService {
                         self.counters
                             .hot_key_replicas_dropped
                             .fetch_add(1, Ordering::Relaxed);
-                        self.hot.table.lock().forget_extra(&key, &e.segment, true, now);
+                        self.hot
+                            .table
+                            .lock()
+                            .forget_extra(&key, &e.segment, true, now);
                     }
                     Some(_) => {}
                 }
@@ -202,7 +211,10 @@ impl MasterService {
             .collect();
         let held_names: Vec<&str> = held.iter().map(String::as_str).collect();
         let Some(target) = choose_target(key, size, &held_names, &candidates) else {
-            tracing::debug!(key, "dynamic replication: no segment has room for another replica");
+            tracing::debug!(
+                key,
+                "dynamic replication: no segment has room for another replica"
+            );
             return;
         };
         match self.create_copy_task_in(call, key, &[target], now) {

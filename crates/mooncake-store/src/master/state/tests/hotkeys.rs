@@ -168,7 +168,11 @@ fn the_target_is_another_host_then_the_emptiest() {
 
 #[test]
 fn a_target_needs_room_below_the_watermark_and_to_take_replicas() {
-    let mut segs = [cand("a", "h1:1", 0), cand("b", "h2:1", 800), cand("c", "h3:1", 0)];
+    let mut segs = [
+        cand("a", "h1:1", 0),
+        cand("b", "h2:1", 800),
+        cand("c", "h3:1", 0),
+    ];
     segs[2].allocatable = false;
     // 800 + 100 would be 90% used.
     assert_eq!(choose_target("k", 100, &["a"], &segs), None);
@@ -178,7 +182,11 @@ fn a_target_needs_room_below_the_watermark_and_to_take_replicas() {
 
 #[test]
 fn ties_break_the_same_way_every_time() {
-    let segs = [cand("a", "h1:1", 0), cand("b", "h2:1", 0), cand("c", "h3:1", 0)];
+    let segs = [
+        cand("a", "h1:1", 0),
+        cand("b", "h2:1", 0),
+        cand("c", "h3:1", 0),
+    ];
     let first = choose_target("key", 10, &["a"], &segs);
     assert!(first.is_some());
     for _ in 0..5 {
@@ -216,7 +224,8 @@ fn run_copies(s: &MasterService, now: u64) -> usize {
     for t in &tasks {
         assert_eq!(t.task_type, TaskType::ReplicaCopy);
         let targets: Vec<&str> = t.targets.iter().map(String::as_str).collect();
-        s.replica_transfer_start(B, &t.key, "", &targets, now).unwrap();
+        s.replica_transfer_start(B, &t.key, "", &targets, now)
+            .unwrap();
         s.replica_transfer_end(B, &t.key, now).unwrap();
         s.mark_task_complete(B, t.id, true, "", now).unwrap();
     }
@@ -243,7 +252,13 @@ fn enforce_mode_adds_one_replica_on_another_segment() {
         reads(&s, "k", &[w * 1_000 + 10, w * 1_000 + 20, w * 1_000 + 30]);
         tick_all(&s, w * 1_000 + 40);
         assert_eq!(run_copies(&s, w * 1_000 + 41), 0);
-        assert_eq!(s.get_replica_list("k", w * 1_000 + 50).unwrap().replicas.len(), 2);
+        assert_eq!(
+            s.get_replica_list("k", w * 1_000 + 50)
+                .unwrap()
+                .replicas
+                .len(),
+            2
+        );
     }
 }
 
@@ -303,7 +318,12 @@ fn a_cooled_key_loses_its_extra_replica_and_waits_to_get_another() {
     tick_all(&s, 2_100);
     let r = s.get_replica_list("k", 2_200).unwrap().replicas;
     assert_eq!(r.len(), 1);
-    assert_eq!(s.counters().hot_key_replicas_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        s.counters()
+            .hot_key_replicas_dropped
+            .load(Ordering::Relaxed),
+        1
+    );
     tick_all(&s, 3_000);
     assert!(used(&s) < before, "the dropped replica's space is freed");
     // Hot again at once: no new replica within the recreate cooldown.
@@ -357,8 +377,17 @@ fn extra_replicas_go_before_any_object_under_memory_pressure() {
     let _ = s.ping(B, 1_000);
     let r = tick(&s, 1_000);
     assert_eq!(r.evicted_keys, 0);
-    assert_eq!(s.counters().hot_key_replicas_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        s.counters()
+            .hot_key_replicas_dropped
+            .load(Ordering::Relaxed),
+        1
+    );
     for key in ["k", "f1", "f2"] {
-        assert_eq!(s.get_replica_list(key, 1_010).unwrap().replicas.len(), 1, "{key}");
+        assert_eq!(
+            s.get_replica_list(key, 1_010).unwrap().replicas.len(),
+            1,
+            "{key}"
+        );
     }
 }
