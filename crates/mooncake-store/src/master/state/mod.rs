@@ -8,7 +8,8 @@
 //! `leases` for leases and pins; `groups` for object groups), `clients` (liveness), `tasks` (copy and
 //! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
-//! flight); `eviction` ranks victims. Other layers see the tables only
+//! flight), `hotkeys` (hot keys' heat and extra replicas); `eviction`
+//! ranks victims. Other layers see the tables only
 //! through the state machine's calls and its `image` (snapshots, catch-up).
 
 pub mod allocator;
