@@ -38,8 +38,8 @@
 //! Object shard → one segment's allocator (the segment table is a lock-free
 //! snapshot; its writer lock is taken alone, or before a segment's
 //! allocator); eviction round → object shards; task table → client table.
-//! The retired list and the client table are leaves, and a sink runs under
-//! these locks and must take none of them.
+//! The retired list, the client table and the hot-key table are leaves,
+//! and a sink runs under these locks and must take none of them.
 
 mod apply;
 mod drain;
