@@ -2,7 +2,7 @@
 //! writes admitted against the tenant's quota, the quota table's admin
 //! calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use mooncake_common::{Error, ErrorCode, Result};
 
@@ -10,7 +10,7 @@ use super::apply::Fate;
 use super::MasterService;
 use crate::master::config::MasterConfig;
 use crate::master::events::{Kind, Medium};
-use crate::master::state::eviction::eligible;
+use crate::master::state::eviction::{eligible, Rank};
 use crate::master::state::mutation::{Call, ObjectOp};
 use crate::master::state::objects::{charge_of, ObjectMeta};
 use crate::master::state::tenants::{Reject, TenantQuota, TenantTable};
@@ -172,7 +172,9 @@ impl MasterService {
     }
 
     /// Evicts `tenant`'s oldest evictable objects until `target` charged
-    /// bytes are gone; returns the bytes freed.
+    /// bytes are gone; returns the bytes freed. A group goes whole, ranked
+    /// by its newest member, and only when no member is leased, as in
+    /// every eviction round (`tick`).
     fn evict_tenant(&self, call: &mut Call, name: &str, target: u64, now: u64) -> u64 {
         let soft = self.policy.evict_soft_pinned;
         let may_go = |key: &str, o: &ObjectMeta| {
@@ -182,25 +184,51 @@ impl MasterService {
         };
         let epoch = crate::master::state::leases::uses_now();
         let rank = |o: &ObjectMeta| crate::master::state::eviction::rank(o, epoch);
+        let grouping = self.objects.groups.grouping();
         let mut candidates = Vec::new();
+        // Per group: members seen, one leased, newest eligible rank, bytes.
+        let mut groups: HashMap<u32, (usize, bool, Rank, u64)> = HashMap::new();
         for shard in self.objects.shards() {
             for (key, o) in shard.iter() {
-                if may_go(key, o) {
+                if let Some(g) = grouping.group_of(key) {
+                    let st = groups.entry(g).or_default();
+                    st.0 += 1;
+                    st.1 |= o.is_leased(now);
+                    if may_go(key, o) {
+                        st.2 = st.2.max(rank(o));
+                        st.3 += charge_of(o);
+                    }
+                } else if may_go(key, o) {
                     candidates.push((rank(o), charge_of(o)));
                 }
             }
         }
+        let groups: HashMap<u32, Rank> = groups
+            .into_iter()
+            .filter(|&(g, (seen, leased, _, bytes))| {
+                !leased && bytes > 0 && seen == grouping.size(g)
+            })
+            .map(|(g, (_, _, r, bytes))| {
+                candidates.push((r, bytes));
+                (g, r)
+            })
+            .collect();
         let Some((threshold, _)) = crate::master::state::eviction::cover(&mut candidates, target)
         else {
             return 0;
         };
+        let whole_groups = groups.values().any(|&r| r <= threshold);
         let mut freed = 0;
         for mut shard in self.objects.shards() {
-            if freed >= target {
+            if freed >= target && !whole_groups {
                 break;
             }
             self.objects.retain(&mut shard, |key, obj| {
-                if freed >= target || rank(obj) > threshold || !may_go(key, obj) {
+                let chosen = match grouping.group_of(key) {
+                    Some(g) => groups.get(&g).is_some_and(|&r| r <= threshold),
+                    None => freed < target && rank(obj) <= threshold,
+                };
+                if !chosen || !may_go(key, obj) {
                     return true;
                 }
                 freed += charge_of(obj);

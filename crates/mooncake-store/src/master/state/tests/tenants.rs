@@ -195,6 +195,48 @@ fn over_quota_the_tenants_own_oldest_objects_go_first() {
     assert_eq!(size_as(&s, "a", "k4"), Err(ErrorCode::OBJECT_NOT_FOUND));
 }
 
+/// A put of `key` in group `g` as `t`.
+fn put_grouped(s: &MasterService, t: &str, key: &str, g: &str, now: u64) {
+    let config = ReplicaPolicy {
+        group_ids: Some(vec![g.to_string()]),
+        ..one()
+    };
+    let req = Request::PutStart {
+        client_id: W,
+        key,
+        value_len: KIB,
+        config,
+        upsert: false,
+    };
+    assert!(matches!(
+        call(s, t, req, now),
+        Response::Replicas { result: Ok(_) }
+    ));
+    let end = call(s, t, Request::PutEnd { client_id: W, key }, now);
+    assert!(matches!(end, Response::Unit { result: Ok(()) }));
+}
+
+#[test]
+fn over_quota_a_group_goes_whole_ranked_by_its_newest_member() {
+    // The group's oldest member is the oldest object, but its newest is
+    // newer than "solo": "solo" goes, the group stays whole.
+    let s = mt(1 << 20, &[("a", 3 * KIB)]);
+    put_grouped(&s, "a", "g0", "g", 0);
+    assert_eq!(put_as(&s, "a", "solo", KIB, 1, 1), ErrorCode::OK);
+    put_grouped(&s, "a", "g1", "g", 2);
+    assert_eq!(put_as(&s, "a", "new", KIB, 1, 1000), ErrorCode::OK);
+    assert_eq!(size_as(&s, "a", "solo"), Err(ErrorCode::OBJECT_NOT_FOUND));
+    for k in ["g0", "g1", "new"] {
+        assert_eq!(size_as(&s, "a", k), Ok(KIB), "{k}");
+    }
+    // Now the group is the oldest: both members go for one KiB.
+    assert_eq!(put_as(&s, "a", "newer", KIB, 1, 2000), ErrorCode::OK);
+    for k in ["g0", "g1"] {
+        assert_eq!(size_as(&s, "a", k), Err(ErrorCode::OBJECT_NOT_FOUND), "{k}");
+    }
+    assert_eq!(charged(&s, "a"), 2 * KIB);
+}
+
 #[test]
 fn a_batch_stores_what_fits() {
     let s = mt(1 << 20, &[("a", 2 * KIB)]);
