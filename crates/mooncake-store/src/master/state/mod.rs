@@ -8,12 +8,13 @@
 //! `leases` for leases and pins; `groups` for object groups), `clients` (liveness), `tasks` (copy and
 //! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
-//! flight); `eviction` ranks victims. Other layers see the tables only
+//! flight); `eviction` ranks victims (`frequency` weighs reads in). Other layers see the tables only
 //! through the state machine's calls and its `image` (snapshots, catch-up).
 
 pub mod allocator;
 mod clients;
 mod eviction;
+mod frequency;
 mod fs_tier;
 mod groups;
 pub(in crate::master) mod image;
