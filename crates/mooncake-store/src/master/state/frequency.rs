@@ -105,7 +105,10 @@ mod tests {
         let o = w.order(EvictionPolicy::Lru, 7);
         let (read, unread) = (obj(100, 7, 3), obj(100, 8, 0));
         assert_eq!(o.rank(&read), eviction::rank(&read, 7));
-        assert!(o.rank(&read) < o.rank(&unread), "same ms: the older use first");
+        assert!(
+            o.rank(&read) < o.rank(&unread),
+            "same ms: the older use first"
+        );
     }
 
     #[test]

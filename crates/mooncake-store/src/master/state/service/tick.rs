@@ -226,7 +226,10 @@ impl MasterService {
         // Pass 1: find the rank up to which evicting (or copying, then
         // evicting) frees enough, without copying keys.
         let grouping = self.objects.groups.grouping();
-        let order = self.eviction.weight.order(self.policy.eviction_policy, uses_now());
+        let order = self
+            .eviction
+            .weight
+            .order(self.policy.eviction_policy, uses_now());
         let mut candidates: Vec<(Rank, u64)> = Vec::new();
         let mut groups: HashMap<u32, GroupStanding> = HashMap::new();
         // Objects at most `threshold` wait for a copy: queue them.
