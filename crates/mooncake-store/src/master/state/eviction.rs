@@ -8,7 +8,7 @@
 //! put needs) and the put is retried. Victims go oldest first by lease time (a read
 //! extends it, so this approximates LRU), and objects whose lease times tie
 //! (two puts in one millisecond) in the order of their last use, exactly
-//! ([`rank`]); `--eviction_policy=frequency` (the default) counts reads
+//! ([`Rank`]); `--eviction_policy=frequency` (the default) counts reads
 //! since the put as later use (`frequency`). Never evicted: hard-pinned objects,
 //! objects under a read lease, puts in flight. Soft-pinned objects go only in
 //! a second pass, when the first freed too little and
@@ -87,12 +87,8 @@ pub(crate) fn round_target(p: &Policy, used: u64, capacity: u64, forced: bool) -
 /// time, then its last use counted from `epoch` (a count of uses read once
 /// per round, [`super::leases::uses_now`]; a use after it counts as newer).
 /// Exact while the uses of objects with tied lease times lie within 2^31
-/// of the epoch.
-pub(crate) type Rank = (u64, i32);
-
-pub(crate) fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
-    (obj.lease_until, obj.used.wrapping_sub(epoch) as i32)
-}
+/// of the epoch. `frequency` weighs reads into the lease time.
+pub(crate) use super::frequency::Rank;
 
 /// Metadata bytes the timer's round frees when `used` reached `watermark`
 /// (of a budget of `limit`): down to `eviction_ratio` of the budget below
@@ -159,6 +155,11 @@ pub(crate) fn cover<K: Ord + Copy>(candidates: &mut [(K, u64)], target: u64) -> 
 mod tests {
     use super::*;
     use crate::master::config::policy::{AllocationStrategy, EvictionPolicy, LeasePolicy};
+    use crate::master::state::frequency::Order;
+
+    fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
+        Order::lru(epoch).rank(obj)
+    }
 
     fn policy(high_watermark: f64, eviction_ratio: f64) -> Policy {
         Policy {

@@ -2,7 +2,7 @@
 //!
 //! On prefix-cache traces most blocks are put once and never read, while a
 //! block read since its put tends to be read again. So beside its lease
-//! time (plain LRU, [`eviction::rank`]) an object's place counts its reads
+//! time (plain LRU) an object's place counts its reads
 //! since the put, up to [`MAX_READS`] (a byte in what was padding of
 //! `ObjectMeta`): each read ranks it as if its last use came
 //! [`Weight::per_read`] ms later. That bonus is half the age of the last
@@ -16,7 +16,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::eviction::{self, Rank};
 use super::objects::ObjectMeta;
 use crate::master::config::policy::EvictionPolicy;
 
@@ -41,11 +40,13 @@ impl Weight {
     /// The order of a round: uses counted from `epoch`
     /// ([`super::leases::uses_now`]), reads weighted as `policy` says.
     pub(crate) fn order(&self, policy: EvictionPolicy, epoch: u32) -> Order {
-        let per_read = match policy {
-            EvictionPolicy::Lru => 0,
-            EvictionPolicy::Frequency => self.per_read(),
-        };
-        Order { epoch, per_read }
+        match policy {
+            EvictionPolicy::Lru => Order::lru(epoch),
+            EvictionPolicy::Frequency => Order {
+                epoch,
+                per_read: self.per_read(),
+            },
+        }
     }
 
     /// Ms of later use one read is worth now.
@@ -61,6 +62,11 @@ impl Weight {
     }
 }
 
+/// An object's place in the victim order, smallest first: its lease time
+/// (plus what its reads are worth), then its last use counted from the
+/// round's epoch (`eviction::Rank` says why that is exact).
+pub(crate) type Rank = (u64, i32);
+
 /// One round's ranking of candidates, smallest first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Order {
@@ -69,10 +75,17 @@ pub(crate) struct Order {
 }
 
 impl Order {
+    /// Plain LRU: reads are worth nothing.
+    pub(crate) fn lru(epoch: u32) -> Self {
+        Order { epoch, per_read: 0 }
+    }
+
     pub(crate) fn rank(&self, obj: &ObjectMeta) -> Rank {
-        let (lease, used) = eviction::rank(obj, self.epoch);
         let bonus = self.per_read.saturating_mul(u64::from(obj.reads));
-        (lease.saturating_add(bonus), used)
+        (
+            obj.lease_until.saturating_add(bonus),
+            obj.used.wrapping_sub(self.epoch) as i32,
+        )
     }
 }
 
@@ -104,7 +117,8 @@ mod tests {
         w.note_boundary(1_000, (0, 0));
         let o = w.order(EvictionPolicy::Lru, 7);
         let (read, unread) = (obj(100, 7, 3), obj(100, 8, 0));
-        assert_eq!(o.rank(&read), eviction::rank(&read, 7));
+        assert_eq!(o, Order::lru(7));
+        assert_eq!(o.rank(&read), (100, 0));
         assert!(
             o.rank(&read) < o.rank(&unread),
             "same ms: the older use first"
@@ -129,14 +143,11 @@ mod tests {
         let read_once = obj(7_500, 2, 1);
         assert_eq!(o.rank(&read_twice), (9_000, 0));
         assert_eq!(o.rank(&read_once), (9_500, 2));
-        let mut c = [
-            (o.rank(&read_once), 1),
-            (o.rank(&read_twice), 1),
-            (o.rank(&unread), 1),
-        ];
+        let mut c = [o.rank(&read_once), o.rank(&read_twice), o.rank(&unread)];
+        c.sort_unstable();
         assert_eq!(
-            eviction::cover(&mut c, 1),
-            Some((o.rank(&unread), 1)),
+            c[0],
+            o.rank(&unread),
             "the newest object, never read, goes before older ones read since"
         );
         // A boundary in the future (leases) weighs reads at nothing.

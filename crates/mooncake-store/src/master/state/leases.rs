@@ -25,7 +25,7 @@ use crate::master::config::policy::LeasePolicy;
 
 /// Reads and writes so far (wrapping): a use stamps the object with the
 /// next count, so eviction can order objects used within the same
-/// millisecond exactly (`eviction::rank`).
+/// millisecond exactly (`eviction::Rank`).
 static USES: AtomicU32 = AtomicU32::new(0);
 
 /// The count the next use will get.
