@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use mooncake_common::{ErrorCode, Result};
 use mooncake_store::master::state::allocator::aligned_len;
-use mooncake_store::master::{AllocationStrategy, LeasePolicy, MasterService, Policy};
+use mooncake_store::master::{
+    AllocationStrategy, EvictionPolicy, LeasePolicy, MasterService, Policy,
+};
 use mooncake_store::types::{ClientId, ReplicaDesc, ReplicaPolicy, SegmentInfo};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,6 +29,7 @@ fn policy(lease_ttl: u64) -> Policy {
         high_watermark: 1.0,
         eviction_ratio: 0.0,
         evict_soft_pinned: true,
+        eviction_policy: EvictionPolicy::Frequency,
         strategy: AllocationStrategy::Random,
         put_fence: true,
     }

@@ -26,7 +26,7 @@ pub mod serve;
 pub mod state;
 
 pub use config::policy::{
-    AllocationStrategy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
+    AllocationStrategy, EvictionPolicy, FilePolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
 };
 pub use config::{bool_flag_names, Flag, FlagKind, MasterConfig, Support, FLAGS};
 pub use run::{run, serve, MasterHandle};

@@ -345,6 +345,7 @@ impl MasterConfig {
             high_watermark: self.eviction_high_watermark_ratio,
             eviction_ratio: self.eviction_ratio,
             evict_soft_pinned: self.allow_evict_soft_pinned_objects,
+            eviction_policy: self.eviction_policy,
             strategy: self.allocation_strategy,
             put_fence: self.put_fence,
         }
@@ -484,6 +485,20 @@ mod tests {
         assert!(MasterConfig::default().policy().put_fence);
         let c = MasterConfig::from_settings([("put_fence", "false")]).unwrap();
         assert!(!c.policy().put_fence);
+    }
+
+    #[test]
+    fn the_eviction_policy_is_frequency_unless_asked() {
+        use super::policy::EvictionPolicy;
+        let p = MasterConfig::default().policy().eviction_policy;
+        assert_eq!(p, EvictionPolicy::Frequency);
+        let c = MasterConfig::from_settings([("eviction_policy", "lru")]).unwrap();
+        assert_eq!(c.policy().eviction_policy, EvictionPolicy::Lru);
+        for p in [EvictionPolicy::Lru, EvictionPolicy::Frequency] {
+            assert_eq!(EvictionPolicy::parse(p.as_str()).unwrap(), p);
+        }
+        let e = MasterConfig::from_settings([("eviction_policy", "LRU")]).unwrap_err();
+        assert_eq!(e.code, ErrorCode::INVALID_PARAMS);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use mooncake_common::duration::parse_duration;
 use mooncake_common::gflags::parse_bool;
 use mooncake_common::{Error, ErrorCode, Result};
 
-use crate::master::config::policy::{AllocationStrategy, HotKeyMode};
+use crate::master::config::policy::{AllocationStrategy, EvictionPolicy, HotKeyMode};
 
 /// The error for a value `name` does not take.
 pub(super) fn invalid(name: &str, value: &str, why: impl std::fmt::Display) -> Error {
@@ -89,6 +89,10 @@ pub(super) fn seconds_or_never(name: &str, value: &str, v: &str) -> Result<Optio
 
 pub(super) fn strategy(_: &str, _: &str, v: &str) -> Result<AllocationStrategy> {
     AllocationStrategy::parse(v)
+}
+
+pub(super) fn eviction_policy(_: &str, _: &str, v: &str) -> Result<EvictionPolicy> {
+    EvictionPolicy::parse(v)
 }
 
 pub(super) fn offset_allocator(name: &str, value: &str, v: &str) -> Result<String> {

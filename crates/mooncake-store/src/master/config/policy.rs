@@ -49,6 +49,36 @@ impl AllocationStrategy {
     }
 }
 
+/// How eviction ranks its candidates (`--eviction_policy`, ours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictionPolicy {
+    /// Oldest lease first (a read extends it): near-LRU, as the reference.
+    Lru,
+    /// As `Lru`, with each read since the object's put (up to three)
+    /// counting as if it came later (`state::frequency`).
+    Frequency,
+}
+
+impl EvictionPolicy {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "lru" => Ok(EvictionPolicy::Lru),
+            "frequency" => Ok(EvictionPolicy::Frequency),
+            _ => Err(Error::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("unknown eviction policy {s:?} (lru, frequency)"),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::Lru => "lru",
+            EvictionPolicy::Frequency => "frequency",
+        }
+    }
+}
+
 /// Time-based protection of objects (see `leases`).
 #[derive(Debug, Clone, Copy)]
 pub struct LeasePolicy {
@@ -69,6 +99,7 @@ pub struct Policy {
     pub high_watermark: f64,
     pub eviction_ratio: f64,
     pub evict_soft_pinned: bool,
+    pub eviction_policy: EvictionPolicy,
     pub strategy: AllocationStrategy,
     /// A master whose sink logs places puts in reserved space and answers
     /// them before their entries are kept (`segments::space`).

@@ -1,7 +1,7 @@
 //! Which family each served call moves, on a state machine without sockets.
 
 use super::MasterMetrics;
-use crate::master::config::policy::{AllocationStrategy, LeasePolicy, Policy};
+use crate::master::config::policy::{AllocationStrategy, EvictionPolicy, LeasePolicy, Policy};
 use crate::master::state::service::MasterService;
 use crate::proto::Request;
 use crate::types::{ReplicaPolicy, SegmentInfo};
@@ -18,6 +18,7 @@ fn service() -> MasterService {
         high_watermark: 0.9,
         eviction_ratio: 0.1,
         evict_soft_pinned: true,
+        eviction_policy: EvictionPolicy::Frequency,
         strategy: AllocationStrategy::Random,
         put_fence: true,
     })

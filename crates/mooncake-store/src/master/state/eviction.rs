@@ -8,7 +8,8 @@
 //! put needs) and the put is retried. Victims go oldest first by lease time (a read
 //! extends it, so this approximates LRU), and objects whose lease times tie
 //! (two puts in one millisecond) in the order of their last use, exactly
-//! ([`rank`]). Never evicted: hard-pinned objects,
+//! ([`Rank`]); `--eviction_policy=frequency` (the default) counts reads
+//! since the put as later use (`frequency`). Never evicted: hard-pinned objects,
 //! objects under a read lease, puts in flight. Soft-pinned objects go only in
 //! a second pass, when the first freed too little and
 //! `allow_evict_soft_pinned_objects` is set.
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::allocator::aligned_len;
+use super::frequency::Weight;
 use super::objects::ObjectMeta;
 use crate::master::config::policy::Policy;
 
@@ -35,6 +37,8 @@ pub(crate) struct Eviction {
     round: Mutex<()>,
     /// Bumped after every eviction round.
     generation: AtomicU64,
+    /// What a read is worth in the victim order (`--eviction_policy`).
+    pub(crate) weight: Weight,
 }
 
 impl Eviction {
@@ -83,12 +87,8 @@ pub(crate) fn round_target(p: &Policy, used: u64, capacity: u64, forced: bool) -
 /// time, then its last use counted from `epoch` (a count of uses read once
 /// per round, [`super::leases::uses_now`]; a use after it counts as newer).
 /// Exact while the uses of objects with tied lease times lie within 2^31
-/// of the epoch.
-pub(crate) type Rank = (u64, i32);
-
-pub(crate) fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
-    (obj.lease_until, obj.used.wrapping_sub(epoch) as i32)
-}
+/// of the epoch. `frequency` weighs reads into the lease time.
+pub(crate) use super::frequency::Rank;
 
 /// Metadata bytes the timer's round frees when `used` reached `watermark`
 /// (of a budget of `limit`): down to `eviction_ratio` of the budget below
@@ -154,7 +154,12 @@ pub(crate) fn cover<K: Ord + Copy>(candidates: &mut [(K, u64)], target: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::master::config::policy::{AllocationStrategy, LeasePolicy};
+    use crate::master::config::policy::{AllocationStrategy, EvictionPolicy, LeasePolicy};
+    use crate::master::state::frequency::Order;
+
+    fn rank(obj: &ObjectMeta, epoch: u32) -> Rank {
+        Order::lru(epoch).rank(obj)
+    }
 
     fn policy(high_watermark: f64, eviction_ratio: f64) -> Policy {
         Policy {
@@ -168,6 +173,7 @@ mod tests {
             high_watermark,
             eviction_ratio,
             evict_soft_pinned: true,
+            eviction_policy: EvictionPolicy::Frequency,
             strategy: AllocationStrategy::Random,
             put_fence: true,
         }

@@ -327,6 +327,7 @@ impl MasterService {
                 pending,
                 flags,
                 used: 0,
+                reads: 0,
             };
             if !self.objects.restore(&mut shard, key, obj) {
                 return Err(inconsistent(format!("object {key:?} twice")));

@@ -19,12 +19,13 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::frequency;
 use super::objects::ObjectMeta;
 use crate::master::config::policy::LeasePolicy;
 
 /// Reads and writes so far (wrapping): a use stamps the object with the
 /// next count, so eviction can order objects used within the same
-/// millisecond exactly (`eviction::rank`).
+/// millisecond exactly (`eviction::Rank`).
 static USES: AtomicU32 = AtomicU32::new(0);
 
 /// The count the next use will get.
@@ -36,6 +37,7 @@ impl LeasePolicy {
     /// A read: grant (or extend) the lease and refresh the soft pin.
     pub(crate) fn on_read(&self, obj: &mut ObjectMeta, now: u64) {
         obj.lease_until = obj.lease_until.max(now.saturating_add(self.lease_ttl));
+        frequency::count_read(obj);
         self.touch(obj, now);
     }
 
@@ -54,6 +56,7 @@ impl LeasePolicy {
     /// A completed write: the object is fresh for LRU purposes, unleased.
     pub(crate) fn on_write(&self, obj: &mut ObjectMeta, now: u64) {
         obj.lease_until = obj.lease_until.max(now);
+        obj.reads = 0;
         self.touch(obj, now);
     }
 
@@ -140,7 +143,27 @@ mod tests {
             pending: None,
             flags,
             used: 0,
+            reads: 0,
         }
+    }
+
+    #[test]
+    fn reads_count_and_a_write_starts_them_over() {
+        let p = LeasePolicy {
+            lease_ttl: 100,
+            soft_pin_ttl: 1000,
+        };
+        let mut o = obj(flags::COMPLETE);
+        p.on_write(&mut o, 0);
+        p.on_read(&mut o, 1);
+        p.on_read(&mut o, 2);
+        assert_eq!(o.reads, 2);
+        // A group member's lease and a tier copy are not reads of it.
+        p.lease(&mut o, 3);
+        p.lend_for_copy(&mut o, 4).release(&mut o);
+        assert_eq!(o.reads, 2);
+        p.on_write(&mut o, 5);
+        assert_eq!(o.reads, 0, "an upsert is a new value");
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
 //! flight), `hotkeys` (hot keys' heat and extra replicas); `eviction`
-//! ranks victims. Other layers see the tables only
+//! ranks victims (`frequency` weighs reads in). Other layers see the tables only
 //! through the state machine's calls and its `image` (snapshots, catch-up).
 
 pub mod allocator;
 mod clients;
 mod eviction;
+mod frequency;
 mod fs_tier;
 mod groups;
 mod hotkeys;

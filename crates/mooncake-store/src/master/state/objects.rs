@@ -158,6 +158,9 @@ pub(crate) struct ObjectMeta {
     /// `leases`, wrapping): orders objects whose `lease_until` ties.
     /// Volatile, like the lease; it fits in what would be padding.
     pub(crate) used: u32,
+    /// Reads since the put, up to `frequency::MAX_READS`: the eviction
+    /// order weighs them. Volatile; it fits in what would be padding.
+    pub(crate) reads: u8,
 }
 
 impl ObjectMeta {
@@ -171,6 +174,7 @@ impl ObjectMeta {
             pending: None,
             flags: 0,
             used: 0,
+            reads: 0,
         }
     }
 

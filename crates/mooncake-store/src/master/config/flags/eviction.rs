@@ -13,6 +13,8 @@ macro_rules! eviction_flags {
         => allow_evict_soft_pinned_objects: bool = boolean;
     eviction_ratio: Float = "0.05", Full, "Share of capacity freed by one eviction round"
         => eviction_ratio: f64 = ratio;
+    eviction_policy: Str = "frequency", Full, "Victim order (ours): lru (oldest lease first) or frequency (reads since the put count as later use)"
+        => eviction_policy: EvictionPolicy = eviction_policy;
     eviction_high_watermark_ratio: Float = "0.9", Full, "Usage ratio that starts eviction"
         => eviction_high_watermark_ratio: f64 = ratio;
     put_start_discard_timeout_sec: Duration = "30", Full, "Seconds after which an unfinished put is discarded"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use mooncake_common::Result;
 
 use super::parse;
-use crate::master::config::policy::{AllocationStrategy, HotKeyMode};
+use crate::master::config::policy::{AllocationStrategy, EvictionPolicy, HotKeyMode};
 
 /// Kind of value a flag takes (for `--help` and boolean spellings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

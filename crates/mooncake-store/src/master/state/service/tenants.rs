@@ -183,7 +183,11 @@ impl MasterService {
                 && self.may_leave_memory(o, true)
         };
         let epoch = crate::master::state::leases::uses_now();
-        let rank = |o: &ObjectMeta| crate::master::state::eviction::rank(o, epoch);
+        let order = self
+            .eviction
+            .weight
+            .order(self.policy.eviction_policy, epoch);
+        let rank = |o: &ObjectMeta| order.rank(o);
         let grouping = self.objects.groups.grouping();
         let mut candidates = Vec::new();
         // Per group: members seen, one leased, newest eligible rank, bytes.

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::MasterService;
 use crate::master::config::policy::{
-    AllocationStrategy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
+    AllocationStrategy, EvictionPolicy, LeasePolicy, OffloadPolicy, Policy, TaskPolicy,
 };
 use crate::master::state::mutation::{Mutation, MutationSink, ObjectOp, Release, Write};
 use crate::master::state::objects::{ObjectMeta, PendingKind, Replicas, SHARDS};
@@ -34,6 +34,7 @@ fn policy(strategy: AllocationStrategy) -> Policy {
         high_watermark: 0.8,
         eviction_ratio: 0.2,
         evict_soft_pinned: true,
+        eviction_policy: EvictionPolicy::Frequency,
         strategy,
         put_fence: true,
     }

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 use super::apply::Fate;
 use super::{MasterService, TickReport};
 use crate::master::events::{Kind, Medium};
-use crate::master::state::eviction::{self, eligible, footprint, rank, Rank};
+use crate::master::state::eviction::{self, eligible, footprint, Rank};
+use crate::master::state::frequency::Order;
 use crate::master::state::leases::uses_now;
 use crate::master::state::mutation::{Call, ObjectOp};
 use crate::master::state::objects::{metadata_cost, ObjectMeta};
@@ -227,7 +228,10 @@ impl MasterService {
         // Pass 1: find the rank up to which evicting (or copying, then
         // evicting) frees enough, without copying keys.
         let grouping = self.objects.groups.grouping();
-        let epoch = uses_now();
+        let order = self
+            .eviction
+            .weight
+            .order(self.policy.eviction_policy, uses_now());
         let mut candidates: Vec<(Rank, u64)> = Vec::new();
         let mut groups: HashMap<u32, GroupStanding> = HashMap::new();
         // Objects at most `threshold` wait for a copy: queue them.
@@ -246,7 +250,7 @@ impl MasterService {
                     wait = false;
                 }
                 if wait && !lru {
-                    waiting.push((rank(o, epoch), by.of(key, o)));
+                    waiting.push((order.rank(o), by.of(key, o)));
                     wait = false;
                 }
                 if let Some(g) = grouping.group_of(key) {
@@ -254,12 +258,12 @@ impl MasterService {
                     st.seen += 1;
                     st.leased |= o.is_leased(now);
                     if go || wait {
-                        st.rank = st.rank.max(rank(o, epoch));
+                        st.rank = st.rank.max(order.rank(o));
                         st.bytes += by.of(key, o);
                         st.waiting |= wait;
                     }
                 } else if go || wait {
-                    candidates.push((rank(o, epoch), by.of(key, o)));
+                    candidates.push((order.rank(o), by.of(key, o)));
                     queue |= wait;
                 }
             }
@@ -292,7 +296,7 @@ impl MasterService {
             if let Some((below, _)) = below {
                 self.queue_oldest(
                     now,
-                    (below, epoch),
+                    (below, order),
                     include_soft_pinned,
                     force,
                     queue_budget,
@@ -304,8 +308,11 @@ impl MasterService {
         let Some((threshold, _)) = evictable else {
             return (0, 0, 0);
         };
+        if !include_soft_pinned && !force {
+            self.eviction.weight.note_boundary(now, threshold);
+        }
         if queue {
-            let below = (threshold, epoch);
+            let below = (threshold, order);
             self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
         }
 
@@ -320,7 +327,7 @@ impl MasterService {
             self.objects.retain(&mut shard, |key, obj| {
                 let chosen = match grouping.group_of(key) {
                     Some(g) => groups.get(&g).is_some_and(|&r| r <= threshold),
-                    None => freed < target && rank(obj, epoch) <= threshold,
+                    None => freed < target && order.rank(obj) <= threshold,
                 };
                 if !chosen || !may_go(obj) {
                     return true;
@@ -347,11 +354,11 @@ impl MasterService {
     }
 
     /// Queues for a copy every object waiting for one ranked at most
-    /// `below` (a rank and its epoch), while `queue_budget` lasts.
+    /// `below` (a rank and its round's order), while `queue_budget` lasts.
     fn queue_oldest(
         &self,
         now: u64,
-        (below, epoch): (Rank, u32),
+        (below, order): (Rank, Order),
         include_soft_pinned: bool,
         force: bool,
         queue_budget: &mut usize,
@@ -361,7 +368,7 @@ impl MasterService {
                 if *queue_budget == 0 {
                     return;
                 }
-                if rank(o, epoch) <= below
+                if order.rank(o) <= below
                     && eligible(o, now, include_soft_pinned)
                     && !self.may_leave_memory(o, force)
                     && !self.copy_under_way(key, o)

@@ -263,3 +263,49 @@ fn without_the_metadata_watermark_only_the_budget_holds() {
         ErrorCode::NO_AVAILABLE_HANDLE
     );
 }
+
+#[test]
+fn objects_read_since_their_put_outlast_newer_ones_never_read() {
+    for (order, read_stay) in [
+        (EvictionPolicy::Frequency, true),
+        (EvictionPolicy::Lru, false),
+    ] {
+        let s = MasterService::with_policy(Policy {
+            eviction_policy: order,
+            ..policy()
+        });
+        s.mount_segment(A, &seg("a", 0x10_000, 100 * 1024), 0)
+            .unwrap();
+        // A first round sets the weight of a read: its boundary, k19, was
+        // last used 981 ms before it (490 ms a read).
+        fill(&s, 90, &one(), |t| format!("k{t}"));
+        assert_eq!(tick(&s, 1000).evicted_keys, 20);
+        for t in 20..30 {
+            s.get_replica_list(&format!("k{t}"), 1000).unwrap();
+        }
+        for t in 30..90 {
+            s.remove(&format!("k{t}"), false, 1000).unwrap();
+        }
+        // 80 newer objects, never read, all put after the reads' leases.
+        let after = 1000 + LEASE + 1;
+        for t in 0..80 {
+            put(&s, &format!("n{t}"), 1024, &one(), after + t);
+        }
+        assert_eq!(tick(&s, after + 200).evicted_keys, 20, "{order:?}");
+        for t in 20..30 {
+            assert_eq!(
+                s.exist_key(&format!("k{t}"), after + 200).unwrap(),
+                read_stay,
+                "{order:?}: k{t}, read once, older than every n"
+            );
+        }
+        let newer_gone = if read_stay { 20 } else { 10 };
+        for t in 0..80 {
+            assert_eq!(
+                s.exist_key(&format!("n{t}"), after + 200).unwrap(),
+                t >= newer_gone,
+                "{order:?}: n{t}"
+            );
+        }
+    }
+}

@@ -17,7 +17,7 @@ mod tenants;
 use mooncake_common::ErrorCode;
 
 use crate::master::{
-    AllocationStrategy, LeasePolicy, MasterService, Policy, TaskPolicy, TickReport,
+    AllocationStrategy, EvictionPolicy, LeasePolicy, MasterService, Policy, TaskPolicy, TickReport,
 };
 use crate::proto::{Request, Response};
 use crate::types::{ClientId, ReplicaDesc, ReplicaPolicy, ReplicaStatus, SegmentInfo, MAX_KEY_LEN};
@@ -46,6 +46,7 @@ pub(in crate::master) fn policy() -> Policy {
         high_watermark: 0.9,
         eviction_ratio: 0.2,
         evict_soft_pinned: true,
+        eviction_policy: EvictionPolicy::Frequency,
         strategy: AllocationStrategy::Random,
         put_fence: true,
     }
