@@ -294,6 +294,8 @@ REASONS = [
     ("test_drain_http_api.py", "", "drain"),
     ("test_batch_replica_clear.py", "TestBatchReplicaClearSingleStore.", "name-reuse"),
     ("test_structured_object_store.py", "", "structured"),
+    ("test_mooncake_store_service_api.py", "", "store-service-api"),
+    ("test_promotion_on_hit.py", "BenchPromotionLatency.", "opt-in-benchmark"),
 ]
 
 
