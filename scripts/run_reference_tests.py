@@ -58,9 +58,13 @@ SUITES = {
     "session_ranges_tcp_e2e.py": ("mooncake-store/tests/e2e/session_ranges_tcp_e2e.py", [], "scripts", 300),
     "test_engram_store.py": ("scripts/test_engram_store.py", [], "scripts", 300),
     "test_dummy_client.py": ("mooncake-wheel/tests/test_dummy_client.py", [], "wheel_client", 900),
+    "test_multi_dummy_clients.py": ("mooncake-wheel/tests/test_multi_dummy_clients.py", [], "wheel_client", 300),
     "test_ssd_offload_in_evict.py": ("mooncake-wheel/tests/test_ssd_offload_in_evict.py", [], "wheel", 900),
     "test_offload_on_eviction.py": ("mooncake-wheel/tests/test_offload_on_eviction.py", [], "wheel", 600),
     "test_promotion_on_hit.py": ("mooncake-wheel/tests/test_promotion_on_hit.py", [], "wheel", 900),
+    # Drives the store service's handlers over a stand-in store (no servers).
+    "test_mooncake_store_service_api.py": (
+        "mooncake-wheel/tests/test_mooncake_store_service_api.py", [], None, 300),
 }
 
 # Files the reference runs with pytest (no main of their own): a one-line
@@ -87,7 +91,11 @@ CLIENT_ENV = {
 }
 # The `mooncake_client` address a file names in code (run_tests.sh starts the
 # client on its default port).
-CLIENT_LITERALS = {"test_dummy_client.py": "127.0.0.1:50052"}
+CLIENT_LITERALS = {"test_dummy_client.py": "127.0.0.1:50052",
+                   "test_multi_dummy_clients.py": "127.0.0.1:50052"}
+# Files run_tests.sh runs as several processes at once, one per argument list
+# (each process's cases are recorded under its first argument's value).
+CONCURRENT = {"test_multi_dummy_clients.py": [["--client-id", "client1"], ["--client-id", "client2"]]}
 # Files that import the build tree's `store` module (the extension a CMake
 # build leaves in build/mooncake-integration): a one-line module standing for
 # it re-exports the installed package's `mooncake.store`.
@@ -224,27 +232,43 @@ def run_one(name: str, source: Path, venv: Path, out: Path, base: int) -> dict:
                           f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', {name!r}]))\n")
     result_file = out / f"{name}.json"
     result_file.unlink(missing_ok=True)
+    runs = [args + extra for extra in CONCURRENT.get(name, [[]])]
+    parts = [out / f"{name}.{i}.json" for i in range(len(runs))] if len(runs) > 1 else [result_file]
     started = time.time()
     with open(out / f"{name}.log", "w") as log:
-        p = subprocess.Popen([str(venv / "bin" / "python"), str(HERE / "reference_case_runner.py"),
-                              str(result_file), str(target), *args],
-                             cwd=sub, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            p.wait(timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        stop(p)
+        procs = [subprocess.Popen([str(venv / "bin" / "python"), str(HERE / "reference_case_runner.py"),
+                                   str(part), str(target), *argv],
+                                  cwd=sub, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+                 for part, argv in zip(parts, runs)]
+        deadline = started + timeout
+        timed_out = False
+        for p in procs:
+            try:
+                p.wait(max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        for p in procs:
+            stop(p)
     elapsed = time.time() - started
     if servers:
         servers.close()
     shutil.rmtree(work, ignore_errors=True)
-    if result_file.exists():
+    cases = []
+    for part, argv, p in zip(parts, runs, procs):
+        prefix = f"{argv[-1]}: " if len(runs) > 1 else ""
+        if part.exists():
+            got = json.loads(part.read_text())["cases"]
+        else:
+            got = [{"id": name, "outcome": "timeout" if timed_out else "crashed",
+                    "message": f"no result (exit {p.returncode})"}]
+        cases += [dict(c, id=prefix + c["id"]) for c in got]
+        if part != result_file:
+            part.unlink(missing_ok=True)
+    if len(runs) == 1 and result_file.exists():
         res = json.loads(result_file.read_text())
     else:
-        res = {"file": name, "exit_code": p.returncode, "cases": [
-            {"id": name, "outcome": "timeout" if timed_out else "crashed",
-             "message": f"no result (exit {p.returncode})"}]}
+        res = {"file": name, "exit_code": max(abs(p.returncode or 0) for p in procs), "cases": cases}
     res["seconds"] = round(elapsed, 1)
     res["timed_out"] = timed_out
     result_file.write_text(json.dumps(res, indent=1))
@@ -270,6 +294,8 @@ REASONS = [
     ("test_drain_http_api.py", "", "drain"),
     ("test_batch_replica_clear.py", "TestBatchReplicaClearSingleStore.", "name-reuse"),
     ("test_structured_object_store.py", "", "structured"),
+    ("test_mooncake_store_service_api.py", "", "store-service-api"),
+    ("test_promotion_on_hit.py", "BenchPromotionLatency.", "opt-in-benchmark"),
 ]
 
 
