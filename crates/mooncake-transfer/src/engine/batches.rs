@@ -11,6 +11,11 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::{invalid, BatchId, Inner, TransferEngine, TransferRequest};
 use crate::batch::{Batch, TransferState, TransferStatus};
 
+/// How long [`TransferEngine::cancel_transfer`] lets a response that is
+/// landing finish before shutting its connections: ample for a live peer,
+/// and a stalled one never finishes.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
 #[derive(Default)]
 pub(super) struct Batches {
     live: HashMap<BatchId, Arc<Batch>>,
@@ -80,6 +85,26 @@ impl TransferEngine {
         let status = self.inner.batch(batch)?.wait();
         self.inner.seen(batch, &status);
         Ok(status)
+    }
+
+    /// [`wait_batch`](Self::wait_batch) until `deadline` at the latest:
+    /// the aggregate is `Waiting` if a request still runs then.
+    pub fn wait_batch_until(&self, batch: BatchId, deadline: Instant) -> Result<TransferStatus> {
+        let status = self.inner.batch(batch)?.wait_until(Some(deadline));
+        self.inner.seen(batch, &status);
+        Ok(status)
+    }
+
+    /// Cancels request `task_id` of `batch` if it still runs (its status
+    /// becomes `Canceled`): on return it writes no more local memory, so a
+    /// reader that got the bytes elsewhere may reuse or free its buffer. A
+    /// response still arriving is discarded; one stuck halfway through
+    /// landing for 200 ms has its connections shut. Bytes of a
+    /// write already sent may still land at the target.
+    pub fn cancel_transfer(&self, batch: BatchId, task_id: usize) -> Result<TransferStatus> {
+        self.inner
+            .batch(batch)?
+            .cancel_task(task_id, CANCEL_GRACE)
     }
 
     /// Frees a batch; refused (`ERR_BATCH_BUSY`) while requests run.
