@@ -125,6 +125,17 @@ impl TransferEngine {
         }
     }
 
+    /// [`release_batch`](Self::release_batch) without waiting for requests
+    /// still draining (a later allocation frees it): for a batch of reads
+    /// that were canceled or timed out, whose late responses are discarded
+    /// rather than written, so nothing of the caller's memory is touched.
+    pub fn release_read_batch(&self, batch: BatchId) {
+        match self.inner.batch(batch) {
+            Ok(b) if !b.is_idle() => self.inner.batches.lock().parked.push(batch),
+            _ => self.release_batch(batch),
+        }
+    }
+
     /// allocate + submit + wait + free. The error carries the first failed
     /// request's code. After a timeout, a batch whose aborted requests are
     /// still draining is freed later (by a later allocation) rather than

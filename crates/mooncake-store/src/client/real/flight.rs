@@ -18,6 +18,9 @@ pub(super) struct Flight<'e> {
     /// Per request: its index in the batch, or why it never joined.
     joined: Vec<Result<usize>>,
     in_batch: usize,
+    /// A request was canceled: its batch is released without waiting for
+    /// it to drain (only reads are canceled; their late bytes are dropped).
+    canceled: std::cell::Cell<bool>,
 }
 
 impl<'e> Flight<'e> {
@@ -43,6 +46,7 @@ impl<'e> Flight<'e> {
             batch,
             joined: Vec::new(),
             in_batch: 0,
+            canceled: std::cell::Cell::new(false),
         }
     }
 
@@ -132,6 +136,7 @@ impl<'e> Flight<'e> {
     /// memory (see `TransferEngine::cancel_transfer`).
     pub(super) fn cancel(&self, i: usize) {
         if let (Ok(Some(batch)), Ok(at)) = (&self.batch, &self.joined[i]) {
+            self.canceled.set(true);
             if let Err(e) = self.engine.cancel_transfer(*batch, *at) {
                 tracing::warn!("canceling a read: {e}");
             }
@@ -157,7 +162,11 @@ impl<'e> Flight<'e> {
             })
             .collect();
         // Requests that timed out may still be draining: freed later then.
-        engine.release_batch(batch);
+        if self.canceled.get() {
+            engine.release_read_batch(batch);
+        } else {
+            engine.release_batch(batch);
+        }
         out
     }
 }
