@@ -478,6 +478,11 @@ impl Batch {
         self
     }
 
+    /// Every submitted task has settled (some may still drain).
+    pub(crate) fn all_settled(&self) -> bool {
+        self.shared.unsettled.load(Ordering::Acquire) == 0
+    }
+
     /// Nothing runs or drains: freeing would not wait.
     pub(crate) fn is_idle(&self) -> bool {
         self.shared.unsettled.load(Ordering::Acquire) == 0
@@ -615,15 +620,18 @@ mod tests {
         assert_eq!(s.state, TransferState::Canceled);
         assert!(!untouched.1.load(Ordering::SeqCst));
         assert!(t[1].begin_landing().is_none(), "late bytes are discarded");
-        assert_eq!(b.wait_until(Some(now)).state, TransferState::Waiting);
+        b.wait_until(Some(now));
+        assert!(!b.all_settled(), "the other still runs");
         // A landing that never ends: aborted after the grace, and the
         // report waits for the landing to end.
         let stuck = Arc::new(Unstick(t[0].clone(), AtomicBool::new(false)));
         t[0].set_abort(stuck.clone());
-        let landing = t[0].begin_landing().expect("live task");
+        let (landed, started) = std::sync::mpsc::channel();
         let ender = {
             let stuck = stuck.clone();
             std::thread::spawn(move || {
+                let landing = stuck.0.begin_landing().expect("live task");
+                landed.send(()).unwrap();
                 while !stuck.1.load(Ordering::SeqCst) {
                     std::thread::yield_now();
                 }
@@ -631,6 +639,7 @@ mod tests {
                 stuck.0.slice_done(Err(ErrorCode::ERR_SOCKET));
             })
         };
+        started.recv().unwrap();
         let s = b.cancel_task(0, Duration::from_millis(10)).unwrap();
         assert_eq!(s.state, TransferState::Canceled);
         assert!(stuck.1.load(Ordering::SeqCst), "the stuck route was aborted");

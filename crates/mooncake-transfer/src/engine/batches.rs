@@ -88,11 +88,16 @@ impl TransferEngine {
     }
 
     /// [`wait_batch`](Self::wait_batch) until `deadline` at the latest:
-    /// the aggregate is `Waiting` if a request still runs then.
-    pub fn wait_batch_until(&self, batch: BatchId, deadline: Instant) -> Result<TransferStatus> {
-        let status = self.inner.batch(batch)?.wait_until(Some(deadline));
-        self.inner.seen(batch, &status);
-        Ok(status)
+    /// whether every request has settled (completed, failed, timed out or
+    /// canceled) by then.
+    pub fn wait_batch_until(&self, batch: BatchId, deadline: Instant) -> Result<bool> {
+        let b = self.inner.batch(batch)?;
+        let status = b.wait_until(Some(deadline));
+        let settled = b.all_settled();
+        if settled {
+            self.inner.seen(batch, &status);
+        }
+        Ok(settled)
     }
 
     /// Cancels request `task_id` of `batch` if it still runs (its status

@@ -110,10 +110,9 @@ impl<'e> Flight<'e> {
             return true;
         }
         poll_batch(self.engine, batch);
-        match self.engine.wait_batch_until(batch, deadline) {
-            Ok(s) => s.state != TransferState::Waiting,
-            Err(_) => true,
-        }
+        self.engine
+            .wait_batch_until(batch, deadline)
+            .unwrap_or(true)
     }
 
     /// Request `i`'s outcome once it settled; `None` while it runs.
