@@ -642,7 +642,10 @@ mod tests {
         started.recv().unwrap();
         let s = b.cancel_task(0, Duration::from_millis(10)).unwrap();
         assert_eq!(s.state, TransferState::Canceled);
-        assert!(stuck.1.load(Ordering::SeqCst), "the stuck route was aborted");
+        assert!(
+            stuck.1.load(Ordering::SeqCst),
+            "the stuck route was aborted"
+        );
         ender.join().unwrap();
         assert_eq!(b.wait().state, TransferState::Canceled);
         t[1].slice_done(Ok(1));

@@ -275,7 +275,11 @@ fn millis_or(var: &str, v: Option<&str>, default: u64) -> u64 {
 
 fn parse_hedge_config(floor: Option<&str>, hold: Option<&str>) -> Option<HedgeConfig> {
     let floor = millis_or("MC_STORE_HEDGE_READ_MS", floor, DEFAULT_HEDGE_FLOOR_MS);
-    let hold = millis_or("MC_STORE_SLOW_PEER_HOLD_MS", hold, DEFAULT_SLOW_PEER_HOLD_MS);
+    let hold = millis_or(
+        "MC_STORE_SLOW_PEER_HOLD_MS",
+        hold,
+        DEFAULT_SLOW_PEER_HOLD_MS,
+    );
     (floor > 0).then(|| HedgeConfig {
         floor: Duration::from_millis(floor),
         hold: Duration::from_millis(hold),

@@ -78,7 +78,8 @@ impl SlowPeers {
         if p.recent.len() == WINDOW {
             p.recent.pop_front();
         }
-        p.recent.push_back(took.as_micros().min(u64::MAX as u128) as u64);
+        p.recent
+            .push_back(took.as_micros().min(u64::MAX as u128) as u64);
         p.slow_until = None;
     }
 

@@ -107,9 +107,7 @@ impl TransferEngine {
     /// landing for 200 ms has its connections shut. Bytes of a
     /// write already sent may still land at the target.
     pub fn cancel_transfer(&self, batch: BatchId, task_id: usize) -> Result<TransferStatus> {
-        self.inner
-            .batch(batch)?
-            .cancel_task(task_id, CANCEL_GRACE)
+        self.inner.batch(batch)?.cancel_task(task_id, CANCEL_GRACE)
     }
 
     /// Frees a batch; refused (`ERR_BATCH_BUSY`) while requests run.

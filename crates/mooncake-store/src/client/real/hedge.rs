@@ -95,7 +95,11 @@ impl RealClient {
         flight.copy(copies);
         let delay = {
             let t = slow.lock();
-            peers.iter().map(|p| t.hedge_delay(p)).max().unwrap_or_default()
+            peers
+                .iter()
+                .map(|p| t.hedge_delay(p))
+                .max()
+                .unwrap_or_default()
         };
         if flight.wait_until(start + delay) {
             return self.finish_timed(flight, peers, Some(start));
@@ -207,9 +211,9 @@ impl RealClient {
     fn hedge(&self, plans: &[FetchPlan<'_>], p: usize, attempt: usize) -> Option<Hedge<'_>> {
         let (replicas, frags) = &plans[p];
         let first = replicas.get(attempt)?;
-        let rep = replicas[attempt + 1..].iter().find(|r| {
-            !r.suspected && r.transport_endpoint != first.transport_endpoint
-        })?;
+        let rep = replicas[attempt + 1..]
+            .iter()
+            .find(|r| !r.suspected && r.transport_endpoint != first.transport_endpoint)?;
         let total: usize = frags.iter().map(|f| f.len).sum();
         let scratch = self.staging.as_ref()?.try_allocate(total as u64)?;
         let mut at = scratch.addr();
