@@ -92,7 +92,7 @@ fn reads_fail_over_from_the_first_read_after_a_holder_stops() {
         "40 reads with one holder stopped in {:?}, slowest {slowest:?}",
         t.elapsed()
     );
-    assert_eq!(client.slow_peers(), [stopped_endpoint.clone()]);
+    assert_eq!(client.slow_peers(), [stopped_endpoint]);
     assert!(
         replicas(&client, "k0").iter().all(|r| !r.2),
         "the master has not Suspected it: the failover was the client's"
