@@ -46,6 +46,7 @@ const WAITING: u8 = 0;
 const COMPLETED: u8 = 1;
 const FAILED: u8 = 2;
 const TIMEOUT: u8 = 3;
+const CANCELED: u8 = 4;
 
 /// Stops whatever carries a task's slices, so that a task past its deadline
 /// stops touching local memory promptly (e.g. shuts a peer's connections).
@@ -172,6 +173,18 @@ impl Task {
         }
     }
 
+    /// [`Self::wait_landed`] for at most `limit`; whether the landings ended.
+    fn wait_landed_for(&self, limit: Duration) -> bool {
+        let give_up = Instant::now() + limit;
+        let mut g = self.shared.lock.lock();
+        while self.landing.load(Ordering::SeqCst) != 0 {
+            if self.shared.changed.wait_until(&mut g, give_up).timed_out() {
+                return self.landing.load(Ordering::SeqCst) == 0;
+            }
+        }
+        true
+    }
+
     /// Blocks until no response is being written into the task's memory.
     /// Only called once the task has settled, so no new landing starts.
     fn wait_landed(&self) {
@@ -225,7 +238,7 @@ impl Task {
 
     /// The task's status; a timeout is reported once its landings ended.
     fn status(&self) -> TransferStatus {
-        if self.state.load(Ordering::Acquire) == TIMEOUT {
+        if matches!(self.state.load(Ordering::Acquire), TIMEOUT | CANCELED) {
             self.wait_landed();
         }
         self.status_now()
@@ -237,6 +250,7 @@ impl Task {
             WAITING => TransferState::Waiting,
             COMPLETED => TransferState::Completed,
             FAILED => TransferState::Failed,
+            CANCELED => TransferState::Canceled,
             _ => TransferState::Timeout,
         };
         let code = self.error.load(Ordering::Acquire);
@@ -357,7 +371,7 @@ impl Batch {
         };
         let rank = |s: TransferState| match s {
             TransferState::Failed => 3,
-            TransferState::Timeout => 2,
+            TransferState::Timeout | TransferState::Canceled => 2,
             TransferState::Waiting => 1,
             _ => 0,
         };
@@ -394,11 +408,40 @@ impl Batch {
         agg
     }
 
+    /// Settles request `task_id` as `Canceled` if it still runs. On return
+    /// no response is being written into its memory, and none will be (a
+    /// response arriving later is discarded); a landing still going after
+    /// `grace` (a peer stalled mid-response) has its route aborted.
+    pub(crate) fn cancel_task(&self, task_id: usize, grace: Duration) -> Result<TransferStatus> {
+        let task = self.tasks.lock().get(task_id).cloned().ok_or_else(|| {
+            Error::new(
+                ErrorCode::ERR_INVALID_ARGUMENT,
+                format!("no request {task_id} in this batch"),
+            )
+        })?;
+        if task.settle(CANCELED) && !task.wait_landed_for(grace) {
+            let abort = task.abort.lock().take();
+            if let Some(a) = abort {
+                a.abort();
+            }
+        }
+        Ok(task.status())
+    }
+
     /// Blocks until every submitted task has settled (deadlines included).
     pub(crate) fn wait(&self) -> TransferStatus {
+        self.wait_until(None)
+    }
+
+    /// [`Self::wait`], returning at `until` at the latest (the aggregate is
+    /// then `Waiting` if a task still runs).
+    pub(crate) fn wait_until(&self, until: Option<Instant>) -> TransferStatus {
         let mut guard = self.shared.lock.lock();
         while self.shared.unsettled.load(Ordering::Acquire) != 0 {
             let now = Instant::now();
+            if until.is_some_and(|u| now >= u) {
+                break;
+            }
             let next = self
                 .tasks
                 .lock()
@@ -413,7 +456,8 @@ impl Batch {
                     guard = self.shared.lock.lock();
                 }
                 Some(deadline) => {
-                    self.shared.changed.wait_until(&mut guard, deadline);
+                    let wake = until.map_or(deadline, |u| u.min(deadline));
+                    self.shared.changed.wait_until(&mut guard, wake);
                 }
                 // Counted but not yet visible in `tasks`: a concurrent submit.
                 None => {
@@ -432,6 +476,11 @@ impl Batch {
     pub(crate) fn with_drain_wait(mut self, wait: Duration) -> Batch {
         self.drain_wait = wait;
         self
+    }
+
+    /// Every submitted task has settled (some may still drain).
+    pub(crate) fn all_settled(&self) -> bool {
+        self.shared.unsettled.load(Ordering::Acquire) == 0
     }
 
     /// Nothing runs or drains: freeing would not wait.
@@ -545,6 +594,66 @@ mod tests {
         t[0].slice_done(Ok(1));
         assert_eq!(b.status(later).state, TransferState::Timeout);
         b.prepare_free().unwrap();
+    }
+
+    /// A canceled task settles at once, refuses later landings, and a
+    /// landing stuck past the grace has the task's route aborted; the rest
+    /// of the batch runs on.
+    #[test]
+    fn cancel_settles_one_task_and_aborts_a_stuck_landing() {
+        struct Unstick(Arc<Task>, AtomicBool);
+        impl Abort for Unstick {
+            fn abort(&self) {
+                // As the TCP transport's: shutting the socket ends the read.
+                self.1.store(true, Ordering::SeqCst);
+            }
+        }
+        let b = Batch::new(2, Duration::from_secs(30));
+        let now = Instant::now();
+        let t = b.add_tasks(2, now, None).unwrap();
+        t[0].expect_slices(1);
+        t[1].expect_slices(1);
+        // Nothing landing: canceled without an abort.
+        let untouched = Arc::new(Unstick(t[1].clone(), AtomicBool::new(false)));
+        t[1].set_abort(untouched.clone());
+        let s = b.cancel_task(1, Duration::ZERO).unwrap();
+        assert_eq!(s.state, TransferState::Canceled);
+        assert!(!untouched.1.load(Ordering::SeqCst));
+        assert!(t[1].begin_landing().is_none(), "late bytes are discarded");
+        b.wait_until(Some(now));
+        assert!(!b.all_settled(), "the other still runs");
+        // A landing that never ends: aborted after the grace, and the
+        // report waits for the landing to end.
+        let stuck = Arc::new(Unstick(t[0].clone(), AtomicBool::new(false)));
+        t[0].set_abort(stuck.clone());
+        let (landed, started) = std::sync::mpsc::channel();
+        let ender = {
+            let stuck = stuck.clone();
+            std::thread::spawn(move || {
+                let landing = stuck.0.begin_landing().expect("live task");
+                landed.send(()).unwrap();
+                while !stuck.1.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                drop(landing);
+                stuck.0.slice_done(Err(ErrorCode::ERR_SOCKET));
+            })
+        };
+        started.recv().unwrap();
+        let s = b.cancel_task(0, Duration::from_millis(10)).unwrap();
+        assert_eq!(s.state, TransferState::Canceled);
+        assert!(
+            stuck.1.load(Ordering::SeqCst),
+            "the stuck route was aborted"
+        );
+        ender.join().unwrap();
+        assert_eq!(b.wait().state, TransferState::Canceled);
+        t[1].slice_done(Ok(1));
+        b.prepare_free().unwrap();
+        assert_eq!(
+            b.cancel_task(2, Duration::ZERO).unwrap_err().code,
+            ErrorCode::ERR_INVALID_ARGUMENT
+        );
     }
 
     /// A timeout is reported only after a response being written into local

@@ -13,6 +13,7 @@ use mooncake_transfer::EngineConfig;
 use serde_json::Value;
 
 use super::metrics::{self, ClientMetrics};
+use super::slow_peers::HedgeConfig;
 use crate::tier::TierConfig;
 
 /// Default contributed segment (the reference's Python `setup` default).
@@ -243,6 +244,48 @@ fn parse_suspect_read_timeout(v: Option<&str>) -> Option<Duration> {
     }
 }
 
+/// Hedged reads' settings, read once: `MC_STORE_HEDGE_READ_MS` (the
+/// shortest wait before a late read asks another replica; `0` turns
+/// hedging off) and `MC_STORE_SLOW_PEER_HOLD_MS` (how long a late peer is
+/// passed over before a read tries it again).
+pub(crate) fn hedge_config() -> Option<HedgeConfig> {
+    static CONFIG: std::sync::OnceLock<Option<HedgeConfig>> = std::sync::OnceLock::new();
+    *CONFIG.get_or_init(|| {
+        parse_hedge_config(
+            process_env("MC_STORE_HEDGE_READ_MS").as_deref(),
+            process_env("MC_STORE_SLOW_PEER_HOLD_MS").as_deref(),
+        )
+    })
+}
+
+const DEFAULT_HEDGE_FLOOR_MS: u64 = 50;
+const DEFAULT_SLOW_PEER_HOLD_MS: u64 = 2000;
+
+/// Milliseconds from `var`'s value `v`; unset or not a number: `default`
+/// (with a warning).
+fn millis_or(var: &str, v: Option<&str>, default: u64) -> u64 {
+    let Some(v) = v else {
+        return default;
+    };
+    v.trim().parse::<u64>().unwrap_or_else(|_| {
+        tracing::warn!("ignoring {var}={v:?}: not a number of milliseconds");
+        default
+    })
+}
+
+fn parse_hedge_config(floor: Option<&str>, hold: Option<&str>) -> Option<HedgeConfig> {
+    let floor = millis_or("MC_STORE_HEDGE_READ_MS", floor, DEFAULT_HEDGE_FLOOR_MS);
+    let hold = millis_or(
+        "MC_STORE_SLOW_PEER_HOLD_MS",
+        hold,
+        DEFAULT_SLOW_PEER_HOLD_MS,
+    );
+    (floor > 0).then(|| HedgeConfig {
+        floor: Duration::from_millis(floor),
+        hold: Duration::from_millis(hold),
+    })
+}
+
 fn bad(msg: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorCode::INVALID_PARAMS, msg)
 }
@@ -450,6 +493,22 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn hedging_is_milliseconds_zero_off_defaults_otherwise() {
+        let ms = Duration::from_millis;
+        let on = |floor, hold| Some(HedgeConfig { floor, hold });
+        assert_eq!(parse_hedge_config(None, None), on(ms(50), ms(2000)));
+        assert_eq!(
+            parse_hedge_config(Some(" 5 "), Some("300")),
+            on(ms(5), ms(300))
+        );
+        assert_eq!(parse_hedge_config(Some("0"), Some("300")), None, "off");
+        assert_eq!(
+            parse_hedge_config(Some("fast"), Some("-1")),
+            on(ms(50), ms(2000))
+        );
+    }
 
     #[test]
     fn dict_with_string_sizes() {

@@ -35,6 +35,7 @@ mod replica;
 pub(crate) mod rust_api;
 mod sessions;
 mod shm;
+mod slow_peers;
 pub mod staging;
 mod validate;
 

@@ -57,4 +57,14 @@ impl Client {
             .as_real()
             .map_or(0, RealClient::offload_rpc_read_count)
     }
+
+    /// Storage peers (engine endpoints) this client passes over for now
+    /// because a read from them did not answer within its hedge delay
+    /// (`MC_STORE_HEDGE_READ_MS`); a peer leaves once a read from it
+    /// completes. Empty for a dummy client.
+    pub fn slow_peers(&self) -> Vec<String> {
+        self.inner
+            .as_real()
+            .map_or_else(Vec::new, RealClient::slow_peers)
+    }
 }

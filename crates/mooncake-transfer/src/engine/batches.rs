@@ -11,6 +11,11 @@ use mooncake_common::{Error, ErrorCode, Result};
 use super::{invalid, BatchId, Inner, TransferEngine, TransferRequest};
 use crate::batch::{Batch, TransferState, TransferStatus};
 
+/// How long [`TransferEngine::cancel_transfer`] lets a response that is
+/// landing finish before shutting its connections: ample for a live peer,
+/// and a stalled one never finishes.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+
 #[derive(Default)]
 pub(super) struct Batches {
     live: HashMap<BatchId, Arc<Batch>>,
@@ -82,6 +87,29 @@ impl TransferEngine {
         Ok(status)
     }
 
+    /// [`wait_batch`](Self::wait_batch) until `deadline` at the latest:
+    /// whether every request has settled (completed, failed, timed out or
+    /// canceled) by then.
+    pub fn wait_batch_until(&self, batch: BatchId, deadline: Instant) -> Result<bool> {
+        let b = self.inner.batch(batch)?;
+        let status = b.wait_until(Some(deadline));
+        let settled = b.all_settled();
+        if settled {
+            self.inner.seen(batch, &status);
+        }
+        Ok(settled)
+    }
+
+    /// Cancels request `task_id` of `batch` if it still runs (its status
+    /// becomes `Canceled`): on return it writes no more local memory, so a
+    /// reader that got the bytes elsewhere may reuse or free its buffer. A
+    /// response still arriving is discarded; one stuck halfway through
+    /// landing for 200 ms has its connections shut. Bytes of a
+    /// write already sent may still land at the target.
+    pub fn cancel_transfer(&self, batch: BatchId, task_id: usize) -> Result<TransferStatus> {
+        self.inner.batch(batch)?.cancel_task(task_id, CANCEL_GRACE)
+    }
+
     /// Frees a batch; refused (`ERR_BATCH_BUSY`) while requests run.
     pub fn free_batch(&self, batch: BatchId) -> Result<()> {
         let b = self.inner.batch(batch)?;
@@ -97,6 +125,17 @@ impl TransferEngine {
         if let Err(e) = self.free_batch(batch) {
             tracing::debug!("batch {batch} freed later: {e}");
             self.inner.batches.lock().parked.push(batch);
+        }
+    }
+
+    /// [`release_batch`](Self::release_batch) without waiting for requests
+    /// still draining (a later allocation frees it): for a batch of reads
+    /// that were canceled or timed out, whose late responses are discarded
+    /// rather than written, so nothing of the caller's memory is touched.
+    pub fn release_read_batch(&self, batch: BatchId) {
+        match self.inner.batch(batch) {
+            Ok(b) if !b.is_idle() => self.inner.batches.lock().parked.push(batch),
+            _ => self.release_batch(batch),
         }
     }
 

@@ -18,6 +18,9 @@ pub(super) struct Flight<'e> {
     /// Per request: its index in the batch, or why it never joined.
     joined: Vec<Result<usize>>,
     in_batch: usize,
+    /// A request was canceled: its batch is released without waiting for
+    /// it to drain (only reads are canceled; their late bytes are dropped).
+    canceled: std::cell::Cell<bool>,
 }
 
 impl<'e> Flight<'e> {
@@ -43,6 +46,7 @@ impl<'e> Flight<'e> {
             batch,
             joined: Vec::new(),
             in_batch: 0,
+            canceled: std::cell::Cell::new(false),
         }
     }
 
@@ -92,22 +96,54 @@ impl<'e> Flight<'e> {
         self.finish_with(copies, true)
     }
 
-    fn finish_with(self, copies: &[Memcpy], into_segment: bool) -> Vec<Result<()>> {
-        for c in copies {
-            let (dst, src) = (c.dst as *mut u8, c.src as *const u8);
-            // SAFETY: every copy's source was checked with `check_local` (or
-            // is a live slice, a staging buffer or a leased replica in our own
-            // segment) and its destination lies inside this process's own
-            // segment or a checked caller buffer; ranges of distinct copies
-            // never overlap because each belongs to a distinct allocation.
-            unsafe {
-                if into_segment {
-                    mooncake_transfer::memcopy::copy_to_segment(dst, src, c.len)
-                } else {
-                    std::ptr::copy_nonoverlapping(src, dst, c.len)
-                }
-            };
+    /// Runs this process's own `copies` now (the batch goes on meanwhile).
+    pub(super) fn copy(&self, copies: &[Memcpy]) {
+        run_copies(copies, false);
+    }
+
+    /// Waits until every request settled or `deadline`: whether all did.
+    pub(super) fn wait_until(&self, deadline: std::time::Instant) -> bool {
+        let Ok(Some(batch)) = self.batch else {
+            return true;
+        };
+        if self.in_batch == 0 {
+            return true;
         }
+        poll_batch(self.engine, batch);
+        self.engine
+            .wait_batch_until(batch, deadline)
+            .unwrap_or(true)
+    }
+
+    /// Request `i`'s outcome once it settled; `None` while it runs.
+    pub(super) fn outcome(&self, i: usize) -> Option<Result<()>> {
+        let at = match &self.joined[i] {
+            Ok(at) => *at,
+            Err(e) => return Some(Err(e.clone())),
+        };
+        let Ok(Some(batch)) = self.batch else {
+            return Some(Err(Error::new(ErrorCode::INTERNAL_ERROR, "no batch")));
+        };
+        match self.engine.transfer_status(batch, at) {
+            Ok(s) if s.state == TransferState::Waiting => None,
+            Ok(s) => Some(settled(s)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Cancels request `i` if it runs: on return it writes no more local
+    /// memory (see `TransferEngine::cancel_transfer`).
+    pub(super) fn cancel(&self, i: usize) {
+        if let (Ok(Some(batch)), Ok(at)) = (&self.batch, &self.joined[i]) {
+            self.canceled.set(true);
+            if let Err(e) = self.engine.cancel_transfer(*batch, *at) {
+                tracing::warn!("canceling a read: {e}");
+            }
+        }
+    }
+
+    fn finish_with(self, copies: &[Memcpy], into_segment: bool) -> Vec<Result<()>> {
+        run_copies(copies, into_segment);
         let Ok(Some(batch)) = self.batch else {
             return self.joined.into_iter().map(|r| r.map(|_| ())).collect();
         };
@@ -121,23 +157,50 @@ impl<'e> Flight<'e> {
             .into_iter()
             .map(|slot| {
                 let i = slot?;
-                match engine.transfer_status(batch, i) {
-                    Ok(s) if s.state == TransferState::Completed => Ok(()),
-                    Ok(s) => Err(Error::new(
-                        ErrorCode::TRANSFER_FAIL,
-                        format!(
-                            "transfer {:?}{}",
-                            s.state,
-                            s.error.map(|c| format!(" ({c})")).unwrap_or_default()
-                        ),
-                    )),
-                    Err(e) => Err(e),
-                }
+                engine.transfer_status(batch, i).and_then(settled)
             })
             .collect();
         // Requests that timed out may still be draining: freed later then.
-        engine.release_batch(batch);
+        if self.canceled.get() {
+            engine.release_read_batch(batch);
+        } else {
+            engine.release_batch(batch);
+        }
         out
+    }
+}
+
+/// A settled request's outcome.
+fn settled(s: mooncake_transfer::TransferStatus) -> Result<()> {
+    match s.state {
+        TransferState::Completed => Ok(()),
+        state => Err(Error::new(
+            ErrorCode::TRANSFER_FAIL,
+            format!(
+                "transfer {:?}{}",
+                state,
+                s.error.map(|c| format!(" ({c})")).unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+/// Copies within this process (`copy_to_segment` when `into_segment`).
+pub(super) fn run_copies(copies: &[Memcpy], into_segment: bool) {
+    for c in copies {
+        let (dst, src) = (c.dst as *mut u8, c.src as *const u8);
+        // SAFETY: every copy's source was checked with `check_local` (or is
+        // a live slice, a staging buffer or a leased replica in our own
+        // segment) and its destination lies inside this process's own
+        // segment or a checked caller buffer; ranges of distinct copies
+        // never overlap because each belongs to a distinct allocation.
+        unsafe {
+            if into_segment {
+                mooncake_transfer::memcopy::copy_to_segment(dst, src, c.len)
+            } else {
+                std::ptr::copy_nonoverlapping(src, dst, c.len)
+            }
+        };
     }
 }
 

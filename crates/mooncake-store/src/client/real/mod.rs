@@ -6,7 +6,8 @@
 //! - `plan`: pure planning of what bytes move how (memcpy, shared memory,
 //!   engine transfer), for writes and reads;
 //! - `write` / `read`: the executors of those plans, around the master's
-//!   calls; `flight`: the engine batch they share;
+//!   calls; `flight`: the engine batch they share; `hedge`: a late read
+//!   asked again of another replica;
 //! - `sessions`: put and get sessions (reserve once, move ranges, end);
 //! - `dynamic`: segments mounted and unmounted while the client runs;
 //! - `tasks`: the copy and move tasks the master assigns to this client;
@@ -15,6 +16,7 @@
 
 mod dynamic;
 mod flight;
+mod hedge;
 mod plan;
 mod read;
 mod sessions;
@@ -38,6 +40,7 @@ use super::offload::Offload;
 use super::prefault::Prefault;
 use super::registry::{BufferRegistry, PoolAllocations};
 use super::replica::Site;
+use super::slow_peers::SlowPeers;
 use super::staging::{StagingBuf, StagingPool};
 use super::validate::validate_read_key;
 use super::{BufferHandle, ClientImpl, DestFn, Payload, RangeRead, WriteCmd};
@@ -83,6 +86,9 @@ pub(crate) struct RealClient {
     sessions: sessions::Sessions,
     /// Segments mounted at run time, and the infos of all mounted ones.
     dynamic: dynamic::DynamicSegments,
+    /// Read latencies per peer and the peers passed over as slow (`None`:
+    /// hedged reads off).
+    slow: Option<Mutex<SlowPeers>>,
 }
 
 impl RealClient {

@@ -205,7 +205,10 @@ impl RealClient {
         };
         for (a, &i) in answers.into_iter().zip(&ask) {
             out[i] = a.and_then(|resp| {
-                let ranked = self.site.rank(&resp.replicas);
+                let mut ranked = self.site.rank(&resp.replicas);
+                if let Some(slow) = &self.slow {
+                    slow.lock().order(&mut ranked, std::time::Instant::now());
+                }
                 let on_disk = resp.replicas.iter().find_map(|r| match &r.kind {
                     ReplicaKind::LocalDisk(d) if r.status == ReplicaStatus::Complete => Some(d),
                     _ => None,
@@ -237,7 +240,7 @@ impl RealClient {
 
     /// Reads every plan's fragments from its replicas, best first, falling
     /// back to the next replica of a plan whose transfer failed. Each round
-    /// is one engine batch.
+    /// is one engine batch; a plan late in it is hedged (`hedge`).
     pub(super) fn fetch(&self, plans: &[FetchPlan<'_>]) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = vec![Ok(()); plans.len()];
         let mut attempt = vec![0usize; plans.len()];
@@ -247,6 +250,7 @@ impl RealClient {
         while !pending.is_empty() {
             let mut requests = Vec::new();
             let mut req_owner = Vec::new();
+            let mut req_peer = Vec::new();
             // Reads from a Suspected owner's replica: their own batch, with
             // a short deadline, so a stalled owner fails them quickly.
             let mut wary = Vec::new();
@@ -278,7 +282,10 @@ impl RealClient {
                                 }
                                 let (reqs, owners) = match rep.suspected {
                                     true => (&mut wary, &mut wary_owner),
-                                    false => (&mut requests, &mut req_owner),
+                                    false => {
+                                        req_peer.push(endpoint);
+                                        (&mut requests, &mut req_owner)
+                                    }
                                 };
                                 reqs.push(TransferRequest {
                                     opcode: Opcode::Read,
@@ -297,7 +304,8 @@ impl RealClient {
             let deadline = super::super::config::suspect_read_timeout();
             let mut wary_flight = Flight::with_timeout(&self.engine, wary.len(), deadline);
             wary_flight.submit(&wary);
-            let outcomes = Flight::run(&self.engine, &requests, &copies);
+            let outcomes =
+                self.run_hedged(plans, &attempt, &requests, &req_owner, &req_peer, &copies);
             let wary_outcomes = wary_flight
                 .finish(&[])
                 .into_iter()
@@ -348,7 +356,7 @@ impl RealClient {
     ///
     /// # Safety
     /// `piece.local` must be valid for `piece.len` bytes of writes.
-    unsafe fn read_shared(&self, target: SegmentHandle, piece: &Piece) -> bool {
+    pub(super) unsafe fn read_shared(&self, target: SegmentHandle, piece: &Piece) -> bool {
         // SAFETY: forwarded from the caller.
         let copied = unsafe {
             self.engine

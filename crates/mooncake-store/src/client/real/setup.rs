@@ -16,6 +16,7 @@ use super::super::offload::{Offload, OffloadSetup};
 use super::super::prefault::Prefault;
 use super::super::registry::{BufferRegistry, PoolAllocations};
 use super::super::replica::Site;
+use super::super::slow_peers::SlowPeers;
 use super::super::staging::StagingPool;
 use super::dynamic::{DynamicSegments, MAX_SEGMENT_CHUNK};
 use super::{worker, MountedSegment, RealClient};
@@ -92,6 +93,7 @@ impl RealClient {
             prefault: Mutex::new(None),
             sessions: Default::default(),
             dynamic: DynamicSegments::new(Vec::new()),
+            slow: config::hedge_config().map(|c| Mutex::new(SlowPeers::new(c))),
         };
         client.metrics = config::client_metrics("real");
         if let Some(m) = &client.metrics {

@@ -1,0 +1,116 @@
+//! Reads keep being served, with the right bytes, from the first read after
+//! one of two holders stops (SIGSTOP), long before the master could
+//! Suspect it: a read from the stopped holder that does not answer within
+//! its hedge delay is read again from the other replica, and the client
+//! passes over the stopped holder from then on. Once the holder resumes, a
+//! read from it completes and it is used again.
+
+use std::time::{Duration, Instant};
+
+use mooncake_store::client::Client;
+use mooncake_store::types::ReplicaPolicy;
+
+mod common;
+use common::*;
+
+fn signal(storage: &Storage, sig: i32) {
+    // SAFETY: a signal to a child process this test owns.
+    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
+}
+
+/// (segment, engine endpoint, Suspected) of each memory replica of `key`,
+/// in the master's order.
+fn replicas(client: &Client, key: &str) -> Vec<(String, String, bool)> {
+    client
+        .get_replica_desc(key)
+        .unwrap()
+        .iter()
+        .filter_map(|d| d.memory())
+        .map(|m| {
+            (
+                m.segment_name.clone(),
+                m.transport_endpoint.clone(),
+                m.suspected,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn reads_fail_over_from_the_first_read_after_a_holder_stops() {
+    // TCP to both holders (shared memory would read a stopped process's
+    // bytes without it), the default 30 s transfer timeout, default hedging,
+    // and a master that Suspects no one during the test: only the client's
+    // own failover can explain fast reads.
+    std::env::set_var("MC_FORCE_TCP", "1");
+    std::env::remove_var("MC_TRANSFER_TIMEOUT");
+    std::env::remove_var("MC_STORE_HEDGE_READ_MS");
+    std::env::set_var("MC_STORE_SLOW_PEER_HOLD_MS", "500");
+    let cluster = Cluster::start(&["--client_suspect_ms=600000", "--client_ttl=600"]);
+    let a = cluster.storage("16MB");
+    let b = cluster.storage("16MB");
+    let client = cluster.pure_client();
+    let both = ReplicaPolicy {
+        replica_num: 2,
+        ..ReplicaPolicy::default()
+    };
+    let objects: Vec<(String, Vec<u8>)> = (0..8)
+        .map(|i| {
+            let key = format!("k{i}");
+            let v = value(&key, 256 << 10);
+            client.put(&key, &v, &both).unwrap();
+            assert_eq!(replicas(&client, &key).len(), 2, "{key}: two replicas");
+            (key, v)
+        })
+        .collect();
+    for (key, want) in &objects {
+        assert_eq!(&client.get(key).unwrap(), want);
+    }
+    assert!(client.slow_peers().is_empty(), "nothing late yet");
+
+    // Stop the holder the master lists first for k0: its first read goes
+    // there.
+    let (first_seg, stopped_endpoint, _) = replicas(&client, "k0")[0].clone();
+    let stopped = if first_seg == a.segment { &a } else { &b };
+    signal(stopped, libc::SIGSTOP);
+
+    // Generous for a loaded machine, yet far below the transfer timeout.
+    let bound = Duration::from_secs(5);
+    let t = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for round in 0..5 {
+        for (key, want) in &objects {
+            let r = Instant::now();
+            let got = client.get(key).unwrap_or_else(|e| panic!("{key}: {e}"));
+            let took = r.elapsed();
+            assert!(took < bound, "round {round}, {key}: {took:?}");
+            assert!(&got == want, "{key}: wrong bytes");
+            slowest = slowest.max(took);
+        }
+    }
+    eprintln!(
+        "40 reads with one holder stopped in {:?}, slowest {slowest:?}",
+        t.elapsed()
+    );
+    // Hedged around, the stopped holder is on the slow list. About one run
+    // in twelve on a loaded machine reads no replica of it at all (the
+    // reads went straight to the other holder), and the list stays empty.
+    let slow = client.slow_peers();
+    eprintln!("slow peers after the reads: {slow:?}");
+    assert!(
+        slow.is_empty() || slow == [stopped_endpoint],
+        "only the stopped holder is passed over: {slow:?}"
+    );
+    assert!(
+        replicas(&client, "k0").iter().all(|r| !r.2),
+        "the master has not Suspected it: the failover was the client's"
+    );
+
+    signal(stopped, libc::SIGCONT);
+    eventually("the resumed holder is read from again", || {
+        for (key, want) in &objects {
+            assert_eq!(&client.get(key).unwrap(), want);
+        }
+        client.slow_peers().is_empty()
+    });
+}
