@@ -173,11 +173,13 @@ impl Groups {
 
     /// Every group with its members, in name order (members sorted): what
     /// an image records.
+    #[cfg(test)]
     pub(crate) fn export(&self) -> Vec<(Arc<str>, Vec<Arc<str>>)> {
         Self::export_of(&self.inner.read())
     }
 
     /// [`Groups::export`], or `None` while the groups are busy.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn try_export(&self) -> Option<Vec<(Arc<str>, Vec<Arc<str>>)>> {
         Some(Self::export_of(&*self.inner.try_read()?))
     }

@@ -242,6 +242,7 @@ impl Shard {
         self.map.iter()
     }
 
+    #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
         self.map.values()
     }

@@ -157,7 +157,7 @@ fn live_rounds_under_heavy_mutation_cut_at_their_log_position() {
                 let now = clock.load(Relaxed);
                 let _ = leader.put_start(WRITERS[1], &key, 64, &cfg, false, now);
                 let _ = leader.put_end(WRITERS[1], &key, now);
-                if i % 3 == 0 {
+                if i.is_multiple_of(3) {
                     let _ = leader.remove(&format!("bulk/{}", (i / 3) % 6000), true, now);
                 }
                 i += 1;
@@ -528,4 +528,127 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
     assert!(second.service.retired_bytes() > 0, "retired");
     assert!(second.service.exist_key("k", 20).is_ok());
     second.durability.stop();
+}
+
+/// Peak memory of a live round and of a shadow round over the same state,
+/// and the latency of puts meanwhile: upserts in place of objects drawn at
+/// random, so the rounds meet writes in every chunk and the state does not
+/// grow (in process; `MC_SNAP_OBJECTS`, default 10^6; `MC_SNAP_SHADOW=0`
+/// skips the shadow round). A measurement, not a check: run it alone,
+/// with `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_round_memory() {
+    use std::time::{Duration, Instant};
+    let objects: usize = std::env::var("MC_SNAP_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let status = |field: &str| -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wal_dir = dir.path().join("wal");
+    super::start_history(&wal_dir, 0).unwrap();
+    let wal = Wal::start(&wal_dir, 1, false).unwrap();
+    let config = crate::master::config::MasterConfig::default();
+    let make = || MasterService::new(&config);
+    let leader = make().with_sink(Box::new(WalSink(wal.clone())));
+    let seg = crate::types::SegmentInfo {
+        name: "bench".into(),
+        base: 1 << 40,
+        size: 1 << 44,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    leader.mount_segment(1, &seg, 0).unwrap();
+    let stores = Stores::new(
+        Box::new(LocalStore::new(dir.path().join("snapshots")).unwrap()),
+        None,
+    );
+    let cfg = crate::types::ReplicaPolicy::default();
+    let put = |key: &str| {
+        let t = Instant::now();
+        leader.put_start(1, key, 4096, &cfg, true, 1).unwrap();
+        leader.put_end(1, key, 1).unwrap();
+        t.elapsed().as_nanos() as u64
+    };
+    for i in 0..objects {
+        put(&format!("bench/{i:09}"));
+    }
+    let p99 = |mut ns: Vec<u64>| {
+        ns.sort_unstable();
+        let n = ns.len();
+        (
+            n,
+            ns[(n * 99 / 100).min(n - 1)] as f64 / 1e3,
+            ns[n - 1] as f64 / 1e3,
+        )
+    };
+    let settle = || {
+        super::release_heap();
+        std::thread::sleep(Duration::from_millis(300));
+        status("VmRSS:")
+    };
+    let with_puts = |work: &(dyn Fn() + Sync)| {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let t = Instant::now();
+        let ns = std::thread::scope(|sc| {
+            let job = sc.spawn(|| {
+                work();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            let mut ns = Vec::new();
+            let mut rng = StdRng::seed_from_u64(3);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let i = rng.gen_range(0..objects);
+                ns.push(put(&format!("bench/{i:09}")));
+            }
+            job.join().unwrap();
+            ns
+        });
+        (t.elapsed(), p99(ns), status("VmHWM:"))
+    };
+    let mut rng = StdRng::seed_from_u64(4);
+    let idle: Vec<u64> = (0..50_000)
+        .map(|_| put(&format!("bench/{:09}", rng.gen_range(0..objects))))
+        .collect();
+    let steady = settle();
+    let (took, lat, peak) = with_puts(&|| {
+        live_round(&leader, &|| 2, 2, &stores, &wal).unwrap();
+    });
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "{objects} objects: RSS {:.0} MiB; idle puts p99/max {:?}",
+        mib(steady),
+        p99(idle)
+    );
+    println!(
+        "live round {:.1} s: peak {:.0} MiB ({:.2}x), puts (n, p99 us, max us) {lat:?}",
+        took.as_secs_f64(),
+        mib(peak),
+        peak as f64 / steady as f64
+    );
+    if std::env::var("MC_SNAP_SHADOW").as_deref() == Ok("0") {
+        wal.stop();
+        return;
+    }
+    let steady = settle();
+    let (took, lat, peak) = with_puts(&|| {
+        let mut shadow: Option<Shadow> = None;
+        round(&make, 2, &stores, &wal, &mut shadow).unwrap();
+    });
+    println!(
+        "shadow round {:.1} s: RSS before {:.0} MiB, peak {:.0} MiB ({:.2}x), puts {lat:?}",
+        took.as_secs_f64(),
+        mib(steady),
+        mib(peak),
+        peak as f64 / steady as f64
+    );
+    wal.stop();
 }

@@ -276,6 +276,7 @@ impl Table {
             .map(|r| (r.key.as_str(), &r.obj))
     }
 
+    #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
         self.iter().map(|(_, o)| o)
     }
