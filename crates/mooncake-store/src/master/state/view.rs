@@ -119,9 +119,11 @@ impl View {
 
     /// Appends its image (`image`'s format) to `out`, handing `out` to
     /// `flush` whenever it holds more than `chunk` bytes (`flush` empties
-    /// it), so the encoded objects need not be held whole.
+    /// it), so the encoded objects need not be held whole. The objects are
+    /// let go of as they are encoded: the tables stop copying chunks
+    /// already written out.
     pub(crate) fn encode(
-        &self,
+        mut self,
         out: &mut Vec<u8>,
         chunk: usize,
         flush: &mut dyn FnMut(&mut Vec<u8>) -> Result<()>,
@@ -161,11 +163,15 @@ impl View {
         }
 
         objects.encode(out);
-        for (key, obj) in self.objects.iter().flat_map(|f| f.iter()) {
-            encode_object(out, key, obj);
-            if out.len() >= chunk {
-                flush(out)?;
-            }
+        let mut flushed = Ok(());
+        for frozen in std::mem::take(&mut self.objects) {
+            frozen.drain(|key, obj| {
+                encode_object(out, key, obj);
+                if out.len() >= chunk && flushed.is_ok() {
+                    flushed = flush(out);
+                }
+            });
+            flushed.clone()?;
         }
 
         self.tasks.len().encode(out);

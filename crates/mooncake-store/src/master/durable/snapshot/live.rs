@@ -23,7 +23,7 @@ const CHUNK: usize = 1 << 20;
 
 /// Writes the snapshot of `view` at `meta` to `path` (the frame of
 /// `format`), encoding as it writes; returns its length.
-pub(crate) fn write_view(view: &View, meta: SnapshotMeta, path: &Path) -> Result<u64> {
+pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<u64> {
     let io = |what: &str, e: std::io::Error| {
         Error::new(
             ErrorCode::FILE_WRITE_FAIL,
@@ -107,9 +107,8 @@ pub fn live_round(
     let t = Instant::now();
     let meta = SnapshotMeta { seq, term: 0, now };
     let scratch = Scratch(wal.dir().join(format!(".snapshot-{seq}.tmp")));
-    report.bytes = write_view(&view, meta, &scratch.0)?;
     report.objects = view.objects();
-    drop(view);
+    report.bytes = write_view(view, meta, &scratch.0)?;
     report.encode = t.elapsed();
     let t = Instant::now();
     stores.put_file(seq, &scratch.0)?;

@@ -89,6 +89,17 @@ impl Frozen {
             .map(|r| (r.key.as_str(), &r.obj))
     }
 
+    /// Visits every record, letting go of each chunk once visited: a write
+    /// to the table after that no longer copies it, and a chunk the table
+    /// copied is freed.
+    pub(crate) fn drain(self, mut each: impl FnMut(&str, &ObjectMeta)) {
+        for chunk in self.0 {
+            for r in chunk.iter().flatten() {
+                each(r.key.as_str(), &r.obj);
+            }
+        }
+    }
+
     /// How many of its chunks the table has copied since (written while
     /// frozen) and how many chunks it holds.
     #[cfg(test)]
