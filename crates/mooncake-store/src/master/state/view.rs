@@ -112,22 +112,17 @@ impl MasterService {
 }
 
 impl View {
-    /// How many objects it holds.
-    pub(crate) fn objects(&self) -> u64 {
-        self.objects.iter().map(|f| f.iter().count() as u64).sum()
-    }
-
     /// Appends its image (`image`'s format) to `out`, handing `out` to
     /// `flush` whenever it holds more than `chunk` bytes (`flush` empties
     /// it), so the encoded objects need not be held whole. The objects are
     /// let go of as they are encoded: the tables stop copying chunks
-    /// already written out.
+    /// already written out. Returns how many objects it held.
     pub(crate) fn encode(
         mut self,
         out: &mut Vec<u8>,
         chunk: usize,
         flush: &mut dyn FnMut(&mut Vec<u8>) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         self.next_id.encode(out);
         out_segments(out, self.mounted.iter());
         let mounted: HashSet<u32> = self.mounted.iter().map(|s| s.id).collect();
@@ -226,6 +221,6 @@ impl View {
                 key.encode(out);
             }
         }
-        Ok(())
+        Ok(objects)
     }
 }

@@ -22,8 +22,9 @@ use crate::proto::wire::Encode;
 const CHUNK: usize = 1 << 20;
 
 /// Writes the snapshot of `view` at `meta` to `path` (the frame of
-/// `format`), encoding as it writes; returns its length.
-pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<u64> {
+/// `format`), encoding as it writes; returns its length and how many
+/// objects it holds.
+pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<(u64, u64)> {
     let io = |what: &str, e: std::io::Error| {
         Error::new(
             ErrorCode::FILE_WRITE_FAIL,
@@ -44,7 +45,7 @@ pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<
     meta.seq.encode(&mut out);
     meta.term.encode(&mut out);
     meta.now.encode(&mut out);
-    view.encode(&mut out, CHUNK, &mut flush)?;
+    let objects = view.encode(&mut out, CHUNK, &mut flush)?;
     flush(&mut out)?;
     let mut header = [0u8; HEADER_LEN];
     header[..4].copy_from_slice(&MAGIC);
@@ -57,7 +58,7 @@ pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<
     f.seek(SeekFrom::Start(0)).map_err(|e| io("seek", e))?;
     f.write_all(&header).map_err(|e| io("write", e))?;
     f.sync_all().map_err(|e| io("sync", e))?;
-    Ok(len + HEADER_LEN as u64)
+    Ok((len + HEADER_LEN as u64, objects))
 }
 
 /// Removes the file it names when dropped.
@@ -107,8 +108,7 @@ pub fn live_round(
     let t = Instant::now();
     let meta = SnapshotMeta { seq, term: 0, now };
     let scratch = Scratch(wal.dir().join(format!(".snapshot-{seq}.tmp")));
-    report.objects = view.objects();
-    report.bytes = write_view(view, meta, &scratch.0)?;
+    (report.bytes, report.objects) = write_view(view, meta, &scratch.0)?;
     report.encode = t.elapsed();
     let t = Instant::now();
     stores.put_file(seq, &scratch.0)?;
