@@ -179,6 +179,7 @@ pub fn render(r: &DurabilityReport) -> String {
         &rows,
     ));
     let s = &r.snapshot;
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
     let lat = |l: &snap::PutLatency| {
         format!(
             "{} puts: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
@@ -223,6 +224,32 @@ pub fn render(r: &DurabilityReport) -> String {
         vec![
             "in-process puts while a snapshot runs".into(),
             lat(&s.during),
+        ],
+        vec![
+            "live snapshot (cut, copy-on-write, streamed), ms".into(),
+            format!(
+                "{} (cut {:.0} µs, encode and write {}, store {})",
+                ms(s.live_total),
+                s.live.cut.as_secs_f64() * 1e6,
+                ms(s.live.encode),
+                ms(s.live.store)
+            ),
+        ],
+        vec![
+            "in-process puts while a live snapshot runs".into(),
+            lat(&s.live_during),
+        ],
+        vec![
+            "process RSS after the fill; peak during the live round; during the shadow round, MiB"
+                .into(),
+            format!(
+                "{:.0}; {:.0} ({:.2}×); {:.0} ({:.2}×)",
+                mib(s.rss_steady),
+                mib(s.rss_peak_live),
+                s.rss_peak_live as f64 / s.rss_steady.max(1) as f64,
+                mib(s.rss_peak_shadow),
+                s.rss_peak_shadow as f64 / s.rss_steady.max(1) as f64
+            ),
         ],
         vec![
             "restore (snapshot + log tail), ms".into(),

@@ -12,7 +12,7 @@ use mooncake_common::Result;
 use mooncake_store::master::durable::oplog::{self, wal::Wal};
 use mooncake_store::master::durable::snapshot::store::LocalStore;
 use mooncake_store::master::durable::snapshot::{
-    restore, round, start_history, RestoreProgress, Shadow, SnapshotReport, Stores,
+    live_round, restore, round, start_history, RestoreProgress, Shadow, SnapshotReport, Stores,
 };
 use mooncake_store::master::{MasterConfig, MasterService};
 use mooncake_store::types::{ReplicaPolicy, SegmentInfo};
@@ -41,6 +41,53 @@ pub struct SnapshotBench {
     /// Puts with no snapshot running, and while the second one runs.
     pub idle: PutLatency,
     pub during: PutLatency,
+    /// A snapshot of the live state, as the master takes it (cut, objects
+    /// copy-on-write), taken right after the fill, and the puts meanwhile.
+    pub live: SnapshotReport,
+    pub live_total: Duration,
+    pub live_during: PutLatency,
+    /// Process RSS after the fill, and its peak while the live round ran
+    /// and while the second (shadow) round ran, bytes (0: not on Linux).
+    pub rss_steady: u64,
+    pub rss_peak_live: u64,
+    pub rss_peak_shadow: u64,
+}
+
+/// A field of `/proc/self/status`, bytes (0 when unreadable).
+fn status_bytes(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Starts measuring the peak RSS afresh (Linux: resets `VmHWM`).
+fn reset_peak() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Runs `work` while putting keys `prefix/N` on `leader`; its result, how
+/// long it took, the put latencies and the peak RSS meanwhile.
+fn with_puts<T: Send>(
+    leader: &MasterService,
+    prefix: &str,
+    now: u64,
+    work: impl FnOnce() -> T + Send,
+) -> (T, Duration, Vec<u64>, u64) {
+    reset_peak();
+    let t = Instant::now();
+    let (out, ns) = std::thread::scope(|sc| {
+        let job = sc.spawn(work);
+        let mut ns = Vec::new();
+        let mut i = 0;
+        while !job.is_finished() {
+            ns.push(put(leader, &format!("{prefix}/{i:09}"), now));
+            i += 1;
+        }
+        (job.join().expect("snapshot round panicked"), ns)
+    });
+    (out, t.elapsed(), ns, status_bytes("VmHWM:"))
 }
 
 fn latency(mut ns: Vec<u64>) -> PutLatency {
@@ -106,6 +153,20 @@ pub fn run(objects: usize, dir: &Path, progress: &mut dyn FnMut(String)) -> Resu
         }
     }
     report.fill = t.elapsed();
+    std::thread::sleep(Duration::from_millis(200));
+    report.rss_steady = status_bytes("VmRSS:");
+    let (live, took, ns, peak) = with_puts(&leader, "live", 2, || {
+        live_round(&leader, &|| 2, 2, &stores, &wal)
+    });
+    report.live = live?;
+    report.live_total = took;
+    report.live_during = latency(ns);
+    report.rss_peak_live = peak;
+    progress(format!(
+        "live snapshot: {:.1} s, {} puts meanwhile",
+        took.as_secs_f64(),
+        report.live_during.puts
+    ));
     let mut shadow: Option<Shadow> = None;
     report.first = round(&make, 2, &stores, &wal, &mut shadow)?;
     progress(format!("first snapshot: {:.1} s", secs(&report.first)));
@@ -117,19 +178,12 @@ pub fn run(objects: usize, dir: &Path, progress: &mut dyn FnMut(String)) -> Resu
 
     // The master drops its shadow after each round.
     shadow = None;
-    let t = Instant::now();
-    let (second, during) = std::thread::scope(|sc| {
-        let snap = sc.spawn(|| round(&make, 2, &stores, &wal, &mut shadow));
-        let mut ns = Vec::new();
-        let mut i = 0;
-        while !snap.is_finished() {
-            ns.push(put(&leader, &format!("during/{i:09}"), 3));
-            i += 1;
-        }
-        (snap.join().expect("snapshot round panicked"), ns)
+    let (second, took, during, peak) = with_puts(&leader, "during", 3, || {
+        round(&make, 2, &stores, &wal, &mut shadow)
     });
-    report.second_total = t.elapsed();
+    report.second_total = took;
     report.second = second?;
+    report.rss_peak_shadow = peak;
     progress(format!(
         "later snapshot: {:.1} s, {} puts meanwhile",
         secs(&report.second),

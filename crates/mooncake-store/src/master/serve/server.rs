@@ -112,6 +112,9 @@ impl MasterServer {
         } else {
             None
         };
+        let live: std::sync::Weak<dyn crate::master::durable::snapshot::LiveState> =
+            Arc::downgrade(&shared) as _;
+        shared.durability.start_snapshots(live)?;
         Ok(MasterServer {
             rpc,
             http: None,

@@ -160,3 +160,13 @@ impl Shared {
         })
     }
 }
+
+impl crate::master::durable::snapshot::LiveState for Shared {
+    fn service(&self) -> &MasterService {
+        &self.service
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+}

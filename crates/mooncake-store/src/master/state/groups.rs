@@ -173,8 +173,18 @@ impl Groups {
 
     /// Every group with its members, in name order (members sorted): what
     /// an image records.
+    #[cfg(test)]
     pub(crate) fn export(&self) -> Vec<(Arc<str>, Vec<Arc<str>>)> {
-        let g = self.inner.read();
+        Self::export_of(&self.inner.read())
+    }
+
+    /// [`Groups::export`], or `None` while the groups are busy.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn try_export(&self) -> Option<Vec<(Arc<str>, Vec<Arc<str>>)>> {
+        Some(Self::export_of(&*self.inner.try_read()?))
+    }
+
+    fn export_of(g: &Inner) -> Vec<(Arc<str>, Vec<Arc<str>>)> {
         let mut out: Vec<(Arc<str>, Vec<Arc<str>>)> = g
             .slots
             .iter()

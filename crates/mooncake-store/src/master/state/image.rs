@@ -65,112 +65,14 @@ fn placed(r: &[Placement]) -> Vec<Placed> {
 }
 
 impl MasterService {
-    /// Appends the image of this state machine (which nothing changes
-    /// meanwhile) to `out`.
+    /// Appends the image of this state machine to `out`: the state at a
+    /// cut (`view`), taken while it runs.
     pub(crate) fn encode_image(&self, out: &mut Vec<u8>) {
-        let mounted = self.segments.all();
-        let w = self.segments.write();
-        w.next_id().encode(out);
-        drop(w);
-        out_segments(out, mounted.iter());
-        // Unmounted segments that replicas (or retired ranges) still name.
-        let mut detached: HashMap<u32, Arc<Segment>> = HashMap::new();
-        let mut note = |p: &Placement| {
-            if !p.segment.is_mounted() {
-                detached.entry(p.segment.id).or_insert(p.segment.clone());
-            }
-        };
-        let mut objects = 0u64;
-        for shard in self.objects.shards() {
-            for obj in shard.values() {
-                objects += 1;
-                obj.replicas.as_slice().iter().for_each(&mut note);
-                if let Some(p) = &obj.pending {
-                    match &p.kind {
-                        PendingKind::Replacing { replicas, .. }
-                        | PendingKind::Replicating { replicas, .. } => {
-                            replicas.as_slice().iter().for_each(&mut note)
-                        }
-                        PendingKind::Fresh | PendingKind::InPlace => {}
-                    }
-                }
-            }
-        }
-        let mut detached: Vec<_> = detached.into_values().collect();
-        detached.sort_by_key(|s| s.id);
-        out_segments(out, detached.iter());
-
-        let clients: Vec<(ClientId, u64)> = self.clients.lock().iter().collect();
-        clients.len().encode(out);
-        for (c, t) in clients {
-            c.encode(out);
-            t.encode(out);
-        }
-
-        objects.encode(out);
-        for shard in self.objects.shards() {
-            for (key, obj) in shard.iter() {
-                encode_object(out, key, obj);
-            }
-        }
-
-        let tasks = self.tasks.lock().export();
-        tasks.len().encode(out);
-        for t in &tasks {
-            t.assignment.encode(out);
-            t.status.encode(out);
-            t.client.encode(out);
-            t.created.encode(out);
-            t.updated.encode(out);
-            t.message.encode(out);
-        }
-
-        let retired = self.retired.export();
-        let retired: Vec<_> = retired
-            .iter()
-            .filter(|(p, _, _)| p.segment.is_mounted())
-            .collect();
-        retired.len().encode(out);
-        for (p, size, free_at) in retired {
-            p.segment.id.encode(out);
-            p.offset.encode(out);
-            size.encode(out);
-            free_at.encode(out);
-        }
-
-        let tiers = self.disk.export_tiers();
-        tiers.len().encode(out);
-        for (client, tier_id, endpoint, capacity) in &tiers {
-            client.encode(out);
-            tier_id.encode(out);
-            endpoint.encode(out);
-            capacity.encode(out);
-        }
-        let copies = self.disk.export_copies();
-        copies.len().encode(out);
-        for (key, copy) in &copies {
-            key.encode(out);
-            copy.owner.encode(out);
-            copy.size.encode(out);
-        }
-
-        let reserved = super::segments::space::all_reserved(&mounted);
-        reserved.len().encode(out);
-        for (seg, offset, len) in &reserved {
-            seg.id.encode(out);
-            offset.encode(out);
-            len.encode(out);
-        }
-
-        let groups = self.objects.groups.export();
-        groups.len().encode(out);
-        for (name, members) in &groups {
-            name.encode(out);
-            members.len().encode(out);
-            for key in members {
-                key.encode(out);
-            }
-        }
+        let (view, ()) = self
+            .cut_view(|| ())
+            .expect("a state machine no one else holds is cut at once");
+        view.encode(out, usize::MAX, &mut |_| Ok(()))
+            .expect("encoding into memory");
     }
 
     /// Loads the image at `r` into this state machine, a fresh one (with
@@ -445,7 +347,10 @@ impl MasterService {
     }
 }
 
-fn out_segments<'a>(out: &mut Vec<u8>, segs: impl ExactSizeIterator<Item = &'a Arc<Segment>>) {
+pub(super) fn out_segments<'a>(
+    out: &mut Vec<u8>,
+    segs: impl ExactSizeIterator<Item = &'a Arc<Segment>>,
+) {
     segs.len().encode(out);
     for seg in segs {
         seg.id.encode(out);
@@ -454,7 +359,7 @@ fn out_segments<'a>(out: &mut Vec<u8>, segs: impl ExactSizeIterator<Item = &'a A
     }
 }
 
-fn encode_object(out: &mut Vec<u8>, key: &str, o: &ObjectMeta) {
+pub(super) fn encode_object(out: &mut Vec<u8>, key: &str, o: &ObjectMeta) {
     key.encode(out);
     o.size.encode(out);
     o.lease_until.encode(out);

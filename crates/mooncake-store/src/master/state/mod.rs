@@ -31,6 +31,7 @@ pub(in crate::master) mod service;
 mod ssd_tier;
 mod tasks;
 pub(in crate::master) mod tenants;
+pub(in crate::master) mod view;
 
 /// What drain jobs read of a segment.
 pub(in crate::master) use segments::SegmentStatus;

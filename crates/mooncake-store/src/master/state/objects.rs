@@ -12,14 +12,17 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard, RwLockReadGuard};
 
 use super::segments::{Placement, Segment};
 use crate::types::{ClientId, ReplicaDesc, ReplicaStatus};
 
+mod cut;
 mod table;
 mod tally;
 
+use cut::{open_write, Cuts};
+pub(crate) use table::Frozen;
 use table::Table;
 pub(crate) use tally::Counts;
 use tally::{Standing, Tally};
@@ -115,7 +118,7 @@ impl Replicas {
 }
 
 /// A put that has started but not ended.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct PendingPut {
     pub(crate) client: ClientId,
     /// When PutStart ran (ms).
@@ -123,7 +126,7 @@ pub(crate) struct PendingPut {
     pub(crate) kind: PendingKind,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum PendingKind {
     /// A new object; its replicas are being written and it is not readable.
     Fresh,
@@ -144,7 +147,7 @@ pub(crate) enum PendingKind {
 }
 
 /// Metadata of one object.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ObjectMeta {
     pub(crate) size: u64,
     /// Readers hold a lease until this time (ms); also the LRU clock for eviction.
@@ -209,6 +212,11 @@ pub(crate) struct Shard {
     /// before taking the lock, so two calls on one object can arrive out of
     /// clock order; `clock` makes time monotonic in lock order.
     pub(crate) latest: u64,
+    cuts: Arc<Cuts>,
+    /// The table as it stood at cut `frozen_at`, until `ObjectMap::frozen`
+    /// takes it.
+    frozen: Option<Frozen>,
+    frozen_at: u64,
 }
 
 impl Shard {
@@ -238,6 +246,7 @@ impl Shard {
         self.map.iter()
     }
 
+    #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
         self.map.values()
     }
@@ -250,19 +259,38 @@ impl Shard {
     /// `key`'s object, to change in place; the tally follows the change
     /// when the guard drops.
     pub(crate) fn get_mut<'a>(&'a mut self, key: &'a str) -> Option<ObjectMut<'a>> {
-        let obj = self.map.get_mut(key)?;
+        let Shard {
+            map,
+            tally,
+            charges,
+            cuts,
+            frozen,
+            frozen_at,
+            ..
+        } = self;
+        let gate = open_write(map, cuts, frozen, frozen_at);
+        let obj = map.get_mut(key)?;
         Some(ObjectMut {
             before: Standing::of(obj),
             charged: charge_of(obj),
             obj,
-            tally: &mut self.tally,
-            charges: self.charges.as_deref().map(|c| (c, key)),
+            tally,
+            charges: charges.as_deref().map(|c| (c, key)),
+            _gate: gate,
         })
     }
 
     /// Raises every object's read lease to `until` (leases are not counted).
     pub(crate) fn raise_leases(&mut self, until: u64) {
-        for obj in self.map.values_mut() {
+        let Shard {
+            map,
+            cuts,
+            frozen,
+            frozen_at,
+            ..
+        } = self;
+        let _gate = open_write(map, cuts, frozen, frozen_at);
+        for obj in map.values_mut() {
             obj.lease_until = obj.lease_until.max(until);
         }
     }
@@ -280,6 +308,7 @@ pub(crate) struct ObjectMut<'a> {
     before: Standing,
     charged: u64,
     charges: Option<(&'a Charges, &'a str)>,
+    _gate: RwLockReadGuard<'a, ()>,
 }
 
 impl std::ops::Deref for ObjectMut<'_> {
@@ -379,10 +408,12 @@ pub(crate) struct ObjectMap {
     metadata_watermark: AtomicU64,
     /// Object groups: a key leaves its group when it leaves the map.
     pub(crate) groups: super::groups::Groups,
+    cuts: Arc<Cuts>,
 }
 
 impl Default for ObjectMap {
     fn default() -> Self {
+        let cuts = Arc::new(Cuts::default());
         let shards = (0..SHARDS)
             .map(|_| {
                 PaddedShard(Mutex::new(Shard {
@@ -391,6 +422,9 @@ impl Default for ObjectMap {
                     charges: None,
                     oldest_pending: u64::MAX,
                     latest: 0,
+                    cuts: cuts.clone(),
+                    frozen: None,
+                    frozen_at: 0,
                 }))
             })
             .collect();
@@ -401,6 +435,7 @@ impl Default for ObjectMap {
             metadata_limit: AtomicU64::new(u64::MAX),
             metadata_watermark: AtomicU64::new(u64::MAX),
             groups: Default::default(),
+            cuts,
         }
     }
 }
@@ -412,6 +447,7 @@ impl ObjectMap {
         for shard in self.shards.iter() {
             let mut s = shard.0.lock();
             s.map = Table::default();
+            s.frozen = None;
             s.tally = Tally::default();
             if let Some(c) = &s.charges {
                 c.clear();
@@ -502,8 +538,12 @@ impl ObjectMap {
             map,
             tally,
             charges,
+            cuts,
+            frozen,
+            frozen_at,
             ..
         } = shard;
+        let _gate = open_write(map, cuts, frozen, frozen_at);
         let (obj, before) = if create {
             let (obj, made) = map.get_or_insert_with(key, ObjectMeta::absent);
             if made {
@@ -545,8 +585,12 @@ impl ObjectMap {
             map,
             tally,
             charges,
+            cuts,
+            frozen,
+            frozen_at,
             ..
         } = shard;
+        let _gate = open_write(map, cuts, frozen, frozen_at);
         map.retain(|key, obj| {
             let before = Standing::of(obj);
             let charged = charge_of(obj);
@@ -569,9 +613,18 @@ impl ObjectMap {
     /// the key is already present.
     pub(crate) fn restore(&self, shard: &mut Shard, key: &str, obj: ObjectMeta) -> bool {
         let (standing, charged) = (Standing::of(&obj), charge_of(&obj));
-        if !shard.map.insert_if_absent(key, obj) {
+        let Shard {
+            map,
+            cuts,
+            frozen,
+            frozen_at,
+            ..
+        } = &mut *shard;
+        let gate = open_write(map, cuts, frozen, frozen_at);
+        if !map.insert_if_absent(key, obj) {
             return false;
         }
+        drop(gate);
         shard.tally.moved(None, Some(standing));
         if let Some(c) = &shard.charges {
             c.moved(key, 0, charged);
@@ -611,6 +664,43 @@ impl ObjectMap {
     /// Every shard in turn, each locked while the caller holds it.
     pub(crate) fn shards(&self) -> impl Iterator<Item = MutexGuard<'_, Shard>> {
         self.shards.iter().map(|s| s.0.lock())
+    }
+
+    /// Cuts the map at one moment: waits for the writes under way to end,
+    /// then runs `at_cut` while no write can start (it should be quick:
+    /// read the log position and the small tables; every mutation logged
+    /// up to then is applied and none after is). When it returns `Some`,
+    /// the view at the cut is [`ObjectMap::frozen`]'s, to take before the
+    /// next cut; `None` leaves the map as it was.
+    pub(crate) fn cut<T>(&self, at_cut: impl FnOnce() -> Option<T>) -> Option<T> {
+        let _closed = self.cuts.gate.write();
+        let t = at_cut()?;
+        self.cuts.epoch.fetch_add(1, Ordering::AcqRel);
+        Some(t)
+    }
+
+    /// Keeps cuts out while a mutation that is not a table write (of the
+    /// segments, clients, tasks, tiers, reserved space) is logged and
+    /// applied. Never blocks a caller that holds it already.
+    pub(crate) fn hold_cut(&self) -> RwLockReadGuard<'_, ()> {
+        self.cuts.gate.read_recursive()
+    }
+
+    /// Every shard's table as it stood at the last cut, in shard order (a
+    /// short lock of each in turn). The chunks written since are copies;
+    /// dropping the views gives the rest back to the tables.
+    pub(crate) fn frozen(&self) -> Vec<Frozen> {
+        let epoch = self.cuts.epoch.load(Ordering::Acquire);
+        self.shards()
+            .map(|mut s| {
+                if s.frozen_at < epoch {
+                    s.frozen_at = epoch;
+                    s.map.freeze()
+                } else {
+                    s.frozen.take().unwrap_or_default()
+                }
+            })
+            .collect()
     }
 }
 

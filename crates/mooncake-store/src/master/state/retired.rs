@@ -76,12 +76,15 @@ impl RetiredSpace {
         (due.len(), puts)
     }
 
-    /// Every range waiting: (placement, size, free_at).
-    pub(crate) fn export(&self) -> Vec<(Placement, u64, u64)> {
-        let ranges = self.ranges.lock();
+    /// Every range waiting: (placement, size, free_at), or `None` while
+    /// the list is busy.
+    pub(crate) fn try_export(&self) -> Option<Vec<(Placement, u64, u64)>> {
+        let ranges = self.ranges.try_lock()?;
         let v = ranges.iter();
-        v.map(|r| (r.placement.clone(), r.size, r.free_at))
-            .collect()
+        Some(
+            v.map(|r| (r.placement.clone(), r.size, r.free_at))
+                .collect(),
+        )
     }
 
     /// Allocated bytes waiting here (on mounted segments).

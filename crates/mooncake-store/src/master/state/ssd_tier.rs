@@ -457,18 +457,24 @@ impl DiskTable {
 }
 
 impl DiskTable {
-    /// The tiers as (owner, tier id, endpoint, capacity), for a snapshot.
-    pub(crate) fn export_tiers(&self) -> Vec<(ClientId, String, String, u64)> {
-        let tiers = self.tiers.read();
-        let v = tiers.iter();
-        v.map(|(&c, t)| (c, t.tier_id.to_string(), t.endpoint.clone(), t.capacity))
-            .collect()
-    }
-
-    /// The copies as (key, copy), for a snapshot.
-    pub(crate) fn export_copies(&self) -> Vec<(String, DiskCopy)> {
-        let copies = self.copies.lock();
-        copies.iter().map(|(k, c)| (k.to_string(), *c)).collect()
+    /// The tiers as (owner, tier id, endpoint, capacity) and the copies as
+    /// (key, copy), for a snapshot, or `None` while either is busy.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn try_export(
+        &self,
+    ) -> Option<(
+        Vec<(ClientId, String, String, u64)>,
+        Vec<(String, DiskCopy)>,
+    )> {
+        let tiers = self.tiers.try_read()?;
+        let copies = self.copies.try_lock()?;
+        Some((
+            tiers
+                .iter()
+                .map(|(&c, t)| (c, t.tier_id.to_string(), t.endpoint.clone(), t.capacity))
+                .collect(),
+            copies.iter().map(|(k, c)| (k.to_string(), *c)).collect(),
+        ))
     }
 }
 

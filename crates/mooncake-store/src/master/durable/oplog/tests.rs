@@ -420,3 +420,42 @@ fn recover_each_hands_entries_on_in_order_and_stops_at_an_error() {
     assert_eq!(seen, [1, 2]);
     assert!(err.to_string().contains("does not fit"), "{err}");
 }
+
+#[test]
+fn a_mark_ends_an_entry_after_the_mutations_queued_before_it() {
+    use super::wal::{recover_each, Wal, WalSink};
+    use crate::master::state::mutation::{ClientOp, Mutation, MutationSink};
+    let dir = tempfile::tempdir().unwrap();
+    let wal = Wal::start(dir.path(), 1, false).unwrap();
+    let sink = WalSink(wal.clone());
+    let log = |n: usize| {
+        for _ in 0..n {
+            let _ = sink.applied(&Mutation::Client(ClientOp::Register { client: 9, now: 1 }));
+        }
+    };
+    let seq =
+        |rx: std::sync::mpsc::Receiver<mooncake_common::Result<u64>>| rx.recv().unwrap().unwrap();
+    let before_any = wal.mark();
+    log(3);
+    let after_3 = wal.mark();
+    log(2);
+    let after_5 = wal.mark();
+    let again = wal.mark();
+    log(4);
+    wal.flush().unwrap();
+    let (m0, m3, m5, m5b) = (seq(before_any), seq(after_3), seq(after_5), seq(again));
+    let mut ends = Vec::new();
+    let mut total = 0;
+    recover_each(dir.path(), 0, None, &mut |e| {
+        total += e.mutations.len();
+        ends.push((e.seq, total));
+        Ok(())
+    })
+    .unwrap();
+    wal.stop();
+    assert_eq!(total, 9);
+    assert_eq!(m0, 0, "no entry before it");
+    assert!(ends.contains(&(m3, 3)), "{m3} in {ends:?}");
+    assert!(ends.contains(&(m5, 5)), "{m5} in {ends:?}");
+    assert_eq!(m5, m5b);
+}

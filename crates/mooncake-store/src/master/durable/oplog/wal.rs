@@ -50,6 +50,9 @@ struct Queue {
     queued: u64,
     /// A snapshot asked for a cut: answered with the last seq before it.
     rotate: Vec<std::sync::mpsc::Sender<Result<u64>>>,
+    /// Marks at mutation positions (`Wal::mark`): an entry ends at each,
+    /// and each is answered with that entry's seq.
+    marks: Vec<(u64, std::sync::mpsc::Sender<Result<u64>>)>,
     stop: bool,
 }
 
@@ -329,6 +332,7 @@ impl Wal {
                 mutations: Vec::new(),
                 queued: 0,
                 rotate: Vec::new(),
+                marks: Vec::new(),
                 stop: false,
             }),
             wake_writer: Condvar::new(),
@@ -387,6 +391,20 @@ impl Wal {
         self.queue.lock().queued
     }
 
+    /// Marks the log after the last mutation queued: the writer ends an
+    /// entry there (mutations share entries otherwise) and answers with its
+    /// seq, which is then the position of exactly the mutations queued so
+    /// far (a snapshot's cut, taken while no mutation is being logged).
+    pub fn mark(&self) -> std::sync::mpsc::Receiver<Result<u64>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut q = self.queue.lock();
+        let at = q.queued;
+        q.marks.push((at, tx));
+        drop(q);
+        self.wake_writer.notify_one();
+        rx
+    }
+
     /// Waits until everything queued so far is durable.
     pub fn flush(&self) -> Result<()> {
         let pos = self.queue.lock().queued;
@@ -437,19 +455,44 @@ impl Wal {
     fn write_loop(self: Arc<Self>, mut file: (File, PathBuf), mut next_seq: u64) {
         let mut buf = Vec::new();
         loop {
-            let (batch, upto, rotate, stop) = {
+            let (batch, upto, rotate, marks, stop) = {
                 let mut q = self.queue.lock();
-                while q.mutations.is_empty() && q.rotate.is_empty() && !q.stop {
+                while q.mutations.is_empty() && q.rotate.is_empty() && q.marks.is_empty() && !q.stop
+                {
                     self.wake_writer.wait(&mut q);
                 }
                 (
                     std::mem::take(&mut q.mutations),
                     q.queued,
                     std::mem::take(&mut q.rotate),
+                    std::mem::take(&mut q.marks),
                     q.stop,
                 )
             };
-            let result = self.commit(&mut file, &mut buf, batch, &mut next_seq, upto);
+            let at: Vec<u64> = marks.iter().map(|(p, _)| *p).collect();
+            let mut marked = Vec::with_capacity(at.len());
+            let result = self.commit(
+                &mut file,
+                &mut buf,
+                batch,
+                &mut next_seq,
+                upto,
+                &at,
+                &mut marked,
+            );
+            for ((_, tx), seq) in marks
+                .into_iter()
+                .zip(marked.into_iter().map(Some).chain(std::iter::repeat(None)))
+            {
+                let _ = tx.send(match (&result, seq) {
+                    (Ok(()), Some(seq)) => Ok(seq),
+                    (Err(e), _) => Err(e.clone()),
+                    (Ok(()), None) => Err(Error::new(
+                        ErrorCode::INTERNAL_ERROR,
+                        "write-ahead log: a mark outside the batch",
+                    )),
+                });
+            }
             let result = result.and_then(|()| {
                 if rotate.is_empty() {
                     return Ok(());
@@ -471,7 +514,10 @@ impl Wal {
         }
     }
 
-    /// Writes `batch` as entries and syncs; then `upto` is durable.
+    /// Writes `batch` (the mutations up to position `upto`) as entries and
+    /// syncs; then `upto` is durable. An entry ends at each position of
+    /// `marks` (ascending, within the batch), whose seqs go to `marked`.
+    #[allow(clippy::too_many_arguments)]
     fn commit(
         &self,
         (file, path): &mut (File, PathBuf),
@@ -479,7 +525,15 @@ impl Wal {
         batch: Vec<OwnedMutation>,
         next_seq: &mut u64,
         upto: u64,
+        marks: &[u64],
+        marked: &mut Vec<u64>,
     ) -> Result<()> {
+        let mut pos = upto - batch.len() as u64;
+        let mut marks = marks.iter().copied().peekable();
+        // Marks where the batch starts: the previous entry ends there.
+        while marks.next_if(|&m| m <= pos).is_some() {
+            marked.push(*next_seq - 1);
+        }
         if batch.is_empty() {
             return Ok(());
         }
@@ -489,12 +543,20 @@ impl Wal {
         let mut entries = 0;
         let mut it = batch.into_iter().peekable();
         while it.peek().is_some() {
+            let room = match marks.peek() {
+                Some(&m) => (m - pos).min(MAX_MUTATIONS_PER_ENTRY as u64) as usize,
+                None => MAX_MUTATIONS_PER_ENTRY,
+            };
             let entry = OwnedEntry {
                 seq: *next_seq,
                 term: 0,
-                mutations: it.by_ref().take(MAX_MUTATIONS_PER_ENTRY).collect(),
+                mutations: it.by_ref().take(room).collect(),
             };
+            pos += entry.mutations.len() as u64;
             entry.encode_into(buf);
+            while marks.next_if(|&m| m <= pos).is_some() {
+                marked.push(*next_seq);
+            }
             *next_seq += 1;
             entries += 1;
         }

@@ -1,7 +1,7 @@
 //! Opening a durable master (restore, then the log and the snapshot
 //! thread) and the snapshot rounds themselves.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -16,7 +16,17 @@ use crate::master::state::service::MasterService;
 /// A master's durability: its log (when written) and snapshot thread.
 pub(crate) struct Durability {
     pub(crate) wal: Option<Arc<Wal>>,
-    snapshots: Option<Snapshotter>,
+    /// What the snapshot thread needs besides the live state, until
+    /// [`Durability::start_snapshots`] starts it.
+    pending: Mutex<Option<(MasterConfig, Arc<Stores>)>>,
+    snapshots: Mutex<Option<Snapshotter>>,
+}
+
+/// The live master a snapshot round cuts: its state machine and clock.
+pub(crate) trait LiveState: Send + Sync {
+    fn service(&self) -> &MasterService;
+    /// The master clock (ms).
+    fn now_ms(&self) -> u64;
 }
 
 /// The state machine a master starts with.
@@ -36,7 +46,8 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
     let restores = !config.enable_ha && (config.enable_snapshot_restore || config.local_wal());
     let none = Durability {
         wal: None,
-        snapshots: None,
+        pending: Mutex::new(None),
+        snapshots: Mutex::new(None),
     };
     if !writes_log && !restores {
         return Ok(Opened {
@@ -103,12 +114,8 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         .with_sink(Box::new(WalSink(wal.clone())))
         .with_put_fence();
     service.retire_reserved(clock_base);
-    let snapshots = match (&stores, config.enable_snapshot) {
-        (Some(stores), true) => Some(Snapshotter::start(
-            config.clone(),
-            stores.clone(),
-            wal.clone(),
-        )?),
+    let pending = match (stores, config.enable_snapshot) {
+        (Some(stores), true) => Some((config.clone(), stores)),
         _ => None,
     };
     Ok(Opened {
@@ -116,16 +123,27 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         clock_base,
         durability: Durability {
             wal: Some(wal),
-            snapshots,
+            pending: Mutex::new(pending),
+            snapshots: Mutex::new(None),
         },
     })
 }
 
 impl Durability {
+    /// Starts the snapshot rounds over `live` (the master serving the
+    /// state `open` gave), when snapshots are on; once.
+    pub(crate) fn start_snapshots(&self, live: Weak<dyn LiveState>) -> Result<()> {
+        let (Some((config, stores)), Some(wal)) = (self.pending.lock().take(), &self.wal) else {
+            return Ok(());
+        };
+        *self.snapshots.lock() = Some(Snapshotter::start(config, stores, wal.clone(), live)?);
+        Ok(())
+    }
+
     /// Stops the snapshot thread and the log writer, once what was
     /// logged is written.
     pub(crate) fn stop(&self) {
-        if let Some(s) = &self.snapshots {
+        if let Some(s) = &*self.snapshots.lock() {
             s.stop();
         }
         if let Some(w) = &self.wal {
@@ -145,12 +163,17 @@ struct Snapshotter {
 }
 
 impl Snapshotter {
-    fn start(config: MasterConfig, stores: Arc<Stores>, wal: Arc<Wal>) -> Result<Snapshotter> {
+    fn start(
+        config: MasterConfig,
+        stores: Arc<Stores>,
+        wal: Arc<Wal>,
+        live: Weak<dyn LiveState>,
+    ) -> Result<Snapshotter> {
         let ctl = Arc::new((Mutex::new(Control::default()), Condvar::new()));
         let c = ctl.clone();
         std::thread::Builder::new()
             .name("mc-snapshot".into())
-            .spawn(move || snapshot_loop(config, stores, wal, c))
+            .spawn(move || snapshot_loop(config, stores, wal, live, c))
             .map_err(|e| {
                 Error::new(
                     ErrorCode::INTERNAL_ERROR,
@@ -168,9 +191,10 @@ impl Snapshotter {
 }
 
 /// The shadow copy of the state machine a snapshot is encoded from (`None`
-/// to start: [`round`] builds it from the store and the log). The master's
-/// own loop drops it after each round; a caller may keep it to save the
-/// rebuild at the price of a second copy of the state.
+/// to start: [`round`] builds it from the store and the log), for a log
+/// with no live master beside it (the master's own loop cuts its live
+/// state, `live_round`); a caller may keep it to save the rebuild at the
+/// price of a second copy of the state.
 pub struct Shadow {
     service: MasterService,
     seq: u64,
@@ -181,6 +205,7 @@ fn snapshot_loop(
     config: MasterConfig,
     stores: Arc<Stores>,
     wal: Arc<Wal>,
+    live: Weak<dyn LiveState>,
     ctl: Arc<(Mutex<Control>, Condvar)>,
 ) {
     let interval = config.snapshot_interval;
@@ -195,13 +220,13 @@ fn snapshot_loop(
             return;
         }
         drop(c);
-        let make = || MasterService::new(&config);
+        let Some(live) = live.upgrade() else {
+            return;
+        };
         let keep = config.snapshot_retention_count;
-        // Built for this round from the newest snapshot and the log, and
-        // dropped after it: between rounds the master holds one copy.
-        let mut shadow: Option<Shadow> = None;
-        let result = round(&make, keep, &stores, &wal, &mut shadow);
-        drop(shadow);
+        let result = super::live_round(live.service(), &|| live.now_ms(), keep, &stores, &wal);
+        drop(live);
+        // The chunks copied during the round are gone.
         super::release_heap();
         match &result {
             Ok(r) => tracing::info!(report = ?r, "snapshot taken"),

@@ -3,15 +3,17 @@
 //!
 //! # Capture
 //!
-//! A snapshot is taken off the hot path, from the log: the snapshot thread
-//! cuts the log ([`Wal::rotate`](super::oplog::wal::Wal::rotate), the only
-//! moment it meets the writers: microseconds), rebuilds a copy of the state
-//! machine at the cut from the newest snapshot and the closed log files
-//! (a shadow), encodes that copy (`format`), stores it (`store`) and drops
-//! it. The live state is never locked or copied, so the hot path does not
-//! stall at any size, and the snapshot is exactly the state at the
-//! position it records. The second copy exists only while a round runs:
-//! between rounds the master holds its state once.
+//! A master's snapshot thread cuts its live state (`live`,
+//! `state::view`): the mutations under way finish, new ones wait for an
+//! instant while the log position and the small tables are read, and the
+//! object tables are frozen copy-on-write, so the round holds only the
+//! chunks written while it runs, never a second copy of the state. The
+//! view is streamed to a file, stored and dropped; it is exactly the state
+//! at the position it records.
+//!
+//! Without a live master beside the log ([`round`]: benchmarks, tests), a
+//! round rebuilds a copy of the state machine at a log cut from the newest
+//! snapshot and the closed log files (a shadow) and encodes that.
 //!
 //! # Retention and truncation
 //!
@@ -29,6 +31,7 @@
 
 mod durable;
 pub mod format;
+mod live;
 mod progress;
 pub mod store;
 
@@ -37,8 +40,9 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-pub(crate) use durable::{open, Durability, Opened};
+pub(crate) use durable::{open, Durability, LiveState, Opened};
 pub use durable::{round, Shadow};
+pub use live::live_round;
 pub use progress::RestoreProgress;
 
 #[cfg(test)]
@@ -149,6 +153,16 @@ impl Stores {
         Ok(())
     }
 
+    /// Stores the snapshot file at `path` as `seq` (and in the backup).
+    pub(crate) fn put_file(&self, seq: u64, path: &Path) -> Result<()> {
+        let name = snapshot_name(seq);
+        self.main.put_file(&name, path)?;
+        if let Some(b) = &self.backup {
+            b.put_file(&name, path)?;
+        }
+        Ok(())
+    }
+
     /// Deletes all but the newest `keep`; returns the oldest kept and the
     /// number deleted.
     pub(crate) fn retain(&self, keep: usize) -> Result<(Option<u64>, usize)> {
@@ -172,7 +186,8 @@ impl Stores {
     }
 }
 
-/// Gives the heap a dropped shadow held back to the system: its many small
+/// Gives the heap what a round freed back to the system (a dropped shadow,
+/// copied chunks): its many small
 /// allocations (and those of the log entries it replayed) otherwise stay
 /// resident after it is gone.
 pub(crate) fn release_heap() {

@@ -37,6 +37,13 @@ pub fn parse_name(name: &str) -> Option<u64> {
 /// A place that keeps snapshots by name.
 pub trait SnapshotStore: Send + Sync {
     fn put(&self, name: &str, bytes: &[u8]) -> Result<()>;
+    /// Stores the file at `path` under `name`. By default it is read
+    /// whole, then `put`.
+    fn put_file(&self, name: &str, path: &Path) -> Result<()> {
+        let bytes = std::fs::read(path)
+            .map_err(|e| store_error(ErrorCode::FILE_READ_FAIL, &path.display().to_string(), e))?;
+        self.put(name, &bytes)
+    }
     fn get(&self, name: &str) -> Result<Vec<u8>>;
     /// The seqs of the snapshots kept, ascending.
     fn list(&self) -> Result<Vec<u64>>;
@@ -67,8 +74,10 @@ impl LocalStore {
     }
 }
 
-impl SnapshotStore for LocalStore {
-    fn put(&self, name: &str, bytes: &[u8]) -> Result<()> {
+impl LocalStore {
+    /// Writes `name` through a temporary file `fill` fills, synced and
+    /// renamed into place.
+    fn put_with(&self, name: &str, fill: impl FnOnce(&Path) -> std::io::Result<()>) -> Result<()> {
         // Per process: masters of one cluster may share the directory.
         let tmp = self.dir.join(format!(".{name}.{}.tmp", std::process::id()));
         let path = self.dir.join(name);
@@ -79,13 +88,28 @@ impl SnapshotStore for LocalStore {
                 e,
             )
         };
-        let mut f = std::fs::File::create(&tmp).map_err(|e| io("create", e))?;
-        f.write_all(bytes).map_err(|e| io("write", e))?;
-        f.sync_all().map_err(|e| io("sync", e))?;
+        fill(&tmp).map_err(|e| io("write", e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io("sync", e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io("rename", e))?;
         std::fs::File::open(&self.dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| io("sync directory of", e))
+    }
+}
+
+impl SnapshotStore for LocalStore {
+    fn put(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        self.put_with(name, |tmp| {
+            let mut f = std::fs::File::create(tmp)?;
+            f.write_all(bytes)
+        })
+    }
+
+    fn put_file(&self, name: &str, path: &Path) -> Result<()> {
+        // Copied by the kernel, never held in memory.
+        self.put_with(name, |tmp| std::fs::copy(path, tmp).map(|_| ()))
     }
 
     fn get(&self, name: &str) -> Result<Vec<u8>> {

@@ -10,12 +10,13 @@ use rand::{Rng, SeedableRng};
 
 use super::durable::{round, Shadow};
 use super::format::{self, SnapshotError, SnapshotMeta};
+use super::live_round;
 use super::store::{snapshot_name, LocalStore, SnapshotStore};
 use super::{restore, RestoreProgress, Stores};
 use crate::master::config::policy::AllocationStrategy;
 use crate::master::durable::oplog::wal::{self, Wal, WalSink};
 use crate::master::state::service::tests::{
-    assert_same, segment, service, step, History, SEGMENTS,
+    assert_same, segment, service, step, History, SEGMENTS, WRITERS,
 };
 use crate::master::state::service::MasterService;
 
@@ -35,12 +36,21 @@ struct Setup {
 }
 
 fn setup(sync: bool) -> Setup {
+    setup_with(sync, false)
+}
+
+/// `fence`: the leader places puts in space reserved ahead (what a
+/// master with a log does, `open`).
+fn setup_with(sync: bool, fence: bool) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let wal_dir = dir.path().join("wal");
     let snap_dir = dir.path().join("snapshots");
     super::start_history(&wal_dir, 0).unwrap();
     let wal = Wal::start(&wal_dir, 1, sync).unwrap();
-    let leader = make().with_sink(Box::new(WalSink(wal.clone())));
+    let mut leader = make().with_sink(Box::new(WalSink(wal.clone())));
+    if fence {
+        leader = leader.with_put_fence();
+    }
     for (name, owner) in SEGMENTS {
         leader.mount_segment(owner, &segment(name), 0).unwrap();
     }
@@ -116,6 +126,95 @@ fn snapshots_then_the_log_tail_rebuild_the_state() {
     assert_eq!(r.report.snapshot, Some(last));
     assert!(r.report.entries > 0);
     assert_same(&s.leader, &r.service, &h.tasks, "tail");
+}
+
+#[test]
+fn live_rounds_under_heavy_mutation_cut_at_their_log_position() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let s = setup_with(false, true);
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut h = History::default();
+    run(&s, &mut rng, &mut h, 300);
+    let clock = AtomicU64::new(h.now);
+    let stop = AtomicBool::new(false);
+    let (leader, clock, stop) = (&s.leader, &clock, &stop);
+    let mut seqs = Vec::new();
+    let mut h = std::thread::scope(|sc| {
+        let mutator = sc.spawn(move || {
+            let mut rng = StdRng::seed_from_u64(10);
+            while !stop.load(Relaxed) {
+                step(leader, &mut rng, &mut h);
+                clock.store(h.now, Relaxed);
+            }
+            h
+        });
+        // Many keys, so the rounds meet writes in many chunks.
+        let bulk = sc.spawn(move || {
+            let cfg = crate::types::ReplicaPolicy::default();
+            let mut i = 0u64;
+            while !stop.load(Relaxed) {
+                let key = format!("bulk/{}", i % 6000);
+                let now = clock.load(Relaxed);
+                let _ = leader.put_start(WRITERS[1], &key, 64, &cfg, false, now);
+                let _ = leader.put_end(WRITERS[1], &key, now);
+                if i.is_multiple_of(3) {
+                    let _ = leader.remove(&format!("bulk/{}", (i / 3) % 6000), true, now);
+                }
+                i += 1;
+            }
+        });
+        for _ in 0..5 {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            // Later than every mutation before the cut: a step moves the
+            // clock by less than a second.
+            let now = || clock.load(Relaxed) + 1_000;
+            let rep = live_round(leader, &now, 10, &s.stores, &s.wal).unwrap();
+            seqs.push(rep.seq);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        stop.store(true, Relaxed);
+        bulk.join().unwrap();
+        mutator.join().unwrap()
+    });
+    let last = *seqs.last().unwrap();
+    assert!(seqs.windows(2).all(|w| w[0] <= w[1]), "{seqs:?}");
+    // Each later snapshot is the state at its position: what the first
+    // one and the log up to that position rebuild (the log is kept from
+    // the oldest snapshot on).
+    let kept = s.stores.main.list().unwrap();
+    let mut distinct = seqs.clone();
+    distinct.dedup();
+    assert_eq!(kept, distinct);
+    assert!(kept.len() >= 2, "{kept:?}");
+    let first_only = tempfile::tempdir().unwrap();
+    let name = snapshot_name(kept[0]);
+    std::fs::copy(s.snap_dir.join(&name), first_only.path().join(&name)).unwrap();
+    let first_only = Stores::new(Box::new(LocalStore::new(first_only.path()).unwrap()), None);
+    s.wal.flush().unwrap();
+    let progress = RestoreProgress::default();
+    for &seq in &kept[1..] {
+        let at = |stores: &Stores| {
+            restore(&make, Some(stores), Some(&s.wal_dir), Some(seq), &progress).unwrap()
+        };
+        let (alone, rebuilt) = (at(&s.stores), at(&first_only));
+        assert_eq!(
+            (alone.report.snapshot, alone.report.entries),
+            (Some(seq), 0)
+        );
+        assert_eq!(rebuilt.report.snapshot, Some(kept[0]));
+        assert_eq!(rebuilt.report.entries as u64, seq - kept[0]);
+        assert_same(
+            &rebuilt.service,
+            &alone.service,
+            &h.tasks,
+            &format!("at {seq}"),
+        );
+    }
+    run(&s, &mut rng, &mut h, 200);
+    let r = restored(&s);
+    assert_eq!(r.report.snapshot, Some(last));
+    assert!(r.report.entries > 0, "a tail after it");
+    assert_same(&s.leader, &r.service, &h.tasks, "live rounds");
 }
 
 fn damage(dir: &Path, seq: u64, how: &str) {
@@ -429,4 +528,127 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
     assert!(second.service.retired_bytes() > 0, "retired");
     assert!(second.service.exist_key("k", 20).is_ok());
     second.durability.stop();
+}
+
+/// Peak memory of a live round and of a shadow round over the same state,
+/// and the latency of puts meanwhile: upserts in place of objects drawn at
+/// random, so the rounds meet writes in every chunk and the state does not
+/// grow (in process; `MC_SNAP_OBJECTS`, default 10^6; `MC_SNAP_SHADOW=0`
+/// skips the shadow round). A measurement, not a check: run it alone,
+/// with `--ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_round_memory() {
+    use std::time::{Duration, Instant};
+    let objects: usize = std::env::var("MC_SNAP_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let status = |field: &str| -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        s.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+            * 1024
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let wal_dir = dir.path().join("wal");
+    super::start_history(&wal_dir, 0).unwrap();
+    let wal = Wal::start(&wal_dir, 1, false).unwrap();
+    let config = crate::master::config::MasterConfig::default();
+    let make = || MasterService::new(&config);
+    let leader = make().with_sink(Box::new(WalSink(wal.clone())));
+    let seg = crate::types::SegmentInfo {
+        name: "bench".into(),
+        base: 1 << 40,
+        size: 1 << 44,
+        transport_endpoint: "127.0.0.1:1".into(),
+    };
+    leader.mount_segment(1, &seg, 0).unwrap();
+    let stores = Stores::new(
+        Box::new(LocalStore::new(dir.path().join("snapshots")).unwrap()),
+        None,
+    );
+    let cfg = crate::types::ReplicaPolicy::default();
+    let put = |key: &str| {
+        let t = Instant::now();
+        leader.put_start(1, key, 4096, &cfg, true, 1).unwrap();
+        leader.put_end(1, key, 1).unwrap();
+        t.elapsed().as_nanos() as u64
+    };
+    for i in 0..objects {
+        put(&format!("bench/{i:09}"));
+    }
+    let p99 = |mut ns: Vec<u64>| {
+        ns.sort_unstable();
+        let n = ns.len();
+        (
+            n,
+            ns[(n * 99 / 100).min(n - 1)] as f64 / 1e3,
+            ns[n - 1] as f64 / 1e3,
+        )
+    };
+    let settle = || {
+        super::release_heap();
+        std::thread::sleep(Duration::from_millis(300));
+        status("VmRSS:")
+    };
+    let with_puts = |work: &(dyn Fn() + Sync)| {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let t = Instant::now();
+        let ns = std::thread::scope(|sc| {
+            let job = sc.spawn(|| {
+                work();
+                done.store(true, std::sync::atomic::Ordering::Relaxed);
+            });
+            let mut ns = Vec::new();
+            let mut rng = StdRng::seed_from_u64(3);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let i = rng.gen_range(0..objects);
+                ns.push(put(&format!("bench/{i:09}")));
+            }
+            job.join().unwrap();
+            ns
+        });
+        (t.elapsed(), p99(ns), status("VmHWM:"))
+    };
+    let mut rng = StdRng::seed_from_u64(4);
+    let idle: Vec<u64> = (0..50_000)
+        .map(|_| put(&format!("bench/{:09}", rng.gen_range(0..objects))))
+        .collect();
+    let steady = settle();
+    let (took, lat, peak) = with_puts(&|| {
+        live_round(&leader, &|| 2, 2, &stores, &wal).unwrap();
+    });
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "{objects} objects: RSS {:.0} MiB; idle puts p99/max {:?}",
+        mib(steady),
+        p99(idle)
+    );
+    println!(
+        "live round {:.1} s: peak {:.0} MiB ({:.2}x), puts (n, p99 us, max us) {lat:?}",
+        took.as_secs_f64(),
+        mib(peak),
+        peak as f64 / steady as f64
+    );
+    if std::env::var("MC_SNAP_SHADOW").as_deref() == Ok("0") {
+        wal.stop();
+        return;
+    }
+    let steady = settle();
+    let (took, lat, peak) = with_puts(&|| {
+        let mut shadow: Option<Shadow> = None;
+        round(&make, 2, &stores, &wal, &mut shadow).unwrap();
+    });
+    println!(
+        "shadow round {:.1} s: RSS before {:.0} MiB, peak {:.0} MiB ({:.2}x), puts {lat:?}",
+        took.as_secs_f64(),
+        mib(steady),
+        mib(peak),
+        peak as f64 / steady as f64
+    );
+    wal.stop();
 }

@@ -6,8 +6,15 @@
 //! bucket, so when it doubles it moves 5 bytes per object instead of the
 //! whole record. Keys up to [`INLINE`] bytes are stored in the record
 //! itself: no allocation per key.
+//!
+//! Chunks are shared copy-on-write (`Arc`): [`Table::freeze`] hands out
+//! the chunks as they stand, in O(chunks), and a later write to a chunk
+//! still shared copies that one chunk first. A consistent view of the
+//! table for a snapshot costs the chunks written while it is held, not a
+//! second copy of the table.
 
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 use hashbrown::HashTable;
 
@@ -20,7 +27,7 @@ const CHUNK: usize = 1024;
 pub(crate) const INLINE: usize = 22;
 
 /// A key: inline up to [`INLINE`] bytes, else boxed. 24 bytes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Key {
     Inline { len: u8, bytes: [u8; INLINE] },
     Heap(Box<str>),
@@ -52,16 +59,65 @@ impl Key {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Record {
     key: Key,
     obj: ObjectMeta,
 }
 
+/// `CHUNK` record slots, shared with frozen views until written.
+type Chunk = Arc<[Option<Record>]>;
+
+/// The chunk, copied first when a frozen view still holds it.
+fn own(chunk: &mut Chunk) -> &mut [Option<Record>] {
+    if Arc::get_mut(chunk).is_none() {
+        *chunk = chunk.iter().cloned().collect();
+    }
+    Arc::get_mut(chunk).expect("just copied")
+}
+
+/// A table's records as they stood when it was frozen, in slot order.
+#[derive(Default, Clone)]
+pub(crate) struct Frozen(Vec<Chunk>);
+
+impl Frozen {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ObjectMeta)> {
+        self.0
+            .iter()
+            .flat_map(|c| c.iter())
+            .flatten()
+            .map(|r| (r.key.as_str(), &r.obj))
+    }
+
+    /// Visits every record, letting go of each chunk once visited: a write
+    /// to the table after that no longer copies it, and a chunk the table
+    /// copied is freed.
+    pub(crate) fn drain(self, mut each: impl FnMut(&str, &ObjectMeta)) {
+        for chunk in self.0 {
+            for r in chunk.iter().flatten() {
+                each(r.key.as_str(), &r.obj);
+            }
+        }
+    }
+
+    /// How many of its chunks the table has copied since (written while
+    /// frozen) and how many chunks it holds.
+    #[cfg(test)]
+    pub(crate) fn copied(&self, table: &Table) -> (usize, usize) {
+        let moved = self
+            .0
+            .iter()
+            .zip(&table.chunks)
+            .filter(|(a, b)| !Arc::ptr_eq(a, b))
+            .count();
+        (moved, self.0.len())
+    }
+}
+
 /// Key → object, chunked records behind a slot index.
 pub(crate) struct Table {
     index: HashTable<u32>,
-    chunks: Vec<Box<[Option<Record>]>>,
+    chunks: Vec<Chunk>,
     /// Slots emptied by removals, reused first.
     free: Vec<u32>,
     hasher: std::collections::hash_map::RandomState,
@@ -99,7 +155,15 @@ impl Table {
 
     fn record_mut(&mut self, slot: u32) -> &mut Record {
         let (c, i) = split(slot);
-        self.chunks[c][i].as_mut().expect("indexed slots are full")
+        own(&mut self.chunks[c])[i]
+            .as_mut()
+            .expect("indexed slots are full")
+    }
+
+    /// The records as they stand now; writes after this copy the chunks
+    /// they touch rather than change what the view shows.
+    pub(crate) fn freeze(&self) -> Frozen {
+        Frozen(self.chunks.clone())
     }
 
     fn slot_of(&self, key: &str) -> Option<u32> {
@@ -179,7 +243,7 @@ impl Table {
             }
         };
         let (c, i) = split(slot);
-        self.chunks[c][i] = Some(Record {
+        own(&mut self.chunks[c])[i] = Some(Record {
             key: Key::new(key),
             obj,
         });
@@ -208,7 +272,9 @@ impl Table {
 
     fn vacate(&mut self, slot: u32) -> Record {
         let (c, i) = split(slot);
-        let r = self.chunks[c][i].take().expect("indexed slots are full");
+        let r = own(&mut self.chunks[c])[i]
+            .take()
+            .expect("indexed slots are full");
         self.free.push(slot);
         r
     }
@@ -221,6 +287,7 @@ impl Table {
             .map(|r| (r.key.as_str(), &r.obj))
     }
 
+    #[cfg(test)]
     pub(crate) fn values(&self) -> impl Iterator<Item = &ObjectMeta> {
         self.iter().map(|(_, o)| o)
     }
@@ -228,7 +295,7 @@ impl Table {
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut ObjectMeta> {
         self.chunks
             .iter_mut()
-            .flat_map(|c| c.iter_mut())
+            .flat_map(|c| own(c).iter_mut())
             .flatten()
             .map(|r| &mut r.obj)
     }
@@ -237,7 +304,7 @@ impl Table {
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool) {
         let mut gone = Vec::new();
         for (c, chunk) in self.chunks.iter_mut().enumerate() {
-            for (i, r) in chunk.iter_mut().enumerate() {
+            for (i, r) in own(chunk).iter_mut().enumerate() {
                 if let Some(r) = r {
                     if !keep(r.key.as_str(), &mut r.obj) {
                         gone.push((c * CHUNK + i) as u32);
@@ -293,5 +360,44 @@ mod tests {
         assert_eq!(t.chunks.len(), chunks, "a freed slot is reused");
         assert_eq!(t.get("key/13").unwrap().size, 13);
         assert_eq!(t.values_mut().count(), t.len());
+    }
+
+    #[test]
+    fn a_frozen_view_keeps_its_records_and_copies_only_written_chunks() {
+        let mut t = Table::default();
+        for i in 0..5 * CHUNK {
+            let (o, _) = t.get_or_insert_with(&format!("key/{i}"), ObjectMeta::absent);
+            o.size = i as u64;
+        }
+        let before: Vec<(String, u64)> = t.iter().map(|(k, o)| (k.into(), o.size)).collect();
+        let view = t.freeze();
+        assert_eq!(view.copied(&t), (0, 5));
+        // Writes to records of one chunk, a removal, an insert and a
+        // new chunk: the view still shows the records at the freeze.
+        let slot = t.slot_of("key/3").unwrap();
+        let (c, _) = split(slot);
+        let same: Vec<String> = (0..5 * CHUNK)
+            .map(|i| format!("key/{i}"))
+            .filter(|k| split(t.slot_of(k).unwrap()).0 == c)
+            .take(3)
+            .collect();
+        for k in &same {
+            t.get_mut(k).unwrap().size += 1_000_000;
+        }
+        assert_eq!(view.copied(&t), (1, 5), "one chunk written, one copied");
+        t.remove(&same[0]);
+        t.insert_if_absent("new", ObjectMeta::absent());
+        for i in 5 * CHUNK..6 * CHUNK + 1 {
+            t.insert_if_absent(&format!("key/{i}"), ObjectMeta::absent());
+        }
+        let seen: Vec<(String, u64)> = view.iter().map(|(k, o)| (k.into(), o.size)).collect();
+        assert_eq!(seen, before);
+        assert!(t.get(&same[1]).unwrap().size >= 1_000_000);
+        assert!(t.get(&same[0]).is_none());
+        drop(view);
+        // Unshared again: a write copies nothing.
+        let p = Arc::as_ptr(&t.chunks[c]);
+        t.get_mut(&same[1]).unwrap().size = 1;
+        assert_eq!(Arc::as_ptr(&t.chunks[c]), p);
     }
 }

@@ -396,6 +396,12 @@ impl SegmentTable {
         self.table.load().list.clone()
     }
 
+    /// Every mounted segment and the id the next one gets, read together.
+    pub(crate) fn all_and_next_id(&self) -> (Vec<Arc<Segment>>, SegmentId) {
+        let t = self.table.load();
+        (t.list.clone(), t.next_id)
+    }
+
     /// Capacity of the largest segment (0 when none is mounted).
     pub(crate) fn max_capacity(&self) -> u64 {
         self.table

@@ -224,6 +224,11 @@ impl Segment {
     pub(crate) fn reserved_ranges(&self) -> Vec<(u64, u64)> {
         self.space.lock().reserved_ranges()
     }
+
+    /// [`Segment::reserved_ranges`], or `None` while the space is busy.
+    pub(crate) fn try_reserved_ranges(&self) -> Option<Vec<(u64, u64)>> {
+        self.space.try_lock().map(|s| s.reserved_ranges())
+    }
 }
 
 /// Every segment's reserved ranges, as (segment, offset, len).

@@ -6,6 +6,7 @@
 use std::sync::atomic::Ordering;
 
 use mooncake_common::{Error, ErrorCode, Result};
+use parking_lot::RwLockReadGuard;
 
 use super::MasterService;
 use crate::master::state::clients::ClientTable;
@@ -27,11 +28,16 @@ pub(super) enum Fate {
 
 impl MasterService {
     /// The hook: every mutation passes here before it takes effect; the
-    /// call notes where the sink put it.
-    pub(super) fn observe(&self, call: &mut Call, m: &Mutation<'_>) {
+    /// call notes where the sink put it. The guard keeps a snapshot's cut
+    /// (`ObjectMap::cut`) out until the caller has applied the mutation:
+    /// hold it to the end of the change.
+    #[must_use = "hold the guard until the mutation is applied"]
+    pub(super) fn observe(&self, call: &mut Call, m: &Mutation<'_>) -> RwLockReadGuard<'_, ()> {
+        let cut = self.objects.hold_cut();
         if let Some(sink) = &self.sink {
             call.logged(sink.applied(m));
         }
+        cut
     }
 
     /// Applies `op` to `key`'s object in its locked `shard`: a new entry
@@ -56,7 +62,7 @@ impl MasterService {
         op: ObjectOp<'_>,
     ) -> Fate {
         let m = Mutation::Object { key, op };
-        self.observe(call, &m);
+        let _cut = self.observe(call, &m);
         let Mutation::Object { op, .. } = m else {
             unreachable!("built above")
         };
@@ -276,7 +282,7 @@ impl MasterService {
         op: SegmentOp<'_>,
     ) {
         let m = Mutation::Segment(op);
-        self.observe(call, &m);
+        let _cut = self.observe(call, &m);
         let Mutation::Segment(op) = m else {
             unreachable!("built above")
         };
@@ -291,7 +297,7 @@ impl MasterService {
     }
 
     pub(super) fn apply_clients(&self, call: &mut Call, clients: &mut ClientTable, op: ClientOp) {
-        self.observe(call, &Mutation::Client(op));
+        let _cut = self.observe(call, &Mutation::Client(op));
         match op {
             ClientOp::Register { client, now } => clients.insert(client, now),
             ClientOp::Expire { client } => {
@@ -302,7 +308,7 @@ impl MasterService {
 
     pub(super) fn apply_tasks(&self, call: &mut Call, tasks: &mut TaskTable, op: TaskOp<'_>) {
         let m = Mutation::Task(op);
-        self.observe(call, &m);
+        let _cut = self.observe(call, &m);
         let Mutation::Task(op) = m else {
             unreachable!("built above")
         };
@@ -328,7 +334,7 @@ impl MasterService {
 
     /// Frees the retired space due at `now`; returns how many ranges.
     pub(super) fn apply_free_retired(&self, call: &mut Call, now: u64) -> usize {
-        self.observe(call, &Mutation::FreeRetired { now });
+        let _cut = self.observe(call, &Mutation::FreeRetired { now });
         let (ranges, puts) = self.retired.free_due(now);
         self.counters
             .released_puts

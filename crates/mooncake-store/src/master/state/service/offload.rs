@@ -602,7 +602,7 @@ impl MasterService {
     /// Applies a copy mutation; the caller holds the key's shard and
     /// passes its object when it is in memory.
     pub(super) fn apply_copy(&self, call: &mut Call, obj: Option<&mut ObjectMeta>, op: DiskOp<'_>) {
-        self.observe(call, &Mutation::Disk(op));
+        let _cut = self.observe(call, &Mutation::Disk(op));
         match op {
             DiskOp::AddCopy { client, key, size } => {
                 if let Some(obj) = obj {
@@ -629,7 +629,7 @@ impl MasterService {
     }
 
     pub(super) fn apply_tiers(&self, call: &mut Call, op: DiskOp<'_>) {
-        self.observe(call, &Mutation::Disk(op));
+        let _cut = self.observe(call, &Mutation::Disk(op));
         match op {
             DiskOp::MountTier {
                 client,

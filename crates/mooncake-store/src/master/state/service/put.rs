@@ -99,6 +99,10 @@ impl MasterService {
         now: u64,
     ) -> Result<Vec<ReplicaDesc>> {
         let mut shard = self.objects.lock(key);
+        // Space carved out of reserved space for the new replicas leaves the
+        // reserved ranges before the PutStart is logged: no snapshot cut
+        // between the two (`ObjectMap::cut`).
+        let _cut = self.objects.hold_cut();
         let now = shard.clock(now);
         let in_flight_since = shard
             .get(key)

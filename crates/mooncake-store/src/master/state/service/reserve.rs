@@ -16,6 +16,9 @@ struct Log<'a>(&'a MasterService, &'a mut Call);
 impl Reserving for Log<'_> {
     fn reserved(&mut self, segment: &Segment, offset: u64, len: u64) -> u64 {
         let Log(s, call) = self;
+        // The reservation is made under its segment's space lock, which a
+        // cut also takes: holding the cut out while it is logged is enough.
+        let _cut = s.objects.hold_cut();
         let m = Mutation::Reserve {
             segment: segment.id,
             offset,
@@ -89,8 +92,10 @@ impl MasterService {
         let ranges = all_reserved(&self.segments.all());
         let mut n = 0;
         for (seg, offset, len) in ranges {
+            // Taken, logged and given back with no cut between.
+            let _cut = self.objects.hold_cut();
             if seg.take_reserved(offset, len) {
-                self.observe(
+                let _logged = self.observe(
                     call,
                     &Mutation::Unreserve {
                         segment: seg.id,
@@ -127,7 +132,7 @@ impl MasterService {
     /// Replays a `Reserve` or `Unreserve` (a standby); false when it
     /// does not fit this state.
     pub(super) fn replay_space(&self, call: &mut Call, m: Mutation<'_>) -> bool {
-        self.observe(call, &m);
+        let _cut = self.observe(call, &m);
         let (Mutation::Reserve {
             segment,
             offset,
