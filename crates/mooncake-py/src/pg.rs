@@ -18,7 +18,7 @@ pyo3::create_exception!(
     "Ranks of the group died during an operation; args: (message, ranks)."
 );
 
-fn err(e: GroupError) -> PyErr {
+pub(crate) fn err(e: GroupError) -> PyErr {
     match e {
         GroupError::Dead(ranks) => {
             PeerFailure::new_err((format!("ranks {ranks:?} of the group are dead"), ranks))
@@ -28,14 +28,14 @@ fn err(e: GroupError) -> PyErr {
     }
 }
 
-fn deadline(timeout_s: f64) -> PyResult<Instant> {
+pub(crate) fn deadline(timeout_s: f64) -> PyResult<Instant> {
     if !(timeout_s.is_finite() && timeout_s >= 0.0) {
         return Err(PyValueError::new_err(format!("bad timeout {timeout_s}")));
     }
     Ok(Instant::now() + Duration::from_secs_f64(timeout_s.min(1e9)))
 }
 
-fn flag(n: usize) -> PyResult<Flag> {
+pub(crate) fn flag(n: usize) -> PyResult<Flag> {
     Flag::from_index(n).ok_or_else(|| PyValueError::new_err(format!("no flag {n}")))
 }
 
@@ -191,7 +191,7 @@ impl PyShmGroup {
 
 /// # Safety
 /// `addr..addr+n` must be readable for the returned lifetime.
-unsafe fn bytes<'a>(addr: usize, n: usize) -> &'a [u8] {
+pub(crate) unsafe fn bytes<'a>(addr: usize, n: usize) -> &'a [u8] {
     if n == 0 {
         return &[];
     }
@@ -201,7 +201,7 @@ unsafe fn bytes<'a>(addr: usize, n: usize) -> &'a [u8] {
 
 /// # Safety
 /// `addr..addr+n` must be writable and unaliased for the returned lifetime.
-unsafe fn bytes_mut<'a>(addr: usize, n: usize) -> &'a mut [u8] {
+pub(crate) unsafe fn bytes_mut<'a>(addr: usize, n: usize) -> &'a mut [u8] {
     if n == 0 {
         return &mut [];
     }
@@ -335,6 +335,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyShmGroup>()?;
     m.add("PeerFailure", py.get_type::<PeerFailure>())?;
     m.add_class::<PendingGroup>()?;
+    m.add_class::<crate::pg_tcp::PyTcpGroup>()?;
     m.add_function(wrap_pyfunction!(create, &m)?)?;
     m.add_function(wrap_pyfunction!(partition, &m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_direct, &m)?)?;
