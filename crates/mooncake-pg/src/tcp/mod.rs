@@ -199,7 +199,7 @@ impl TcpGroup {
                 "rank {rank} of a group of {size}"
             )));
         }
-        if slot_bytes == 0 || slot_bytes % 64 != 0 {
+        if slot_bytes == 0 || !slot_bytes.is_multiple_of(64) {
             return Err(GroupError::Setup(format!(
                 "slot of {slot_bytes} bytes: expected a positive multiple of 64"
             )));

@@ -27,10 +27,21 @@ fn mesh(n: usize) -> Vec<TcpGroup> {
     groups
 }
 
-fn slot<'a>(g: &'a TcpGroup, rank: usize, s: usize) -> &'a mut [u8] {
+/// A copy of `rank`'s slot `s` as `g` holds it.
+fn slot(g: &TcpGroup, rank: usize, s: usize) -> Vec<u8> {
     let addr = g.slot_addr(rank, s).unwrap();
-    // SAFETY: the group's slot memory, used by one test thread at a time.
-    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, g.slot_bytes()) }
+    // SAFETY: the group's slot memory, written by no thread while a test
+    // reads it (the words ordered the writes before).
+    unsafe { std::slice::from_raw_parts(addr as *const u8, g.slot_bytes()) }.to_vec()
+}
+
+/// Writes `data` at `at` of this rank's slot `s`, as the plane does.
+fn fill(g: &TcpGroup, s: usize, at: usize, data: &[u8]) {
+    let addr = g.slot_addr(g.rank(), s).unwrap();
+    // SAFETY: this rank's own slot, `at + data.len()` within it (the
+    // slice would panic otherwise), written by this thread only.
+    let mine = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, g.slot_bytes()) };
+    mine[at..at + data.len()].copy_from_slice(data);
 }
 
 #[test]
@@ -38,9 +49,8 @@ fn a_post_carries_the_touched_bytes_to_every_peer() {
     let g = mesh(3);
     // Large enough to go out in pieces to two peers.
     let (lo, hi) = (1000, 1000 + 3 * PIECE + 17);
-    for (i, b) in slot(&g[0], 0, 1)[lo..hi].iter_mut().enumerate() {
-        *b = (i % 251) as u8;
-    }
+    let data: Vec<u8> = (0..hi - lo).map(|i| (i % 251) as u8).collect();
+    fill(&g[0], 1, lo, &data);
     g[0].touch(1, lo, hi).unwrap();
     g[0].post(Flag::Arrive, 1);
     for peer in &g[1..] {
@@ -49,8 +59,8 @@ fn a_post_carries_the_touched_bytes_to_every_peer() {
             Vec::<usize>::new()
         );
         assert_eq!(peer.flag(0, Flag::Arrive), 1);
-        let copy = &slot(peer, 0, 1)[lo..hi];
-        assert!(copy.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
+        let copy = slot(peer, 0, 1);
+        assert_eq!(&copy[lo..hi], &data[..]);
         assert_eq!(slot(peer, 0, 1)[lo - 1], 0, "untouched bytes stay");
     }
     // A Done carries no bytes; a cleaned slot sends nothing either.
