@@ -6,7 +6,7 @@ use mooncake_pg::TcpGroup;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::pg::{bytes, bytes_mut, deadline, err, flag};
+use crate::pg_args::{bytes, bytes_mut, deadline, err, flag};
 
 #[pyclass(module = "mooncake._mooncake.pg", name = "TcpGroup", frozen)]
 pub(crate) struct PyTcpGroup {
