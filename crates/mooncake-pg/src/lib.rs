@@ -14,12 +14,17 @@
 //! choice between the direct and the reduce-scatter + all-gather schedule)
 //! that the Python glue in `mooncake.pg` follows; [`membership`] the
 //! arithmetic of growing a group (which ranks join, the size reported).
+//!
+//! Ranks on different hosts use [`tcp`]: the same interface over a TCP
+//! mesh, each peer's slots copied in by a reader thread.
 
 pub mod group;
 pub mod layout;
 pub mod membership;
 pub mod schedule;
+pub mod tcp;
 pub mod wait;
 
 pub use group::{Flag, GroupError, ShmGroup};
 pub use layout::Layout;
+pub use tcp::TcpGroup;

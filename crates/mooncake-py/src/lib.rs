@@ -27,6 +27,8 @@ mod hostmem;
 mod mem;
 mod p2p_store;
 mod pg;
+mod pg_args;
+mod pg_tcp;
 mod reshard;
 mod running;
 mod store;

@@ -4,40 +4,13 @@
 //! call; every blocking call releases the GIL.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use mooncake_pg::membership::{self, Activation};
-use mooncake_pg::{schedule, Flag, GroupError, Layout, ShmGroup};
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use mooncake_pg::{schedule, Layout, ShmGroup};
+
+use crate::pg_args::{bytes, bytes_mut, deadline, err, flag, PeerFailure};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-
-pyo3::create_exception!(
-    mooncake.pg,
-    PeerFailure,
-    PyRuntimeError,
-    "Ranks of the group died during an operation; args: (message, ranks)."
-);
-
-fn err(e: GroupError) -> PyErr {
-    match e {
-        GroupError::Dead(ranks) => {
-            PeerFailure::new_err((format!("ranks {ranks:?} of the group are dead"), ranks))
-        }
-        GroupError::Timeout => PyTimeoutError::new_err("timed out waiting for a peer rank"),
-        GroupError::Setup(m) => PyRuntimeError::new_err(m),
-    }
-}
-
-fn deadline(timeout_s: f64) -> PyResult<Instant> {
-    if !(timeout_s.is_finite() && timeout_s >= 0.0) {
-        return Err(PyValueError::new_err(format!("bad timeout {timeout_s}")));
-    }
-    Ok(Instant::now() + Duration::from_secs_f64(timeout_s.min(1e9)))
-}
-
-fn flag(n: usize) -> PyResult<Flag> {
-    Flag::from_index(n).ok_or_else(|| PyValueError::new_err(format!("no flag {n}")))
-}
 
 /// One rank's segment and its mappings of its peers'.
 #[pyclass(module = "mooncake._mooncake.pg", name = "ShmGroup", frozen)]
@@ -189,26 +162,6 @@ impl PyShmGroup {
     }
 }
 
-/// # Safety
-/// `addr..addr+n` must be readable for the returned lifetime.
-unsafe fn bytes<'a>(addr: usize, n: usize) -> &'a [u8] {
-    if n == 0 {
-        return &[];
-    }
-    // SAFETY: per the contract above.
-    unsafe { std::slice::from_raw_parts(addr as *const u8, n) }
-}
-
-/// # Safety
-/// `addr..addr+n` must be writable and unaliased for the returned lifetime.
-unsafe fn bytes_mut<'a>(addr: usize, n: usize) -> &'a mut [u8] {
-    if n == 0 {
-        return &mut [];
-    }
-    // SAFETY: per the contract above.
-    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) }
-}
-
 /// This rank's segment while its peers are being mapped; `finish` makes
 /// the group usable.
 #[pyclass(module = "mooncake._mooncake.pg", name = "PendingGroup")]
@@ -335,6 +288,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyShmGroup>()?;
     m.add("PeerFailure", py.get_type::<PeerFailure>())?;
     m.add_class::<PendingGroup>()?;
+    m.add_class::<crate::pg_tcp::PyTcpGroup>()?;
     m.add_function(wrap_pyfunction!(create, &m)?)?;
     m.add_function(wrap_pyfunction!(partition, &m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_direct, &m)?)?;
