@@ -43,6 +43,25 @@ pub fn partition(len: usize, parts: usize) -> Vec<(usize, usize)> {
     out
 }
 
+/// The part of a `len`-item chunk each of `size` ranks reduces in a
+/// reduce-scatter over `members` (ranks in group order): member `i` gets
+/// part `i` of `partition(len, members.len())`, every other rank nothing.
+/// Over TCP a rank sends each peer only that peer's part, so a round moves
+/// about twice the chunk per rank (scatter, then gather) rather than the
+/// whole chunk to every peer.
+pub fn owned_parts(len: usize, members: &[usize], size: usize) -> Vec<(usize, usize)> {
+    let mut out = vec![(0, 0); size];
+    if members.is_empty() {
+        return out;
+    }
+    for (&r, part) in members.iter().zip(partition(len, members.len())) {
+        if r < size {
+            out[r] = part;
+        }
+    }
+    out
+}
+
 /// Elements of `elem_size` bytes per block when `blocks` blocks share one
 /// slot of `slot_bytes`; `None` when not even one element fits.
 pub fn block_elems(slot_bytes: usize, elem_size: usize, blocks: usize) -> Option<usize> {
@@ -133,6 +152,34 @@ mod tests {
                 assert_eq!(at, total);
             }
         }
+    }
+
+    #[test]
+    fn owned_parts_give_every_member_its_share_and_others_none() {
+        for size in 1..=16usize {
+            for len in [0, 1, 5, 16, 1000, (1 << 20) + 3] {
+                // Every member, then one missing, then every other one.
+                let all: Vec<usize> = (0..size).collect();
+                let one_gone: Vec<usize> = (0..size).filter(|&r| r != size / 2).collect();
+                let evens: Vec<usize> = (0..size).step_by(2).collect();
+                for members in [all, one_gone, evens] {
+                    let parts = owned_parts(len, &members, size);
+                    assert_eq!(parts.len(), size);
+                    let mut at = 0;
+                    for (i, &r) in members.iter().enumerate() {
+                        assert_eq!(parts[r], partition(len, members.len())[i]);
+                        assert_eq!(parts[r].0, at, "size {size} len {len}");
+                        at = parts[r].1;
+                    }
+                    assert_eq!(at, if members.is_empty() { 0 } else { len });
+                    for r in (0..size).filter(|r| !members.contains(r)) {
+                        assert_eq!(parts[r], (0, 0));
+                    }
+                }
+            }
+        }
+        assert_eq!(owned_parts(9, &[], 3), vec![(0, 0); 3]);
+        assert_eq!(owned_parts(9, &[0, 7], 3), vec![(0, 5), (0, 0), (0, 0)]);
     }
 
     #[test]

@@ -212,6 +212,13 @@ fn partition(len: usize, parts: usize) -> PyResult<Vec<(usize, usize)>> {
     Ok(schedule::partition(len, parts))
 }
 
+/// The range of a chunk of `len` items each of `size` ranks reduces when
+/// `members` take part (see `schedule::owned_parts`).
+#[pyfunction]
+fn owned_parts(len: usize, members: Vec<usize>, size: usize) -> Vec<(usize, usize)> {
+    schedule::owned_parts(len, &members, size)
+}
+
 /// Whether an all_reduce of `nbytes` over `world` ranks is direct.
 #[pyfunction]
 fn all_reduce_direct(nbytes: usize, world: usize) -> bool {
@@ -292,6 +299,7 @@ pub(crate) fn register(parent: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(create, &m)?)?;
     m.add_function(wrap_pyfunction!(partition, &m)?)?;
     m.add_function(wrap_pyfunction!(all_reduce_direct, &m)?)?;
+    m.add_function(wrap_pyfunction!(owned_parts, &m)?)?;
     m.add_function(wrap_pyfunction!(block_elems, &m)?)?;
     m.add_function(wrap_pyfunction!(rounds, &m)?)?;
     m.add_function(wrap_pyfunction!(visible_size, &m)?)?;

@@ -94,6 +94,19 @@ impl PyTcpGroup {
         Ok(())
     }
 
+    /// `post` sending each peer `p` bytes `parts[p]` of the round's slot.
+    fn post_parts(
+        &self,
+        py: Python<'_>,
+        flag_index: usize,
+        value: u32,
+        parts: Vec<(usize, usize)>,
+    ) -> PyResult<()> {
+        let f = flag(flag_index)?;
+        py.allow_threads(|| self.inner.post_parts(f, value, &parts))
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
     fn flag(&self, rank: usize, flag_index: usize) -> PyResult<u32> {
         self.rank_in(rank)?;
         Ok(self.inner.flag(rank, flag(flag_index)?))

@@ -204,12 +204,17 @@ class Plane:
         """``post`` through the fault hook: an Arrive is this rank's part
         of a round, a transfer to each live peer."""
         if flag == ARRIVE:
-            peers = [r for r in self.live() if r != self.rank]
-            g = self._global
-            failed = self._fault.transfer(g[self.rank], [g[r] for r in peers])
-            if failed:
-                raise _fault.TransferFailed([r for r in peers if g[r] in failed])
+            self._check_transfer()
         self.shm.post(flag, k)
+
+    def _check_transfer(self) -> None:
+        if getattr(self, "_fault", None) is None:
+            return
+        peers = [r for r in self.live() if r != self.rank]
+        g = self._global
+        failed = self._fault.transfer(g[self.rank], [g[r] for r in peers])
+        if failed:
+            raise _fault.TransferFailed([r for r in peers if g[r] in failed])
 
     def view(self, rank: int, slot: int, dtype: torch.dtype, n: int, at: int = 0) -> torch.Tensor:
         """``n`` elements of ``dtype`` from element ``at`` of a slot."""
@@ -247,6 +252,10 @@ class Plane:
                 k, s = self.begin()
                 mine = self.view(self.rank, s, f.dtype, m)
                 mine.copy_(f[a:b])
+                if not direct and self._touch is not None:
+                    self._scatter_gather_tcp(f, a, b, op, k, s, mine)
+                    self.post(DONE, k)
+                    continue
                 self.post(ARRIVE, k)
                 self._wait(ARRIVE, k)
                 live = self.live()
@@ -280,6 +289,37 @@ class Plane:
             divide(f, len(self.live()))
         if back:
             t.copy_(f.view(t.shape))
+
+    def _scatter_gather_tcp(self, f, a: int, b: int, op: RedOp, k: int, s: int, mine) -> None:
+        """One round of a large all_reduce over TCP, ``f[a:b]`` already in
+        ``mine``: each peer gets only the part it reduces (Arrive), then
+        every rank's reduced part goes to all (Reduced), about twice the
+        chunk per rank in all. A rank that dies mid-round fails the
+        operation (it is missing); the part it was to reduce cannot be
+        finished without its inputs and holds this rank's own input."""
+        es = f.element_size()
+        live = self.live()
+        # Ranks already seen dead reduce nothing; they are missing anyway.
+        known = set(self.shm.dead(live))
+        members = [r for r in live if r not in known]
+        parts = _native.owned_parts(b - a, members, self.world)
+        self._check_transfer()
+        self.shm.post_parts(ARRIVE, k, [(lo * es, hi * es) for lo, hi in parts])
+        self._wait(ARRIVE, k)
+        lo, hi = parts[self.rank]
+        peers = [r for r in members if r != self.rank and r not in self.missing]
+        srcs = [mine[lo:hi]] + [self.view(r, s, f.dtype, hi - lo, lo) for r in peers]
+        reduce_into(mine[lo:hi], srcs, op)
+        self.shm.clean(s)
+        self._touch(s, lo * es, hi * es)
+        self.post(REDUCED, k)
+        self._wait(REDUCED, k)
+        for r in members:
+            plo, phi = parts[r]
+            if r == self.rank:
+                f[a + plo : a + phi].copy_(mine[plo:phi])
+            elif r not in self.missing:
+                f[a + plo : a + phi].copy_(self.view(r, s, f.dtype, phi - plo, plo))
 
     # Rooted collectives: every rank posts and waits for every live rank's
     # Arrive, not only the root's, so that a dead rank is found missing at

@@ -140,6 +140,14 @@ pub fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> 
     (0..len.div_ceil(piece)).map(move |i| (i * piece, ((i + 1) * piece).min(len)))
 }
 
+/// The bytes of `lo..hi` that turn `turn` of a write in pieces of
+/// `piece` covers (empty once the range is done).
+pub fn turn(lo: usize, hi: usize, turn: usize, piece: usize) -> (usize, usize) {
+    let piece = piece.max(1);
+    let a = lo.saturating_add(turn.saturating_mul(piece)).min(hi);
+    (a, a.saturating_add(piece).min(hi))
+}
+
 /// The union of two written byte ranges (what goes with a round's post).
 pub fn widen(cur: Option<(usize, usize)>, lo: usize, hi: usize) -> (usize, usize) {
     match cur {
@@ -205,6 +213,25 @@ mod tests {
             }
         }
         assert_eq!(pieces(5, 0).count(), 5, "a zero piece size means bytes");
+    }
+
+    #[test]
+    fn turns_cover_a_range_once_then_nothing() {
+        for (lo, hi) in [(0usize, 0usize), (3, 4), (100, 1000), (7, (1 << 20) + 9)] {
+            for piece in [1usize, 64, 1 << 18] {
+                let turns = (hi - lo).div_ceil(piece);
+                let mut at = lo;
+                for t in 0..turns {
+                    let (a, b) = turn(lo, hi, t, piece);
+                    assert_eq!(a, at);
+                    assert!(b > a && b - a <= piece);
+                    at = b;
+                }
+                assert_eq!(at, hi);
+                let (a, b) = turn(lo, hi, turns + 3, piece);
+                assert_eq!(a, b, "nothing after the last turn");
+            }
+        }
     }
 
     #[test]

@@ -348,34 +348,76 @@ impl TcpGroup {
             Flag::Arrive | Flag::Reduced => sh.dirty.lock()[slot],
             _ => None,
         };
-        let (lo, hi) = range.unwrap_or((0, 0));
-        let h = Header::word(flag as u8, value, slot as u16, lo, hi - lo);
-        // SAFETY: lo..hi lies in this rank's slot (touch checks), which the
-        // plane does not write until this post returns.
-        let data =
-            unsafe { std::slice::from_raw_parts(sh.slot_ptr(sh.rank, slot).add(lo), hi - lo) };
+        self.post_each(flag, value, |_| range.unwrap_or((0, 0)));
+    }
+
+    /// `post` that sends each peer `p` bytes `parts[p]` of the round's
+    /// slot instead of what was touched: in a reduce-scatter a peer needs
+    /// only the part it reduces.
+    pub fn post_parts(
+        &self,
+        flag: Flag,
+        value: u32,
+        parts: &[(usize, usize)],
+    ) -> Result<(), GroupError> {
+        let sh = &self.shared;
+        if parts.len() != sh.size {
+            return Err(GroupError::Setup(format!(
+                "{} parts for a group of {}",
+                parts.len(),
+                sh.size
+            )));
+        }
+        if let Some((lo, hi)) = parts
+            .iter()
+            .find(|&&(lo, hi)| lo > hi || hi > sh.slot_bytes)
+        {
+            return Err(GroupError::Setup(format!(
+                "bytes {lo}..{hi} are not in a {}-byte slot",
+                sh.slot_bytes
+            )));
+        }
+        self.post_each(flag, value, |p| parts[p]);
+        Ok(())
+    }
+
+    /// Sets the word at every live peer `p` after bytes `range(p)` of the
+    /// round's slot (each within the slot).
+    fn post_each(&self, flag: Flag, value: u32, range: impl Fn(usize) -> (usize, usize)) {
+        let sh = &self.shared;
+        let slot = (value & 1) as usize;
+        let base = sh.slot_ptr(sh.rank, slot);
         sh.state.lock().words[sh.rank][flag as usize] = value;
         let mut peers: Vec<(usize, parking_lot::MutexGuard<'_, Option<TcpStream>>)> = (0..sh.size)
             .filter(|&p| p != sh.rank)
             .map(|p| (p, sh.out[p].lock()))
             .filter(|(_, s)| s.is_some())
             .collect();
-        if data.len() <= GATHER_MAX || peers.len() <= 1 {
-            for (p, s) in peers.iter_mut() {
-                sh.send_locked(*p, s, &h, data);
+        let ranges: Vec<(usize, usize)> = peers.iter().map(|(p, _)| range(*p)).collect();
+        // SAFETY: every range lies in this rank's slot (the callers check),
+        // which the plane does not write until this post returns.
+        let data =
+            |(lo, hi): (usize, usize)| unsafe { std::slice::from_raw_parts(base.add(lo), hi - lo) };
+        let head =
+            |(lo, hi): (usize, usize)| Header::word(flag as u8, value, slot as u16, lo, hi - lo);
+        let longest = ranges.iter().map(|(lo, hi)| hi - lo).max().unwrap_or(0);
+        if longest <= GATHER_MAX || peers.len() <= 1 {
+            for ((p, s), r) in peers.iter_mut().zip(&ranges) {
+                sh.send_locked(*p, s, &head(*r), data(*r));
             }
             return;
         }
-        // Large: every peer gets the header, then the payload in turns.
-        let head = h.encode();
+        // Large: every peer gets its header, then its payload in turns.
         let mut live: Vec<bool> = peers
             .iter_mut()
-            .map(|(p, s)| write_or_drop(sh, *p, s, &head))
+            .zip(&ranges)
+            .map(|((p, s), r)| write_or_drop(sh, *p, s, &head(*r).encode()))
             .collect();
-        for (a, b) in frame::pieces(data.len(), PIECE) {
-            for (i, (p, s)) in peers.iter_mut().enumerate() {
-                if live[i] {
-                    live[i] = write_or_drop(sh, *p, s, &data[a..b]);
+        for turn in 0..longest.div_ceil(PIECE) {
+            for (i, ((p, s), &(lo, hi))) in peers.iter_mut().zip(&ranges).enumerate() {
+                let (a, b) = frame::turn(lo, hi, turn, PIECE);
+                if live[i] && b > a {
+                    live[i] = write_or_drop(sh, *p, s, data((a, b)));
                 }
             }
         }

@@ -70,6 +70,36 @@ fn a_post_carries_the_touched_bytes_to_every_peer() {
 }
 
 #[test]
+fn post_parts_sends_each_peer_only_its_part() {
+    for n in [2usize, 4] {
+        let g = mesh(n);
+        // Large parts go out in turns; each peer's lands where it was.
+        let len = 3 * PIECE + 100;
+        let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8 + 1).collect();
+        fill(&g[0], 0, 0, &data);
+        let parts = crate::schedule::owned_parts(len, &(0..n).collect::<Vec<_>>(), n);
+        g[0].post_parts(Flag::Arrive, 2, &parts).unwrap();
+        for (r, peer) in g.iter().enumerate().skip(1) {
+            assert!(peer.wait(&[0], Flag::Arrive, 2, soon()).unwrap().is_empty());
+            let copy = slot(peer, 0, 0);
+            let (lo, hi) = parts[r];
+            assert_eq!(&copy[lo..hi], &data[lo..hi], "peer {r} of {n}");
+            assert!(
+                copy[..lo].iter().chain(&copy[hi..len]).all(|&b| b == 0),
+                "peer {r} of {n} got only its part"
+            );
+        }
+        assert!(g[0].post_parts(Flag::Arrive, 4, &parts[1..]).is_err());
+        let mut bad = parts.clone();
+        bad[1] = (0, SLOT + 1);
+        assert!(g[0].post_parts(Flag::Arrive, 4, &bad).is_err());
+        bad[1] = (5, 4);
+        assert!(g[0].post_parts(Flag::Arrive, 4, &bad).is_err());
+        assert_eq!(g[0].flag(0, Flag::Arrive), 2, "a refused post sets nothing");
+    }
+}
+
+#[test]
 fn messages_arrive_in_order_and_are_acknowledged() {
     let g = mesh(2);
     let big: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 13) as u8).collect();
