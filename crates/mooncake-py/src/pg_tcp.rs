@@ -94,16 +94,22 @@ impl PyTcpGroup {
         Ok(())
     }
 
-    /// `post` sending each peer `p` bytes `parts[p]` of the round's slot.
+    /// `post` sending each peer `p` bytes `parts[p]` of the round's slot,
+    /// or of the `nbytes` at `addr` when `addr` is not 0.
     fn post_parts(
         &self,
         py: Python<'_>,
         flag_index: usize,
         value: u32,
         parts: Vec<(usize, usize)>,
+        addr: usize,
+        nbytes: usize,
     ) -> PyResult<()> {
         let f = flag(flag_index)?;
-        py.allow_threads(|| self.inner.post_parts(f, value, &parts))
+        // SAFETY: the caller hands the address and length of a tensor it
+        // keeps alive, unwritten, until this returns.
+        let src = (addr != 0).then(|| unsafe { bytes(addr, nbytes) });
+        py.allow_threads(|| self.inner.post_parts(f, value, &parts, src))
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 

@@ -250,12 +250,12 @@ class Plane:
             for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
                 m = b - a
                 k, s = self.begin()
-                mine = self.view(self.rank, s, f.dtype, m)
-                mine.copy_(f[a:b])
                 if not direct and self._touch is not None:
-                    self._scatter_gather_tcp(f, a, b, op, k, s, mine)
+                    self._scatter_gather_tcp(f, a, b, op, k, s)
                     self.post(DONE, k)
                     continue
+                mine = self.view(self.rank, s, f.dtype, m)
+                mine.copy_(f[a:b])
                 self.post(ARRIVE, k)
                 self._wait(ARRIVE, k)
                 live = self.live()
@@ -290,36 +290,34 @@ class Plane:
         if back:
             t.copy_(f.view(t.shape))
 
-    def _scatter_gather_tcp(self, f, a: int, b: int, op: RedOp, k: int, s: int, mine) -> None:
-        """One round of a large all_reduce over TCP, ``f[a:b]`` already in
-        ``mine``: each peer gets only the part it reduces (Arrive), then
+    def _scatter_gather_tcp(self, f, a: int, b: int, op: RedOp, k: int, s: int) -> None:
+        """One round of a large all_reduce over TCP, straight from and into
+        ``f[a:b]``: each peer gets only the part it reduces (Arrive), then
         every rank's reduced part goes to all (Reduced), about twice the
-        chunk per rank in all. A rank that dies mid-round fails the
-        operation (it is missing); the part it was to reduce cannot be
-        finished without its inputs and holds this rank's own input."""
+        chunk per rank in all; the peers' bytes land in their slot copies.
+        A rank that dies mid-round fails the operation (it is missing); the
+        part it was to reduce cannot be finished without its inputs and
+        keeps this rank's own input."""
         es = f.element_size()
+        chunk = f[a:b]
+        addr, nbytes = chunk.data_ptr(), chunk.numel() * es
         live = self.live()
         # Ranks already seen dead reduce nothing; they are missing anyway.
         known = set(self.shm.dead(live))
         members = [r for r in live if r not in known]
         parts = _native.owned_parts(b - a, members, self.world)
         self._check_transfer()
-        self.shm.post_parts(ARRIVE, k, [(lo * es, hi * es) for lo, hi in parts])
+        self.shm.post_parts(ARRIVE, k, [(lo * es, hi * es) for lo, hi in parts], addr, nbytes)
         self._wait(ARRIVE, k)
         lo, hi = parts[self.rank]
         peers = [r for r in members if r != self.rank and r not in self.missing]
-        srcs = [mine[lo:hi]] + [self.view(r, s, f.dtype, hi - lo, lo) for r in peers]
-        reduce_into(mine[lo:hi], srcs, op)
-        self.shm.clean(s)
-        self._touch(s, lo * es, hi * es)
-        self.post(REDUCED, k)
+        reduce_into(chunk[lo:hi], [chunk[lo:hi]] + [self.view(r, s, f.dtype, hi - lo, lo) for r in peers], op)
+        self.shm.post_parts(REDUCED, k, [(lo * es, hi * es)] * self.world, addr, nbytes)
         self._wait(REDUCED, k)
         for r in members:
             plo, phi = parts[r]
-            if r == self.rank:
-                f[a + plo : a + phi].copy_(mine[plo:phi])
-            elif r not in self.missing:
-                f[a + plo : a + phi].copy_(self.view(r, s, f.dtype, phi - plo, plo))
+            if r != self.rank and r not in self.missing:
+                chunk[plo:phi].copy_(self.view(r, s, f.dtype, phi - plo, plo))
 
     # Rooted collectives: every rank posts and waits for every live rank's
     # Arrive, not only the root's, so that a dead rank is found missing at

@@ -348,17 +348,21 @@ impl TcpGroup {
             Flag::Arrive | Flag::Reduced => sh.dirty.lock()[slot],
             _ => None,
         };
-        self.post_each(flag, value, |_| range.unwrap_or((0, 0)));
+        let base = sh.slot_ptr(sh.rank, slot).cast_const();
+        self.post_each(flag, value, base, |_| range.unwrap_or((0, 0)));
     }
 
     /// `post` that sends each peer `p` bytes `parts[p]` of the round's
     /// slot instead of what was touched: in a reduce-scatter a peer needs
-    /// only the part it reduces.
+    /// only the part it reduces. With `src`, the bytes come from `src` at
+    /// the same offsets (the caller's tensor, sent without first copying
+    /// it into the slot); they land in the peer's copy of the slot.
     pub fn post_parts(
         &self,
         flag: Flag,
         value: u32,
         parts: &[(usize, usize)],
+        src: Option<&[u8]>,
     ) -> Result<(), GroupError> {
         let sh = &self.shared;
         if parts.len() != sh.size {
@@ -368,25 +372,32 @@ impl TcpGroup {
                 sh.size
             )));
         }
-        if let Some((lo, hi)) = parts
-            .iter()
-            .find(|&&(lo, hi)| lo > hi || hi > sh.slot_bytes)
-        {
+        let limit = src.map_or(sh.slot_bytes, |b| b.len().min(sh.slot_bytes));
+        if let Some((lo, hi)) = parts.iter().find(|&&(lo, hi)| lo > hi || hi > limit) {
             return Err(GroupError::Setup(format!(
-                "bytes {lo}..{hi} are not in a {}-byte slot",
-                sh.slot_bytes
+                "bytes {lo}..{hi} are not in a {limit}-byte slot or source"
             )));
         }
-        self.post_each(flag, value, |p| parts[p]);
+        let base = match src {
+            Some(b) => b.as_ptr(),
+            None => sh.slot_ptr(sh.rank, (value & 1) as usize).cast_const(),
+        };
+        self.post_each(flag, value, base, |p| parts[p]);
         Ok(())
     }
 
-    /// Sets the word at every live peer `p` after bytes `range(p)` of the
-    /// round's slot (each within the slot).
-    fn post_each(&self, flag: Flag, value: u32, range: impl Fn(usize) -> (usize, usize)) {
+    /// Sets the word at every live peer `p` after bytes `range(p)` from
+    /// `base` (this rank's slot of the round, or a caller's buffer that
+    /// holds every range).
+    fn post_each(
+        &self,
+        flag: Flag,
+        value: u32,
+        base: *const u8,
+        range: impl Fn(usize) -> (usize, usize),
+    ) {
         let sh = &self.shared;
         let slot = (value & 1) as usize;
-        let base = sh.slot_ptr(sh.rank, slot);
         sh.state.lock().words[sh.rank][flag as usize] = value;
         let mut peers: Vec<(usize, parking_lot::MutexGuard<'_, Option<TcpStream>>)> = (0..sh.size)
             .filter(|&p| p != sh.rank)
@@ -394,8 +405,8 @@ impl TcpGroup {
             .filter(|(_, s)| s.is_some())
             .collect();
         let ranges: Vec<(usize, usize)> = peers.iter().map(|(p, _)| range(*p)).collect();
-        // SAFETY: every range lies in this rank's slot (the callers check),
-        // which the plane does not write until this post returns.
+        // SAFETY: every range lies in the memory at `base` (the callers
+        // check), which nothing writes until this post returns.
         let data =
             |(lo, hi): (usize, usize)| unsafe { std::slice::from_raw_parts(base.add(lo), hi - lo) };
         let head =

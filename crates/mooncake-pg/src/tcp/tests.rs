@@ -78,7 +78,7 @@ fn post_parts_sends_each_peer_only_its_part() {
         let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8 + 1).collect();
         fill(&g[0], 0, 0, &data);
         let parts = crate::schedule::owned_parts(len, &(0..n).collect::<Vec<_>>(), n);
-        g[0].post_parts(Flag::Arrive, 2, &parts).unwrap();
+        g[0].post_parts(Flag::Arrive, 2, &parts, None).unwrap();
         for (r, peer) in g.iter().enumerate().skip(1) {
             assert!(peer.wait(&[0], Flag::Arrive, 2, soon()).unwrap().is_empty());
             let copy = slot(peer, 0, 0);
@@ -89,12 +89,27 @@ fn post_parts_sends_each_peer_only_its_part() {
                 "peer {r} of {n} got only its part"
             );
         }
-        assert!(g[0].post_parts(Flag::Arrive, 4, &parts[1..]).is_err());
+        // From a caller's buffer: the same offsets, into the slot copies.
+        let other: Vec<u8> = data.iter().map(|b| b ^ 0x5a).collect();
+        g[0].post_parts(Flag::Reduced, 2, &parts, Some(&other))
+            .unwrap();
+        for (r, peer) in g.iter().enumerate().skip(1) {
+            assert!(peer
+                .wait(&[0], Flag::Reduced, 2, soon())
+                .unwrap()
+                .is_empty());
+            let (lo, hi) = parts[r];
+            assert_eq!(&slot(peer, 0, 0)[lo..hi], &other[lo..hi], "peer {r} of {n}");
+        }
+        assert!(g[0].post_parts(Flag::Arrive, 4, &parts[1..], None).is_err());
         let mut bad = parts.clone();
         bad[1] = (0, SLOT + 1);
-        assert!(g[0].post_parts(Flag::Arrive, 4, &bad).is_err());
+        assert!(g[0].post_parts(Flag::Arrive, 4, &bad, None).is_err());
         bad[1] = (5, 4);
-        assert!(g[0].post_parts(Flag::Arrive, 4, &bad).is_err());
+        assert!(g[0].post_parts(Flag::Arrive, 4, &bad, None).is_err());
+        bad[1] = (0, len + 1);
+        let e = g[0].post_parts(Flag::Arrive, 4, &bad, Some(&other));
+        assert!(e.is_err(), "beyond the source");
         assert_eq!(g[0].flag(0, Flag::Arrive), 2, "a refused post sets nothing");
     }
 }
