@@ -387,6 +387,34 @@ def case_failed_rank(rank, world):
     assert elapsed < 60, f"failure took {elapsed:.1f} s to surface"
 
 
+def case_large_failed(rank, world):
+    """A large all_reduce (over TCP, the schedule that sends each peer only
+    its part) with the last rank killed: the survivors' operation fails
+    and reports it without a hang, and the next ones sum the live ranks."""
+    gone = world - 1
+    n = (1 << 20) + 3
+    t = torch.full((n,), float(rank + 1))
+    dist.all_reduce(t)
+    assert bool((t == world * (world + 1) / 2).all()), t
+    if rank == gone:
+        os._exit(0)
+    _wait_dead(gone)
+    started = time.monotonic()
+    t = torch.full((n,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    assert not pg.get_local_success(work)
+    assert pg.get_failed_ranks_hint(work).tolist()[gone] == 1
+    for _ in range(2):
+        t = torch.full((n,), float(rank + 1))
+        work = dist.all_reduce(t, async_op=True)
+        work.wait()
+        assert pg.get_local_success(work)
+        assert bool((t == (world - 1) * world / 2).all()), t
+    elapsed = time.monotonic() - started
+    assert elapsed < 60, f"failure took {elapsed:.1f} s to surface"
+
+
 def case_manual_evict(rank, world):
     """The reference's manual deactivation with auto_deactivate and
     auto_sync off, rounds 1-3: a dead rank stays active and fails every

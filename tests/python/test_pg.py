@@ -134,7 +134,7 @@ def test_every_operation_over_tcp(world, monkeypatch):
 
 
 @pytest.mark.parametrize("case,world,dead", [("failed_rank", 4, (3,)), ("p2p_fault", 4, (1,)),
-                                             ("manual_evict", 3, (1,))])
+                                             ("manual_evict", 3, (1,)), ("large_failed", 3, (2,))])
 def test_a_killed_rank_over_tcp(case, world, dead, monkeypatch):
     """A peer's connection ending is its death: the survivors' operations
     fail as over shared memory, without a hang."""

@@ -208,6 +208,26 @@ impl PyTcpGroup {
             .map_err(err)
     }
 
+    /// Receives the next message from `src` straight into `nbytes` at
+    /// `addr` when it has `tag` and that length and none other is queued:
+    /// True once there; False (nothing read) when another comes first.
+    fn recv_into(
+        &self,
+        py: Python<'_>,
+        src: usize,
+        tag: i64,
+        addr: usize,
+        nbytes: usize,
+        timeout_s: f64,
+    ) -> PyResult<bool> {
+        self.peer(src)?;
+        let d = deadline(timeout_s)?;
+        // SAFETY: as in recv_body.
+        let out = unsafe { bytes_mut(addr, nbytes) };
+        py.allow_threads(|| self.inner.recv_into(src, tag, out, d))
+            .map_err(err)
+    }
+
     fn pending(&self, src: usize) -> PyResult<bool> {
         self.peer(src)?;
         Ok(self.inner.pending(src))

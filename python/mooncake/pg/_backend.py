@@ -581,6 +581,11 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
             t.view(-1).view(torch.uint8).copy_(data) if want else None
             return src
         try:
+            # Over TCP a receive posted before its message arrives is read
+            # from the socket straight into the tensor.
+            if want and t.is_contiguous() and isinstance(self._shm, _tcp.TcpGroup):
+                if self._shm.recv_into(src, tag, t.data_ptr(), want, self._timeout_s):
+                    return src
             while True:
                 got_tag, n = self._shm.recv_header(src, self._timeout_s)
                 if got_tag == tag and n == want:

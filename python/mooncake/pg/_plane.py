@@ -328,9 +328,16 @@ class Plane:
         got = False
         for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
             k, s = self.begin()
-            if self.rank == root:
-                self.view(root, s, f.dtype, b - a).copy_(f[a:b])
-            self.post(ARRIVE, k)
+            if self.rank == root and self._touch is not None:
+                # Over TCP the root sends from the tensor, not its slot.
+                chunk = f[a:b]
+                n = chunk.numel() * chunk.element_size()
+                self._check_transfer()
+                self.shm.post_parts(ARRIVE, k, [(0, n)] * self.world, chunk.data_ptr(), n)
+            else:
+                if self.rank == root:
+                    self.view(root, s, f.dtype, b - a).copy_(f[a:b])
+                self.post(ARRIVE, k)
             self._wait(ARRIVE, k)
             if self.rank != root and root not in self.missing:
                 f[a:b].copy_(self.view(root, s, f.dtype, b - a))

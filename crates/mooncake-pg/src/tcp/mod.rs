@@ -26,6 +26,7 @@
 
 pub mod frame;
 mod net;
+mod posted;
 
 use std::alloc::{self, Layout as AllocLayout};
 use std::collections::VecDeque;
@@ -92,6 +93,8 @@ struct State {
     inbox: Vec<VecDeque<(i64, Vec<u8>)>>,
     /// A message buffer read out, kept to receive the peer's next one.
     spare: Vec<Option<Vec<u8>>>,
+    /// A receive from each peer waiting to be filled by its reader.
+    posted: Vec<Option<posted::Posted>>,
     read: Vec<u32>,
     sent: Vec<u32>,
     acked: Vec<u32>,
@@ -222,6 +225,7 @@ impl TcpGroup {
                 words: vec![[0; FLAGS]; size],
                 inbox: vec![VecDeque::new(); size],
                 spare: vec![None; size],
+                posted: vec![None; size],
                 read: vec![0; size],
                 sent: vec![0; size],
                 acked: vec![0; size],
@@ -681,18 +685,7 @@ fn read_frames(sh: &Shared, peer: usize, s: &mut TcpStream) -> Result<bool, Stri
                 st.words[peer][f] = h.value;
                 sh.cv.notify_all();
             }
-            Kind::Msg => {
-                if h.len > frame::MAX_MSG_BYTES {
-                    return Err(format!("message of {} bytes", h.len));
-                }
-                let n = h.len as usize;
-                let mut buf = sh.state.lock().spare[peer].take().unwrap_or_default();
-                buf.resize(n, 0);
-                s.read_exact(&mut buf).map_err(|e| e.to_string())?;
-                let mut st = sh.state.lock();
-                st.inbox[peer].push_back((h.tag, buf));
-                sh.cv.notify_all();
-            }
+            Kind::Msg => posted::read_msg(sh, peer, s, &h)?,
             Kind::Ack => {
                 let mut st = sh.state.lock();
                 st.acked[peer] = h.offset as u32;

@@ -140,6 +140,49 @@ fn messages_arrive_in_order_and_are_acknowledged() {
 }
 
 #[test]
+fn a_posted_receive_is_filled_in_place_or_left_to_recv_header() {
+    let g = mesh(2);
+    let big: Vec<u8> = (0..(3 << 20) + 5).map(|i| (i % 11) as u8).collect();
+    // Posted before the message is sent: filled straight from the socket.
+    let mut out = vec![0u8; big.len()];
+    std::thread::scope(|s| {
+        let g0 = &g[0];
+        let big = &big;
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            g0.send(1, 5, big, soon()).unwrap();
+        });
+        assert!(g[1].recv_into(0, 5, &mut out, soon()).unwrap());
+    });
+    assert_eq!(out, big);
+    g[0].wait_read(1, 1, soon()).unwrap();
+    assert!(!g[1].pending(0));
+    // Another tag (or a message already queued) is left to recv_header.
+    g[0].send(1, 6, b"abc", soon()).unwrap();
+    let mut three = [0u8; 3];
+    let until = Instant::now() + Duration::from_secs(30);
+    while !g[1].pending(0) {
+        assert!(Instant::now() < until, "the message never arrived");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!g[1].recv_into(0, 5, &mut three, soon()).unwrap());
+    assert_eq!(g[1].recv_header(0, soon()).unwrap(), (6, 3));
+    g[1].recv_body(0, &mut three, soon()).unwrap();
+    assert_eq!(&three, b"abc");
+    g[0].wait_read(1, 2, soon()).unwrap();
+    // Nothing comes: the deadline, and a later message still arrives.
+    let e = g[1].recv_into(
+        0,
+        5,
+        &mut three,
+        Instant::now() + Duration::from_millis(100),
+    );
+    assert_eq!(e, Err(GroupError::Timeout));
+    g[0].send(1, 5, b"xyz", soon()).unwrap();
+    assert_eq!(g[1].recv_header(0, soon()).unwrap(), (5, 3));
+}
+
+#[test]
 fn bad_sizes_are_refused_without_side_effects() {
     let g = mesh(2);
     assert!(g[0].touch(0, 0, SLOT + 1).is_err());

@@ -1,0 +1,174 @@
+//! Receiving a message straight into the receiver's buffer: a receive
+//! posted before its message arrives is filled by the peer's reader
+//! thread from the socket, without the message buffer and its copy.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::frame::{Header, MAX_MSG_BYTES};
+use super::{Shared, State, TcpGroup};
+use crate::group::GroupError;
+
+/// A receive waiting for the next message from one peer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Posted {
+    tag: i64,
+    addr: usize,
+    len: usize,
+    stage: Stage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    /// Nothing read yet: the receiver may still withdraw it.
+    Waiting,
+    /// The reader is writing into the buffer: the receiver waits it out
+    /// (the read ends, or the connection fails).
+    Filling,
+    Filled,
+}
+
+/// Whether the reader may read a message of `tag` and `len` bytes into
+/// `posted`: the tag and length match and no earlier message waits.
+pub(super) fn takes(posted: Option<Posted>, queued: bool, tag: i64, len: u64) -> bool {
+    matches!(posted, Some(p) if p.stage == Stage::Waiting && !queued && p.tag == tag && p.len as u64 == len)
+}
+
+impl TcpGroup {
+    /// Receives the next message from `src` into `out` when it has `tag`
+    /// and `out`'s length and no other message from `src` waits: true
+    /// once it is there (and acknowledged). False, with nothing read, when
+    /// another message is first: the caller reads it with `recv_header`.
+    pub fn recv_into(
+        &self,
+        src: usize,
+        tag: i64,
+        out: &mut [u8],
+        deadline: Instant,
+    ) -> Result<bool, GroupError> {
+        let sh = &self.shared;
+        let mut st = sh.state.lock();
+        if !st.inbox[src].is_empty() {
+            return Ok(false);
+        }
+        if st.dead[src] {
+            return Err(GroupError::Dead(vec![src]));
+        }
+        st.posted[src] = Some(Posted {
+            tag,
+            addr: out.as_mut_ptr() as usize,
+            len: out.len(),
+            stage: Stage::Waiting,
+        });
+        loop {
+            let stage = st.posted[src].map(|p| p.stage);
+            match stage {
+                Some(Stage::Filled) => break,
+                // The reader failed while filling: the peer is dead.
+                None => return Err(GroupError::Dead(vec![src])),
+                // Never give the buffer back while the reader writes it.
+                Some(Stage::Filling) => {
+                    sh.cv.wait(&mut st);
+                    continue;
+                }
+                Some(Stage::Waiting) => {}
+            }
+            let outcome = if !st.inbox[src].is_empty() {
+                Some(Ok(false))
+            } else if st.dead[src] {
+                Some(Err(GroupError::Dead(vec![src])))
+            } else if Instant::now() >= deadline {
+                Some(Err(GroupError::Timeout))
+            } else {
+                None
+            };
+            if let Some(r) = outcome {
+                st.posted[src] = None;
+                return r;
+            }
+            let _ = sh.cv.wait_until(&mut st, deadline);
+        }
+        st.posted[src] = None;
+        st.read[src] = st.read[src].wrapping_add(1);
+        let count = st.read[src];
+        drop(st);
+        sh.send_frame(src, &Header::ack(count), &[]);
+        Ok(true)
+    }
+}
+
+/// The reader's side of a message frame `h` from `peer`: into the posted
+/// receive when it takes it, else into a buffer queued in the inbox.
+pub(super) fn read_msg(
+    sh: &Shared,
+    peer: usize,
+    s: &mut TcpStream,
+    h: &Header,
+) -> Result<(), String> {
+    if h.len > MAX_MSG_BYTES {
+        return Err(format!("message of {} bytes", h.len));
+    }
+    let n = h.len as usize;
+    let target = {
+        let mut st = sh.state.lock();
+        let queued = !st.inbox[peer].is_empty();
+        if takes(st.posted[peer], queued, h.tag, h.len) {
+            let p = st.posted[peer].as_mut().expect("takes checked");
+            p.stage = Stage::Filling;
+            Some(p.addr)
+        } else {
+            None
+        }
+    };
+    if let Some(addr) = target {
+        // SAFETY: the posted buffer of `n` bytes, which its receiver keeps
+        // and does not touch until the stage leaves Filling.
+        let buf = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, n) };
+        let got = s.read_exact(buf);
+        let mut st = sh.state.lock();
+        finish(&mut st, peer, got.is_ok());
+        sh.cv.notify_all();
+        return got.map_err(|e| e.to_string());
+    }
+    let mut buf = sh.state.lock().spare[peer].take().unwrap_or_default();
+    buf.resize(n, 0);
+    s.read_exact(&mut buf).map_err(|e| e.to_string())?;
+    let mut st = sh.state.lock();
+    st.inbox[peer].push_back((h.tag, buf));
+    sh.cv.notify_all();
+    Ok(())
+}
+
+fn finish(st: &mut State, peer: usize, ok: bool) {
+    if ok {
+        if let Some(p) = st.posted[peer].as_mut() {
+            p.stage = Stage::Filled;
+        }
+    } else {
+        st.posted[peer] = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_waiting_matching_receive_with_nothing_queued_takes_a_message() {
+        let p = Posted {
+            tag: 3,
+            addr: 8,
+            len: 100,
+            stage: Stage::Waiting,
+        };
+        assert!(takes(Some(p), false, 3, 100));
+        assert!(!takes(None, false, 3, 100));
+        assert!(!takes(Some(p), true, 3, 100), "an earlier message first");
+        assert!(!takes(Some(p), false, 4, 100), "another tag");
+        assert!(!takes(Some(p), false, 3, 99), "another length");
+        for stage in [Stage::Filling, Stage::Filled] {
+            assert!(!takes(Some(Posted { stage, ..p }), false, 3, 100));
+        }
+    }
+}
