@@ -112,7 +112,7 @@ struct Shared {
     /// This rank's connection to each peer.
     out: Vec<Mutex<Option<TcpStream>>>,
     /// Handles of the accepted connections, to end their readers on close.
-    inbound: Mutex<Vec<TcpStream>>,
+    inbound: Mutex<Vec<(usize, TcpStream)>>,
     /// The range of each of this rank's slots written since its round began.
     dirty: Mutex<[Option<(usize, usize)>; SLOTS]>,
     closed: AtomicBool,
@@ -620,7 +620,7 @@ impl TcpGroup {
             }
             *out = None;
         }
-        for s in sh.inbound.lock().drain(..) {
+        for (_, s) in sh.inbound.lock().drain(..) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }

@@ -104,7 +104,7 @@ pub(super) fn accept_peers(
             continue;
         };
         expected[peer] = false;
-        sh.inbound.lock().push(handle);
+        sh.inbound.lock().push((peer, handle));
         let reader_sh = Arc::clone(&sh);
         let started = std::thread::Builder::new()
             .name(format!("mooncake-pg-tcp-{peer}"))

@@ -67,9 +67,15 @@ impl TcpGroup {
                 Some(Stage::Filled) => break,
                 // The reader failed while filling: the peer is dead.
                 None => return Err(GroupError::Dead(vec![src])),
-                // Never give the buffer back while the reader writes it.
+                // Never give the buffer back while the reader writes it; a
+                // message stalled past the deadline breaks the connection
+                // (as a stalled send does), which ends the read.
                 Some(Stage::Filling) => {
-                    sh.cv.wait(&mut st);
+                    if sh.cv.wait_until(&mut st, deadline).timed_out() {
+                        drop(st);
+                        sh.break_inbound(src);
+                        st = sh.state.lock();
+                    }
                     continue;
                 }
                 Some(Stage::Waiting) => {}
@@ -95,6 +101,18 @@ impl TcpGroup {
         drop(st);
         sh.send_frame(src, &Header::ack(count), &[]);
         Ok(true)
+    }
+}
+
+impl Shared {
+    /// Ends the connection `peer`'s frames come in on: its reader fails
+    /// and the peer is dead.
+    fn break_inbound(&self, peer: usize) {
+        for (p, s) in self.inbound.lock().iter() {
+            if *p == peer {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
     }
 }
 
@@ -146,7 +164,10 @@ fn finish(st: &mut State, peer: usize, ok: bool) {
             p.stage = Stage::Filled;
         }
     } else {
+        // The connection failed mid-message: the reader ends and the peer
+        // is dead (said here, so the receiver sees both at once).
         st.posted[peer] = None;
+        st.dead[peer] = true;
     }
 }
 

@@ -289,3 +289,29 @@ fn a_goodbye_is_not_a_death() {
     assert_eq!(e, Err(GroupError::Timeout));
     assert!(g.dead(&[1]).is_empty());
 }
+
+#[test]
+fn a_message_stalled_into_a_posted_receive_breaks_the_connection() {
+    let keep = parking_lot::Mutex::new(None);
+    let g = fake_peer(|s| *keep.lock() = Some(s.try_clone().unwrap()));
+    let mut to0 = keep.lock().take().unwrap();
+    let mut out = vec![0u8; 100];
+    let started = Instant::now();
+    let got = std::thread::scope(|sc| {
+        sc.spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            // Ten of the hundred bytes, then nothing (the peer lives on).
+            to0.write_all(&Header::msg(7, 100).encode()).unwrap();
+            to0.write_all(&[1; 10]).unwrap();
+            std::mem::forget(to0);
+        });
+        g.recv_into(1, 7, &mut out, Instant::now() + Duration::from_millis(800))
+    });
+    assert_eq!(got, Err(GroupError::Dead(vec![1])));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(g.dead(&[1]), vec![1]);
+}
