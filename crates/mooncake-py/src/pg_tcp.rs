@@ -113,6 +113,32 @@ impl PyTcpGroup {
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
+    /// Has `peer`'s next `flag` = `value` payload written to `addr` (at its
+    /// slot offsets, within `nbytes`) instead of its slot copy; False when
+    /// it arrived already. `end_redirect` must follow.
+    fn redirect(
+        &self,
+        peer: usize,
+        flag_index: usize,
+        value: u32,
+        addr: usize,
+        nbytes: usize,
+    ) -> PyResult<bool> {
+        self.peer(peer)?;
+        let f = flag(flag_index)?;
+        // SAFETY: the caller hands a tensor it keeps alive and leaves alone
+        // until its end_redirect returns.
+        unsafe { self.inner.redirect(peer, f, value, addr as *mut u8, nbytes) }.map_err(err)
+    }
+
+    /// Whether `peer`'s redirected payload went into the buffer; waits
+    /// out one being written.
+    fn end_redirect(&self, py: Python<'_>, peer: usize, timeout_s: f64) -> PyResult<bool> {
+        self.peer(peer)?;
+        let d = deadline(timeout_s)?;
+        Ok(py.allow_threads(|| self.inner.end_redirect(peer, d)))
+    }
+
     fn flag(&self, rank: usize, flag_index: usize) -> PyResult<u32> {
         self.rank_in(rank)?;
         Ok(self.inner.flag(rank, flag(flag_index)?))

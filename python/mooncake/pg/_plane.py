@@ -334,14 +334,31 @@ class Plane:
                 n = chunk.numel() * chunk.element_size()
                 self._check_transfer()
                 self.shm.post_parts(ARRIVE, k, [(0, n)] * self.world, chunk.data_ptr(), n)
+                self._wait(ARRIVE, k)
+            elif self.rank != root and self._touch is not None and root not in self.missing:
+                # Over TCP the root's bytes go straight into the tensor when
+                # they have not arrived yet.
+                chunk = f[a:b]
+                into = self.shm.redirect(root, ARRIVE, k, chunk.data_ptr(), chunk.numel() * chunk.element_size())
+                filled = False
+                try:
+                    self.post(ARRIVE, k)
+                    self._wait(ARRIVE, k)
+                finally:
+                    if into:
+                        filled = self.shm.end_redirect(root, self.timeout_s)
+                if root not in self.missing:
+                    if not filled:
+                        chunk.copy_(self.view(root, s, f.dtype, b - a))
+                    got = True
             else:
                 if self.rank == root:
                     self.view(root, s, f.dtype, b - a).copy_(f[a:b])
                 self.post(ARRIVE, k)
-            self._wait(ARRIVE, k)
-            if self.rank != root and root not in self.missing:
-                f[a:b].copy_(self.view(root, s, f.dtype, b - a))
-                got = True
+                self._wait(ARRIVE, k)
+                if self.rank != root and root not in self.missing:
+                    f[a:b].copy_(self.view(root, s, f.dtype, b - a))
+                    got = True
             self.post(DONE, k)
         if back and got:
             t.copy_(f.view(t.shape))

@@ -95,6 +95,8 @@ struct State {
     spare: Vec<Option<Vec<u8>>>,
     /// A receive from each peer waiting to be filled by its reader.
     posted: Vec<Option<posted::Posted>>,
+    /// A round's payload from each peer to go into a caller's buffer.
+    redirect: Vec<Option<posted::Redirect>>,
     read: Vec<u32>,
     sent: Vec<u32>,
     acked: Vec<u32>,
@@ -226,6 +228,7 @@ impl TcpGroup {
                 inbox: vec![VecDeque::new(); size],
                 spare: vec![None; size],
                 posted: vec![None; size],
+                redirect: vec![None; size],
                 read: vec![0; size],
                 sent: vec![0; size],
                 acked: vec![0; size],
@@ -669,7 +672,7 @@ fn read_frames(sh: &Shared, peer: usize, s: &mut TcpStream) -> Result<bool, Stri
                     return Err(format!("bad flag {f}"));
                 }
                 let (lo, hi) = h.slot_range(SLOTS, sh.slot_bytes)?;
-                if hi > lo {
+                if hi > lo && !posted::read_redirected(sh, peer, s, &h, lo, hi)? {
                     // SAFETY: lo..hi lies in the peer's slot copy (checked
                     // above), which nothing else writes, and which the
                     // plane reads only after this word arrives.

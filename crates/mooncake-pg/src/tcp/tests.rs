@@ -315,3 +315,45 @@ fn a_message_stalled_into_a_posted_receive_breaks_the_connection() {
     );
     assert_eq!(g.dead(&[1]), vec![1]);
 }
+
+#[test]
+fn a_redirected_payload_lands_in_the_buffer_not_the_slot_copy() {
+    let g = mesh(3);
+    let len = 3 * PIECE + 7;
+    let data: Vec<u8> = (0..len).map(|i| (i % 239) as u8 + 1).collect();
+    fill(&g[0], 1, 0, &data);
+    let mut bufs = vec![vec![0u8; len]; 3];
+    for (r, buf) in bufs.iter_mut().enumerate().skip(1) {
+        // SAFETY: the buffer outlives the redirect, ended below.
+        let ok = unsafe { g[r].redirect(0, Flag::Arrive, 1, buf.as_mut_ptr(), len) };
+        assert!(ok.unwrap());
+    }
+    g[0].touch(1, 0, len).unwrap();
+    g[0].post(Flag::Arrive, 1);
+    for (r, peer) in g.iter().enumerate().skip(1) {
+        assert!(peer.wait(&[0], Flag::Arrive, 1, soon()).unwrap().is_empty());
+        assert!(peer.end_redirect(0, soon()));
+        assert!(slot(peer, 0, 1)[..len].iter().all(|&b| b == 0), "rank {r}");
+    }
+    assert_eq!(bufs[1], data);
+    assert_eq!(bufs[2], data);
+    // The word is there already: nothing to redirect.
+    let mut late = vec![0u8; len];
+    // SAFETY: as above.
+    let ok = unsafe { g[1].redirect(0, Flag::Arrive, 1, late.as_mut_ptr(), len) };
+    assert!(!ok.unwrap());
+    // Another round's word, or a buffer too short: the slot copy.
+    let mut short = vec![0u8; len - 1];
+    // SAFETY: as above.
+    let ok = unsafe { g[1].redirect(0, Flag::Arrive, 3, short.as_mut_ptr(), len - 1) };
+    assert!(ok.unwrap());
+    g[0].clean(1);
+    g[0].touch(1, 0, len).unwrap();
+    g[0].post(Flag::Arrive, 3);
+    assert!(g[1].wait(&[0], Flag::Arrive, 3, soon()).unwrap().is_empty());
+    assert!(!g[1].end_redirect(0, soon()));
+    assert!(short.iter().all(|&b| b == 0));
+    assert_eq!(&slot(&g[1], 0, 1)[..len], &data[..]);
+    // SAFETY: not a peer: refused before anything is kept.
+    assert!(unsafe { g[1].redirect(1, Flag::Arrive, 5, short.as_mut_ptr(), 1) }.is_err());
+}
