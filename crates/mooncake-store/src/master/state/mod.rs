@@ -17,6 +17,7 @@ mod eviction;
 mod fs_tier;
 mod groups;
 pub(in crate::master) mod image;
+mod image_objects;
 mod leases;
 pub(in crate::master) mod mutation;
 mod objects;
