@@ -86,8 +86,15 @@ impl MasterServer {
             )
         })?;
         // The HTTP port answers (restore progress) while the state opens.
+        let t = std::time::Instant::now();
         let shared = super::startup::open_while_serving(config, &http).await?;
+        let opened = t.elapsed();
         let mut server = Self::bind_serving(Arc::new(shared), http_addr).await?;
+        tracing::info!(
+            open_ms = opened.as_millis() as u64,
+            ms = t.elapsed().as_millis() as u64,
+            "startup: state open, ports bound"
+        );
         server.http = Some(http);
         Ok(server)
     }

@@ -20,6 +20,7 @@ mod fs_tier;
 mod groups;
 mod hotkeys;
 pub(in crate::master) mod image;
+mod image_objects;
 mod leases;
 pub(in crate::master) mod mutation;
 mod objects;
