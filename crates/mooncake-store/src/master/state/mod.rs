@@ -6,7 +6,8 @@
 //! Its tables, private to this folder: `segments` (mounted segments and
 //! replica placement, over [`allocator`]), `objects` (sharded object map;
 //! `leases` for leases and pins; `groups` for object groups), `clients` (liveness), `tasks` (copy and
-//! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
+//! move tasks), `retired` (space freed later), `room` (puts waiting for
+//! copies to land), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
 //! flight); `eviction` ranks victims. Other layers see the tables only
 //! through the state machine's calls and its `image` (snapshots, catch-up).
@@ -23,6 +24,7 @@ mod objects;
 pub(in crate::master) mod owned;
 mod promotion;
 mod retired;
+pub(in crate::master) mod room;
 mod segments;
 pub(in crate::master) mod service;
 mod ssd_tier;
