@@ -93,15 +93,19 @@ pub(super) fn until_room(shared: &Shared, req: Request<'_>, tenant: &str, first:
     let service = &shared.service;
     let started = Instant::now();
     let mut answer = first;
+    let mut idle = 0;
     loop {
         let seen = service.room_signal().generation();
+        let under_way = service.copies_under_way();
         let wait = next_wait(
             no_room(&answer.response),
-            service.copies_under_way(),
+            under_way,
+            idle,
             started.elapsed(),
             PUT_ROOM_WAIT,
         );
         let Some(wait) = wait else { return answer };
+        idle = if under_way { 0 } else { idle + 1 };
         service.room_signal().wait_past(seen, wait);
         let now = shared.clock.now_ms();
         let next = service.handle_as(again(&req, &answer.response), tenant, now);

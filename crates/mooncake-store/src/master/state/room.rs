@@ -49,16 +49,23 @@ impl RoomSignal {
     }
 }
 
+/// Tries a refused put gets with no copy under way: a try can lose its
+/// eviction round to another (the timer's) that freed too little for it,
+/// while objects whose copies just landed are still in memory.
+pub(crate) const IDLE_TRIES: u32 = 2;
+
 /// Whether a put answered `no_room` after `waited` should wait (and for
-/// how long at most) before trying again: only while copies are under way
-/// and the budget of `limit` is not spent.
+/// how long at most) before trying again: while copies are under way, or
+/// for [`IDLE_TRIES`] tries (`idle` so far) without one, and within the
+/// budget of `limit`.
 pub(crate) fn next_wait(
     no_room: bool,
     under_way: bool,
+    idle: u32,
     waited: Duration,
     limit: Duration,
 ) -> Option<Duration> {
-    if !no_room || !under_way || waited >= limit {
+    if !no_room || !(under_way || idle < IDLE_TRIES) || waited >= limit {
         return None;
     }
     Some((limit - waited).min(PUT_ROOM_SLICE))
@@ -72,23 +79,26 @@ mod tests {
     #[test]
     fn a_put_waits_only_while_copies_are_under_way_and_within_its_budget() {
         let limit = Duration::from_secs(5);
+        let zero = Duration::ZERO;
+        assert_eq!(next_wait(false, true, 0, zero, limit), None, "placed");
         assert_eq!(
-            next_wait(false, true, Duration::ZERO, limit),
-            None,
-            "placed"
+            next_wait(true, false, 0, zero, limit),
+            Some(PUT_ROOM_SLICE),
+            "one more try after a lost round"
         );
         assert_eq!(
-            next_wait(true, false, Duration::ZERO, limit),
+            next_wait(true, false, IDLE_TRIES, zero, limit),
             None,
             "nothing to wait for"
         );
-        assert_eq!(next_wait(true, true, limit, limit), None, "budget spent");
         assert_eq!(
-            next_wait(true, true, Duration::ZERO, limit),
-            Some(PUT_ROOM_SLICE)
+            next_wait(true, true, IDLE_TRIES, zero, limit),
+            Some(PUT_ROOM_SLICE),
+            "copies under way"
         );
+        assert_eq!(next_wait(true, true, 0, limit, limit), None, "budget spent");
         assert_eq!(
-            next_wait(true, true, limit - Duration::from_millis(10), limit),
+            next_wait(true, true, 0, limit - Duration::from_millis(10), limit),
             Some(Duration::from_millis(10)),
             "never past the budget"
         );
