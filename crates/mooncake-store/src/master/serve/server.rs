@@ -389,10 +389,16 @@ impl Handler for Rpc {
             }
         }
         let call = shared.metrics.classify(&shared.service, &req);
+        let retry = super::room_wait::may_wait(&req).then(|| req.clone());
+        let answer = shared.service.handle_as(req, &session.tenant, now);
+        let answer = match retry {
+            Some(req) => super::room_wait::until_room(shared, req, &session.tenant, answer),
+            None => answer,
+        };
         let Answer {
             mut response,
             release,
-        } = shared.service.handle_as(req, &session.tenant, now);
+        } = answer;
         // Answered only once its release holds: its mutations durable in
         // the log (`Durable`), or held by the in-sync standbys (`Committed`).
         let waited = match (release, &shared.durability.wal, &shared.replication) {
