@@ -218,7 +218,7 @@ def test_vllm_and_sglang_frames(conductor):
     finally:
         vllm.sock.close(linger=0)
         sgl.sock.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)  # closes what a failed assertion left open
 
 
 def test_seq_hashes_are_the_standard():
@@ -400,4 +400,4 @@ def test_cache_aware_proxy_example(conductor):
             srv.shutdown()
             srv.server_close()
         pub.sock.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)  # closes what a failed assertion left open

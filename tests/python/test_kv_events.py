@@ -41,7 +41,7 @@ def events():
     finally:
         store.close()
         sub.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)  # closes what a failed assertion left open
         assert cluster.stop() == 0, cluster.proc.output()
 
 
@@ -181,5 +181,5 @@ def test_replay_endpoint_resends_missed_batches():
     finally:
         store.close()
         sub.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)  # closes what a failed assertion left open
         assert cluster.stop() == 0, cluster.proc.output()

@@ -192,7 +192,7 @@ def test_kv_event_numbers_go_on_across_a_failover(etcd, metadata_server, monkeyp
     finally:
         store.close()
         sub.close(linger=0)
-        ctx.term()
+        ctx.destroy(linger=0)  # closes what a failed assertion left open
         a.stop()
         if b is not None:
             b.stop()

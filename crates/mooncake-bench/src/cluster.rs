@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 
-/// How long a process may take to print its ready line.
-const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a process may take to print its ready line (a master
+/// restoring a large snapshot included).
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// First argument that turns this executable into one of the programs.
 const RUN_AS: &str = "--run-as";

@@ -8,6 +8,8 @@
 //! - `mooncake-bench baseline`: loopback TCP ping-pong and memcpy bandwidth
 //!   ([`baseline`]), the floor and ceiling the store numbers sit between;
 //! - `mooncake-bench memory`: master RSS per object ([`memory`]);
+//! - `mooncake-bench restart`: a master's restart from a snapshot and a
+//!   log tail ([`restart`]);
 //! - `mooncake-bench failover`: HA failover time on a Kubernetes Lease
 //!   (on the API stand-in) ([`failover`]);
 //! - `mooncake-bench --compare-reference`: `benchmarks/compare.py` on the
@@ -27,6 +29,7 @@ mod failover;
 mod floor;
 mod ha;
 mod memory;
+mod restart;
 mod rpc;
 mod stats;
 mod store;
@@ -68,6 +71,8 @@ pub(crate) enum BenchCmd {
     Baseline(BaselineArgs),
     /// Master RSS per object after filling it with small objects.
     Memory(MemoryArgs),
+    /// A master's restart from a snapshot of N objects and a log tail.
+    Restart(RestartArgs),
     /// Replicated HA: 4 KiB put cost and failover time (needs an etcd).
     Ha(HaArgs),
     /// Put latency with and without the write-ahead log; snapshot and
@@ -220,6 +225,27 @@ pub(crate) struct MemoryArgs {
 
 #[derive(Args, Debug)]
 #[command(rename_all = "snake_case")]
+pub(crate) struct RestartArgs {
+    /// Objects in the snapshot.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub(crate) objects: usize,
+    /// Objects put after it (log entries replayed at the restart).
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) tail: usize,
+    #[arg(long, default_value = "64", value_parser = size_arg)]
+    pub(crate) size: u64,
+    #[arg(long, default_value_t = 512)]
+    pub(crate) batch: usize,
+    /// Seconds between the first master's snapshots: the tail must be put
+    /// within one interval of the snapshot after the fill.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) snapshot_interval: u64,
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(rename_all = "snake_case")]
 pub(crate) struct FailoverArgs {
     /// Stops of each kind (kill -9, SIGTERM).
     #[arg(long, default_value_t = 3)]
@@ -253,6 +279,7 @@ pub fn main(argv: Vec<String>) -> i32 {
         Some(BenchCmd::Rpc(a)) => run_rpc(a),
         Some(BenchCmd::Baseline(a)) => run_baseline(a),
         Some(BenchCmd::Memory(a)) => run_memory(a),
+        Some(BenchCmd::Restart(a)) => run_restart(a),
         Some(BenchCmd::Failover(a)) => run_failover(a),
         Some(BenchCmd::Ha(a)) => run_ha(a),
         Some(BenchCmd::Durability(a)) => run_durability(a),
@@ -466,6 +493,16 @@ fn run_memory(a: MemoryArgs) -> Result<(), String> {
     emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
     write_json(&a.json, &r)?;
     draw(svg::path_for(&a.chart, &a.json), &memory::charts(&r))
+}
+
+fn run_restart(a: RestartArgs) -> Result<(), String> {
+    let size = usize::try_from(a.size).map_err(|_| "size too large".to_string())?;
+    let r = restart::run(a.objects, a.tail, size, a.batch, a.snapshot_interval, |s| {
+        eprintln!("{s}")
+    })
+    .map_err(|e| e.to_string())?;
+    emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
+    write_json(&a.json, &r)
 }
 
 fn run_failover(a: FailoverArgs) -> Result<(), String> {

@@ -159,6 +159,52 @@ fn offload_on_evict_loses_nothing_at_four_times_memory() {
     lossless(&["--enable_offload=true", "--offload_on_evict=true"]);
 }
 
+/// A put into memory full of objects that could go to the tier waits for
+/// their copies instead of answering -200: 4× memory in single puts and in
+/// batches, not one refusal (every object stays offloadable throughout),
+/// and every acknowledged key reads back byte-exact, most from disk only.
+#[test]
+fn puts_into_full_memory_wait_for_copies_and_are_never_refused() {
+    let cluster = Cluster::start(&["--enable_offload=true", "--offload_on_evict=true"]);
+    let dir = tier_dir("tier-room");
+    let _storage = tier_storage(&cluster, dir.path(), &[]);
+    let client = cluster.pure_client();
+    let n = 64;
+    let refused = put_all(&client, n);
+    assert_eq!(
+        refused, 0,
+        "{refused} puts answered -200 while copies could be made"
+    );
+    // Batches of 8: a refused key of a batch waits as a single put does.
+    let batch_keys: Vec<String> = (n..2 * n).map(key).collect();
+    let mut refused = 0;
+    for chunk in batch_keys.chunks(8) {
+        let values: Vec<Vec<u8>> = chunk.iter().map(|k| value(k, VALUE)).collect();
+        let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let results = client
+            .put_batch(chunk, &slices, &ReplicaPolicy::default())
+            .unwrap();
+        for (k, r) in chunk.iter().zip(results) {
+            match r {
+                Ok(()) => {}
+                Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE => refused += 1,
+                Err(e) => panic!("put {k}: {e}"),
+            }
+        }
+    }
+    assert_eq!(refused, 0, "{refused} batched puts answered -200");
+    assert_all_exact(&client, (0..2 * n).map(key));
+    let disk_only = (0..2 * n)
+        .map(key)
+        .filter(|k| kinds(&client, k) == (false, true))
+        .count();
+    assert!(
+        disk_only > n,
+        "only {disk_only} of {} keys are disk-only",
+        2 * n
+    );
+}
+
 #[test]
 fn removed_and_replaced_objects_leave_the_tier() {
     let cluster = Cluster::start(&["--enable_offload=true"]);

@@ -12,11 +12,13 @@
 //!   then reports the copies; the master keeps the memory copy until it
 //!   hears. It also deletes copies of removed objects and runs the tier's
 //!   two-phase eviction (the master forgets a copy before its file goes);
+//!   `stats` logs where its time goes;
 //! - `service`: readers of disk-only objects ask this client to stage them
 //!   into its engine-managed buffer and pull the bytes with the engine.
 
 pub(crate) mod poll;
 pub mod service;
+mod stats;
 mod worker;
 
 use std::collections::HashMap;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use mooncake_common::Result;
 
 use super::poll::poll_until_stopped;
+use super::stats::{RoundStats, REPORT_EVERY};
 use super::TierShared;
 use crate::tier::{Committed, EvictionBatch, StageOutcome, WriteError};
 use crate::types::OffloadTask;
@@ -55,7 +56,13 @@ pub(super) fn run(s: &TierShared) {
     let heartbeat = s.tier.config().heartbeat_interval;
     let round_ms = u64::try_from(heartbeat.as_millis()).unwrap_or(u64::MAX);
     let mut last_housekeeping = std::time::Instant::now();
+    let mut stats = RoundStats::default();
+    let mut last_report = std::time::Instant::now();
     let poll = || {
+        if last_report.elapsed() >= REPORT_EVERY {
+            stats.log_and_clear(last_report.elapsed());
+            last_report = std::time::Instant::now();
+        }
         if last_housekeeping.elapsed() >= HOUSEKEEPING {
             last_housekeeping = std::time::Instant::now();
             s.gc_batches();
@@ -70,7 +77,7 @@ pub(super) fn run(s: &TierShared) {
         }
         let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
         if !batch.tasks.is_empty() {
-            offload_round(s, &batch.tasks);
+            stats.add(&offload_round(s, &batch.tasks));
         }
         for key in &batch.promotions {
             promote(s, key);
@@ -80,8 +87,10 @@ pub(super) fn run(s: &TierShared) {
     poll_until_stopped(&s.stop, "ssd", poll, || mount_and_restore(s).map(|_| ()));
 }
 
-/// Copies `tasks` into the tier and reports them.
-fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
+/// Copies `tasks` into the tier and reports them; returns where the
+/// round's time went.
+fn offload_round(s: &TierShared, tasks: &[OffloadTask]) -> RoundStats {
+    let started = std::time::Instant::now();
     let now = s.now();
     let mut durable: Vec<(String, u64)> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
@@ -109,6 +118,7 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
             }
         }
     }
+    let staged = std::time::Instant::now();
     match s.tier.commit(now) {
         Ok(c) => take_committed(c, &mut durable),
         Err(WriteError { error, discarded }) => {
@@ -116,6 +126,15 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
             failed.extend(discarded);
         }
     }
+    let committed = std::time::Instant::now();
+    let round = RoundStats {
+        rounds: 1,
+        tasks: tasks.len() as u64,
+        bytes: durable.iter().map(|(_, n)| n).sum(),
+        stage: staged - started,
+        commit: committed - staged,
+        report: std::time::Duration::ZERO,
+    };
     report_durable(s, durable);
     if !failed.is_empty() {
         failed.sort();
@@ -123,6 +142,10 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) {
         if let Err(e) = s.master.notify_offload_failure(s.id, &failed) {
             tracing::debug!(error = %e, "reporting failed offloads");
         }
+    }
+    RoundStats {
+        report: committed.elapsed(),
+        ..round
     }
 }
 

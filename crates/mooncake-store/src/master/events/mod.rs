@@ -311,16 +311,18 @@ impl Sender {
         }
         let payload = Arc::new(encode::batch(&self.format, now_ms(), &numbered));
         let seq = inner.next_seq.fetch_add(1, Ordering::Relaxed);
+        if let Some(ring) = &self.ring {
+            // Kept before it is sent: a consumer that sees this batch and
+            // asks the replay endpoint for it at once must find it there.
+            // Kept even if the send fails: a consumer asking gets what it
+            // missed.
+            ring.lock().record(seq, payload.clone());
+        }
         let sent = self
             .socket
             .send(&b""[..], zmq::SNDMORE)
             .and_then(|()| self.socket.send(&seq.to_be_bytes()[..], zmq::SNDMORE))
             .and_then(|()| self.socket.send(&payload[..], 0));
-        if let Some(ring) = &self.ring {
-            // Kept even if this send failed: a consumer asking for it gets
-            // what it missed.
-            ring.lock().record(seq, payload);
-        }
         let n = numbered.len() as u64;
         match sent {
             Ok(()) => {

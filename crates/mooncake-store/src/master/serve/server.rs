@@ -86,8 +86,15 @@ impl MasterServer {
             )
         })?;
         // The HTTP port answers (restore progress) while the state opens.
+        let t = std::time::Instant::now();
         let shared = super::startup::open_while_serving(config, &http).await?;
+        let opened = t.elapsed();
         let mut server = Self::bind_serving(Arc::new(shared), http_addr).await?;
+        tracing::info!(
+            open_ms = opened.as_millis() as u64,
+            ms = t.elapsed().as_millis() as u64,
+            "startup: state open, ports bound"
+        );
         server.http = Some(http);
         Ok(server)
     }
@@ -382,10 +389,16 @@ impl Handler for Rpc {
             }
         }
         let call = shared.metrics.classify(&shared.service, &req);
+        let retry = super::room_wait::may_wait(&req).then(|| req.clone());
+        let answer = shared.service.handle_as(req, &session.tenant, now);
+        let answer = match retry {
+            Some(req) => super::room_wait::until_room(shared, req, &session.tenant, answer),
+            None => answer,
+        };
         let Answer {
             mut response,
             release,
-        } = shared.service.handle_as(req, &session.tenant, now);
+        } = answer;
         // Answered only once its release holds: its mutations durable in
         // the log (`Durable`), or held by the in-sync standbys (`Committed`).
         let waited = match (release, &shared.durability.wal, &shared.replication) {

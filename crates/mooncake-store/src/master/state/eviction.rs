@@ -151,6 +151,19 @@ pub(crate) fn cover<K: Ord + Copy>(candidates: &mut [(K, u64)], target: u64) -> 
     Some((t, bytes))
 }
 
+/// Rounds' worth of copies kept queued or in flight while memory is past
+/// its watermark: a round's copies alone leave the tier idle between rounds.
+pub(crate) const COPY_ROUNDS_AHEAD: u64 = 3;
+
+/// How much (in the round's unit) should be queued or under way for a
+/// copy, given a round's `target` and what the copies `under_way` hold.
+/// Zero when enough is under way.
+pub(crate) fn queue_ahead(target: u64, under_way: u64) -> u64 {
+    target
+        .saturating_mul(COPY_ROUNDS_AHEAD)
+        .saturating_sub(under_way)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +253,22 @@ mod tests {
         assert_eq!(threshold(&mut c, 15), Some(20));
         assert_eq!(threshold(&mut c, 1000), Some(30));
         assert_eq!(threshold::<u64>(&mut [], 1), None);
+    }
+
+    #[test]
+    fn copies_are_queued_rounds_ahead_until_enough_are_under_way() {
+        // Nothing under way: three rounds' worth, not one.
+        assert_eq!(queue_ahead(100, 0), 300);
+        // One round under way: the next two go out before it lands.
+        assert_eq!(queue_ahead(100, 100), 200);
+        // Enough under way (or more): nothing more is queued.
+        assert_eq!(queue_ahead(100, 300), 0);
+        assert_eq!(queue_ahead(100, 1000), 0);
+        assert_eq!(queue_ahead(u64::MAX, 0), u64::MAX);
+        // The queue threshold covers the next-oldest, in eviction order.
+        let mut c = [(40, 100), (10, 100), (30, 100), (20, 100), (50, 100)];
+        assert_eq!(cover(&mut c, queue_ahead(100, 0)), Some((30, 300)));
+        assert_eq!(cover(&mut c, queue_ahead(100, 100)), Some((20, 200)));
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! Its tables, private to this folder: `segments` (mounted segments and
 //! replica placement, over [`allocator`]), `objects` (sharded object map;
 //! `leases` for leases and pins; `groups` for object groups), `clients` (liveness), `tasks` (copy and
-//! move tasks), `retired` (space freed later), `ssd_tier` (SSD tiers and
+//! move tasks), `retired` (space freed later), `room` (puts waiting for
+//! copies to land), `ssd_tier` (SSD tiers and
 //! copies) and `fs_tier` (the shared filesystem's writers and writes in
 //! flight), `hotkeys` (hot keys' heat and extra replicas); `eviction`
 //! ranks victims (`frequency` weighs reads in). Other layers see the tables only
@@ -20,12 +21,14 @@ mod fs_tier;
 mod groups;
 mod hotkeys;
 pub(in crate::master) mod image;
+mod image_objects;
 mod leases;
 pub(in crate::master) mod mutation;
 mod objects;
 pub(in crate::master) mod owned;
 mod promotion;
 mod retired;
+pub(in crate::master) mod room;
 mod segments;
 pub(in crate::master) mod service;
 mod ssd_tier;

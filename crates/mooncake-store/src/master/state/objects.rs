@@ -609,28 +609,56 @@ impl ObjectMap {
         });
     }
 
-    /// Adds an object read from a snapshot; false, changing nothing, when
-    /// the key is already present.
-    pub(crate) fn restore(&self, shard: &mut Shard, key: &str, obj: ObjectMeta) -> bool {
-        let (standing, charged) = (Standing::of(&obj), charge_of(&obj));
+    /// The shard `key` lives in (a restore groups its objects by it).
+    pub(crate) fn shard_index(&self, key: &str) -> usize {
+        self.shard_of(key)
+    }
+
+    /// Adds objects read from a snapshot, all of shard `i`
+    /// ([`shard_index`](Self::shard_index)), under one lock; `now` is the
+    /// image's clock. Stops at the first key already present and returns
+    /// its position in `objects`, the objects before it added.
+    pub(crate) fn restore_shard<'a>(
+        &self,
+        i: usize,
+        now: u64,
+        objects: impl IntoIterator<Item = (&'a str, ObjectMeta)>,
+    ) -> Result<(), usize> {
+        let mut guard = self.shards[i].0.lock();
+        guard.clock(now);
         let Shard {
             map,
+            tally,
+            charges,
+            oldest_pending,
             cuts,
             frozen,
             frozen_at,
             ..
-        } = &mut *shard;
+        } = &mut *guard;
+        // Held for the batch: a snapshot cut sees all of it or none.
         let gate = open_write(map, cuts, frozen, frozen_at);
-        if !map.insert_if_absent(key, obj) {
-            return false;
+        let mut cost = 0;
+        let mut result = Ok(());
+        for (n, (key, obj)) in objects.into_iter().enumerate() {
+            debug_assert_eq!(self.shard_of(key), i);
+            if let Some(p) = &obj.pending {
+                *oldest_pending = (*oldest_pending).min(p.started);
+            }
+            let (standing, charged) = (Standing::of(&obj), charge_of(&obj));
+            if !map.insert_if_absent(key, obj) {
+                result = Err(n);
+                break;
+            }
+            tally.moved(None, Some(standing));
+            if let Some(c) = charges {
+                c.moved(key, 0, charged);
+            }
+            cost += metadata_cost(key);
         }
         drop(gate);
-        shard.tally.moved(None, Some(standing));
-        if let Some(c) = &shard.charges {
-            c.moved(key, 0, charged);
-        }
-        self.charge(key);
-        true
+        self.metadata_used.fetch_add(cost, Ordering::Relaxed);
+        result
     }
 
     /// The counts by walking every object: what `counts` must agree with.

@@ -22,6 +22,7 @@ use parking_lot::{Mutex, RwLock};
 use super::fs_tier::SHARED_FS;
 use super::leases::CopyLease;
 use super::promotion::{Candidates, Pacer};
+use super::room::RoomSignal;
 use crate::types::{ClientId, OffloadBatch, OffloadTask};
 
 /// One object's copy in a tier.
@@ -87,6 +88,8 @@ pub(crate) struct DiskTable {
     used: Mutex<HashMap<ClientId, u64>>,
     /// The shared filesystem's copies, oldest first (its eviction order).
     files: Mutex<FileOrder>,
+    /// Bumped when copies in flight end: puts waiting for room retry.
+    room: RoomSignal,
 }
 
 /// Write order of the shared filesystem's copies.
@@ -447,6 +450,16 @@ impl DiskTable {
         let m = mail.get_mut(&owner)?;
         m.queued.remove(key);
         m.lent.remove(key)
+    }
+
+    /// Whether any tier has copies queued or in flight: memory they
+    /// hold is freed once they land.
+    pub(crate) fn copies_under_way(&self) -> bool {
+        self.mail.lock().values().any(|m| !m.queued.is_empty())
+    }
+
+    pub(crate) fn room(&self) -> &RoomSignal {
+        &self.room
     }
 
     /// Keys queued or in flight for `owner`.

@@ -74,7 +74,9 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         let r = restore(&make, stores.as_deref(), dir.as_deref(), None, progress)?;
         tracing::info!(report = ?r.report, "restored master state");
         // The snapshot's bytes and the log entries replayed are gone.
+        let t = Instant::now();
         super::release_heap();
+        tracing::info!(ms = t.elapsed().as_millis() as u64, "restore: heap trimmed");
         let next = r.report.last_seq + 1;
         (r.service, r.now, next, Some(r.report))
     } else {
@@ -94,6 +96,7 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         (MasterService::new(config), 0, base + 1, None)
     };
     let clock_base = if report.is_some() { now + 1 } else { 0 };
+    let t = Instant::now();
     if report.is_some() {
         service.await_owners(clock_base);
     }
@@ -114,6 +117,12 @@ pub(crate) fn open(config: &MasterConfig, progress: &RestoreProgress) -> Result<
         .with_sink(Box::new(WalSink(wal.clone())))
         .with_put_fence();
     service.retire_reserved(clock_base);
+    if report.is_some() {
+        tracing::info!(
+            ms = t.elapsed().as_millis() as u64,
+            "restore: owners awaited, log opened"
+        );
+    }
     let pending = match (stores, config.enable_snapshot) {
         (Some(stores), true) => Some((config.clone(), stores)),
         _ => None,

@@ -33,6 +33,7 @@ mod durable;
 pub mod format;
 mod live;
 mod progress;
+mod replay;
 pub mod store;
 
 use std::path::Path;
@@ -260,7 +261,20 @@ fn replay_log(
     if !dir.exists() {
         return Ok((0, after));
     }
-    let tail = wal::recover_each(dir, after, upto, &mut |e| apply(s, &e, now))?;
+    let t = Instant::now();
+    let mut mutations = 0usize;
+    let tail = replay::each_entry(dir, after, upto, &mut |e| {
+        mutations += e.mutations.len();
+        apply(s, &e, now)
+    })?;
+    if upto.is_none() {
+        tracing::info!(
+            entries = tail.entries,
+            mutations,
+            ms = t.elapsed().as_millis() as u64,
+            "restore: log replayed"
+        );
+    }
     Ok((tail.entries, tail.last_seq.max(after)))
 }
 
@@ -295,8 +309,21 @@ pub fn restore(
     for seq in candidates {
         let stores = stores.expect("candidates come from the stores");
         let service = make();
+        let t = Instant::now();
         let meta = stores.get(seq).and_then(|bytes| {
+            tracing::info!(
+                seq,
+                bytes = bytes.len(),
+                ms = t.elapsed().as_millis() as u64,
+                "restore: snapshot read"
+            );
+            let t = Instant::now();
             let meta = format::decode_into(&bytes, &service, progress)?;
+            tracing::info!(
+                seq,
+                ms = t.elapsed().as_millis() as u64,
+                "restore: snapshot decoded"
+            );
             if meta.seq != seq {
                 return Err(Error::new(
                     ErrorCode::DESERIALIZE_FAIL,

@@ -196,7 +196,8 @@ impl MasterService {
                 format!("{key:?} changed since its copy was written"),
             )
         };
-        keys.iter()
+        let results = keys
+            .iter()
             .zip(sizes)
             .map(|(&key, &size)| {
                 check_key(key)?;
@@ -236,7 +237,9 @@ impl MasterService {
                 );
                 Ok(())
             })
-            .collect()
+            .collect();
+        self.disk.room().notify();
+        results
     }
 
     /// The tier could not write `keys`: they may be queued again; their
@@ -252,7 +255,20 @@ impl MasterService {
                 lease.release(&mut obj);
             };
         }
+        self.disk.room().notify();
         Ok(())
+    }
+
+    /// Whether a put refused for lack of room may get it by waiting:
+    /// copies are queued or in flight, and their objects leave memory
+    /// once they land.
+    pub(crate) fn copies_under_way(&self) -> bool {
+        self.offload.enabled && self.disk.copies_under_way()
+    }
+
+    /// Bumped whenever copies in flight end (see `room`).
+    pub(crate) fn room_signal(&self) -> &crate::master::state::room::RoomSignal {
+        self.disk.room()
     }
 
     /// Phase 1 of a tier eviction: `client`'s copies of `keys` are

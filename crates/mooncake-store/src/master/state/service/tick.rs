@@ -281,6 +281,16 @@ impl MasterService {
         let evictable = if lru {
             // One order for all: the copies under way cover part of it.
             let need = target.saturating_sub(under_way);
+            // The SSD tier's next rounds of copies are queued now,
+            // next-oldest first, so it writes on while this round's land.
+            let ssd = self.offload_policy().enabled;
+            let ahead = eviction::queue_ahead(target, under_way);
+            if ssd && queue && ahead > need {
+                if let Some((below, _)) = eviction::cover(&mut candidates, ahead) {
+                    let below = (below, order);
+                    self.queue_oldest(now, below, include_soft_pinned, force, queue_budget);
+                }
+            }
             if need == 0 {
                 return (0, 0, 0);
             }

@@ -111,42 +111,53 @@ fn in_evict_mode_eviction_queues_the_copies() {
     );
 }
 
+/// Copies go out rounds ahead (`eviction::COPY_ROUNDS_AHEAD`), oldest
+/// first, so the tier writes on while a round's copies land.
 #[test]
-fn in_evict_mode_a_round_copies_only_the_oldest_objects_it_needs() {
+fn in_evict_mode_copies_go_out_rounds_ahead_oldest_first() {
     let s = offloading(true);
     for i in 0..16 {
         put(&s, &format!("k{i}"), 1024, &one(), i);
     }
-    // Full: the round (down to 70% of 16 KiB) needs 5 objects out.
+    // Full: the round (down to 70% of 16 KiB) needs 5 objects out; three
+    // rounds' worth of copies are queued.
     tick(&s, 1000);
     let batch = s.fetch_offload_tasks(A, 1000, 1000).unwrap();
     let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
-    keys.sort();
-    assert_eq!(
-        keys,
-        ["k0", "k1", "k2", "k3", "k4"],
-        "the oldest, and only them"
-    );
+    keys.sort_by_key(|k| k[1..].parse::<u32>().unwrap());
+    let oldest: Vec<String> = (0..15).map(|i| format!("k{i}")).collect();
+    assert_eq!(keys, oldest, "the oldest, and only them");
     // Each task says how long its object sat unused in memory.
     let k0 = batch.tasks.iter().find(|t| t.key == "k0").unwrap();
     assert_eq!(k0.idle_ms, 1000);
-    // Copies under way count: the next round queues nothing more.
+    // Copies under way count: the next round queues nothing more, and
+    // evicts nothing before a copy lands.
     tick(&s, 1100);
     assert!(s
         .fetch_offload_tasks(A, 1000, 1100)
         .unwrap()
         .tasks
         .is_empty());
+    for i in 0..16 {
+        let reps = s.get_replica_list(&format!("k{i}"), 1150).unwrap().replicas;
+        assert!(!reps.iter().any(is_local_disk), "k{i} has no copy yet");
+        assert!(!reps.is_empty(), "k{i} is still in memory");
+    }
     let sizes = vec![1024; keys.len()];
     for r in s.notify_offload(A, &keys, &sizes, false, 1200) {
         r.unwrap();
     }
-    // Landed copies go first; the rest stay in memory without one.
+    // Landed copies go first, a round's worth; the rest stay in memory.
     tick(&s, 1300);
-    for i in 0..16 {
-        let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
-        assert_eq!(reps.iter().all(is_local_disk), i < 5, "k{i}");
-    }
+    let gone = (0..16)
+        .filter(|i| {
+            let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
+            reps.iter().all(is_local_disk)
+        })
+        .count();
+    assert_eq!(gone, 5);
+    let reps = s.get_replica_list("k15", 1400).unwrap().replicas;
+    assert!(!reps.iter().any(is_local_disk), "k15 was never copied");
 }
 
 /// Memory is one LRU: an object read since its copy landed (as a
@@ -159,20 +170,15 @@ fn in_evict_mode_eviction_goes_in_lease_order_whatever_has_a_copy() {
         put(&s, &format!("k{i}"), 1024, &one(), i);
     }
     tick(&s, 1000);
-    assert_eq!(drain(&s, 1000), 5, "k0..k4 copied");
+    assert_eq!(drain(&s, 1000), 15, "k0..k14 copied");
     // All five are read: the newest objects now, with a copy each.
     for i in 0..5 {
         s.get_replica_list(&format!("k{i}"), 1200).unwrap();
     }
     tick(&s, 1200 + LEASE);
     let batch = s.fetch_offload_tasks(A, 1000, 1400).unwrap();
-    let mut keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
-    keys.sort();
-    assert_eq!(
-        keys,
-        ["k5", "k6", "k7", "k8", "k9"],
-        "the oldest are queued"
-    );
+    let keys: Vec<&str> = batch.tasks.iter().map(|t| t.key.as_str()).collect();
+    assert_eq!(keys, ["k15"], "the oldest are queued");
     for i in 0..5 {
         let reps = s.get_replica_list(&format!("k{i}"), 1400).unwrap().replicas;
         assert!(

@@ -1,0 +1,201 @@
+//! Restart time of a real `mooncake_master` from a snapshot and a log
+//! tail: fill a master (snapshots on) with N objects, wait for a snapshot
+//! taken after the fill, put a tail of M more objects (log entries after
+//! the snapshot), stop it, and time a new master on the same directory
+//! from its start to its ready line (every port serving). The restarted
+//! master's own startup log lines (`restore:` steps with their times) are
+//! returned with it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::types::ReplicaPolicy;
+use serde::Serialize;
+
+use crate::cluster;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartReport {
+    pub objects: usize,
+    pub tail: usize,
+    pub fill_seconds: f64,
+    /// The newest snapshot's size when the master stopped.
+    pub snapshot_bytes: u64,
+    /// The log files' total size when the master stopped.
+    pub log_bytes: u64,
+    /// From the new master's start to its ready line.
+    pub restart_seconds: f64,
+    /// CPU time (user + system) the restarted master had used when it
+    /// became ready: on a shared machine, what the wall time would be
+    /// with one core to itself and no overlap.
+    pub restart_cpu_seconds: f64,
+    /// The restarted master's RSS when it became ready.
+    pub rss_after_restart: u64,
+    /// The restarted master's log lines about the restore.
+    pub startup_log: Vec<String>,
+}
+
+fn err(msg: String) -> Error {
+    Error::new(ErrorCode::INTERNAL_ERROR, msg)
+}
+
+fn put_range(
+    client: &Client,
+    from: usize,
+    to: usize,
+    batch: usize,
+    addr: usize,
+    size: usize,
+) -> Result<usize> {
+    let rc = ReplicaPolicy::default();
+    let mut failed = 0;
+    for start in (from..to).step_by(batch) {
+        let n = batch.min(to - start);
+        let keys: Vec<String> = (start..start + n).map(|i| format!("mem/{i:08}")).collect();
+        let rs = client.batch_put_from(&keys, &vec![addr; n], &vec![size; n], &rc)?;
+        failed += rs.iter().filter(|r| r.is_err()).count();
+    }
+    Ok(failed)
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
+}
+
+/// User + system CPU seconds of process `pid` (all its threads).
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which ends at the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks as f64 / hz.max(1) as f64)
+}
+
+/// Runs the measurement; `progress` sees each step.
+pub fn run(
+    objects: usize,
+    tail: usize,
+    object_size: usize,
+    batch: usize,
+    interval_s: u64,
+    mut progress: impl FnMut(String),
+) -> Result<RestartReport> {
+    if objects == 0 || object_size == 0 || batch == 0 {
+        return Err(err("objects, size and batch must be positive".into()));
+    }
+    let dir = cluster::work_dir()?.join("restart-snapshots");
+    let _ = std::fs::remove_dir_all(&dir);
+    let env = vec![(
+        "MOONCAKE_SNAPSHOT_LOCAL_PATH".to_string(),
+        dir.display().to_string(),
+    )];
+    let mut flags = vec![
+        "--enable_snapshot=true".to_string(),
+        format!("--snapshot_interval_seconds={interval_s}"),
+    ];
+    let master = cluster::start_master(&env, &flags)?;
+    let segment = ((objects + tail) as f64 * object_size as f64 * 1.3) as u64 + (64 << 20);
+    let client = Client::setup(&ClientConfig {
+        local_hostname: "127.0.0.1".into(),
+        metadata_server: master.metadata_server.clone(),
+        global_segment_size: segment,
+        local_buffer_size: 16 << 20,
+        protocol: "tcp".into(),
+        device_name: String::new(),
+        master_server_address: master.rpc.clone(),
+        ..ClientConfig::default()
+    })?;
+    let src = vec![0x5au8; object_size];
+    let addr = src.as_ptr() as usize;
+    client.register_buffer(addr, object_size)?;
+    let t0 = Instant::now();
+    let failed = put_range(&client, 0, objects, batch, addr, object_size)?;
+    let fill_seconds = t0.elapsed().as_secs_f64();
+    progress(format!(
+        "filled {objects} objects in {fill_seconds:.1} s ({failed} failed)"
+    ));
+    // Wait for a snapshot written after the fill, then put the tail.
+    let filled = std::time::SystemTime::now();
+    let deadline = Instant::now() + Duration::from_secs(interval_s * 3 + 900);
+    let snapshot = loop {
+        let newest = files_under(&dir)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|e| e == "mcs"))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t > filled)
+            });
+        if let Some(p) = newest {
+            break p;
+        }
+        if Instant::now() > deadline {
+            return Err(err(format!(
+                "no snapshot under {} after the fill",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    progress(format!(
+        "snapshot {} ({} bytes)",
+        snapshot.display(),
+        size(&snapshot)
+    ));
+    put_range(&client, objects, objects + tail, batch, addr, object_size)?;
+    progress(format!("put a tail of {tail} objects"));
+    // A stop as an operator's (SIGTERM); the client goes after it, so its
+    // objects stay in the log and the snapshot.
+    drop(master);
+    drop(client);
+    let files = files_under(&dir);
+    let snapshot_bytes = size(&snapshot);
+    let log_bytes = files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .map(|p| size(p))
+        .sum();
+    flags.push("--enable_snapshot_restore=true".into());
+    let t = Instant::now();
+    let again = cluster::start_master(&env, &flags)?;
+    let restart_seconds = t.elapsed().as_secs_f64();
+    let restart_cpu_seconds = cpu_seconds(again.proc.pid()).unwrap_or(0.0);
+    let rss_after_restart = cluster::rss_bytes(again.proc.pid())?;
+    let log = std::fs::read_to_string(cluster::work_dir()?.join("master.log")).unwrap_or_default();
+    let startup_log = log
+        .lines()
+        .filter(|l| l.contains("restor") || l.contains("startup"))
+        .map(str::to_owned)
+        .collect();
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(RestartReport {
+        objects,
+        tail,
+        fill_seconds: (fill_seconds * 10.0).round() / 10.0,
+        snapshot_bytes,
+        log_bytes,
+        restart_seconds,
+        restart_cpu_seconds,
+        rss_after_restart,
+        startup_log,
+    })
+}
