@@ -6,7 +6,7 @@
 //! master's own startup log lines (`restore:` steps with their times) are
 //! returned with it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
@@ -58,19 +58,6 @@ fn put_range(
         failed += rs.iter().filter(|r| r.is_err()).count();
     }
     Ok(failed)
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(files_under(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 fn size(p: &Path) -> u64 {
@@ -136,7 +123,7 @@ pub fn run(
     let filled = std::time::SystemTime::now();
     let deadline = Instant::now() + Duration::from_secs(interval_s * 3 + 900);
     let snapshot = loop {
-        let newest = files_under(&dir)
+        let newest = crate::memory::walk(&dir)
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "mcs"))
             .find(|p| {
@@ -166,7 +153,7 @@ pub fn run(
     // objects stay in the log and the snapshot.
     drop(master);
     drop(client);
-    let files = files_under(&dir);
+    let files = crate::memory::walk(&dir);
     let snapshot_bytes = size(&snapshot);
     let log_bytes = files
         .iter()
