@@ -14,6 +14,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
+use mooncake_store::client::{Client, ClientConfig};
 
 /// How long a process may take to print its ready line (a master
 /// restoring a large snapshot included).
@@ -185,6 +186,23 @@ pub struct Master {
     pub rpc: String,
     /// `http://host:port/metadata`.
     pub metadata_server: String,
+}
+
+impl Master {
+    /// A client of this master over TCP on loopback, mounting `segment`
+    /// bytes.
+    pub fn tcp_client(&self, segment: u64) -> Result<Client> {
+        Client::setup(&ClientConfig {
+            local_hostname: "127.0.0.1".into(),
+            metadata_server: self.metadata_server.clone(),
+            global_segment_size: segment,
+            local_buffer_size: 16 << 20,
+            protocol: "tcp".into(),
+            device_name: String::new(),
+            master_server_address: self.rpc.clone(),
+            ..ClientConfig::default()
+        })
+    }
 }
 
 /// Where child processes write their logs.

@@ -7,7 +7,6 @@
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use mooncake_store::client::{Client, ClientConfig};
 use mooncake_store::types::ReplicaPolicy;
 use serde::Serialize;
 
@@ -84,16 +83,7 @@ pub fn run(
     let pid = master.proc.pid();
     // Stay below the eviction watermark.
     let segment = (objects as f64 * size as f64 * 1.3) as u64 + (64 << 20);
-    let client = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: master.metadata_server.clone(),
-        global_segment_size: segment,
-        local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: master.rpc.clone(),
-        ..ClientConfig::default()
-    })?;
+    let client = master.tcp_client(segment)?;
     std::thread::sleep(Duration::from_secs(1));
     let before = cluster::rss_bytes(pid)?;
     let src = vec![0x5au8; size];

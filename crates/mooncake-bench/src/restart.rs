@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
-use mooncake_store::client::{Client, ClientConfig};
+use mooncake_store::client::Client;
 use mooncake_store::types::ReplicaPolicy;
 use serde::Serialize;
 
@@ -100,16 +100,7 @@ pub fn run(
     ];
     let master = cluster::start_master(&env, &flags)?;
     let segment = ((objects + tail) as f64 * object_size as f64 * 1.3) as u64 + (64 << 20);
-    let client = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: master.metadata_server.clone(),
-        global_segment_size: segment,
-        local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: master.rpc.clone(),
-        ..ClientConfig::default()
-    })?;
+    let client = master.tcp_client(segment)?;
     let src = vec![0x5au8; object_size];
     let addr = src.as_ptr() as usize;
     client.register_buffer(addr, object_size)?;

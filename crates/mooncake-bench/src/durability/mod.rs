@@ -10,7 +10,6 @@ use self::snapshot::{self as snap, SnapshotBench};
 
 mod snapshot;
 use mooncake_common::Result;
-use mooncake_store::client::{Client, ClientConfig};
 
 use crate::cluster;
 use crate::stats::{self, summarize, Summary};
@@ -26,16 +25,7 @@ pub struct PutRow {
 /// with `flags`.
 fn put_latency(case: &'static str, flags: &[String], puts: usize) -> Result<PutRow> {
     let master = cluster::start_master(&[], flags)?;
-    let client = Client::setup(&ClientConfig {
-        local_hostname: "127.0.0.1".into(),
-        metadata_server: master.metadata_server.clone(),
-        global_segment_size: 512 << 20,
-        local_buffer_size: 16 << 20,
-        protocol: "tcp".into(),
-        device_name: String::new(),
-        master_server_address: master.rpc.clone(),
-        ..ClientConfig::default()
-    })?;
+    let client = master.tcp_client(512 << 20)?;
     let value = vec![0x5au8; 4096];
     let mut ns = Vec::with_capacity(puts);
     for i in 0..puts {
