@@ -5,8 +5,9 @@
 //! The rule that makes offload lossless: while `--enable_offload` is on,
 //! eviction never takes an object that could have a copy (one of its
 //! replicas is on a client with a tier) and has none yet; it queues it
-//! instead. When memory is full of such objects, puts get
-//! `NO_AVAILABLE_HANDLE` (-200, retryable) until copies land.
+//! instead. When memory is full of such objects, a put waits for copies
+//! to land (`serve::room_wait`, up to 5 s) and only then gets
+//! `NO_AVAILABLE_HANDLE` (-200, retryable).
 //! `--offload_force_evict` lifts the rule for rounds that free too little.
 
 use mooncake_common::{Error, ErrorCode, Result};
