@@ -95,42 +95,45 @@ impl SlowPeers {
         self.peers.entry(peer.to_owned()).or_default().slow_until = Some(now + self.config.hold);
     }
 
-    /// Whether a read should pass over `peer` now. Once its hold is over the
-    /// first caller is told no (it probes the peer) and the hold starts
-    /// again for the others, until a read completes ([`Self::record`]).
-    pub(crate) fn skip(&mut self, peer: &str, now: Instant) -> bool {
-        let hold = self.config.hold;
-        let Some(until) = self.peers.get_mut(peer).and_then(|p| p.slow_until.as_mut()) else {
-            return false;
-        };
-        if now < *until {
-            return true;
-        }
-        *until = now + hold;
-        false
+    /// Whether a read should pass over `peer` now: its hold is not over.
+    fn skipped(&self, peer: &str, now: Instant) -> bool {
+        self.peers
+            .get(peer)
+            .and_then(|p| p.slow_until)
+            .is_some_and(|until| now < until)
     }
 
     /// Moves replicas on skipped peers after the others, keeping the order
-    /// otherwise (a replica is still read when none else is left).
+    /// otherwise (a replica is still read when none else is left). When
+    /// the replica read first is on a slow peer whose hold is over, this
+    /// read is its probe: the hold starts again for the others until a read
+    /// completes ([`Self::record`]). Only the read that goes to the peer
+    /// takes the probe; one that merely lists it behind another replica
+    /// leaves it for the next read that does.
     pub(crate) fn order(&mut self, replicas: &mut [MemoryDescriptor], now: Instant) {
-        if replicas.len() < 2 || self.peers.values().all(|p| p.slow_until.is_none()) {
+        if replicas.is_empty() || self.peers.values().all(|p| p.slow_until.is_none()) {
             return;
         }
-        let mut skipped: HashMap<&str, bool> = HashMap::new();
-        for r in replicas.iter() {
-            if !skipped.contains_key(r.transport_endpoint.as_str()) {
-                let s = self.skip(&r.transport_endpoint, now);
-                skipped.insert(&r.transport_endpoint, s);
+        if replicas.len() > 1 {
+            let keys: Vec<bool> = replicas
+                .iter()
+                .map(|r| self.skipped(&r.transport_endpoint, now))
+                .collect();
+            let mut idx: Vec<usize> = (0..replicas.len()).collect();
+            idx.sort_by_key(|&i| keys[i]);
+            let sorted: Vec<MemoryDescriptor> = idx.iter().map(|&i| replicas[i].clone()).collect();
+            replicas.clone_from_slice(&sorted);
+        }
+        let hold = self.config.hold;
+        if let Some(until) = self
+            .peers
+            .get_mut(&replicas[0].transport_endpoint)
+            .and_then(|p| p.slow_until.as_mut())
+        {
+            if now >= *until {
+                *until = now + hold;
             }
         }
-        let keys: Vec<bool> = replicas
-            .iter()
-            .map(|r| skipped[r.transport_endpoint.as_str()])
-            .collect();
-        let mut idx: Vec<usize> = (0..replicas.len()).collect();
-        idx.sort_by_key(|&i| keys[i]);
-        let sorted: Vec<MemoryDescriptor> = idx.iter().map(|&i| replicas[i].clone()).collect();
-        replicas.clone_from_slice(&sorted);
     }
 
     /// The peers skipped now, sorted.
@@ -197,28 +200,65 @@ mod tests {
         assert_eq!(t.hedge_delay("a:1"), 20 * MS, "per peer");
     }
 
+    /// The endpoint a read of `replicas` goes to first.
+    fn first(t: &mut SlowPeers, replicas: &[&str], now: Instant) -> String {
+        let mut v: Vec<MemoryDescriptor> = replicas.iter().map(|e| at(e)).collect();
+        t.order(&mut v, now);
+        v[0].transport_endpoint.clone()
+    }
+
     #[test]
     fn a_slow_peer_is_skipped_then_probed_once_until_it_answers() {
         let mut t = table();
         let now = Instant::now();
-        assert!(!t.skip("a:1", now));
+        assert_eq!(first(&mut t, &["a:1", "b:1"], now), "a:1");
         t.mark_slow("a:1", now);
-        assert!(t.skip("a:1", now + 999 * MS));
-        assert!(!t.skip("b:1", now), "per peer");
+        assert_eq!(first(&mut t, &["a:1", "b:1"], now + 999 * MS), "b:1");
+        assert_eq!(first(&mut t, &["b:1", "a:1"], now), "b:1", "per peer");
         assert_eq!(t.slow(now), ["a:1"]);
         // Hold over: one read probes, the others still skip.
         let later = now + 1000 * MS;
-        assert!(!t.skip("a:1", later), "the probe");
-        assert!(t.skip("a:1", later), "others while it probes");
-        assert!(t.skip("a:1", later + 999 * MS));
-        assert!(!t.skip("a:1", later + 1000 * MS), "the next probe");
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later), "a:1", "the probe");
+        assert_eq!(
+            first(&mut t, &["a:1", "b:1"], later),
+            "b:1",
+            "others while it probes"
+        );
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later + 999 * MS), "b:1");
+        assert_eq!(
+            first(&mut t, &["a:1", "b:1"], later + 1000 * MS),
+            "a:1",
+            "the next probe"
+        );
         // A completed read: answers again.
         t.record("a:1", MS);
-        assert!(!t.skip("a:1", later + 1001 * MS));
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later + 1001 * MS), "a:1");
         assert!(t.slow(later).is_empty());
         t.mark_slow("a:1", later);
         t.answered("a:1");
-        assert!(!t.skip("a:1", later));
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later), "a:1");
+    }
+
+    #[test]
+    fn only_a_read_that_goes_to_a_slow_peer_takes_its_probe() {
+        let mut t = table();
+        let now = Instant::now();
+        t.mark_slow("a:1", now);
+        let later = now + 1000 * MS;
+        // Reads of objects listed on another peer first pass it by, as
+        // many as there are: none of them uses up the probe.
+        for i in 0..5 {
+            assert_eq!(first(&mut t, &["b:1", "a:1"], later + i * MS), "b:1");
+        }
+        assert!(t.slow(later + 5 * MS).is_empty(), "hold over, not probed");
+        // The first read that lists it first probes it; the others skip.
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later + 6 * MS), "a:1");
+        assert_eq!(t.slow(later + 6 * MS), ["a:1"]);
+        assert_eq!(first(&mut t, &["a:1", "b:1"], later + 7 * MS), "b:1");
+        // A sole replica is read whatever its state, and is the probe.
+        let end = later + 6 * MS + 1000 * MS;
+        assert_eq!(first(&mut t, &["a:1"], end), "a:1");
+        assert_eq!(first(&mut t, &["a:1", "b:1"], end), "b:1");
     }
 
     #[test]
