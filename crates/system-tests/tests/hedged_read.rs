@@ -119,7 +119,7 @@ fn reads_fail_over_from_the_first_read_after_a_holder_stops() {
     let slow = client.slow_peers();
     assert_eq!(
         slow,
-        [stopped_endpoint.clone()],
+        std::slice::from_ref(&stopped_endpoint),
         "the stopped holder is passed over"
     );
     assert!(
