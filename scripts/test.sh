@@ -17,7 +17,8 @@ python3 scripts/cycles.py
 . ./scripts/services.sh
 start_services
 
-cargo test --workspace -- --test-threads=2
+# Every test binary runs even after one fails, so a run reports every failure.
+cargo test --workspace --no-fail-fast -- --test-threads=2
 
 # The fuzz targets keep building and survive a short run on their seeds
 # (docs/security.md, "Fuzzing"); install-deps.sh installed cargo-fuzz.
