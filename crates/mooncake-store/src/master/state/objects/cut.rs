@@ -251,11 +251,11 @@ mod tests {
                         if (i >> 28) % 97 == 0 {
                             map.retain(&mut shard, |k, o| {
                                 let h = k.len() as u64 + o.size;
-                                if h % 13 == 0 {
+                                if h.is_multiple_of(13) {
                                     log.append(k, None);
                                     return false;
                                 }
-                                if h % 11 == 0 {
+                                if h.is_multiple_of(11) {
                                     o.size += 1;
                                     log.append(k, Some(o.size));
                                 }
