@@ -327,4 +327,50 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_round_lists_the_unmounted_segments_its_cut_names() {
+        use super::super::super::segments::{Placement, SegmentTable};
+        use super::super::Replicas;
+        use crate::master::state::service::tests::segment;
+        let segs = SegmentTable::default();
+        let a = segs.mount(1, &segment("a")).unwrap().unwrap();
+        let b = segs.mount(1, &segment("b")).unwrap().unwrap();
+        let map = ObjectMap::default();
+        let place = |key: &str, seg: &Arc<super::super::super::segments::Segment>| {
+            let mut shard = map.lock(key);
+            map.update(&mut shard, key, true, |o| {
+                o.replicas = Replicas::One(Placement {
+                    segment: seg.clone(),
+                    offset: 0,
+                });
+                true
+            });
+        };
+        for i in 0..3000 {
+            place(&format!("k/{i}"), &a);
+        }
+        // `b` is not mounted at these cuts.
+        let detached = |map: &ObjectMap, after: &dyn Fn()| {
+            let mounted = Some([a.id].into_iter().collect());
+            let (_, round) = map.cut(encode, || Some(((), mounted))).unwrap();
+            after();
+            let found = round.detached().unwrap();
+            found.iter().map(|s| s.id).collect::<Vec<_>>()
+        };
+        assert!(
+            detached(&map, &|| place("k/7", &b)).is_empty(),
+            "not at the cut"
+        );
+        place("k/7", &a);
+        // Named at the cut and changed before the round looks: saved.
+        place("k/2500", &b);
+        assert_eq!(detached(&map, &|| place("k/2500", &a)), [b.id]);
+        // Named at the cut and unchanged: found in the table.
+        place("k/2900", &b);
+        assert_eq!(detached(&map, &|| ()), [b.id]);
+        // Not looked for when the cut says no object can name one.
+        let (_, round) = map.cut(encode, || Some(((), None))).unwrap();
+        assert!(round.detached().unwrap().is_empty());
+    }
 }
