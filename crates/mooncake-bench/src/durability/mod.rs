@@ -216,7 +216,7 @@ pub fn render(r: &DurabilityReport) -> String {
             lat(&s.during),
         ],
         vec![
-            "live snapshot (cut, copy-on-write, streamed), ms".into(),
+            "live snapshot (cut, objects walked live, streamed), ms".into(),
             format!(
                 "{} (cut {:.0} µs, encode and write {}, store {})",
                 ms(s.live_total),

@@ -42,7 +42,7 @@ pub struct SnapshotBench {
     pub idle: PutLatency,
     pub during: PutLatency,
     /// A snapshot of the live state, as the master takes it (cut, objects
-    /// copy-on-write), taken right after the fill, and the puts meanwhile.
+    /// walked live), taken right after the fill, and the puts meanwhile.
     pub live: SnapshotReport,
     pub live_total: Duration,
     pub live_during: PutLatency,

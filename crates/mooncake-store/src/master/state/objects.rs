@@ -20,9 +20,10 @@ use crate::types::{ClientId, ReplicaDesc, ReplicaStatus};
 mod cut;
 mod table;
 mod tally;
+mod walk;
 
-use cut::{open_write, Cuts};
-pub(crate) use table::Frozen;
+use cut::Cuts;
+pub(crate) use cut::Round;
 use table::Table;
 pub(crate) use tally::Counts;
 use tally::{Standing, Tally};
@@ -213,13 +214,47 @@ pub(crate) struct Shard {
     /// clock order; `clock` makes time monotonic in lock order.
     pub(crate) latest: u64,
     cuts: Arc<Cuts>,
-    /// The table as it stood at cut `frozen_at`, until `ObjectMap::frozen`
-    /// takes it.
-    frozen: Option<Frozen>,
-    frozen_at: u64,
+    /// The latest cut this shard's table has joined (`Cuts::join`).
+    walked_at: u64,
+}
+
+/// A shard's parts, opened for a write (`Shard::open`).
+struct Open<'a> {
+    map: &'a mut Table,
+    tally: &'a mut Tally,
+    charges: Option<&'a Charges>,
+    oldest_pending: &'a mut u64,
+    gate: RwLockReadGuard<'a, ()>,
 }
 
 impl Shard {
+    /// Opens a write: holds the cut gate (read) until the parts drop, so
+    /// the next cut waits for the write and the mutation it logs, and
+    /// makes the table join a cut it has not yet joined first.
+    fn open(&mut self) -> Open<'_> {
+        let Shard {
+            map,
+            tally,
+            charges,
+            oldest_pending,
+            cuts,
+            walked_at,
+            ..
+        } = self;
+        let cuts: &Cuts = cuts;
+        // Recursive: a call writing under one guard (an update logging its
+        // mutation) never waits for a cut that waits for that guard.
+        let gate = cuts.gate.read_recursive();
+        cuts.join(map, walked_at);
+        Open {
+            map,
+            tally,
+            charges: charges.as_deref(),
+            oldest_pending,
+            gate,
+        }
+    }
+
     /// `now`, raised to the latest time already used in this shard, so a call
     /// never runs "before" one that held the lock earlier: e.g. a remove
     /// stamped at t that locks after a read (or PutEnd) stamped at t+1 must
@@ -259,37 +294,29 @@ impl Shard {
     /// `key`'s object, to change in place; the tally follows the change
     /// when the guard drops.
     pub(crate) fn get_mut<'a>(&'a mut self, key: &'a str) -> Option<ObjectMut<'a>> {
-        let Shard {
+        let Open {
             map,
             tally,
             charges,
-            cuts,
-            frozen,
-            frozen_at,
+            gate,
             ..
-        } = self;
-        let gate = open_write(map, cuts, frozen, frozen_at);
+        } = self.open();
         let obj = map.get_mut(key)?;
         Some(ObjectMut {
             before: Standing::of(obj),
             charged: charge_of(obj),
             obj,
             tally,
-            charges: charges.as_deref().map(|c| (c, key)),
+            charges: charges.map(|c| (c, key)),
             _gate: gate,
         })
     }
 
     /// Raises every object's read lease to `until` (leases are not counted).
     pub(crate) fn raise_leases(&mut self, until: u64) {
-        let Shard {
-            map,
-            cuts,
-            frozen,
-            frozen_at,
-            ..
-        } = self;
-        let _gate = open_write(map, cuts, frozen, frozen_at);
+        let Open {
+            map, gate: _gate, ..
+        } = self.open();
         for obj in map.values_mut() {
             obj.lease_until = obj.lease_until.max(until);
         }
@@ -423,8 +450,7 @@ impl Default for ObjectMap {
                     oldest_pending: u64::MAX,
                     latest: 0,
                     cuts: cuts.clone(),
-                    frozen: None,
-                    frozen_at: 0,
+                    walked_at: 0,
                 }))
             })
             .collect();
@@ -447,7 +473,6 @@ impl ObjectMap {
         for shard in self.shards.iter() {
             let mut s = shard.0.lock();
             s.map = Table::default();
-            s.frozen = None;
             s.tally = Tally::default();
             if let Some(c) = &s.charges {
                 c.clear();
@@ -534,16 +559,13 @@ impl ObjectMap {
         create: bool,
         change: impl FnOnce(&mut ObjectMeta) -> bool,
     ) {
-        let Shard {
+        let Open {
             map,
             tally,
             charges,
-            cuts,
-            frozen,
-            frozen_at,
+            gate: _gate,
             ..
-        } = shard;
-        let _gate = open_write(map, cuts, frozen, frozen_at);
+        } = shard.open();
         let (obj, before) = if create {
             let (obj, made) = map.get_or_insert_with(key, ObjectMeta::absent);
             if made {
@@ -581,16 +603,13 @@ impl ObjectMap {
         shard: &mut Shard,
         mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool,
     ) {
-        let Shard {
+        let Open {
             map,
             tally,
             charges,
-            cuts,
-            frozen,
-            frozen_at,
+            gate: _gate,
             ..
-        } = shard;
-        let _gate = open_write(map, cuts, frozen, frozen_at);
+        } = shard.open();
         map.retain(|key, obj| {
             let before = Standing::of(obj);
             let charged = charge_of(obj);
@@ -626,18 +645,14 @@ impl ObjectMap {
     ) -> Result<(), usize> {
         let mut guard = self.shards[i].0.lock();
         guard.clock(now);
-        let Shard {
+        // Held for the batch: a snapshot cut sees all of it or none.
+        let Open {
             map,
             tally,
             charges,
             oldest_pending,
-            cuts,
-            frozen,
-            frozen_at,
-            ..
-        } = &mut *guard;
-        // Held for the batch: a snapshot cut sees all of it or none.
-        let gate = open_write(map, cuts, frozen, frozen_at);
+            gate,
+        } = guard.open();
         let mut cost = 0;
         let mut result = Ok(());
         for (n, (key, obj)) in objects.into_iter().enumerate() {
@@ -694,41 +709,11 @@ impl ObjectMap {
         self.shards.iter().map(|s| s.0.lock())
     }
 
-    /// Cuts the map at one moment: waits for the writes under way to end,
-    /// then runs `at_cut` while no write can start (it should be quick:
-    /// read the log position and the small tables; every mutation logged
-    /// up to then is applied and none after is). When it returns `Some`,
-    /// the view at the cut is [`ObjectMap::frozen`]'s, to take before the
-    /// next cut; `None` leaves the map as it was.
-    pub(crate) fn cut<T>(&self, at_cut: impl FnOnce() -> Option<T>) -> Option<T> {
-        let _closed = self.cuts.gate.write();
-        let t = at_cut()?;
-        self.cuts.epoch.fetch_add(1, Ordering::AcqRel);
-        Some(t)
-    }
-
     /// Keeps cuts out while a mutation that is not a table write (of the
     /// segments, clients, tasks, tiers, reserved space) is logged and
     /// applied. Never blocks a caller that holds it already.
     pub(crate) fn hold_cut(&self) -> RwLockReadGuard<'_, ()> {
         self.cuts.gate.read_recursive()
-    }
-
-    /// Every shard's table as it stood at the last cut, in shard order (a
-    /// short lock of each in turn). The chunks written since are copies;
-    /// dropping the views gives the rest back to the tables.
-    pub(crate) fn frozen(&self) -> Vec<Frozen> {
-        let epoch = self.cuts.epoch.load(Ordering::Acquire);
-        self.shards()
-            .map(|mut s| {
-                if s.frozen_at < epoch {
-                    s.frozen_at = epoch;
-                    s.map.freeze()
-                } else {
-                    s.frozen.take().unwrap_or_default()
-                }
-            })
-            .collect()
     }
 }
 

@@ -7,19 +7,20 @@
 //! the object tables' writes). While it holds them, the cut reads the log
 //! position and the small tables (segments, clients, tasks, retired
 //! ranges, SSD tiers and copies, reserved space, groups); the object
-//! tables are frozen copy-on-write (`objects::table`), so only the chunks
-//! written while the view is alive are copied. The small tables are read
+//! tables are written out from the live tables by the cut's round
+//! (`objects::walk`): a write to an object the round has not reached yet
+//! saves that object's encoded form first. The small tables are read
 //! with `try_lock`: a thread may hold one of them while it waits for the
 //! cut to open, so a busy table makes the cut open and try again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mooncake_common::{Error, ErrorCode, Result};
 
 use super::image::{encode_object, out_segments};
-use super::objects::{Frozen, PendingKind};
+use super::objects::Round;
 use super::segments::{Placement, Segment};
 use super::service::MasterService;
 use super::ssd_tier::DiskCopy;
@@ -31,7 +32,7 @@ use crate::types::ClientId;
 const CUT_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The replicated state at one cut.
-pub(crate) struct View {
+pub(crate) struct View<'a> {
     next_id: u32,
     mounted: Vec<Arc<Segment>>,
     clients: Vec<(ClientId, u64)>,
@@ -41,8 +42,8 @@ pub(crate) struct View {
     copies: Vec<(String, DiskCopy)>,
     reserved: Vec<(Arc<Segment>, u64, u64)>,
     groups: Vec<(Arc<str>, Vec<Arc<str>>)>,
-    /// Each shard's objects as they stood at the cut.
-    objects: Vec<Frozen>,
+    /// The objects as they stood at the cut.
+    objects: Round<'a>,
 }
 
 /// The small tables, read at the cut.
@@ -61,15 +62,19 @@ type Small = (
 impl MasterService {
     /// Cuts the state: `at_cut` runs at the cut (read the log position
     /// there), and its answer comes back with the view.
-    pub(crate) fn cut_view<T>(&self, mut at_cut: impl FnMut() -> T) -> Result<(View, T)> {
+    pub(crate) fn cut_view<T>(&self, mut at_cut: impl FnMut() -> T) -> Result<(View<'_>, T)> {
         let started = Instant::now();
         loop {
-            let cut = self.objects.cut(|| {
+            let cut = self.objects.cut(encode_object, || {
                 let (mounted, next_id) = self.segments.all_and_next_id();
                 let small = self.try_small(&mounted)?;
-                Some((mounted, next_id, small, at_cut()))
+                // Objects may name an unmounted segment only while one is
+                // held by more than the table of unmounted segments.
+                let named = self.segments.unmounted_in_use();
+                let ids = named.then(|| mounted.iter().map(|s| s.id).collect());
+                Some(((mounted, next_id, small, at_cut()), ids))
             });
-            if let Some((mounted, next_id, small, t)) = cut {
+            if let Some(((mounted, next_id, small, t), objects)) = cut {
                 let (clients, tasks, retired, (tiers, copies), reserved, groups) = small;
                 let view = View {
                     next_id,
@@ -81,7 +86,7 @@ impl MasterService {
                     copies,
                     reserved,
                     groups,
-                    objects: self.objects.frozen(),
+                    objects,
                 };
                 return Ok((view, t));
             }
@@ -111,14 +116,13 @@ impl MasterService {
     }
 }
 
-impl View {
+impl View<'_> {
     /// Appends its image (`image`'s format) to `out`, handing `out` to
     /// `flush` whenever it holds more than `chunk` bytes (`flush` empties
-    /// it), so the encoded objects need not be held whole. The objects are
-    /// let go of as they are encoded: the tables stop copying chunks
-    /// already written out. Returns how many objects it held.
+    /// it), so the encoded objects need not be held whole. Returns how
+    /// many objects it held.
     pub(crate) fn encode(
-        mut self,
+        self,
         out: &mut Vec<u8>,
         chunk: usize,
         flush: &mut dyn FnMut(&mut Vec<u8>) -> Result<()>,
@@ -126,30 +130,7 @@ impl View {
         self.next_id.encode(out);
         out_segments(out, self.mounted.iter());
         let mounted: HashSet<u32> = self.mounted.iter().map(|s| s.id).collect();
-        // Unmounted segments that replicas (or retired ranges) still name.
-        let mut detached: HashMap<u32, Arc<Segment>> = HashMap::new();
-        let mut note = |p: &Placement| {
-            if !mounted.contains(&p.segment.id) {
-                detached.entry(p.segment.id).or_insert(p.segment.clone());
-            }
-        };
-        let mut objects = 0u64;
-        for (_, obj) in self.objects.iter().flat_map(|f| f.iter()) {
-            objects += 1;
-            obj.replicas.as_slice().iter().for_each(&mut note);
-            if let Some(p) = &obj.pending {
-                match &p.kind {
-                    PendingKind::Replacing { replicas, .. }
-                    | PendingKind::Replicating { replicas, .. } => {
-                        replicas.as_slice().iter().for_each(&mut note)
-                    }
-                    PendingKind::Fresh | PendingKind::InPlace => {}
-                }
-            }
-        }
-        let mut detached: Vec<_> = detached.into_values().collect();
-        detached.sort_by_key(|s| s.id);
-        out_segments(out, detached.iter());
+        out_segments(out, self.objects.detached()?.iter());
 
         self.clients.len().encode(out);
         for (c, t) in &self.clients {
@@ -157,16 +138,14 @@ impl View {
             t.encode(out);
         }
 
+        let objects = self.objects.objects()?;
         objects.encode(out);
-        let mut flushed = Ok(());
-        for frozen in std::mem::take(&mut self.objects) {
-            frozen.drain(|key, obj| {
-                encode_object(out, key, obj);
-                if out.len() >= chunk && flushed.is_ok() {
-                    flushed = flush(out);
-                }
-            });
-            flushed.clone()?;
+        let written = self.objects.write(out, chunk, flush)?;
+        if written != objects {
+            return Err(Error::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("snapshot round wrote {written} objects of the {objects} at its cut"),
+            ));
         }
 
         self.tasks.len().encode(out);

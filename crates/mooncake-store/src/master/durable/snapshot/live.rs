@@ -1,8 +1,10 @@
 //! A snapshot round over the live state: cut it at a log position
 //! (`state::view`), stream the view to a file, store it, and drop the
-//! view. No second copy of the state is built: the objects are frozen
-//! copy-on-write, so the round holds the chunks written while it runs and
-//! one encoding buffer, besides the small tables.
+//! view. No second copy of the state is built: the objects are written
+//! out of the live tables, and a write to one the round has not reached
+//! yet saves its encoded form first (`state::objects::walk`), so the
+//! round holds those bytes until written and one encoding buffer, besides
+//! the small tables.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
@@ -24,7 +26,7 @@ const CHUNK: usize = 1 << 20;
 /// Writes the snapshot of `view` at `meta` to `path` (the frame of
 /// `format`), encoding as it writes; returns its length and how many
 /// objects it holds.
-pub(crate) fn write_view(view: View, meta: SnapshotMeta, path: &Path) -> Result<(u64, u64)> {
+pub(crate) fn write_view(view: View<'_>, meta: SnapshotMeta, path: &Path) -> Result<(u64, u64)> {
     let io = |what: &str, e: std::io::Error| {
         Error::new(
             ErrorCode::FILE_WRITE_FAIL,

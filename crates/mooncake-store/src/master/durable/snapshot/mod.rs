@@ -6,10 +6,12 @@
 //! A master's snapshot thread cuts its live state (`live`,
 //! `state::view`): the mutations under way finish, new ones wait for an
 //! instant while the log position and the small tables are read, and the
-//! object tables are frozen copy-on-write, so the round holds only the
-//! chunks written while it runs, never a second copy of the state. The
-//! view is streamed to a file, stored and dropped; it is exactly the state
-//! at the position it records.
+//! objects are written out of the live tables, a write first saving the
+//! encoded form of an object the round has not reached yet
+//! (`state::objects::walk`): the round holds a bit per object and the
+//! saved bytes not yet written out, never a copy of the state. The view
+//! is streamed to a file, stored and dropped; it is exactly the state at
+//! the position it records.
 //!
 //! Without a live master beside the log ([`round`]: benchmarks, tests), a
 //! round rebuilds a copy of the state machine at a log cut from the newest

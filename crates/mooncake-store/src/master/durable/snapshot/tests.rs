@@ -148,15 +148,20 @@ fn live_rounds_under_heavy_mutation_cut_at_their_log_position() {
             }
             h
         });
-        // Many keys, so the rounds meet writes in many chunks.
+        // Many keys, so the rounds meet writes in many chunks: new keys,
+        // upserts of existing ones and reads (a read moves the lease, so
+        // it changes the object too), ahead of and behind the round.
         let bulk = sc.spawn(move || {
             let cfg = crate::types::ReplicaPolicy::default();
             let mut i = 0u64;
             while !stop.load(Relaxed) {
                 let key = format!("bulk/{}", i % 6000);
                 let now = clock.load(Relaxed);
-                let _ = leader.put_start(WRITERS[1], &key, 64, &cfg, false, now);
+                let upsert = i % 6000 < 2000;
+                let _ = leader.put_start(WRITERS[1], &key, 64, &cfg, upsert, now);
                 let _ = leader.put_end(WRITERS[1], &key, now);
+                let read = format!("bulk/{}", i.wrapping_mul(2_654_435_761) % 6000);
+                let _ = leader.get_replica_list(&read, now);
                 if i.is_multiple_of(3) {
                     let _ = leader.remove(&format!("bulk/{}", (i / 3) % 6000), true, now);
                 }
@@ -533,9 +538,9 @@ fn a_restarted_master_retires_the_space_it_reserved_before() {
 /// Peak memory of a live round and of a shadow round over the same state,
 /// and the latency of puts meanwhile: upserts in place of objects drawn at
 /// random, so the rounds meet writes in every chunk and the state does not
-/// grow (in process; `MC_SNAP_OBJECTS`, default 10^6; `MC_SNAP_SHADOW=0`
-/// skips the shadow round). A measurement, not a check: run it alone,
-/// with `--ignored --nocapture`.
+/// grow, or with `MC_SNAP_PUTS=new` new keys (in process; `MC_SNAP_OBJECTS`,
+/// default 10^6; `MC_SNAP_SHADOW=0` skips the shadow round). A
+/// measurement, not a check: run it alone, with `--ignored --nocapture`.
 #[test]
 #[ignore]
 fn measure_round_memory() {
@@ -605,9 +610,13 @@ fn measure_round_memory() {
             });
             let mut ns = Vec::new();
             let mut rng = StdRng::seed_from_u64(3);
+            let fresh = std::env::var("MC_SNAP_PUTS").as_deref() == Ok("new");
             while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let i = rng.gen_range(0..objects);
-                ns.push(put(&format!("bench/{i:09}")));
+                let key = match fresh {
+                    true => format!("new/{:09}", ns.len()),
+                    false => format!("bench/{:09}", rng.gen_range(0..objects)),
+                };
+                ns.push(put(&key));
             }
             job.join().unwrap();
             ns

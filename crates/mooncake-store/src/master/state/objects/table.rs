@@ -7,17 +7,18 @@
 //! whole record. Keys up to [`INLINE`] bytes are stored in the record
 //! itself: no allocation per key.
 //!
-//! Chunks are shared copy-on-write (`Arc`): [`Table::freeze`] hands out
-//! the chunks as they stand, in O(chunks), and a later write to a chunk
-//! still shared copies that one chunk first. A consistent view of the
-//! table for a snapshot costs the chunks written while it is held, not a
-//! second copy of the table.
+//! A snapshot round walks the live table (`walk`): a write to a record
+//! the round has not written out yet saves that record's encoded form
+//! first, so the round sees the table as it stood at its cut without a
+//! copy of it.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::HashTable;
 
+use super::super::segments::Segment;
+use super::walk::{Spec, Walk};
 use super::ObjectMeta;
 
 /// Records per chunk: a chunk is ~90 KB.
@@ -65,54 +66,8 @@ struct Record {
     obj: ObjectMeta,
 }
 
-/// `CHUNK` record slots, shared with frozen views until written.
-type Chunk = Arc<[Option<Record>]>;
-
-/// The chunk, copied first when a frozen view still holds it.
-fn own(chunk: &mut Chunk) -> &mut [Option<Record>] {
-    if Arc::get_mut(chunk).is_none() {
-        *chunk = chunk.iter().cloned().collect();
-    }
-    Arc::get_mut(chunk).expect("just copied")
-}
-
-/// A table's records as they stood when it was frozen, in slot order.
-#[derive(Default, Clone)]
-pub(crate) struct Frozen(Vec<Chunk>);
-
-impl Frozen {
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &ObjectMeta)> {
-        self.0
-            .iter()
-            .flat_map(|c| c.iter())
-            .flatten()
-            .map(|r| (r.key.as_str(), &r.obj))
-    }
-
-    /// Visits every record, letting go of each chunk once visited: a write
-    /// to the table after that no longer copies it, and a chunk the table
-    /// copied is freed.
-    pub(crate) fn drain(self, mut each: impl FnMut(&str, &ObjectMeta)) {
-        for chunk in self.0 {
-            for r in chunk.iter().flatten() {
-                each(r.key.as_str(), &r.obj);
-            }
-        }
-    }
-
-    /// How many of its chunks the table has copied since (written while
-    /// frozen) and how many chunks it holds.
-    #[cfg(test)]
-    pub(crate) fn copied(&self, table: &Table) -> (usize, usize) {
-        let moved = self
-            .0
-            .iter()
-            .zip(&table.chunks)
-            .filter(|(a, b)| !Arc::ptr_eq(a, b))
-            .count();
-        (moved, self.0.len())
-    }
-}
+/// `CHUNK` record slots.
+type Chunk = Box<[Option<Record>]>;
 
 /// Key → object, chunked records behind a slot index.
 pub(crate) struct Table {
@@ -121,6 +76,8 @@ pub(crate) struct Table {
     /// Slots emptied by removals, reused first.
     free: Vec<u32>,
     hasher: std::collections::hash_map::RandomState,
+    /// The snapshot round under way over this table, if any.
+    walk: Option<Box<Walk>>,
 }
 
 impl Default for Table {
@@ -130,6 +87,7 @@ impl Default for Table {
             chunks: Vec::new(),
             free: Vec::new(),
             hasher: Default::default(),
+            walk: None,
         }
     }
 }
@@ -154,16 +112,100 @@ impl Table {
     }
 
     fn record_mut(&mut self, slot: u32) -> &mut Record {
+        self.save(slot);
         let (c, i) = split(slot);
-        own(&mut self.chunks[c])[i]
-            .as_mut()
-            .expect("indexed slots are full")
+        self.chunks[c][i].as_mut().expect("indexed slots are full")
     }
 
-    /// The records as they stand now; writes after this copy the chunks
-    /// they touch rather than change what the view shows.
-    pub(crate) fn freeze(&self) -> Frozen {
-        Frozen(self.chunks.clone())
+    /// Before slot `slot` changes: saves its record for the round under
+    /// way when the round still has to write it out.
+    fn save(&mut self, slot: u32) {
+        let Some(w) = self.walk.as_deref_mut().filter(|w| w.pending(slot)) else {
+            return;
+        };
+        let (c, i) = split(slot);
+        match &self.chunks[c][i] {
+            Some(r) => w.save(slot, r.key.as_str(), &r.obj),
+            // Empty at the cut: what is put there now is not the round's.
+            None => w.settle(slot),
+        }
+    }
+
+    /// Starts round `epoch`'s walk over the table as it stands (the cut).
+    pub(crate) fn begin_walk(&mut self, epoch: u64, spec: Arc<Spec>) {
+        let end = u32::try_from(self.chunks.len() * CHUNK).expect("fewer than 2^32 slots");
+        let count = self.index.len() as u64;
+        self.walk = Some(Box::new(Walk::new(epoch, spec, end, count)));
+    }
+
+    /// Round `epoch`'s walk, when this table is on it.
+    pub(crate) fn walk(&self, epoch: u64) -> Option<&Walk> {
+        self.walk.as_deref().filter(|w| w.epoch == epoch)
+    }
+
+    /// Leaves round `epoch` (dropped before it was done).
+    pub(crate) fn end_walk(&mut self, epoch: u64) {
+        if self.walk(epoch).is_some() {
+            self.walk = None;
+        }
+    }
+
+    /// Writes the next `n` slots of round `epoch`'s walk to `out`, and the
+    /// records writers saved so far; the walk ends once it has written
+    /// every slot (with `n` > 0: `n` = 0 only takes the saved records). How many objects it wrote and whether it is done, or
+    /// `None` when the table is not on that round.
+    pub(crate) fn walk_on(&mut self, epoch: u64, n: u32, out: &mut Vec<u8>) -> Option<(u64, bool)> {
+        let Table { chunks, walk, .. } = self;
+        let w = walk.as_deref_mut().filter(|w| w.epoch == epoch)?;
+        let to = w.end.min(w.next.saturating_add(n));
+        let mut written = 0;
+        for slot in w.next..to {
+            let (c, i) = split(slot);
+            match &chunks[c][i] {
+                Some(r) if w.pending(slot) => {
+                    (w.spec.encode)(out, r.key.as_str(), &r.obj);
+                    written += 1;
+                }
+                _ => {}
+            }
+        }
+        w.next = to;
+        out.extend_from_slice(&std::mem::take(&mut w.saved));
+        written += std::mem::take(&mut w.saved_n);
+        let done = w.next == w.end;
+        if done && n > 0 {
+            *walk = None;
+        }
+        Some((written, done))
+    }
+
+    /// Adds to `found` the segments not mounted at round `epoch`'s cut
+    /// that the cut's records in slots `from..from + n` name; once past
+    /// the last slot, also those of the records saved so far. Where to go
+    /// on from (`u32::MAX`: done), or `None` when the table is not on that
+    /// round.
+    pub(crate) fn walk_note(
+        &mut self,
+        epoch: u64,
+        from: u32,
+        n: u32,
+        found: &mut Vec<Arc<Segment>>,
+    ) -> Option<u32> {
+        let Table { chunks, walk, .. } = self;
+        let w = walk.as_deref_mut().filter(|w| w.epoch == epoch)?;
+        let to = w.end.min(from.saturating_add(n));
+        for slot in from.max(w.next)..to {
+            let (c, i) = split(slot);
+            match &chunks[c][i] {
+                Some(r) if w.pending(slot) => w.spec.note(&r.obj, found),
+                _ => {}
+            }
+        }
+        if to < w.end {
+            return Some(to);
+        }
+        found.append(&mut w.detached);
+        Some(u32::MAX)
     }
 
     fn slot_of(&self, key: &str) -> Option<u32> {
@@ -242,8 +284,9 @@ impl Table {
                 s
             }
         };
+        self.save(slot);
         let (c, i) = split(slot);
-        own(&mut self.chunks[c])[i] = Some(Record {
+        self.chunks[c][i] = Some(Record {
             key: Key::new(key),
             obj,
         });
@@ -271,10 +314,9 @@ impl Table {
     }
 
     fn vacate(&mut self, slot: u32) -> Record {
+        self.save(slot);
         let (c, i) = split(slot);
-        let r = own(&mut self.chunks[c])[i]
-            .take()
-            .expect("indexed slots are full");
+        let r = self.chunks[c][i].take().expect("indexed slots are full");
         self.free.push(slot);
         r
     }
@@ -293,9 +335,15 @@ impl Table {
     }
 
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut ObjectMeta> {
+        // Every record may change: the round's are saved first.
+        if let Some((from, to)) = self.walk.as_ref().map(|w| (w.next, w.end)) {
+            for slot in from..to {
+                self.save(slot);
+            }
+        }
         self.chunks
             .iter_mut()
-            .flat_map(|c| own(c).iter_mut())
+            .flat_map(|c| c.iter_mut())
             .flatten()
             .map(|r| &mut r.obj)
     }
@@ -303,12 +351,21 @@ impl Table {
     /// Keeps the objects `keep` accepts.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&str, &mut ObjectMeta) -> bool) {
         let mut gone = Vec::new();
-        for (c, chunk) in self.chunks.iter_mut().enumerate() {
-            for (i, r) in own(chunk).iter_mut().enumerate() {
-                if let Some(r) = r {
-                    if !keep(r.key.as_str(), &mut r.obj) {
-                        gone.push((c * CHUNK + i) as u32);
-                    }
+        let Table { chunks, walk, .. } = self;
+        for (c, chunk) in chunks.iter_mut().enumerate() {
+            for (i, r) in chunk.iter_mut().enumerate() {
+                let Some(r) = r else { continue };
+                let slot = (c * CHUNK + i) as u32;
+                // Most records a sweep visits stay as they are: saved only
+                // when they change.
+                let w = walk.as_deref_mut().filter(|w| w.pending(slot));
+                let at = w.map(|w| w.save_maybe(r.key.as_str(), &r.obj));
+                let kept = keep(r.key.as_str(), &mut r.obj);
+                if let (Some(w), Some(at)) = (walk.as_deref_mut(), at) {
+                    w.kept(slot, at, r.key.as_str(), kept.then_some(&r.obj));
+                }
+                if !kept {
+                    gone.push(slot);
                 }
             }
         }
@@ -362,42 +419,103 @@ mod tests {
         assert_eq!(t.values_mut().count(), t.len());
     }
 
+    fn encode(out: &mut Vec<u8>, key: &str, o: &ObjectMeta) {
+        out.push(key.len() as u8);
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(&o.size.to_le_bytes());
+    }
+
+    fn decode(mut b: &[u8]) -> Vec<(String, u64)> {
+        let mut all = Vec::new();
+        while let Some(&len) = b.first() {
+            let len = len as usize;
+            let key = std::str::from_utf8(&b[1..1 + len]).unwrap().into();
+            all.push((
+                key,
+                u64::from_le_bytes(b[1 + len..9 + len].try_into().unwrap()),
+            ));
+            b = &b[9 + len..];
+        }
+        all.sort();
+        all
+    }
+
+    /// Everything `walk_on` writes, `n` slots at a time, with `between`
+    /// run after each step.
+    fn walk_all(t: &mut Table, n: u32, mut between: impl FnMut(&mut Table)) -> Vec<u8> {
+        let mut out = Vec::new();
+        loop {
+            let (_, done) = t.walk_on(1, n, &mut out).expect("on the walk");
+            if done {
+                return out;
+            }
+            between(t);
+        }
+    }
+
     #[test]
-    fn a_frozen_view_keeps_its_records_and_copies_only_written_chunks() {
+    fn a_walk_writes_the_records_at_its_cut_and_saves_only_changed_ones() {
         let mut t = Table::default();
         for i in 0..5 * CHUNK {
             let (o, _) = t.get_or_insert_with(&format!("key/{i}"), ObjectMeta::absent);
             o.size = i as u64;
         }
-        let before: Vec<(String, u64)> = t.iter().map(|(k, o)| (k.into(), o.size)).collect();
-        let view = t.freeze();
-        assert_eq!(view.copied(&t), (0, 5));
-        // Writes to records of one chunk, a removal, an insert and a
-        // new chunk: the view still shows the records at the freeze.
-        let slot = t.slot_of("key/3").unwrap();
-        let (c, _) = split(slot);
-        let same: Vec<String> = (0..5 * CHUNK)
-            .map(|i| format!("key/{i}"))
-            .filter(|k| split(t.slot_of(k).unwrap()).0 == c)
-            .take(3)
-            .collect();
-        for k in &same {
+        t.remove("key/4");
+        let mut before: Vec<(String, u64)> = t.iter().map(|(k, o)| (k.into(), o.size)).collect();
+        before.sort();
+        let spec = Arc::new(Spec {
+            encode,
+            mounted: None,
+        });
+        t.begin_walk(1, spec.clone());
+        assert_eq!(t.walk(1).unwrap().count, before.len() as u64);
+        assert!(t.walk(2).is_none());
+        // A sweep that changes nothing saves nothing.
+        t.retain(|_, _| true);
+        assert_eq!(t.walk(1).unwrap().saved_n, 0);
+        // Writes to records, a removal, an insert into the freed slot and
+        // one into a new chunk, a sweep that changes and removes some:
+        // the walk still writes the records at the cut.
+        for k in ["key/3", "key/2000", "key/5000"] {
             t.get_mut(k).unwrap().size += 1_000_000;
         }
-        assert_eq!(view.copied(&t), (1, 5), "one chunk written, one copied");
-        t.remove(&same[0]);
+        assert_eq!(t.walk(1).unwrap().saved_n, 3, "one record each");
+        t.remove("key/7");
         t.insert_if_absent("new", ObjectMeta::absent());
         for i in 5 * CHUNK..6 * CHUNK + 1 {
             t.insert_if_absent(&format!("key/{i}"), ObjectMeta::absent());
         }
-        let seen: Vec<(String, u64)> = view.iter().map(|(k, o)| (k.into(), o.size)).collect();
-        assert_eq!(seen, before);
-        assert!(t.get(&same[1]).unwrap().size >= 1_000_000);
-        assert!(t.get(&same[0]).is_none());
-        drop(view);
-        // Unshared again: a write copies nothing.
-        let p = Arc::as_ptr(&t.chunks[c]);
-        t.get_mut(&same[1]).unwrap().size = 1;
-        assert_eq!(Arc::as_ptr(&t.chunks[c]), p);
+        t.retain(|k, o| {
+            if k.ends_with("11") {
+                o.size += 1;
+            }
+            !k.ends_with("99")
+        });
+        let mut step = 0;
+        let out = walk_all(&mut t, 300, |t| {
+            // While it walks: records behind it and ahead of it change.
+            step += 1;
+            let k = format!("key/{}", (step * 977) % (5 * CHUNK));
+            if let Some(o) = t.get_mut(&k) {
+                o.size += 7;
+            }
+            t.remove(&format!("key/{}", (step * 613) % (5 * CHUNK)));
+            t.insert_if_absent(&format!("later/{step}"), ObjectMeta::absent());
+            for o in t.values_mut().take(3) {
+                o.size += 1;
+            }
+        });
+        assert_eq!(decode(&out), before);
+        assert!(t.walk(1).is_none(), "done: the walk ends");
+        assert!(t.get("key/3").unwrap().size >= 1_000_000);
+        assert!(t.get("key/7").is_none() && t.get("key/199").is_none());
+
+        // A walk dropped before its end saves nothing more.
+        t.begin_walk(1, spec);
+        t.end_walk(2);
+        assert!(t.walk(1).is_some(), "another round's end leaves it");
+        t.end_walk(1);
+        t.get_mut("key/3").unwrap().size = 1;
+        assert!(t.walk(1).is_none());
     }
 }

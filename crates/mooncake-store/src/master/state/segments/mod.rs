@@ -318,6 +318,13 @@ impl SegmentTable {
         self.table.load().by_id.get(&id).cloned()
     }
 
+    /// Whether some unmounted segment is held by more than this table (a
+    /// replica may still name it).
+    pub(crate) fn unmounted_in_use(&self) -> bool {
+        let unmounted = self.unmounted.lock();
+        unmounted.values().any(|s| Arc::strong_count(s) > 1)
+    }
+
     /// The segment of this id, mounted or unmounted since.
     pub(crate) fn any_by_id(&self, id: SegmentId) -> Option<Arc<Segment>> {
         self.by_id(id)
