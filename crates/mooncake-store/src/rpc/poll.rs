@@ -13,10 +13,21 @@
 //! piece of work finds the master still polling. Windows longer than the
 //! base are rationed ([`LongPolls`]): at most half the cores poll that long
 //! at once, so busy clients never cost the master more than that.
+//!
+//! Polling pays only while a core is free. When every core is wanted (a
+//! host running inference, builds, other tenants), a spinning thread takes
+//! its core from the threads doing the work it waits for: with two
+//! CPU-bound processes on the 2-vCPU VM, the master's and the writers'
+//! polls took a third of the CPU time of an offload run. So a spin that
+//! was switched out for another thread (the kernel's count of involuntary
+//! switches moved: its yield found one runnable, or it was preempted)
+//! turns polling off in this process for [`CONTENDED_HOLD`] ([`Contended`]);
+//! the calls then block at once, and the first spin after the hold looks
+//! again.
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -163,11 +174,96 @@ pub fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> 
     Ok(n as usize)
 }
 
+/// How long polling stays off after a spin was switched out for another
+/// thread: long enough that a loaded host pays one short spin per thread
+/// this often, short enough that an idle one is back to polling at once.
+pub const CONTENDED_HOLD: Duration = Duration::from_millis(100);
+
+/// Whether the cores were wanted by other threads lately: polling is off
+/// until the time it holds (microseconds of the process clock).
+#[derive(Debug, Default)]
+pub struct Contended {
+    until_us: AtomicU64,
+}
+
+impl Contended {
+    pub const fn new() -> Contended {
+        Contended {
+            until_us: AtomicU64::new(0),
+        }
+    }
+
+    /// The process's record.
+    pub fn shared() -> &'static Contended {
+        static SHARED: Contended = Contended::new();
+        &SHARED
+    }
+
+    /// Whether polling is off at `now_us`.
+    pub fn holds(&self, now_us: u64) -> bool {
+        now_us < self.until_us.load(Ordering::Relaxed)
+    }
+
+    /// A spin that ended at `now_us` was switched out for another thread
+    /// (`switched`): polling goes off for [`CONTENDED_HOLD`] from then.
+    pub fn note(&self, switched: bool, now_us: u64) {
+        if switched {
+            let until = now_us.saturating_add(CONTENDED_HOLD.as_micros() as u64);
+            self.until_us.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Microseconds since this process first asked.
+fn clock_us() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The calling thread's involuntary context switches so far.
+fn involuntary_switches() -> Option<i64> {
+    // SAFETY: a plain-data struct that zeroes are valid for.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the struct it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (rc == 0).then_some(ru.ru_nivcsw as i64)
+}
+
+/// One spin's watch on its thread's switches; `None` from [`Self::start`]
+/// while polling is off ([`Contended`]).
+pub struct SpinWatch(Option<i64>);
+
+impl SpinWatch {
+    /// Before a spin: `None` means do not spin.
+    pub fn start() -> Option<SpinWatch> {
+        if Contended::shared().holds(clock_us()) {
+            return None;
+        }
+        Some(SpinWatch(involuntary_switches()))
+    }
+
+    /// After the spin: a switch meanwhile turns polling off for a while.
+    pub fn end(self) {
+        let switched = matches!((self.0, involuntary_switches()), (Some(a), Some(b)) if b > a);
+        Contended::shared().note(switched, clock_us());
+    }
+}
+
 /// Polls `fds` without blocking until one has events (readable, hung up or
 /// failed) or `window` has passed, yielding the CPU now and then: whether
-/// one has. An interrupted poll is tried again; any other failure is
+/// one has. While the cores are contended ([`SpinWatch`]) it looks once and
+/// returns. An interrupted poll is tried again; any other failure is
 /// returned.
 pub fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
+    let Some(watch) = SpinWatch::start() else {
+        return poll_fds(fds, 0).map(|n| n > 0);
+    };
+    let r = spin_fds_watched(fds, window);
+    watch.end();
+    r
+}
+
+fn spin_fds_watched(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -238,6 +334,22 @@ mod tests {
         assert_eq!(w.window(Duration::ZERO), Duration::ZERO, "polling off");
         let big = AdaptiveWindow::MAX * 2;
         assert_eq!(w.window(big), big, "a larger base is kept");
+    }
+
+    #[test]
+    fn a_spin_switched_out_turns_polling_off_for_a_while() {
+        let c = Contended::new();
+        let hold = CONTENDED_HOLD.as_micros() as u64;
+        assert!(!c.holds(0), "polling is on at first");
+        c.note(false, 1_000);
+        assert!(!c.holds(1_000), "a spin that kept its core changes nothing");
+        c.note(true, 1_000);
+        assert!(c.holds(1_000) && c.holds(1_000 + hold - 1));
+        assert!(!c.holds(1_000 + hold), "on again after the hold");
+        c.note(true, 5_000);
+        c.note(true, 2_000);
+        assert!(c.holds(5_000 + hold - 1), "a later switch extends the hold");
+        assert!(involuntary_switches().is_some(), "the kernel counts them");
     }
 
     #[test]
