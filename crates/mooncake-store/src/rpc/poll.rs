@@ -16,14 +16,15 @@
 //!
 //! Polling pays only while a core is free. When every core is wanted (a
 //! host running inference, builds, other tenants), a spinning thread takes
-//! its core from the threads doing the work it waits for: with two
-//! CPU-bound processes on the 2-vCPU VM, the master's and the writers'
-//! polls took a third of the CPU time of an offload run. So a spin that
-//! was switched out for another thread (the kernel's count of involuntary
-//! switches moved: its yield found one runnable, or it was preempted)
-//! turns polling off in this process for [`CONTENDED_HOLD`] ([`Contended`]);
-//! the calls then block at once, and the first spin after the hold looks
-//! again.
+//! its core from the threads doing the work it waits for: on the 2-vCPU VM
+//! under other sessions' builds, the master's polls took 1.0 of the 2.7
+//! CPU seconds of an offload run. So a spin that was switched out for
+//! another thread (the kernel's count of involuntary switches moved: its
+//! yield found one runnable, or it was preempted) while every core is busy
+//! (`/proc/loadavg`'s runnable count, read only then: a kernel thread that
+//! preempts a spin on an idle host does not count) turns polling off in
+//! this process for [`CONTENDED_HOLD`] ([`Contended`]); the calls then
+//! block at once, and the first spin after the hold looks again.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -242,11 +243,37 @@ impl SpinWatch {
         Some(SpinWatch(involuntary_switches()))
     }
 
-    /// After the spin: a switch meanwhile turns polling off for a while.
+    /// After the spin: a switch meanwhile, with every core busy, turns
+    /// polling off for a while.
     pub fn end(self) {
         let switched = matches!((self.0, involuntary_switches()), (Some(a), Some(b)) if b > a);
-        Contended::shared().note(switched, clock_us());
+        let contended = switched && cores_busy(others_running(), online_cpus());
+        Contended::shared().note(contended, clock_us());
     }
+}
+
+/// Whether `others` runnable threads (besides the caller) fill `cpus`
+/// cores; an unknown count does not (polling stays as it was).
+pub(crate) fn cores_busy(others: Option<u64>, cpus: u64) -> bool {
+    others.is_some_and(|n| n >= cpus)
+}
+
+fn online_cpus() -> u64 {
+    static CPUS: OnceLock<u64> = OnceLock::new();
+    // SAFETY: a plain syscall; no memory is passed.
+    *CPUS.get_or_init(|| unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64)
+}
+
+/// Runnable threads on the machine other than the caller (the fourth
+/// field of `/proc/loadavg`, `running/total`, counts the reader too).
+pub(crate) fn others_running() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_running(&text).map(|n| n.saturating_sub(1))
+}
+
+pub(crate) fn parse_running(loadavg: &str) -> Option<u64> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
 }
 
 /// Polls `fds` without blocking until one has events (readable, hung up or
@@ -350,6 +377,13 @@ mod tests {
         c.note(true, 2_000);
         assert!(c.holds(5_000 + hold - 1), "a later switch extends the hold");
         assert!(involuntary_switches().is_some(), "the kernel counts them");
+        // Only a switch while every core is busy counts.
+        assert!(!cores_busy(Some(1), 2), "a core is free");
+        assert!(cores_busy(Some(2), 2) && cores_busy(Some(13), 2));
+        assert!(!cores_busy(None, 2), "unknown: polling stays");
+        assert_eq!(parse_running("14.88 15.00 11.69 15/224 5161\n"), Some(15));
+        assert_eq!(parse_running("0.00 0.01"), None);
+        assert!(others_running().is_some() && online_cpus() >= 1);
     }
 
     #[test]
