@@ -23,8 +23,8 @@
 //! yield found one runnable, or it was preempted) while every core is busy
 //! (`/proc/loadavg`'s runnable count, read only then: a kernel thread that
 //! preempts a spin on an idle host does not count) turns polling off in
-//! this process for [`CONTENDED_HOLD`] ([`Contended`]); the calls then
-//! block at once, and the first spin after the hold looks again.
+//! this process for [`CONTENDED_HOLD`] ([`Contended`]); the waits then
+//! block in the kernel, and the first spin after the hold looks again.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -278,16 +278,44 @@ pub(crate) fn parse_running(loadavg: &str) -> Option<u64> {
 
 /// Polls `fds` without blocking until one has events (readable, hung up or
 /// failed) or `window` has passed, yielding the CPU now and then: whether
-/// one has. While the cores are contended ([`SpinWatch`]) it looks once and
-/// returns. An interrupted poll is tried again; any other failure is
-/// returned.
+/// one has. While the cores are contended ([`SpinWatch`]) it waits as long
+/// in one blocking `ppoll(2)` instead, taking no CPU. An interrupted poll
+/// is tried again; any other failure is returned.
 pub fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
     let Some(watch) = SpinWatch::start() else {
-        return poll_fds(fds, 0).map(|n| n > 0);
+        return block_fds(fds, window);
     };
     let r = spin_fds_watched(fds, window);
     watch.end();
     r
+}
+
+/// Waits in the kernel until one of `fds` has events or `window` has
+/// passed (an interruption starts the wait again): whether one has.
+fn block_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
+    let ts = libc::timespec {
+        tv_sec: window.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: window.subsec_nanos() as libc::c_long,
+    };
+    loop {
+        // SAFETY: the slice and the timespec are valid for the call; the
+        // kernel writes only the `revents` fields.
+        let n = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 fn spin_fds_watched(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
@@ -384,6 +412,23 @@ mod tests {
         assert_eq!(parse_running("14.88 15.00 11.69 15/224 5161\n"), Some(15));
         assert_eq!(parse_running("0.00 0.01"), None);
         assert!(others_running().is_some() && online_cpus() >= 1);
+    }
+
+    #[test]
+    fn a_blocking_wait_sees_bytes_and_gives_up_in_silence() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        let mut p = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let t = Instant::now();
+        assert!(!block_fds(&mut p, Duration::from_millis(30)).unwrap());
+        assert!(t.elapsed() >= Duration::from_millis(30), "it waited");
+        a.write_all(b"x").unwrap();
+        assert!(block_fds(&mut p, Duration::from_secs(60)).unwrap());
     }
 
     #[test]
