@@ -13,10 +13,22 @@
 //! piece of work finds the master still polling. Windows longer than the
 //! base are rationed ([`LongPolls`]): at most half the cores poll that long
 //! at once, so busy clients never cost the master more than that.
+//!
+//! Polling pays only while a core is free. When every core is wanted (a
+//! host running inference, builds, other tenants), a spinning thread takes
+//! its core from the threads doing the work it waits for: on the 2-vCPU VM
+//! under other sessions' builds, the master's polls took 1.0 of the 2.7
+//! CPU seconds of an offload run. So a spin that was switched out for
+//! another thread (the kernel's count of involuntary switches moved: its
+//! yield found one runnable, or it was preempted) while every core is busy
+//! (`/proc/loadavg`'s runnable count, read only then: a kernel thread that
+//! preempts a spin on an idle host does not count) turns polling off in
+//! this process for [`CONTENDED_HOLD`] ([`Contended`]); the waits then
+//! block in the kernel, and the first spin after the hold looks again.
 
 use std::io;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -163,11 +175,150 @@ pub fn poll_fds(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> 
     Ok(n as usize)
 }
 
+/// How long polling stays off after a spin was switched out for another
+/// thread: long enough that a loaded host pays one short spin per thread
+/// this often, short enough that an idle one is back to polling at once.
+pub const CONTENDED_HOLD: Duration = Duration::from_millis(100);
+
+/// Whether the cores were wanted by other threads lately: polling is off
+/// until the time it holds (microseconds of the process clock).
+#[derive(Debug, Default)]
+pub struct Contended {
+    until_us: AtomicU64,
+}
+
+impl Contended {
+    pub const fn new() -> Contended {
+        Contended {
+            until_us: AtomicU64::new(0),
+        }
+    }
+
+    /// The process's record.
+    pub fn shared() -> &'static Contended {
+        static SHARED: Contended = Contended::new();
+        &SHARED
+    }
+
+    /// Whether polling is off at `now_us`.
+    pub fn holds(&self, now_us: u64) -> bool {
+        now_us < self.until_us.load(Ordering::Relaxed)
+    }
+
+    /// A spin that ended at `now_us` was switched out for another thread
+    /// (`switched`): polling goes off for [`CONTENDED_HOLD`] from then.
+    pub fn note(&self, switched: bool, now_us: u64) {
+        if switched {
+            let until = now_us.saturating_add(CONTENDED_HOLD.as_micros() as u64);
+            self.until_us.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Microseconds since this process first asked.
+fn clock_us() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The calling thread's involuntary context switches so far.
+fn involuntary_switches() -> Option<i64> {
+    // SAFETY: a plain-data struct that zeroes are valid for.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only the struct it is given.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    (rc == 0).then_some(ru.ru_nivcsw as i64)
+}
+
+/// One spin's watch on its thread's switches; `None` from [`Self::start`]
+/// while polling is off ([`Contended`]).
+pub struct SpinWatch(Option<i64>);
+
+impl SpinWatch {
+    /// Before a spin: `None` means do not spin.
+    pub fn start() -> Option<SpinWatch> {
+        if Contended::shared().holds(clock_us()) {
+            return None;
+        }
+        Some(SpinWatch(involuntary_switches()))
+    }
+
+    /// After the spin: a switch meanwhile, with every core busy, turns
+    /// polling off for a while.
+    pub fn end(self) {
+        let switched = matches!((self.0, involuntary_switches()), (Some(a), Some(b)) if b > a);
+        let contended = switched && cores_busy(others_running(), online_cpus());
+        Contended::shared().note(contended, clock_us());
+    }
+}
+
+/// Whether `others` runnable threads (besides the caller) fill `cpus`
+/// cores; an unknown count does not (polling stays as it was).
+pub(crate) fn cores_busy(others: Option<u64>, cpus: u64) -> bool {
+    others.is_some_and(|n| n >= cpus)
+}
+
+fn online_cpus() -> u64 {
+    static CPUS: OnceLock<u64> = OnceLock::new();
+    // SAFETY: a plain syscall; no memory is passed.
+    *CPUS.get_or_init(|| unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u64)
+}
+
+/// Runnable threads on the machine other than the caller (the fourth
+/// field of `/proc/loadavg`, `running/total`, counts the reader too).
+pub(crate) fn others_running() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    parse_running(&text).map(|n| n.saturating_sub(1))
+}
+
+pub(crate) fn parse_running(loadavg: &str) -> Option<u64> {
+    let field = loadavg.split_whitespace().nth(3)?;
+    field.split('/').next()?.parse().ok()
+}
+
 /// Polls `fds` without blocking until one has events (readable, hung up or
 /// failed) or `window` has passed, yielding the CPU now and then: whether
-/// one has. An interrupted poll is tried again; any other failure is
-/// returned.
+/// one has. While the cores are contended ([`SpinWatch`]) it waits as long
+/// in one blocking `ppoll(2)` instead, taking no CPU. An interrupted poll
+/// is tried again; any other failure is returned.
 pub fn spin_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
+    let Some(watch) = SpinWatch::start() else {
+        return block_fds(fds, window);
+    };
+    let r = spin_fds_watched(fds, window);
+    watch.end();
+    r
+}
+
+/// Waits in the kernel until one of `fds` has events or `window` has
+/// passed (an interruption starts the wait again): whether one has.
+fn block_fds(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
+    let ts = libc::timespec {
+        tv_sec: window.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: window.subsec_nanos() as libc::c_long,
+    };
+    loop {
+        // SAFETY: the slice and the timespec are valid for the call; the
+        // kernel writes only the `revents` fields.
+        let n = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if n >= 0 {
+            return Ok(n > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn spin_fds_watched(fds: &mut [libc::pollfd], window: Duration) -> io::Result<bool> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -238,6 +389,46 @@ mod tests {
         assert_eq!(w.window(Duration::ZERO), Duration::ZERO, "polling off");
         let big = AdaptiveWindow::MAX * 2;
         assert_eq!(w.window(big), big, "a larger base is kept");
+    }
+
+    #[test]
+    fn a_spin_switched_out_turns_polling_off_for_a_while() {
+        let c = Contended::new();
+        let hold = CONTENDED_HOLD.as_micros() as u64;
+        assert!(!c.holds(0), "polling is on at first");
+        c.note(false, 1_000);
+        assert!(!c.holds(1_000), "a spin that kept its core changes nothing");
+        c.note(true, 1_000);
+        assert!(c.holds(1_000) && c.holds(1_000 + hold - 1));
+        assert!(!c.holds(1_000 + hold), "on again after the hold");
+        c.note(true, 5_000);
+        c.note(true, 2_000);
+        assert!(c.holds(5_000 + hold - 1), "a later switch extends the hold");
+        assert!(involuntary_switches().is_some(), "the kernel counts them");
+        // Only a switch while every core is busy counts.
+        assert!(!cores_busy(Some(1), 2), "a core is free");
+        assert!(cores_busy(Some(2), 2) && cores_busy(Some(13), 2));
+        assert!(!cores_busy(None, 2), "unknown: polling stays");
+        assert_eq!(parse_running("14.88 15.00 11.69 15/224 5161\n"), Some(15));
+        assert_eq!(parse_running("0.00 0.01"), None);
+        assert!(others_running().is_some() && online_cpus() >= 1);
+    }
+
+    #[test]
+    fn a_blocking_wait_sees_bytes_and_gives_up_in_silence() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        let mut p = [libc::pollfd {
+            fd: b.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let t = Instant::now();
+        assert!(!block_fds(&mut p, Duration::from_millis(30)).unwrap());
+        assert!(t.elapsed() >= Duration::from_millis(30), "it waited");
+        a.write_all(b"x").unwrap();
+        assert!(block_fds(&mut p, Duration::from_secs(60)).unwrap());
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub(super) fn run(s: &TierShared) {
     let mut last_housekeeping = std::time::Instant::now();
     let mut stats = RoundStats::default();
     let mut last_report = std::time::Instant::now();
+    // When the last round ended (reported): the time to the next is the
+    // tier waiting for work.
+    let mut last_end = None;
     let poll = || {
         if last_report.elapsed() >= REPORT_EVERY {
             stats.log_and_clear(last_report.elapsed());
@@ -76,8 +79,11 @@ pub(super) fn run(s: &TierShared) {
             s.tier.remove(&batch.removes);
         }
         let any = !batch.tasks.is_empty() || !batch.promotions.is_empty();
+        let since = last_end.map(|e: std::time::Instant| e.elapsed());
+        stats.note_poll(since, !batch.tasks.is_empty());
         if !batch.tasks.is_empty() {
             stats.add(&offload_round(s, &batch.tasks));
+            last_end = Some(std::time::Instant::now());
         }
         for key in &batch.promotions {
             promote(s, key);
@@ -134,6 +140,7 @@ fn offload_round(s: &TierShared, tasks: &[OffloadTask]) -> RoundStats {
         stage: staged - started,
         commit: committed - staged,
         report: std::time::Duration::ZERO,
+        ..RoundStats::default()
     };
     report_durable(s, durable);
     if !failed.is_empty() {

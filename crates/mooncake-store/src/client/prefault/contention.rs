@@ -11,6 +11,10 @@
 //! a 1 GiB segment 20 s after setup): every wake-up of any thread there
 //! waits a little, so the delay of an idle client's threads keeps growing.
 
+use crate::rpc::poll::others_running;
+#[cfg(test)]
+use crate::rpc::poll::parse_running;
+
 /// What the kernel says right now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Sample {
@@ -72,18 +76,6 @@ impl Contention {
     pub(super) fn decide(&self, s: Sample) -> bool {
         self.cores_busy(s.others_running) && s.own_runnable.is_none_or(|n| n > 0)
     }
-}
-
-/// Runnable threads on the machine other than the caller (the fourth
-/// field of `/proc/loadavg`, `running/total`, counts the reader too).
-fn others_running() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
-    parse_running(&text).map(|n| n.saturating_sub(1))
-}
-
-fn parse_running(loadavg: &str) -> Option<u64> {
-    let field = loadavg.split_whitespace().nth(3)?;
-    field.split('/').next()?.parse().ok()
 }
 
 /// Runnable threads (state `R`) of this process but `except`; `None` when

@@ -208,13 +208,17 @@ pub(super) fn run_copies(copies: &[Memcpy], into_segment: bool) {
 /// this thread to sleep: small transfers finish within microseconds, and
 /// being woken costs more than that on a VM (see `rpc::poll`).
 fn poll_batch(engine: &TransferEngine, batch: BatchId) {
+    // Not while the cores are contended (see `rpc::poll`).
+    let Some(watch) = crate::rpc::poll::SpinWatch::start() else {
+        return;
+    };
     let window = crate::rpc::poll::client_window();
     let start = std::time::Instant::now();
     let mut spins = 0u32;
     while start.elapsed() < window {
         match engine.batch_status(batch) {
             Ok(s) if s.state == TransferState::Waiting => {}
-            _ => return,
+            _ => break,
         }
         spins += 1;
         if spins.is_multiple_of(16) {
@@ -223,4 +227,5 @@ fn poll_batch(engine: &TransferEngine, batch: BatchId) {
             std::hint::spin_loop();
         }
     }
+    watch.end();
 }

@@ -1,6 +1,7 @@
 //! A put refused for lack of room while copies to an SSD tier are under
-//! way waits for them to land and tries again (`state::room`), on the
-//! connection's thread, instead of answering -200 at once.
+//! way (or just ended) waits for them to land and tries again
+//! (`state::room`), on the connection's thread, instead of answering -200
+//! at once.
 
 use std::time::Instant;
 
@@ -85,28 +86,36 @@ fn merge(prev: Response, next: Response) -> Response {
     }
 }
 
-/// `first` answered `req`; while it is a refusal for room and copies are
-/// under way, waits for one to land and asks again, within
-/// [`PUT_ROOM_WAIT`]. The answer keeps the latest log position any try
-/// reached (a failed try may have logged evictions).
-pub(super) fn until_room(shared: &Shared, req: Request<'_>, tenant: &str, first: Answer) -> Answer {
+/// `first` answered `req`, tried when the count of ended copies was
+/// `seen`; while it is a refusal for room and copies are under way (or
+/// one ended since the try began), waits for one to land and asks again,
+/// within [`PUT_ROOM_WAIT`]. The answer keeps the latest log position any
+/// try reached (a failed try may have logged evictions).
+pub(super) fn until_room(
+    shared: &Shared,
+    req: Request<'_>,
+    tenant: &str,
+    first: Answer,
+    mut seen: u64,
+) -> Answer {
     let service = &shared.service;
+    let signal = service.room_signal();
     let started = Instant::now();
     let mut answer = first;
-    let mut idle = 0;
     loop {
-        let seen = service.room_signal().generation();
-        let under_way = service.copies_under_way();
+        let (count, under_way) = signal.look(|| service.copies_under_way());
+        let ended = count != seen;
         let wait = next_wait(
             no_room(&answer.response),
-            under_way,
-            idle,
+            under_way || ended,
             started.elapsed(),
             PUT_ROOM_WAIT,
         );
         let Some(wait) = wait else { return answer };
-        idle = if under_way { 0 } else { idle + 1 };
-        service.room_signal().wait_past(seen, wait);
+        if !ended {
+            signal.wait_past(seen, wait);
+        }
+        seen = signal.generation();
         let now = shared.clock.now_ms();
         let next = service.handle_as(again(&req, &answer.response), tenant, now);
         let release = later(answer.release, next.release);

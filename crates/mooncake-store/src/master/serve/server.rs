@@ -389,10 +389,15 @@ impl Handler for Rpc {
             }
         }
         let call = shared.metrics.classify(&shared.service, &req);
-        let retry = super::room_wait::may_wait(&req).then(|| req.clone());
+        // A put keeps a copy of itself, and the count of ended copies
+        // before its try, to wait for room (`room_wait`).
+        let retry = super::room_wait::may_wait(&req)
+            .then(|| (req.clone(), shared.service.room_signal().generation()));
         let answer = shared.service.handle_as(req, &session.tenant, now);
         let answer = match retry {
-            Some(req) => super::room_wait::until_room(shared, req, &session.tenant, answer),
+            Some((req, seen)) => {
+                super::room_wait::until_room(shared, req, &session.tenant, answer, seen)
+            }
             None => answer,
         };
         let Answer {

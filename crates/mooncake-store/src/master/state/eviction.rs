@@ -19,6 +19,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+use mooncake_common::{ErrorCode, Result};
 use parking_lot::{Mutex, MutexGuard};
 
 use super::allocator::aligned_len;
@@ -64,6 +65,46 @@ impl Eviction {
     pub(crate) fn end_round(&self) {
         self.generation.fetch_add(1, Ordering::Release);
     }
+
+    /// Room for a put whose try (`refused`, made at generation `seen`)
+    /// found no space. The put joins the rounds rather than racing them:
+    /// it waits for a round running now, tries again (`place`) if a round
+    /// ended since its try, and if that finds no space either it runs its
+    /// own round (`evict`, which says whether it freed anything) and tries
+    /// once more, holding the round throughout. So no other round runs
+    /// between its last try and its own round: a round that freed too
+    /// little for it (the timer's, another put's) never stands in for its
+    /// own. The answer is the last try's.
+    pub(crate) fn room_for<C, T>(
+        &self,
+        seen: u64,
+        refused: Result<T>,
+        cx: &mut C,
+        mut place: impl FnMut(&mut C) -> Result<T>,
+        evict: impl FnOnce(&mut C) -> bool,
+    ) -> Result<T> {
+        let _round = self.begin_round();
+        let mut last = refused;
+        if self.generation() != seen {
+            last = place(cx);
+            if !no_room(&last) {
+                return last;
+            }
+        }
+        let freed = evict(cx);
+        self.take_request();
+        self.end_round();
+        if freed {
+            place(cx)
+        } else {
+            last
+        }
+    }
+}
+
+/// Whether `r` is a refusal for lack of room (`NO_AVAILABLE_HANDLE`).
+pub(crate) fn no_room<T>(r: &Result<T>) -> bool {
+    matches!(r, Err(e) if e.code == ErrorCode::NO_AVAILABLE_HANDLE)
 }
 
 /// Bytes the timer's round frees at this usage, or `None` below the
@@ -269,6 +310,95 @@ mod tests {
         let mut c = [(40, 100), (10, 100), (30, 100), (20, 100), (50, 100)];
         assert_eq!(cover(&mut c, queue_ahead(100, 0)), Some((30, 300)));
         assert_eq!(cover(&mut c, queue_ahead(100, 100)), Some((20, 200)));
+    }
+
+    fn full() -> Result<u32> {
+        Err(mooncake_common::Error::new(
+            ErrorCode::NO_AVAILABLE_HANDLE,
+            "full",
+        ))
+    }
+
+    /// What a put did in `room_for`: its tries and whether it evicted.
+    #[derive(Default)]
+    struct Put {
+        tries: u32,
+        evicted: bool,
+        /// The round was held at every try and eviction.
+        held: bool,
+    }
+
+    /// Runs `room_for` for a put refused at generation `seen`, whose tries
+    /// find room only once its own round has run (`room_after_own`) or at
+    /// once (`!room_after_own`); its round frees something if `frees`.
+    fn put(e: &Eviction, seen: u64, room_after_own: bool, frees: bool) -> (Result<u32>, Put) {
+        let mut p = Put {
+            held: true,
+            ..Put::default()
+        };
+        let r = e.room_for(
+            seen,
+            full(),
+            &mut p,
+            |p| {
+                p.tries += 1;
+                p.held &= e.round.try_lock().is_none();
+                if room_after_own && !p.evicted {
+                    full()
+                } else {
+                    Ok(p.tries)
+                }
+            },
+            |p| {
+                p.held &= e.round.try_lock().is_none();
+                p.evicted = true;
+                frees
+            },
+        );
+        (r, p)
+    }
+
+    #[test]
+    fn a_put_whose_round_was_taken_by_another_still_runs_its_own() {
+        let e = Eviction::default();
+        // The timer's round ends between the put's try and its round,
+        // freeing too little for it: the put tries again, then evicts
+        // for itself and gets its room.
+        let seen = e.generation();
+        {
+            let _round = e.begin_round();
+            e.end_round();
+        }
+        let (r, p) = put(&e, seen, true, true);
+        assert_eq!(r.unwrap(), 2, "a try after that round, one after its own");
+        assert!(p.evicted && p.held, "its own round, holding the rounds");
+        assert_eq!(e.generation(), seen + 2);
+
+        // The other round made the room: one more try, no round.
+        let seen = e.generation();
+        e.end_round();
+        let (r, p) = put(&e, seen, false, true);
+        assert_eq!(r.unwrap(), 1);
+        assert!(!p.evicted && p.held);
+        assert_eq!(e.generation(), seen + 1, "no round of its own");
+    }
+
+    #[test]
+    fn a_put_with_no_round_since_evicts_and_tries_once_more() {
+        let e = Eviction::default();
+        e.request();
+        let seen = e.generation();
+        let (r, p) = put(&e, seen, true, true);
+        assert_eq!(r.unwrap(), 1, "no try before its own round");
+        assert!(p.evicted && p.held);
+        assert!(!e.take_request(), "its round answers the timer's request");
+        // A round that frees nothing: the refusal stands, no blind try.
+        let seen = e.generation();
+        let (r, p) = put(&e, seen, true, false);
+        assert!(no_room(&r));
+        assert_eq!(p.tries, 0);
+        assert!(p.evicted);
+        assert!(e.round.try_lock().is_some(), "the round is given back");
     }
 
     #[test]

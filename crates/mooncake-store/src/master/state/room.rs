@@ -1,11 +1,14 @@
 //! Room for a put while memory is full of objects waiting for their disk
 //! copy: instead of answering `NO_AVAILABLE_HANDLE` (-200) at once, the
 //! put waits until a copy lands (the next try evicts it) and tries again,
-//! for at most [`PUT_ROOM_WAIT`]. It is answered -200 only when no copy is
-//! under way (nothing the wait could free) or the wait runs out.
+//! for at most [`PUT_ROOM_WAIT`]. It is answered -200 only when its last
+//! try (which ran an eviction round of its own, queueing whatever may be
+//! copied: `eviction::Eviction::room_for`) left no copy under way and none
+//! ended since that try began (nothing the wait could free), or when the
+//! wait runs out.
 //!
-//! [`RoomSignal`] is bumped whenever copies in flight end (written or
-//! failed); [`next_wait`] is the decision, free of clocks.
+//! [`RoomSignal`] counts the reports that end copies (written or failed);
+//! [`next_wait`] is the decision, free of clocks.
 
 use std::time::Duration;
 
@@ -19,7 +22,11 @@ pub(crate) const PUT_ROOM_WAIT: Duration = Duration::from_secs(5);
 /// end without a signal: its tier unmounted, its object removed).
 pub(crate) const PUT_ROOM_SLICE: Duration = Duration::from_millis(50);
 
-/// A count of ended copies with a condition variable to wait for the next.
+/// A count of reports that ended copies, with a condition variable to
+/// wait for the next. A report runs inside [`Self::ending`] and the
+/// waiters look at the count and at the copies under way together
+/// ([`Self::look`]): a put never sees a copy gone from those under way
+/// without the count that says it ended.
 #[derive(Default)]
 pub(crate) struct RoomSignal {
     ended: Mutex<u64>,
@@ -27,15 +34,26 @@ pub(crate) struct RoomSignal {
 }
 
 impl RoomSignal {
-    /// The count now; pass it to [`Self::wait_past`].
+    /// The count now: read it before a try, compare after.
     pub(crate) fn generation(&self) -> u64 {
         *self.ended.lock()
     }
 
-    /// Copies ended: wakes every waiting put.
-    pub(crate) fn notify(&self) {
-        *self.ended.lock() += 1;
+    /// Runs `report` (which ends copies: their objects may leave memory,
+    /// or be queued again) and counts it, waking every waiting put.
+    pub(crate) fn ending<R>(&self, report: impl FnOnce() -> R) -> R {
+        let mut ended = self.ended.lock();
+        let r = report();
+        *ended += 1;
         self.changed.notify_all();
+        r
+    }
+
+    /// The count and `under_way()` (whether copies are queued or in
+    /// flight), read with no report halfway through.
+    pub(crate) fn look(&self, under_way: impl FnOnce() -> bool) -> (u64, bool) {
+        let ended = self.ended.lock();
+        (*ended, under_way())
     }
 
     /// Waits until the count moves past `seen` or `timeout` passes;
@@ -49,23 +67,18 @@ impl RoomSignal {
     }
 }
 
-/// Tries a refused put gets with no copy under way: a try can lose its
-/// eviction round to another (the timer's) that freed too little for it,
-/// while objects whose copies just landed are still in memory.
-pub(crate) const IDLE_TRIES: u32 = 2;
-
 /// Whether a put answered `no_room` after `waited` should wait (and for
-/// how long at most) before trying again: while copies are under way, or
-/// for [`IDLE_TRIES`] tries (`idle` so far) without one, and within the
-/// budget of `limit`.
+/// how long at most) before trying again: only while the wait may free
+/// room (`may_free`: copies are under way, or one ended since the try
+/// began, whose object the next try can evict), and within the budget of
+/// `limit`. No blind tries: a put's try runs its own eviction round.
 pub(crate) fn next_wait(
     no_room: bool,
-    under_way: bool,
-    idle: u32,
+    may_free: bool,
     waited: Duration,
     limit: Duration,
 ) -> Option<Duration> {
-    if !no_room || !(under_way || idle < IDLE_TRIES) || waited >= limit {
+    if !no_room || !may_free || waited >= limit {
         return None;
     }
     Some((limit - waited).min(PUT_ROOM_SLICE))
@@ -77,30 +90,53 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
-    fn a_put_waits_only_while_copies_are_under_way_and_within_its_budget() {
+    fn a_put_waits_only_while_copies_may_free_room_and_within_its_budget() {
         let limit = Duration::from_secs(5);
         let zero = Duration::ZERO;
-        assert_eq!(next_wait(false, true, 0, zero, limit), None, "placed");
+        assert_eq!(next_wait(false, true, zero, limit), None, "placed");
         assert_eq!(
-            next_wait(true, false, 0, zero, limit),
-            Some(PUT_ROOM_SLICE),
-            "one more try after a lost round"
-        );
-        assert_eq!(
-            next_wait(true, false, IDLE_TRIES, zero, limit),
+            next_wait(true, false, zero, limit),
             None,
-            "nothing to wait for"
+            "nothing under way or ended: no blind try"
         );
         assert_eq!(
-            next_wait(true, true, IDLE_TRIES, zero, limit),
+            next_wait(true, true, zero, limit),
             Some(PUT_ROOM_SLICE),
-            "copies under way"
+            "copies under way or just ended"
         );
-        assert_eq!(next_wait(true, true, 0, limit, limit), None, "budget spent");
+        assert_eq!(next_wait(true, true, limit, limit), None, "budget spent");
         assert_eq!(
-            next_wait(true, true, 0, limit - Duration::from_millis(10), limit),
+            next_wait(true, true, limit - Duration::from_millis(10), limit),
             Some(Duration::from_millis(10)),
             "never past the budget"
+        );
+    }
+
+    #[test]
+    fn a_report_is_seen_whole_or_not_at_all() {
+        let s = Arc::new(RoomSignal::default());
+        let under_way = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let seen = s.generation();
+        let reporter = {
+            let (s, under_way) = (s.clone(), under_way.clone());
+            std::thread::spawn(move || {
+                s.ending(|| {
+                    under_way.store(false, std::sync::atomic::Ordering::SeqCst);
+                    // A waiter looking now must not see the copy gone
+                    // without the count moved.
+                    std::thread::sleep(Duration::from_millis(30));
+                })
+            })
+        };
+        for _ in 0..20 {
+            let (count, busy) = s.look(|| under_way.load(std::sync::atomic::Ordering::SeqCst));
+            assert!(busy || count != seen, "a copy gone, its end not counted");
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        reporter.join().unwrap();
+        assert_eq!(
+            s.look(|| under_way.load(std::sync::atomic::Ordering::SeqCst)),
+            (seen + 1, false)
         );
     }
 
@@ -117,7 +153,7 @@ mod tests {
             std::thread::spawn(move || s.wait_past(seen, Duration::from_secs(60)))
         };
         std::thread::sleep(Duration::from_millis(20));
-        s.notify();
+        s.ending(|| ());
         assert!(t.join().unwrap(), "woken by the copy, not the timeout");
         assert!(
             s.wait_past(seen, Duration::ZERO),

@@ -191,72 +191,84 @@ impl MasterService {
         if !self.disk.has_tier(client) {
             return vec![Err(no_tier(client)); keys.len()];
         }
+        // Counted as one report: a put waiting for room sees these
+        // copies either still under way or ended (`room`).
+        self.disk.room().ending(|| {
+            keys.iter()
+                .zip(sizes)
+                .map(|(&key, &size)| self.accept_copy(call, client, key, size, restore, now))
+                .collect()
+        })
+    }
+
+    /// One copy of `notify_offload_in`: accepted (recorded) or stale.
+    fn accept_copy(
+        &self,
+        call: &mut Call,
+        client: ClientId,
+        key: &str,
+        size: u64,
+        restore: bool,
+        now: u64,
+    ) -> Result<()> {
         let stale = |key: &str| {
             Error::new(
                 ErrorCode::OBJECT_NOT_FOUND,
                 format!("{key:?} changed since its copy was written"),
             )
         };
-        let results = keys
-            .iter()
-            .zip(sizes)
-            .map(|(&key, &size)| {
-                check_key(key)?;
-                let mut shard = self.objects.lock(key);
-                let _ = shard.clock(now);
-                if let (Some(lease), Some(mut obj)) =
-                    (self.disk.done(client, key), shard.get_mut(key))
-                {
-                    lease.release(&mut obj);
-                }
-                let held = self.disk.copy(key);
-                let ok = match shard.get(key) {
-                    Some(obj) if restore => {
-                        held.is_some_and(|c| c.owner == client && c.size == size)
-                            && obj.size == size
-                    }
-                    Some(obj) => {
-                        obj.is_complete()
-                            && obj.pending.is_none()
-                            && obj.size == size
-                            && obj
-                                .replicas
-                                .as_slice()
-                                .iter()
-                                .any(|p| p.segment.owner == client)
-                    }
-                    None if restore => held.is_none_or(|c| c.owner == client && c.size == size),
-                    None => false,
-                };
-                if !ok {
-                    return Err(stale(key));
-                }
-                self.apply_copy(
-                    call,
-                    shard.get_mut(key).as_deref_mut(),
-                    DiskOp::AddCopy { client, key, size },
-                );
-                Ok(())
-            })
-            .collect();
-        self.disk.room().notify();
-        results
+        check_key(key)?;
+        let mut shard = self.objects.lock(key);
+        let _ = shard.clock(now);
+        if let (Some(lease), Some(mut obj)) = (self.disk.done(client, key), shard.get_mut(key)) {
+            lease.release(&mut obj);
+        }
+        let held = self.disk.copy(key);
+        let ok = match shard.get(key) {
+            Some(obj) if restore => {
+                held.is_some_and(|c| c.owner == client && c.size == size) && obj.size == size
+            }
+            Some(obj) => {
+                obj.is_complete()
+                    && obj.pending.is_none()
+                    && obj.size == size
+                    && obj
+                        .replicas
+                        .as_slice()
+                        .iter()
+                        .any(|p| p.segment.owner == client)
+            }
+            None if restore => held.is_none_or(|c| c.owner == client && c.size == size),
+            None => false,
+        };
+        if !ok {
+            return Err(stale(key));
+        }
+        self.apply_copy(
+            call,
+            shard.get_mut(key).as_deref_mut(),
+            DiskOp::AddCopy { client, key, size },
+        );
+        Ok(())
     }
 
     /// The tier could not write `keys`: they may be queued again; their
     /// memory copies stay.
     pub fn notify_offload_failure(&self, client: ClientId, keys: &[&str]) -> Result<()> {
-        for &key in keys {
-            let mut shard = self.objects.lock(key);
-            let Some(lease) = self.disk.done(client, key) else {
-                continue;
-            };
-            // A statement, not the block's tail: the guard must drop before `shard`.
-            if let Some(mut obj) = shard.get_mut(key) {
-                lease.release(&mut obj);
-            };
-        }
-        self.disk.room().notify();
+        // A put waiting for room sees these copies under way or ended: its
+        // next round queues them again.
+        self.disk.room().ending(|| {
+            for &key in keys {
+                let mut shard = self.objects.lock(key);
+                let Some(lease) = self.disk.done(client, key) else {
+                    continue;
+                };
+                // A statement, not the block's tail: the guard must drop before `shard`.
+                if let Some(mut obj) = shard.get_mut(key) {
+                    lease.release(&mut obj);
+                };
+            }
+        });
         Ok(())
     }
 

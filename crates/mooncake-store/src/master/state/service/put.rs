@@ -9,6 +9,7 @@ use super::apply::Fate;
 use super::{check_key, check_put, not_found, pin_flags, MasterService};
 use crate::master::events::Kind;
 use crate::master::state::allocator::aligned_len;
+use crate::master::state::eviction::no_room;
 use crate::master::state::mutation::{Call, ObjectOp, Write};
 use crate::master::state::objects::{PendingKind, Replicas};
 use crate::tenant;
@@ -20,8 +21,8 @@ impl MasterService {
     /// is unchanged and no reader holds a lease (unreadable until PutEnd),
     /// otherwise into new space while the old replicas stay readable.
     ///
-    /// When no segment has room, an eviction round runs and the put is
-    /// retried once.
+    /// When no segment has room, the put joins an eviction round and is
+    /// retried ([`crate::master::state::eviction::Eviction::room_for`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn put_start_in(
         &self,
@@ -49,22 +50,20 @@ impl MasterService {
         };
         self.check_metadata_budget(key)?;
         let generation = self.eviction.generation();
-        match self.put_start_once(call, client, key, len, cfg, group, upsert, now) {
-            Err(e)
-                if e.code == ErrorCode::NO_AVAILABLE_HANDLE
-                    && self.segments.max_capacity() >= len =>
-            {
-                let need = aligned_len(len)
-                    .unwrap_or(len)
-                    .saturating_mul(cfg.replica_num as u64);
-                if self.evict_for_put(call, need, generation, now) {
-                    self.put_start_once(call, client, key, len, cfg, group, upsert, now)
-                } else {
-                    Err(e)
-                }
-            }
-            r => r,
+        let placed = self.put_start_once(call, client, key, len, cfg, group, upsert, now);
+        if !no_room(&placed) || self.segments.max_capacity() < len {
+            return placed;
         }
+        let need = aligned_len(len)
+            .unwrap_or(len)
+            .saturating_mul(cfg.replica_num as u64);
+        self.eviction.room_for(
+            generation,
+            placed,
+            call,
+            |call| self.put_start_once(call, client, key, len, cfg, group, upsert, now),
+            |call| self.evict_for_put(call, need, now),
+        )
     }
 
     /// A new key must fit `--max_metadata_bytes` (a key already held, in

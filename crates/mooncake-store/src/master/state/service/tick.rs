@@ -136,22 +136,16 @@ impl MasterService {
         (keys, bytes)
     }
 
-    /// A put found no space: evict synchronously (at least `need` bytes and
+    /// A put found no space: evict at once (at least `need` bytes and
     /// `eviction_ratio` of capacity) so the caller can retry, as the
-    /// reference does. `seen` is the eviction generation read before the
-    /// failed attempt: if another round ran since, the caller just retries.
-    /// Returns whether a retry may succeed.
-    pub(super) fn evict_for_put(&self, call: &mut Call, need: u64, seen: u64, now: u64) -> bool {
-        let _round = self.eviction.begin_round();
-        if self.eviction.generation() != seen {
-            return true;
-        }
+    /// reference does. Runs inside the put's round
+    /// ([`eviction::Eviction::room_for`]). Returns whether it freed
+    /// anything.
+    pub(super) fn evict_for_put(&self, call: &mut Call, need: u64, now: u64) -> bool {
         let (used, capacity) = self.segments.usage();
         let ratio_bytes = eviction::ratio_bytes(&self.policy, capacity);
         let target = need.max(ratio_bytes).min(used);
         let (keys, _) = self.evict_round(call, now, target, Measure::Space);
-        self.eviction.take_request();
-        self.eviction.end_round();
         keys > 0
     }
 
