@@ -37,6 +37,7 @@ mod sessions;
 mod shm;
 mod slow_peers;
 pub mod staging;
+mod stall_watch;
 mod validate;
 
 use std::sync::Arc;

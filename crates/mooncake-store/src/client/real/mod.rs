@@ -351,7 +351,7 @@ impl ClientImpl for RealClient {
             match planned {
                 Ok((replicas, size, frags)) => {
                     results[i] = Ok(size);
-                    plans.push((replicas.as_slice(), frags));
+                    plans.push((replicas.as_slice(), frags, keys[i].as_str()));
                     plan_owner.push(i);
                 }
                 Err(e) => results[i] = Err(e),
@@ -381,7 +381,7 @@ impl ClientImpl for RealClient {
             });
             match handle {
                 Ok((h, replicas)) => {
-                    plans.push((replicas, whole(h.ptr(), h.size())));
+                    plans.push((replicas, whole(h.ptr(), h.size()), keys[i].as_str()));
                     plan_owner.push(i);
                     results.push(Ok(h));
                 }
@@ -437,7 +437,7 @@ impl ClientImpl for RealClient {
             }
             match self.stage(size as u64) {
                 Ok(buf) => {
-                    plans.push((&replicas[..], whole(buf.addr(), size)));
+                    plans.push((&replicas[..], whole(buf.addr(), size), keys[i].as_str()));
                     plan_owner.push(i);
                     staged.push(buf);
                 }
@@ -501,7 +501,7 @@ impl ClientImpl for RealClient {
                     len: reqs[n].len,
                 })
                 .collect();
-            plans.push((reps.as_slice(), frags));
+            plans.push((reps.as_slice(), frags, uniq[u].as_str()));
             plan_owner.push(members);
         }
         for (r, members) in self.fetch(&plans).into_iter().zip(&plan_owner) {

@@ -17,8 +17,9 @@ use crate::types::{
     DiskDescriptor, LocalDiskDescriptor, MemoryDescriptor, ReplicaKind, ReplicaStatus,
 };
 
-/// The fragments one key reads, from its replicas (best first).
-pub(super) type FetchPlan<'r> = (&'r [MemoryDescriptor], Vec<Frag>);
+/// The fragments one key reads, from its replicas (best first), and the
+/// key (asked about again when a read from its only replica stalls).
+pub(super) type FetchPlan<'r> = (&'r [MemoryDescriptor], Vec<Frag>, &'r str);
 
 /// Replica lists found by [`RealClient::lookup`]. Objects only on disk
 /// were staged by their tier's owner for this read; the staged copies are
@@ -258,7 +259,7 @@ impl RealClient {
             let mut copies = Vec::new();
             let mut failed_now: Vec<(usize, Error)> = Vec::new();
             for &p in &pending {
-                let (replicas, frags) = &plans[p];
+                let (replicas, frags, _) = &plans[p];
                 let Some(rep) = replicas.get(attempt[p]) else {
                     continue;
                 };

@@ -161,7 +161,7 @@ impl RealClient {
         }
         let plans: Vec<_> = reads
             .iter()
-            .map(|(_, reps, frags, _)| (reps.as_slice(), frags.clone()))
+            .map(|(i, reps, frags, _)| (reps.as_slice(), frags.clone(), keys[*i].as_str()))
             .collect();
         let fetched = self.fetch(&plans);
         let mut state = self.sessions.state.lock();

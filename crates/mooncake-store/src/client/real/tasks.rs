@@ -84,7 +84,7 @@ impl RealClient {
         if fresh.is_empty() {
             return Ok(()); // every target already held a replica
         }
-        let filled = self.fill_replicas(&sources, &fresh);
+        let filled = self.fill_replicas(&task.key, &sources, &fresh);
         let published = filled.and_then(|()| self.master.replica_transfer_end(self.id, &task.key));
         if let Err(e) = published {
             if let Err(r) = self.master.replica_transfer_revoke(self.id, &task.key) {
@@ -99,7 +99,12 @@ impl RealClient {
     /// replicas `fresh`: those in this client's segments are read in one
     /// engine batch (memcpy for an own source); any other target is then
     /// written from the first local copy.
-    fn fill_replicas(&self, sources: &[MemoryDescriptor], fresh: &[ReplicaDesc]) -> Result<()> {
+    fn fill_replicas(
+        &self,
+        key: &str,
+        sources: &[MemoryDescriptor],
+        fresh: &[ReplicaDesc],
+    ) -> Result<()> {
         let size = sources[0].size;
         let targets: Vec<&MemoryDescriptor> =
             fresh.iter().filter_map(ReplicaDesc::memory).collect();
@@ -131,7 +136,9 @@ impl RealClient {
                 len,
             })
             .collect();
-        self.fetch(&[(sources, frags)]).pop().unwrap_or(Ok(()))?;
+        self.fetch(&[(sources, frags, key)])
+            .pop()
+            .unwrap_or(Ok(()))?;
         let mut requests = Vec::with_capacity(remote.len());
         for t in remote {
             requests.push(TransferRequest {
