@@ -51,5 +51,7 @@ fn a_read_from_a_stopped_only_holder_fails_fast_and_recovers() {
     eventually("the resumed holder is read again", || {
         client.get("k").is_ok_and(|got| got == v)
     });
-    assert!(!marked(), "heard from again: not marked");
+    // The resumed holder can serve a read before its next ping (every
+    // 500 ms) reaches the master, which only then ends the suspicion.
+    eventually("heard from again: not marked", || !marked());
 }
