@@ -180,11 +180,7 @@ impl<const ALIGN: u64> OffsetAllocator<ALIGN> {
     /// ranges on the way. Sorts `ranges`. On a range that is not wholly
     /// free (or taken twice) nothing changes and that range is returned.
     pub fn reserve_all(&mut self, ranges: &mut [(u64, u64)]) -> Result<(), BadFree> {
-        // A snapshot lists each shard's objects in the order they were
-        // put, so the ranges come as a few long ascending runs: the stable
-        // sort merges runs (O(n log runs)) where the unstable one would
-        // sort 10^7 ranges from scratch.
-        ranges.sort();
+        ranges.sort_unstable();
         let mut kept: Vec<(u64, u64)> = Vec::new();
         let mut free = self.by_offset.iter().map(|(&o, &l)| (o, o + l));
         // The free range being carved, as [start, end).
