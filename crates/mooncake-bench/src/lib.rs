@@ -240,6 +240,15 @@ pub(crate) struct RestartArgs {
     /// within one interval of the snapshot after the fill.
     #[arg(long, default_value_t = 60)]
     pub(crate) snapshot_interval: u64,
+    /// Keep a copy of the stopped master's state (snapshot and log) in
+    /// this folder, to restart from again with `--from`.
+    #[arg(long)]
+    pub(crate) keep: Option<PathBuf>,
+    /// Skip the fill: restart from the state `--keep` left in this folder
+    /// (the same state for two builds; `--objects`, `--tail` and `--size`
+    /// are then the kept run's).
+    #[arg(long)]
+    pub(crate) from: Option<PathBuf>,
     #[arg(long)]
     pub(crate) json: Option<PathBuf>,
 }
@@ -497,9 +506,19 @@ fn run_memory(a: MemoryArgs) -> Result<(), String> {
 
 fn run_restart(a: RestartArgs) -> Result<(), String> {
     let size = usize::try_from(a.size).map_err(|_| "size too large".to_string())?;
-    let r = restart::run(a.objects, a.tail, size, a.batch, a.snapshot_interval, |s| {
-        eprintln!("{s}")
-    })
+    let reuse = restart::Reuse {
+        from: a.from,
+        keep: a.keep,
+    };
+    let r = restart::run(
+        a.objects,
+        a.tail,
+        size,
+        a.batch,
+        a.snapshot_interval,
+        &reuse,
+        |s| eprintln!("{s}"),
+    )
     .map_err(|e| e.to_string())?;
     emit(&serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?);
     write_json(&a.json, &r)

@@ -76,6 +76,43 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks as f64 / hz.max(1) as f64)
 }
 
+/// What the first master left: the fill's figures, kept beside a copy of
+/// its snapshot directory by `--keep` and read back by `--from`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+struct Filled {
+    objects: usize,
+    tail: usize,
+    fill_seconds: f64,
+    snapshot_bytes: u64,
+    log_bytes: u64,
+}
+
+/// Copies the directory tree `from` into `to` (created).
+fn copy_tree(from: &Path, to: &Path) -> Result<()> {
+    let io = |e: std::io::Error| err(format!("copy {} to {}: {e}", from.display(), to.display()));
+    std::fs::create_dir_all(to).map_err(io)?;
+    for e in std::fs::read_dir(from).map_err(io)? {
+        let p = e.map_err(io)?.path();
+        let dest = to.join(p.file_name().expect("a directory entry has a name"));
+        if p.is_dir() {
+            copy_tree(&p, &dest)?;
+        } else {
+            std::fs::copy(&p, &dest).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the restart bench takes its snapshot from and leaves it.
+#[derive(Debug, Default, Clone)]
+pub struct Reuse {
+    /// Skip the fill: restart from the state `keep` left in this folder.
+    pub from: Option<std::path::PathBuf>,
+    /// Keep a copy of the stopped master's state in this folder (for
+    /// later runs with `from`, by this build or another).
+    pub keep: Option<std::path::PathBuf>,
+}
+
 /// Runs the measurement; `progress` sees each step.
 pub fn run(
     objects: usize,
@@ -83,6 +120,7 @@ pub fn run(
     object_size: usize,
     batch: usize,
     interval_s: u64,
+    reuse: &Reuse,
     mut progress: impl FnMut(String),
 ) -> Result<RestartReport> {
     if objects == 0 || object_size == 0 || batch == 0 {
@@ -98,7 +136,78 @@ pub fn run(
         "--enable_snapshot=true".to_string(),
         format!("--snapshot_interval_seconds={interval_s}"),
     ];
-    let master = cluster::start_master(&env, &flags)?;
+    let filled = match &reuse.from {
+        Some(from) => {
+            copy_tree(&from.join("state"), &dir)?;
+            let text = std::fs::read_to_string(from.join("fill.json"))
+                .map_err(|e| err(format!("{}: {e}", from.join("fill.json").display())))?;
+            serde_json::from_str(&text).map_err(|e| err(format!("fill.json: {e}")))?
+        }
+        None => fill(
+            &dir,
+            &env,
+            &flags,
+            objects,
+            tail,
+            object_size,
+            batch,
+            interval_s,
+            &mut progress,
+        )?,
+    };
+    if let Some(keep) = &reuse.keep {
+        let _ = std::fs::remove_dir_all(keep);
+        copy_tree(&dir, &keep.join("state"))?;
+        let json = serde_json::to_string_pretty(&filled).map_err(|e| err(e.to_string()))?;
+        std::fs::write(keep.join("fill.json"), json)
+            .map_err(|e| err(format!("{}: {e}", keep.display())))?;
+        progress(format!(
+            "kept the stopped master's state in {}",
+            keep.display()
+        ));
+    }
+    flags.push("--enable_snapshot_restore=true".into());
+    let t = Instant::now();
+    let again = cluster::start_master(&env, &flags)?;
+    let restart_seconds = t.elapsed().as_secs_f64();
+    let restart_cpu_seconds = cpu_seconds(again.proc.pid()).unwrap_or(0.0);
+    let rss_after_restart = cluster::rss_bytes(again.proc.pid())?;
+    let log = std::fs::read_to_string(cluster::work_dir()?.join("master.log")).unwrap_or_default();
+    let startup_log = log
+        .lines()
+        .filter(|l| l.contains("restor") || l.contains("startup"))
+        .map(str::to_owned)
+        .collect();
+    drop(again);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(RestartReport {
+        objects: filled.objects,
+        tail: filled.tail,
+        fill_seconds: (filled.fill_seconds * 10.0).round() / 10.0,
+        snapshot_bytes: filled.snapshot_bytes,
+        log_bytes: filled.log_bytes,
+        restart_seconds,
+        restart_cpu_seconds,
+        rss_after_restart,
+        startup_log,
+    })
+}
+
+/// Fills a master on `dir` with `objects`, waits for a snapshot after
+/// the fill, puts `tail` more and stops it.
+#[allow(clippy::too_many_arguments)]
+fn fill(
+    dir: &Path,
+    env: &[(String, String)],
+    flags: &[String],
+    objects: usize,
+    tail: usize,
+    object_size: usize,
+    batch: usize,
+    interval_s: u64,
+    progress: &mut impl FnMut(String),
+) -> Result<Filled> {
+    let master = cluster::start_master(env, flags)?;
     let segment = ((objects + tail) as f64 * object_size as f64 * 1.3) as u64 + (64 << 20);
     let client = master.tcp_client(segment)?;
     let src = vec![0x5au8; object_size];
@@ -114,7 +223,7 @@ pub fn run(
     let filled = std::time::SystemTime::now();
     let deadline = Instant::now() + Duration::from_secs(interval_s * 3 + 900);
     let snapshot = loop {
-        let newest = crate::memory::walk(&dir)
+        let newest = crate::memory::walk(dir)
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "mcs"))
             .find(|p| {
@@ -144,36 +253,17 @@ pub fn run(
     // objects stay in the log and the snapshot.
     drop(master);
     drop(client);
-    let files = crate::memory::walk(&dir);
-    let snapshot_bytes = size(&snapshot);
+    let files = crate::memory::walk(dir);
     let log_bytes = files
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "log"))
         .map(|p| size(p))
         .sum();
-    flags.push("--enable_snapshot_restore=true".into());
-    let t = Instant::now();
-    let again = cluster::start_master(&env, &flags)?;
-    let restart_seconds = t.elapsed().as_secs_f64();
-    let restart_cpu_seconds = cpu_seconds(again.proc.pid()).unwrap_or(0.0);
-    let rss_after_restart = cluster::rss_bytes(again.proc.pid())?;
-    let log = std::fs::read_to_string(cluster::work_dir()?.join("master.log")).unwrap_or_default();
-    let startup_log = log
-        .lines()
-        .filter(|l| l.contains("restor") || l.contains("startup"))
-        .map(str::to_owned)
-        .collect();
-    drop(again);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(RestartReport {
+    Ok(Filled {
         objects,
         tail,
-        fill_seconds: (fill_seconds * 10.0).round() / 10.0,
-        snapshot_bytes,
+        fill_seconds,
+        snapshot_bytes: size(&snapshot),
         log_bytes,
-        restart_seconds,
-        restart_cpu_seconds,
-        rss_after_restart,
-        startup_log,
     })
 }
