@@ -15,28 +15,6 @@ use mooncake_store::types::ReplicaPolicy;
 mod common;
 use common::*;
 
-fn signal(storage: &Storage, sig: i32) {
-    // SAFETY: a signal to a child process this test owns.
-    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
-}
-
-/// Stops `storage` and waits until it is stopped. kill(2) only queues
-/// SIGSTOP: on a loaded machine the holder's threads can go on serving
-/// reads for milliseconds after it returns, long enough for every read
-/// of the test to be answered (and none hedged).
-fn stop(storage: &Storage) {
-    signal(storage, libc::SIGSTOP);
-    let pid = storage.proc.0.id() as i32;
-    let mut status = 0;
-    // SAFETY: waits on a child this test owns; WUNTRACED reports its stop
-    // (once every thread stopped) without reaping it.
-    assert_eq!(
-        unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) },
-        pid
-    );
-    assert!(libc::WIFSTOPPED(status), "holder did not stop: {status:#x}");
-}
-
 /// (segment, engine endpoint, Suspected) of each memory replica of `key`,
 /// in the master's order.
 fn replicas(client: &Client, key: &str) -> Vec<(String, String, bool)> {
@@ -94,7 +72,7 @@ fn reads_fail_over_from_the_first_read_after_a_holder_stops() {
     // there.
     let (first_seg, stopped_endpoint, _) = replicas(&client, "k0")[0].clone();
     let stopped = if first_seg == a.segment { &a } else { &b };
-    stop(stopped);
+    stopped.stop();
 
     // Generous for a loaded machine, yet far below the transfer timeout.
     let bound = Duration::from_secs(5);
@@ -127,7 +105,7 @@ fn reads_fail_over_from_the_first_read_after_a_holder_stops() {
         "the master has not Suspected it: the failover was the client's"
     );
 
-    signal(stopped, libc::SIGCONT);
+    stopped.signal(libc::SIGCONT);
     // Reads that list the other holder first go there and leave the
     // resumed one's probe alone, however many pass once its hold is over.
     // Every mark of the stopped holder was made before the reads above

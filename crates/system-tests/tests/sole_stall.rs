@@ -15,26 +15,6 @@ use mooncake_store::types::ReplicaPolicy;
 mod common;
 use common::*;
 
-fn signal(storage: &Storage, sig: i32) {
-    // SAFETY: a signal to a child process this test owns.
-    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
-}
-
-/// Stops `storage` and waits until every thread of it stopped (kill(2)
-/// only queues SIGSTOP; the holder could answer a read meanwhile).
-fn stop(storage: &Storage) {
-    signal(storage, libc::SIGSTOP);
-    let pid = storage.proc.0.id() as i32;
-    let mut status = 0;
-    // SAFETY: waits on a child this test owns; WUNTRACED reports its stop
-    // without reaping it.
-    assert_eq!(
-        unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) },
-        pid
-    );
-    assert!(libc::WIFSTOPPED(status), "holder did not stop: {status:#x}");
-}
-
 #[test]
 fn a_read_planned_before_its_only_holder_is_suspected_ends_in_bounded_time() {
     // TCP (shared memory would read a stopped process's bytes without it),
@@ -69,7 +49,7 @@ fn a_read_planned_before_its_only_holder_is_suspected_ends_in_bounded_time() {
     assert_eq!(client.get("sole").unwrap(), sole);
     assert_eq!(client.get("both").unwrap(), both);
 
-    stop(&holder);
+    holder.stop();
     let t = Instant::now();
     let err = client.get("sole").unwrap_err();
     let took = t.elapsed();
@@ -84,7 +64,7 @@ fn a_read_planned_before_its_only_holder_is_suspected_ends_in_bounded_time() {
     // Resume, wait until the master lists it as live again, and stop it
     // again: a batch planned before the new verdict, with one object on it
     // alone and one with another replica.
-    signal(&holder, libc::SIGCONT);
+    holder.signal(libc::SIGCONT);
     eventually("the resumed holder is read again", || {
         client.get("sole").is_ok_and(|got| got == sole)
     });
@@ -96,7 +76,7 @@ fn a_read_planned_before_its_only_holder_is_suspected_ends_in_bounded_time() {
             .any(|d| d.memory().is_some_and(|m| m.suspected))
     };
     eventually("the resumed holder is not marked", || !marked());
-    stop(&holder);
+    holder.stop();
     let t = Instant::now();
     let got = client.batch_get_buffer(&["sole".to_owned(), "both".to_owned()]);
     let took = t.elapsed();
@@ -115,7 +95,7 @@ fn a_read_planned_before_its_only_holder_is_suspected_ends_in_bounded_time() {
     assert!(client.get("both").unwrap() == both, "both: wrong bytes");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
 
-    signal(&holder, libc::SIGCONT);
+    holder.signal(libc::SIGCONT);
     eventually("the resumed holder is read again", || {
         client.get("sole").is_ok_and(|got| got == sole)
     });

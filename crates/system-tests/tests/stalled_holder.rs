@@ -11,11 +11,6 @@ use mooncake_store::types::ReplicaPolicy;
 mod common;
 use common::*;
 
-fn signal(storage: &Storage, sig: i32) {
-    // SAFETY: a signal to a child process this test owns.
-    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
-}
-
 #[test]
 fn a_read_from_a_stopped_only_holder_fails_fast_and_recovers() {
     // This test's only client lives in this process: TCP to the holder
@@ -37,7 +32,7 @@ fn a_read_from_a_stopped_only_holder_fails_fast_and_recovers() {
     };
     assert!(!marked(), "a live holder is not marked");
 
-    signal(&holder, libc::SIGSTOP);
+    holder.stop();
     eventually("the stopped holder's replica is marked Suspected", marked);
     let t = Instant::now();
     let err = client.get("k").unwrap_err();
@@ -47,7 +42,7 @@ fn a_read_from_a_stopped_only_holder_fails_fast_and_recovers() {
     // Generous for a loaded machine, yet half the transfer timeout.
     assert!(took < Duration::from_secs(15), "took {took:?}");
 
-    signal(&holder, libc::SIGCONT);
+    holder.signal(libc::SIGCONT);
     eventually("the resumed holder is read again", || {
         client.get("k").is_ok_and(|got| got == v)
     });

@@ -24,11 +24,6 @@ fn segments(client: &Client, key: &str) -> Vec<String> {
     v
 }
 
-fn signal(storage: &Storage, sig: i32) {
-    // SAFETY: a signal to a child process this test owns.
-    assert_eq!(unsafe { libc::kill(storage.proc.0.id() as i32, sig) }, 0);
-}
-
 /// One read of `key`, checked against `want`: how long it took (µs).
 fn timed_read(client: &Client, key: &str, want: &[u8]) -> u128 {
     let t = Instant::now();
@@ -100,7 +95,7 @@ fn a_stopped_storage_process_is_suspected_and_read_around() {
         .collect();
     let before = read_latencies(&client, &objects, 400);
 
-    signal(&stopped, libc::SIGSTOP);
+    stopped.stop();
     // The first second, before the master Suspects it: hedged reads.
     let (first, n_first) = read_for(&client, &objects, std::time::Duration::from_secs(1));
     eventually("the stopped process is Suspected", || {
@@ -114,7 +109,7 @@ fn a_stopped_storage_process_is_suspected_and_read_around() {
     // Still listed: suspicion drops nothing.
     assert!(client.is_exist("k").unwrap());
 
-    signal(&stopped, libc::SIGCONT);
+    stopped.signal(libc::SIGCONT);
     eventually("the resumed process is read again", || {
         segments(&client, "k") == all
     });

@@ -45,6 +45,30 @@ pub struct Storage {
     pub dummy_addr: String,
 }
 
+impl Storage {
+    /// Sends `sig` to this storage process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: a signal to a child process the test owns.
+        assert_eq!(unsafe { libc::kill(self.proc.0.id() as i32, sig) }, 0);
+    }
+
+    /// Stops this process (SIGSTOP) and waits until every thread of it
+    /// stopped: kill(2) only queues the signal, and on a loaded machine
+    /// its threads can go on serving reads for milliseconds after.
+    pub fn stop(&self) {
+        self.signal(libc::SIGSTOP);
+        let pid = self.proc.0.id() as i32;
+        let mut status = 0;
+        // SAFETY: waits on a child the test owns; WUNTRACED reports its
+        // stop without reaping it.
+        assert_eq!(
+            unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED) },
+            pid
+        );
+        assert!(libc::WIFSTOPPED(status), "not stopped: {status:#x}");
+    }
+}
+
 /// A `mooncake_http_metadata_server` on a free port, and its URL.
 pub fn metadata_server() -> (Proc, String) {
     metadata_server_on("127.0.0.1")
