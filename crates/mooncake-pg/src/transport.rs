@@ -167,7 +167,11 @@ impl Transport for TcpGroup {
         nonce: u64,
         deadline: Instant,
     ) -> Result<(), GroupError> {
-        let bad = || GroupError::Setup(format!("rank {peer}'s address {place:?} is not \"host port\""));
+        let bad = || {
+            GroupError::Setup(format!(
+                "rank {peer}'s address {place:?} is not \"host port\""
+            ))
+        };
         let (host, port) = place.rsplit_once(' ').ok_or_else(bad)?;
         let port = port.parse().map_err(|_| bad())?;
         self.connect(peer, host, port, Some(nonce), deadline)

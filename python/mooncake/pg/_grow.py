@@ -55,6 +55,7 @@ class GrowMixin:
         if self._transport == "tcp":
             group = _tcp.new_group(self._rank, self._max, slot)
             nonce, where = f"{group.nonce:016x}", _tcp.address(group)
+            self._seg_fd = None
         else:
             nonce = uuid.uuid4().hex[:12]
             path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{nonce}-r{self._rank}")

@@ -418,9 +418,7 @@ impl TcpGroup {
         let mut peers: Vec<(usize, parking_lot::MutexGuard<'_, Option<TcpStream>>)> = (0..sh.size)
             .filter(|&p| p != sh.rank)
             .map(|p| (p, sh.out[p].lock()))
-            .filter(|(p, s)| {
-                s.is_some() && (!collective || sh.members[*p].load(Ordering::SeqCst))
-            })
+            .filter(|(p, s)| s.is_some() && (!collective || sh.members[*p].load(Ordering::SeqCst)))
             .collect();
         let ranges: Vec<(usize, usize)> = peers.iter().map(|(p, _)| range(*p)).collect();
         // SAFETY: every range lies in the memory at `base` (the callers
@@ -461,7 +459,9 @@ impl TcpGroup {
         ranks
             .iter()
             .copied()
-            .filter(|&r| r < self.shared.size && r != self.shared.rank && st.gone(self.shared.rank, r))
+            .filter(|&r| {
+                r < self.shared.size && r != self.shared.rank && st.gone(self.shared.rank, r)
+            })
             .collect()
     }
 
@@ -509,7 +509,7 @@ impl TcpGroup {
         }
         let count = {
             let mut st = sh.state.lock();
-            if st.dead[dst] {
+            if st.gone(sh.rank, dst) {
                 return Err(GroupError::Dead(vec![dst]));
             }
             st.sent[dst] = st.sent[dst].wrapping_add(1);
@@ -540,7 +540,7 @@ impl TcpGroup {
         };
         let count = {
             let mut st = sh.state.lock();
-            if st.dead[dst] {
+            if st.gone(sh.rank, dst) {
                 return Err(GroupError::Dead(vec![dst]));
             }
             st.sent[dst] = st.sent[dst].wrapping_add(1);
@@ -554,9 +554,10 @@ impl TcpGroup {
 
     /// Waits until `dst` has read this rank's messages up to `end`.
     pub fn wait_read(&self, dst: usize, end: u32, deadline: Instant) -> Result<(), GroupError> {
-        let st = self
-            .shared
-            .wait_until(deadline, |st| reached(st.acked[dst], end) || st.dead[dst])?;
+        let me = self.shared.rank;
+        let st = self.shared.wait_until(deadline, |st| {
+            reached(st.acked[dst], end) || st.gone(me, dst)
+        })?;
         if reached(st.acked[dst], end) {
             Ok(())
         } else {
@@ -566,9 +567,9 @@ impl TcpGroup {
 
     /// The tag and length of the next message from `src`.
     pub fn recv_header(&self, src: usize, deadline: Instant) -> Result<(i64, usize), GroupError> {
-        let st = self
-            .shared
-            .wait_until(deadline, |st| !st.inbox[src].is_empty() || st.dead[src])?;
+        let st = self.shared.wait_until(deadline, |st| {
+            !st.inbox[src].is_empty() || st.gone(self.shared.rank, src)
+        })?;
         match st.inbox[src].front() {
             Some((tag, data)) => Ok((*tag, data.len())),
             None => Err(GroupError::Dead(vec![src])),
@@ -584,7 +585,9 @@ impl TcpGroup {
         deadline: Instant,
     ) -> Result<(), GroupError> {
         let sh = &self.shared;
-        let mut st = sh.wait_until(deadline, |st| !st.inbox[src].is_empty() || st.dead[src])?;
+        let mut st = sh.wait_until(deadline, |st| {
+            !st.inbox[src].is_empty() || st.gone(sh.rank, src)
+        })?;
         let Some((_, data)) = st.inbox[src].front() else {
             return Err(GroupError::Dead(vec![src]));
         };

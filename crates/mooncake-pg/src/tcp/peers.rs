@@ -313,8 +313,14 @@ mod tests {
 
     /// `g` dials `peer` (its incarnation) and waits for it to dial back.
     fn link(g: &TcpGroup, peer: &TcpGroup) {
-        g.connect(peer.rank(), "127.0.0.1", peer.port(), Some(peer.nonce()), soon())
-            .unwrap();
+        g.connect(
+            peer.rank(),
+            "127.0.0.1",
+            peer.port(),
+            Some(peer.nonce()),
+            soon(),
+        )
+        .unwrap();
     }
 
     #[test]
@@ -350,8 +356,14 @@ mod tests {
         a.wait_connected(&[1], soon()).unwrap();
         j.set_members(&[0, 1]);
         a.set_members(&[0, 1]);
-        assert_eq!(j.wait(&[0], Flag::Arrive, 7, soon()).unwrap(), Vec::<usize>::new());
-        assert_eq!(a.wait(&[1], Flag::Arrive, 3, soon()).unwrap(), Vec::<usize>::new());
+        assert_eq!(
+            j.wait(&[0], Flag::Arrive, 7, soon()).unwrap(),
+            Vec::<usize>::new()
+        );
+        assert_eq!(
+            a.wait(&[1], Flag::Arrive, 3, soon()).unwrap(),
+            Vec::<usize>::new()
+        );
         assert_eq!(j.flag(0, Flag::Arrive), 7);
     }
 
@@ -363,7 +375,10 @@ mod tests {
         link(&old, &a);
         a.wait_connected(&[1], soon()).unwrap();
         old.post(Flag::Arrive, 5);
-        assert_eq!(a.wait(&[1], Flag::Arrive, 5, soon()).unwrap(), Vec::<usize>::new());
+        assert_eq!(
+            a.wait(&[1], Flag::Arrive, 5, soon()).unwrap(),
+            Vec::<usize>::new()
+        );
         // Dies without a goodbye: its sockets end.
         for s in old.shared.out.iter() {
             if let Some(s) = s.lock().take() {
@@ -376,11 +391,18 @@ mod tests {
         let new = TcpGroup::new(1, 2, SLOT).unwrap();
         link(&a, &new);
         assert!(a.dead(&[1]).is_empty(), "the replacement is alive");
-        assert_eq!(a.flag(1, Flag::Arrive), 0, "the old incarnation's words are gone");
+        assert_eq!(
+            a.flag(1, Flag::Arrive),
+            0,
+            "the old incarnation's words are gone"
+        );
         link(&new, &a);
         a.wait_connected(&[1], soon()).unwrap();
         new.post(Flag::Arrive, 1);
-        assert_eq!(a.wait(&[1], Flag::Arrive, 1, soon()).unwrap(), Vec::<usize>::new());
+        assert_eq!(
+            a.wait(&[1], Flag::Arrive, 1, soon()).unwrap(),
+            Vec::<usize>::new()
+        );
         a.send(1, 9, b"hi", soon()).unwrap();
         let mut got = [0u8; 2];
         assert_eq!(new.recv_header(0, soon()).unwrap(), (9, 2));
