@@ -524,18 +524,16 @@ def case_transport(rank, world):
     same(t, torch.full((3,), float(world)), "all_reduce")
 
 
-def case_tcp_fixed(rank, world):
-    """Over TCP a group cannot reserve ranks to grow into: refused."""
-    try:
-        dist.new_group(list(range(world)), backend="mooncake-cpu",
+def case_tcp_growable(rank, world):
+    """Over TCP a group may reserve ranks to grow into, as over shared
+    memory: it reports the ranks it has and runs on them."""
+    g = dist.new_group(list(range(world)), backend="mooncake-cpu",
                        pg_options=pg.MooncakeBackendOptions(world + 1))
-    except ValueError as exc:
-        assert "fixed group" in str(exc), exc
-    else:
-        raise AssertionError("a growable group over TCP was accepted")
+    assert dist.get_world_size(g) == world
+    assert pg.get_active_ranks(g).tolist() == [1] * world + [0]
     t = torch.ones(2)
-    dist.all_reduce(t)
-    same(t, torch.full((2,), float(world)), "all_reduce after the refusal")
+    dist.all_reduce(t, group=g)
+    same(t, torch.full((2,), float(world)), "all_reduce on the growable group")
 
 
 OPTIONS = {

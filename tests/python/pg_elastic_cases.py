@@ -7,6 +7,7 @@ apart from the test module so spawned processes import only this."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -14,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from mooncake import pg
+from mooncake import _mooncake, pg
 from mooncake.pg import _fault
 
 BROKEN = 1
@@ -293,9 +294,70 @@ def refuse(proc, port, events):
         assert summed(2) == 2
 
 
+def _exit_once_stalled():
+    """Ends this process, without a goodbye, once the hook stalls one of
+    its transfers (it sleeps there: a death mid-operation, at a known
+    round)."""
+    while _fault.injected_count() == 0:
+        time.sleep(0.01)
+    os._exit(0)
+
+
+def _midround(proc, port):
+    """Three ranks; rank 2 stalls before its part of the 4th round of the
+    next 8-round operation (its 5th transfer to rank 0: one small
+    all_reduce, then rounds 1-3) and dies there."""
+    os.environ[_fault.ENV] = "stall:2>0@5=60"
+    init(proc, 3, port)
+    assert summed(proc + 1) == 6
+    per = _mooncake.pg.block_elems(int(os.environ["MOONCAKE_PG_SLOT_BYTES"]), 4, 1)
+    if proc == 2:
+        threading.Thread(target=_exit_once_stalled, daemon=True).start()
+    return per, 8 * per
+
+
+def _failed_on_rank_2(work):
+    assert not pg.get_local_success(work), "the operation met a death"
+    assert pg.get_failed_ranks_hint(work).tolist() == [0, 0, 1], pg.get_failed_ranks_hint(work)
+
+
+def midround_all_reduce(proc, port, events):
+    """A rank dies mid-way through a large all_reduce: the rounds before
+    sum the three ranks, the round it died in and the next ones the two
+    survivors (they finish its part of that round: none keeps a
+    survivor's own input), and the operation reports it."""
+    per, n = _midround(proc, port)
+    t = torch.full((n,), float(proc + 1))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    _failed_on_rank_2(work)
+    want = torch.full((n,), 3.0)
+    want[: 3 * per] = 6.0
+    if not torch.equal(t, want):
+        bad = (t != want).nonzero()[0].item()
+        raise AssertionError(f"element {bad} (round {bad // per + 1}) is {t[bad].item()}, not {want[bad].item()}")
+    t = torch.full((n,), float(proc + 1))
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    assert pg.get_local_success(work) and bool((t == 3).all()), t
+
+
+def midround_broadcast(proc, port, events):
+    """A broadcast's root dies mid-way (over TCP): a receiver's tensor is
+    left untouched, not partly written, and the operation reports it."""
+    per, n = _midround(proc, port)
+    t = torch.full((n,), float(proc + 1))
+    work = dist.broadcast(t, src=2, async_op=True)
+    work.wait()
+    _failed_on_rank_2(work)
+    assert bool((t == proc + 1).all()), f"{int((t != proc + 1).sum())} elements written"
+    assert summed(proc + 1) == 3
+
+
 WORKERS = {name: fn for name, fn in globals().items() if callable(fn) and name in (
     "extension", "replacement", "replacement_manual", "replacement_graceful", "subgroups",
-    "inplace_rejoin_collective", "inplace_rejoin_p2p", "stall", "refuse")}
+    "inplace_rejoin_collective", "inplace_rejoin_p2p", "stall", "refuse", "midround_all_reduce",
+    "midround_broadcast")}
 
 
 def proc_main(name, proc, port, events, results):

@@ -130,7 +130,7 @@ def test_every_operation_over_tcp(world, monkeypatch):
     ranks on different hosts), on loopback."""
     monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", "tcp")
     monkeypatch.setenv("MOONCAKE_PG_HOST", "127.0.0.1")
-    run_ranks(world, "transport", "tcp_fixed", *ALL_CASES)
+    run_ranks(world, "transport", "tcp_growable", *ALL_CASES)
 
 
 @pytest.mark.parametrize("case,world,dead", [("failed_rank", 4, (3,)), ("p2p_fault", 4, (1,)),

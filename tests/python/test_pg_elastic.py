@@ -68,39 +68,58 @@ def run(name: str, procs: int, events: int = 1, exits: tuple[int, ...] = (), sil
     assert not leftovers, leftovers
 
 
-def test_an_extension_rank_runs_alone_then_joins_the_group():
+@pytest.fixture(params=["shm", "tcp"])
+def transport(request, monkeypatch):
+    """Each case over shared memory and over the TCP mesh (on loopback, as
+    for ranks on different hosts); the spawned processes inherit it."""
+    monkeypatch.setenv("MOONCAKE_PG_TRANSPORT", request.param)
+    if request.param == "tcp":
+        monkeypatch.setenv("MOONCAKE_PG_HOST", "127.0.0.1")
+    return request.param
+
+
+def test_an_extension_rank_runs_alone_then_joins_the_group(transport):
     run("extension", 4)
 
 
-def test_a_killed_rank_is_replaced_by_a_new_process():
+def test_a_killed_rank_is_replaced_by_a_new_process(transport):
     run("replacement", 4, events=2, exits=(1,), silent=(1,))
 
 
-def test_a_replacement_after_manual_deactivation():
+def test_a_replacement_after_manual_deactivation(transport):
     run("replacement_manual", 4, events=2, exits=(1,), silent=(1,))
 
 
-def test_a_rank_that_deactivated_itself_is_replaced():
+def test_a_rank_that_deactivated_itself_is_replaced(transport):
     run("replacement_graceful", 4, events=2, exits=(1,))
 
 
-def test_several_groups_grow_together():
+def test_several_groups_grow_together(transport):
     run("subgroups", 4)
 
 
 # Faults injected by the test-only hook (MOONCAKE_PG_TEST_FAULT), the
 # reference's LD_PRELOAD transfer-fault scenarios.
-def test_inplace_rejoin_collective():
+def test_inplace_rejoin_collective(transport):
     run("inplace_rejoin_collective", 2)
 
 
-def test_inplace_rejoin_p2p():
+def test_inplace_rejoin_p2p(transport):
     run("inplace_rejoin_p2p", 2)
 
 
-def test_a_stalled_transfer_delays_its_round():
+def test_a_stalled_transfer_delays_its_round(transport):
     run("stall", 2)
 
 
-def test_a_refused_peer_cannot_be_activated():
+def test_a_refused_peer_cannot_be_activated(transport):
     run("refuse", 2, events=2)
+
+
+def test_a_rank_dying_mid_all_reduce_leaves_the_survivors_the_live_sum(transport):
+    run("midround_all_reduce", 3, silent=(2,))
+
+
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_a_root_dying_mid_broadcast_leaves_the_tensor_untouched(transport):
+    run("midround_broadcast", 3, silent=(2,))

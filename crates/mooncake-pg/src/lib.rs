@@ -16,15 +16,18 @@
 //! arithmetic of growing a group (which ranks join, the size reported).
 //!
 //! Ranks on different hosts use [`tcp`]: the same interface over a TCP
-//! mesh, each peer's slots copied in by a reader thread.
+//! mesh, each peer's slots copied in by a reader thread. Both implement
+//! [`Transport`], the calls the Python glue makes.
 
 pub mod group;
 pub mod layout;
 pub mod membership;
 pub mod schedule;
 pub mod tcp;
+pub mod transport;
 pub mod wait;
 
 pub use group::{Flag, GroupError, ShmGroup};
 pub use layout::Layout;
 pub use tcp::TcpGroup;
+pub use transport::Transport;

@@ -28,7 +28,7 @@ mod mem;
 mod p2p_store;
 mod pg;
 mod pg_args;
-mod pg_tcp;
+mod pg_group;
 mod reshard;
 mod running;
 mod store;

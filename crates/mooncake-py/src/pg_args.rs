@@ -1,4 +1,4 @@
-//! What `mooncake._mooncake.pg`'s groups (`pg`, `pg_tcp`) share: the
+//! What `mooncake._mooncake.pg` (`pg`, `pg_group`) shares: the
 //! failure they raise, deadlines and flags from Python's numbers, and
 //! tensors' raw addresses as byte slices.
 

@@ -46,7 +46,8 @@ def _check_options(opts, size: int) -> None:
 
 
 class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
-    """A group of ranks on one host, joined through the c10d store.
+    """A group of ranks (on one host: shared memory; else TCP), joined
+    through the c10d store.
 
     ``max_group_size`` rank numbers are reserved; the first ``size`` are
     active from the start, the others join later (``recover_ranks`` on the
@@ -102,9 +103,10 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
 
     # -- setup -----------------------------------------------------------
     def _rendezvous(self, store, slot: int, ring: int):
-        """Each rank creates its segment and publishes it in the store; the
-        initial ranks map each other's and wait until all have mapped all.
-        An extension rank maps its peers when it is activated."""
+        """Each rank creates its segment (over TCP: its listener) and
+        publishes it in the store; the initial ranks map (dial) each
+        other's and wait until all have mapped all. An extension rank maps
+        its peers when it is activated."""
         rank, size = self._rank, self._size
         if self._joined:
             # A destroyed and re-created group may reuse the store's prefix:
@@ -116,33 +118,27 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         self._gen = gen
         if self._joined:
             self._transport = _tcp.transport(store, lambda r: self._key("host", r), rank, size)
+            # What extension ranks of this generation join.
+            store.set(self._key("transport", rank), self._transport)
         else:
-            # An extension rank joins ranks that share its host.
-            self._transport = _tcp.forced() or "shm"
-        if self._transport == "tcp":
-            if self._max > size or not self._joined:
-                raise ValueError(
-                    "mooncake-cpu over TCP runs a fixed group: max_group_size and extension "
-                    "ranks need every rank on one host"
-                )
-            shm = _tcp.rendezvous(store, lambda r: self._key("tcp", r), rank, size, slot, self._timeout_s)
-            try:
-                self._ready(shm, gen)
-            except BaseException:
-                shm.close()
-                raise
-            return shm
-        pending = self._publish(store, slot, ring)
+            self._transport = _tcp.forced() or store.get(self._key("transport", 0)).decode()
+        group = self._publish(store, slot, ring)
         if not self._joined:
-            return pending.finish()
-        for peer in range(size):
-            if peer != rank:
-                pid, nonce, path = self._published(peer, wait=True)
-                pending.connect(peer, path, pid)
-                self._inc[peer] = nonce
-        shm = pending.finish()
-        self._ready(shm, gen)
-        return shm
+            return group
+        try:
+            for peer in range(size):
+                if peer != rank:
+                    pid, nonce, where = self._published(peer, wait=True)
+                    group.attach(peer, where, pid, int(nonce, 16), self._timeout_s)
+                    self._inc[peer] = nonce
+            if self._transport == "tcp":
+                group.wait_connected([p for p in range(size) if p != rank], self._timeout_s)
+            self._ready(group, gen)
+        except BaseException:
+            if self._transport == "tcp":
+                group.close()
+            raise
+        return group
 
     def _ready(self, shm, gen: int) -> None:
         """Until every rank is connected to all the others."""
@@ -179,7 +175,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         self._close_transport()
 
     def _close_transport(self) -> None:
-        if isinstance(self._shm, _tcp.TcpGroup):
+        if self._transport == "tcp":
             self._shm.close()
         self._close_segment()
 
@@ -583,7 +579,7 @@ class MooncakeProcessGroup(GrowMixin, dist.ProcessGroup):
         try:
             # Over TCP a receive posted before its message arrives is read
             # from the socket straight into the tensor.
-            if want and t.is_contiguous() and isinstance(self._shm, _tcp.TcpGroup):
+            if want and t.is_contiguous() and self._transport == "tcp":
                 if self._shm.recv_into(src, tag, t.data_ptr(), want, self._timeout_s):
                     return src
             while True:

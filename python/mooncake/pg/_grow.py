@@ -4,11 +4,13 @@ number), and the two sides of an activation.
 
 The store holds, under the group's prefix and generation ``gen``:
 
-- ``seg/<rank>``: ``"<pid> <nonce> <path>"`` of the rank's current process;
-  a replacement overwrites it, and the nonce tells the incarnations apart.
-  The path is ``/proc/<pid>/fd/<fd>``: the segment file is removed at once,
-  and peers, even ones that join much later, open it through the owner's
-  descriptor (a crash leaves no file behind).
+- ``seg/<rank>``: ``"<pid> <nonce> <where>"`` of the rank's current
+  process; a replacement overwrites it, and the nonce tells the
+  incarnations apart. Over shared memory ``where`` is
+  ``/proc/<pid>/fd/<fd>``: the segment file is removed at once, and peers,
+  even ones that join much later, open it through the owner's descriptor
+  (a crash leaves no file behind). Over TCP it is ``"<host> <port>"``, the
+  rank's listener, which takes peers in for as long as the group lives.
 - ``act/<rank>/<nonce>``: written by the active ranks once they agreed to
   activate that incarnation: ``"<round> <active ranks>"``.
 - ``ack/<rank>/<nonce>``: written by the joiner once it has mapped the
@@ -28,12 +30,14 @@ import uuid
 import torch
 
 from .. import _mooncake
-from . import _plane
+from . import _plane, _tcp
 from ._plane import RedOp
 
 _native = _mooncake.pg
 
 POLL_S = 0.002
+# How long dialing a published TCP peer may take.
+ATTACH_S = 10.0
 SHM_DIR = os.environ.get("MOONCAKE_PG_SHM_DIR", "/dev/shm")
 
 
@@ -46,24 +50,31 @@ class GrowMixin:
         return base if nonce is None else f"{base}/{nonce}"
 
     def _publish(self, store, slot: int, ring: int):
-        """Creates this rank's segment and publishes it; returns the
-        pending group."""
-        nonce = uuid.uuid4().hex[:12]
-        path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{nonce}-r{self._rank}")
-        pending = _native.create(path, self._rank, self._max, slot, ring)
-        try:
-            self._seg_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        finally:
-            os.unlink(path)
+        """Creates this rank's segment (over TCP: its slots and listener)
+        and publishes it; returns the group, its peers not mapped yet."""
+        if self._transport == "tcp":
+            group = _tcp.new_group(self._rank, self._max, slot)
+            nonce, where = f"{group.nonce:016x}", _tcp.address(group)
+            self._seg_fd = None
+        else:
+            nonce = uuid.uuid4().hex[:12]
+            path = os.path.join(SHM_DIR, f"mooncake-pg-{os.getpid()}-{nonce}-r{self._rank}")
+            pending = _native.create(path, self._rank, self._max, slot, ring)
+            try:
+                self._seg_fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+            finally:
+                os.unlink(path)
+            group, where = pending.finish(), f"/proc/{os.getpid()}/fd/{self._seg_fd}"
         self._nonce = nonce
         self._inc[self._rank] = nonce
-        store.set(self._key("seg", self._rank), f"{os.getpid()} {nonce} /proc/{os.getpid()}/fd/{self._seg_fd}")
-        return pending
+        store.set(self._key("seg", self._rank), f"{os.getpid()} {nonce} {where}")
+        return group
 
     def _close_segment(self) -> None:
         fd, self._seg_fd = getattr(self, "_seg_fd", None), None
         for _, old in getattr(self, "_retired", []):
-            os.close(old)
+            if old is not None:
+                os.close(old)
         self._retired = []
         if fd is not None:
             os.close(fd)
@@ -76,10 +87,12 @@ class GrowMixin:
         pid, nonce, path = self._store.get(key).decode().split(" ", 2)
         return int(pid), nonce, path
 
-    def _attach(self, rank: int, pid: int, nonce: str, path: str) -> bool:
-        """Maps ``rank``'s incarnation ``nonce``; False if it is gone."""
+    def _attach(self, rank: int, pid: int, nonce: str, where: str) -> bool:
+        """Maps (over TCP: dials) ``rank``'s incarnation ``nonce``; False if
+        it is gone. A dead process's listener refuses at once; the bound
+        is for a host that does not answer."""
         try:
-            self._shm.connect(rank, path, pid)
+            self._shm.attach(rank, where, pid, int(nonce, 16), min(self._timeout_s, ATTACH_S))
         except RuntimeError:
             return False
         self._inc[rank] = nonce
@@ -106,8 +119,10 @@ class GrowMixin:
         # so nothing a peer or a late thread holds of it dangles.
         self._retired.append((self._shm, self._seg_fd))
         self._seg_fd = None
-        pending = self._publish(self._store, self._slot_bytes, self._ring_bytes)
-        self._shm = pending.finish()
+        if self._transport == "tcp":
+            # Its peers' connections to the old incarnation end here.
+            self._shm.close()
+        self._shm = self._publish(self._store, self._slot_bytes, self._ring_bytes)
         self._inc = {self._rank: self._nonce}
         self._stash.clear()
         self._plane = self._new_plane()
@@ -212,8 +227,6 @@ class GrowMixin:
         them and runs its operations with them. A rank that left (it
         deactivated itself, or its data path failed) rejoins in place."""
         if self._left and not self._closed:
-            if self._transport == "tcp":
-                raise ValueError("mooncake-cpu over TCP runs a fixed group: a rank that left cannot rejoin")
             self._reincarnate()
         self._check_usable()
         if self._joined:

@@ -147,6 +147,7 @@ class Plane:
         self.world = world
         self.timeout_s = timeout_s
         self.k = 0
+        self._tcp = shm.transport == "tcp"
         self.ranks = list(range(world))
         self.missing: set[int] = set()
         self.slot_bytes = shm.slot_bytes
@@ -154,7 +155,7 @@ class Plane:
         self._typed: dict[tuple[int, int, torch.dtype], torch.Tensor] = {}
         # Over TCP (_tcp) the bytes written into this rank's slot travel
         # with the round's post: the plane says which.
-        self._touch = getattr(shm, "touch", None)
+        self._touch = shm.touch if self._tcp else None
         for r in range(world):
             if shm.connected(r):
                 self.attach(r)
@@ -164,6 +165,18 @@ class Plane:
             self._fault = fault
             self._global = global_ranks
             self.post = self._post_checked
+
+    @property
+    def ranks(self) -> list[int]:
+        return self._ranks
+
+    @ranks.setter
+    def ranks(self, ranks: list[int]) -> None:
+        # Over TCP a collective's words go to the active ranks only (a
+        # rank dialed but not activated runs its own rounds meanwhile).
+        self._ranks = ranks
+        if self._tcp:
+            self.shm.set_members(ranks)
 
     def attach(self, rank: int) -> None:
         """Views of ``rank``'s slots, once it is mapped (again)."""
@@ -251,8 +264,10 @@ class Plane:
                 m = b - a
                 k, s = self.begin()
                 if not direct and self._touch is not None:
-                    self._scatter_gather_tcp(f, a, b, op, k, s)
+                    lost = self._scatter_gather_tcp(f, a, b, op, k, s)
                     self.post(DONE, k)
+                    for lo, hi in lost:
+                        self._finish_lost(f[a:b], lo, hi, op)
                     continue
                 mine = self.view(self.rank, s, f.dtype, m)
                 mine.copy_(f[a:b])
@@ -290,21 +305,21 @@ class Plane:
         if back:
             t.copy_(f.view(t.shape))
 
-    def _scatter_gather_tcp(self, f, a: int, b: int, op: RedOp, k: int, s: int) -> None:
+    def _scatter_gather_tcp(self, f, a: int, b: int, op: RedOp, k: int, s: int) -> list[tuple[int, int]]:
         """One round of a large all_reduce over TCP, straight from and into
         ``f[a:b]``: each peer gets only the part it reduces (Arrive), then
         every rank's reduced part goes to all (Reduced), about twice the
         chunk per rank in all; the peers' bytes land in their slot copies.
-        A rank that dies mid-round fails the operation (it is missing); the
-        part it was to reduce cannot be finished without its inputs and
-        keeps this rank's own input."""
+        Returns the parts (element ranges of the chunk) whose owners went
+        missing before their reduced part reached this rank: those still
+        hold this rank's own input, for ``_finish_lost``."""
         es = f.element_size()
         chunk = f[a:b]
         addr, nbytes = chunk.data_ptr(), chunk.numel() * es
-        live = self.live()
-        # Ranks already seen dead reduce nothing; they are missing anyway.
-        known = set(self.shm.dead(live))
-        members = [r for r in live if r not in known]
+        # Every rank partitions among the same ranks (the active ones not
+        # missing yet, which every survivor agrees on), even those it
+        # already sees dead: their parts are finished as lost ones.
+        members = self.live()
         parts = _native.owned_parts(b - a, members, self.world)
         self._check_transfer()
         self.shm.post_parts(ARRIVE, k, [(lo * es, hi * es) for lo, hi in parts], addr, nbytes)
@@ -314,10 +329,38 @@ class Plane:
         reduce_into(chunk[lo:hi], [chunk[lo:hi]] + [self.view(r, s, f.dtype, hi - lo, lo) for r in peers], op)
         self.shm.post_parts(REDUCED, k, [(lo * es, hi * es)] * self.world, addr, nbytes)
         self._wait(REDUCED, k)
+        lost = []
         for r in members:
             plo, phi = parts[r]
-            if r != self.rank and r not in self.missing:
+            if r == self.rank or phi == plo:
+                continue
+            if r in self.missing:
+                lost.append((plo, phi))
+            else:
                 chunk[plo:phi].copy_(self.view(r, s, f.dtype, phi - plo, plo))
+        return lost
+
+    def _finish_lost(self, chunk: torch.Tensor, lo: int, hi: int, op: RedOp) -> None:
+        """Reduces ``chunk[lo:hi]``, the part of a rank that went missing
+        mid-round, among the survivors, in a round of its own: each sends
+        every other its input of the part (which the chunk still holds
+        there), then each reduces the inputs in rank order, so all compute
+        the same result. Shaped as a scatter-gather round (Arrive, Reduced,
+        Done), so that a survivor that saw the part complete (its owner
+        died between sending it to one peer and another, the one case the
+        survivors can see differently) still finds the words it waits on."""
+        es = chunk.element_size()
+        k, s = self.begin()
+        mine = chunk[lo:hi]
+        self.shm.post_parts(ARRIVE, k, [(lo * es, hi * es)] * self.world, chunk.data_ptr(), chunk.numel() * es)
+        self._wait(ARRIVE, k)
+        srcs = [mine if r == self.rank else self.view(r, s, chunk.dtype, hi - lo, lo) for r in self.live()]
+        out = torch.empty_like(mine)
+        reduce_into(out, srcs, op)
+        mine.copy_(out)
+        self.post(REDUCED, k)
+        self._wait(REDUCED, k)
+        self.post(DONE, k)
 
     # Rooted collectives: every rank posts and waits for every live rank's
     # Arrive, not only the root's, so that a dead rank is found missing at
@@ -326,6 +369,12 @@ class Plane:
     def broadcast(self, t: torch.Tensor, root: int) -> None:
         f, back = flat(t)
         got = False
+        # Over TCP a receiver takes the root's bytes into a scratch buffer
+        # and writes the tensor once every round arrived: a root that dies
+        # midway (even halfway into a round) leaves the tensor untouched.
+        staged = self._touch is not None and self.rank != root
+        # (A non-contiguous tensor's flat copy is a scratch buffer already.)
+        dst = f if not staged or back else self._staging(f)
         for a, b in _native.rounds(f.numel(), self.per(f.dtype, 1)):
             k, s = self.begin()
             if self.rank == root and self._touch is not None:
@@ -335,10 +384,10 @@ class Plane:
                 self._check_transfer()
                 self.shm.post_parts(ARRIVE, k, [(0, n)] * self.world, chunk.data_ptr(), n)
                 self._wait(ARRIVE, k)
-            elif self.rank != root and self._touch is not None and root not in self.missing:
-                # Over TCP the root's bytes go straight into the tensor when
-                # they have not arrived yet.
-                chunk = f[a:b]
+            elif staged and root not in self.missing:
+                # Over TCP the root's bytes go straight into the scratch
+                # buffer when they have not arrived yet.
+                chunk = dst[a:b]
                 into = self.shm.redirect(root, ARRIVE, k, chunk.data_ptr(), chunk.numel() * chunk.element_size())
                 filled = False
                 try:
@@ -360,8 +409,21 @@ class Plane:
                     f[a:b].copy_(self.view(root, s, f.dtype, b - a))
                     got = True
             self.post(DONE, k)
+        if staged:
+            got = root not in self.missing
+            if got and dst is not f:
+                f.copy_(dst)
         if back and got:
             t.copy_(f.view(t.shape))
+
+    def _staging(self, f: torch.Tensor) -> torch.Tensor:
+        """A scratch buffer shaped as ``f``, reused across calls (a fresh
+        one would page-fault in every time)."""
+        n = f.numel() * f.element_size()
+        buf = getattr(self, "_stage", None)
+        if buf is None or buf.numel() < n:
+            buf = self._stage = torch.empty(n, dtype=torch.uint8)
+        return buf[:n].view(f.dtype) if n else f
 
     def all_gather(self, outs: list[torch.Tensor], inp: torch.Tensor) -> None:
         """``outs[i]`` (flat, contiguous, ``inp``'s size) gets the input of

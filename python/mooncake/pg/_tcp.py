@@ -2,7 +2,8 @@
 ``TcpGroup`` (``crates/mooncake-pg/src/tcp``) runs the shared-memory
 group's interface over a TCP mesh, with its own threads reading the peers'
 frames and every send and wait running with the GIL released. This module
-chooses the transport and sets the mesh up through the store.
+chooses the transport and makes a rank's group and address; the
+rendezvous itself (``_backend``, ``_grow``) is the same as shared memory's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import socket
 from .. import _mooncake
 
 _native = _mooncake.pg
-TcpGroup = _native.TcpGroup
 
 
 def transport(store, key, rank: int, size: int) -> str:
@@ -60,19 +60,13 @@ def local_address() -> str:
         return "127.0.0.1"
 
 
-def rendezvous(store, key, rank: int, size: int, slot_bytes: int, timeout_s: float) -> TcpGroup:
-    """Publishes this rank's address under ``key(rank)``, connects to every
-    peer's."""
-    group = TcpGroup(rank, size, slot_bytes)
-    store.set(key(rank), f"{local_address()} {group.port}")
-    peers = []
-    for peer in range(size):
-        if peer != rank:
-            host, port = store.get(key(peer)).decode().rsplit(" ", 1)
-            peers.append((peer, host, int(port)))
-    try:
-        group.connect_all(peers, timeout_s)
-    except BaseException:
-        group.close()
-        raise
-    return group
+def new_group(rank: int, size: int, slot_bytes: int):
+    """This rank's slots for ``size`` ranks and a listener that takes peers
+    in for as long as the group lives; peers attach to it with
+    ``attach(rank, address(group), pid, nonce, timeout_s)``."""
+    return _native.tcp_group(rank, size, slot_bytes)
+
+
+def address(group) -> str:
+    """``"<host> <port>"``: where peers dial ``group``."""
+    return f"{local_address()} {group.port}"

@@ -26,6 +26,7 @@
 
 pub mod frame;
 mod net;
+mod peers;
 mod posted;
 
 use std::alloc::{self, Layout as AllocLayout};
@@ -47,6 +48,7 @@ pub use net::KEEPALIVE;
 /// Collective slots per rank (rounds alternate between them).
 pub const SLOTS: usize = 2;
 const FLAGS: usize = 5;
+const LEFT: usize = Flag::Left as usize;
 /// A post's payload goes to its peers in turns of this many bytes.
 pub const PIECE: usize = 256 << 10;
 /// Frames up to this size are written with their header in one call.
@@ -102,11 +104,34 @@ struct State {
     acked: Vec<u32>,
     dead: Vec<bool>,
     accepted: Vec<bool>,
+    /// The incarnation of each peer this rank is attached to.
+    inc: Vec<Option<u64>>,
+    /// A connection from another incarnation, until this rank attaches.
+    held: Vec<Option<(u64, TcpStream)>>,
+    /// Bumped when this rank attaches to a new incarnation: the old
+    /// connections' threads then leave the peer's state alone.
+    gen: Vec<u64>,
+    /// The peer's reader runs / ended at its goodbye.
+    reading: Vec<bool>,
+    bye: Vec<bool>,
+    /// This rank dialed the peer (it is mapped, in shared memory's terms).
+    linked: Vec<bool>,
+}
+
+impl State {
+    /// Whether `peer` is out of the group: dead, or it left (or this rank
+    /// left, when every peer counts: its pending waits end too).
+    fn gone(&self, me: usize, peer: usize) -> bool {
+        self.dead[peer] || self.words[peer][LEFT] != 0 || self.words[me][LEFT] != 0
+    }
 }
 
 struct Shared {
     rank: usize,
     size: usize,
+    nonce: u64,
+    /// The peers collective words go to ([`TcpGroup::set_members`]).
+    members: Vec<AtomicBool>,
     slot_bytes: usize,
     mem: SlotMem,
     state: Mutex<State>,
@@ -197,7 +222,8 @@ pub struct TcpGroup {
 
 impl TcpGroup {
     /// Slots for `size` ranks of `slot_bytes` each and a listening socket
-    /// on every interface (its port: [`TcpGroup::port`]).
+    /// on every interface (its port: [`TcpGroup::port`]), which takes
+    /// peers in for as long as the group lives.
     pub fn new(rank: usize, size: usize, slot_bytes: usize) -> Result<TcpGroup, GroupError> {
         if rank >= size {
             return Err(GroupError::Setup(format!(
@@ -221,6 +247,8 @@ impl TcpGroup {
         let shared = Arc::new(Shared {
             rank,
             size,
+            nonce: peers::new_nonce(),
+            members: (0..size).map(|_| AtomicBool::new(true)).collect(),
             slot_bytes,
             mem: SlotMem::new(total)?,
             state: Mutex::new(State {
@@ -234,6 +262,12 @@ impl TcpGroup {
                 acked: vec![0; size],
                 dead: vec![false; size],
                 accepted: vec![false; size],
+                inc: vec![None; size],
+                held: (0..size).map(|_| None).collect(),
+                gen: vec![0; size],
+                reading: vec![false; size],
+                bye: vec![false; size],
+                linked: vec![false; size],
             }),
             cv: Condvar::new(),
             out: (0..size).map(|_| Mutex::new(None)).collect(),
@@ -241,6 +275,14 @@ impl TcpGroup {
             dirty: Mutex::new([None; SLOTS]),
             closed: AtomicBool::new(false),
         });
+        let accepting = listener
+            .try_clone()
+            .map_err(|e| GroupError::Setup(format!("listener: {e}")))?;
+        let accept_sh = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("mooncake-pg-accept".into())
+            .spawn(move || peers::accept_loop(accept_sh, accepting))
+            .map_err(|e| GroupError::Setup(format!("cannot start a thread: {e}")))?;
         Ok(TcpGroup {
             shared,
             listener: Mutex::new(Some(listener)),
@@ -265,58 +307,23 @@ impl TcpGroup {
     }
 
     /// Opens a connection to every peer of `peers` (`(rank, host, port)`)
-    /// and accepts one from each, by `deadline`.
+    /// and waits until each has dialed this rank, by `deadline`.
     pub fn connect_all(
         &self,
         peers: &[(usize, String, u16)],
         deadline: Instant,
     ) -> Result<(), GroupError> {
-        let sh = &self.shared;
-        let mut expected = vec![false; sh.size];
-        for (peer, _, _) in peers {
-            if *peer >= sh.size || *peer == sh.rank || expected[*peer] {
-                return Err(GroupError::Setup(format!("bad peer rank {peer}")));
-            }
-            expected[*peer] = true;
-        }
-        let listener = {
-            let l = self.listener.lock();
-            let l = l
-                .as_ref()
-                .ok_or_else(|| GroupError::Setup("group closed".into()))?;
-            l.try_clone()
-                .map_err(|e| GroupError::Setup(format!("listener: {e}")))?
-        };
-        let accepter = {
-            let sh = Arc::clone(sh);
-            let expected = expected.clone();
-            std::thread::Builder::new()
-                .name("mooncake-pg-accept".into())
-                .spawn(move || net::accept_peers(sh, listener, expected, deadline))
-                .map_err(|e| GroupError::Setup(format!("cannot start a thread: {e}")))?
-        };
         for (peer, host, port) in peers {
-            let s = net::connect(host, *port, sh.rank, deadline).map_err(|e| {
-                GroupError::Setup(format!("cannot reach rank {peer} at {host}:{port}: {e}"))
-            })?;
-            *sh.out[*peer].lock() = Some(s);
+            self.connect(*peer, host, *port, None, deadline)?;
         }
-        let all = sh.wait_until(deadline, |st| {
-            (0..sh.size).all(|r| !expected[r] || st.accepted[r])
-        });
-        drop(all);
-        let _ = accepter.join();
-        let st = sh.state.lock();
-        if (0..sh.size).any(|r| expected[r] && !st.accepted[r]) {
-            return Err(GroupError::Setup(
-                "peers did not connect back in time".into(),
-            ));
-        }
-        Ok(())
+        let ranks: Vec<usize> = peers.iter().map(|p| p.0).collect();
+        self.wait_connected(&ranks, deadline)
     }
 
+    /// Whether `rank` is this rank or a peer it dialed.
     pub fn connected(&self, rank: usize) -> bool {
-        rank < self.shared.size
+        rank == self.shared.rank
+            || (rank < self.shared.size && self.shared.state.lock().linked[rank])
     }
 
     /// The address of `rank`'s slot `slot` (this rank's own, or its copy
@@ -406,10 +413,12 @@ impl TcpGroup {
         let sh = &self.shared;
         let slot = (value & 1) as usize;
         sh.state.lock().words[sh.rank][flag as usize] = value;
+        // A collective's words go to the active ranks only.
+        let collective = matches!(flag, Flag::Arrive | Flag::Reduced | Flag::Done);
         let mut peers: Vec<(usize, parking_lot::MutexGuard<'_, Option<TcpStream>>)> = (0..sh.size)
             .filter(|&p| p != sh.rank)
             .map(|p| (p, sh.out[p].lock()))
-            .filter(|(_, s)| s.is_some())
+            .filter(|(p, s)| s.is_some() && (!collective || sh.members[*p].load(Ordering::SeqCst)))
             .collect();
         let ranges: Vec<(usize, usize)> = peers.iter().map(|(p, _)| range(*p)).collect();
         // SAFETY: every range lies in the memory at `base` (the callers
@@ -450,7 +459,9 @@ impl TcpGroup {
         ranks
             .iter()
             .copied()
-            .filter(|&r| r < self.shared.size && st.dead[r])
+            .filter(|&r| {
+                r < self.shared.size && r != self.shared.rank && st.gone(self.shared.rank, r)
+            })
             .collect()
     }
 
@@ -473,7 +484,7 @@ impl TcpGroup {
         let st = sh.wait_until(deadline, |st| {
             others
                 .iter()
-                .all(|&r| reached(st.words[r][f], value) || st.dead[r])
+                .all(|&r| reached(st.words[r][f], value) || st.gone(sh.rank, r))
         })?;
         Ok(others
             .into_iter()
@@ -498,7 +509,7 @@ impl TcpGroup {
         }
         let count = {
             let mut st = sh.state.lock();
-            if st.dead[dst] {
+            if st.gone(sh.rank, dst) {
                 return Err(GroupError::Dead(vec![dst]));
             }
             st.sent[dst] = st.sent[dst].wrapping_add(1);
@@ -529,7 +540,7 @@ impl TcpGroup {
         };
         let count = {
             let mut st = sh.state.lock();
-            if st.dead[dst] {
+            if st.gone(sh.rank, dst) {
                 return Err(GroupError::Dead(vec![dst]));
             }
             st.sent[dst] = st.sent[dst].wrapping_add(1);
@@ -543,9 +554,10 @@ impl TcpGroup {
 
     /// Waits until `dst` has read this rank's messages up to `end`.
     pub fn wait_read(&self, dst: usize, end: u32, deadline: Instant) -> Result<(), GroupError> {
-        let st = self
-            .shared
-            .wait_until(deadline, |st| reached(st.acked[dst], end) || st.dead[dst])?;
+        let me = self.shared.rank;
+        let st = self.shared.wait_until(deadline, |st| {
+            reached(st.acked[dst], end) || st.gone(me, dst)
+        })?;
         if reached(st.acked[dst], end) {
             Ok(())
         } else {
@@ -555,9 +567,9 @@ impl TcpGroup {
 
     /// The tag and length of the next message from `src`.
     pub fn recv_header(&self, src: usize, deadline: Instant) -> Result<(i64, usize), GroupError> {
-        let st = self
-            .shared
-            .wait_until(deadline, |st| !st.inbox[src].is_empty() || st.dead[src])?;
+        let st = self.shared.wait_until(deadline, |st| {
+            !st.inbox[src].is_empty() || st.gone(self.shared.rank, src)
+        })?;
         match st.inbox[src].front() {
             Some((tag, data)) => Ok((*tag, data.len())),
             None => Err(GroupError::Dead(vec![src])),
@@ -573,7 +585,9 @@ impl TcpGroup {
         deadline: Instant,
     ) -> Result<(), GroupError> {
         let sh = &self.shared;
-        let mut st = sh.wait_until(deadline, |st| !st.inbox[src].is_empty() || st.dead[src])?;
+        let mut st = sh.wait_until(deadline, |st| {
+            !st.inbox[src].is_empty() || st.gone(sh.rank, src)
+        })?;
         let Some((_, data)) = st.inbox[src].front() else {
             return Err(GroupError::Dead(vec![src]));
         };
@@ -613,7 +627,19 @@ impl TcpGroup {
         if sh.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.listener.lock().take();
+        if let Some(l) = self.listener.lock().take() {
+            // Wakes the accepting thread, which then sees the group closed.
+            let _ = socket2::SockRef::from(&l).shutdown(Shutdown::Both);
+            let _ = TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+                Duration::from_millis(100),
+            );
+        }
+        for held in sh.state.lock().held.iter_mut() {
+            if let Some((_, s)) = held.take() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
         for peer in 0..sh.size {
             let mut out = sh.out[peer].lock();
             if let Some(s) = out.as_mut() {
@@ -650,12 +676,10 @@ fn write_or_drop(sh: &Shared, peer: usize, out: &mut Option<TcpStream>, bytes: &
 
 /// Reads `peer`'s frames until its goodbye or its connection ends (then
 /// the peer is dead).
-fn reader(sh: Arc<Shared>, peer: usize, mut s: TcpStream) {
+fn reader(sh: Arc<Shared>, peer: usize, gen: u64, mut s: TcpStream) {
     let said_bye = read_frames(&sh, peer, &mut s).unwrap_or(false);
     let _ = s.shutdown(Shutdown::Both);
-    if !said_bye {
-        sh.mark_dead(peer);
-    }
+    sh.ended(peer, gen, said_bye);
 }
 
 /// Ok(true) at a goodbye; Err when the connection failed or the peer sent

@@ -1,14 +1,10 @@
-//! Setting up the mesh's connections: dialing, accepting, socket options.
+//! Dialing the mesh's connections and their socket options.
 
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::io::{self, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use socket2::{SockRef, TcpKeepalive};
-
-use super::Shared;
 
 /// Keepalive idle time, probe interval and probe count: a peer host that
 /// vanishes is found within about idle + count x interval (5 s), and the
@@ -19,7 +15,6 @@ pub const KEEPALIVE: (Duration, Duration, u32) =
 /// Socket buffers large enough that a slot's worth of bytes is in flight
 /// to every peer at once (the kernel caps it at `net.core.[rw]mem_max`).
 const SOCKET_BUFFER: usize = 4 << 20;
-const POLL: Duration = Duration::from_millis(2);
 
 pub(super) fn tune(s: &TcpStream) -> io::Result<()> {
     s.set_nodelay(true)?;
@@ -38,12 +33,12 @@ pub(super) fn tune(s: &TcpStream) -> io::Result<()> {
     Ok(())
 }
 
-/// A tuned connection to `host:port` that has said it comes from `rank`,
-/// retried until `deadline` (the peer may not listen yet).
+/// A tuned connection to `host:port` that has said `hello` (who it comes
+/// from), retried until `deadline` (the peer may not listen yet).
 pub(super) fn connect(
     host: &str,
     port: u16,
-    rank: usize,
+    hello: &[u8],
     deadline: Instant,
 ) -> io::Result<TcpStream> {
     loop {
@@ -57,7 +52,7 @@ pub(super) fn connect(
                 .max(Duration::from_millis(100));
             let mut s = TcpStream::connect_timeout(&addr, left)?;
             tune(&s)?;
-            s.write_all(&(rank as u32).to_le_bytes())?;
+            s.write_all(hello)?;
             Ok(s)
         })();
         match attempt {
@@ -66,66 +61,4 @@ pub(super) fn connect(
             Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
     }
-}
-
-/// Accepts one connection from each `expected` peer until `deadline` or
-/// the group closes, and starts a reader on each.
-pub(super) fn accept_peers(
-    sh: Arc<Shared>,
-    listener: TcpListener,
-    mut expected: Vec<bool>,
-    deadline: Instant,
-) {
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
-    while expected.iter().any(|&e| e) && Instant::now() < deadline {
-        if sh.closed.load(Ordering::SeqCst) {
-            return;
-        }
-        let s = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(POLL);
-                continue;
-            }
-            Err(_) => {
-                std::thread::sleep(POLL);
-                continue;
-            }
-        };
-        let Some(peer) = greet(&s, deadline) else {
-            continue;
-        };
-        if peer >= expected.len() || !expected[peer] {
-            continue;
-        }
-        let (Ok(handle), Ok(())) = (s.try_clone(), tune(&s)) else {
-            continue;
-        };
-        expected[peer] = false;
-        sh.inbound.lock().push((peer, handle));
-        let reader_sh = Arc::clone(&sh);
-        let started = std::thread::Builder::new()
-            .name(format!("mooncake-pg-tcp-{peer}"))
-            .spawn(move || super::reader(reader_sh, peer, s));
-        let mut st = sh.state.lock();
-        if started.is_err() {
-            st.dead[peer] = true;
-        }
-        st.accepted[peer] = true;
-        sh.cv.notify_all();
-    }
-}
-
-/// The rank an accepted connection says it comes from.
-fn greet(s: &TcpStream, deadline: Instant) -> Option<usize> {
-    s.set_nonblocking(false).ok()?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    s.set_read_timeout(Some(left.max(Duration::from_millis(100))))
-        .ok()?;
-    let mut b = [0u8; 4];
-    (&*s).read_exact(&mut b).ok()?;
-    s.set_read_timeout(None).ok()?;
-    Some(u32::from_le_bytes(b) as usize)
 }

@@ -130,7 +130,7 @@ impl TcpGroup {
         if !st.inbox[src].is_empty() {
             return Ok(false);
         }
-        if st.dead[src] {
+        if st.gone(sh.rank, src) {
             return Err(GroupError::Dead(vec![src]));
         }
         st.posted[src] = Some(Posted {
@@ -160,7 +160,7 @@ impl TcpGroup {
             }
             let outcome = if !st.inbox[src].is_empty() {
                 Some(Ok(false))
-            } else if st.dead[src] {
+            } else if st.gone(sh.rank, src) {
                 Some(Err(GroupError::Dead(vec![src])))
             } else if Instant::now() >= deadline {
                 Some(Err(GroupError::Timeout))

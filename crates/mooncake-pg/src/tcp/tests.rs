@@ -227,7 +227,7 @@ fn fake_peer(then: impl FnOnce(&mut TcpStream) + Send) -> TcpGroup {
     let (g, got) = std::thread::scope(|s| {
         let peer = s.spawn(move || {
             let mut to0 = TcpStream::connect(("127.0.0.1", target)).unwrap();
-            to0.write_all(&1u32.to_le_bytes()).unwrap();
+            to0.write_all(&super::peers::hello(1, 42)).unwrap();
             let (from0, _) = listener.accept().unwrap();
             then(&mut to0);
             from0
