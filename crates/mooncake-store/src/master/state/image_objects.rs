@@ -46,13 +46,6 @@ struct Batch {
 }
 
 impl Batch {
-    fn with_capacity() -> Batch {
-        Batch {
-            items: Vec::with_capacity(CHUNK),
-            keys: String::with_capacity(CHUNK * 32),
-        }
-    }
-
     fn push(&mut self, at: u64, key: &str, obj: ObjectMeta) {
         let off = self.keys.len();
         self.keys.push_str(key);
@@ -340,10 +333,15 @@ impl MasterService {
                     Ok((key, obj)) => {
                         let shard = self.objects.shard_index(key);
                         let group = &mut pending[shard];
+                        // A new batch grows as it fills rather than
+                        // taking a whole chunk up front: the image's count
+                        // of objects is not yet checked against its bytes,
+                        // and a short or forged image must not cost
+                        // megabytes.
                         if group.items.capacity() == 0 {
-                            *group = returned
-                                .try_recv()
-                                .unwrap_or_else(|_| Batch::with_capacity());
+                            if let Ok(b) = returned.try_recv() {
+                                *group = b;
+                            }
                         }
                         group.push(done, key, obj);
                         if group.len() == CHUNK {
