@@ -301,10 +301,6 @@ pub fn round(
     let t = Instant::now();
     stores.put(s.seq, &bytes)?;
     report.store = t.elapsed();
-    let (oldest, deleted) = stores.retain(keep)?;
-    report.deleted_snapshots = deleted;
-    if let Some(oldest) = oldest {
-        report.deleted_log_files = wal.remove_through(oldest)?;
-    }
+    stores.retire(keep, wal, &mut report)?;
     Ok(report)
 }

@@ -166,6 +166,23 @@ impl Stores {
         Ok(())
     }
 
+    /// After a round was kept: deletes all but the newest `keep` snapshots
+    /// and the log files the oldest kept one covers, counting both in
+    /// `report`.
+    pub(crate) fn retire(
+        &self,
+        keep: usize,
+        wal: &wal::Wal,
+        report: &mut SnapshotReport,
+    ) -> Result<()> {
+        let (oldest, deleted) = self.retain(keep)?;
+        report.deleted_snapshots = deleted;
+        if let Some(oldest) = oldest {
+            report.deleted_log_files = wal.remove_through(oldest)?;
+        }
+        Ok(())
+    }
+
     /// Deletes all but the newest `keep`; returns the oldest kept and the
     /// number deleted.
     pub(crate) fn retain(&self, keep: usize) -> Result<(Option<u64>, usize)> {
