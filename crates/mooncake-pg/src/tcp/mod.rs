@@ -185,6 +185,17 @@ impl Shared {
         self.send_locked(peer, &mut out, h, data)
     }
 
+    /// Numbers the next message to `dst` (what its reader's count reaches
+    /// once it read it); `Dead` when `dst` is gone.
+    fn count_send(&self, dst: usize) -> Result<u32, GroupError> {
+        let mut st = self.state.lock();
+        if st.gone(self.rank, dst) {
+            return Err(GroupError::Dead(vec![dst]));
+        }
+        st.sent[dst] = st.sent[dst].wrapping_add(1);
+        Ok(st.sent[dst])
+    }
+
     fn send_locked(
         &self,
         peer: usize,
@@ -507,14 +518,7 @@ impl TcpGroup {
             let left = deadline.saturating_duration_since(Instant::now());
             let _ = s.set_write_timeout(Some(left.max(Duration::from_millis(1))));
         }
-        let count = {
-            let mut st = sh.state.lock();
-            if st.gone(sh.rank, dst) {
-                return Err(GroupError::Dead(vec![dst]));
-            }
-            st.sent[dst] = st.sent[dst].wrapping_add(1);
-            st.sent[dst]
-        };
+        let count = sh.count_send(dst)?;
         if !sh.send_locked(dst, &mut out, &Header::msg(tag, data.len()), data) {
             return Err(if Instant::now() >= deadline {
                 GroupError::Timeout
@@ -538,14 +542,7 @@ impl TcpGroup {
         let Some(mut out) = sh.out[dst].try_lock() else {
             return Ok(None);
         };
-        let count = {
-            let mut st = sh.state.lock();
-            if st.gone(sh.rank, dst) {
-                return Err(GroupError::Dead(vec![dst]));
-            }
-            st.sent[dst] = st.sent[dst].wrapping_add(1);
-            st.sent[dst]
-        };
+        let count = sh.count_send(dst)?;
         if !sh.send_locked(dst, &mut out, &Header::msg(tag, data.len()), data) {
             return Err(GroupError::Dead(vec![dst]));
         }
